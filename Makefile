@@ -1,0 +1,63 @@
+# Builds the NIF into priv/ and the cmocka tests of the C core.
+#   make            the NIF (what `mix compile` runs)
+#   make ctest      C unit tests
+#   make ctest-valgrind / ctest-asan   the same under valgrind / ASan+UBSan
+#   make lint       cppcheck over our C
+#   make test       C tests, then `mix test`
+
+ERL ?= erl
+ERTS_INCLUDE ?= $(shell $(ERL) -noshell -eval 'io:format("~s", [filename:join([code:root_dir(), "usr", "include"])]), halt().' 2>/dev/null)
+
+CC ?= cc
+WARN := -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes -Wmissing-prototypes
+CFLAGS_BASE := -std=c11 -D_DEFAULT_SOURCE -O2 -g $(WARN)
+CORE_SRC := $(sort $(wildcard c_src/core/*.c))
+NIF_SRC := $(sort $(wildcard c_src/nif/*.c))
+CORE_HDR := $(wildcard c_src/core/*.h)
+NIF_HDR := $(wildcard c_src/nif/*.h)
+TEST_SRC := $(sort $(wildcard c_src/test/test_*.c))
+TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard c_src/test/*.c))
+TEST_BIN := $(patsubst c_src/test/%.c,build/test/%,$(TEST_SRC))
+ASAN_BIN := $(patsubst c_src/test/%.c,build/asan/%,$(TEST_SRC))
+LIBS := -lbsd
+
+NIF_SO := priv/flame_on_client_nif.so
+
+.PHONY: all ctest ctest-valgrind ctest-asan lint test clean
+
+all: $(NIF_SO)
+
+$(NIF_SO): $(CORE_SRC) $(NIF_SRC) $(CORE_HDR) $(NIF_HDR) Makefile
+	@test -f "$(ERTS_INCLUDE)/erl_nif.h" || { echo "erl_nif.h not found under '$(ERTS_INCLUDE)': install erlang-dev (apt-get install erlang-dev)" >&2; exit 1; }
+	@mkdir -p priv
+	$(CC) $(CFLAGS_BASE) -fPIC -fvisibility=hidden -shared -I c_src/core -I "$(ERTS_INCLUDE)" \
+		-o $@ $(CORE_SRC) $(NIF_SRC) $(LIBS)
+
+build/test/%: c_src/test/%.c $(CORE_SRC) $(CORE_HDR) $(TEST_SUPPORT) Makefile
+	@mkdir -p build/test
+	$(CC) $(CFLAGS_BASE) -O1 -I c_src/core -I c_src/test -o $@ $< $(TEST_SUPPORT) $(CORE_SRC) -lcmocka $(LIBS)
+
+build/asan/%: c_src/test/%.c $(CORE_SRC) $(CORE_HDR) $(TEST_SUPPORT) Makefile
+	@mkdir -p build/asan
+	$(CC) $(CFLAGS_BASE) -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
+		-I c_src/core -I c_src/test -o $@ $< $(TEST_SUPPORT) $(CORE_SRC) -lcmocka $(LIBS)
+
+ctest: $(TEST_BIN)
+	@set -e; for t in $(TEST_BIN); do echo "== $$t"; $$t; done
+
+ctest-valgrind: $(TEST_BIN)
+	@set -e; for t in $(TEST_BIN); do echo "== valgrind $$t"; \
+		valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect $$t; done
+
+ctest-asan: $(ASAN_BIN)
+	@set -e; for t in $(ASAN_BIN); do echo "== asan $$t"; $$t; done
+
+lint:
+	cppcheck --quiet --error-exitcode=1 --enable=warning,style,performance,portability \
+		--std=c11 --inline-suppr --suppress=missingIncludeSystem -I c_src/core c_src/core c_src/nif c_src/test
+
+test: ctest
+	mix test
+
+clean:
+	rm -rf build priv/*.so

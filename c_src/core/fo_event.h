@@ -1,0 +1,40 @@
+/* One trace event as the core sees it: plain integers, no VM types.
+ * Front ends (the ingest NIF decoding trace messages, the tracer-module
+ * callbacks, fuzzers, tests) fill these in. */
+#ifndef FO_EVENT_H
+#define FO_EVENT_H
+
+#include <stdint.h>
+
+typedef enum {
+    FO_EV_CALL = 1,   /* mfa called; caller optional */
+    FO_EV_RETURN_TO,  /* the top function returned into mfa (or undefined) */
+    FO_EV_IN,         /* scheduled in */
+    FO_EV_OUT,        /* scheduled out */
+    FO_EV_EXIT,       /* process exited */
+    FO_EV_GC_START,   /* garbage collection started (optional) */
+    FO_EV_GC_END      /* garbage collection ended (optional) */
+} fo_event_kind;
+
+/* A function identity. module and function are opaque keys chosen by the
+ * front end (the NIF uses atom terms, which never move or die); two MFAs
+ * are the same frame when all three fields are equal. */
+typedef struct {
+    uint64_t module;
+    uint64_t function;
+    uint32_t arity;
+} fo_mfa;
+
+#define FO_EVF_HAS_MFA 0x1u    /* mfa is set (return_to: not `undefined`) */
+#define FO_EVF_HAS_CALLER 0x2u /* call: caller is set (not `undefined`) */
+
+typedef struct {
+    fo_event_kind kind;
+    uint32_t flags;   /* FO_EVF_* */
+    uint64_t pid;     /* opaque process key */
+    int64_t ts_ns;    /* one monotonic clock per session, nanoseconds */
+    fo_mfa mfa;       /* call target / return_to target */
+    fo_mfa caller;    /* call only */
+} fo_event;
+
+#endif

@@ -1,0 +1,52 @@
+/* Per-process state: where each traced process is in the tree, its real
+ * stack (to match returns), and its clock. */
+#ifndef FO_PROCS_H
+#define FO_PROCS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { FO_PROC_RUNNING = 0, FO_PROC_OUT, FO_PROC_EXITED } fo_proc_state;
+
+typedef struct {
+    uint64_t pid;
+    uint32_t root;       /* process root node */
+    uint32_t node_cap;   /* bucket node for pushes the tree had no room for */
+    uint32_t sleep_node; /* where scheduled-out time goes */
+    uint32_t depth;      /* frames on the stack arrays */
+    uint32_t stack_cap;
+    uint32_t overflow;   /* pushes past max_stack_frames, only counted */
+    uint32_t *stack_frames;
+    uint32_t *stack_nodes;
+    int64_t last_ts;
+    uint8_t state;       /* fo_proc_state */
+    uint8_t has_ts;
+} fo_proc;
+
+typedef struct {
+    fo_proc *procs;
+    uint32_t count;
+    uint32_t cap;
+    uint32_t limit;
+    uint32_t *slots; /* proc index + 1, 0 = empty */
+    uint32_t slot_mask;
+    size_t stack_bytes;
+} fo_procs;
+
+int fo_procs_init(fo_procs *t, uint32_t limit);
+void fo_procs_destroy(fo_procs *t);
+
+/* The index of pid, or UINT32_MAX. */
+uint32_t fo_procs_find(const fo_procs *t, uint64_t pid);
+
+/* Append a zeroed process for pid; UINT32_MAX at the limit or out of
+ * memory. The caller fills in its nodes. */
+uint32_t fo_procs_add(fo_procs *t, uint64_t pid);
+
+/* Room for at least `need` stack entries, never more than `limit`.
+ * 0 when that is impossible. */
+int fo_procs_reserve_stack(fo_procs *t, fo_proc *p, uint32_t need, uint32_t limit);
+
+size_t fo_procs_memory(const fo_procs *t);
+
+#endif

@@ -1,0 +1,340 @@
+/* The per-process state machine. The rules are written out in README.md
+ * beside this file; tests in c_src/test hold it to them. */
+#include "fo_session.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fo_frames.h"
+#include "fo_procs.h"
+#include "fo_tree.h"
+
+struct fo_session {
+    fo_limits limits;
+    fo_frames frames;
+    fo_tree tree;
+    fo_procs procs;
+    uint32_t regular_nodes; /* nodes counted against max_nodes */
+    fo_stats stats;
+};
+
+/* Each process owns a root and a node-cap bucket outside max_nodes. */
+#define RESERVED_NODES_PER_PROCESS 2u
+
+fo_session *fo_session_new(const fo_limits *limits)
+{
+    if (!fo_limits_valid(limits))
+        return NULL;
+    uint64_t hard_cap =
+        (uint64_t)limits->max_nodes + (uint64_t)limits->max_processes * RESERVED_NODES_PER_PROCESS;
+    if (hard_cap >= UINT32_MAX)
+        return NULL;
+    fo_session *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->limits = *limits;
+    int ok = fo_frames_init(&s->frames, limits->max_frames, FO_FRAME_FIRST_REAL);
+    ok = fo_tree_init(&s->tree, (uint32_t)hard_cap) && ok;
+    ok = fo_procs_init(&s->procs, limits->max_processes) && ok;
+    if (!ok) {
+        fo_session_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void fo_session_free(fo_session *s)
+{
+    if (s == NULL)
+        return;
+    fo_frames_destroy(&s->frames);
+    fo_tree_destroy(&s->tree);
+    fo_procs_destroy(&s->procs);
+    free(s);
+}
+
+/* The process of pid, made on first sight. NULL when it cannot be
+ * followed (process limit, or no memory for its reserved nodes). */
+static fo_proc *proc_for(fo_session *s, uint64_t pid)
+{
+    uint32_t index = fo_procs_find(&s->procs, pid);
+    if (index != UINT32_MAX) {
+        fo_proc *known = &s->procs.procs[index];
+        return known->root == FO_NONE ? NULL : known;
+    }
+    if (s->procs.count >= s->limits.max_processes) {
+        s->stats.process_limit_hits++;
+        return NULL;
+    }
+    index = fo_procs_add(&s->procs, pid);
+    if (index == UINT32_MAX)
+        return NULL;
+    fo_proc *p = &s->procs.procs[index];
+    p->root = fo_tree_add_root(&s->tree, FO_FRAME_PROCESS, index, 0);
+    p->node_cap = p->root == FO_NONE ? FO_NONE : fo_tree_child(&s->tree, p->root, FO_FRAME_NODE_CAP, 1);
+    if (p->node_cap == FO_NONE) {
+        p->root = FO_NONE; /* out of memory: this pid stays unfollowed */
+        return NULL;
+    }
+    p->sleep_node = p->root;
+    p->state = FO_PROC_RUNNING;
+    return p;
+}
+
+static uint32_t current_node(const fo_proc *p)
+{
+    return p->depth == 0 ? p->root : p->stack_nodes[p->depth - 1];
+}
+
+static uint32_t top_frame(const fo_proc *p)
+{
+    return p->depth == 0 ? FO_NONE : p->stack_frames[p->depth - 1];
+}
+
+/* A regular node under parent, within max_nodes; FO_NONE when full. */
+static uint32_t regular_child(fo_session *s, uint32_t parent, uint32_t frame)
+{
+    int may_create = s->regular_nodes < s->limits.max_nodes;
+    uint32_t before = s->tree.count;
+    uint32_t node = fo_tree_child(&s->tree, parent, frame, may_create);
+    if (s->tree.count != before)
+        s->regular_nodes++;
+    return node;
+}
+
+static void push_frame(fo_session *s, fo_proc *p, uint32_t frame)
+{
+    if (p->overflow > 0 || p->depth >= s->limits.max_stack_frames ||
+        !fo_procs_reserve_stack(&s->procs, p, p->depth + 1, s->limits.max_stack_frames)) {
+        p->overflow++;
+        s->stats.stack_overflows++;
+        return;
+    }
+    uint32_t parent = current_node(p);
+    uint32_t node;
+    if (frame == FO_NONE) {
+        s->stats.frame_limit_hits++;
+        s->stats.truncated_stacks++;
+        node = p->node_cap;
+    } else if (p->depth >= s->limits.max_depth) {
+        s->stats.depth_truncations++;
+        s->stats.truncated_stacks++;
+        /* Everything past max_depth shares one "…" node. */
+        node = p->depth == s->limits.max_depth ? regular_child(s, parent, FO_FRAME_DEPTH_CAP) : parent;
+        if (node == FO_NONE) {
+            s->stats.node_limit_hits++;
+            node = p->node_cap;
+        }
+    } else {
+        node = regular_child(s, parent, frame);
+        if (node == FO_NONE) {
+            s->stats.node_limit_hits++;
+            s->stats.truncated_stacks++;
+            node = p->node_cap;
+        }
+    }
+    p->stack_frames[p->depth] = frame;
+    p->stack_nodes[p->depth] = node;
+    p->depth++;
+}
+
+/* Index of frame on the stack, searching down from `from`; FO_NONE if absent. */
+static uint32_t find_below(const fo_proc *p, uint32_t frame, uint32_t from)
+{
+    for (uint32_t i = from + 1; i-- > 0;) {
+        if (p->stack_frames[i] == frame)
+            return i;
+    }
+    return FO_NONE;
+}
+
+static uint32_t intern(fo_session *s, const fo_mfa *mfa)
+{
+    return fo_frames_intern(&s->frames, mfa);
+}
+
+static void on_call(fo_session *s, fo_proc *p, const fo_event *ev)
+{
+    uint32_t callee = intern(s, &ev->mfa);
+    if ((ev->flags & FO_EVF_HAS_CALLER) && p->overflow == 0) {
+        uint32_t caller = intern(s, &ev->caller);
+        if (p->depth > 0 && caller != FO_NONE && top_frame(p) == caller) {
+            /* the common case: a plain nested call */
+        } else {
+            uint32_t at = (p->depth >= 2 && caller != FO_NONE) ? find_below(p, caller, p->depth - 2) : FO_NONE;
+            if (at != FO_NONE) {
+                p->depth = at + 1; /* a tail call, or frames an exception unwound */
+                s->stats.resyncs++;
+            } else {
+                if (p->depth > 0)
+                    s->stats.resyncs++;
+                push_frame(s, p, caller);
+            }
+        }
+    }
+    push_frame(s, p, callee);
+}
+
+static void on_return_to(fo_session *s, fo_proc *p, const fo_event *ev)
+{
+    if (p->overflow > 0) {
+        p->overflow--;
+        return;
+    }
+    if (!(ev->flags & FO_EVF_HAS_MFA)) {
+        if (p->depth > 0)
+            p->depth--;
+        return;
+    }
+    uint32_t target = intern(s, &ev->mfa);
+    uint32_t at = (p->depth >= 2 && target != FO_NONE) ? find_below(p, target, p->depth - 2) : FO_NONE;
+    if (at != FO_NONE) {
+        p->depth = at + 1;
+        return;
+    }
+    /* Returned into something we never saw called: start over from it. */
+    if (!(p->depth == 1 && top_frame(p) == target))
+        s->stats.resyncs++;
+    p->depth = 0;
+    push_frame(s, p, target);
+}
+
+static void charge(fo_session *s, fo_proc *p, int64_t ts)
+{
+    if (!p->has_ts) {
+        p->has_ts = 1;
+        p->last_ts = ts;
+        return;
+    }
+    if (ts < p->last_ts) {
+        s->stats.clock_skews++;
+        return;
+    }
+    uint64_t delta = (uint64_t)(ts - p->last_ts);
+    p->last_ts = ts;
+    if (p->state == FO_PROC_RUNNING)
+        fo_tree_charge(&s->tree, current_node(p), delta);
+    else if (p->state == FO_PROC_OUT)
+        fo_tree_charge(&s->tree, p->sleep_node, delta);
+}
+
+static void on_out(fo_session *s, fo_proc *p)
+{
+    if (p->state == FO_PROC_OUT)
+        return;
+    p->state = FO_PROC_OUT;
+    uint32_t node = regular_child(s, current_node(p), FO_FRAME_SLEEP);
+    if (node == FO_NONE) {
+        s->stats.node_limit_hits++;
+        node = p->node_cap;
+    }
+    p->sleep_node = node;
+}
+
+void fo_session_apply(fo_session *s, const fo_event *ev)
+{
+    fo_proc *p = proc_for(s, ev->pid);
+    if (p == NULL) {
+        s->stats.dropped_events++;
+        return;
+    }
+    s->stats.events++;
+    if (p->state == FO_PROC_EXITED) {
+        /* a pid seen again after its exit starts a fresh timeline */
+        p->state = FO_PROC_RUNNING;
+        p->has_ts = 0;
+    }
+    charge(s, p, ev->ts_ns);
+    switch (ev->kind) {
+    case FO_EV_CALL:
+        on_call(s, p, ev);
+        break;
+    case FO_EV_RETURN_TO:
+        on_return_to(s, p, ev);
+        break;
+    case FO_EV_OUT:
+        on_out(s, p);
+        break;
+    case FO_EV_IN:
+        p->state = FO_PROC_RUNNING;
+        break;
+    case FO_EV_EXIT:
+        p->state = FO_PROC_EXITED;
+        p->depth = 0;
+        p->overflow = 0;
+        break;
+    case FO_EV_GC_START:
+    case FO_EV_GC_END:
+        break;
+    default:
+        s->stats.events--;
+        s->stats.ignored_events++;
+        break;
+    }
+}
+
+void fo_session_close(fo_session *s, int64_t end_ns)
+{
+    for (uint32_t i = 0; i < s->procs.count; i++) {
+        fo_proc *p = &s->procs.procs[i];
+        if (p->root != FO_NONE && p->has_ts && p->state != FO_PROC_EXITED && end_ns > p->last_ts)
+            charge(s, p, end_ns);
+    }
+}
+
+void fo_session_count_malformed(fo_session *s, uint64_t n)
+{
+    s->stats.malformed_events += n;
+    s->stats.dropped_events += n;
+}
+
+void fo_session_count_ignored(fo_session *s, uint64_t n)
+{
+    s->stats.ignored_events += n;
+}
+
+const fo_stats *fo_session_stats(const fo_session *s)
+{
+    return &s->stats;
+}
+
+size_t fo_session_memory(const fo_session *s)
+{
+    return sizeof(*s) + fo_frames_memory(&s->frames) + fo_tree_memory(&s->tree) +
+           fo_procs_memory(&s->procs);
+}
+
+uint32_t fo_session_node_count(const fo_session *s)
+{
+    return s->tree.count;
+}
+
+void fo_session_node(const fo_session *s, uint32_t id, fo_node_info *out)
+{
+    const fo_tree_node *n = &s->tree.nodes[id];
+    out->parent = n->parent;
+    out->frame = n->frame;
+    out->proc = n->proc;
+    out->depth = n->depth;
+    out->self_ns = n->self_ns;
+}
+
+uint32_t fo_session_process_count(const fo_session *s)
+{
+    return s->procs.count;
+}
+
+uint64_t fo_session_process_pid(const fo_session *s, uint32_t proc)
+{
+    return s->procs.procs[proc].pid;
+}
+
+uint32_t fo_session_frame_count(const fo_session *s)
+{
+    return s->frames.count;
+}
+
+int fo_session_frame_mfa(const fo_session *s, uint32_t frame, fo_mfa *out)
+{
+    return fo_frames_get(&s->frames, frame, out);
+}

@@ -1,0 +1,85 @@
+/* A profiling session: the frame table, one calling-context tree, the
+ * per-process state machines and the counters. This is the core's whole
+ * contract with its front ends. Not thread-safe: callers serialize. */
+#ifndef FO_SESSION_H
+#define FO_SESSION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fo_event.h"
+#include "fo_limits.h"
+
+/* Reserved frame ids; real frames start at FO_FRAME_FIRST_REAL. */
+enum {
+    FO_FRAME_PROCESS = 0,   /* the root node of each process */
+    FO_FRAME_SLEEP = 1,     /* scheduled-out time, a leaf under the running stack */
+    FO_FRAME_DEPTH_CAP = 2, /* frames past max_depth, folded into one "…" node */
+    FO_FRAME_NODE_CAP = 3,  /* tree full: time of stacks that could not be stored */
+    FO_FRAME_WAITING = 4,   /* reserved for unattributed wait (graph traces) */
+    FO_FRAME_GC = 5,        /* garbage collection, when gc events are given */
+    FO_FRAME_FIRST_REAL = 8
+};
+
+#define FO_NONE UINT32_MAX
+
+typedef struct {
+    uint64_t events;             /* events applied */
+    uint64_t dropped_events;     /* events not applied (process limit, malformed, ...) */
+    uint64_t malformed_events;   /* front end could not decode (counted by the front end) */
+    uint64_t ignored_events;     /* well-formed events of kinds the core does not use */
+    uint64_t truncated_stacks;   /* pushes folded by max_depth or lost to max_nodes/max_frames */
+    uint64_t depth_truncations;  /* pushes past max_depth */
+    uint64_t node_limit_hits;    /* pushes that needed a node past max_nodes */
+    uint64_t frame_limit_hits;   /* frames not interned because of max_frames */
+    uint64_t process_limit_hits; /* events of new processes past max_processes */
+    uint64_t stack_overflows;    /* pushes past max_stack_frames (depth kept as a count) */
+    uint64_t clock_skews;        /* events older than their process's previous one */
+    uint64_t resyncs;            /* call/return_to that had to unwind or rebase the stack */
+} fo_stats;
+
+typedef struct fo_session fo_session;
+
+/* NULL when limits are invalid or memory is short. */
+fo_session *fo_session_new(const fo_limits *limits);
+void fo_session_free(fo_session *s);
+
+/* Apply one event. Never fails: what cannot be stored is counted. */
+void fo_session_apply(fo_session *s, const fo_event *ev);
+
+/* Charge every live process's time from its last event up to end_ns to
+ * where it is now (running stack or sleep leaf). Call once, at the end. */
+void fo_session_close(fo_session *s, int64_t end_ns);
+
+/* The front end counts what it could not decode, and the well-formed
+ * events it does not pass on (spawn, link, ...). */
+void fo_session_count_malformed(fo_session *s, uint64_t n);
+void fo_session_count_ignored(fo_session *s, uint64_t n);
+
+const fo_stats *fo_session_stats(const fo_session *s);
+
+/* Bytes held by the session's tables (for memory bounds and reporting). */
+size_t fo_session_memory(const fo_session *s);
+
+/* --- Reading the result -------------------------------------------------
+ * Nodes are numbered 0..node_count-1 and a parent's id is always smaller
+ * than its children's, so one pass in id order can build paths. */
+typedef struct {
+    uint32_t parent;  /* FO_NONE for a process root */
+    uint32_t frame;   /* frame id (reserved or real) */
+    uint32_t proc;    /* owning process index, 0..process_count-1 */
+    uint32_t depth;   /* 0 for a process root */
+    uint64_t self_ns; /* time charged to exactly this stack */
+} fo_node_info;
+
+uint32_t fo_session_node_count(const fo_session *s);
+void fo_session_node(const fo_session *s, uint32_t id, fo_node_info *out);
+
+uint32_t fo_session_process_count(const fo_session *s);
+uint64_t fo_session_process_pid(const fo_session *s, uint32_t proc);
+
+uint32_t fo_session_frame_count(const fo_session *s);
+/* 0 for reserved ids (no MFA), 1 and *out filled for real frames. */
+int fo_session_frame_mfa(const fo_session *s, uint32_t frame, fo_mfa *out);
+
+#endif

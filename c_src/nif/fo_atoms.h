@@ -1,0 +1,64 @@
+/* Every atom the NIF uses, written once (X-macro): declared here, made in
+ * load. Adding an atom is one line. */
+#ifndef FO_ATOMS_H
+#define FO_ATOMS_H
+
+#include <erl_nif.h>
+
+#define FO_ATOMS(A)                                                                            \
+    A(ok)                                                                                      \
+    A(error)                                                                                   \
+    A(undefined)                                                                               \
+    A(nil)                                                                                     \
+    A(trace_ts)                                                                                \
+    A(trace)                                                                                   \
+    A(call)                                                                                    \
+    A(return_to)                                                                               \
+    A(in)                                                                                      \
+    A(out)                                                                                     \
+    A(in_exiting)                                                                              \
+    A(out_exiting)                                                                             \
+    A(out_exited)                                                                              \
+    A(exit)                                                                                    \
+    A(gc_minor_start)                                                                          \
+    A(gc_minor_end)                                                                            \
+    A(gc_major_start)                                                                          \
+    A(gc_major_end)                                                                            \
+    A(gc_start)                                                                                \
+    A(gc_end)                                                                                  \
+    A(sleep)                                                                                   \
+    A(depth_cap)                                                                               \
+    A(node_cap)                                                                                \
+    A(waiting)                                                                                 \
+    A(gc)                                                                                      \
+    A(process)                                                                                 \
+    A(max_nodes)                                                                               \
+    A(max_depth)                                                                               \
+    A(max_processes)                                                                           \
+    A(max_frames)                                                                              \
+    A(max_stack_frames)                                                                        \
+    A(native_per_second)                                                                       \
+    A(events)                                                                                  \
+    A(dropped_events)                                                                          \
+    A(malformed_events)                                                                        \
+    A(ignored_events)                                                                          \
+    A(truncated_stacks)                                                                        \
+    A(depth_truncations)                                                                       \
+    A(node_limit_hits)                                                                         \
+    A(frame_limit_hits)                                                                        \
+    A(process_limit_hits)                                                                      \
+    A(stack_overflows)                                                                         \
+    A(clock_skews)                                                                             \
+    A(resyncs)                                                                                 \
+    A(memory_bytes)                                                                            \
+    A(nodes)                                                                                   \
+    A(processes)                                                                               \
+    A(frames)
+
+#define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;
+FO_ATOMS(FO_ATOM_DECLARE)
+#undef FO_ATOM_DECLARE
+
+void fo_atoms_init(ErlNifEnv *env);
+
+#endif

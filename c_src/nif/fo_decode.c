@@ -1,0 +1,118 @@
+#include "fo_decode.h"
+
+#include "fo_atoms.h"
+
+#define MAX_ARITY 255u
+
+int64_t fo_native_to_ns(int64_t value, int64_t native_per_second)
+{
+    if (native_per_second == 1000000000)
+        return value;
+    if (native_per_second > 0 && 1000000000 % native_per_second == 0)
+        return value * (1000000000 / native_per_second);
+    return (int64_t)((long double)value * 1e9L / (long double)native_per_second);
+}
+
+int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
+{
+    int arity;
+    const ERL_NIF_TERM *items;
+    if (!enif_get_tuple(env, term, &arity, &items) || arity != 3)
+        return 0;
+    if (!enif_is_atom(env, items[0]) || !enif_is_atom(env, items[1]))
+        return 0;
+    unsigned int n;
+    if (!enif_get_uint(env, items[2], &n)) {
+        if (!enif_get_list_length(env, items[2], &n))
+            return 0;
+    }
+    if (n > MAX_ARITY)
+        return 0;
+    /* Atoms are immediates that are never collected: the term itself is a
+     * stable key, turned back into text only at export. */
+    out->module = (uint64_t)items[0];
+    out->function = (uint64_t)items[1];
+    out->arity = n;
+    return 1;
+}
+
+/* Integer native time, or an erlang:now()-style {Mega, Sec, Micro}. */
+static int decode_ts(ErlNifEnv *env, ERL_NIF_TERM term, int64_t native_per_second, int64_t *ns)
+{
+    ErlNifSInt64 value;
+    if (enif_get_int64(env, term, &value)) {
+        *ns = fo_native_to_ns(value, native_per_second);
+        return 1;
+    }
+    int arity;
+    const ERL_NIF_TERM *items;
+    ErlNifSInt64 mega, sec, micro;
+    if (enif_get_tuple(env, term, &arity, &items) && arity == 3 && enif_get_int64(env, items[0], &mega) &&
+        enif_get_int64(env, items[1], &sec) && enif_get_int64(env, items[2], &micro) && mega >= 0 &&
+        mega < 1000000000 && sec >= 0 && sec < 1000000 && micro >= 0 && micro < 1000000) {
+        *ns = ((mega * 1000000 + sec) * 1000000 + micro) * 1000;
+        return 1;
+    }
+    return 0;
+}
+
+static fo_decode_result decode_call(ErlNifEnv *env, const ERL_NIF_TERM *items, int arity, fo_event *out)
+{
+    if (!fo_decode_mfa(env, items[3], &out->mfa))
+        return FO_DECODE_MALFORMED;
+    out->kind = FO_EV_CALL;
+    out->flags = FO_EVF_HAS_MFA;
+    /* 6-tuple: the match spec's {message, {caller}} result, an MFA or
+     * `undefined`; any other message leaves the caller unknown. */
+    if (arity == 6 && fo_decode_mfa(env, items[4], &out->caller))
+        out->flags |= FO_EVF_HAS_CALLER;
+    return FO_DECODED;
+}
+
+static fo_decode_result decode_tag(ErlNifEnv *env, const ERL_NIF_TERM *items, int arity, fo_event *out)
+{
+    ERL_NIF_TERM tag = items[2];
+    if (tag == fo_atom_call)
+        return decode_call(env, items, arity, out);
+    if (arity != 5)
+        return FO_DECODE_IGNORED;
+    out->flags = 0;
+    if (tag == fo_atom_return_to) {
+        out->kind = FO_EV_RETURN_TO;
+        if (fo_decode_mfa(env, items[3], &out->mfa))
+            out->flags = FO_EVF_HAS_MFA;
+        else if (items[3] != fo_atom_undefined)
+            return FO_DECODE_MALFORMED;
+    } else if (tag == fo_atom_in || tag == fo_atom_in_exiting) {
+        out->kind = FO_EV_IN;
+    } else if (tag == fo_atom_out || tag == fo_atom_out_exiting) {
+        out->kind = FO_EV_OUT;
+    } else if (tag == fo_atom_exit) {
+        out->kind = FO_EV_EXIT;
+    } else if (tag == fo_atom_gc_minor_start || tag == fo_atom_gc_major_start || tag == fo_atom_gc_start) {
+        out->kind = FO_EV_GC_START;
+    } else if (tag == fo_atom_gc_minor_end || tag == fo_atom_gc_major_end || tag == fo_atom_gc_end) {
+        out->kind = FO_EV_GC_END;
+    } else {
+        return FO_DECODE_IGNORED;
+    }
+    return FO_DECODED;
+}
+
+fo_decode_result fo_decode_trace_msg(ErlNifEnv *env, ERL_NIF_TERM msg, int64_t native_per_second,
+                                     fo_event *out)
+{
+    int arity;
+    const ERL_NIF_TERM *items;
+    if (!enif_get_tuple(env, msg, &arity, &items) || arity < 5 || arity > 6)
+        return FO_DECODE_MALFORMED;
+    if (items[0] != fo_atom_trace_ts || !enif_is_atom(env, items[2]))
+        return FO_DECODE_MALFORMED;
+    ErlNifPid pid;
+    if (!enif_get_local_pid(env, items[1], &pid))
+        return enif_is_port(env, items[1]) ? FO_DECODE_IGNORED : FO_DECODE_MALFORMED;
+    if (!decode_ts(env, items[arity - 1], native_per_second, &out->ts_ns))
+        return FO_DECODE_MALFORMED;
+    out->pid = (uint64_t)pid.pid;
+    return decode_tag(env, items, arity, out);
+}

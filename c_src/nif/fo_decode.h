@@ -1,0 +1,21 @@
+/* Standard trace messages ({trace_ts, Pid, Tag, ..., Ts}) to core events. */
+#ifndef FO_DECODE_H
+#define FO_DECODE_H
+
+#include <erl_nif.h>
+
+#include "fo_event.h"
+
+typedef enum { FO_DECODED = 0, FO_DECODE_IGNORED, FO_DECODE_MALFORMED } fo_decode_result;
+
+/* native_per_second converts integer timestamps to nanoseconds. */
+fo_decode_result fo_decode_trace_msg(ErlNifEnv *env, ERL_NIF_TERM msg, int64_t native_per_second,
+                                     fo_event *out);
+
+/* {M, F, Arity} or {M, F, Args} into an fo_mfa; 0 when it is neither. */
+int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out);
+
+/* Native monotonic units to nanoseconds. */
+int64_t fo_native_to_ns(int64_t value, int64_t native_per_second);
+
+#endif

@@ -1,0 +1,18 @@
+/* Core results to Erlang terms. */
+#ifndef FO_EXPORT_H
+#define FO_EXPORT_H
+
+#include <erl_nif.h>
+
+#include "fo_session.h"
+
+/* #{pid => [{FramesLeafFirst, Ns}]}; only nodes with time. The badarg
+ * or enomem exception term on failure. */
+ERL_NIF_TERM fo_export_stacks(ErlNifEnv *env, const fo_session *s);
+
+/* The counters as a map. nodes/processes/frames/memory are passed in so a
+ * finished session (core freed) can still answer. */
+ERL_NIF_TERM fo_export_stats(ErlNifEnv *env, const fo_stats *stats, size_t memory, uint32_t nodes,
+                             uint32_t processes, uint32_t frames);
+
+#endif

@@ -1,0 +1,191 @@
+/* The NIF entry points of FlameOn.Client.Native: argument checking and
+ * locking around the core. Every function raises badarg on bad input. */
+#include <string.h>
+
+#include <erl_nif.h>
+
+#include "fo_atoms.h"
+#include "fo_decode.h"
+#include "fo_export.h"
+#include "fo_resource.h"
+
+/* Messages applied per slice before yielding back to the scheduler; a
+ * slice stays well under 1 ms. */
+#define INGEST_CHUNK 2000
+
+static int get_limit(ErlNifEnv *env, ERL_NIF_TERM map, ERL_NIF_TERM key, uint32_t *field)
+{
+    ERL_NIF_TERM value;
+    if (!enif_get_map_value(env, map, key, &value))
+        return 1; /* absent: keep the default */
+    if (value == fo_atom_nil)
+        return 1;
+    unsigned int n;
+    if (!enif_get_uint(env, value, &n))
+        return 0;
+    *field = n;
+    return 1;
+}
+
+// new(Opts :: map()) -> Session
+static ERL_NIF_TERM nif_new(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    if (!enif_is_map(env, argv[0]))
+        return enif_make_badarg(env);
+    fo_limits limits = fo_limits_default();
+    if (!get_limit(env, argv[0], fo_atom_max_nodes, &limits.max_nodes) ||
+        !get_limit(env, argv[0], fo_atom_max_depth, &limits.max_depth) ||
+        !get_limit(env, argv[0], fo_atom_max_processes, &limits.max_processes) ||
+        !get_limit(env, argv[0], fo_atom_max_frames, &limits.max_frames) ||
+        !get_limit(env, argv[0], fo_atom_max_stack_frames, &limits.max_stack_frames) ||
+        !fo_limits_valid(&limits))
+        return enif_make_badarg(env);
+    ErlNifSInt64 native_per_second = 1000000000;
+    ERL_NIF_TERM value;
+    if (enif_get_map_value(env, argv[0], fo_atom_native_per_second, &value) && value != fo_atom_nil &&
+        (!enif_get_int64(env, value, &native_per_second) || native_per_second <= 0 ||
+         native_per_second > 1000000000000LL))
+        return enif_make_badarg(env);
+    fo_session_res *res = fo_resource_new(&limits, native_per_second);
+    if (res == NULL)
+        return enif_raise_exception(env, enif_make_atom(env, "enomem"));
+    ERL_NIF_TERM term = enif_make_resource(env, res);
+    enif_release_resource(res);
+    return term;
+}
+
+/* Apply up to INGEST_CHUNK messages of list; *rest gets what is left.
+ * Returns 0 when list turned out improper. Caller holds the lock. */
+static int ingest_chunk(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM list, ERL_NIF_TERM *rest)
+{
+    ERL_NIF_TERM head;
+    uint64_t malformed = 0, ignored = 0;
+    int n = 0;
+    while (n < INGEST_CHUNK && enif_get_list_cell(env, list, &head, &list)) {
+        fo_event ev;
+        memset(&ev, 0, sizeof(ev));
+        switch (fo_decode_trace_msg(env, head, res->native_per_second, &ev)) {
+        case FO_DECODED:
+            fo_session_apply(res->core, &ev);
+            break;
+        case FO_DECODE_IGNORED:
+            ignored++;
+            break;
+        default:
+            malformed++;
+            break;
+        }
+        n++;
+    }
+    fo_session_count_malformed(res->core, malformed);
+    fo_session_count_ignored(res->core, ignored);
+    *rest = list;
+    return n == INGEST_CHUNK || enif_is_empty_list(env, list);
+}
+
+
+
+// ingest(Session, [TraceMsg]) -> ok
+static ERL_NIF_TERM nif_ingest(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    if (!fo_resource_get(env, argv[0], &res) || !enif_is_list(env, argv[1]))
+        return enif_make_badarg(env);
+    enif_mutex_lock(res->lock);
+    if (res->core == NULL) {
+        enif_mutex_unlock(res->lock);
+        return enif_make_badarg(env);
+    }
+    ERL_NIF_TERM rest;
+    int proper = ingest_chunk(env, res, argv[1], &rest);
+    enif_mutex_unlock(res->lock);
+    if (!proper)
+        return enif_make_badarg(env);
+    if (enif_is_empty_list(env, rest))
+        return fo_atom_ok;
+    /* Long batches continue in a rescheduled call so no single call holds
+     * the scheduler for long. */
+    enif_consume_timeslice(env, 50);
+    ERL_NIF_TERM next[2] = {argv[0], rest};
+    return enif_schedule_nif(env, "ingest", 0, nif_ingest, 2, next);
+}
+
+static ERL_NIF_TERM stats_term(ErlNifEnv *env, fo_session_res *res)
+{
+    if (res->core == NULL)
+        return fo_export_stats(env, &res->final_stats, 0, res->final_nodes, res->final_processes,
+                               res->final_frames);
+    return fo_export_stats(env, fo_session_stats(res->core), fo_session_memory(res->core),
+                           fo_session_node_count(res->core), fo_session_process_count(res->core),
+                           fo_session_frame_count(res->core));
+}
+
+// stats(Session) -> map()
+static ERL_NIF_TERM nif_stats(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    if (!fo_resource_get(env, argv[0], &res))
+        return enif_make_badarg(env);
+    enif_mutex_lock(res->lock);
+    ERL_NIF_TERM term = stats_term(env, res);
+    enif_mutex_unlock(res->lock);
+    return term;
+}
+
+// finish(Session, EndTs :: integer() | nil) -> {#{pid() => [{Frames, Ns}]}, Stats}
+static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifSInt64 end_ts = 0;
+    int has_end = argv[1] != fo_atom_nil;
+    if (!fo_resource_get(env, argv[0], &res) || (has_end && !enif_get_int64(env, argv[1], &end_ts)))
+        return enif_make_badarg(env);
+    enif_mutex_lock(res->lock);
+    fo_session *core = res->core;
+    if (core == NULL) {
+        enif_mutex_unlock(res->lock);
+        return enif_make_badarg(env);
+    }
+    if (has_end)
+        fo_session_close(core, fo_native_to_ns(end_ts, res->native_per_second));
+    ERL_NIF_TERM stacks = fo_export_stacks(env, core);
+    ERL_NIF_TERM stats = stats_term(env, res);
+    res->final_stats = *fo_session_stats(core);
+    res->final_nodes = fo_session_node_count(core);
+    res->final_processes = fo_session_process_count(core);
+    res->final_frames = fo_session_frame_count(core);
+    res->core = NULL;
+    enif_mutex_unlock(res->lock);
+    fo_session_free(core);
+    ERL_NIF_TERM reason;
+    if (enif_has_pending_exception(env, &reason))
+        return stacks;
+    return enif_make_tuple2(env, stacks, stats);
+}
+
+static ErlNifFunc nif_funcs[] = {
+    {"new", 1, nif_new, 0},
+    {"ingest", 2, nif_ingest, 0},
+    {"stats", 1, nif_stats, 0},
+    {"finish", 2, nif_finish, ERL_NIF_DIRTY_JOB_CPU_BOUND},
+};
+
+static int on_load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
+{
+    (void)priv;
+    (void)info;
+    fo_atoms_init(env);
+    return fo_resource_open(env) ? 0 : 1;
+}
+
+static int on_upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM info)
+{
+    (void)old_priv;
+    return on_load(env, priv, info);
+}
+
+ERL_NIF_INIT(Elixir.FlameOn.Client.Native, nif_funcs, on_load, NULL, on_upgrade, NULL)

@@ -1,0 +1,48 @@
+#include "fo_resource.h"
+
+#include <string.h>
+
+static ErlNifResourceType *session_type;
+
+static void session_dtor(ErlNifEnv *env, void *obj)
+{
+    (void)env;
+    fo_session_res *res = obj;
+    fo_session_free(res->core);
+    res->core = NULL;
+    if (res->lock != NULL)
+        enif_mutex_destroy(res->lock);
+}
+
+int fo_resource_open(ErlNifEnv *env)
+{
+    ErlNifResourceFlags tried;
+    session_type = enif_open_resource_type(env, NULL, "flame_on_session", session_dtor,
+                                           ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER, &tried);
+    return session_type != NULL;
+}
+
+fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_second)
+{
+    fo_session_res *res = enif_alloc_resource(session_type, sizeof(fo_session_res));
+    if (res == NULL)
+        return NULL;
+    memset(res, 0, sizeof(*res));
+    res->native_per_second = native_per_second;
+    res->lock = enif_mutex_create("flame_on_session");
+    res->core = fo_session_new(limits);
+    if (res->lock == NULL || res->core == NULL) {
+        enif_release_resource(res); /* the destructor frees what was made */
+        return NULL;
+    }
+    return res;
+}
+
+int fo_resource_get(ErlNifEnv *env, ERL_NIF_TERM term, fo_session_res **out)
+{
+    void *obj;
+    if (!enif_get_resource(env, term, session_type, &obj))
+        return 0;
+    *out = obj;
+    return 1;
+}

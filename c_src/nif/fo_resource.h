@@ -1,0 +1,28 @@
+/* The session resource: a core session behind a mutex, so any process
+ * holding the reference (and, later, tracer callbacks on any scheduler)
+ * can use it safely. Freed by the destructor when the last reference
+ * goes, even if its owner died. */
+#ifndef FO_RESOURCE_H
+#define FO_RESOURCE_H
+
+#include <erl_nif.h>
+
+#include "fo_session.h"
+
+typedef struct {
+    ErlNifMutex *lock;
+    fo_session *core;      /* NULL once finished */
+    int64_t native_per_second;
+    fo_stats final_stats;  /* kept after finish frees the core */
+    uint32_t final_nodes, final_processes, final_frames;
+} fo_session_res;
+
+int fo_resource_open(ErlNifEnv *env);
+
+/* A new, unlinked resource; NULL on failure. Release with enif_release_resource. */
+fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_second);
+
+/* 1 and *out when term is one of our session resources. */
+int fo_resource_get(ErlNifEnv *env, ERL_NIF_TERM term, fo_session_res **out);
+
+#endif

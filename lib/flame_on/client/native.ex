@@ -1,0 +1,57 @@
+defmodule FlameOn.Client.Native do
+  @moduledoc """
+  The C NIF. Internal: use `FlameOn.Client` instead.
+
+  Every function validates its arguments and raises `ArgumentError` on bad
+  input; a malformed trace message inside an `ingest/2` batch is counted in
+  the session's stats and skipped.
+
+  ## Functions
+
+    * `new(opts)` – a session resource. `opts` is a map with the optional
+      integer keys `:max_nodes`, `:max_depth`, `:max_processes`,
+      `:max_frames`, `:max_stack_frames` and `:native_per_second`
+      (`System.convert_time_unit(1, :second, :native)`, to turn
+      `:monotonic_timestamp` values into nanoseconds).
+    * `ingest(session, messages)` – applies a list of
+      `{:trace_ts, pid, tag, ..., ts}` messages. Returns `:ok`.
+    * `stats(session)` – the counters, a map.
+    * `finish(session, end_ts)` – closes the session. `end_ts` (native
+      monotonic time, or `nil`) charges each live process up to it. Returns
+      `{%{pid => [{frames, ns}]}, stats}` where `frames` is leaf first, each
+      `{module, function, arity}` or one of `:sleep`, `:depth_cap`,
+      `:node_cap`, `:waiting`, `:gc`. Runs on a dirty scheduler.
+  """
+
+  @on_load :load_nif
+  @nif_name ~c"flame_on_client_nif"
+
+  @doc false
+  def load_nif do
+    path =
+      case :code.priv_dir(:flame_on_client) do
+        {:error, _} -> Path.join([__DIR__, "..", "..", "..", "priv"]) |> Path.expand()
+        dir -> dir
+      end
+
+    case :erlang.load_nif(String.to_charlist(Path.join(path, to_string(@nif_name))), 0) do
+      :ok -> :ok
+      {:error, {:reload, _}} -> :ok
+      {:error, reason} -> {:error, reason}
+    end
+  end
+
+  @type session :: reference()
+
+  @spec new(map()) :: session()
+  def new(_opts), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec ingest(session(), [tuple()]) :: :ok
+  def ingest(_session, _messages), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec stats(session()) :: map()
+  def stats(_session), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec finish(session(), integer() | nil) :: {map(), map()}
+  def finish(_session, _end_ts), do: :erlang.nif_error(:nif_not_loaded)
+end
