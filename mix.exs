@@ -42,7 +42,7 @@ defmodule FlameOn.Client.MixProject do
       elixirc_paths: elixirc_paths(Mix.env()),
       deps: [],
       description: "BEAM profiler: per-process flame graphs and cross-process span graphs",
-      package: [licenses: ["Apache-2.0"], files: ~w(lib c_src Makefile mix.exs README.md LICENSE)]
+      package: [licenses: ["MIT"], files: ~w(lib c_src Makefile mix.exs README.md LICENSE)]
     ]
   end
 
