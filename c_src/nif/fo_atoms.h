@@ -53,7 +53,13 @@
     A(memory_bytes)                                                                            \
     A(nodes)                                                                                   \
     A(processes)                                                                               \
-    A(frames)
+    A(frames)                                                                                  \
+    A(remove)                                                                                  \
+    A(discard)                                                                                 \
+    A(trace_status)                                                                            \
+    A(match_spec_result)                                                                       \
+    A(extra)                                                                                   \
+    A(timestamp)
 
 #define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;
 FO_ATOMS(FO_ATOM_DECLARE)

@@ -56,32 +56,27 @@ static int decode_ts(ErlNifEnv *env, ERL_NIF_TERM term, int64_t native_per_secon
     return 0;
 }
 
-static fo_decode_result decode_call(ErlNifEnv *env, const ERL_NIF_TERM *items, int arity, fo_event *out)
+/* The part shared by trace messages and tracer-module callbacks: a tag,
+ * its payload (the 4th element of a trace tuple) and, for calls, the
+ * match-spec result carrying the caller (NULL when absent). */
+fo_decode_result fo_decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM payload,
+                                 const ERL_NIF_TERM *caller, fo_event *out)
 {
-    if (!fo_decode_mfa(env, items[3], &out->mfa))
-        return FO_DECODE_MALFORMED;
-    out->kind = FO_EV_CALL;
-    out->flags = FO_EVF_HAS_MFA;
-    /* 6-tuple: the match spec's {message, {caller}} result, an MFA or
-     * `undefined`; any other message leaves the caller unknown. */
-    if (arity == 6 && fo_decode_mfa(env, items[4], &out->caller))
-        out->flags |= FO_EVF_HAS_CALLER;
-    return FO_DECODED;
-}
-
-static fo_decode_result decode_tag(ErlNifEnv *env, const ERL_NIF_TERM *items, int arity, fo_event *out)
-{
-    ERL_NIF_TERM tag = items[2];
-    if (tag == fo_atom_call)
-        return decode_call(env, items, arity, out);
-    if (arity != 5)
-        return FO_DECODE_IGNORED;
     out->flags = 0;
-    if (tag == fo_atom_return_to) {
+    if (tag == fo_atom_call) {
+        if (!fo_decode_mfa(env, payload, &out->mfa))
+            return FO_DECODE_MALFORMED;
+        out->kind = FO_EV_CALL;
+        out->flags = FO_EVF_HAS_MFA;
+        /* the {message, {caller}} result: an MFA or `undefined`; any other
+         * message leaves the caller unknown */
+        if (caller != NULL && fo_decode_mfa(env, *caller, &out->caller))
+            out->flags |= FO_EVF_HAS_CALLER;
+    } else if (tag == fo_atom_return_to) {
         out->kind = FO_EV_RETURN_TO;
-        if (fo_decode_mfa(env, items[3], &out->mfa))
+        if (fo_decode_mfa(env, payload, &out->mfa))
             out->flags = FO_EVF_HAS_MFA;
-        else if (items[3] != fo_atom_undefined)
+        else if (payload != fo_atom_undefined)
             return FO_DECODE_MALFORMED;
     } else if (tag == fo_atom_in || tag == fo_atom_in_exiting) {
         out->kind = FO_EV_IN;
@@ -114,5 +109,9 @@ fo_decode_result fo_decode_trace_msg(ErlNifEnv *env, ERL_NIF_TERM msg, int64_t n
     if (!decode_ts(env, items[arity - 1], native_per_second, &out->ts_ns))
         return FO_DECODE_MALFORMED;
     out->pid = (uint64_t)pid.pid;
-    return decode_tag(env, items, arity, out);
+    /* only calls carry a sixth element we use; other 6-tuples (return_from,
+     * send...) are not ours */
+    if (arity == 6 && items[2] != fo_atom_call)
+        return FO_DECODE_IGNORED;
+    return fo_decode_event(env, items[2], items[3], arity == 6 ? &items[4] : NULL, out);
 }

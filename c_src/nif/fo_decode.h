@@ -12,6 +12,12 @@ typedef enum { FO_DECODED = 0, FO_DECODE_IGNORED, FO_DECODE_MALFORMED } fo_decod
 fo_decode_result fo_decode_trace_msg(ErlNifEnv *env, ERL_NIF_TERM msg, int64_t native_per_second,
                                      fo_event *out);
 
+/* A tag and its payload, as both trace messages and tracer callbacks
+ * give them; caller is the call's match-spec result or NULL. Fills all of
+ * *out but pid and ts_ns. */
+fo_decode_result fo_decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM payload,
+                                 const ERL_NIF_TERM *caller, fo_event *out);
+
 /* {M, F, Arity} or {M, F, Args} into an fo_mfa; 0 when it is neither. */
 int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out);
 

@@ -8,6 +8,7 @@
 #include "fo_decode.h"
 #include "fo_export.h"
 #include "fo_resource.h"
+#include "fo_tracer.h"
 
 /* Messages applied per slice before yielding back to the scheduler; a
  * slice stays well under 1 ms. */
@@ -159,6 +160,7 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     res->final_processes = fo_session_process_count(core);
     res->final_frames = fo_session_frame_count(core);
     res->core = NULL;
+    atomic_store(&res->active, 0);
     enif_mutex_unlock(res->lock);
     fo_session_free(core);
     ERL_NIF_TERM reason;
@@ -172,6 +174,8 @@ static ErlNifFunc nif_funcs[] = {
     {"ingest", 2, nif_ingest, 0},
     {"stats", 1, nif_stats, 0},
     {"finish", 2, nif_finish, ERL_NIF_DIRTY_JOB_CPU_BOUND},
+    {"enabled", 3, fo_tracer_enabled, 0},
+    {"trace", 5, fo_tracer_trace, 0},
 };
 
 static int on_load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)

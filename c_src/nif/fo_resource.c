@@ -35,6 +35,7 @@ fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_seco
         enif_release_resource(res); /* the destructor frees what was made */
         return NULL;
     }
+    atomic_store(&res->active, 1);
     return res;
 }
 

@@ -6,11 +6,13 @@
 #define FO_RESOURCE_H
 
 #include <erl_nif.h>
+#include <stdatomic.h>
 
 #include "fo_session.h"
 
 typedef struct {
     ErlNifMutex *lock;
+    atomic_int active;     /* 0 once finished: tracer callbacks read it unlocked */
     fo_session *core;      /* NULL once finished */
     int64_t native_per_second;
     fo_stats final_stats;  /* kept after finish frees the core */

@@ -21,6 +21,12 @@ defmodule FlameOn.Client.Native do
       `{%{pid => [{frames, ns}]}, stats}` where `frames` is leaf first, each
       `{module, function, arity}` or one of `:sleep`, `:depth_cap`,
       `:node_cap`, `:waiting`, `:gc`. Runs on a dirty scheduler.
+    * `enabled/3` and `trace/5` – the `:erl_tracer` behaviour: pass
+      `{:tracer, FlameOn.Client.Native, session}` to `:erlang.trace/3` and
+      the VM calls these in the traced process, folding each event into the
+      session with no message. Events are stamped with the monotonic clock
+      in nanoseconds; an integer `:timestamp` in `opts` (a recorded event
+      being replayed) is used instead.
   """
 
   @on_load :load_nif
@@ -54,4 +60,12 @@ defmodule FlameOn.Client.Native do
 
   @spec finish(session(), integer() | nil) :: {map(), map()}
   def finish(_session, _end_ts), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec enabled(atom(), session(), pid() | port() | term()) :: :trace | :discard | :remove
+  def enabled(_tag, _state, _tracee), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec trace(atom(), session(), term(), term(), map()) :: :ok
+  def trace(_tag, _state, _tracee, _term, _opts), do: :erlang.nif_error(:nif_not_loaded)
 end
