@@ -193,8 +193,7 @@ static void on_return_to(fo_session *s, fo_proc *p, const fo_event *ev)
         return;
     }
     /* Returned into something we never saw called: start over from it. */
-    if (!(p->depth == 1 && top_frame(p) == target))
-        s->stats.resyncs++;
+    s->stats.resyncs++;
     p->depth = 0;
     push_frame(s, p, target);
 }
@@ -210,7 +209,8 @@ static void charge(fo_session *s, fo_proc *p, int64_t ts)
         s->stats.clock_skews++;
         return;
     }
-    uint64_t delta = (uint64_t)(ts - p->last_ts);
+    /* unsigned: far-apart timestamps must not overflow int64 */
+    uint64_t delta = (uint64_t)ts - (uint64_t)p->last_ts;
     p->last_ts = ts;
     if (p->state == FO_PROC_RUNNING)
         fo_tree_charge(&s->tree, current_node(p), delta);

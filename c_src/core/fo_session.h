@@ -78,6 +78,8 @@ void fo_session_node(const fo_session *s, uint32_t id, fo_node_info *out);
 uint32_t fo_session_process_count(const fo_session *s);
 uint64_t fo_session_process_pid(const fo_session *s, uint32_t proc);
 
+/* Real frames only: their ids run from FO_FRAME_FIRST_REAL to
+ * FO_FRAME_FIRST_REAL + count - 1. */
 uint32_t fo_session_frame_count(const fo_session *s);
 /* 0 for reserved ids (no MFA), 1 and *out filled for real frames. */
 int fo_session_frame_mfa(const fo_session *s, uint32_t frame, fo_mfa *out);
