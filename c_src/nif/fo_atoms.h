@@ -65,6 +65,9 @@
 FO_ATOMS(FO_ATOM_DECLARE)
 #undef FO_ATOM_DECLARE
 
+/* 'Elixir.FlameOn.Client.Native': the profiler's own calls are not profiled. */
+extern ERL_NIF_TERM fo_atom_native_module;
+
 void fo_atoms_init(ErlNifEnv *env);
 
 #endif

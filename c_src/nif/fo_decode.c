@@ -13,6 +13,15 @@ int64_t fo_native_to_ns(int64_t value, int64_t native_per_second)
     return (int64_t)((long double)value * 1e9L / (long double)native_per_second);
 }
 
+int64_t fo_ns_to_native(int64_t ns, int64_t native_per_second)
+{
+    if (native_per_second == 1000000000)
+        return ns;
+    if (native_per_second > 0 && 1000000000 % native_per_second == 0)
+        return ns / (1000000000 / native_per_second);
+    return (int64_t)((long double)ns * (long double)native_per_second / 1e9L);
+}
+
 int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
 {
     int arity;

@@ -23,5 +23,6 @@ int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out);
 
 /* Native monotonic units to nanoseconds. */
 int64_t fo_native_to_ns(int64_t value, int64_t native_per_second);
+int64_t fo_ns_to_native(int64_t ns, int64_t native_per_second);
 
 #endif

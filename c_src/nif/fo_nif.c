@@ -136,6 +136,19 @@ static ERL_NIF_TERM nif_stats(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     return term;
 }
 
+// stop(Session) -> NativeMonotonicTime: the tracer callbacks take no more
+// events (ingest/2 is the caller's own doing and still works); the result
+// waits for finish/2. Returns when it stopped, in native time units.
+static ERL_NIF_TERM nif_stop(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    if (!fo_resource_get(env, argv[0], &res))
+        return enif_make_badarg(env);
+    atomic_store(&res->active, 0);
+    return enif_make_int64(env, fo_ns_to_native(enif_monotonic_time(ERL_NIF_NSEC), res->native_per_second));
+}
+
 // finish(Session, EndTs :: integer() | nil) -> {#{pid() => [{Frames, Ns}]}, Stats}
 static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
@@ -173,6 +186,7 @@ static ErlNifFunc nif_funcs[] = {
     {"new", 1, nif_new, 0},
     {"ingest", 2, nif_ingest, 0},
     {"stats", 1, nif_stats, 0},
+    {"stop", 1, nif_stop, 0},
     {"finish", 2, nif_finish, ERL_NIF_DIRTY_JOB_CPU_BOUND},
     {"enabled", 3, fo_tracer_enabled, 0},
     {"trace", 5, fo_tracer_trace, 0},

@@ -12,9 +12,13 @@ ERL_NIF_TERM fo_tracer_enabled(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
 {
     (void)argc;
     fo_session_res *res;
-    if (!fo_resource_get(env, argv[1], &res) || !atomic_load_explicit(&res->active, memory_order_relaxed))
-        return fo_atom_remove;
     ERL_NIF_TERM tag = argv[0];
+    if (!fo_resource_get(env, argv[1], &res))
+        return fo_atom_remove;
+    /* stopped or finished: drop events; the trace_status check takes the
+     * tracer off processes that still name this session */
+    if (!atomic_load_explicit(&res->active, memory_order_relaxed))
+        return tag == fo_atom_trace_status ? fo_atom_remove : fo_atom_discard;
     if (tag == fo_atom_call || tag == fo_atom_return_to || tag == fo_atom_in || tag == fo_atom_out ||
         tag == fo_atom_exit || tag == fo_atom_in_exiting || tag == fo_atom_out_exiting ||
         tag == fo_atom_trace_status)
@@ -58,10 +62,12 @@ ERL_NIF_TERM fo_tracer_trace(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     ERL_NIF_TERM slot;
     fo_decode_result decoded =
         fo_decode_event(env, argv[0], argv[3], argv[0] == fo_atom_call ? caller_of(env, argv[4], &slot) : NULL, &ev);
+    if (decoded == FO_DECODED && ev.kind == FO_EV_CALL && ev.mfa.module == (uint64_t)fo_atom_native_module)
+        return fo_atom_ok; /* our own NIFs (stop/1 ending the trace) */
     ev.pid = (uint64_t)pid.pid;
     ev.ts_ns = ts;
     enif_mutex_lock(res->lock);
-    if (res->core != NULL) {
+    if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed)) {
         if (decoded == FO_DECODED)
             fo_session_apply(res->core, &ev);
         else if (decoded == FO_DECODE_IGNORED)

@@ -16,6 +16,10 @@ defmodule FlameOn.Client.Native do
     * `ingest(session, messages)` – applies a list of
       `{:trace_ts, pid, tag, ..., ts}` messages. Returns `:ok`.
     * `stats(session)` – the counters, a map.
+    * `stop(session)` – the tracer callbacks take no more events (they
+      discard them); the result waits for `finish/2`. Returns the native
+      monotonic time at which it stopped. The tracer never folds calls into
+      this module, so a traced process calling `stop/1` leaves no frame.
     * `finish(session, end_ts)` – closes the session. `end_ts` (native
       monotonic time, or `nil`) charges each live process up to it. Returns
       `{%{pid => [{frames, ns}]}, stats}` where `frames` is leaf first, each
@@ -57,6 +61,9 @@ defmodule FlameOn.Client.Native do
 
   @spec stats(session()) :: map()
   def stats(_session), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec stop(session()) :: integer()
+  def stop(_session), do: :erlang.nif_error(:nif_not_loaded)
 
   @spec finish(session(), integer() | nil) :: {map(), map()}
   def finish(_session, _end_ts), do: :erlang.nif_error(:nif_not_loaded)

@@ -1,0 +1,274 @@
+defmodule FlameOn.Client do
+  @moduledoc """
+  Profile a function: per-process flame graphs from BEAM call tracing, with
+  the event processing in a C NIF.
+
+      {result, profile} = FlameOn.Client.profile(fn -> MyApp.work(42) end, name: "work")
+      File.write!("work.folded", FlameOn.Client.Profile.folded(profile))
+      # flamegraph.pl work.folded > work.svg  (or open it in speedscope)
+
+  `profile/2` runs the function in the calling process with call,
+  `return_to` and scheduling (`:running`) tracing on. Time is charged to the
+  stack the process was in; time scheduled out (receive, sleep, I/O waits)
+  becomes a `SLEEP` leaf under the stack that waited. The result is a
+  `FlameOn.Client.Profile`.
+
+  ## Options
+
+  Every option, with its default (this is the one place they are listed):
+
+    * `:name` (`"flame_on"`) – the trace's name, the first field of each
+      folded line.
+    * `:max_nodes` (`200_000`) – distinct stacks kept; time of stacks past it
+      goes to a `[truncated]` frame.
+    * `:max_depth` (`512`) – frames kept per stack; deeper frames fold into
+      one `…` frame.
+    * `:max_processes` (`10_000`) – processes one trace follows.
+    * `:max_frames` (`100_000`) – distinct `{module, function, arity}`
+      frames.
+    * `:max_stack_frames` (`100_000`) – real stack depth tracked per process
+      to match returns.
+    * `:mode` (`:nif`) – how events are captured. `:nif`: the NIF is the
+      tracer module (`{:tracer, FlameOn.Client.Native, session}`), so the VM
+      folds each event into the session inside the traced process, with no
+      message, copy or mailbox. `:process`: a `FlameOn.Client.TraceSession`
+      process is the tracer and ingests trace messages in batches (portable
+      baseline; a burst of events queues in its mailbox). Both give the same
+      stacks for the same events.
+    * `:timeout` (`30_000`) – (`:process` mode) milliseconds the trace session may spend, after
+      the function returns, on trace messages still queued; what is left
+      after that is dropped and counted in `stats.dropped_events`. A positive
+      integer or `:infinity`.
+
+  Limits are positive integers; the NIF also caps each one (for example
+  `:max_nodes` at 50 million) and an out-of-range value raises
+  `ArgumentError`. Reaching a limit never fails a trace: it truncates
+  visibly and counts in `Profile.stats`.
+
+  ## Cost
+
+  While any trace runs, call trace patterns are set on every function of the
+  node, so **every process pays a breakpoint check on each call**, not only
+  the traced one (see `FlameOn.Client.Patterns`). The traced process itself
+  sends one trace message per call, return and scheduling event.
+  """
+
+  alias FlameOn.Client.{Native, Patterns, Profile, TraceSession}
+
+  # Mode :nif stamps events itself, so no :monotonic_timestamp flag.
+  @nif_flags [:call, :return_to, :running, :arity]
+
+  @limit_defaults [
+    max_nodes: 200_000,
+    max_depth: 512,
+    max_processes: 10_000,
+    max_frames: 100_000,
+    max_stack_frames: 100_000
+  ]
+  @defaults [name: "flame_on", mode: :nif, timeout: 30_000] ++ @limit_defaults
+  @limit_keys Keyword.keys(@limit_defaults)
+
+  @typedoc "An option of `profile/2`; see the module documentation."
+  @type option ::
+          {:name, String.t()}
+          | {:max_nodes, pos_integer()}
+          | {:max_depth, pos_integer()}
+          | {:max_processes, pos_integer()}
+          | {:max_frames, pos_integer()}
+          | {:max_stack_frames, pos_integer()}
+          | {:mode, :nif | :process}
+          | {:timeout, timeout()}
+
+  @doc """
+  Runs `fun` in the calling process, traced, and returns `{result, profile}`.
+
+  The trace flags are set on the calling process right before `fun` runs and
+  cleared right after it returns, so the profile holds `fun`'s work under a
+  root frame `FlameOn.Client.profile/2`. If `fun` raises, throws or exits,
+  the trace is still finished and cleaned up, then the exception is raised
+  again with its original stacktrace.
+
+      iex> {result, profile} = FlameOn.Client.profile(fn -> Enum.sum(1..100) end)
+      iex> result
+      5050
+      iex> profile.mode
+      :nif
+      iex> Map.keys(profile.stacks) == [self()]
+      true
+
+  Raises `ArgumentError` for invalid options, or if the calling process is
+  already traced by another tracer.
+  """
+  @spec profile((() -> result), [option()]) :: {result, Profile.t()} when result: term()
+  def profile(fun, opts \\ [])
+
+  def profile(fun, opts) when is_function(fun, 0) do
+    opts = validate_options!(opts)
+    capture = start_capture!(opts)
+
+    # The flags go on and the function runs right here, so every stack
+    # starts at this function in both modes.
+    started_ts = :erlang.monotonic_time()
+
+    outcome =
+      try do
+        :erlang.trace(self(), true, capture.flags)
+        {:ok, fun.()}
+      catch
+        kind, reason -> {kind, reason, __STACKTRACE__}
+      end
+
+    # What follows must not show in the profile. :nif: stop/1 makes the
+    # tracer discard every later event (the tracer never folds calls into
+    # FlameOn.Client.Native, so stop's own call leaves no frame). :process:
+    # the session drops end_mark's call event and everything after it.
+    end_ts =
+      case capture do
+        %{mode: :nif, native: native} -> Native.stop(native)
+        %{mode: :process} -> TraceSession.end_mark()
+      end
+
+    untrace_self(capture)
+    finished = finish_capture(capture, started_ts, end_ts, opts)
+
+    case {outcome, finished} do
+      {{:ok, result}, {:ok, profile}} ->
+        {result, profile}
+
+      {{:ok, _result}, {:error, reason}} ->
+        raise "FlameOn: the trace session #{inspect(capture[:session])} ended before " <>
+                "returning the profile: #{inspect(reason)}"
+
+      {{kind, reason, stacktrace}, _} ->
+        :erlang.raise(kind, reason, stacktrace)
+    end
+  end
+
+  def profile(fun, _opts) do
+    raise ArgumentError, "expected a function of arity 0, got: #{inspect(fun)}"
+  end
+
+  # mode: :nif – the NIF is the tracer module: the VM folds each event into
+  # the session inside this process, with no message. If this process is
+  # killed mid-trace, its flags die with it, Patterns (which monitors it)
+  # clears the patterns and the session resource is garbage collected.
+  defp start_capture!(%{mode: :nif} = opts) do
+    ensure_untraced!()
+    native = new_native!(opts)
+    :ok = Patterns.acquire(self())
+    %{mode: :nif, native: native, flags: [{:tracer, Native, native} | @nif_flags]}
+  end
+
+  # mode: :process – a TraceSession process is the tracer.
+  defp start_capture!(%{mode: :process} = opts) do
+    session = start_session!(opts)
+    %{mode: :process, session: session, flags: [{:tracer, session} | TraceSession.trace_flags()]}
+  end
+
+  defp untrace_self(%{flags: [_tracer | flags]}) do
+    case :erlang.trace_info(self(), :tracer) do
+      {:tracer, []} -> 0
+      {:tracer, _ours} -> :erlang.trace(self(), false, flags)
+    end
+  end
+
+  defp finish_capture(%{mode: :nif, native: native}, started_ts, end_ts, opts) do
+    Patterns.release()
+    {raw, stats} = Native.finish(native, end_ts)
+    stats = Map.put(stats, :unprocessed_events, 0)
+
+    {:ok,
+     Profile.build(raw, stats,
+       trace_id: System.unique_integer([:positive, :monotonic]),
+       name: opts.name,
+       mode: :nif,
+       pid: self(),
+       started_at: System.convert_time_unit(started_ts, :native, :microsecond),
+       duration_us: System.convert_time_unit(end_ts - started_ts, :native, :microsecond)
+     )}
+  end
+
+  defp finish_capture(%{mode: :process, session: session}, started_ts, end_ts, opts) do
+    TraceSession.finish(session, started_ts: started_ts, end_ts: end_ts, timeout: opts.timeout)
+  end
+
+  defp ensure_untraced! do
+    case :erlang.trace_info(self(), :tracer) do
+      {:tracer, []} ->
+        :ok
+
+      {:tracer, tracer} ->
+        raise ArgumentError,
+              "the calling process is already traced by #{inspect(tracer)}; " <>
+                "a process can have only one tracer"
+    end
+  end
+
+  defp new_native!(opts) do
+    limits =
+      opts
+      |> Map.take(@limit_keys)
+      |> Map.put(:native_per_second, System.convert_time_unit(1, :second, :native))
+
+    Native.new(limits)
+  rescue
+    ArgumentError ->
+      raise ArgumentError,
+            "limits out of range: #{inspect(Map.take(opts, @limit_keys))} (the NIF " <>
+              "rejected them; each must be a positive integer no larger than its ceiling)"
+  end
+
+  defp start_session!(opts) do
+    session_opts = [
+      pid: self(),
+      owner: self(),
+      attach: :tracee,
+      name: opts.name,
+      limits: Map.take(opts, @limit_keys)
+    ]
+
+    case TraceSession.start(session_opts) do
+      {:ok, session} ->
+        session
+
+      {:error, {:invalid_limits, limits}} ->
+        raise ArgumentError,
+              "limits out of range: #{inspect(limits)} (the NIF rejected them; " <>
+                "each must be a positive integer no larger than its ceiling)"
+
+      {:error, {:already_traced, tracer}} ->
+        raise ArgumentError,
+              "the calling process is already traced by #{inspect(tracer)}; " <>
+                "a process can have only one tracer"
+
+      {:error, reason} ->
+        raise "FlameOn: could not start a trace session: #{inspect(reason)}"
+    end
+  end
+
+  defp validate_options!(opts) when is_list(opts) do
+    opts = Keyword.validate!(opts, @defaults)
+
+    Enum.each(opts, fn
+      {:name, name} when is_binary(name) -> :ok
+      {:name, other} -> invalid!(:name, "a string", other)
+      {:mode, mode} when mode in [:nif, :process] -> :ok
+      {:mode, other} -> invalid!(:mode, ":nif or :process", other)
+      {:timeout, :infinity} -> :ok
+      {:timeout, ms} when is_integer(ms) and ms > 0 -> :ok
+      {:timeout, other} -> invalid!(:timeout, "a positive integer or :infinity", other)
+      {_limit, n} when is_integer(n) and n > 0 -> :ok
+      {limit, other} -> invalid!(limit, "a positive integer", other)
+    end)
+
+    Map.new(opts)
+  end
+
+  defp validate_options!(other) do
+    raise ArgumentError, "expected options to be a keyword list, got: #{inspect(other)}"
+  end
+
+  defp invalid!(key, expected, got) do
+    raise ArgumentError, "expected #{inspect(key)} to be #{expected}, got: #{inspect(got)}"
+  end
+end

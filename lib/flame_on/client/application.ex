@@ -1,0 +1,18 @@
+defmodule FlameOn.Client.Application do
+  @moduledoc false
+  # Starts the node-global pattern owner and the supervisor of trace
+  # sessions. `:rest_for_one` with `Patterns` first: if the pattern owner
+  # dies, every session (whose patterns it counted) is stopped with it, and
+  # on shutdown sessions stop before the patterns are released.
+  use Application
+
+  @impl Application
+  def start(_type, _args) do
+    children = [
+      FlameOn.Client.Patterns,
+      {DynamicSupervisor, name: FlameOn.Client.SessionSupervisor, strategy: :one_for_one}
+    ]
+
+    Supervisor.start_link(children, strategy: :rest_for_one, name: FlameOn.Client.Supervisor)
+  end
+end

@@ -1,0 +1,189 @@
+defmodule FlameOn.Client.Profile do
+  @moduledoc """
+  The result of a trace: collapsed stacks per process, plus metadata and
+  counters.
+
+  ## Fields
+
+    * `trace_id` – a unique positive integer.
+    * `name` – the trace's name (the first field of each folded line).
+    * `mode` – `:process`: one process's timeline.
+    * `pid` – the traced process.
+    * `started_at` – when tracing started, `System.monotonic_time(:microsecond)`.
+    * `duration_us` – wall time from the start to the end of the trace.
+    * `stacks` – `%{pid => [{stack, microseconds}]}`. A stack is its frames'
+      names joined by `";"`, root first, without the pid. Each stack occurs
+      once per process; stacks that round to 0 µs are left out. The stack
+      `""` is time spent in the process with no traced function on its
+      stack.
+    * `graph` – the cross-process span graph; `nil` for process traces.
+    * `stats` – the native session's counters (`:events`,
+      `:dropped_events`, `:truncated_stacks`, ... see
+      `FlameOn.Client.Native.stats/1`) plus `:unprocessed_events`, the trace
+      messages dropped because the session's finish timeout ran out.
+
+  ## Frame names
+
+  `{MyApp.Mod, :fun, 2}` is `"MyApp.Mod.fun/2"`, `{:lists, :reverse, 1}` is
+  `"lists:reverse/1"`. Synthetic frames: `"SLEEP"` (scheduled out),
+  `"WAITING"` (unattributed wait), `"GC"`, `"…"` (frames past `max_depth`)
+  and `"[truncated]"` (stacks past `max_nodes` / `max_frames`). `";"` and
+  whitespace inside names become `"_"` so that the folded format stays
+  parseable (an anonymous function in an ExUnit test is named like
+  `-test fib/1-fun-0-`).
+  """
+
+  defstruct trace_id: nil,
+            name: "flame_on",
+            mode: :process,
+            pid: nil,
+            started_at: nil,
+            duration_us: 0,
+            stacks: %{},
+            graph: nil,
+            stats: %{}
+
+  @type stack :: String.t()
+
+  @type t :: %__MODULE__{
+          trace_id: pos_integer() | nil,
+          name: String.t(),
+          mode: :process,
+          pid: pid() | nil,
+          started_at: integer() | nil,
+          duration_us: non_neg_integer(),
+          stacks: %{pid() => [{stack(), pos_integer()}]},
+          graph: nil,
+          stats: %{atom() => non_neg_integer()}
+        }
+
+  @typedoc "A frame as `FlameOn.Client.Native.finish/2` returns it."
+  @type frame :: {module(), atom(), arity()} | :sleep | :depth_cap | :node_cap | :waiting | :gc
+
+  @reserved %{
+    sleep: "SLEEP",
+    depth_cap: "…",
+    node_cap: "[truncated]",
+    waiting: "WAITING",
+    gc: "GC"
+  }
+
+  @doc """
+  The profile in the collapsed ("folded") stack format read by
+  `flamegraph.pl`, inferno and speedscope: one line per stack,
+  `name;<pid>;frame;...;frame microseconds`.
+
+      iex> profile = %FlameOn.Client.Profile{
+      ...>   name: "demo",
+      ...>   stacks: %{:c.pid(0, 42, 0) => [{"Demo.run/0;lists:seq/2", 12}]}
+      ...> }
+      iex> profile |> FlameOn.Client.Profile.folded() |> IO.iodata_to_binary()
+      "demo;<0.42.0>;Demo.run/0;lists:seq/2 12\\n"
+  """
+  @spec folded(t()) :: iodata()
+  def folded(%__MODULE__{name: name, stacks: stacks}) do
+    name = sanitize(name)
+
+    for {pid, entries} <- Enum.sort(stacks),
+        prefix = [name, ?; | :erlang.pid_to_list(pid)],
+        {stack, us} <- entries do
+      case stack do
+        "" -> [prefix, ?\s, Integer.to_string(us), ?\n]
+        _ -> [prefix, ?;, stack, ?\s, Integer.to_string(us), ?\n]
+      end
+    end
+  end
+
+  @doc """
+  Total microseconds in `pid`'s stacks (0 for a process not in the profile).
+
+      iex> pid = :c.pid(0, 42, 0)
+      iex> FlameOn.Client.Profile.total_us(%FlameOn.Client.Profile{stacks: %{pid => [{"a", 2}, {"a;b", 3}]}}, pid)
+      5
+  """
+  @spec total_us(t(), pid()) :: non_neg_integer()
+  def total_us(%__MODULE__{stacks: stacks}, pid) do
+    stacks |> Map.get(pid, []) |> Enum.reduce(0, fn {_stack, us}, acc -> acc + us end)
+  end
+
+  @doc """
+  The text of one frame in a stack.
+
+      iex> FlameOn.Client.Profile.frame_name({Enum, :map, 2})
+      "Enum.map/2"
+      iex> FlameOn.Client.Profile.frame_name({:lists, :reverse, 1})
+      "lists:reverse/1"
+      iex> FlameOn.Client.Profile.frame_name(:sleep)
+      "SLEEP"
+  """
+  @spec frame_name(frame()) :: String.t()
+  def frame_name({module, function, arity})
+      when is_atom(module) and is_atom(function) and is_integer(arity) do
+    text =
+      case Atom.to_string(module) do
+        "Elixir." <> elixir -> [elixir, ?., Atom.to_string(function)]
+        erlang -> [erlang, ?:, Atom.to_string(function)]
+      end
+
+    sanitize(IO.iodata_to_binary([text, ?/, Integer.to_string(arity)]))
+  end
+
+  def frame_name(frame) when is_map_key(@reserved, frame), do: Map.fetch!(@reserved, frame)
+  def frame_name(other), do: sanitize(inspect(other))
+
+  @doc false
+  # Builds a profile from `FlameOn.Client.Native.finish/2`'s stacks
+  # (`%{pid => [{frames_leaf_first, ns}]}`), its stats and the metadata
+  # fields in `fields`. Frame names are computed once per frame.
+  @spec build(%{pid() => [{[frame()], non_neg_integer()}]}, map(), keyword()) :: t()
+  def build(raw_stacks, stats, fields) do
+    {stacks, _names} =
+      Enum.reduce(raw_stacks, {%{}, %{}}, fn {pid, entries}, {stacks, names} ->
+        {ns_by_stack, names} = merge_entries(entries, names)
+
+        case to_microseconds(ns_by_stack) do
+          [] -> {stacks, names}
+          us_entries -> {Map.put(stacks, pid, us_entries), names}
+        end
+      end)
+
+    struct!(__MODULE__, [stacks: stacks, stats: stats] ++ fields)
+  end
+
+  defp merge_entries(entries, names) do
+    Enum.reduce(entries, {%{}, names}, fn {frames, ns}, {acc, names} ->
+      {stack, names} = stack_text(frames, names)
+      {Map.update(acc, stack, ns, &(&1 + ns)), names}
+    end)
+  end
+
+  # Leaf-first frames in, root-first text out.
+  defp stack_text(frames, names) do
+    {texts, names} =
+      Enum.reduce(frames, {[], names}, fn frame, {texts, names} ->
+        case names do
+          %{^frame => text} ->
+            {[text | texts], names}
+
+          _ ->
+            text = frame_name(frame)
+            {[text | texts], Map.put(names, frame, text)}
+        end
+      end)
+
+    {Enum.join(texts, ";"), names}
+  end
+
+  defp to_microseconds(ns_by_stack) do
+    ns_by_stack
+    |> Enum.flat_map(fn {stack, ns} ->
+      case div(ns + 500, 1000) do
+        0 -> []
+        us -> [{stack, us}]
+      end
+    end)
+    |> Enum.sort()
+  end
+
+  defp sanitize(text), do: String.replace(text, ~r/[;\s]/u, "_")
+end

@@ -1,0 +1,383 @@
+defmodule FlameOn.Client.TraceSession do
+  @moduledoc """
+  A process that owns **one process's timeline** (mode `:process`): it is the
+  tracer of that process, feeds its trace messages to a
+  `FlameOn.Client.Native` session and turns the result into a
+  `FlameOn.Client.Profile`.
+
+  Most code should call `FlameOn.Client.profile/2`, which runs a session for
+  the calling process. Use this module directly to trace another process:
+
+      {:ok, session} = FlameOn.Client.TraceSession.start(pid: worker)
+      # ... let the worker run ...
+      {:ok, profile} = FlameOn.Client.TraceSession.finish(session)
+
+  ## Life cycle
+
+    * `start/1` starts the session under `FlameOn.Client.SessionSupervisor`.
+      It creates the native session, takes the node's call patterns from
+      `FlameOn.Client.Patterns` and, with `attach: :session` (the default),
+      sets the trace flags `trace_flags/0` on the traced process with itself
+      as the tracer. With `attach: :tracee` the traced process sets them on
+      itself (this is what `FlameOn.Client.profile/2` does, so that nothing
+      of the wrapper ends up in the profile).
+    * While tracing, the session takes trace messages out of its mailbox in
+      batches of up to 2000 and hands each batch to one
+      `FlameOn.Client.Native.ingest/2` call.
+    * With `attach: :tracee` the traced process calls `end_mark/0` as soon
+      as the traced work is done, before it turns its flags off. The
+      session applies events up to that call and throws away the ones after
+      it, so the calls that clear the flags (`erlang:trace/3` and what it
+      calls) never show in the profile.
+    * `finish/2` turns the flags off on the traced process (if it is still
+      alive and still ours), waits until every trace message is delivered
+      (`:erlang.trace_delivered/1`), drains them, finishes the native
+      session, releases the patterns, replies with the profile and stops.
+    * If the traced process dies, the session finishes on its own and keeps
+      the profile for its owner (the process that called `start/1`), which
+      can still call `finish/2`. If the owner is the traced process itself,
+      or dies, the session just stops.
+    * If the session itself crashes, `FlameOn.Client.Patterns` (which
+      monitors it) removes the traced process's flags and, with the last
+      user, the patterns.
+  """
+
+  use GenServer, restart: :temporary
+
+  alias FlameOn.Client.{Native, Patterns, Profile}
+
+  @flags [:call, :return_to, :running, :arity, :monotonic_timestamp]
+  @batch_size 2000
+  @default_timeout 30_000
+  # Extra time the caller of finish/2 waits beyond the drain budget, for
+  # Native.finish/2 and building the profile.
+  @reply_grace 30_000
+
+  defguardp is_trace_message(msg)
+            when is_tuple(msg) and tuple_size(msg) > 0 and elem(msg, 0) == :trace_ts
+
+  @typedoc "Options of `start/1`."
+  @type option ::
+          {:pid, pid()}
+          | {:owner, pid()}
+          | {:attach, :session | :tracee}
+          | {:name, String.t()}
+          | {:trace_id, integer()}
+          | {:limits, map()}
+
+  @doc """
+  The trace flags a session uses (without the `{:tracer, pid}` entry).
+
+      iex> FlameOn.Client.TraceSession.trace_flags()
+      [:call, :return_to, :running, :arity, :monotonic_timestamp]
+  """
+  @spec trace_flags() :: [atom()]
+  def trace_flags, do: @flags
+
+  @doc """
+  Starts a session tracing `opts[:pid]`.
+
+  Options: `:pid` (required, a local process), `:owner` (default `self()`),
+  `:attach` (`:session`, the default, or `:tracee`), `:name` (default
+  `"flame_on"`), `:trace_id` (default a unique positive integer) and
+  `:limits`, a map given to `FlameOn.Client.Native.new/1`.
+
+  Returns `{:error, :noproc}` if the process is not alive,
+  `{:error, {:already_traced, tracer}}` if another tracer traces it and
+  `{:error, {:invalid_limits, limits}}` if the NIF rejects the limits.
+  """
+  @spec start([option()]) :: {:ok, pid()} | {:error, term()}
+  def start(opts) when is_list(opts) do
+    opts = Keyword.put_new(opts, :owner, self())
+    DynamicSupervisor.start_child(FlameOn.Client.SessionSupervisor, {__MODULE__, opts})
+  end
+
+  @doc false
+  @spec start_link([option()]) :: GenServer.on_start()
+  def start_link(opts), do: GenServer.start_link(__MODULE__, opts)
+
+  @doc """
+  Stops tracing and returns the profile; the session then stops.
+
+  Options:
+
+    * `:end_ts` – native monotonic time at which the trace ended; live
+      processes are charged up to it (`nil`: up to their last event).
+      Default: when the flags were turned off.
+    * `:started_ts` – native monotonic time at which the trace started, for
+      `started_at` and `duration_us`. Default: when the session set the
+      flags (or was started, with `attach: :tracee`).
+    * `:timeout` – milliseconds the session may spend on outstanding trace
+      messages (default #{@default_timeout}); messages left after it are
+      dropped and counted in the `:dropped_events` and
+      `:unprocessed_events` stats.
+
+  Returns `{:error, reason}` if the session is gone or does not answer.
+  """
+  @spec finish(pid(), keyword()) :: {:ok, Profile.t()} | {:error, term()}
+  def finish(session, opts \\ []) when is_pid(session) and is_list(opts) do
+    timeout = Keyword.get(opts, :timeout, @default_timeout)
+    call_timeout = if timeout == :infinity, do: :infinity, else: timeout + @reply_grace
+
+    try do
+      GenServer.call(session, {:finish, opts}, call_timeout)
+    catch
+      :exit, {:timeout, _} ->
+        # Killing it is enough: Patterns cleans up after it.
+        Process.exit(session, :kill)
+        {:error, :timeout}
+
+      :exit, {reason, _} ->
+        {:error, reason}
+    end
+  end
+
+  @doc """
+  Marks the end of the traced work for a session started with
+  `attach: :tracee`: call it in the traced process right before turning the
+  trace flags off. Returns the current native monotonic time, the value to
+  pass as `:end_ts` to `finish/2`. Its own call event and everything after
+  it are left out of the profile.
+  """
+  @spec end_mark() :: integer()
+  def end_mark, do: :erlang.monotonic_time()
+
+  @doc false
+  # Turns our trace flags off on `pid` if it is alive and traced by
+  # `tracer` or by no live tracer (a dead tracer reads as `[]`). Another
+  # tool's trace is left alone.
+  @spec untrace(pid(), pid()) :: :ok
+  def untrace(pid, tracer) do
+    case :erlang.trace_info(pid, :tracer) do
+      {:tracer, current} when current == tracer or current == [] ->
+        try do
+          :erlang.trace(pid, false, @flags)
+        rescue
+          # It died in between.
+          ArgumentError -> :ok
+        end
+
+        :ok
+
+      _ ->
+        :ok
+    end
+  end
+
+  # --- server ---------------------------------------------------------------
+
+  @impl GenServer
+  def init(opts) do
+    Process.flag(:trap_exit, true)
+    Process.flag(:message_queue_data, :off_heap)
+
+    tracee = Keyword.fetch!(opts, :pid)
+    owner = Keyword.fetch!(opts, :owner)
+    attach = Keyword.get(opts, :attach, :session)
+    limits = Map.put(Keyword.get(opts, :limits, %{}), :native_per_second, native_per_second())
+
+    with {:ok, native} <- new_native(limits),
+         :ok <- check_tracee(tracee),
+         :ok <- Patterns.acquire(tracee),
+         {:ok, started_ts} <- attach(attach, tracee) do
+      tracee_ref = Process.monitor(tracee)
+      if owner != tracee, do: Process.monitor(owner)
+
+      {:ok,
+       %{
+         native: native,
+         tracee: tracee,
+         tracee_ref: tracee_ref,
+         owner: owner,
+         name: Keyword.get(opts, :name, "flame_on"),
+         trace_id: Keyword.get_lazy(opts, :trace_id, &new_trace_id/0),
+         started_ts: started_ts,
+         # The call event of end_mark/0 ends the trace (attach: :tracee).
+         mark: if(attach == :tracee, do: {__MODULE__, :end_mark, 0}),
+         cut: false,
+         profile: nil
+       }}
+    else
+      {:error, reason} -> {:stop, reason}
+    end
+  end
+
+  @impl GenServer
+  def handle_call({:finish, _opts}, _from, %{profile: %Profile{} = profile} = state) do
+    {:stop, :normal, {:ok, profile}, state}
+  end
+
+  def handle_call({:finish, opts}, _from, state) do
+    profile = finish_trace(state, opts)
+    {:stop, :normal, {:ok, profile}, %{state | native: nil, profile: profile}}
+  end
+
+  @impl GenServer
+  def handle_info(msg, state) when is_trace_message(msg) do
+    {:noreply, ingest(state, collect([msg], 1))}
+  end
+
+  def handle_info({:DOWN, ref, :process, _pid, _reason}, %{tracee_ref: ref} = state) do
+    profile = if state.native, do: finish_trace(state, end_ts: nil), else: state.profile
+    state = %{state | native: nil, profile: profile}
+
+    if state.owner == state.tracee or not Process.alive?(state.owner) do
+      {:stop, :normal, state}
+    else
+      {:noreply, state}
+    end
+  end
+
+  def handle_info({:DOWN, _ref, :process, owner, _reason}, %{owner: owner} = state) do
+    {:stop, :normal, state}
+  end
+
+  def handle_info(_msg, state), do: {:noreply, state}
+
+  @impl GenServer
+  def terminate(_reason, %{native: nil}), do: :ok
+
+  def terminate(_reason, %{tracee: tracee}) do
+    # Stopped before finishing (owner gone, shutdown): leave nothing behind.
+    untrace(tracee, self())
+
+    try do
+      Patterns.release()
+    catch
+      :exit, _ -> :ok
+    end
+
+    :ok
+  end
+
+  # --- internals --------------------------------------------------------------
+
+  defp new_native(limits) do
+    {:ok, Native.new(limits)}
+  rescue
+    ArgumentError -> {:error, {:invalid_limits, Map.delete(limits, :native_per_second)}}
+  end
+
+  defp check_tracee(pid) when is_pid(pid) and node(pid) == node() do
+    case :erlang.trace_info(pid, :tracer) do
+      :undefined -> {:error, :noproc}
+      {:tracer, []} -> :ok
+      {:tracer, other} -> {:error, {:already_traced, other}}
+    end
+  end
+
+  defp check_tracee(pid), do: {:error, {:not_a_local_pid, pid}}
+
+  defp attach(:tracee, _tracee), do: {:ok, :erlang.monotonic_time()}
+
+  defp attach(:session, tracee) do
+    started_ts = :erlang.monotonic_time()
+    :erlang.trace(tracee, true, [{:tracer, self()} | @flags])
+    {:ok, started_ts}
+  rescue
+    ArgumentError ->
+      Patterns.release()
+      {:error, :noproc}
+  end
+
+  defp finish_trace(state, opts) do
+    %{native: native, tracee: tracee} = state
+    untrace(tracee, self())
+    now = :erlang.monotonic_time()
+    # `end_ts: nil` (the traced process died) charges nothing past each
+    # process's last event.
+    end_ts = Keyword.get(opts, :end_ts, now)
+    started_ts = Keyword.get(opts, :started_ts, state.started_ts)
+    deadline = deadline(Keyword.get(opts, :timeout, @default_timeout))
+
+    ref = :erlang.trace_delivered(tracee)
+
+    receive do
+      {:trace_delivered, ^tracee, ^ref} -> :ok
+    after
+      remaining(deadline) -> :ok
+    end
+
+    {state, unprocessed} = drain(state, deadline)
+    {raw, stats} = Native.finish(native, end_ts)
+    Patterns.release()
+
+    stats =
+      stats
+      |> Map.update(:dropped_events, unprocessed, &(&1 + unprocessed))
+      |> Map.put(:unprocessed_events, unprocessed)
+
+    Profile.build(raw, stats,
+      trace_id: state.trace_id,
+      name: state.name,
+      mode: :process,
+      pid: tracee,
+      started_at: System.convert_time_unit(started_ts, :native, :microsecond),
+      duration_us:
+        System.convert_time_unit(max((end_ts || now) - started_ts, 0), :native, :microsecond)
+    )
+  end
+
+  # Ingests every queued trace message, batch by batch, until none is left
+  # or the deadline passed; then throws the rest away. Returns the state and
+  # how many messages were thrown away (not counting those after the end
+  # mark, which are never applied).
+  defp drain(state, deadline) do
+    case collect([], 0) do
+      [] ->
+        {state, 0}
+
+      batch ->
+        cond do
+          state.cut -> drain(state, deadline)
+          remaining(deadline) == 0 -> {state, length(batch) + discard(0)}
+          true -> drain(ingest(state, batch), deadline)
+        end
+    end
+  end
+
+  # Applies a batch, up to (not including) the end mark's call event.
+  defp ingest(%{native: nil} = state, _batch), do: state
+  defp ingest(%{cut: true} = state, _batch), do: state
+
+  defp ingest(%{native: native, mark: mark} = state, batch) do
+    # keyfind runs in C; the mark is the MFA in element 4 of its call event.
+    case mark && :lists.keyfind(mark, 4, batch) do
+      found when found in [nil, false] ->
+        Native.ingest(native, batch)
+        state
+
+      mark_event ->
+        Native.ingest(native, Enum.take_while(batch, &(&1 !== mark_event)))
+        %{state | cut: true}
+    end
+  end
+
+  defp collect(acc, n) when n >= @batch_size, do: :lists.reverse(acc)
+
+  defp collect(acc, n) do
+    receive do
+      msg when is_trace_message(msg) -> collect([msg | acc], n + 1)
+    after
+      0 -> :lists.reverse(acc)
+    end
+  end
+
+  defp discard(n) do
+    receive do
+      msg when is_trace_message(msg) -> discard(n + 1)
+    after
+      0 -> n
+    end
+  end
+
+  defp deadline(:infinity), do: :infinity
+  defp deadline(ms), do: :erlang.monotonic_time(:millisecond) + ms
+
+  defp remaining(:infinity), do: :infinity
+  defp remaining(deadline), do: max(deadline - :erlang.monotonic_time(:millisecond), 0)
+
+  defp native_per_second, do: System.convert_time_unit(1, :second, :native)
+
+  defp new_trace_id, do: System.unique_integer([:positive, :monotonic])
+end

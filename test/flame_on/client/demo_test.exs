@@ -1,0 +1,48 @@
+defmodule FlameOn.Client.DemoTest do
+  use ExUnit.Case, async: false
+
+  import FlameOn.Client.TestHelpers
+
+  doctest FlameOn.Client
+  doctest FlameOn.Client.Demo
+
+  test "mix flame_on.demo writes DIR/demo.folded and prints the top stacks" do
+    out = Path.join(System.tmp_dir!(), "flame_on_demo_test_#{System.unique_integer([:positive])}")
+    Mix.shell(Mix.Shell.Process)
+
+    try do
+      Mix.Tasks.FlameOn.Demo.run(["--out", out])
+    after
+      Mix.shell(Mix.Shell.IO)
+    end
+
+    on_exit(fn -> File.rm_rf!(out) end)
+
+    path = Path.join(out, "demo.folded")
+    assert_received {:mix_shell, :info, ["Wrote " <> wrote]}
+    assert String.starts_with?(wrote, path)
+
+    lines = path |> File.read!() |> String.split("\n", trim: true)
+    assert lines != []
+
+    for line <- lines do
+      assert line =~ ~r/^demo;<\d+\.\d+\.\d+>;?[^ ]* \d+$/, line
+    end
+
+    text = Enum.join(lines, "\n")
+    assert text =~ "FlameOn.Client.Demo.fib/1;FlameOn.Client.Demo.fib/1"
+    assert text =~ "Process.sleep/1;SLEEP"
+    assert text =~ "FlameOn.Client.Demo.word_counts/0"
+    assert text =~ "FlameOn.Client.Demo.round_trip/1"
+    assert text =~ "FlameOn.Client.Demo.file_io/0"
+
+    assert_received {:mix_shell, :info, ["\nTop 10 stacks by time:"]}
+    assert_received {:mix_shell, :info, ["\nStats:"]}
+    assert_received {:mix_shell, :info, ["  events: " <> _]}
+    assert_node_clean()
+  end
+
+  test "the task rejects unknown arguments" do
+    assert_raise Mix.Error, ~r/usage/, fn -> Mix.Tasks.FlameOn.Demo.run(["--bogus"]) end
+  end
+end

@@ -1,0 +1,113 @@
+defmodule FlameOn.Client.NativeTest do
+  use ExUnit.Case, async: false
+
+  alias FlameOn.Client.Native
+
+  @limits [:max_nodes, :max_depth, :max_processes, :max_frames, :max_stack_frames]
+
+  defp call(pid, mfa, caller, ts), do: {:trace_ts, pid, :call, mfa, caller, ts}
+
+  describe "bad arguments raise ArgumentError" do
+    test "new/1" do
+      for bad <- [[], :x, "map", nil, {:max_nodes, 1}] do
+        assert_raise ArgumentError, fn -> Native.new(bad) end
+      end
+
+      for key <- @limits, bad <- [0, -1, 2 ** 31, 2 ** 64, 1.5, :x, "1"] do
+        assert_raise ArgumentError, fn -> Native.new(%{key => bad}) end
+      end
+
+      for bad <- [0, -1, 2 ** 64, 1.5, :x] do
+        assert_raise ArgumentError, fn -> Native.new(%{native_per_second: bad}) end
+      end
+
+      assert is_reference(Native.new(%{}))
+      assert is_reference(Native.new(%{max_nodes: 1, max_depth: 1}))
+    end
+
+    test "ingest/2, stats/1, finish/2 with something that is not a session" do
+      for bad <- [make_ref(), :atomics.new(1, []), :x, 1, self(), %{}] do
+        assert_raise ArgumentError, fn -> Native.ingest(bad, []) end
+        assert_raise ArgumentError, fn -> Native.stats(bad) end
+        assert_raise ArgumentError, fn -> Native.finish(bad, nil) end
+      end
+    end
+
+    test "ingest/2 with something that is not a list" do
+      session = Native.new(%{})
+
+      for bad <- [:x, %{}, {:trace_ts, self(), :in, 0, 1}, "list", [:a | :b]] do
+        assert_raise ArgumentError, fn -> Native.ingest(session, bad) end
+      end
+
+      assert Native.ingest(session, []) == :ok
+    end
+
+    test "finish/2 with a bad end timestamp" do
+      session = Native.new(%{})
+
+      for bad <- [:x, 1.5, "1", 2 ** 64] do
+        assert_raise ArgumentError, fn -> Native.finish(session, bad) end
+      end
+
+      assert {%{}, %{}} = Native.finish(session, nil)
+    end
+
+    test "a finished session" do
+      session = Native.new(%{})
+      assert {stacks, stats} = Native.finish(session, 0)
+      assert stacks == %{}
+      assert stats.events == 0
+
+      assert_raise ArgumentError, fn -> Native.ingest(session, []) end
+      assert_raise ArgumentError, fn -> Native.finish(session, nil) end
+      assert %{events: 0} = Native.stats(session)
+    end
+
+    test "the VM stays up" do
+      assert Enum.sum(1..10) == 55
+      assert is_map(Native.stats(Native.new(%{})))
+    end
+  end
+
+  test "a malformed message inside a batch is counted and the rest applied" do
+    session = Native.new(%{native_per_second: 1_000_000_000})
+    pid = self()
+    f = {M, :f, 0}
+    g = {M, :g, 0}
+
+    :ok =
+      Native.ingest(session, [
+        call(pid, f, :undefined, 1_000),
+        call(:not_a_pid, g, f, 2_000),
+        call(pid, g, f, 3_000),
+        {:trace_ts, pid, :call, :not_an_mfa, 4_000},
+        {:trace_ts, pid, :return_to, f, 5_000},
+        {:trace_ts, pid, :send, :msg, self(), 5_500},
+        {:trace_ts, pid, :out, g, :not_a_timestamp}
+      ])
+
+    stats = Native.stats(session)
+    assert stats.events == 3
+    assert stats.malformed_events == 3
+    assert stats.ignored_events == 1
+
+    {stacks, final} = Native.finish(session, 10_000)
+    assert final.events == 3
+    assert final.malformed_events == 3
+
+    # f: 1_000..3_000 and 5_000..10_000; g: 3_000..5_000 (ns).
+    entries = for {frames, ns} <- Map.fetch!(stacks, pid), ns > 0, do: {frames, ns}
+    assert Enum.sort(entries) == [{[f], 7_000}, {[g, f], 2_000}]
+  end
+
+  test "stats/1 has every counter" do
+    stats = Native.stats(Native.new(%{}))
+
+    for key <- ~w(events dropped_events malformed_events ignored_events truncated_stacks
+                  depth_truncations node_limit_hits frame_limit_hits process_limit_hits
+                  stack_overflows clock_skews resyncs memory_bytes nodes processes frames)a do
+      assert is_integer(Map.fetch!(stats, key)), "#{key}"
+    end
+  end
+end

@@ -1,0 +1,162 @@
+defmodule FlameOn.Client.NifModeTest do
+  # Tracing is node-global (patterns, flags): never async.
+  use ExUnit.Case, async: false
+
+  import FlameOn.Client.TestHelpers
+
+  alias FlameOn.Client.{Native, Patterns}
+  alias FlameOn.Client.Test.Workloads
+
+  @fib "FlameOn.Client.Test.Workloads.fib/1"
+  @flags [:call, :return_to, :running, :arity, :monotonic_timestamp]
+
+  setup do
+    assert_node_clean()
+    :ok
+  end
+
+  # Records the standard trace messages of a real run, to replay them.
+  defp record(fun) do
+    parent = self()
+
+    collector =
+      spawn(fn ->
+        loop = fn loop, acc ->
+          receive do
+            {:dump, to} -> send(to, {:recorded, Enum.reverse(acc)})
+            msg -> loop.(loop, [msg | acc])
+          end
+        end
+
+        loop.(loop, [])
+      end)
+
+    :ok = Patterns.acquire(nil)
+
+    worker =
+      spawn(fn ->
+        receive do: (:go -> :ok)
+        fun.()
+        send(parent, :done)
+        receive do: (:stop -> :ok)
+      end)
+
+    :erlang.trace(worker, true, [{:tracer, collector} | @flags])
+    send(worker, :go)
+    assert_receive :done, 10_000
+    :erlang.trace(worker, false, @flags)
+    ref = :erlang.trace_delivered(worker)
+    assert_receive {:trace_delivered, ^worker, ^ref}
+    Patterns.release()
+    send(worker, :stop)
+    send(collector, {:dump, self()})
+    assert_receive {:recorded, messages}
+    Process.exit(collector, :kill)
+    messages
+  end
+
+  # The same message as a tracer-module callback, with the recorded
+  # timestamp passed as an integer (what trace/5 accepts for replays).
+  defp replay_as_callback(session, {:trace_ts, pid, tag, payload, ts}) do
+    Native.trace(tag, session, pid, payload, %{timestamp: ts})
+  end
+
+  defp replay_as_callback(session, {:trace_ts, pid, tag, payload, caller, ts}) do
+    Native.trace(tag, session, pid, payload, %{timestamp: ts, match_spec_result: caller})
+  end
+
+  test "one recorded event stream gives identical stacks through ingest/2 and trace/5" do
+    messages = record(fn -> Workloads.mixed(30) end)
+    assert length(messages) > 1_000
+
+    by_ingest = Native.new(%{})
+    messages |> Enum.chunk_every(500) |> Enum.each(&Native.ingest(by_ingest, &1))
+
+    by_callback = Native.new(%{})
+    Enum.each(messages, &replay_as_callback(by_callback, &1))
+
+    {stacks_a, stats_a} = Native.finish(by_ingest, nil)
+    {stacks_b, stats_b} = Native.finish(by_callback, nil)
+
+    assert stacks_a == stacks_b
+    assert stats_a.events == stats_b.events
+    assert stats_a.events > 1_000
+    assert Map.drop(stats_a, [:memory_bytes]) == Map.drop(stats_b, [:memory_bytes])
+
+    # And the replay is a real profile: fib frames, deep.
+    [{_pid, entries}] = Map.to_list(stacks_a)
+    assert Enum.any?(entries, fn {frames, _ns} -> length(frames) > 5 end)
+    assert_node_clean()
+  end
+
+  test "both modes give the same stack shapes for the same work" do
+    shapes = fn mode ->
+      {_, profile} = FlameOn.Client.profile(fn -> Workloads.fib(12) end, mode: mode)
+
+      profile.stacks[self()]
+      |> Enum.map(&elem(&1, 0))
+      |> Enum.filter(&String.contains?(&1, @fib))
+      |> MapSet.new()
+    end
+
+    nif = shapes.(:nif)
+    process = shapes.(:process)
+    assert MapSet.size(nif) >= 10
+    assert nif == process
+    assert_node_clean()
+  end
+
+  test "the traced process killed mid-trace leaves the node clean" do
+    parent = self()
+
+    pid =
+      spawn(fn ->
+        FlameOn.Client.profile(
+          fn ->
+            send(parent, {:tracing, self()})
+            Workloads.busy(10_000)
+          end,
+          mode: :nif
+        )
+      end)
+
+    assert_receive {:tracing, ^pid}, 5_000
+    Process.sleep(20)
+    assert {:tracer, {Native, _session}} = :erlang.trace_info(pid, :tracer)
+    Process.exit(pid, :kill)
+    assert_node_clean()
+  end
+
+  test "the tracer callbacks: enabled/3 answers, a stopped session discards, a gone one removes" do
+    session = Native.new(%{})
+    assert Native.enabled(:call, session, self()) == :trace
+    assert Native.enabled(:trace_status, session, self()) == :trace
+    assert Native.enabled(:send, session, self()) == :discard
+    assert Native.enabled(:call, :not_a_session, self()) == :remove
+
+    assert :ok = Native.trace(:call, session, self(), {:m, :f, 0}, %{timestamp: 1_000})
+    assert :ok = Native.trace(:return_to, session, self(), :undefined, %{timestamp: 3_000})
+    assert :ok = Native.trace(:spawn, session, self(), :whatever, %{timestamp: 4_000})
+    assert :ok = Native.trace(:call, session, self(), :not_an_mfa, %{timestamp: 5_000})
+    assert %{events: 2, ignored_events: 1, malformed_events: 1} = Native.stats(session)
+
+    assert is_integer(Native.stop(session))
+    assert Native.enabled(:call, session, self()) == :discard
+    assert Native.enabled(:trace_status, session, self()) == :remove
+    assert :ok = Native.trace(:call, session, self(), {:m, :g, 0}, %{timestamp: 6_000})
+    assert %{events: 2} = Native.stats(session)
+
+    {stacks, _stats} = Native.finish(session, nil)
+    assert stacks == %{self() => [{[{:m, :f, 0}], 2_000}]}
+  end
+
+  test "the tracer callbacks reject what is not a session or an opts map" do
+    session = Native.new(%{})
+
+    for {state, opts} <- [{:nope, %{}}, {make_ref(), %{}}, {session, :not_a_map}] do
+      assert_raise ArgumentError, fn -> Native.trace(:call, state, self(), {:m, :f, 0}, opts) end
+    end
+
+    assert_raise ArgumentError, fn -> Native.stop(:nope) end
+  end
+end

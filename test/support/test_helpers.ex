@@ -1,0 +1,91 @@
+defmodule FlameOn.Client.TestHelpers do
+  @moduledoc false
+  import ExUnit.Assertions
+
+  alias FlameOn.Client.Patterns
+
+  # MFAs whose trace patterns must be off once no trace runs.
+  @probe_mfas [
+    {FlameOn.Client, :profile, 2},
+    {:lists, :reverse, 1},
+    {Enum, :map, 2},
+    {FlameOn.Client.Test.Workloads, :fib, 1}
+  ]
+
+  @doc """
+  Asserts that no trace is left on the node: no process has trace flags, no
+  call pattern is set (on a few probe MFAs and for modules loaded later), the
+  pattern owner has no users and no trace session runs. Cleanup after a
+  crash is asynchronous (the pattern owner handles a 'DOWN'), so this polls
+  for up to `timeout` ms before failing.
+  """
+  def assert_node_clean(timeout \\ 2_000) do
+    deadline = System.monotonic_time(:millisecond) + timeout
+    problems = wait_clean(deadline)
+    assert problems == [], "the node is not clean: #{inspect(problems)}"
+  end
+
+  defp wait_clean(deadline) do
+    case leftovers() do
+      [] ->
+        []
+
+      problems ->
+        if System.monotonic_time(:millisecond) >= deadline do
+          problems
+        else
+          Process.sleep(10)
+          wait_clean(deadline)
+        end
+    end
+  end
+
+  @doc "What is left of traces on the node, as a list of findings."
+  def leftovers do
+    traced_processes =
+      for pid <- Process.list(),
+          flags = :erlang.trace_info(pid, :flags),
+          flags not in [{:flags, []}, :undefined],
+          do: {:flags, pid, flags}
+
+    patterns =
+      for mfa <- [:on_load | @probe_mfas],
+          # An unloaded module reads as `{:traced, :undefined}`.
+          loaded?(mfa),
+          traced = :erlang.trace_info(mfa, :traced),
+          traced != {:traced, false},
+          do: {:pattern, mfa, traced}
+
+    users = Patterns.users()
+    sessions = DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active
+
+    traced_processes ++
+      patterns ++
+      if(users > 0, do: [{:pattern_users, users}], else: []) ++
+      if sessions > 0, do: [{:sessions, sessions}], else: []
+  end
+
+  defp loaded?({module, _f, _a}), do: match?({:module, _}, Code.ensure_loaded(module))
+  defp loaded?(:on_load), do: true
+
+  @doc "Whether the local call pattern is currently set (probed on `:lists.reverse/1`)."
+  def patterns_set?, do: :erlang.trace_info({:lists, :reverse, 1}, :traced) == {:traced, :local}
+
+  @doc "How many times `frame` occurs in the stack string (frames split on `;`)."
+  def frame_count(stack, frame), do: stack |> String.split(";") |> Enum.count(&(&1 == frame))
+
+  @doc "The largest `frame_count/2` of `frame` over all stacks of `pid`."
+  def max_frame_count(profile, pid, frame) do
+    profile.stacks
+    |> Map.get(pid, [])
+    |> Enum.map(fn {stack, _us} -> frame_count(stack, frame) end)
+    |> Enum.max(fn -> 0 end)
+  end
+
+  @doc "Microseconds of `pid`'s stacks for which `fun.(stack)` is true."
+  def time_where(profile, pid, fun) do
+    for {stack, us} <- Map.get(profile.stacks, pid, []), fun.(stack), reduce: 0 do
+      acc -> acc + us
+    end
+  end
+end

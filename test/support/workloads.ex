@@ -1,0 +1,38 @@
+defmodule FlameOn.Client.Test.Workloads do
+  @moduledoc false
+  # Functions to profile in tests. Defined in a compiled module (not in the
+  # test files) so their frame names are stable.
+
+  @doc "Non-tail-recursive Fibonacci: real call depth n."
+  def fib(n) when n < 2, do: n
+  def fib(n), do: fib(n - 1) + fib(n - 2)
+
+  @doc "A tail-recursive loop: constant stack depth."
+  def loop(0, acc), do: acc
+  def loop(n, acc), do: loop(n - 1, acc + 1)
+
+  @doc "Calls `fib/1` repeatedly until at least `ms` milliseconds passed."
+  def busy(ms) do
+    deadline = System.monotonic_time(:millisecond) + ms
+    busy_until(deadline, 0)
+  end
+
+  defp busy_until(deadline, acc) do
+    if System.monotonic_time(:millisecond) >= deadline do
+      acc
+    else
+      busy_until(deadline, acc + fib(12))
+    end
+  end
+
+  @doc "A mixed workload of about `ms` milliseconds: CPU, a sleep, an Enum pipeline."
+  def mixed(ms) do
+    busy(div(ms, 2))
+    Process.sleep(div(ms, 4))
+    1..5_000 |> Enum.map(&(&1 * 2)) |> Enum.filter(&(rem(&1, 3) == 0)) |> Enum.sum()
+    busy(div(ms, 4))
+  end
+
+  @doc "Raises from a known frame."
+  def boom!, do: raise(RuntimeError, "boom")
+end
