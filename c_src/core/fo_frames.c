@@ -10,7 +10,10 @@
 
 static uint64_t mfa_hash(const fo_mfa *m)
 {
-    return fo_hash_pair(m->module, fo_hash_pair(m->function, m->arity));
+    /* one multiply-xorshift round: the keys are atom terms and small arities */
+    uint64_t h = (m->module * 0x9E3779B97F4A7C15ULL) ^ m->function ^ ((uint64_t)m->arity << 58);
+    h *= 0xbf58476d1ce4e5b9ULL;
+    return h ^ (h >> 31);
 }
 
 static int mfa_equal(const fo_mfa *a, const fo_mfa *b)

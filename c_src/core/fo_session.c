@@ -15,6 +15,8 @@ struct fo_session {
     fo_tree tree;
     fo_procs procs;
     uint32_t regular_nodes; /* nodes counted against max_nodes */
+    uint64_t last_pid;      /* one-entry cache of proc_for: events come in runs per process */
+    uint32_t last_index;    /* UINT32_MAX: empty */
     fo_stats stats;
 };
 
@@ -33,6 +35,7 @@ fo_session *fo_session_new(const fo_limits *limits)
     if (s == NULL)
         return NULL;
     s->limits = *limits;
+    s->last_index = UINT32_MAX;
     int ok = fo_frames_init(&s->frames, limits->max_frames, FO_FRAME_FIRST_REAL);
     ok = fo_tree_init(&s->tree, (uint32_t)hard_cap) && ok;
     ok = fo_procs_init(&s->procs, limits->max_processes) && ok;
@@ -57,8 +60,14 @@ void fo_session_free(fo_session *s)
  * followed (process limit, or no memory for its reserved nodes). */
 static fo_proc *proc_for(fo_session *s, uint64_t pid)
 {
+    if (s->last_index != UINT32_MAX && s->last_pid == pid) {
+        fo_proc *hit = &s->procs.procs[s->last_index];
+        return hit->root == FO_NONE ? NULL : hit;
+    }
     uint32_t index = fo_procs_find(&s->procs, pid);
     if (index != UINT32_MAX) {
+        s->last_pid = pid;
+        s->last_index = index;
         fo_proc *known = &s->procs.procs[index];
         return known->root == FO_NONE ? NULL : known;
     }
@@ -157,19 +166,24 @@ static void on_call(fo_session *s, fo_proc *p, const fo_event *ev)
 {
     uint32_t callee = intern(s, &ev->mfa);
     if ((ev->flags & FO_EVF_HAS_CALLER) && p->overflow == 0) {
+        /* the common case, a plain nested call, without hashing the caller */
+        uint32_t top = top_frame(p);
+        fo_mfa top_mfa;
+        if (top != FO_NONE && fo_frames_get(&s->frames, top, &top_mfa) &&
+            top_mfa.module == ev->caller.module && top_mfa.function == ev->caller.function &&
+            top_mfa.arity == ev->caller.arity) {
+            push_frame(s, p, callee);
+            return;
+        }
         uint32_t caller = intern(s, &ev->caller);
-        if (p->depth > 0 && caller != FO_NONE && top_frame(p) == caller) {
-            /* the common case: a plain nested call */
+        uint32_t at = (p->depth >= 2 && caller != FO_NONE) ? find_below(p, caller, p->depth - 2) : FO_NONE;
+        if (at != FO_NONE) {
+            p->depth = at + 1; /* a tail call, or frames an exception unwound */
+            s->stats.resyncs++;
         } else {
-            uint32_t at = (p->depth >= 2 && caller != FO_NONE) ? find_below(p, caller, p->depth - 2) : FO_NONE;
-            if (at != FO_NONE) {
-                p->depth = at + 1; /* a tail call, or frames an exception unwound */
+            if (p->depth > 0)
                 s->stats.resyncs++;
-            } else {
-                if (p->depth > 0)
-                    s->stats.resyncs++;
-                push_frame(s, p, caller);
-            }
+            push_frame(s, p, caller);
         }
     }
     push_frame(s, p, callee);

@@ -59,7 +59,10 @@
     A(trace_status)                                                                            \
     A(match_spec_result)                                                                       \
     A(extra)                                                                                   \
-    A(timestamp)
+    A(timestamp)                                                                               \
+    A(replay)                                                                                  \
+    A(true)                                                                                    \
+    A(stop)
 
 #define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;
 FO_ATOMS(FO_ATOM_DECLARE)

@@ -48,7 +48,8 @@ static ERL_NIF_TERM nif_new(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         (!enif_get_int64(env, value, &native_per_second) || native_per_second <= 0 ||
          native_per_second > 1000000000000LL))
         return enif_make_badarg(env);
-    fo_session_res *res = fo_resource_new(&limits, native_per_second);
+    int replay = enif_get_map_value(env, argv[0], fo_atom_replay, &value) && value == fo_atom_true;
+    fo_session_res *res = fo_resource_new(&limits, native_per_second, replay);
     if (res == NULL)
         return enif_raise_exception(env, enif_make_atom(env, "enomem"));
     ERL_NIF_TERM term = enif_make_resource(env, res);
@@ -145,17 +146,24 @@ static ERL_NIF_TERM nif_stop(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     fo_session_res *res;
     if (!fo_resource_get(env, argv[0], &res))
         return enif_make_badarg(env);
+    enif_mutex_lock(res->lock);
+    if (res->stopped_ns == 0)
+        res->stopped_ns = fo_tracer_clock_ns();
+    enif_mutex_unlock(res->lock);
     atomic_store(&res->active, 0);
     return enif_make_int64(env, fo_ns_to_native(enif_monotonic_time(ERL_NIF_NSEC), res->native_per_second));
 }
 
-// finish(Session, EndTs :: integer() | nil) -> {#{pid() => [{Frames, Ns}]}, Stats}
+// finish(Session, End :: integer() | nil | stop) -> {#{pid() => [{Frames, Ns}]}, Stats}
+// End: native monotonic time (trace messages), nil (no closing charge) or
+// `stop` (when stop/1 ran, on the tracer clock: tracer-module sessions).
 static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     fo_session_res *res;
     ErlNifSInt64 end_ts = 0;
-    int has_end = argv[1] != fo_atom_nil;
+    int at_stop = argv[1] == fo_atom_stop;
+    int has_end = argv[1] != fo_atom_nil && !at_stop;
     if (!fo_resource_get(env, argv[0], &res) || (has_end && !enif_get_int64(env, argv[1], &end_ts)))
         return enif_make_badarg(env);
     enif_mutex_lock(res->lock);
@@ -166,6 +174,8 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     }
     if (has_end)
         fo_session_close(core, fo_native_to_ns(end_ts, res->native_per_second));
+    else if (at_stop && res->stopped_ns != 0)
+        fo_session_close(core, res->stopped_ns);
     ERL_NIF_TERM stacks = fo_export_stacks(env, core);
     ERL_NIF_TERM stats = stats_term(env, res);
     res->final_stats = *fo_session_stats(core);

@@ -1,6 +1,7 @@
 #include "fo_resource.h"
 
 #include <string.h>
+#include <time.h>
 
 static ErlNifResourceType *session_type;
 
@@ -22,13 +23,14 @@ int fo_resource_open(ErlNifEnv *env)
     return session_type != NULL;
 }
 
-fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_second)
+fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_second, int replay)
 {
     fo_session_res *res = enif_alloc_resource(session_type, sizeof(fo_session_res));
     if (res == NULL)
         return NULL;
     memset(res, 0, sizeof(*res));
     res->native_per_second = native_per_second;
+    res->replay = replay;
     res->lock = enif_mutex_create("flame_on_session");
     res->core = fo_session_new(limits);
     if (res->lock == NULL || res->core == NULL) {
@@ -46,4 +48,11 @@ int fo_resource_get(ErlNifEnv *env, ERL_NIF_TERM term, fo_session_res **out)
         return 0;
     *out = obj;
     return 1;
+}
+
+int64_t fo_tracer_clock_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 }

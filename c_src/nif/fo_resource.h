@@ -15,6 +15,8 @@ typedef struct {
     atomic_int active;     /* 0 once finished: tracer callbacks read it unlocked */
     fo_session *core;      /* NULL once finished */
     int64_t native_per_second;
+    int replay;            /* trace/5 takes recorded timestamps from Opts */
+    int64_t stopped_ns;    /* tracer clock when stop/1 ran; 0 before */
     fo_stats final_stats;  /* kept after finish frees the core */
     uint32_t final_nodes, final_processes, final_frames;
 } fo_session_res;
@@ -22,9 +24,13 @@ typedef struct {
 int fo_resource_open(ErlNifEnv *env);
 
 /* A new, unlinked resource; NULL on failure. Release with enif_release_resource. */
-fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_second);
+fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_second, int replay);
 
 /* 1 and *out when term is one of our session resources. */
 int fo_resource_get(ErlNifEnv *env, ERL_NIF_TERM term, fo_session_res **out);
+
+/* The clock of tracer-module events: CLOCK_MONOTONIC in nanoseconds. Read
+ * directly, it costs a fraction of enif_monotonic_time. */
+int64_t fo_tracer_clock_ns(void);
 
 #endif

@@ -35,16 +35,17 @@ static const ERL_NIF_TERM *caller_of(ErlNifEnv *env, ERL_NIF_TERM opts, ERL_NIF_
     return NULL;
 }
 
-/* Real tracing passes the timestamp *kind* in Opts, so we stamp events
- * with the clock ourselves; an integer there is a recorded timestamp
- * (nanoseconds) being replayed, and is used as it is. */
-static int64_t stamp(ErlNifEnv *env, ERL_NIF_TERM opts)
+/* Real tracing passes the timestamp *kind* in Opts, so events are stamped
+ * here, on the tracer clock. A session made for replay takes the recorded
+ * integer timestamp (nanoseconds) from Opts instead. */
+static int64_t stamp(ErlNifEnv *env, const fo_session_res *res, ERL_NIF_TERM opts)
 {
     ERL_NIF_TERM value;
     ErlNifSInt64 recorded;
-    if (enif_get_map_value(env, opts, fo_atom_timestamp, &value) && enif_get_int64(env, value, &recorded))
+    if (res->replay && enif_get_map_value(env, opts, fo_atom_timestamp, &value) &&
+        enif_get_int64(env, value, &recorded))
         return recorded;
-    return (int64_t)enif_monotonic_time(ERL_NIF_NSEC);
+    return fo_tracer_clock_ns();
 }
 
 ERL_NIF_TERM fo_tracer_trace(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -56,7 +57,7 @@ ERL_NIF_TERM fo_tracer_trace(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
         return enif_make_badarg(env);
     if (!enif_get_local_pid(env, argv[2], &pid))
         return fo_atom_ok; /* ports and seq_trace labels are not ours here */
-    int64_t ts = stamp(env, argv[4]);
+    int64_t ts = stamp(env, res, argv[4]);
     fo_event ev;
     memset(&ev, 0, sizeof(ev));
     ERL_NIF_TERM slot;

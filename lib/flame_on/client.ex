@@ -174,7 +174,8 @@ defmodule FlameOn.Client do
 
   defp finish_capture(%{mode: :nif, native: native}, started_ts, end_ts, opts) do
     Patterns.release()
-    {raw, stats} = Native.finish(native, end_ts)
+    # The tracer stamps events on its own clock; stop/1 noted when it ended.
+    {raw, stats} = Native.finish(native, :stop)
     stats = Map.put(stats, :unprocessed_events, 0)
 
     {:ok,

@@ -12,7 +12,8 @@ defmodule FlameOn.Client.Native do
       integer keys `:max_nodes`, `:max_depth`, `:max_processes`,
       `:max_frames`, `:max_stack_frames` and `:native_per_second`
       (`System.convert_time_unit(1, :second, :native)`, to turn
-      `:monotonic_timestamp` values into nanoseconds).
+      `:monotonic_timestamp` values into nanoseconds), and `replay: true`
+      for a session whose `trace/5` calls replay recorded events.
     * `ingest(session, messages)` – applies a list of
       `{:trace_ts, pid, tag, ..., ts}` messages. Returns `:ok`.
     * `stats(session)` – the counters, a map.
@@ -20,17 +21,19 @@ defmodule FlameOn.Client.Native do
       discard them); the result waits for `finish/2`. Returns the native
       monotonic time at which it stopped. The tracer never folds calls into
       this module, so a traced process calling `stop/1` leaves no frame.
-    * `finish(session, end_ts)` – closes the session. `end_ts` (native
-      monotonic time, or `nil`) charges each live process up to it. Returns
+    * `finish(session, end)` – closes the session. `end` charges each live
+      process up to it: native monotonic time (sessions fed by `ingest/2`),
+      `:stop` (when `stop/1` ran, on the tracer's clock: sessions fed by the
+      tracer callbacks) or `nil` (no closing charge). Returns
       `{%{pid => [{frames, ns}]}, stats}` where `frames` is leaf first, each
       `{module, function, arity}` or one of `:sleep`, `:depth_cap`,
       `:node_cap`, `:waiting`, `:gc`. Runs on a dirty scheduler.
     * `enabled/3` and `trace/5` – the `:erl_tracer` behaviour: pass
       `{:tracer, FlameOn.Client.Native, session}` to `:erlang.trace/3` and
       the VM calls these in the traced process, folding each event into the
-      session with no message. Events are stamped with the monotonic clock
-      in nanoseconds; an integer `:timestamp` in `opts` (a recorded event
-      being replayed) is used instead.
+      session with no message. Events are stamped with the tracer's clock
+      (`CLOCK_MONOTONIC`, nanoseconds); in a `replay: true` session an
+      integer `:timestamp` in `opts` (a recorded event) is used instead.
   """
 
   @on_load :load_nif
@@ -65,7 +68,7 @@ defmodule FlameOn.Client.Native do
   @spec stop(session()) :: integer()
   def stop(_session), do: :erlang.nif_error(:nif_not_loaded)
 
-  @spec finish(session(), integer() | nil) :: {map(), map()}
+  @spec finish(session(), integer() | :stop | nil) :: {map(), map()}
   def finish(_session, _end_ts), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false

@@ -72,7 +72,7 @@ defmodule FlameOn.Client.NifModeTest do
     by_ingest = Native.new(%{})
     messages |> Enum.chunk_every(500) |> Enum.each(&Native.ingest(by_ingest, &1))
 
-    by_callback = Native.new(%{})
+    by_callback = Native.new(%{replay: true})
     Enum.each(messages, &replay_as_callback(by_callback, &1))
 
     {stacks_a, stats_a} = Native.finish(by_ingest, nil)
@@ -128,7 +128,7 @@ defmodule FlameOn.Client.NifModeTest do
   end
 
   test "the tracer callbacks: enabled/3 answers, a stopped session discards, a gone one removes" do
-    session = Native.new(%{})
+    session = Native.new(%{replay: true})
     assert Native.enabled(:call, session, self()) == :trace
     assert Native.enabled(:trace_status, session, self()) == :trace
     assert Native.enabled(:send, session, self()) == :discard
@@ -148,6 +148,17 @@ defmodule FlameOn.Client.NifModeTest do
 
     {stacks, _stats} = Native.finish(session, nil)
     assert stacks == %{self() => [{[{:m, :f, 0}], 2_000}]}
+  end
+
+  test "without replay: true, trace/5 stamps events itself and ignores a timestamp in opts" do
+    session = Native.new(%{})
+    Native.trace(:call, session, self(), {:m, :f, 0}, %{timestamp: 1})
+    Process.sleep(5)
+    Native.stop(session)
+    {%{} = stacks, _} = Native.finish(session, :stop)
+    [{[{:m, :f, 0}], ns}] = stacks[self()]
+    # charged from the call up to stop/1, on the tracer clock: about 5 ms
+    assert ns in 4_000_000..500_000_000
   end
 
   test "the tracer callbacks reject what is not a session or an opts map" do
