@@ -6,24 +6,28 @@
 #include "fo_decode.h"
 #include "fo_resource.h"
 
-/* enabled/3 may run several times per event and on any scheduler thread
- * (dirty ones included): it only reads the resource's atomic flag. */
+static int is_our_tag(ERL_NIF_TERM tag)
+{
+    return tag == fo_atom_call || tag == fo_atom_return_to || tag == fo_atom_in || tag == fo_atom_out ||
+           tag == fo_atom_exit || tag == fo_atom_in_exiting || tag == fo_atom_out_exiting;
+}
+
+/* enabled/3 runs before every event, maybe several times, on any scheduler
+ * thread (dirty ones included). For event tags it only looks at the tag:
+ * the resource lookup costs as much as the rest of our per-event work, and
+ * trace/5 checks the session anyway (a stopped one drops the event). The
+ * VM's trace_status check gets the full answer, so a tracer whose session
+ * is stopped or gone is removed from the process. */
 ERL_NIF_TERM fo_tracer_enabled(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    fo_session_res *res;
     ERL_NIF_TERM tag = argv[0];
-    if (!fo_resource_get(env, argv[1], &res))
+    if (tag != fo_atom_trace_status)
+        return is_our_tag(tag) ? fo_atom_trace : fo_atom_discard;
+    fo_session_res *res;
+    if (!fo_resource_get(env, argv[1], &res) || !atomic_load_explicit(&res->active, memory_order_relaxed))
         return fo_atom_remove;
-    /* stopped or finished: drop events; the trace_status check takes the
-     * tracer off processes that still name this session */
-    if (!atomic_load_explicit(&res->active, memory_order_relaxed))
-        return tag == fo_atom_trace_status ? fo_atom_remove : fo_atom_discard;
-    if (tag == fo_atom_call || tag == fo_atom_return_to || tag == fo_atom_in || tag == fo_atom_out ||
-        tag == fo_atom_exit || tag == fo_atom_in_exiting || tag == fo_atom_out_exiting ||
-        tag == fo_atom_trace_status)
-        return fo_atom_trace;
-    return fo_atom_discard;
+    return fo_atom_trace;
 }
 
 /* The call's caller, from the {message, {caller}} match-spec result. */
