@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "fo_event.h"
+#include "fo_slots.h"
 
 typedef struct {
     fo_mfa *mfas;     /* index: id - first_id */
@@ -13,8 +14,7 @@ typedef struct {
     uint32_t cap;     /* allocated entries in mfas */
     uint32_t limit;   /* max_frames */
     uint32_t first_id;
-    uint32_t *slots;  /* open addressing: id + 1, 0 = empty */
-    uint32_t slot_mask;
+    fo_slots index;   /* mfa -> position in mfas */
 } fo_frames;
 
 int fo_frames_init(fo_frames *t, uint32_t limit, uint32_t first_id);

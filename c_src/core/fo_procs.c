@@ -13,11 +13,7 @@ int fo_procs_init(fo_procs *t, uint32_t limit)
 {
     memset(t, 0, sizeof(*t));
     t->limit = limit;
-    t->slots = calloc(PROCS_INITIAL_SLOTS, sizeof(uint32_t));
-    if (t->slots == NULL)
-        return 0;
-    t->slot_mask = PROCS_INITIAL_SLOTS - 1;
-    return 1;
+    return fo_slots_init(&t->index, PROCS_INITIAL_SLOTS);
 }
 
 void fo_procs_destroy(fo_procs *t)
@@ -27,42 +23,24 @@ void fo_procs_destroy(fo_procs *t)
         free(t->procs[i].stack_nodes);
     }
     free(t->procs);
-    free(t->slots);
+    fo_slots_destroy(&t->index);
     memset(t, 0, sizeof(*t));
 }
 
 uint32_t fo_procs_find(const fo_procs *t, uint64_t pid)
 {
-    uint32_t i = (uint32_t)fo_hash_mix(pid) & t->slot_mask;
-    while (t->slots[i] != 0) {
-        uint32_t index = t->slots[i] - 1;
+    for (uint32_t i = fo_slots_start(&t->index, fo_hash_mix(pid)); t->index.slots[i] != 0;
+         i = fo_slots_next(&t->index, i)) {
+        uint32_t index = t->index.slots[i] - 1;
         if (t->procs[index].pid == pid)
             return index;
-        i = (i + 1) & t->slot_mask;
     }
     return UINT32_MAX;
 }
 
-static void slot_put(uint32_t *slots, uint32_t mask, uint64_t pid, uint32_t index)
+static uint64_t rehash_proc(const void *table, uint32_t index)
 {
-    uint32_t i = (uint32_t)fo_hash_mix(pid) & mask;
-    while (slots[i] != 0)
-        i = (i + 1) & mask;
-    slots[i] = index + 1;
-}
-
-static int grow_slots(fo_procs *t)
-{
-    uint32_t size = (t->slot_mask + 1) * 2;
-    uint32_t *slots = calloc(size, sizeof(uint32_t));
-    if (slots == NULL)
-        return 0;
-    for (uint32_t i = 0; i < t->count; i++)
-        slot_put(slots, size - 1, t->procs[i].pid, i);
-    free(t->slots);
-    t->slots = slots;
-    t->slot_mask = size - 1;
-    return 1;
+    return fo_hash_mix(((const fo_procs *)table)->procs[index].pid);
 }
 
 uint32_t fo_procs_add(fo_procs *t, uint64_t pid)
@@ -79,12 +57,12 @@ uint32_t fo_procs_add(fo_procs *t, uint64_t pid)
         t->procs = procs;
         t->cap = cap;
     }
-    if ((t->count + 1) * 2 > t->slot_mask + 1 && !grow_slots(t))
-        return UINT32_MAX;
-    uint32_t index = t->count++;
+    uint32_t index = t->count;
     memset(&t->procs[index], 0, sizeof(fo_proc));
     t->procs[index].pid = pid;
-    slot_put(t->slots, t->slot_mask, pid, index);
+    if (!fo_slots_put(&t->index, fo_hash_mix(pid), index, rehash_proc, t))
+        return UINT32_MAX;
+    t->count++;
     return index;
 }
 
@@ -114,6 +92,6 @@ int fo_procs_reserve_stack(fo_procs *t, fo_proc *p, uint32_t need, uint32_t limi
 
 size_t fo_procs_memory(const fo_procs *t)
 {
-    return (size_t)t->cap * sizeof(fo_proc) + ((size_t)t->slot_mask + 1) * sizeof(uint32_t) +
+    return (size_t)t->cap * sizeof(fo_proc) + fo_slots_memory(&t->index) +
            t->stack_bytes;
 }

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fo_slots.h"
+
 typedef enum { FO_PROC_RUNNING = 0, FO_PROC_OUT, FO_PROC_EXITED } fo_proc_state;
 
 typedef struct {
@@ -28,8 +30,7 @@ typedef struct {
     uint32_t count;
     uint32_t cap;
     uint32_t limit;
-    uint32_t *slots; /* proc index + 1, 0 = empty */
-    uint32_t slot_mask;
+    fo_slots index; /* pid -> position in procs */
     size_t stack_bytes;
 } fo_procs;
 

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fo_hash.h"
 
 #define TREE_INITIAL_SLOTS 1024u
 #define TREE_INITIAL_NODES 1024u
@@ -19,17 +18,13 @@ int fo_tree_init(fo_tree *t, uint32_t hard_cap)
 {
     memset(t, 0, sizeof(*t));
     t->hard_cap = hard_cap;
-    t->slots = calloc(TREE_INITIAL_SLOTS, sizeof(uint32_t));
-    if (t->slots == NULL)
-        return 0;
-    t->slot_mask = TREE_INITIAL_SLOTS - 1;
-    return 1;
+    return fo_slots_init(&t->children, TREE_INITIAL_SLOTS);
 }
 
 void fo_tree_destroy(fo_tree *t)
 {
     free(t->nodes);
-    free(t->slots);
+    fo_slots_destroy(&t->children);
     memset(t, 0, sizeof(*t));
 }
 
@@ -69,44 +64,20 @@ uint32_t fo_tree_add_root(fo_tree *t, uint32_t frame, uint32_t proc, uint32_t de
 
 uint32_t fo_tree_find_child(const fo_tree *t, uint32_t parent, uint32_t frame)
 {
-    uint32_t i = (uint32_t)child_hash(parent, frame) & t->slot_mask;
-    while (t->slots[i] != 0) {
-        const fo_tree_node *n = &t->nodes[t->slots[i] - 1];
+    const fo_slots *index = &t->children;
+    for (uint32_t i = fo_slots_start(index, child_hash(parent, frame)); index->slots[i] != 0;
+         i = fo_slots_next(index, i)) {
+        const fo_tree_node *n = &t->nodes[index->slots[i] - 1];
         if (n->parent == parent && n->frame == frame)
-            return t->slots[i] - 1;
-        i = (i + 1) & t->slot_mask;
+            return index->slots[i] - 1;
     }
     return UINT32_MAX;
 }
 
-static void slot_put(uint32_t *slots, uint32_t mask, uint64_t hash, uint32_t id)
+static uint64_t rehash_child(const void *table, uint32_t id)
 {
-    uint32_t i = (uint32_t)hash & mask;
-    while (slots[i] != 0)
-        i = (i + 1) & mask;
-    slots[i] = id + 1;
-}
-
-static int grow_slots(fo_tree *t)
-{
-    uint32_t old_size = t->slot_mask + 1;
-    if (old_size > UINT32_MAX / 2)
-        return 0;
-    uint32_t size = old_size * 2;
-    uint32_t *slots = calloc(size, sizeof(uint32_t));
-    if (slots == NULL)
-        return 0;
-    for (uint32_t i = 0; i < old_size; i++) {
-        uint32_t id = t->slots[i];
-        if (id != 0) {
-            const fo_tree_node *n = &t->nodes[id - 1];
-            slot_put(slots, size - 1, child_hash(n->parent, n->frame), id - 1);
-        }
-    }
-    free(t->slots);
-    t->slots = slots;
-    t->slot_mask = size - 1;
-    return 1;
+    const fo_tree_node *n = &((const fo_tree *)table)->nodes[id];
+    return child_hash(n->parent, n->frame);
 }
 
 uint32_t fo_tree_child(fo_tree *t, uint32_t parent, uint32_t frame, int may_create)
@@ -114,17 +85,17 @@ uint32_t fo_tree_child(fo_tree *t, uint32_t parent, uint32_t frame, int may_crea
     uint32_t found = fo_tree_find_child(t, parent, frame);
     if (found != UINT32_MAX || !may_create)
         return found;
-    if ((t->slot_used + 1) * 2 > t->slot_mask + 1 && !grow_slots(t))
-        return UINT32_MAX;
     uint32_t id = new_node(t, parent, frame, t->nodes[parent].proc, t->nodes[parent].depth + 1);
     if (id == UINT32_MAX)
         return UINT32_MAX;
-    slot_put(t->slots, t->slot_mask, child_hash(parent, frame), id);
-    t->slot_used++;
+    if (!fo_slots_put(&t->children, child_hash(parent, frame), id, rehash_child, t)) {
+        t->count--; /* unindexed, it could never be found again */
+        return UINT32_MAX;
+    }
     return id;
 }
 
 size_t fo_tree_memory(const fo_tree *t)
 {
-    return (size_t)t->cap * sizeof(fo_tree_node) + ((size_t)t->slot_mask + 1) * sizeof(uint32_t);
+    return (size_t)t->cap * sizeof(fo_tree_node) + fo_slots_memory(&t->children);
 }

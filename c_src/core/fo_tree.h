@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fo_slots.h"
+
 typedef struct {
     uint32_t parent; /* UINT32_MAX for a process root */
     uint32_t frame;
@@ -20,9 +22,7 @@ typedef struct {
     uint32_t count;
     uint32_t cap;
     uint32_t hard_cap;    /* regular limit + reserved nodes */
-    uint32_t *slots;      /* child index: node id + 1, 0 = empty */
-    uint32_t slot_mask;
-    uint32_t slot_used;
+    fo_slots children;    /* (parent, frame) -> child node id */
 } fo_tree;
 
 int fo_tree_init(fo_tree *t, uint32_t hard_cap);
