@@ -135,7 +135,7 @@ uint32_t fo_graph_waiting_call(const fo_graph *g, uint64_t pid, uint64_t *callee
 /* The span pid is working in now (its newest open span), or FO_NONE. */
 uint32_t fo_graph_current_span(const fo_graph *g, uint64_t pid);
 
-const fo_graph_stats *fo_graph_stats(const fo_graph *g);
+const fo_graph_stats *fo_graph_get_stats(const fo_graph *g);
 
 /* Bytes held by the graph's tables. */
 size_t fo_graph_memory(const fo_graph *g);

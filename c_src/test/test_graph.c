@@ -1,0 +1,1240 @@
+/* The span graph of c_src/core/GRAPH.md: correlation events in, the exact
+ * spans (times in ns, waits split into attributed and unattributed) and
+ * the exact counters out. Then bounds without growth, a seeded model of
+ * well-formed nested calls with noise, and seeded garbage streams checked
+ * against the graph invariants.
+ *
+ * Scripts, one event or check per line (names are pids and tags; they get
+ * large 64-bit keys from ts_name_key):
+ *     "root P TS"                     fo_graph_root
+ *     "send CALLER CALLEE TAG TS"     fo_graph_request_sent
+ *     "recv CALLEE CALLER TAG TS"     fo_graph_request_received
+ *     "reply SENDER TAG TS"           fo_graph_reply_sent
+ *     "resume CALLER TAG TS"          fo_graph_reply_received
+ *     "exit P TS REASON"              fo_graph_exit ("normal" is key 0)
+ *     "close TS"                      fo_graph_close
+ *     "active P 0|1"                  assert fo_graph_active
+ *     "waiting P N CALLEE|-"          assert fo_graph_waiting_call
+ *     "current P ID|-"                assert fo_graph_current_span
+ *
+ * Spans render one line each, in id order:
+ *     "ID PID PARENT|- START..END self=S wait=W/ATTRIBUTED/UNATTRIBUTED on=P|- STATUS"
+ * STATUS is open, ok, at_close or exit:REASON. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fo_graph.h"
+#include "test_support.h"
+
+#define LINES(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define DEFAULTS {0, 0, 0, 0}
+
+/* ------------------------------------------------------------------------
+ * Names and scripts */
+
+static uint64_t key(const char *name)
+{
+    return strcmp(name, "normal") == 0 ? 0 : ts_name_key(name);
+}
+
+static const char *name_of(uint64_t k, char *buf, size_t size)
+{
+    const char *n = ts_key_name(k);
+    if (k == 0)
+        return "-";
+    if (n != NULL)
+        return n;
+    snprintf(buf, size, "?%" PRIx64, k);
+    return buf;
+}
+
+static int64_t num(const char *text, const char *line)
+{
+    char *end = NULL;
+    long long v = strtoll(text, &end, 10);
+    if (end == text || *end != '\0')
+        fail_msg("bad number '%s' in script line '%s'", text, line);
+    return (int64_t)v;
+}
+
+#define MAX_WORDS 6
+
+static void check_waiting(const fo_graph *g, char *const *w, const char *line)
+{
+    uint64_t callee = 0;
+    uint32_t n = fo_graph_waiting_call(g, key(w[1]), &callee);
+    if ((int64_t)n != num(w[2], line))
+        fail_msg("'%s': waiting %" PRIu32, line, n);
+    if (n > 0 && callee != (strcmp(w[3], "-") == 0 ? 0 : key(w[3])))
+        fail_msg("'%s': waiting on another callee", line);
+}
+
+static void check_current(const fo_graph *g, char *const *w, const char *line)
+{
+    uint32_t s = fo_graph_current_span(g, key(w[1]));
+    uint32_t want = strcmp(w[2], "-") == 0 ? FO_NONE : (uint32_t)num(w[2], line);
+    if (s != want)
+        fail_msg("'%s': current span is %" PRIu32, line, s);
+}
+
+static void run_line(fo_graph *g, const char *line)
+{
+    char copy[160];
+    char *w[MAX_WORDS] = {NULL};
+    int n = 0;
+    char *save = NULL;
+    assert_true(strlen(line) < sizeof copy);
+    strcpy(copy, line);
+    for (char *tok = strtok_r(copy, " ", &save); tok != NULL; tok = strtok_r(NULL, " ", &save)) {
+        if (n == MAX_WORDS)
+            fail_msg("too many words in script line '%s'", line);
+        w[n++] = tok;
+    }
+    if (n == 3 && strcmp(w[0], "root") == 0)
+        fo_graph_root(g, key(w[1]), num(w[2], line));
+    else if (n == 5 && strcmp(w[0], "send") == 0)
+        fo_graph_request_sent(g, key(w[1]), key(w[2]), key(w[3]), num(w[4], line));
+    else if (n == 5 && strcmp(w[0], "recv") == 0)
+        fo_graph_request_received(g, key(w[1]), key(w[2]), key(w[3]), num(w[4], line));
+    else if (n == 4 && strcmp(w[0], "reply") == 0)
+        fo_graph_reply_sent(g, key(w[1]), key(w[2]), num(w[3], line));
+    else if (n == 4 && strcmp(w[0], "resume") == 0)
+        fo_graph_reply_received(g, key(w[1]), key(w[2]), num(w[3], line));
+    else if (n == 4 && strcmp(w[0], "exit") == 0)
+        fo_graph_exit(g, key(w[1]), num(w[2], line), key(w[3]));
+    else if (n == 2 && strcmp(w[0], "close") == 0)
+        fo_graph_close(g, num(w[1], line));
+    else if (n == 3 && strcmp(w[0], "active") == 0) {
+        if (fo_graph_active(g, key(w[1])) != num(w[2], line))
+            fail_msg("'%s' does not hold", line);
+    } else if (n == 4 && strcmp(w[0], "waiting") == 0)
+        check_waiting(g, w, line);
+    else if (n == 3 && strcmp(w[0], "current") == 0)
+        check_current(g, w, line);
+    else
+        fail_msg("bad script line '%s'", line);
+}
+
+static void run_script(fo_graph *g, const char *const *lines)
+{
+    for (size_t i = 0; lines[i] != NULL; i++)
+        run_line(g, lines[i]);
+}
+
+/* ------------------------------------------------------------------------
+ * Rendering and comparing */
+
+static char *append(char *text, const char *line)
+{
+    size_t a = text != NULL ? strlen(text) : 0;
+    size_t b = strlen(line);
+    char *p = realloc(text, a + b + 2);
+    assert_non_null(p);
+    memcpy(p + a, line, b);
+    p[a + b] = '\n';
+    p[a + b + 1] = '\0';
+    return p;
+}
+
+static const char *status_text(const fo_span_info *si, char *buf, size_t size)
+{
+    char name[32];
+    switch (si->status) {
+    case FO_SPAN_OPEN:
+        return "open";
+    case FO_SPAN_OK:
+        return "ok";
+    case FO_SPAN_OPEN_AT_CLOSE:
+        return "at_close";
+    case FO_SPAN_EXIT:
+        snprintf(buf, size, "exit:%s",
+                 si->reason_key == 0 ? "normal" : name_of(si->reason_key, name, sizeof name));
+        return buf;
+    default:
+        return "?";
+    }
+}
+
+static char *render_spans(const fo_graph *g)
+{
+    char *text = NULL;
+    uint32_t n = fo_graph_span_count(g);
+    for (uint32_t id = 0; id < n; id++) {
+        fo_span_info si;
+        assert_int_equal(fo_graph_span(g, id, &si), 1);
+        char pid[32], on[32], parent[16], status[48], line[256];
+        if (si.parent_span_id == FO_NONE)
+            strcpy(parent, "-");
+        else
+            snprintf(parent, sizeof parent, "%" PRIu32, si.parent_span_id);
+        snprintf(line, sizeof line,
+                 "%" PRIu32 " %s %s %" PRId64 "..%" PRId64 " self=%" PRIu64 " wait=%" PRIu64
+                 "/%" PRIu64 "/%" PRIu64 " on=%s %s",
+                 id, name_of(si.pid, pid, sizeof pid), parent, si.started_ns, si.ended_ns,
+                 si.self_ns, si.wait_ns, si.attributed_wait_ns, si.unattributed_wait_ns,
+                 name_of(si.waiting_on_pid, on, sizeof on),
+                 status_text(&si, status, sizeof status));
+        text = append(text, line);
+    }
+    return text != NULL ? text : append(NULL, "(no spans)");
+}
+
+static void assert_spans(const fo_graph *g, const char *const *expected)
+{
+    char *want = NULL;
+    for (size_t i = 0; expected[i] != NULL; i++)
+        want = append(want, expected[i]);
+    if (want == NULL)
+        want = append(NULL, "(no spans)");
+    char *actual = render_spans(g);
+    ts_assert_text(actual, want, "spans");
+    free(actual);
+    free(want);
+}
+
+#define GRAPH_STATS(X)                                                                             \
+    X(spans)                                                                                       \
+    X(processes)                                                                                   \
+    X(calls)                                                                                       \
+    X(dropped_spans)                                                                               \
+    X(span_limit_hits)                                                                             \
+    X(fanout_hits)                                                                                 \
+    X(process_limit_hits)                                                                          \
+    X(pending_limit_hits)                                                                          \
+    X(orphan_requests)                                                                             \
+    X(unmatched_requests)                                                                          \
+    X(unmatched_replies)                                                                           \
+    X(unmatched_reply_sends)                                                                       \
+    X(late_replies)                                                                                \
+    X(delegated_replies)                                                                           \
+    X(unseen_replies)                                                                              \
+    X(duplicate_events)                                                                            \
+    X(events_after_close)                                                                          \
+    X(clock_skews)                                                                                 \
+    X(alloc_failures)
+
+#define COUNT_STAT(f) +1
+/* A counter added to fo_graph_stats must be added here too. */
+_Static_assert(sizeof(fo_graph_stats) == (0 GRAPH_STATS(COUNT_STAT)) * sizeof(uint64_t),
+               "GRAPH_STATS lists every fo_graph_stats counter");
+
+static char *render_stats(const fo_graph_stats *st)
+{
+    char buf[1024] = "";
+    size_t len = 0;
+#define RENDER_STAT(f)                                                                             \
+    if (st->f != 0) {                                                                              \
+        int w_ = snprintf(buf + len, sizeof buf - len, "%s%s=%" PRIu64, len > 0 ? " " : "", #f,   \
+                          st->f);                                                                  \
+        assert_true(w_ > 0 && (size_t)w_ < sizeof buf - len);                                      \
+        len += (size_t)w_;                                                                         \
+    }
+    GRAPH_STATS(RENDER_STAT)
+#undef RENDER_STAT
+    char *out = malloc(len + 1);
+    assert_non_null(out);
+    memcpy(out, buf, len + 1);
+    return out;
+}
+
+/* spec lists the non-zero counters, in GRAPH_STATS order. */
+static void assert_stats(const fo_graph *g, const char *spec)
+{
+    char *actual = render_stats(fo_graph_get_stats(g));
+    ts_assert_text(actual, spec, "stats");
+    free(actual);
+}
+
+/* ------------------------------------------------------------------------
+ * Invariants (GRAPH.md), checked after every case and throughout the
+ * random streams. */
+
+static void check_span(const fo_graph *g, const fo_graph_limits *l, uint32_t id, int closed,
+                       uint32_t *kids_seen)
+{
+    fo_span_info si;
+    assert_int_equal(fo_graph_span(g, id, &si), 1);
+    assert_int_equal(si.span_id, id);
+    if (id == 0)
+        assert_int_equal(si.parent_span_id, FO_NONE);
+    else if (si.parent_span_id >= id)
+        fail_msg("span %" PRIu32 " has parent %" PRIu32 " (must be smaller)", id,
+                 si.parent_span_id);
+    assert_true(si.attributed_wait_ns <= si.wait_ns);
+    assert_true(si.attributed_wait_ns + si.unattributed_wait_ns == si.wait_ns);
+    if (si.calls == 0) {
+        assert_true(si.wait_ns == 0);
+        assert_true(si.waiting_on_pid == 0);
+    }
+    if (si.status == FO_SPAN_OPEN) {
+        assert_false(closed);
+        assert_true(si.ended_ns == si.started_ns && si.self_ns == 0);
+    } else {
+        assert_true(si.ended_ns >= si.started_ns);
+        uint64_t duration = (uint64_t)si.ended_ns - (uint64_t)si.started_ns;
+        assert_true(si.self_ns == (si.wait_ns <= duration ? duration - si.wait_ns : 0));
+    }
+    assert_true(si.status <= FO_SPAN_OPEN_AT_CLOSE);
+    assert_true(si.child_count <= l->max_fanout);
+    uint32_t seen = 0;
+    uint32_t prev = id;
+    uint32_t kids[8];
+    uint32_t listed = fo_graph_children(g, id, kids, 8);
+    assert_int_equal(listed, si.child_count);
+    for (uint32_t c = si.first_child; c != FO_NONE; seen++) {
+        fo_span_info ci;
+        assert_true(seen < si.child_count);
+        assert_int_equal(fo_graph_span(g, c, &ci), 1);
+        assert_int_equal(ci.parent_span_id, id);
+        assert_true(c > prev);
+        if (seen < 8)
+            assert_int_equal(kids[seen], c);
+        kids_seen[c]++;
+        prev = c;
+        c = ci.next_sibling;
+    }
+    assert_int_equal(seen, si.child_count);
+}
+
+static void check_graph(const fo_graph *g, const fo_graph_limits *l, const uint64_t *pids,
+                        size_t npids)
+{
+    uint32_t n = fo_graph_span_count(g);
+    const fo_graph_stats *st = fo_graph_get_stats(g);
+    int closed = fo_graph_closed(g);
+    assert_true(n <= l->max_spans);
+    assert_true(st->spans == n);
+    assert_true(st->processes <= l->max_processes);
+    uint32_t *kids_seen = calloc(n + 1, sizeof *kids_seen);
+    assert_non_null(kids_seen);
+    for (uint32_t id = 0; id < n; id++)
+        check_span(g, l, id, closed, kids_seen);
+    for (uint32_t id = 1; id < n; id++)
+        assert_int_equal(kids_seen[id], 1); /* in exactly its parent's list */
+    if (n > 0)
+        assert_int_equal(kids_seen[0], 0);
+    free(kids_seen);
+    fo_span_info none;
+    assert_int_equal(fo_graph_span(g, n, &none), 0);
+    assert_int_equal(fo_graph_children(g, n, NULL, 0), 0);
+    for (size_t i = 0; i < npids; i++) {
+        uint32_t cur = fo_graph_current_span(g, pids[i]);
+        assert_int_equal(fo_graph_active(g, pids[i]), !closed && cur != FO_NONE);
+        if (cur != FO_NONE) {
+            fo_span_info si;
+            assert_int_equal(fo_graph_span(g, cur, &si), 1);
+            assert_true(si.pid == pids[i] && si.status == FO_SPAN_OPEN);
+        }
+        uint32_t waiting = fo_graph_waiting_call(g, pids[i], NULL);
+        assert_true(waiting <= l->max_pending_calls);
+        if (closed)
+            assert_int_equal(waiting, 0);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Table-driven cases */
+
+typedef struct {
+    const char *name;
+    fo_graph_limits limits; /* a zero field: that default */
+    const char *const *script;
+    const char *const *expect; /* span lines in id order */
+    const char *stats;         /* the non-zero counters, in GRAPH_STATS order */
+} graph_case;
+
+static fo_graph_limits limits_of(fo_graph_limits l)
+{
+    fo_graph_limits d = fo_graph_limits_default();
+    if (l.max_spans != 0)
+        d.max_spans = l.max_spans;
+    if (l.max_pending_calls != 0)
+        d.max_pending_calls = l.max_pending_calls;
+    if (l.max_processes != 0)
+        d.max_processes = l.max_processes;
+    if (l.max_fanout != 0)
+        d.max_fanout = l.max_fanout;
+    return d;
+}
+
+// clang-format off
+static const graph_case graph_cases[] = {
+    {"single_call_attributed_exactly", DEFAULTS,
+     LINES("root A 0", "send A B t1 10", "recv B A t1 10", "reply B t1 40", "resume A t1 40",
+           "close 100"),
+     LINES("0 A - 0..100 self=70 wait=30/30/0 on=B ok",
+           "1 B 0 10..40 self=30 wait=0/0/0 on=- ok"),
+     "spans=2 processes=2 calls=1"},
+
+    {"queueing_delay_and_reply_transit_are_unattributed", DEFAULTS,
+     LINES("root A 0",
+           "send A B t1 10",
+           "recv B A t1 25",   /* 15 queued in B's mailbox */
+           "reply B t1 40",
+           "resume A t1 45",   /* 5 in transit */
+           "close 100"),
+     LINES("0 A - 0..100 self=65 wait=35/15/20 on=B ok",
+           "1 B 0 25..40 self=15 wait=0/0/0 on=- ok"),
+     "spans=2 processes=2 calls=1"},
+
+    {"nested_a_b_c_attributes_at_each_level", DEFAULTS,
+     LINES("root A 0",
+           "send A B t1 10", "recv B A t1 12",
+           "send B C t2 20", "recv C B t2 21",
+           "active C 1", "waiting B 1 C", "waiting A 1 B", "current C 2",
+           "reply C t2 31",
+           "active C 0", "active B 1",
+           "resume B t2 33",
+           "reply B t1 50", "resume A t1 52",
+           "close 60"),
+     LINES("0 A - 0..60 self=18 wait=42/38/4 on=B ok",   /* B's 38 includes its wait on C */
+           "1 B 0 12..50 self=25 wait=13/10/3 on=C ok",
+           "2 C 1 21..31 self=10 wait=0/0/0 on=- ok"),
+     "spans=3 processes=3 calls=2"},
+
+    {"two_sequential_calls_to_the_same_server", DEFAULTS,
+     LINES("root A 0",
+           "send A B t1 10", "recv B A t1 11", "reply B t1 20", "resume A t1 21",
+           "send A B t2 30", "recv B A t2 30", "reply B t2 50", "resume A t2 52",
+           "close 60"),
+     LINES("0 A - 0..60 self=27 wait=33/29/4 on=B ok",
+           "1 B 0 11..20 self=9 wait=0/0/0 on=- ok",
+           "2 B 0 30..50 self=20 wait=0/0/0 on=- ok"),
+     "spans=3 processes=2 calls=2"},
+
+    {"waiting_on_is_the_callee_of_the_longest_wait", DEFAULTS,
+     LINES("root A 0",
+           "send A B t1 10", "recv B A t1 10", "reply B t1 20", "resume A t1 20",
+           "send A C t2 30", "recv C A t2 30", "reply C t2 60", "resume A t2 60",
+           "send A B t3 70", "recv B A t3 70", "reply B t3 75", "resume A t3 75",
+           "close 80"),
+     LINES("0 A - 0..80 self=35 wait=45/45/0 on=C ok",
+           "1 B 0 10..20 self=10 wait=0/0/0 on=- ok",
+           "2 C 0 30..60 self=30 wait=0/0/0 on=- ok",
+           "3 B 0 70..75 self=5 wait=0/0/0 on=- ok"),
+     "spans=4 processes=3 calls=3"},
+
+    /* A has two requests out at once (send_request), so B and C call S
+     * concurrently; S serves them one after the other. A's waits overlap:
+     * they sum past its duration and its self time is 0. */
+    {"two_callers_call_the_same_server_concurrently", DEFAULTS,
+     LINES("root A 0",
+           "send A B t1 10", "send A C t2 11",
+           "waiting A 2 C",
+           "recv B A t1 12", "recv C A t2 13",
+           "send B S t3 20", "send C S t4 21",
+           "recv S B t3 22", "reply S t3 30", "resume B t3 31",
+           "recv S C t4 32",                   /* queued behind B's request */
+           "reply S t4 40", "resume C t4 41",
+           "reply B t1 45", "reply C t2 46",
+           "resume A t1 47", "resume A t2 48",
+           "close 50"),
+     LINES("0 A - 0..50 self=0 wait=74/66/8 on=B ok",
+           "1 B 0 12..45 self=22 wait=11/8/3 on=S ok",
+           "2 C 0 13..46 self=13 wait=20/8/12 on=S ok",
+           "3 S 1 22..30 self=8 wait=0/0/0 on=- ok",
+           "4 S 2 32..40 self=8 wait=0/0/0 on=- ok"),
+     "spans=5 processes=4 calls=4"},
+
+    /* S defers the first reply (:noreply), takes the second request, then
+     * replies to the first: a span below the top of S's stack ends. */
+    {"deferred_reply_ends_a_span_below_the_top", DEFAULTS,
+     LINES("root A 0",
+           "send A S t1 10", "send A S t2 11",
+           "recv S A t1 12", "current S 1",
+           "recv S A t2 14", "current S 2",
+           "reply S t1 20", "current S 2", "active S 1",
+           "resume A t1 21",
+           "reply S t2 30", "current S -", "active S 0",
+           "resume A t2 31",
+           "close 40"),
+     LINES("0 A - 0..40 self=9 wait=31/24/7 on=S ok",
+           "1 S 0 12..20 self=8 wait=0/0/0 on=- ok",
+           "2 S 0 14..30 self=16 wait=0/0/0 on=- ok"),
+     "spans=3 processes=2 calls=2"},
+
+    {"callee_crash_explains_the_wait_up_to_its_exit", DEFAULTS,
+     LINES("root A 0",
+           "send A B t1 10", "recv B A t1 12",
+           "exit B 30 crash",
+           "active B 0", "waiting A 1 B",
+           "close 50"),
+     LINES("0 A - 0..50 self=10 wait=40/18/22 on=B ok",
+           "1 B 0 12..30 self=18 wait=0/0/0 on=- exit:crash"),
+     "spans=2 processes=2 calls=1"},
+
+    {"callee_crash_then_caller_resumes", DEFAULTS,
+     LINES("root A 0",
+           "send A B t1 10", "recv B A t1 12",
+           "exit B 30 normal",
+           "resume A t1 35",
+           "close 50"),
+     LINES("0 A - 0..50 self=25 wait=25/18/7 on=B ok",
+           "1 B 0 12..30 self=18 wait=0/0/0 on=- exit:normal"),
+     "spans=2 processes=2 calls=1"},
+
+    {"nested_crash_ends_only_the_crashed_span", DEFAULTS,
+     LINES("root A 0",
+           "send A B t1 10", "recv B A t1 11",
+           "send B C t2 12", "recv C B t2 13",
+           "exit C 20 boom",
+           "resume B t2 22",
+           "reply B t1 30", "resume A t1 31",
+           "close 40"),
+     LINES("0 A - 0..40 self=19 wait=21/19/2 on=B ok",
+           "1 B 0 11..30 self=9 wait=10/7/3 on=C ok",
+           "2 C 1 13..20 self=7 wait=0/0/0 on=- exit:boom"),
+     "spans=3 processes=3 calls=2"},
+
+    {"reply_never_arrives_is_unattributed_at_close", DEFAULTS,
+     LINES("root A 0", "send A B t1 10", "recv B A t1 15", "close 100"),
+     LINES("0 A - 0..100 self=10 wait=90/0/90 on=B ok",
+           "1 B 0 15..100 self=85 wait=0/0/0 on=- at_close"),
+     "spans=2 processes=2 calls=1"},
+
+    {"request_never_received_is_unattributed_at_close", DEFAULTS,
+     LINES("root A 0", "send A B t1 10", "active B 0", "close 100"),
+     LINES("0 A - 0..100 self=10 wait=90/0/90 on=B ok"),
+     "spans=1 processes=1 calls=1"},
+
+    {"late_reply_after_close_is_counted", DEFAULTS,
+     LINES("root A 0", "send A B t1 10", "recv B A t1 15",
+           "reply B t1 90",     /* sent, not received before close */
+           "close 100",
+           "active A 0", "waiting A 0 -",
+           "resume A t1 105",   /* late */
+           "reply B t2 110", "send A B t3 111", "exit B 120 crash", "root A 121",
+           "close 130"),
+     LINES("0 A - 0..100 self=10 wait=90/75/15 on=B ok",
+           "1 B 0 15..90 self=75 wait=0/0/0 on=- ok"),
+     "spans=2 processes=2 calls=1 late_replies=1 duplicate_events=1 events_after_close=4"},
+
+    {"unknown_tags_are_counted_and_ignored", DEFAULTS,
+     LINES("root A 0",
+           "resume A zz 5", "reply B zz 6", "recv B A zz 7",
+           "close 10"),
+     LINES("0 A - 0..10 self=10 wait=0/0/0 on=- ok"),
+     "spans=1 processes=1 unmatched_requests=1 unmatched_replies=1 unmatched_reply_sends=1"},
+
+    /* B keeps its token after replying: its later call is a stale label. */
+    {"request_from_a_process_without_open_span_is_ignored", DEFAULTS,
+     LINES("send X B t0 1",    /* before any root */
+           "root A 0",
+           "send A B t1 10", "recv B A t1 11", "reply B t1 20", "resume A t1 21",
+           "send B C t2 25",
+           "recv C B t2 26", "reply C t2 30", "resume B t2 31",
+           "active B 0", "active C 0", "waiting B 0 -",
+           "close 40"),
+     LINES("0 A - 0..40 self=29 wait=11/9/2 on=B ok",
+           "1 B 0 11..20 self=9 wait=0/0/0 on=- ok"),
+     "spans=2 processes=2 calls=1 orphan_requests=2 unmatched_requests=1 unmatched_replies=1 "
+     "unmatched_reply_sends=1"},
+
+    {"reply_delegated_to_another_process_ends_the_span", DEFAULTS,
+     LINES("root A 0", "send A B t1 10", "recv B A t1 12",
+           "reply W t1 30",
+           "active B 0", "active W 0",
+           "resume A t1 32", "close 40"),
+     LINES("0 A - 0..40 self=18 wait=22/18/4 on=B ok",
+           "1 B 0 12..30 self=18 wait=0/0/0 on=- ok"),
+     "spans=2 processes=2 calls=1 delegated_replies=1"},
+
+    {"reply_send_unseen_ends_the_callee_at_resume", DEFAULTS,
+     LINES("root A 0", "send A B t1 10", "recv B A t1 12", "resume A t1 30", "active B 0",
+           "close 40"),
+     LINES("0 A - 0..40 self=20 wait=20/18/2 on=B ok",
+           "1 B 0 12..30 self=18 wait=0/0/0 on=- ok"),
+     "spans=2 processes=2 calls=1 unseen_replies=1"},
+
+    /* The root dies while blocked: its wait ends with it; B's work goes on
+     * and its reply still ends its span. */
+    {"root_exit_settles_its_wait_and_callee_finishes", DEFAULTS,
+     LINES("root A 0", "send A B t1 10", "recv B A t1 12",
+           "exit A 20 crash",
+           "active A 0", "waiting A 0 -", "active B 1",
+           "reply B t1 30", "active B 0",
+           "close 40"),
+     LINES("0 A - 0..20 self=10 wait=10/0/10 on=B exit:crash",
+           "1 B 0 12..30 self=18 wait=0/0/0 on=- ok"),
+     "spans=2 processes=2 calls=1"},
+
+    /* A worker replies for B while B is blocked on C: B's span ends there
+     * and so does its wait on C; C's later reply still ends C's span. */
+    {"caller_span_ending_settles_its_pending_call", DEFAULTS,
+     LINES("root A 0",
+           "send A B t1 10", "recv B A t1 11",
+           "send B C t2 12", "recv C B t2 13",
+           "reply W t1 20",
+           "waiting B 0 -",
+           "resume A t1 21",
+           "reply C t2 25",
+           "resume B t2 26",   /* the call is forgotten: unmatched */
+           "close 30"),
+     LINES("0 A - 0..30 self=19 wait=11/9/2 on=B ok",
+           "1 B 0 11..20 self=1 wait=8/0/8 on=C ok",
+           "2 C 1 13..25 self=12 wait=0/0/0 on=- ok"),
+     "spans=3 processes=3 calls=2 unmatched_replies=1 delegated_replies=1"},
+
+    {"reply_for_a_settled_call_before_its_send_is_late", DEFAULTS,
+     LINES("root A 0",
+           "send A B t1 10", "recv B A t1 11",
+           "send B C t2 12", "recv C B t2 13",
+           "reply W t1 20", "resume A t1 21",
+           "resume B t2 24",   /* late: B's span ended; C's reply unseen */
+           "active C 0",
+           "reply C t2 25",    /* the call is forgotten by now */
+           "close 30"),
+     LINES("0 A - 0..30 self=19 wait=11/9/2 on=B ok",
+           "1 B 0 11..20 self=1 wait=8/0/8 on=C ok",
+           "2 C 1 13..24 self=11 wait=0/0/0 on=- ok"),
+     "spans=3 processes=3 calls=2 unmatched_reply_sends=1 late_replies=1 delegated_replies=1 "
+     "unseen_replies=1"},
+
+    /* The receive was never seen: nobody to compare the sender with, so no
+     * delegation; a receive after the reply is a duplicate. */
+    {"reply_before_any_receive_opens_no_span", DEFAULTS,
+     LINES("root A 0", "send A B t1 10", "reply W t1 15", "recv B A t1 16", "active B 0",
+           "resume A t1 20", "close 30"),
+     LINES("0 A - 0..30 self=20 wait=10/0/10 on=B ok"),
+     "spans=1 processes=1 calls=1 duplicate_events=1"},
+
+    {"active_only_inside_spans", DEFAULTS,
+     LINES("active A 0",
+           "root A 0", "active A 1", "active B 0",
+           "send A B t1 10", "active B 0", "waiting A 1 B",
+           "recv B A t1 12", "active B 1", "current B 1", "waiting B 0 -",
+           "reply B t1 20", "active B 0", "waiting A 1 B",
+           "resume A t1 22", "waiting A 0 -", "active A 1",
+           "close 30", "active A 0", "current A -"),
+     LINES("0 A - 0..30 self=18 wait=12/8/4 on=B ok",
+           "1 B 0 12..20 self=8 wait=0/0/0 on=- ok"),
+     "spans=2 processes=2 calls=1"},
+
+    {"duplicates_are_counted_and_ignored", DEFAULTS,
+     LINES("root A 0", "root B 1",
+           "send A B t1 10", "send A C t1 11",
+           "recv B A t1 12", "recv B A t1 13",
+           "reply B t1 20", "reply B t1 21",
+           "resume A t1 22", "resume A t1 23",
+           "close 30", "close 31"),
+     LINES("0 A - 0..30 self=18 wait=12/8/4 on=B ok",
+           "1 B 0 12..20 self=8 wait=0/0/0 on=- ok"),
+     "spans=2 processes=2 calls=1 unmatched_replies=1 duplicate_events=5"},
+
+    {"clock_skew_clamps_to_zero_length", DEFAULTS,
+     LINES("root A 100",
+           "send A B t1 90",    /* before A's span: clamped to 100 */
+           "recv B A t1 120",
+           "reply B t1 110",    /* before B's start: B lasts 0 */
+           "resume A t1 95",    /* before the send: wait 0 */
+           "close 50"),         /* before A's start: A lasts 0 */
+     LINES("0 A - 100..100 self=0 wait=0/0/0 on=B ok",
+           "1 B 0 120..120 self=0 wait=0/0/0 on=- ok"),
+     "spans=2 processes=2 calls=1 clock_skews=4"},
+
+    /* --- bounds --------------------------------------------------------- */
+
+    {"max_spans_stops_following_new_callees", {2, 0, 0, 0},
+     LINES("root A 0",
+           "send A B t1 10", "recv B A t1 10", "reply B t1 20", "resume A t1 20",
+           "send A C t2 30", "recv C A t2 31", "active C 0", "waiting A 1 C",
+           "send C D t3 32",   /* not followed: an orphan */
+           "reply C t2 40", "resume A t2 41",
+           "close 50"),
+     LINES("0 A - 0..50 self=29 wait=21/10/11 on=C ok",
+           "1 B 0 10..20 self=10 wait=0/0/0 on=- ok"),
+     "spans=2 processes=2 calls=2 dropped_spans=1 span_limit_hits=1 orphan_requests=1"},
+
+    {"max_fanout_limits_children_per_span", {0, 0, 0, 1},
+     LINES("root A 0",
+           "send A B t1 10", "recv B A t1 10",
+           "send B C t2 12", "recv C B t2 12", "reply C t2 14", "resume B t2 14",
+           "reply B t1 20", "resume A t1 20",
+           "send A B t3 30", "recv B A t3 30", "active B 0", "reply B t3 40", "resume A t3 40",
+           "close 50"),
+     LINES("0 A - 0..50 self=30 wait=20/10/10 on=B ok",
+           "1 B 0 10..20 self=8 wait=2/2/0 on=C ok",
+           "2 C 1 12..14 self=2 wait=0/0/0 on=- ok"),
+     "spans=3 processes=3 calls=3 dropped_spans=1 fanout_hits=1"},
+
+    {"max_processes_limits_distinct_pids", {0, 0, 2, 0},
+     LINES("root A 0",
+           "send A B t1 10", "recv B A t1 10", "reply B t1 20", "resume A t1 20",
+           "send A C t2 30", "recv C A t2 30", "active C 0", "reply C t2 40", "resume A t2 40",
+           "send A B t3 50", "recv B A t3 50", "reply B t3 55", "resume A t3 55",
+           "close 60"),
+     LINES("0 A - 0..60 self=35 wait=25/15/10 on=B ok",
+           "1 B 0 10..20 self=10 wait=0/0/0 on=- ok",
+           "2 B 0 50..55 self=5 wait=0/0/0 on=- ok"),
+     "spans=3 processes=2 calls=3 dropped_spans=1 process_limit_hits=1"},
+
+    {"max_pending_calls_drops_requests_visibly", {0, 1, 0, 0},
+     LINES("root A 0",
+           "send A B t1 10",
+           "send A C t2 11",   /* past the bound: not recorded */
+           "waiting A 1 B",
+           "recv B A t1 12", "recv C A t2 13",
+           "reply B t1 20", "reply C t2 21",
+           "resume A t1 22", "resume A t2 23",
+           "send A C t3 30",   /* room again */
+           "recv C A t3 31", "reply C t3 35", "resume A t3 36",
+           "close 40"),
+     LINES("0 A - 0..40 self=22 wait=18/12/6 on=B ok",
+           "1 B 0 12..20 self=8 wait=0/0/0 on=- ok",
+           "2 C 0 31..35 self=4 wait=0/0/0 on=- ok"),
+     "spans=3 processes=3 calls=2 pending_limit_hits=1 unmatched_requests=1 unmatched_replies=1 "
+     "unmatched_reply_sends=1"},
+};
+// clang-format on
+
+typedef struct {
+    const graph_case *c;
+    fo_graph_limits limits;
+    fo_graph *g;
+} case_run;
+
+/* The graph is made in setup and freed in teardown, which cmocka runs even
+ * when the test fails: a failing case leaks nothing under valgrind. */
+static int case_setup(void **state)
+{
+    case_run *run = calloc(1, sizeof *run);
+    if (run == NULL)
+        return -1;
+    run->c = *state;
+    run->limits = limits_of(run->c->limits);
+    run->g = fo_graph_new(&run->limits, 7);
+    if (run->g == NULL) {
+        free(run);
+        return -1;
+    }
+    *state = run;
+    return 0;
+}
+
+static int case_teardown(void **state)
+{
+    case_run *run = *state;
+    fo_graph_free(run->g);
+    free(run);
+    return 0;
+}
+
+static void case_test(void **state)
+{
+    const case_run *run = *state;
+    static const char *const names[] = {"A", "B", "C", "D", "S", "W", "X"};
+    uint64_t pids[sizeof names / sizeof names[0]];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        pids[i] = key(names[i]);
+    run_script(run->g, run->c->script);
+    check_graph(run->g, &run->limits, pids, sizeof pids / sizeof pids[0]);
+    assert_spans(run->g, run->c->expect);
+    assert_stats(run->g, run->c->stats);
+    assert_int_equal(fo_graph_trace_id(run->g), 7);
+}
+
+/* ------------------------------------------------------------------------
+ * Limits */
+
+static void test_limits_validation(void **state)
+{
+    (void)state;
+    fo_graph_limits d = fo_graph_limits_default();
+    assert_int_equal(fo_graph_limits_valid(&d), 1);
+    assert_int_equal(fo_graph_limits_valid(NULL), 0);
+    fo_graph_limits ones = {1, 1, 1, 1};
+    assert_int_equal(fo_graph_limits_valid(&ones), 1);
+    fo_graph_limits ceil = {FO_GRAPH_CEIL_MAX_SPANS, FO_GRAPH_CEIL_MAX_PENDING_CALLS,
+                            FO_GRAPH_CEIL_MAX_PROCESSES, FO_GRAPH_CEIL_MAX_FANOUT};
+    assert_int_equal(fo_graph_limits_valid(&ceil), 1);
+    for (int i = 0; i < 4; i++) {
+        fo_graph_limits zero = d, over = ceil;
+        uint32_t *z = i == 0 ? &zero.max_spans
+                      : i == 1 ? &zero.max_pending_calls
+                      : i == 2 ? &zero.max_processes
+                               : &zero.max_fanout;
+        uint32_t *o = i == 0 ? &over.max_spans
+                      : i == 1 ? &over.max_pending_calls
+                      : i == 2 ? &over.max_processes
+                               : &over.max_fanout;
+        *z = 0;
+        *o += 1;
+        assert_int_equal(fo_graph_limits_valid(&zero), 0);
+        assert_int_equal(fo_graph_limits_valid(&over), 0);
+        assert_null(fo_graph_new(&zero, 1));
+        assert_null(fo_graph_new(&over, 1));
+    }
+    fo_graph_free(NULL);
+}
+
+/* ------------------------------------------------------------------------
+ * Bounds: memory stops growing once the limits are reached. */
+
+static void call_once(fo_graph *g, uint64_t caller, uint64_t callee, uint64_t tag, int64_t *t)
+{
+    fo_graph_request_sent(g, caller, callee, tag, *t);
+    fo_graph_request_received(g, callee, caller, tag, *t + 1);
+    fo_graph_reply_sent(g, callee, tag, *t + 2);
+    fo_graph_reply_received(g, caller, tag, *t + 3);
+    *t += 4;
+}
+
+static void test_bounds_hold_memory_flat(void **state)
+{
+    (void)state;
+    fo_graph_limits l = {4, 3, 3, 2}; /* A has two calls out while its callee makes a third */
+    fo_graph *g = fo_graph_new(&l, 1);
+    assert_non_null(g);
+    uint64_t pids[6];
+    for (int i = 0; i < 6; i++)
+        pids[i] = UINT64_C(0x100000000) * (uint64_t)(i + 1);
+    int64_t t = 0;
+    fo_graph_root(g, pids[0], t);
+    size_t warm = 0;
+    for (uint64_t i = 0; i < 20000; i++) {
+        uint64_t callee = pids[1 + i % 5];
+        fo_graph_request_sent(g, pids[0], callee, 3 * i, t);
+        /* a second request out at once, half the time past the bound */
+        fo_graph_request_sent(g, pids[0], pids[1 + (i + 1) % 5], 3 * i + 1, t);
+        fo_graph_request_received(g, callee, pids[0], 3 * i, t + 1);
+        call_once(g, callee, pids[1 + (i + 2) % 5], 3 * i + 2, &t);
+        fo_graph_reply_sent(g, callee, 3 * i, t + 1);
+        fo_graph_reply_received(g, pids[0], 3 * i, t + 2);
+        fo_graph_reply_received(g, pids[0], 3 * i + 1, t + 3);
+        t += 4;
+        if (i == 100)
+            warm = fo_graph_memory(g);
+    }
+    assert_int_equal(fo_graph_memory(g), warm);
+    const fo_graph_stats *st = fo_graph_get_stats(g);
+    assert_int_equal(fo_graph_span_count(g), 4);
+    assert_true(st->span_limit_hits > 0 && st->fanout_hits > 0 && st->process_limit_hits > 0);
+    assert_true(st->dropped_spans ==
+                st->span_limit_hits + st->fanout_hits + st->process_limit_hits);
+    assert_int_equal(st->pending_limit_hits, 0); /* three out at once fit exactly */
+    assert_true(st->processes <= 3);
+    fo_graph_close(g, t);
+    check_graph(g, &l, pids, 6);
+    fo_graph_free(g);
+}
+
+/* Tags come and go: the pending index must reuse its slots (no tombstones),
+ * and a full pending table must refuse without growing. */
+static void test_pending_churn_does_not_grow(void **state)
+{
+    (void)state;
+    fo_graph_limits l = {2, 500, 4, 4};
+    fo_graph *g = fo_graph_new(&l, 1);
+    assert_non_null(g);
+    const uint64_t a = 11, b = 12;
+    int64_t t = 0;
+    fo_graph_root(g, a, t);
+    size_t warm = 0;
+    for (uint64_t round = 0; round < 60; round++) {
+        for (uint64_t i = 0; i < 600; i++)
+            fo_graph_request_sent(g, a, b, round * 1000 + i, t++);
+        assert_int_equal(fo_graph_waiting_call(g, a, NULL), 500);
+        for (uint64_t i = 0; i < 600; i++)
+            fo_graph_reply_received(g, a, round * 1000 + i, t++);
+        assert_int_equal(fo_graph_waiting_call(g, a, NULL), 0);
+        if (round == 1)
+            warm = fo_graph_memory(g);
+    }
+    assert_int_equal(fo_graph_memory(g), warm);
+    const fo_graph_stats *st = fo_graph_get_stats(g);
+    assert_int_equal(st->calls, 60 * 500);
+    assert_int_equal(st->pending_limit_hits, 60 * 100);
+    assert_int_equal(st->unmatched_replies, 60 * 100);
+    fo_graph_free(g);
+}
+
+/* ------------------------------------------------------------------------
+ * A seeded model: well-formed nested calls made one at a time (a process
+ * on the current chain never serves another call), with exact expected
+ * spans, interleaved with noise that must change nothing but counters. */
+
+#define MODEL_PIDS 8
+#define MODEL_MAX_SPANS 128
+#define MODEL_MAX_DEPTH 4
+#define HELPER_PID UINT64_C(0xDEAD00000000)
+
+typedef struct {
+    uint64_t pid;
+    uint32_t parent;
+    int64_t started;
+    int64_t ended;
+    uint64_t wait;
+    uint64_t attributed;
+    uint64_t longest;
+    uint64_t on;
+    uint32_t calls;
+} mspan;
+
+typedef struct {
+    fo_graph *g;
+    ts_rng rng;
+    uint64_t pids[MODEL_PIDS];
+    int busy[MODEL_PIDS];
+    int used[MODEL_PIDS];
+    mspan spans[MODEL_MAX_SPANS];
+    uint32_t n;
+    uint64_t next_tag;
+    uint64_t next_noise_tag;
+    fo_graph_stats want;
+} model;
+
+static uint32_t idle_pid(model *m)
+{
+    uint32_t start = ts_rng_below(&m->rng, MODEL_PIDS);
+    for (uint32_t k = 0; k < MODEL_PIDS; k++) {
+        uint32_t i = (start + k) % MODEL_PIDS;
+        if (!m->busy[i])
+            return i;
+    }
+    fail_msg("model: no idle pid");
+    return 0;
+}
+
+static void model_noise(model *m, int64_t t)
+{
+    uint64_t tag = m->next_noise_tag++;
+    uint64_t any = m->pids[ts_rng_below(&m->rng, MODEL_PIDS)];
+    switch (ts_rng_below(&m->rng, 8)) {
+    case 0:
+        fo_graph_request_sent(m->g, m->pids[idle_pid(m)], any, tag, t);
+        m->want.orphan_requests++;
+        break;
+    case 1:
+        fo_graph_request_received(m->g, any, m->pids[idle_pid(m)], tag, t);
+        m->want.unmatched_requests++;
+        break;
+    case 2:
+        fo_graph_reply_received(m->g, any, tag, t);
+        m->want.unmatched_replies++;
+        break;
+    case 3:
+        fo_graph_reply_sent(m->g, any, tag, t);
+        m->want.unmatched_reply_sends++;
+        break;
+    case 4:
+        fo_graph_exit(m->g, m->pids[idle_pid(m)], t, 99);
+        break;
+    default:
+        break;
+    }
+}
+
+static int64_t model_span(model *m, uint32_t s, uint32_t pi, int64_t t, int depth)
+{
+    uint32_t k = depth < MODEL_MAX_DEPTH ? ts_rng_below(&m->rng, 4) : 0;
+    for (uint32_t i = 0; i < k; i++) {
+        t += 1 + ts_rng_below(&m->rng, 20);
+        model_noise(m, t);
+        uint32_t ci = idle_pid(m);
+        uint64_t tag = m->next_tag++;
+        int64_t sent = t;
+        fo_graph_request_sent(m->g, m->pids[pi], m->pids[ci], tag, sent);
+        uint64_t callee = 0;
+        assert_int_equal(fo_graph_waiting_call(m->g, m->pids[pi], &callee), 1);
+        assert_true(callee == m->pids[ci]);
+        int64_t recv = sent + ts_rng_below(&m->rng, 6);
+        fo_graph_request_received(m->g, m->pids[ci], m->pids[pi], tag, recv);
+        assert_int_equal(fo_graph_active(m->g, m->pids[ci]), 1);
+        assert_true(m->n < MODEL_MAX_SPANS);
+        uint32_t child = m->n++;
+        mspan *c = &m->spans[child];
+        memset(c, 0, sizeof *c);
+        c->pid = m->pids[ci];
+        c->parent = s;
+        c->started = recv;
+        m->busy[ci] = 1;
+        if (!m->used[ci])
+            m->want.processes++;
+        m->used[ci] = 1;
+        int64_t end = model_span(m, child, ci, recv, depth + 1);
+        m->busy[ci] = 0;
+        uint64_t sender = m->pids[ci];
+        if (ts_rng_below(&m->rng, 8) == 0) {
+            sender = HELPER_PID;
+            m->want.delegated_replies++;
+        }
+        fo_graph_reply_sent(m->g, sender, tag, end);
+        assert_int_equal(fo_graph_active(m->g, m->pids[ci]), 0);
+        m->spans[child].ended = end;
+        int64_t resume = end + ts_rng_below(&m->rng, 6);
+        fo_graph_reply_received(m->g, m->pids[pi], tag, resume);
+        mspan *me = &m->spans[s];
+        uint64_t wait = (uint64_t)(resume - sent);
+        me->wait += wait;
+        me->attributed += (uint64_t)(end - recv);
+        if (me->calls == 0 || wait > me->longest) {
+            me->longest = wait;
+            me->on = m->pids[ci];
+        }
+        me->calls++;
+        m->want.calls++;
+        t = resume;
+    }
+    return t + ts_rng_below(&m->rng, 20);
+}
+
+static void model_compare(const model *m)
+{
+    assert_int_equal(fo_graph_span_count(m->g), m->n);
+    for (uint32_t id = 0; id < m->n; id++) {
+        const mspan *e = &m->spans[id];
+        fo_span_info si;
+        assert_int_equal(fo_graph_span(m->g, id, &si), 1);
+        uint64_t duration = (uint64_t)(e->ended - e->started);
+        if (si.pid != e->pid || si.parent_span_id != e->parent || si.started_ns != e->started ||
+            si.ended_ns != e->ended || si.wait_ns != e->wait ||
+            si.attributed_wait_ns != e->attributed || si.waiting_on_pid != e->on ||
+            si.calls != e->calls || si.status != FO_SPAN_OK || si.self_ns != duration - e->wait)
+            fail_msg("model span %" PRIu32 " differs:\n"
+                     "  got  pid %" PRIx64 " parent %" PRIu32 " %" PRId64 "..%" PRId64
+                     " wait %" PRIu64 "/%" PRIu64 " on %" PRIx64 " calls %" PRIu32
+                     " status %" PRIu32 " self %" PRIu64 "\n"
+                     "  want pid %" PRIx64 " parent %" PRIu32 " %" PRId64 "..%" PRId64
+                     " wait %" PRIu64 "/%" PRIu64 " on %" PRIx64 " calls %" PRIu32
+                     " status 1 self %" PRIu64,
+                     id, si.pid, si.parent_span_id, si.started_ns, si.ended_ns, si.wait_ns,
+                     si.attributed_wait_ns, si.waiting_on_pid, si.calls, si.status, si.self_ns,
+                     e->pid, e->parent, e->started, e->ended, e->wait, e->attributed, e->on,
+                     e->calls, duration - e->wait);
+    }
+    const fo_graph_stats *st = fo_graph_get_stats(m->g);
+    assert_memory_equal(st, &m->want, sizeof *st);
+}
+
+static void test_model_nested_calls_exact(void **state)
+{
+    (void)state;
+    fo_graph_limits l = fo_graph_limits_default();
+    for (uint64_t seed = 1; seed <= 300; seed++) {
+        model *m = calloc(1, sizeof *m);
+        assert_non_null(m);
+        m->rng.state = seed;
+        m->g = fo_graph_new(&l, seed);
+        assert_non_null(m->g);
+        for (int i = 0; i < MODEL_PIDS; i++)
+            m->pids[i] = UINT64_C(0x0123456789) * (uint64_t)(i + 1) << 16;
+        m->next_tag = UINT64_C(1) << 40;
+        m->next_noise_tag = UINT64_C(1) << 50;
+        int64_t start = (int64_t)ts_rng_below(&m->rng, 1000);
+        assert_int_equal(fo_graph_root(m->g, m->pids[0], start), 0);
+        m->busy[0] = m->used[0] = 1;
+        m->want.processes = 1;
+        m->spans[0].pid = m->pids[0];
+        m->spans[0].parent = FO_NONE;
+        m->spans[0].started = start;
+        m->n = 1;
+        int64_t end = model_span(m, 0, 0, start, 0) + ts_rng_below(&m->rng, 10);
+        fo_graph_close(m->g, end);
+        m->spans[0].ended = end;
+        m->want.spans = m->n;
+        check_graph(m->g, &l, m->pids, MODEL_PIDS);
+        model_compare(m);
+        fo_graph_free(m->g);
+        free(m);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Seeded garbage: events from a few pids and tags, mostly following each
+ * tag's request/reply life cycle (so spans do get made and nested) but
+ * with the wrong process, a skipped or repeated step, or plain noise often
+ * enough; clocks that jump around (and to the ends of int64); random small
+ * bounds. Nothing may crash, leak or break an invariant. */
+
+#define FUZZ_PIDS 6
+#define FUZZ_TAGS 12
+
+typedef struct {
+    ts_rng r;
+    uint64_t pids[FUZZ_PIDS];
+    uint64_t tags[FUZZ_TAGS];
+    uint64_t caller[FUZZ_TAGS];
+    uint64_t callee[FUZZ_TAGS];
+    int stage[FUZZ_TAGS]; /* next step: 0 send, 1 recv, 2 reply, 3 resume */
+    int64_t t;
+} fuzz;
+
+static void fuzz_time(fuzz *f)
+{
+    switch (ts_rng_below(&f->r, 200)) {
+    case 0:
+        f->t = INT64_MAX - (int64_t)ts_rng_below(&f->r, 100);
+        return;
+    case 1:
+        f->t = INT64_MIN + (int64_t)ts_rng_below(&f->r, 100);
+        return;
+    case 2:
+        f->t = 0;
+        return;
+    default: {
+        int64_t step = (int64_t)ts_rng_below(&f->r, 60) - 8;
+        if ((step > 0 && f->t > INT64_MAX - step) || (step < 0 && f->t < INT64_MIN - step))
+            f->t = 0;
+        else
+            f->t += step;
+    }
+    }
+}
+
+static uint64_t fuzz_pid(fuzz *f)
+{
+    return f->pids[ts_rng_below(&f->r, FUZZ_PIDS)];
+}
+
+/* Usually who the life cycle says; sometimes anyone. */
+static uint64_t fuzz_who(fuzz *f, uint64_t expected)
+{
+    return ts_rng_below(&f->r, 8) == 0 ? fuzz_pid(f) : expected;
+}
+
+/* A caller that can send: an active pid when there is one, often. */
+static uint64_t fuzz_caller(fuzz *f, const fo_graph *g)
+{
+    uint32_t start = ts_rng_below(&f->r, FUZZ_PIDS);
+    for (uint32_t k = 0; k < FUZZ_PIDS && ts_rng_below(&f->r, 5) != 0; k++) {
+        uint64_t p = f->pids[(start + k) % FUZZ_PIDS];
+        if (fo_graph_active(g, p))
+            return p;
+    }
+    return fuzz_pid(f);
+}
+
+static void fuzz_step(fuzz *f, fo_graph *g, uint32_t i)
+{
+    uint64_t tag = f->tags[i];
+    switch (f->stage[i]) {
+    case 0:
+        f->caller[i] = fuzz_caller(f, g);
+        f->callee[i] = fuzz_pid(f);
+        fo_graph_request_sent(g, f->caller[i], f->callee[i], tag, f->t);
+        break;
+    case 1:
+        fo_graph_request_received(g, fuzz_who(f, f->callee[i]), f->caller[i], tag, f->t);
+        break;
+    case 2:
+        fo_graph_reply_sent(g, fuzz_who(f, f->callee[i]), tag, f->t);
+        break;
+    default:
+        fo_graph_reply_received(g, fuzz_who(f, f->caller[i]), tag, f->t);
+        if (ts_rng_below(&f->r, 3) == 0)
+            f->tags[i] += FUZZ_TAGS; /* a fresh tag next time */
+        break;
+    }
+    /* mostly the next step; sometimes a step is repeated or skipped */
+    uint32_t roll = ts_rng_below(&f->r, 16);
+    f->stage[i] = (f->stage[i] + (roll == 0 ? 0 : roll == 1 ? 2 : 1)) % 4;
+}
+
+static void fuzz_event(fuzz *f, fo_graph *g, int late)
+{
+    uint32_t roll = ts_rng_below(&f->r, 1000);
+    uint64_t tag = f->tags[ts_rng_below(&f->r, FUZZ_TAGS)];
+    if (roll < 3)
+        fo_graph_exit(g, fuzz_pid(f), f->t, tag);
+    else if (roll < 5)
+        fo_graph_root(g, fuzz_pid(f), f->t);
+    else if (roll < 6 && late)
+        fo_graph_close(g, f->t);
+    else if (roll < 150) {
+        switch (roll % 4) {
+        case 0:
+            fo_graph_request_sent(g, fuzz_pid(f), fuzz_pid(f), tag, f->t);
+            break;
+        case 1:
+            fo_graph_request_received(g, fuzz_pid(f), fuzz_pid(f), tag, f->t);
+            break;
+        case 2:
+            fo_graph_reply_sent(g, fuzz_pid(f), tag, f->t);
+            break;
+        default:
+            fo_graph_reply_received(g, fuzz_pid(f), tag, f->t);
+            break;
+        }
+    } else
+        fuzz_step(f, g, ts_rng_below(&f->r, FUZZ_TAGS));
+}
+
+static uint32_t fuzz_bound(ts_rng *r)
+{
+    return ts_rng_below(r, 3) == 0 ? 64 : 1 + ts_rng_below(r, 6);
+}
+
+static void test_random_streams_keep_invariants(void **state)
+{
+    (void)state;
+    uint64_t spans = 0, nested = 0, calls = 0;
+    for (uint64_t seed = 1; seed <= 60; seed++) {
+        fuzz f;
+        memset(&f, 0, sizeof f);
+        f.r.state = seed * 7919;
+        const uint64_t pids[FUZZ_PIDS] = {0, 1, UINT64_MAX, UINT64_C(0xABCDEF) << 20, 77, 78};
+        memcpy(f.pids, pids, sizeof pids);
+        for (uint32_t i = 0; i < FUZZ_TAGS; i++)
+            f.tags[i] = i == 0 ? 0 : i == 1 ? UINT64_MAX : UINT64_C(0x9E3779B97F4A7C15) * i;
+        fo_graph_limits l = {fuzz_bound(&f.r), fuzz_bound(&f.r), fuzz_bound(&f.r),
+                             fuzz_bound(&f.r)};
+        fo_graph *g = fo_graph_new(&l, seed);
+        assert_non_null(g);
+        f.t = (int64_t)ts_rng_below(&f.r, 1000);
+        fo_graph_root(g, fuzz_pid(&f), f.t);
+        for (int i = 0; i < 4000; i++) {
+            fuzz_time(&f);
+            fuzz_event(&f, g, i > 3000);
+            if (i % 97 == 0)
+                check_graph(g, &l, f.pids, FUZZ_PIDS);
+        }
+        fuzz_time(&f);
+        fo_graph_close(g, f.t);
+        check_graph(g, &l, f.pids, FUZZ_PIDS);
+        uint32_t n = fo_graph_span_count(g);
+        spans += n;
+        calls += fo_graph_get_stats(g)->calls;
+        for (uint32_t id = 0; id < n; id++) {
+            fo_span_info si;
+            assert_int_equal(fo_graph_span(g, id, &si), 1);
+            nested += si.parent_span_id != FO_NONE && si.parent_span_id != 0;
+        }
+        fo_graph_free(g);
+    }
+    /* the streams did make calls, spans past the root, and nested spans */
+    assert_true(calls > 1000 && spans > 300 && nested > 50);
+}
+
+int main(void)
+{
+    size_t n = sizeof graph_cases / sizeof graph_cases[0];
+    struct CMUnitTest *cases = calloc(n, sizeof *cases);
+    assert_non_null(cases);
+    for (size_t i = 0; i < n; i++) {
+        cases[i].name = graph_cases[i].name;
+        cases[i].test_func = case_test;
+        cases[i].setup_func = case_setup;
+        cases[i].teardown_func = case_teardown;
+        cases[i].initial_state = (void *)(uintptr_t)&graph_cases[i];
+    }
+    int failed = _cmocka_run_group_tests("graph_cases", cases, n, NULL, NULL);
+    free(cases);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_limits_validation),
+        cmocka_unit_test(test_bounds_hold_memory_flat),
+        cmocka_unit_test(test_pending_churn_does_not_grow),
+        cmocka_unit_test(test_model_nested_calls_exact),
+        cmocka_unit_test(test_random_streams_keep_invariants),
+    };
+    failed += cmocka_run_group_tests_name("graph", tests, NULL, NULL);
+    return failed;
+}
