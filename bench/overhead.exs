@@ -238,14 +238,7 @@ defmodule FlameOn.Bench do
   def run(:msg_floor, work, _modes) do
     t0 = now()
     tracer = spawn(fn -> drop(0) end)
-    :erlang.trace(self(), true, [{:tracer, tracer} | @message_flags])
-    work.()
-    :erlang.trace(self(), false, @message_flags)
-    ref = :erlang.trace_delivered(self())
-
-    receive do
-      {:trace_delivered, _, ^ref} -> :ok
-    end
+    traced_by(tracer, work)
 
     send(tracer, {:done, self()})
 
@@ -257,6 +250,18 @@ defmodule FlameOn.Bench do
   def run(:reference, work, _modes) do
     t0 = now()
     tracer = Reference.start()
+    traced_by(tracer, work)
+
+    send(tracer, {:done, self()})
+
+    receive do
+      {:reference_done, events, _stacks} -> %{ns: now() - t0, events: events}
+    end
+  end
+
+  # Runs work traced by a pid tracer and waits until every message of it
+  # has been delivered.
+  defp traced_by(tracer, work) do
     :erlang.trace(self(), true, [{:tracer, tracer} | @message_flags])
     work.()
     :erlang.trace(self(), false, @message_flags)
@@ -264,12 +269,6 @@ defmodule FlameOn.Bench do
 
     receive do
       {:trace_delivered, _, ^ref} -> :ok
-    end
-
-    send(tracer, {:done, self()})
-
-    receive do
-      {:reference_done, events, _stacks} -> %{ns: now() - t0, events: events}
     end
   end
 
