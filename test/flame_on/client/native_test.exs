@@ -101,6 +101,41 @@ defmodule FlameOn.Client.NativeTest do
     assert Enum.sort(entries) == [{[f], 7_000}, {[g, f], 2_000}]
   end
 
+  test "a batch longer than one slice is applied in full, across rescheduled calls" do
+    session = Native.new(%{})
+    pid = self()
+    f = {M, :f, 0}
+    g = {M, :g, 0}
+
+    # 10_001 messages: five full slices of 2000 and one more.
+    calls =
+      for i <- 0..5_000,
+          msg <- [
+            call(pid, g, f, i * 2_000 + 1_000),
+            {:trace_ts, pid, :return_to, f, i * 2_000 + 2_000}
+          ],
+          do: msg
+
+    messages = [call(pid, f, :undefined, 0) | calls]
+    assert length(messages) == 10_003
+    :ok = Native.ingest(session, messages)
+    assert Native.stats(session).events == 10_003
+
+    {stacks, _} = Native.finish(session, nil)
+    entries = Map.new(Map.fetch!(stacks, pid))
+    # g runs 1000 ns per call, f the rest.
+    assert entries[[g, f]] == 5_001 * 1_000
+    assert entries[[f]] == 1_000 + 5_000 * 1_000
+  end
+
+  test "an improper list raises after applying its proper part" do
+    session = Native.new(%{})
+    pid = self()
+    improper = [call(pid, {M, :f, 0}, :undefined, 0) | :tail]
+    assert_raise ArgumentError, fn -> Native.ingest(session, improper) end
+    assert Native.stats(session).events == 1
+  end
+
   test "stats/1 has every counter" do
     stats = Native.stats(Native.new(%{}))
 
