@@ -32,39 +32,24 @@
 #              ticks: only prices the clock read)
 #   Native     FlameOn.Client.Native itself, for comparison with "+core"
 
-bench_dir = __DIR__
-
-{out, status} =
-  System.cmd("make", ["-s", "-C", bench_dir, "floor", "anatomy"], stderr_to_stdout: true)
-
-if status != 0 do
-  IO.puts(out)
-  raise "make -C bench floor anatomy failed"
-end
-
 Code.require_file("support.exs", __DIR__)
+FlameOn.Bench.Make.make!(["anatomy"])
 
-defmodule FlameOn.Bench.AnatomyTracer do
-  @moduledoc false
-  @on_load :load_nif
-  @so Path.join([__DIR__, "build", "anatomy_tracer"])
-  def load_nif, do: :erlang.load_nif(String.to_charlist(@so), 0)
-  def new(_steps), do: :erlang.nif_error(:nif_not_loaded)
-  def events(_state), do: :erlang.nif_error(:nif_not_loaded)
-  def enabled(_tag, _state, _tracee), do: :erlang.nif_error(:nif_not_loaded)
-  def trace(_tag, _state, _tracee, _term, _opts), do: :erlang.nif_error(:nif_not_loaded)
-end
+# The anatomy tracer, and the same built with -DANATOMY_LEAN (enabled/3
+# reads one global atomic).
+for {name, so} <- [AnatomyTracer: "anatomy_tracer", AnatomyLeanTracer: "anatomy_lean_tracer"] do
+  defmodule Module.concat(FlameOn.Bench, name) do
+    @moduledoc false
+    @on_load :load_nif
+    def load_nif do
+      :erlang.load_nif(String.to_charlist(Path.join([__DIR__, "build", unquote(so)])), 0)
+    end
 
-defmodule FlameOn.Bench.AnatomyLeanTracer do
-  @moduledoc false
-  # The same, built with -DANATOMY_LEAN: enabled/3 reads one global atomic.
-  @on_load :load_nif
-  @so Path.join([__DIR__, "build", "anatomy_lean_tracer"])
-  def load_nif, do: :erlang.load_nif(String.to_charlist(@so), 0)
-  def new(_steps), do: :erlang.nif_error(:nif_not_loaded)
-  def events(_state), do: :erlang.nif_error(:nif_not_loaded)
-  def enabled(_tag, _state, _tracee), do: :erlang.nif_error(:nif_not_loaded)
-  def trace(_tag, _state, _tracee, _term, _opts), do: :erlang.nif_error(:nif_not_loaded)
+    def new(_steps), do: :erlang.nif_error(:nif_not_loaded)
+    def events(_state), do: :erlang.nif_error(:nif_not_loaded)
+    def enabled(_tag, _state, _tracee), do: :erlang.nif_error(:nif_not_loaded)
+    def trace(_tag, _state, _tracee, _term, _opts), do: :erlang.nif_error(:nif_not_loaded)
+  end
 end
 
 defmodule FlameOn.Bench.Anatomy do

@@ -38,15 +38,6 @@
 #
 # Finally the targets, PASS/MISS. See bench/README.md and bench/RESULTS.md.
 
-bench_dir = __DIR__
-
-{out, status} = System.cmd("make", ["-s", "-C", bench_dir, "floor"], stderr_to_stdout: true)
-
-if status != 0 do
-  IO.puts(out)
-  raise "make -C bench floor failed"
-end
-
 Code.require_file("support.exs", __DIR__)
 
 defmodule FlameOn.Bench.Reference do

@@ -1,6 +1,22 @@
 # Shared by overhead.exs and anatomy.exs (Code.require_file/1): the
 # counting floor tracer module, the workloads and their small server.
-# Expects bench/build/floor_tracer.so (make -C bench floor).
+# Builds bench/build/floor_tracer.so (make -C bench floor) if needed.
+
+defmodule FlameOn.Bench.Make do
+  @moduledoc false
+  # The tracer modules load .so files built from bench/*.c: build them
+  # before their modules are defined.
+  def make!(targets) do
+    {out, status} = System.cmd("make", ["-s", "-C", __DIR__ | targets], stderr_to_stdout: true)
+
+    if status != 0 do
+      IO.puts(out)
+      raise "make -C bench #{Enum.join(targets, " ")} failed"
+    end
+  end
+end
+
+FlameOn.Bench.Make.make!(["floor"])
 
 defmodule FlameOn.Bench.FloorTracer do
   @moduledoc false

@@ -199,9 +199,7 @@ defmodule FlameOn.Client do
         :ok
 
       {:tracer, tracer} ->
-        raise ArgumentError,
-              "the calling process is already traced by #{inspect(tracer)}; " <>
-                "a process can have only one tracer"
+        already_traced!(tracer)
     end
   end
 
@@ -213,10 +211,7 @@ defmodule FlameOn.Client do
 
     Native.new(limits)
   rescue
-    ArgumentError ->
-      raise ArgumentError,
-            "limits out of range: #{inspect(Map.take(opts, @limit_keys))} (the NIF " <>
-              "rejected them; each must be a positive integer no larger than its ceiling)"
+    ArgumentError -> limits_out_of_range!(Map.take(opts, @limit_keys))
   end
 
   defp start_session!(opts) do
@@ -233,14 +228,10 @@ defmodule FlameOn.Client do
         session
 
       {:error, {:invalid_limits, limits}} ->
-        raise ArgumentError,
-              "limits out of range: #{inspect(limits)} (the NIF rejected them; " <>
-                "each must be a positive integer no larger than its ceiling)"
+        limits_out_of_range!(limits)
 
       {:error, {:already_traced, tracer}} ->
-        raise ArgumentError,
-              "the calling process is already traced by #{inspect(tracer)}; " <>
-                "a process can have only one tracer"
+        already_traced!(tracer)
 
       {:error, reason} ->
         raise "FlameOn: could not start a trace session: #{inspect(reason)}"
@@ -267,6 +258,18 @@ defmodule FlameOn.Client do
 
   defp validate_options!(other) do
     raise ArgumentError, "expected options to be a keyword list, got: #{inspect(other)}"
+  end
+
+  defp limits_out_of_range!(limits) do
+    raise ArgumentError,
+          "limits out of range: #{inspect(limits)} (the NIF rejected them; " <>
+            "each must be a positive integer no larger than its ceiling)"
+  end
+
+  defp already_traced!(tracer) do
+    raise ArgumentError,
+          "the calling process is already traced by #{inspect(tracer)}; " <>
+            "a process can have only one tracer"
   end
 
   defp invalid!(key, expected, got) do
