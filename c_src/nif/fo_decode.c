@@ -124,3 +124,13 @@ fo_decode_result fo_decode_trace_msg(ErlNifEnv *env, ERL_NIF_TERM msg, int64_t n
         return FO_DECODE_IGNORED;
     return fo_decode_event(env, items[2], items[3], arity == 6 ? &items[4] : NULL, out);
 }
+
+void fo_decode_apply(fo_session *s, fo_decode_result result, const fo_event *ev)
+{
+    if (result == FO_DECODED)
+        fo_session_apply(s, ev);
+    else if (result == FO_DECODE_IGNORED)
+        fo_session_count_ignored(s, 1);
+    else
+        fo_session_count_malformed(s, 1);
+}

@@ -5,6 +5,7 @@
 #include <erl_nif.h>
 
 #include "fo_event.h"
+#include "fo_session.h"
 
 typedef enum { FO_DECODED = 0, FO_DECODE_IGNORED, FO_DECODE_MALFORMED } fo_decode_result;
 
@@ -20,6 +21,10 @@ fo_decode_result fo_decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM 
 
 /* {M, F, Arity} or {M, F, Args} into an fo_mfa; 0 when it is neither. */
 int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out);
+
+/* What a decoded event does to a session: applied, or counted as ignored
+ * or malformed. The one place both front ends hand events to the core. */
+void fo_decode_apply(fo_session *s, fo_decode_result result, const fo_event *ev);
 
 /* Native monotonic units to nanoseconds. */
 int64_t fo_native_to_ns(int64_t value, int64_t native_per_second);

@@ -62,26 +62,13 @@ static ERL_NIF_TERM nif_new(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 static int ingest_chunk(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM list, ERL_NIF_TERM *rest)
 {
     ERL_NIF_TERM head;
-    uint64_t malformed = 0, ignored = 0;
     int n = 0;
     while (n < INGEST_CHUNK && enif_get_list_cell(env, list, &head, &list)) {
         fo_event ev;
         memset(&ev, 0, sizeof(ev));
-        switch (fo_decode_trace_msg(env, head, res->native_per_second, &ev)) {
-        case FO_DECODED:
-            fo_session_apply(res->core, &ev);
-            break;
-        case FO_DECODE_IGNORED:
-            ignored++;
-            break;
-        default:
-            malformed++;
-            break;
-        }
+        fo_decode_apply(res->core, fo_decode_trace_msg(env, head, res->native_per_second, &ev), &ev);
         n++;
     }
-    fo_session_count_malformed(res->core, malformed);
-    fo_session_count_ignored(res->core, ignored);
     *rest = list;
     return n == INGEST_CHUNK || enif_is_empty_list(env, list);
 }

@@ -72,14 +72,8 @@ ERL_NIF_TERM fo_tracer_trace(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     ev.pid = (uint64_t)pid.pid;
     ev.ts_ns = ts;
     enif_mutex_lock(res->lock);
-    if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed)) {
-        if (decoded == FO_DECODED)
-            fo_session_apply(res->core, &ev);
-        else if (decoded == FO_DECODE_IGNORED)
-            fo_session_count_ignored(res->core, 1);
-        else
-            fo_session_count_malformed(res->core, 1);
-    }
+    if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed))
+        fo_decode_apply(res->core, decoded, &ev);
     enif_mutex_unlock(res->lock);
     return fo_atom_ok;
 }
