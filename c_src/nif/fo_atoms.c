@@ -4,6 +4,7 @@
 FO_ATOMS(FO_ATOM_DEFINE)
 #undef FO_ATOM_DEFINE
 ERL_NIF_TERM fo_atom_native_module;
+ERL_NIF_TERM fo_atom_gen_call;
 
 void fo_atoms_init(ErlNifEnv *env)
 {
@@ -11,4 +12,5 @@ void fo_atoms_init(ErlNifEnv *env)
     FO_ATOMS(FO_ATOM_MAKE)
 #undef FO_ATOM_MAKE
     fo_atom_native_module = enif_make_atom(env, "Elixir.FlameOn.Client.Native");
+    fo_atom_gen_call = enif_make_atom(env, "$gen_call");
 }

@@ -62,7 +62,38 @@
     A(timestamp)                                                                               \
     A(replay)                                                                                  \
     A(true)                                                                                    \
-    A(stop)
+    A(stop)                                                                                    \
+    A(graph)                                                                                   \
+    A(seq_trace)                                                                               \
+    A(send)                                                                                    \
+    A(receive)                                                                                 \
+    A(alias)                                                                                   \
+    A(label)                                                                                   \
+    A(max_spans)                                                                               \
+    A(max_pending_calls)                                                                       \
+    A(max_fanout)                                                                             \
+    A(span_id)                                                                                \
+    A(parent_span_id)                                                                         \
+    A(pid)                                                                                    \
+    A(started_ns)                                                                             \
+    A(ended_ns)                                                                               \
+    A(self_ns)                                                                                \
+    A(wait_ns)                                                                                \
+    A(attributed_wait_ns)                                                                     \
+    A(unattributed_wait_ns)                                                                   \
+    A(waiting_on_pid)                                                                         \
+    A(children)                                                                               \
+    A(status)                                                                                 \
+    A(open)                                                                                   \
+    A(open_at_close)                                                                          \
+    A(spans)                                                                                  \
+    A(clock_offset_ns)                                                                        \
+    A(orphan_requests)                                                                        \
+    A(unmatched_replies)                                                                      \
+    A(late_replies)                                                                           \
+    A(dropped_spans)                                                                          \
+    A(delegated_replies)                                                                       \
+    A(stats)
 
 #define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;
 FO_ATOMS(FO_ATOM_DECLARE)
@@ -70,6 +101,8 @@ FO_ATOMS(FO_ATOM_DECLARE)
 
 /* 'Elixir.FlameOn.Client.Native': the profiler's own calls are not profiled. */
 extern ERL_NIF_TERM fo_atom_native_module;
+/* '$gen_call', the tag of a GenServer request. */
+extern ERL_NIF_TERM fo_atom_gen_call;
 
 void fo_atoms_init(ErlNifEnv *env);
 

@@ -7,6 +7,8 @@
 #include "fo_atoms.h"
 #include "fo_decode.h"
 #include "fo_export.h"
+#include "fo_export_graph.h"
+#include "fo_router.h"
 #include "fo_resource.h"
 #include "fo_tracer.h"
 
@@ -49,9 +51,25 @@ static ERL_NIF_TERM nif_new(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
          native_per_second > 1000000000000LL))
         return enif_make_badarg(env);
     int replay = enif_get_map_value(env, argv[0], fo_atom_replay, &value) && value == fo_atom_true;
+    /* graph traces: a seq_trace label (a small positive integer) and the
+     * span graph's bounds */
+    ErlNifUInt64 label = 0;
+    fo_graph_limits graph_limits = fo_graph_limits_default();
+    int graph = enif_get_map_value(env, argv[0], fo_atom_label, &value) && value != fo_atom_nil;
+    if (graph && (!enif_get_uint64(env, value, &label) || label == 0 ||
+                  !get_limit(env, argv[0], fo_atom_max_spans, &graph_limits.max_spans) ||
+                  !get_limit(env, argv[0], fo_atom_max_pending_calls, &graph_limits.max_pending_calls) ||
+                  !get_limit(env, argv[0], fo_atom_max_processes, &graph_limits.max_processes) ||
+                  !get_limit(env, argv[0], fo_atom_max_fanout, &graph_limits.max_fanout) ||
+                  !fo_graph_limits_valid(&graph_limits)))
+        return enif_make_badarg(env);
     fo_session_res *res = fo_resource_new(&limits, native_per_second, replay);
     if (res == NULL)
         return enif_raise_exception(env, enif_make_atom(env, "enomem"));
+    if (graph && !fo_resource_add_graph(res, &graph_limits, label)) {
+        enif_release_resource(res);
+        return enif_raise_exception(env, enif_make_atom(env, "enomem"));
+    }
     ERL_NIF_TERM term = enif_make_resource(env, res);
     enif_release_resource(res);
     return term;
@@ -138,7 +156,30 @@ static ERL_NIF_TERM nif_stop(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
         res->stopped_ns = fo_tracer_clock_ns();
     enif_mutex_unlock(res->lock);
     atomic_store(&res->active, 0);
+    if (res->graph != NULL)
+        fo_router_unregister(res);
     return enif_make_int64(env, fo_ns_to_native(enif_monotonic_time(ERL_NIF_NSEC), res->native_per_second));
+}
+
+// graph_start(Session, RootPid) -> ok: the graph trace's root span starts
+// now and the router sends the trace's events (label, pids) here.
+static ERL_NIF_TERM nif_graph_start(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid pid;
+    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->graph == NULL)
+        return enif_make_badarg(env);
+    enif_mutex_lock(res->lock);
+    int fresh = res->root_pid == 0 && res->core != NULL && atomic_load(&res->active);
+    if (fresh) {
+        res->root_pid = (uint64_t)pid.pid;
+        fo_graph_root(res->graph, res->root_pid, fo_tracer_clock_ns());
+    }
+    enif_mutex_unlock(res->lock);
+    if (!fresh || !fo_router_register(res, res->label, (uint64_t)pid.pid))
+        return enif_make_badarg(env);
+    return fo_atom_ok;
 }
 
 // finish(Session, End :: integer() | nil | stop) -> {#{pid() => [{Frames, Ns}]}, Stats}
@@ -163,6 +204,11 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         fo_session_close(core, fo_native_to_ns(end_ts, res->native_per_second));
     else if (at_stop && res->stopped_ns != 0)
         fo_session_close(core, res->stopped_ns);
+    ERL_NIF_TERM graph = fo_atom_nil;
+    if (res->graph != NULL) {
+        fo_graph_close(res->graph, res->stopped_ns != 0 ? res->stopped_ns : fo_tracer_clock_ns());
+        graph = fo_export_graph(env, res);
+    }
     ERL_NIF_TERM stacks = fo_export_stacks(env, core);
     ERL_NIF_TERM stats = stats_term(env, res);
     res->final_stats = *fo_session_stats(core);
@@ -173,9 +219,13 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     atomic_store(&res->active, 0);
     enif_mutex_unlock(res->lock);
     fo_session_free(core);
+    if (res->graph != NULL)
+        fo_router_unregister(res); /* finished without stop/1 */
     ERL_NIF_TERM reason;
     if (enif_has_pending_exception(env, &reason))
         return stacks;
+    if (res->graph != NULL)
+        return enif_make_tuple3(env, stacks, stats, graph);
     return enif_make_tuple2(env, stacks, stats);
 }
 
@@ -184,6 +234,7 @@ static ErlNifFunc nif_funcs[] = {
     {"ingest", 2, nif_ingest, 0},
     {"stats", 1, nif_stats, 0},
     {"stop", 1, nif_stop, 0},
+    {"graph_start", 2, nif_graph_start, 0},
     {"finish", 2, nif_finish, ERL_NIF_DIRTY_JOB_CPU_BOUND},
     {"enabled", 3, fo_tracer_enabled, 0},
     {"trace", 5, fo_tracer_trace, 0},
@@ -194,7 +245,7 @@ static int on_load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
     (void)priv;
     (void)info;
     fo_atoms_init(env);
-    return fo_resource_open(env) ? 0 : 1;
+    return fo_resource_open(env) && fo_router_init() ? 0 : 1;
 }
 
 static int on_upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM info)

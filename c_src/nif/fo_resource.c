@@ -11,6 +11,10 @@ static void session_dtor(ErlNifEnv *env, void *obj)
     fo_session_res *res = obj;
     fo_session_free(res->core);
     res->core = NULL;
+    fo_graph_free(res->graph);
+    res->graph = NULL;
+    if (res->reasons != NULL)
+        enif_free_env(res->reasons);
     if (res->lock != NULL)
         enif_mutex_destroy(res->lock);
 }
@@ -39,6 +43,42 @@ fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_seco
     }
     atomic_store(&res->active, 1);
     return res;
+}
+
+int fo_resource_add_graph(fo_session_res *res, const fo_graph_limits *limits, uint64_t label)
+{
+    res->graph = fo_graph_new(limits, label);
+    res->reasons = enif_alloc_env();
+    res->label = label;
+    return res->graph != NULL && res->reasons != NULL;
+}
+
+uint64_t fo_resource_reason_key(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM reason)
+{
+    char name[8];
+    if (enif_get_atom(env, reason, name, sizeof(name), ERL_NIF_LATIN1) && strcmp(name, "normal") == 0)
+        return 0;
+    uint64_t key = enif_hash(ERL_NIF_INTERNAL_HASH, reason, 0) | 1u;
+    uint32_t n = res->reason_count;
+    for (uint32_t i = 0; i < n; i++) {
+        if (res->reason_keys[i] == key)
+            return key;
+    }
+    if (n < sizeof(res->reason_keys) / sizeof(res->reason_keys[0])) {
+        res->reason_keys[n] = key;
+        res->reason_terms[n] = enif_make_copy(res->reasons, reason);
+        res->reason_count = n + 1;
+    }
+    return key;
+}
+
+ERL_NIF_TERM fo_resource_reason_term(ErlNifEnv *env, const fo_session_res *res, uint64_t key)
+{
+    for (uint32_t i = 0; i < res->reason_count; i++) {
+        if (res->reason_keys[i] == key)
+            return enif_make_copy(env, res->reason_terms[i]);
+    }
+    return enif_make_atom(env, "unknown");
 }
 
 int fo_resource_get(ErlNifEnv *env, ERL_NIF_TERM term, fo_session_res **out)

@@ -8,6 +8,7 @@
 #include <erl_nif.h>
 #include <stdatomic.h>
 
+#include "fo_graph.h"
 #include "fo_session.h"
 
 typedef struct {
@@ -17,6 +18,13 @@ typedef struct {
     int64_t native_per_second;
     int replay;            /* trace/5 takes recorded timestamps from Opts */
     int64_t stopped_ns;    /* tracer clock when stop/1 ran; 0 before */
+    fo_graph *graph;       /* graph traces only: the span graph */
+    uint64_t label;        /* graph traces: the seq_trace label */
+    uint64_t root_pid;     /* graph traces: the process that started it */
+    ErlNifEnv *reasons;    /* graph traces: copies of callee exit reasons */
+    ERL_NIF_TERM reason_terms[16];
+    uint64_t reason_keys[16];
+    uint32_t reason_count;
     fo_stats final_stats;  /* kept after finish frees the core */
     uint32_t final_nodes, final_processes, final_frames;
 } fo_session_res;
@@ -25,6 +33,16 @@ int fo_resource_open(ErlNifEnv *env);
 
 /* A new, unlinked resource; NULL on failure. Release with enif_release_resource. */
 fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_second, int replay);
+
+/* Makes res a graph trace with this seq_trace label. 0 on failure. */
+int fo_resource_add_graph(fo_session_res *res, const fo_graph_limits *limits, uint64_t label);
+
+/* A key for an exit reason, remembering the term for export (the first
+ * few distinct reasons; later ones keep only their key). 0 = normal. */
+uint64_t fo_resource_reason_key(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM reason);
+
+/* The reason term of key, in env; `unknown` when it was not kept. */
+ERL_NIF_TERM fo_resource_reason_term(ErlNifEnv *env, const fo_session_res *res, uint64_t key);
 
 /* 1 and *out when term is one of our session resources. */
 int fo_resource_get(ErlNifEnv *env, ERL_NIF_TERM term, fo_session_res **out);

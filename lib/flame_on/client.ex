@@ -28,6 +28,15 @@ defmodule FlameOn.Client do
       frames.
     * `:max_stack_frames` (`100_000`) – real stack depth tracked per process
       to match returns.
+    * `:cross_process` (`false`, or `config :flame_on_client, cross_process:
+      true`) – also follow `GenServer.call`s into the processes that serve
+      them, with `:seq_trace`, and build `profile.graph`, a
+      `FlameOn.Client.Graph` of linked spans: the caller's wait becomes wait
+      on a known callee, and the callee's own stacks join the profile under
+      its pid. Needs `mode: :nif` and the node's seq_trace system tracer.
+    * `:max_spans` (`10_000`), `:max_pending_calls` (`4_096`), `:max_fanout`
+      (`1_000`) – bounds of the span graph (cross-process traces; callees
+      past them are not followed, and `graph.stats` counts them).
     * `:mode` (`:nif`) – how events are captured. `:nif`: the NIF is the
       tracer module (`{:tracer, FlameOn.Client.Native, session}`), so the VM
       folds each event into the session inside the traced process, with no
@@ -53,10 +62,12 @@ defmodule FlameOn.Client do
   sends one trace message per call, return and scheduling event.
   """
 
-  alias FlameOn.Client.{Native, Patterns, Profile, TraceSession}
+  alias FlameOn.Client.{Graph, Native, Patterns, Profile, TraceSession}
 
   # Mode :nif stamps events itself, so no :monotonic_timestamp flag.
   @nif_flags [:call, :return_to, :running, :arity]
+  # cross_process: :send runs the send pattern; :procs sees exits.
+  @graph_flags [:call, :return_to, :running, :arity, :send, :procs]
 
   @limit_defaults [
     max_nodes: 200_000,
@@ -65,8 +76,10 @@ defmodule FlameOn.Client do
     max_frames: 100_000,
     max_stack_frames: 100_000
   ]
-  @defaults [name: "flame_on", mode: :nif, timeout: 30_000] ++ @limit_defaults
-  @limit_keys Keyword.keys(@limit_defaults)
+  @graph_defaults [max_spans: 10_000, max_pending_calls: 4_096, max_fanout: 1_000]
+  @defaults [name: "flame_on", mode: :nif, timeout: 30_000, cross_process: nil] ++
+              @limit_defaults ++ @graph_defaults
+  @limit_keys Keyword.keys(@limit_defaults) ++ Keyword.keys(@graph_defaults)
 
   @typedoc "An option of `profile/2`; see the module documentation."
   @type option ::
@@ -128,6 +141,8 @@ defmodule FlameOn.Client do
         %{mode: :process} -> TraceSession.end_mark()
       end
 
+    if capture[:graph], do: :seq_trace.set_token([])
+
     untrace_self(capture)
     finished = finish_capture(capture, started_ts, end_ts, opts)
 
@@ -152,6 +167,45 @@ defmodule FlameOn.Client do
   # the session inside this process, with no message. If this process is
   # killed mid-trace, its flags die with it, Patterns (which monitors it)
   # clears the patterns and the session resource is garbage collected.
+  # cross_process: the root gets a seq_trace token (label = the trace's
+  # label) and the graph tracer; the send pattern set by Patterns turns
+  # tracing on in each callee, and the router sends every event to this
+  # session.
+  defp start_capture!(%{mode: :nif, cross_process: true} = opts) do
+    ensure_untraced!()
+    label = System.unique_integer([:positive])
+    native = new_native!(Map.put(opts, :label, label))
+    :ok = Patterns.acquire(self())
+    # Registered first: the VM asks the tracer (enabled/3, trace_status)
+    # whether it is live when it becomes the system tracer.
+    :ok = Native.graph_start(native, self())
+
+    case Patterns.acquire_graph(native) do
+      :ok ->
+        :ok
+
+      {:error, {:system_tracer_taken, tracer}} ->
+        Native.stop(native)
+        Patterns.release()
+
+        raise ArgumentError,
+              "cross_process: true needs the seq_trace system tracer, but " <>
+                "#{inspect(tracer)} owns it (another tracing tool is running)"
+    end
+
+    :seq_trace.set_token(:label, label)
+    :seq_trace.set_token(:send, true)
+    :seq_trace.set_token(:receive, true)
+
+    %{
+      mode: :nif,
+      graph: true,
+      label: label,
+      native: native,
+      flags: [{:tracer, Native, :graph} | @graph_flags]
+    }
+  end
+
   defp start_capture!(%{mode: :nif} = opts) do
     ensure_untraced!()
     native = new_native!(opts)
@@ -170,6 +224,24 @@ defmodule FlameOn.Client do
       {:tracer, []} -> 0
       {:tracer, _ours} -> :erlang.trace(self(), false, flags)
     end
+  end
+
+  defp finish_capture(%{graph: true, native: native, label: label}, started_ts, end_ts, opts) do
+    {raw, stats, graph} = Native.finish(native, :stop)
+    Patterns.release_graph()
+    Patterns.release()
+    stats = Map.put(stats, :unprocessed_events, 0)
+
+    {:ok,
+     Profile.build(raw, stats,
+       trace_id: label,
+       name: opts.name,
+       mode: :nif,
+       pid: self(),
+       graph: Graph.build(graph, label),
+       started_at: System.convert_time_unit(started_ts, :native, :microsecond),
+       duration_us: System.convert_time_unit(end_ts - started_ts, :native, :microsecond)
+     )}
   end
 
   defp finish_capture(%{mode: :nif, native: native}, started_ts, end_ts, opts) do
@@ -206,7 +278,7 @@ defmodule FlameOn.Client do
   defp new_native!(opts) do
     limits =
       opts
-      |> Map.take(@limit_keys)
+      |> Map.take([:label | @limit_keys])
       |> Map.put(:native_per_second, System.convert_time_unit(1, :second, :native))
 
     Native.new(limits)
@@ -244,6 +316,8 @@ defmodule FlameOn.Client do
     Enum.each(opts, fn
       {:name, name} when is_binary(name) -> :ok
       {:name, other} -> invalid!(:name, "a string", other)
+      {:cross_process, flag} when is_boolean(flag) or is_nil(flag) -> :ok
+      {:cross_process, other} -> invalid!(:cross_process, "a boolean", other)
       {:mode, mode} when mode in [:nif, :process] -> :ok
       {:mode, other} -> invalid!(:mode, ":nif or :process", other)
       {:timeout, :infinity} -> :ok
@@ -253,7 +327,20 @@ defmodule FlameOn.Client do
       {limit, other} -> invalid!(limit, "a positive integer", other)
     end)
 
-    Map.new(opts)
+    opts = Map.new(opts)
+
+    opts = %{
+      opts
+      | cross_process:
+          opts.cross_process || Application.get_env(:flame_on_client, :cross_process, false)
+    }
+
+    if opts.cross_process and opts.mode == :process do
+      raise ArgumentError,
+            "cross_process: true needs mode: :nif (mode: :process does not support it yet)"
+    end
+
+    opts
   end
 
   defp validate_options!(other) do

@@ -59,8 +59,17 @@ defmodule FlameOn.Client.TestHelpers do
     users = Patterns.users()
     sessions = DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active
 
+    # Cross-process traces: the seq_trace system tracer and the send
+    # pattern are back to the node's defaults.
+    graph =
+      case {:seq_trace.get_system_tracer(), :erlang.trace_info(:send, :match_spec)} do
+        {false, {:match_spec, true}} -> []
+        other -> [{:graph_tracing, other}]
+      end
+
     traced_processes ++
       patterns ++
+      graph ++
       if(users > 0, do: [{:pattern_users, users}], else: []) ++
       if sessions > 0, do: [{:sessions, sessions}], else: []
   end

@@ -28,6 +28,15 @@ defmodule FlameOn.Client.Native do
       `{%{pid => [{frames, ns}]}, stats}` where `frames` is leaf first, each
       `{module, function, arity}` or one of `:sleep`, `:depth_cap`,
       `:node_cap`, `:waiting`, `:gc`. Runs on a dirty scheduler.
+    * `new(%{label: label, ...})` makes a cross-process (graph) session:
+      `label` is its seq_trace label (a positive integer), with the span
+      graph's bounds `:max_spans`, `:max_pending_calls`, `:max_fanout`
+      (`:max_processes` bounds both parts). `graph_start(session, root)`
+      starts the root span and registers the session with the router: the
+      tracer state `:graph` (`{:tracer, FlameOn.Client.Native, :graph}`,
+      also the seq_trace system tracer) routes seq_trace events by label
+      and process events by pid. `finish/2` of a graph session returns a
+      third element, `%{spans: [span_map], stats: map, clock_offset_ns: n}`.
     * `enabled/3` and `trace/5` – the `:erl_tracer` behaviour: pass
       `{:tracer, FlameOn.Client.Native, session}` to `:erlang.trace/3` and
       the VM calls these in the traced process, folding each event into the
@@ -68,7 +77,10 @@ defmodule FlameOn.Client.Native do
   @spec stop(session()) :: integer()
   def stop(_session), do: :erlang.nif_error(:nif_not_loaded)
 
-  @spec finish(session(), integer() | :stop | nil) :: {map(), map()}
+  @spec graph_start(session(), pid()) :: :ok
+  def graph_start(_session, _root), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec finish(session(), integer() | :stop | nil) :: {map(), map()} | {map(), map(), map()}
   def finish(_session, _end_ts), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false

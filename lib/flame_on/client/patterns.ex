@@ -41,9 +41,21 @@ defmodule FlameOn.Client.Patterns do
 
   use GenServer
 
-  alias FlameOn.Client.TraceSession
+  alias FlameOn.Client.{Native, TraceSession}
 
   @match_spec [{:_, [], [{:message, {:caller}}]}]
+  @graph_tracer {Native, :graph}
+  # A tokened process sending a GenServer request turns call tracing on in
+  # the receiver before the request is delivered; `:send` in the list makes
+  # the receiver's own requests do the same (A -> B -> C). Only processes
+  # with the :send flag run this, so untraced senders pay nothing.
+  @send_match_spec [
+    {[:"$1", {:"$gen_call", :_, :_}], [{:is_pid, :"$1"}, {:is_seq_trace}],
+     [
+       {:trace, :"$1", [],
+        {:const, [:call, :arity, :return_to, :running, :send, :procs, {:tracer, Native, :graph}]}}
+     ]}
+  ]
   @call_timeout 60_000
 
   @doc false
@@ -68,6 +80,28 @@ defmodule FlameOn.Client.Patterns do
   @spec release() :: :ok
   def release, do: GenServer.call(__MODULE__, :release, @call_timeout)
 
+  @doc """
+  Registers the calling process as running a cross-process (graph) trace
+  with the native session `native`. The first graph user makes the NIF the
+  seq_trace system tracer (`{FlameOn.Client.Native, :graph}`) and sets the
+  send pattern that turns call tracing on in every process that receives a
+  tokened `GenServer.call` request. Returns `{:error, {:system_tracer_taken,
+  tracer}}` when another tool owns the seq_trace system tracer. The caller
+  must also hold the call patterns (`acquire/1`).
+
+  The last graph user (by `release_graph/0` or by dying) puts the system
+  tracer and the send pattern back and turns tracing off on every process
+  that still has the graph tracer. A graph user that dies mid-trace has its
+  session stopped.
+  """
+  @spec acquire_graph(reference()) :: :ok | {:error, term()}
+  def acquire_graph(native),
+    do: GenServer.call(__MODULE__, {:acquire_graph, native}, @call_timeout)
+
+  @doc "Ends the calling process's graph trace registration (see `acquire_graph/1`)."
+  @spec release_graph() :: :ok
+  def release_graph, do: GenServer.call(__MODULE__, :release_graph, @call_timeout)
+
   @doc "The number of processes currently holding the patterns."
   @spec users() :: non_neg_integer()
   def users, do: GenServer.call(__MODULE__, :users, @call_timeout)
@@ -75,7 +109,7 @@ defmodule FlameOn.Client.Patterns do
   @impl GenServer
   def init(:ok) do
     Process.flag(:trap_exit, true)
-    {:ok, %{users: %{}}}
+    {:ok, %{users: %{}, graph: %{}}}
   end
 
   @impl GenServer
@@ -100,6 +134,30 @@ defmodule FlameOn.Client.Patterns do
     end
   end
 
+  def handle_call({:acquire_graph, native}, {pid, _tag}, %{graph: graph} = state) do
+    cond do
+      Map.has_key?(graph, pid) ->
+        {:reply, :ok, state}
+
+      graph == %{} ->
+        case take_system_tracer() do
+          :ok ->
+            set_graph_patterns()
+            {:reply, :ok, %{state | graph: Map.put(graph, pid, native)}}
+
+          error ->
+            {:reply, error, state}
+        end
+
+      true ->
+        {:reply, :ok, %{state | graph: Map.put(graph, pid, native)}}
+    end
+  end
+
+  def handle_call(:release_graph, {pid, _tag}, state) do
+    {:reply, :ok, drop_graph_user(state, pid)}
+  end
+
   def handle_call(:users, _from, state), do: {:reply, map_size(state.users), state}
 
   @impl GenServer
@@ -107,6 +165,13 @@ defmodule FlameOn.Client.Patterns do
     case Map.pop(users, pid) do
       {{^ref, tracee}, rest} ->
         if tracee, do: TraceSession.untrace(tracee, pid)
+
+        case state.graph do
+          %{^pid => native} -> Native.stop(native)
+          _ -> :ok
+        end
+
+        state = drop_graph_user(state, pid)
         {:noreply, drop_user(state, rest)}
 
       _ ->
@@ -117,7 +182,9 @@ defmodule FlameOn.Client.Patterns do
   def handle_info(_msg, state), do: {:noreply, state}
 
   @impl GenServer
-  def terminate(_reason, %{users: users}) do
+  def terminate(_reason, %{users: users} = state) do
+    if state.graph != %{}, do: clear_graph_patterns()
+
     if users != %{} do
       Enum.each(users, fn {pid, {_ref, tracee}} ->
         if tracee, do: TraceSession.untrace(tracee, pid)
@@ -132,6 +199,58 @@ defmodule FlameOn.Client.Patterns do
   defp drop_user(state, rest) do
     if rest == %{}, do: clear_patterns()
     %{state | users: rest}
+  end
+
+  defp drop_graph_user(%{graph: graph} = state, pid) do
+    case Map.pop(graph, pid) do
+      {nil, _} ->
+        state
+
+      {_native, rest} ->
+        if rest == %{}, do: clear_graph_patterns()
+        %{state | graph: rest}
+    end
+  end
+
+  # One seq_trace system tracer per node: ours while graph traces run,
+  # refused when another tool has it.
+  defp take_system_tracer do
+    case :seq_trace.get_system_tracer() do
+      false ->
+        :seq_trace.set_system_tracer(@graph_tracer)
+        :ok
+
+      @graph_tracer ->
+        :ok
+
+      other ->
+        {:error, {:system_tracer_taken, other}}
+    end
+  end
+
+  defp set_graph_patterns do
+    :erlang.trace_pattern(:send, @send_match_spec, [])
+  end
+
+  defp clear_graph_patterns do
+    :erlang.trace_pattern(:send, true, [])
+
+    if :seq_trace.get_system_tracer() == @graph_tracer do
+      :seq_trace.set_system_tracer(false)
+    end
+
+    # Callees got the graph tracer from the send pattern; with no graph
+    # trace left, none of them is ours to keep.
+    for pid <- Process.list(),
+        :erlang.trace_info(pid, :tracer) == {:tracer, @graph_tracer} do
+      try do
+        :erlang.trace(pid, false, [:all])
+      rescue
+        ArgumentError -> :ok
+      end
+    end
+
+    :ok
   end
 
   defp set_patterns do

@@ -48,12 +48,12 @@ defmodule FlameOn.Client.Profile do
   @type t :: %__MODULE__{
           trace_id: pos_integer() | nil,
           name: String.t(),
-          mode: :process,
+          mode: :nif | :process,
           pid: pid() | nil,
           started_at: integer() | nil,
           duration_us: non_neg_integer(),
           stacks: %{pid() => [{stack(), pos_integer()}]},
-          graph: nil,
+          graph: FlameOn.Client.Graph.t() | nil,
           stats: %{atom() => non_neg_integer()}
         }
 

@@ -1,0 +1,104 @@
+#include "fo_export_graph.h"
+
+#include "fo_atoms.h"
+
+static ERL_NIF_TERM pid_term(ErlNifEnv *env, uint64_t key)
+{
+    if (key == 0)
+        return fo_atom_nil;
+    ErlNifPid pid;
+    pid.pid = (ERL_NIF_TERM)key;
+    return enif_make_pid(env, &pid);
+}
+
+static ERL_NIF_TERM status_term(ErlNifEnv *env, const fo_session_res *res, const fo_span_info *span)
+{
+    switch (span->status) {
+    case FO_SPAN_OK:
+        return fo_atom_ok;
+    case FO_SPAN_EXIT:
+        return enif_make_tuple2(env, fo_atom_exit,
+                                span->reason_key == 0 ? enif_make_atom(env, "normal")
+                                                      : fo_resource_reason_term(env, res, span->reason_key));
+    case FO_SPAN_OPEN_AT_CLOSE:
+        return fo_atom_open_at_close;
+    default:
+        return fo_atom_open;
+    }
+}
+
+static ERL_NIF_TERM children_term(ErlNifEnv *env, const fo_graph *g, const fo_span_info *span)
+{
+    ERL_NIF_TERM list = enif_make_list(env, 0);
+    /* siblings are linked first to last: collect, then build back to front */
+    uint32_t ids[64];
+    uint32_t n = fo_graph_children(g, span->span_id, ids, 64);
+    if (n > 64) {
+        uint32_t *all = enif_alloc(sizeof(uint32_t) * n);
+        if (all == NULL)
+            return list;
+        fo_graph_children(g, span->span_id, all, n);
+        for (uint32_t i = n; i-- > 0;)
+            list = enif_make_list_cell(env, enif_make_uint(env, all[i]), list);
+        enif_free(all);
+        return list;
+    }
+    for (uint32_t i = n; i-- > 0;)
+        list = enif_make_list_cell(env, enif_make_uint(env, ids[i]), list);
+    return list;
+}
+
+static ERL_NIF_TERM span_term(ErlNifEnv *env, const fo_session_res *res, const fo_span_info *s)
+{
+    ERL_NIF_TERM keys[] = {fo_atom_span_id,        fo_atom_parent_span_id,     fo_atom_pid,
+                           fo_atom_started_ns,     fo_atom_ended_ns,           fo_atom_self_ns,
+                           fo_atom_wait_ns,        fo_atom_attributed_wait_ns, fo_atom_unattributed_wait_ns,
+                           fo_atom_waiting_on_pid, fo_atom_children,           fo_atom_status};
+    ERL_NIF_TERM values[] = {
+        enif_make_uint(env, s->span_id),
+        s->parent_span_id == FO_NONE ? fo_atom_nil : enif_make_uint(env, s->parent_span_id),
+        pid_term(env, s->pid),
+        enif_make_int64(env, s->started_ns),
+        enif_make_int64(env, s->ended_ns),
+        enif_make_uint64(env, s->self_ns),
+        enif_make_uint64(env, s->wait_ns),
+        enif_make_uint64(env, s->attributed_wait_ns),
+        enif_make_uint64(env, s->unattributed_wait_ns),
+        pid_term(env, s->waiting_on_pid),
+        children_term(env, res->graph, s),
+        status_term(env, res, s)};
+    ERL_NIF_TERM map;
+    enif_make_map_from_arrays(env, keys, values, sizeof(keys) / sizeof(keys[0]), &map);
+    return map;
+}
+
+static ERL_NIF_TERM stats_term(ErlNifEnv *env, const fo_graph_stats *st)
+{
+    ERL_NIF_TERM keys[] = {fo_atom_spans,           fo_atom_dropped_spans,     fo_atom_orphan_requests,
+                           fo_atom_unmatched_replies, fo_atom_late_replies,    fo_atom_delegated_replies,
+                           fo_atom_processes};
+    ERL_NIF_TERM values[] = {enif_make_uint64(env, st->spans),           enif_make_uint64(env, st->dropped_spans),
+                             enif_make_uint64(env, st->orphan_requests), enif_make_uint64(env, st->unmatched_replies),
+                             enif_make_uint64(env, st->late_replies),    enif_make_uint64(env, st->delegated_replies),
+                             enif_make_uint64(env, st->processes)};
+    ERL_NIF_TERM map;
+    enif_make_map_from_arrays(env, keys, values, sizeof(keys) / sizeof(keys[0]), &map);
+    return map;
+}
+
+ERL_NIF_TERM fo_export_graph(ErlNifEnv *env, const fo_session_res *res)
+{
+    const fo_graph *g = res->graph;
+    ERL_NIF_TERM spans = enif_make_list(env, 0);
+    for (uint32_t id = fo_graph_span_count(g); id-- > 0;) {
+        fo_span_info info;
+        if (fo_graph_span(g, id, &info))
+            spans = enif_make_list_cell(env, span_term(env, res, &info), spans);
+    }
+    int64_t offset = (int64_t)enif_monotonic_time(ERL_NIF_NSEC) - fo_tracer_clock_ns();
+    ERL_NIF_TERM keys[] = {fo_atom_spans, fo_atom_stats, fo_atom_clock_offset_ns};
+    ERL_NIF_TERM values[] = {spans, stats_term(env, fo_graph_get_stats(g)), enif_make_int64(env, offset)};
+    ERL_NIF_TERM map;
+    enif_make_map_from_arrays(env, keys, values, 3, &map);
+    return map;
+}

@@ -1,0 +1,42 @@
+/* The router of cross-process (graph) traces. Every process a graph trace
+ * touches has the same tracer, {FlameOn.Client.Native, graph}, and the
+ * seq_trace system tracer is the same too: one tracer state for all graph
+ * sessions, so concurrent traces reaching the same server never fight
+ * over its tracer. The router sends each event to its session: seq_trace
+ * events by label, process events by pid. Global to the node, behind one
+ * read/write lock. */
+#ifndef FO_ROUTER_H
+#define FO_ROUTER_H
+
+#include <erl_nif.h>
+#include <stdint.h>
+
+#include "fo_resource.h"
+
+/* Concurrent graph sessions and processes mapped to them, node-wide. */
+#define FO_ROUTER_MAX_SESSIONS 1024u
+#define FO_ROUTER_MAX_PIDS 65536u
+
+int fo_router_init(void);
+void fo_router_destroy(void);
+
+/* Registers res under label with root as its first process (keeps a
+ * reference). 0 when the label is taken or the router is full. */
+int fo_router_register(fo_session_res *res, uint64_t label, uint64_t root);
+
+/* Forgets res, its label and its processes (drops the reference). */
+void fo_router_unregister(fo_session_res *res);
+
+/* The session of label / of pid, with a reference the caller must give
+ * back with enif_release_resource; NULL when none. */
+fo_session_res *fo_router_by_label(uint64_t label);
+fo_session_res *fo_router_by_pid(uint64_t pid);
+
+/* pid works for res from now on. 0 when it already works for another
+ * session or the router is full (the caller counts it). */
+int fo_router_map_pid(uint64_t pid, fo_session_res *res);
+
+/* Sessions registered now. */
+uint32_t fo_router_sessions(void);
+
+#endif

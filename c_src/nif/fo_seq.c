@@ -1,0 +1,61 @@
+#include "fo_seq.h"
+
+#include "fo_atoms.h"
+
+/* Tags are terms (refs, [alias | Ref]): hash them; the request and its
+ * reply carry equal terms, so equal keys. */
+static uint64_t tag_key(ERL_NIF_TERM tag)
+{
+    return enif_hash(ERL_NIF_INTERNAL_HASH, tag, 0x666c616d65ULL) | 1u;
+}
+
+static int is_call_tag(ErlNifEnv *env, ERL_NIF_TERM tag)
+{
+    ERL_NIF_TERM head, tail;
+    if (enif_is_ref(env, tag))
+        return 1;
+    return enif_get_list_cell(env, tag, &head, &tail) && head == fo_atom_alias && enif_is_ref(env, tail);
+}
+
+static uint64_t pid_key(ErlNifEnv *env, ERL_NIF_TERM term)
+{
+    ErlNifPid pid;
+    return enif_get_local_pid(env, term, &pid) ? (uint64_t)pid.pid : 0;
+}
+
+int fo_seq_decode(ErlNifEnv *env, ERL_NIF_TERM info, fo_seq_event *out)
+{
+    int arity;
+    const ERL_NIF_TERM *items;
+    if (!enif_get_tuple(env, info, &arity, &items) || arity != 5)
+        return 0;
+    if (items[0] == fo_atom_send)
+        out->is_send = 1;
+    else if (items[0] == fo_atom_receive)
+        out->is_send = 0;
+    else
+        return 0;
+    out->from = pid_key(env, items[2]);
+    out->to = pid_key(env, items[3]);
+    if (out->from == 0)
+        return 0;
+    const ERL_NIF_TERM *msg;
+    int msg_arity;
+    if (!enif_get_tuple(env, items[4], &msg_arity, &msg))
+        return 0;
+    if (msg_arity == 3 && msg[0] == fo_atom_gen_call) {
+        const ERL_NIF_TERM *from;
+        int from_arity;
+        if (out->to == 0 || !enif_get_tuple(env, msg[1], &from_arity, &from) || from_arity != 2)
+            return 0;
+        out->kind = FO_SEQ_REQUEST;
+        out->tag = tag_key(from[1]);
+        return 1;
+    }
+    if (msg_arity == 2 && is_call_tag(env, msg[0])) {
+        out->kind = FO_SEQ_REPLY;
+        out->tag = tag_key(msg[0]);
+        return 1;
+    }
+    return 0;
+}

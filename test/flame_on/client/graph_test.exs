@@ -1,0 +1,220 @@
+defmodule FlameOn.Client.GraphTest do
+  # Tracing is node-global (patterns, flags, the seq_trace system tracer).
+  use ExUnit.Case, async: false
+
+  import FlameOn.Client.TestHelpers
+
+  alias FlameOn.Client
+  alias FlameOn.Client.{Graph, Span}
+  alias FlameOn.Client.Test.Server
+
+  # Durations compared with this relative tolerance (the machine is shared).
+  @tolerance 0.10
+
+  setup do
+    assert_node_clean()
+    on_exit(fn -> assert_node_clean() end)
+    :ok
+  end
+
+  defp graph_profile(fun, opts \\ []), do: Client.profile(fun, [cross_process: true] ++ opts)
+
+  defp span_of(%Graph{spans: spans}, pid), do: Enum.find(spans, &(&1.pid == pid))
+  defp duration(%Span{started_at: a, ended_at: b}), do: b - a
+
+  defp assert_close(actual, expected, label) do
+    assert abs(actual - expected) <= @tolerance * expected,
+           "#{label}: #{actual} µs, expected #{expected} µs ±#{trunc(@tolerance * 100)}%"
+  end
+
+  test "a single-process trace has no graph and keeps SLEEP" do
+    {:ok, server} = Server.start()
+    {_, profile} = Client.profile(fn -> GenServer.call(server, {:sleep, 20}) end)
+    assert profile.graph == nil
+    assert time_where(profile, self(), &String.ends_with?(&1, "SLEEP")) >= 15_000
+    refute Map.has_key?(profile.stacks, server)
+  end
+
+  test "the caller's wait is attributed to the callee that did the work" do
+    {:ok, server} = Server.start()
+    {result, profile} = graph_profile(fn -> GenServer.call(server, {:spin, 30}) end)
+    assert result == :done
+
+    %Graph{spans: spans} = graph = profile.graph
+    assert length(spans) == 2
+    root = span_of(graph, self())
+    callee = span_of(graph, server)
+
+    assert root.parent_span_id == nil
+    assert root.children == [callee.span_id]
+    assert callee.parent_span_id == root.span_id
+    assert root.waiting_on_pid == server
+    assert callee.status == :ok and root.status == :ok
+
+    assert_close(duration(callee), 30_000, "callee span")
+    assert_close(root.attributed_wait_us, duration(callee), "attributed wait")
+    assert root.wait_us == root.attributed_wait_us + root.unattributed_wait_us
+    assert root.unattributed_wait_us < 0.1 * root.wait_us
+    assert callee.self_us >= 0.9 * duration(callee)
+
+    # The callee's own stacks join the profile under its pid, linked by the
+    # span, never continued from the caller's stack.
+    assert Enum.any?(profile.stacks[server], fn {stack, _} ->
+             stack =~ "FlameOn.Client.Test.Server.handle_call/3"
+           end)
+
+    refute Enum.any?(profile.stacks[self()], fn {stack, _} -> stack =~ "handle_call" end)
+    assert_close(Client.Profile.total_us(profile, server), duration(callee), "callee stacks")
+  end
+
+  test "nested hops A -> B -> C give a chain of spans" do
+    {:ok, c} = Server.start()
+    {:ok, b} = Server.start()
+
+    {result, profile} = graph_profile(fn -> GenServer.call(b, {:forward, 15, c, {:spin, 25}}) end)
+
+    assert result == {:forwarded, :done}
+    graph = profile.graph
+    [root, span_b, span_c] = Enum.map([self(), b, c], &span_of(graph, &1))
+
+    assert span_b.parent_span_id == root.span_id
+    assert span_c.parent_span_id == span_b.span_id
+    assert root.children == [span_b.span_id]
+    assert span_b.children == [span_c.span_id]
+
+    assert_close(duration(span_c), 25_000, "C")
+    assert_close(span_b.attributed_wait_us, duration(span_c), "B's wait on C")
+    assert_close(span_b.self_us, 15_000, "B's own work")
+    assert_close(root.attributed_wait_us, duration(span_b), "A's wait on B")
+    assert Enum.all?([b, c], &Map.has_key?(profile.stacks, &1))
+  end
+
+  test "wait nothing explains stays unattributed" do
+    {:ok, server} = Server.start()
+
+    # max_spans: 1 leaves room for the root only: the callee is not followed.
+    {_, profile} = graph_profile(fn -> GenServer.call(server, {:sleep, 20}) end, max_spans: 1)
+
+    [root] = profile.graph.spans
+    assert root.attributed_wait_us == 0
+    assert root.unattributed_wait_us >= 18_000
+    # Who it waited on is still known (the request's receiver).
+    assert root.waiting_on_pid == server
+    assert profile.graph.stats.dropped_spans == 1
+    refute Map.has_key?(profile.stacks, server)
+  end
+
+  @tag :capture_log
+  test "a callee that crashes ends its span with {:exit, reason} and the trace finishes" do
+    {:ok, server} = Server.start()
+
+    {caught, profile} =
+      graph_profile(fn ->
+        try do
+          GenServer.call(server, {:crash, 10})
+        catch
+          :exit, reason -> {:caught, reason}
+        end
+      end)
+
+    assert {:caught, {{%RuntimeError{message: "crash on purpose"}, _}, _}} = caught
+    callee = span_of(profile.graph, server)
+    assert {:exit, {%RuntimeError{message: "crash on purpose"}, _stack}} = callee.status
+    assert span_of(profile.graph, self()).status == :ok
+  end
+
+  test "concurrent graph traces through one server never mix spans" do
+    {:ok, server} = Server.start()
+    parent = self()
+
+    tasks =
+      for ms <- [20, 30] do
+        Task.async(fn ->
+          {_, profile} =
+            graph_profile(fn ->
+              for _ <- 1..3, do: GenServer.call(server, {:spin, ms})
+            end)
+
+          send(parent, {:done, self()})
+          {self(), ms, profile}
+        end)
+      end
+
+    for {pid, ms, profile} <- Task.await_many(tasks, 10_000) do
+      root = span_of(profile.graph, pid)
+      callees = Enum.filter(profile.graph.spans, &(&1.pid == server))
+      assert length(callees) == 3, "trace of #{ms} ms calls saw #{length(callees)} callee spans"
+      assert Enum.all?(callees, &(&1.parent_span_id == root.span_id))
+      assert length(profile.graph.spans) == 4
+
+      for span <- callees,
+          do: assert_close(span.self_us, ms * 1000, "callee of the #{ms} ms trace")
+    end
+  end
+
+  test "another tool owning the seq_trace system tracer is refused and kept" do
+    other = spawn(fn -> receive do: (:stop -> :ok) end)
+    :seq_trace.set_system_tracer(other)
+
+    try do
+      assert_raise ArgumentError, ~r/system tracer/, fn ->
+        graph_profile(fn -> :never_runs end)
+      end
+
+      assert :seq_trace.get_system_tracer() == other
+    after
+      :seq_trace.set_system_tracer(false)
+      send(other, :stop)
+    end
+  end
+
+  test "the traced process killed mid-trace leaves the node clean" do
+    {:ok, server} = Server.start()
+    parent = self()
+
+    pid =
+      spawn(fn ->
+        graph_profile(fn ->
+          send(parent, {:tracing, self()})
+          GenServer.call(server, {:spin, 5_000}, 10_000)
+        end)
+      end)
+
+    assert_receive {:tracing, ^pid}, 5_000
+    Process.sleep(50)
+    Process.exit(pid, :kill)
+    assert_node_clean(6_000)
+  end
+
+  test "after the trace, a callee working under its stale token changes nothing" do
+    {:ok, c} = Server.start()
+    {:ok, b} = Server.start()
+    {_, profile} = graph_profile(fn -> GenServer.call(b, {:spin, 1}) end)
+    spans = length(profile.graph.spans)
+
+    # b still holds the trace's token until its next tokenless receive.
+    assert {:forwarded, :done} = GenServer.call(b, {:forward, 1, c, {:spin, 1}})
+    assert length(profile.graph.spans) == spans
+    assert_node_clean()
+  end
+
+  test "cross_process is validated and comes from app config" do
+    assert_raise ArgumentError, ~r/cross_process/, fn ->
+      Client.profile(fn -> :ok end, cross_process: :yes)
+    end
+
+    assert_raise ArgumentError, ~r/mode: :nif/, fn ->
+      Client.profile(fn -> :ok end, cross_process: true, mode: :process)
+    end
+
+    Application.put_env(:flame_on_client, :cross_process, true)
+
+    try do
+      {_, profile} = Client.profile(fn -> :ok end)
+      assert %Graph{spans: [%Span{pid: pid}]} = profile.graph
+      assert pid == self()
+    after
+      Application.delete_env(:flame_on_client, :cross_process)
+    end
+  end
+end

@@ -1,0 +1,36 @@
+defmodule FlameOn.Client.Test.Server do
+  @moduledoc false
+  # A GenServer for cross-process tests: each request says what to do, so
+  # one module plays every role (leaf, middle hop, crasher, slow replier).
+  use GenServer
+
+  def start(opts \\ []), do: GenServer.start(__MODULE__, opts)
+
+  @impl true
+  def init(opts), do: {:ok, opts}
+
+  @impl true
+  def handle_call({:spin, ms}, _from, state), do: {:reply, spin_until(deadline(ms)), state}
+
+  def handle_call({:sleep, ms}, _from, state) do
+    Process.sleep(ms)
+    {:reply, :slept, state}
+  end
+
+  # Works ms itself, then forwards `next` to `server` and replies with its answer.
+  def handle_call({:forward, ms, server, next}, _from, state) do
+    spin_until(deadline(ms))
+    {:reply, {:forwarded, GenServer.call(server, next)}, state}
+  end
+
+  def handle_call({:crash, ms}, _from, _state) do
+    spin_until(deadline(ms))
+    raise "crash on purpose"
+  end
+
+  defp deadline(ms), do: System.monotonic_time(:microsecond) + ms * 1000
+
+  defp spin_until(deadline) do
+    if System.monotonic_time(:microsecond) < deadline, do: spin_until(deadline), else: :done
+  end
+end
