@@ -27,6 +27,7 @@ typedef struct {
 
 #define FO_EVF_HAS_MFA 0x1u    /* mfa is set (return_to: not `undefined`) */
 #define FO_EVF_HAS_CALLER 0x2u /* call: caller is set (not `undefined`) */
+#define FO_EVF_IN_CALL 0x4u    /* out: blocked in a call to another process */
 
 typedef struct {
     fo_event_kind kind;

@@ -20,6 +20,7 @@ typedef struct {
     uint32_t overflow;   /* pushes past max_stack_frames, only counted */
     uint32_t *stack_frames;
     uint32_t *stack_nodes;
+    uint64_t call_wait_ns; /* WAITING time of the current call (graph traces) */
     int64_t last_ts;
     uint8_t state;       /* fo_proc_state */
     uint8_t has_ts;

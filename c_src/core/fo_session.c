@@ -228,16 +228,20 @@ static void charge(fo_session *s, fo_proc *p, int64_t ts)
     p->last_ts = ts;
     if (p->state == FO_PROC_RUNNING)
         fo_tree_charge(&s->tree, current_node(p), delta);
-    else if (p->state == FO_PROC_OUT)
+    else if (p->state == FO_PROC_OUT) {
         fo_tree_charge(&s->tree, p->sleep_node, delta);
+        if (s->tree.nodes[p->sleep_node].frame == FO_FRAME_WAITING)
+            p->call_wait_ns += delta;
+    }
 }
 
-static void on_out(fo_session *s, fo_proc *p)
+static void on_out(fo_session *s, fo_proc *p, uint32_t flags)
 {
     if (p->state == FO_PROC_OUT)
         return;
     p->state = FO_PROC_OUT;
-    uint32_t node = regular_child(s, current_node(p), FO_FRAME_SLEEP);
+    uint32_t leaf = (flags & FO_EVF_IN_CALL) ? FO_FRAME_WAITING : FO_FRAME_SLEEP;
+    uint32_t node = regular_child(s, current_node(p), leaf);
     if (node == FO_NONE) {
         s->stats.node_limit_hits++;
         node = p->node_cap;
@@ -267,7 +271,7 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         on_return_to(s, p, ev);
         break;
     case FO_EV_OUT:
-        on_out(s, p);
+        on_out(s, p, ev->flags);
         break;
     case FO_EV_IN:
         p->state = FO_PROC_RUNNING;
@@ -300,6 +304,35 @@ void fo_session_count_malformed(fo_session *s, uint64_t n)
 {
     s->stats.malformed_events += n;
     s->stats.dropped_events += n;
+}
+
+void fo_session_call_started(fo_session *s, uint64_t pid)
+{
+    uint32_t index = fo_procs_find(&s->procs, pid);
+    if (index != UINT32_MAX)
+        s->procs.procs[index].call_wait_ns = 0;
+}
+
+uint64_t fo_session_attribute_wait(fo_session *s, uint64_t pid, uint64_t ns)
+{
+    uint32_t index = fo_procs_find(&s->procs, pid);
+    if (index == UINT32_MAX)
+        return 0;
+    fo_proc *p = &s->procs.procs[index];
+    uint32_t waiting = p->sleep_node;
+    if (p->root == FO_NONE || s->tree.nodes[waiting].frame != FO_FRAME_WAITING)
+        return 0;
+    uint64_t moved = ns < p->call_wait_ns ? ns : p->call_wait_ns;
+    if (moved > s->tree.nodes[waiting].self_ns)
+        moved = s->tree.nodes[waiting].self_ns;
+    uint32_t parent = s->tree.nodes[waiting].parent;
+    uint32_t attributed = moved == 0 ? FO_NONE : regular_child(s, parent, FO_FRAME_ATTRIBUTED);
+    if (attributed == FO_NONE)
+        return 0; /* tree full: the wait stays WAITING, still counted in time */
+    s->tree.nodes[waiting].self_ns -= moved;
+    fo_tree_charge(&s->tree, attributed, moved);
+    p->call_wait_ns -= moved;
+    return moved;
 }
 
 void fo_session_count_ignored(fo_session *s, uint64_t n)

@@ -16,8 +16,9 @@ enum {
     FO_FRAME_SLEEP = 1,     /* scheduled-out time, a leaf under the running stack */
     FO_FRAME_DEPTH_CAP = 2, /* frames past max_depth, folded into one "…" node */
     FO_FRAME_NODE_CAP = 3,  /* tree full: time of stacks that could not be stored */
-    FO_FRAME_WAITING = 4,   /* reserved for unattributed wait (graph traces) */
+    FO_FRAME_WAITING = 4,   /* scheduled out while blocked in a call (graph traces) */
     FO_FRAME_GC = 5,        /* garbage collection, when gc events are given */
+    FO_FRAME_ATTRIBUTED = 6, /* call wait a traced callee explains (graph traces) */
     FO_FRAME_FIRST_REAL = 8
 };
 
@@ -55,6 +56,17 @@ void fo_session_close(fo_session *s, int64_t end_ns);
  * events it does not pass on (spawn, link, ...). */
 void fo_session_count_malformed(fo_session *s, uint64_t n);
 void fo_session_count_ignored(fo_session *s, uint64_t n);
+
+/* Graph traces. pid sent a request: its wait on this call starts now
+ * (out events flagged FO_EVF_IN_CALL go to a WAITING leaf and are summed
+ * per call). */
+void fo_session_call_started(fo_session *s, uint64_t pid);
+
+/* pid resumed from the call and a callee explained ns of its wait: move
+ * up to ns of the call's WAITING time to an ATTRIBUTED sibling leaf, so
+ * views can show attributed and unexplained wait apart. Returns the ns
+ * moved. */
+uint64_t fo_session_attribute_wait(fo_session *s, uint64_t pid, uint64_t ns);
 
 const fo_stats *fo_session_stats(const fo_session *s);
 

@@ -93,7 +93,8 @@
     A(late_replies)                                                                           \
     A(dropped_spans)                                                                          \
     A(delegated_replies)                                                                       \
-    A(stats)
+    A(stats)                                                                                   \
+    A(attributed)
 
 #define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;
 FO_ATOMS(FO_ATOM_DECLARE)

@@ -17,6 +17,8 @@ static ERL_NIF_TERM frame_term(ErlNifEnv *env, const fo_session *s, uint32_t fra
         return fo_atom_waiting;
     case FO_FRAME_GC:
         return fo_atom_gc;
+    case FO_FRAME_ATTRIBUTED:
+        return fo_atom_attributed;
     default:
         break;
     }

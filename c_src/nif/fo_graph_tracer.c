@@ -35,19 +35,34 @@ static void pause_timeline(fo_session_res *res, uint64_t pid, int64_t ts)
     fo_session_apply(res->core, &ev);
 }
 
+/* What the caller's current span has had explained so far. */
+static uint64_t attributed_so_far(const fo_graph *g, uint64_t pid)
+{
+    fo_span_info span;
+    uint32_t id = fo_graph_current_span(g, pid);
+    return id != FO_NONE && fo_graph_span(g, id, &span) ? span.attributed_wait_ns : 0;
+}
+
 static void apply_seq(fo_session_res *res, const fo_seq_event *e, int64_t ts)
 {
     fo_graph *g = res->graph;
     if (e->kind == FO_SEQ_REQUEST) {
-        if (e->is_send)
+        if (e->is_send) {
             fo_graph_request_sent(g, e->from, e->to, e->tag, ts);
-        else
+            fo_session_call_started(res->core, e->from);
+        } else
             fo_graph_request_received(g, e->to, e->from, e->tag, ts);
     } else if (e->is_send) {
         fo_graph_reply_sent(g, e->from, e->tag, ts);
         pause_timeline(res, e->from, ts);
     } else if (e->to != 0) {
+        /* the part of this call's wait the callee explains leaves the
+         * caller's WAITING leaf */
+        uint64_t before = attributed_so_far(g, e->to);
         fo_graph_reply_received(g, e->to, e->tag, ts);
+        uint64_t after = attributed_so_far(g, e->to);
+        if (after > before)
+            fo_session_attribute_wait(res->core, e->to, after - before);
     }
 }
 
@@ -92,6 +107,8 @@ static void on_process_event(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     fo_decode_result decoded = fo_decode_event(env, argv[0], argv[3], has_caller ? &caller : NULL, &ev);
     ev.pid = (uint64_t)pid.pid;
     ev.ts_ns = ts;
+    if (decoded == FO_DECODED && ev.kind == FO_EV_OUT && fo_graph_waiting_call(res->graph, ev.pid, NULL) > 0)
+        ev.flags |= FO_EVF_IN_CALL;
     int ours = decoded == FO_DECODED && ev.kind == FO_EV_CALL && ev.mfa.module == (uint64_t)fo_atom_native_module;
     enif_mutex_lock(res->lock);
     if (!ours && res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed) &&

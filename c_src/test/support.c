@@ -200,11 +200,24 @@ void ts_run_line(fo_session *s, const char *line)
         fo_session_count_ignored(s, pid);
         return;
     }
+    if (sscanf(line, "call_started %" SCNu64 " %7s", &pid, extra) == 1) {
+        fo_session_call_started(s, pid);
+        return;
+    }
+    uint64_t ns = 0;
+    if (sscanf(line, "attribute %" SCNu64 " %" SCNu64 " %7s", &pid, &ns, extra) == 2) {
+        fo_session_attribute_wait(s, pid, ns);
+        return;
+    }
     int n = sscanf(line, "%" SCNu64 " %" SCNd64 " %15s %63s %15s %63s %7s", &pid, &ts, kind, a1, a2,
                    a3, extra);
     fo_event ev;
-    if (n == 3 && strcmp(kind, "out") == 0)
+    if (n == 3 && strcmp(kind, "out") == 0) {
         ev = ev_kind(FO_EV_OUT, pid, ts);
+    } else if (n == 3 && strcmp(kind, "out_call") == 0) {
+        ev = ev_kind(FO_EV_OUT, pid, ts);
+        ev.flags |= FO_EVF_IN_CALL;
+    }
     else if (n == 3 && strcmp(kind, "in") == 0)
         ev = ev_kind(FO_EV_IN, pid, ts);
     else if (n == 3 && strcmp(kind, "exit") == 0)
@@ -348,6 +361,9 @@ static void ts_frame_name(const fo_session *s, uint32_t frame, char *buf, size_t
         break;
     case FO_FRAME_GC:
         name = "GC";
+        break;
+    case FO_FRAME_ATTRIBUTED:
+        name = "ATTRIBUTED";
         break;
     default:
         break;

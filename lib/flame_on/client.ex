@@ -34,6 +34,11 @@ defmodule FlameOn.Client do
       `FlameOn.Client.Graph` of linked spans: the caller's wait becomes wait
       on a known callee, and the callee's own stacks join the profile under
       its pid. Needs `mode: :nif` and the node's seq_trace system tracer.
+    * `:sleep` (`:default`) – cross-process traces: by default a caller's
+      wait that a traced callee explains leaves the caller's stacks (the
+      span graph links it to the callee's span) and the wait nothing
+      explains shows as a `WAITING` leaf; `:raw` keeps every scheduled-out
+      interval as `SLEEP`, as single-process traces show it.
     * `:max_spans` (`10_000`), `:max_pending_calls` (`4_096`), `:max_fanout`
       (`1_000`) – bounds of the span graph (cross-process traces; callees
       past them are not followed, and `graph.stats` counts them).
@@ -77,7 +82,7 @@ defmodule FlameOn.Client do
     max_stack_frames: 100_000
   ]
   @graph_defaults [max_spans: 10_000, max_pending_calls: 4_096, max_fanout: 1_000]
-  @defaults [name: "flame_on", mode: :nif, timeout: 30_000, cross_process: nil] ++
+  @defaults [name: "flame_on", mode: :nif, timeout: 30_000, cross_process: nil, sleep: :default] ++
               @limit_defaults ++ @graph_defaults
   @limit_keys Keyword.keys(@limit_defaults) ++ Keyword.keys(@graph_defaults)
 
@@ -233,14 +238,19 @@ defmodule FlameOn.Client do
     stats = Map.put(stats, :unprocessed_events, 0)
 
     {:ok,
-     Profile.build(raw, stats,
-       trace_id: label,
-       name: opts.name,
-       mode: :nif,
-       pid: self(),
-       graph: Graph.build(graph, label),
-       started_at: System.convert_time_unit(started_ts, :native, :microsecond),
-       duration_us: System.convert_time_unit(end_ts - started_ts, :native, :microsecond)
+     Profile.build(
+       raw,
+       stats,
+       [
+         trace_id: label,
+         name: opts.name,
+         mode: :nif,
+         pid: self(),
+         graph: Graph.build(graph, label),
+         started_at: System.convert_time_unit(started_ts, :native, :microsecond),
+         duration_us: System.convert_time_unit(end_ts - started_ts, :native, :microsecond)
+       ],
+       wait_view(opts.sleep)
      )}
   end
 
@@ -264,6 +274,13 @@ defmodule FlameOn.Client do
   defp finish_capture(%{mode: :process, session: session}, started_ts, end_ts, opts) do
     TraceSession.finish(session, started_ts: started_ts, end_ts: end_ts, timeout: opts.timeout)
   end
+
+  # How off-CPU time reads in a cross-process trace's stacks. Default: wait
+  # a traced callee explains is not in the caller's stacks (the span graph
+  # links it to the callee), and every unexplained wait is WAITING.
+  # sleep: :raw: all of it is SLEEP, as in a single-process trace.
+  defp wait_view(:raw), do: %{waiting: "SLEEP", attributed: "SLEEP"}
+  defp wait_view(:default), do: %{sleep: "WAITING", attributed: nil}
 
   defp ensure_untraced! do
     case :erlang.trace_info(self(), :tracer) do
@@ -316,6 +333,8 @@ defmodule FlameOn.Client do
     Enum.each(opts, fn
       {:name, name} when is_binary(name) -> :ok
       {:name, other} -> invalid!(:name, "a string", other)
+      {:sleep, view} when view in [:default, :raw] -> :ok
+      {:sleep, other} -> invalid!(:sleep, ":default or :raw", other)
       {:cross_process, flag} when is_boolean(flag) or is_nil(flag) -> :ok
       {:cross_process, other} -> invalid!(:cross_process, "a boolean", other)
       {:mode, mode} when mode in [:nif, :process] -> :ok

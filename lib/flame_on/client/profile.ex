@@ -65,6 +65,7 @@ defmodule FlameOn.Client.Profile do
     depth_cap: "…",
     node_cap: "[truncated]",
     waiting: "WAITING",
+    attributed: "ATTRIBUTED",
     gc: "GC"
   }
 
@@ -135,10 +136,12 @@ defmodule FlameOn.Client.Profile do
   # Builds a profile from `FlameOn.Client.Native.finish/2`'s stacks
   # (`%{pid => [{frames_leaf_first, ns}]}`), its stats and the metadata
   # fields in `fields`. Frame names are computed once per frame.
-  @spec build(%{pid() => [{[frame()], non_neg_integer()}]}, map(), keyword()) :: t()
-  def build(raw_stacks, stats, fields) do
+  # `names` overrides the text of some frames; a frame named `nil` drops
+  # the time of every stack that ends in it (views of cross-process traces).
+  @spec build(%{pid() => [{[frame()], non_neg_integer()}]}, map(), keyword(), map()) :: t()
+  def build(raw_stacks, stats, fields, names \\ %{}) do
     {stacks, _names} =
-      Enum.reduce(raw_stacks, {%{}, %{}}, fn {pid, entries}, {stacks, names} ->
+      Enum.reduce(raw_stacks, {%{}, names}, fn {pid, entries}, {stacks, names} ->
         {ns_by_stack, names} = merge_entries(entries, names)
 
         case to_microseconds(ns_by_stack) do
@@ -152,10 +155,17 @@ defmodule FlameOn.Client.Profile do
 
   defp merge_entries(entries, names) do
     Enum.reduce(entries, {%{}, names}, fn {frames, ns}, {acc, names} ->
-      {stack, names} = stack_text(frames, names)
-      {Map.update(acc, stack, ns, &(&1 + ns)), names}
+      if dropped?(frames, names) do
+        {acc, names}
+      else
+        {stack, names} = stack_text(frames, names)
+        {Map.update(acc, stack, ns, &(&1 + ns)), names}
+      end
     end)
   end
+
+  defp dropped?([leaf | _], names), do: is_map_key(names, leaf) and names[leaf] == nil
+  defp dropped?([], _names), do: false
 
   # Leaf-first frames in, root-first text out.
   defp stack_text(frames, names) do

@@ -65,6 +65,39 @@ defmodule FlameOn.Client.GraphTest do
 
     refute Enum.any?(profile.stacks[self()], fn {stack, _} -> stack =~ "handle_call" end)
     assert_close(Client.Profile.total_us(profile, server), duration(callee), "callee stacks")
+
+    # The explained wait is not a SLEEP (nor anything else) in the caller's
+    # stacks; what is left of the wait is WAITING.
+    refute Enum.any?(profile.stacks[self()], fn {stack, _} -> stack =~ "SLEEP" end)
+    waiting = time_where(profile, self(), &String.ends_with?(&1, "WAITING"))
+    assert waiting <= root.unattributed_wait_us + 100
+
+    assert Client.Profile.total_us(profile, self()) <
+             profile.duration_us - 0.9 * root.attributed_wait_us
+  end
+
+  test "sleep: :raw keeps the caller's wait as SLEEP" do
+    {:ok, server} = Server.start()
+
+    {_, profile} = graph_profile(fn -> GenServer.call(server, {:spin, 30}) end, sleep: :raw)
+
+    root = span_of(profile.graph, self())
+    slept = time_where(profile, self(), &String.ends_with?(&1, "gen:do_call/4;SLEEP"))
+    assert_close(slept, root.wait_us, "raw SLEEP under the call")
+    refute Enum.any?(profile.stacks[self()], fn {stack, _} -> stack =~ "WAITING" end)
+
+    assert_close(
+      Client.Profile.total_us(profile, self()),
+      profile.duration_us,
+      "raw stacks total"
+    )
+  end
+
+  test "off-CPU time nothing explains is WAITING in a cross-process trace" do
+    {_, profile} = graph_profile(fn -> Process.sleep(30) end)
+    waiting = time_where(profile, self(), &String.ends_with?(&1, "Process.sleep/1;WAITING"))
+    assert_close(waiting, 30_000, "Process.sleep as WAITING")
+    refute Enum.any?(profile.stacks[self()], fn {stack, _} -> stack =~ "SLEEP" end)
   end
 
   test "nested hops A -> B -> C give a chain of spans" do
@@ -102,6 +135,10 @@ defmodule FlameOn.Client.GraphTest do
     assert root.waiting_on_pid == server
     assert profile.graph.stats.dropped_spans == 1
     refute Map.has_key?(profile.stacks, server)
+
+    # Unexplained, it stays visible in the caller's stacks as WAITING.
+    waiting = time_where(profile, self(), &String.ends_with?(&1, "gen:do_call/4;WAITING"))
+    assert_close(waiting, root.unattributed_wait_us, "WAITING under the call")
   end
 
   @tag :capture_log

@@ -1,0 +1,61 @@
+/* Call wait in graph traces: scheduled-out time inside a call goes to a
+ * WAITING leaf, and the part a traced callee explains moves to an
+ * ATTRIBUTED leaf beside it. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "test_support.h"
+
+// clang-format off
+#define LINES(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define DEFAULT_LIMITS {0, 0, 0, 0, 0}
+
+static const ts_case call_wait_cases[] = {
+    {"out_in_a_call_is_waiting_and_attribution_moves_part_of_it", DEFAULT_LIMITS,
+     LINES("1 0 call m:a/0",
+           "call_started 1",
+           "1 100 out_call",  /* a: 100 */
+           "1 1100 in",       /* a;WAITING: 1000 */
+           "attribute 1 600", /* 600 of it explained */
+           "close 1200"),     /* a: 100 */
+     LINES("1 m:a/0 200", "1 m:a/0;WAITING 400", "1 m:a/0;ATTRIBUTED 600"), "events=3"},
+
+    {"attribution_is_capped_by_the_calls_wait", DEFAULT_LIMITS,
+     LINES("1 0 call m:a/0", "call_started 1", "1 100 out_call", "1 1100 in",
+           "attribute 1 5000", "close 1100"),
+     LINES("1 m:a/0 100", "1 m:a/0;ATTRIBUTED 1000"), "events=3"},
+
+    {"a new call starts its own wait", DEFAULT_LIMITS,
+     LINES("1 0 call m:a/0",
+           "call_started 1", "1 100 out_call", "1 200 in",  /* first call waits 100 */
+           "call_started 1", "1 300 out_call", "1 350 in",  /* second waits 50 */
+           "attribute 1 1000",                             /* only the second's 50 */
+           "close 350"),
+     LINES("1 m:a/0 200", "1 m:a/0;WAITING 100", "1 m:a/0;ATTRIBUTED 50"), "events=5"},
+
+    {"waits over several outs of one call add up", DEFAULT_LIMITS,
+     LINES("1 0 call m:a/0", "call_started 1",
+           "1 10 out_call", "1 40 in", "1 45 out_call", "1 65 in", /* 30 + 20 waiting */
+           "attribute 1 45", "close 70"),
+     LINES("1 m:a/0 20", "1 m:a/0;WAITING 5", "1 m:a/0;ATTRIBUTED 45"), "events=5"},
+
+    {"plain out stays SLEEP and is never attributed", DEFAULT_LIMITS,
+     LINES("1 0 call m:a/0", "call_started 1", "1 10 out", "1 20 in", "attribute 1 5", "close 20"),
+     LINES("1 m:a/0 10", "1 m:a/0;SLEEP 10"), "events=3"},
+
+    {"attribution for an unknown pid changes nothing", DEFAULT_LIMITS,
+     LINES("1 0 call m:a/0", "call_started 9", "attribute 9 100", "close 10"),
+     LINES("1 m:a/0 10"), "events=1"},
+};
+// clang-format on
+
+int main(void)
+{
+    int failed = ts_run_cases("call_wait_cases", call_wait_cases,
+                              sizeof call_wait_cases / sizeof call_wait_cases[0]);
+    return failed == 0 ? 0 : 1;
+}
