@@ -42,6 +42,10 @@ defmodule FlameOn.Client do
     * `:max_spans` (`10_000`), `:max_pending_calls` (`4_096`), `:max_fanout`
       (`1_000`) – bounds of the span graph (cross-process traces; callees
       past them are not followed, and `graph.stats` counts them).
+    * `:max_duration_ms` (`60_000`) – cross-process traces: the longest a
+      trace captures; past it the trace stops following anything (the
+      function still runs to its end) and `stats.lifetime_exceeded` is
+      `true`.
     * `:mode` (`:nif`) – how events are captured. `:nif`: the NIF is the
       tracer module (`{:tracer, FlameOn.Client.Native, session}`), so the VM
       folds each event into the session inside the traced process, with no
@@ -82,7 +86,15 @@ defmodule FlameOn.Client do
     max_stack_frames: 100_000
   ]
   @graph_defaults [max_spans: 10_000, max_pending_calls: 4_096, max_fanout: 1_000]
-  @defaults [name: "flame_on", mode: :nif, timeout: 30_000, cross_process: nil, sleep: :default] ++
+  @graph_lifetime_default 60_000
+  @defaults [
+              name: "flame_on",
+              mode: :nif,
+              timeout: 30_000,
+              cross_process: nil,
+              sleep: :default,
+              max_duration_ms: @graph_lifetime_default
+            ] ++
               @limit_defaults ++ @graph_defaults
   @limit_keys Keyword.keys(@limit_defaults) ++ Keyword.keys(@graph_defaults)
 
@@ -207,6 +219,7 @@ defmodule FlameOn.Client do
       graph: true,
       label: label,
       native: native,
+      watchdog: watchdog(native, opts.max_duration_ms),
       flags: [{:tracer, Native, :graph} | @graph_flags]
     }
   end
@@ -231,11 +244,17 @@ defmodule FlameOn.Client do
     end
   end
 
-  defp finish_capture(%{graph: true, native: native, label: label}, started_ts, end_ts, opts) do
+  defp finish_capture(%{graph: true} = capture, started_ts, end_ts, opts) do
+    %{native: native, label: label, watchdog: watchdog} = capture
+    lifetime_exceeded = not cancel_watchdog(watchdog)
     {raw, stats, graph} = Native.finish(native, :stop)
     Patterns.release_graph()
     Patterns.release()
-    stats = Map.put(stats, :unprocessed_events, 0)
+
+    stats =
+      stats
+      |> Map.put(:unprocessed_events, 0)
+      |> Map.put(:lifetime_exceeded, lifetime_exceeded)
 
     {:ok,
      Profile.build(
@@ -281,6 +300,33 @@ defmodule FlameOn.Client do
   # sleep: :raw: all of it is SLEEP, as in a single-process trace.
   defp wait_view(:raw), do: %{waiting: "SLEEP", attributed: "SLEEP"}
   defp wait_view(:default), do: %{sleep: "WAITING", attributed: nil}
+
+  # A graph trace stops capturing after max_duration_ms even if the traced
+  # function goes on: stop/1 from this process ends the session's capture.
+  defp watchdog(native, ms) do
+    spawn(fn ->
+      receive do
+        {:cancel, from} -> send(from, {:watchdog, self(), :cancelled})
+      after
+        ms -> Native.stop(native)
+      end
+    end)
+  end
+
+  # true when the watchdog had not fired yet.
+  defp cancel_watchdog(watchdog) do
+    ref = Process.monitor(watchdog)
+    send(watchdog, {:cancel, self()})
+
+    receive do
+      {:watchdog, ^watchdog, :cancelled} ->
+        Process.demonitor(ref, [:flush])
+        true
+
+      {:DOWN, ^ref, :process, ^watchdog, _} ->
+        false
+    end
+  end
 
   defp ensure_untraced! do
     case :erlang.trace_info(self(), :tracer) do
@@ -333,6 +379,8 @@ defmodule FlameOn.Client do
     Enum.each(opts, fn
       {:name, name} when is_binary(name) -> :ok
       {:name, other} -> invalid!(:name, "a string", other)
+      {:max_duration_ms, ms} when is_integer(ms) and ms > 0 -> :ok
+      {:max_duration_ms, other} -> invalid!(:max_duration_ms, "a positive integer", other)
       {:sleep, view} when view in [:default, :raw] -> :ok
       {:sleep, other} -> invalid!(:sleep, ":default or :raw", other)
       {:cross_process, flag} when is_boolean(flag) or is_nil(flag) -> :ok

@@ -189,6 +189,26 @@ defmodule FlameOn.Client.GraphTest do
     end
   end
 
+  test "max_duration_ms ends capture early, says so, and the function still completes" do
+    {:ok, server} = Server.start()
+
+    {result, profile} =
+      graph_profile(fn -> for _ <- 1..4, do: GenServer.call(server, {:spin, 40}) end,
+        max_duration_ms: 60
+      )
+
+    assert result == [:done, :done, :done, :done]
+    assert profile.stats.lifetime_exceeded == true
+    callees = Enum.filter(profile.graph.spans, &(&1.pid == server))
+    # calls after 60 ms are not followed: at most the first two (0-40, 40-80)
+    assert length(callees) in 1..2
+    root = span_of(profile.graph, self())
+    assert duration(root) < 120_000
+
+    {_, quick} = graph_profile(fn -> GenServer.call(server, {:spin, 1}) end)
+    assert quick.stats.lifetime_exceeded == false
+  end
+
   test "another tool owning the seq_trace system tracer is refused and kept" do
     other = spawn(fn -> receive do: (:stop -> :ok) end)
     :seq_trace.set_system_tracer(other)
@@ -238,6 +258,14 @@ defmodule FlameOn.Client.GraphTest do
   test "cross_process is validated and comes from app config" do
     assert_raise ArgumentError, ~r/cross_process/, fn ->
       Client.profile(fn -> :ok end, cross_process: :yes)
+    end
+
+    assert_raise ArgumentError, ~r/max_duration_ms/, fn ->
+      Client.profile(fn -> :ok end, cross_process: true, max_duration_ms: 0)
+    end
+
+    assert_raise ArgumentError, ~r/:sleep/, fn ->
+      Client.profile(fn -> :ok end, cross_process: true, sleep: :hidden)
     end
 
     assert_raise ArgumentError, ~r/mode: :nif/, fn ->
