@@ -210,6 +210,10 @@ defmodule FlameOn.Client do
                 "#{inspect(tracer)} owns it (another tracing tool is running)"
     end
 
+    # Spawned before the token is set, so the watchdog (and its reply to
+    # the cancel) carries none: a tokened message received after the trace
+    # would hand its token back to this process.
+    watchdog = watchdog(native, opts.max_duration_ms)
     :seq_trace.set_token(:label, label)
     :seq_trace.set_token(:send, true)
     :seq_trace.set_token(:receive, true)
@@ -219,7 +223,7 @@ defmodule FlameOn.Client do
       graph: true,
       label: label,
       native: native,
-      watchdog: watchdog(native, opts.max_duration_ms),
+      watchdog: watchdog,
       flags: [{:tracer, Native, :graph} | @graph_flags]
     }
   end

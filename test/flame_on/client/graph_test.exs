@@ -17,7 +17,12 @@ defmodule FlameOn.Client.GraphTest do
     :ok
   end
 
-  defp graph_profile(fun, opts \\ []), do: Client.profile(fun, [cross_process: true] ++ opts)
+  # Every graph trace must leave its caller without a seq_trace token.
+  defp graph_profile(fun, opts \\ []) do
+    result = Client.profile(fun, [cross_process: true] ++ opts)
+    assert :seq_trace.get_token() == []
+    result
+  end
 
   defp span_of(%Graph{spans: spans}, pid), do: Enum.find(spans, &(&1.pid == pid))
   defp duration(%Span{started_at: a, ended_at: b}), do: b - a
