@@ -82,10 +82,10 @@ static void on_seq_trace(ErlNifEnv *env, ERL_NIF_TERM label_term, ERL_NIF_TERM i
      * match spec). */
     if (e.kind == FO_SEQ_REQUEST && !e.is_send)
         fo_router_map_pid(e.to, res);
-    enif_mutex_lock(res->lock);
+    fo_spin_lock(&res->lock);
     if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed))
         apply_seq(res, &e, ts);
-    enif_mutex_unlock(res->lock);
+    fo_spin_unlock(&res->lock);
     enif_release_resource(res);
 }
 
@@ -110,14 +110,14 @@ static void on_process_event(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     if (decoded == FO_DECODED && ev.kind == FO_EV_OUT && fo_graph_waiting_call(res->graph, ev.pid, NULL) > 0)
         ev.flags |= FO_EVF_IN_CALL;
     int ours = decoded == FO_DECODED && ev.kind == FO_EV_CALL && ev.mfa.module == (uint64_t)fo_atom_native_module;
-    enif_mutex_lock(res->lock);
+    fo_spin_lock(&res->lock);
     if (!ours && res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed) &&
         fo_graph_active(res->graph, ev.pid)) {
         fo_decode_apply(res->core, decoded, &ev);
         if (decoded == FO_DECODED && ev.kind == FO_EV_EXIT)
             fo_graph_exit(res->graph, ev.pid, ts, fo_resource_reason_key(env, res, argv[3]));
     }
-    enif_mutex_unlock(res->lock);
+    fo_spin_unlock(&res->lock);
     enif_release_resource(res);
 }
 

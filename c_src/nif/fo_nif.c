@@ -100,14 +100,14 @@ static ERL_NIF_TERM nif_ingest(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     fo_session_res *res;
     if (!fo_resource_get(env, argv[0], &res) || !enif_is_list(env, argv[1]))
         return enif_make_badarg(env);
-    enif_mutex_lock(res->lock);
+    fo_spin_lock(&res->lock);
     if (res->core == NULL) {
-        enif_mutex_unlock(res->lock);
+        fo_spin_unlock(&res->lock);
         return enif_make_badarg(env);
     }
     ERL_NIF_TERM rest;
     int proper = ingest_chunk(env, res, argv[1], &rest);
-    enif_mutex_unlock(res->lock);
+    fo_spin_unlock(&res->lock);
     if (!proper)
         return enif_make_badarg(env);
     if (enif_is_empty_list(env, rest))
@@ -136,9 +136,9 @@ static ERL_NIF_TERM nif_stats(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     fo_session_res *res;
     if (!fo_resource_get(env, argv[0], &res))
         return enif_make_badarg(env);
-    enif_mutex_lock(res->lock);
+    fo_spin_lock(&res->lock);
     ERL_NIF_TERM term = stats_term(env, res);
-    enif_mutex_unlock(res->lock);
+    fo_spin_unlock(&res->lock);
     return term;
 }
 
@@ -151,10 +151,10 @@ static ERL_NIF_TERM nif_stop(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     fo_session_res *res;
     if (!fo_resource_get(env, argv[0], &res))
         return enif_make_badarg(env);
-    enif_mutex_lock(res->lock);
+    fo_spin_lock(&res->lock);
     if (res->stopped_ns == 0)
         res->stopped_ns = fo_tracer_clock_ns();
-    enif_mutex_unlock(res->lock);
+    fo_spin_unlock(&res->lock);
     atomic_store(&res->active, 0);
     if (res->graph != NULL)
         fo_router_unregister(res);
@@ -170,13 +170,13 @@ static ERL_NIF_TERM nif_graph_start(ErlNifEnv *env, int argc, const ERL_NIF_TERM
     ErlNifPid pid;
     if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->graph == NULL)
         return enif_make_badarg(env);
-    enif_mutex_lock(res->lock);
+    fo_spin_lock(&res->lock);
     int fresh = res->root_pid == 0 && res->core != NULL && atomic_load(&res->active);
     if (fresh) {
         res->root_pid = (uint64_t)pid.pid;
         fo_graph_root(res->graph, res->root_pid, fo_tracer_clock_ns());
     }
-    enif_mutex_unlock(res->lock);
+    fo_spin_unlock(&res->lock);
     if (!fresh || !fo_router_register(res, res->label, (uint64_t)pid.pid))
         return enif_make_badarg(env);
     return fo_atom_ok;
@@ -194,10 +194,10 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     int has_end = argv[1] != fo_atom_nil && !at_stop;
     if (!fo_resource_get(env, argv[0], &res) || (has_end && !enif_get_int64(env, argv[1], &end_ts)))
         return enif_make_badarg(env);
-    enif_mutex_lock(res->lock);
+    fo_spin_lock(&res->lock);
     fo_session *core = res->core;
     if (core == NULL) {
-        enif_mutex_unlock(res->lock);
+        fo_spin_unlock(&res->lock);
         return enif_make_badarg(env);
     }
     if (has_end)
@@ -217,7 +217,7 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     res->final_frames = fo_session_frame_count(core);
     res->core = NULL;
     atomic_store(&res->active, 0);
-    enif_mutex_unlock(res->lock);
+    fo_spin_unlock(&res->lock);
     fo_session_free(core);
     if (res->graph != NULL)
         fo_router_unregister(res); /* finished without stop/1 */

@@ -15,8 +15,6 @@ static void session_dtor(ErlNifEnv *env, void *obj)
     res->graph = NULL;
     if (res->reasons != NULL)
         enif_free_env(res->reasons);
-    if (res->lock != NULL)
-        enif_mutex_destroy(res->lock);
 }
 
 int fo_resource_open(ErlNifEnv *env)
@@ -35,9 +33,9 @@ fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_seco
     memset(res, 0, sizeof(*res));
     res->native_per_second = native_per_second;
     res->replay = replay;
-    res->lock = enif_mutex_create("flame_on_session");
+    fo_spin_init(&res->lock);
     res->core = fo_session_new(limits);
-    if (res->lock == NULL || res->core == NULL) {
+    if (res->core == NULL) {
         enif_release_resource(res); /* the destructor frees what was made */
         return NULL;
     }

@@ -1,4 +1,4 @@
-/* The session resource: a core session behind a mutex, so any process
+/* The session resource: a core session behind a lock, so any process
  * holding the reference (and, later, tracer callbacks on any scheduler)
  * can use it safely. Freed by the destructor when the last reference
  * goes, even if its owner died. */
@@ -10,9 +10,10 @@
 
 #include "fo_graph.h"
 #include "fo_session.h"
+#include "fo_spinlock.h"
 
 typedef struct {
-    ErlNifMutex *lock;
+    fo_spinlock lock;
     atomic_int active;     /* 0 once finished: tracer callbacks read it unlocked */
     fo_session *core;      /* NULL once finished */
     int64_t native_per_second;

@@ -66,6 +66,8 @@ ERL_NIF_TERM fo_tracer_trace(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
         return enif_make_badarg(env);
     if (!enif_get_local_pid(env, argv[2], &pid))
         return fo_atom_ok; /* ports and seq_trace labels are not ours here */
+    if (!atomic_load_explicit(&res->active, memory_order_relaxed))
+        return fo_atom_ok; /* stopped: finish/2 may hold the lock for long */
     int64_t ts = stamp(env, res, argv[4]);
     fo_event ev;
     memset(&ev, 0, sizeof(ev));
@@ -76,9 +78,9 @@ ERL_NIF_TERM fo_tracer_trace(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
         return fo_atom_ok; /* our own NIFs (stop/1 ending the trace) */
     ev.pid = (uint64_t)pid.pid;
     ev.ts_ns = ts;
-    enif_mutex_lock(res->lock);
+    fo_spin_lock(&res->lock);
     if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed))
         fo_decode_apply(res->core, decoded, &ev);
-    enif_mutex_unlock(res->lock);
+    fo_spin_unlock(&res->lock);
     return fo_atom_ok;
 }
