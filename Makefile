@@ -3,6 +3,7 @@
 #   make ctest      C unit tests
 #   make ctest-valgrind / ctest-asan   the same under valgrind / ASan+UBSan
 #   make lint       cppcheck over our C
+#   make fuzz-run   the libFuzzer target over the core for FUZZ_SECONDS (clang)
 #   make test       C tests, then `mix test`
 
 ERL ?= erl
@@ -23,7 +24,11 @@ LIBS := -lbsd
 
 NIF_SO := priv/flame_on_client_nif.so
 
-.PHONY: all ctest ctest-valgrind ctest-asan lint test clean
+.PHONY: all ctest ctest-valgrind ctest-asan lint test clean fuzz fuzz-run
+
+CLANG ?= clang-14
+FUZZ_SECONDS ?= 30
+FUZZ_BIN := build/fuzz/fuzz_core
 
 all: $(NIF_SO)
 
@@ -51,6 +56,19 @@ ctest-valgrind: $(TEST_BIN)
 
 ctest-asan: $(ASAN_BIN)
 	@set -e; for t in $(ASAN_BIN); do echo "== asan $$t"; $$t; done
+
+fuzz: $(FUZZ_BIN)
+
+$(FUZZ_BIN): c_src/test/fuzz/fuzz_core.c $(CORE_SRC) $(CORE_HDR) Makefile
+	@mkdir -p build/fuzz
+	$(CLANG) -std=c11 -D_DEFAULT_SOURCE -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined \
+		-fno-sanitize-recover=all -I c_src/core -o $@ $< $(CORE_SRC) $(LIBS)
+
+# New inputs go to build/fuzz/corpus; the committed seeds are read only.
+fuzz-run: $(FUZZ_BIN)
+	@mkdir -p build/fuzz/corpus
+	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
+		build/fuzz/corpus c_src/test/fuzz/corpus
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,style,performance,portability \

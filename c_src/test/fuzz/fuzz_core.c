@@ -1,0 +1,162 @@
+/* libFuzzer target for the whole C core: arbitrary bytes become a stream
+ * of timeline events (fo_session) and span-graph events (fo_graph) under
+ * small random bounds. The core must never crash, leak or break its tree
+ * invariants, whatever the stream. Build and run: `make fuzz-run`. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fo_graph.h"
+#include "fo_session.h"
+
+typedef struct {
+    const uint8_t *data;
+    size_t size;
+    size_t pos;
+} reader;
+
+static uint8_t byte(reader *r)
+{
+    return r->pos < r->size ? r->data[r->pos++] : 0;
+}
+
+static uint64_t small_key(reader *r)
+{
+    return (uint64_t)(byte(r) % 8u) + 1u;
+}
+
+static int64_t timestamp(reader *r, int64_t *clock)
+{
+    /* mostly forward, sometimes backwards or far: skew and overflow paths */
+    uint8_t step = byte(r);
+    if (step == 0xff)
+        *clock = (int64_t)((uint64_t)byte(r) << 56);
+    else if (step >= 0xf0)
+        *clock = (int64_t)((uint64_t)*clock - step); /* wraps on purpose, no UB */
+    else
+        *clock = (int64_t)((uint64_t)*clock + step);
+    return *clock;
+}
+
+static fo_mfa mfa(reader *r)
+{
+    fo_mfa m = {small_key(r), small_key(r) + 100u, byte(r) % 4u};
+    return m;
+}
+
+static void check_tree(const fo_session *s)
+{
+    uint32_t nodes = fo_session_node_count(s);
+    for (uint32_t id = 0; id < nodes; id++) {
+        fo_node_info n;
+        fo_session_node(s, id, &n);
+        if (n.parent != FO_NONE && n.parent >= id)
+            abort();
+        if (n.proc >= fo_session_process_count(s))
+            abort();
+    }
+}
+
+static void check_graph(const fo_graph *g)
+{
+    uint32_t spans = fo_graph_span_count(g);
+    for (uint32_t id = 0; id < spans; id++) {
+        fo_span_info span;
+        if (!fo_graph_span(g, id, &span))
+            abort();
+        if (span.parent_span_id != FO_NONE && span.parent_span_id >= id)
+            abort();
+        if (span.attributed_wait_ns > span.wait_ns)
+            abort();
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    reader r = {data, size, 0};
+    fo_limits limits = {byte(&r) % 64u + 1u, byte(&r) % 16u + 1u, byte(&r) % 8u + 1u,
+                        byte(&r) % 32u + 1u, byte(&r) % 32u + 1u};
+    fo_graph_limits glimits = {byte(&r) % 16u + 1u, byte(&r) % 16u + 1u, byte(&r) % 8u + 1u,
+                               byte(&r) % 8u + 1u};
+    fo_session *s = fo_session_new(&limits);
+    fo_graph *g = fo_graph_new(&glimits, 7);
+    if (s == NULL || g == NULL)
+        abort();
+    int64_t clock = 0;
+    fo_graph_root(g, 1, 0);
+    while (r.pos < r.size) {
+        uint8_t op = byte(&r) % 16u;
+        fo_event ev;
+        memset(&ev, 0, sizeof(ev));
+        ev.pid = small_key(&r);
+        ev.ts_ns = timestamp(&r, &clock);
+        switch (op) {
+        case 0:
+        case 1:
+        case 2:
+            ev.kind = FO_EV_CALL;
+            ev.flags = FO_EVF_HAS_MFA | (byte(&r) & 1u ? FO_EVF_HAS_CALLER : 0u);
+            ev.mfa = mfa(&r);
+            ev.caller = mfa(&r);
+            fo_session_apply(s, &ev);
+            break;
+        case 3:
+        case 4:
+            ev.kind = FO_EV_RETURN_TO;
+            ev.flags = byte(&r) & 1u ? FO_EVF_HAS_MFA : 0u;
+            ev.mfa = mfa(&r);
+            fo_session_apply(s, &ev);
+            break;
+        case 5:
+            ev.kind = FO_EV_OUT;
+            ev.flags = byte(&r) & 1u ? FO_EVF_IN_CALL : 0u;
+            fo_session_apply(s, &ev);
+            break;
+        case 6:
+            ev.kind = FO_EV_IN;
+            fo_session_apply(s, &ev);
+            break;
+        case 7:
+            ev.kind = (fo_event_kind)(byte(&r) % 10u); /* exit, gc, and invalid kinds */
+            fo_session_apply(s, &ev);
+            fo_graph_exit(g, ev.pid, ev.ts_ns, byte(&r));
+            break;
+        case 8:
+            fo_graph_request_sent(g, ev.pid, small_key(&r), small_key(&r), ev.ts_ns);
+            fo_session_call_started(s, ev.pid);
+            break;
+        case 9:
+            fo_graph_request_received(g, ev.pid, small_key(&r), small_key(&r), ev.ts_ns);
+            break;
+        case 10:
+            fo_graph_reply_sent(g, ev.pid, small_key(&r), ev.ts_ns);
+            break;
+        case 11:
+            fo_graph_reply_received(g, ev.pid, small_key(&r), ev.ts_ns);
+            fo_session_attribute_wait(s, ev.pid, byte(&r) * 16u);
+            break;
+        case 12:
+            fo_session_count_malformed(s, byte(&r));
+            fo_session_count_ignored(s, byte(&r));
+            break;
+        case 13:
+            (void)fo_graph_active(g, ev.pid);
+            (void)fo_graph_waiting_call(g, ev.pid, NULL);
+            (void)fo_graph_current_span(g, ev.pid);
+            break;
+        default:
+            fo_session_apply(s, &ev); /* kind 0: not a valid event */
+            break;
+        }
+    }
+    fo_session_close(s, clock);
+    fo_graph_close(g, clock);
+    check_tree(s);
+    check_graph(g);
+    fo_session_free(s);
+    fo_graph_free(g);
+    return 0;
+}
