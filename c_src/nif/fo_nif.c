@@ -229,7 +229,16 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     return enif_make_tuple2(env, stacks, stats);
 }
 
+// live_sessions() -> non_neg_integer(): session resources not yet freed.
+static ERL_NIF_TERM nif_live_sessions(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    (void)argv;
+    return enif_make_long(env, fo_resource_live_sessions());
+}
+
 static ErlNifFunc nif_funcs[] = {
+    {"live_sessions", 0, nif_live_sessions, 0},
     {"new", 1, nif_new, 0},
     {"ingest", 2, nif_ingest, 0},
     {"stats", 1, nif_stats, 0},

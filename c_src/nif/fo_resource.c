@@ -4,11 +4,14 @@
 #include <time.h>
 
 static ErlNifResourceType *session_type;
+/* Sessions alive in this VM, for leak checks (`Native.live_sessions/0`). */
+static atomic_long live_sessions;
 
 static void session_dtor(ErlNifEnv *env, void *obj)
 {
     (void)env;
     fo_session_res *res = obj;
+    atomic_fetch_sub(&live_sessions, 1);
     fo_session_free(res->core);
     res->core = NULL;
     fo_graph_free(res->graph);
@@ -31,6 +34,7 @@ fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_seco
     if (res == NULL)
         return NULL;
     memset(res, 0, sizeof(*res));
+    atomic_fetch_add(&live_sessions, 1);
     res->native_per_second = native_per_second;
     res->replay = replay;
     fo_spin_init(&res->lock);
@@ -93,4 +97,9 @@ int64_t fo_tracer_clock_ns(void)
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+long fo_resource_live_sessions(void)
+{
+    return atomic_load(&live_sessions);
 }

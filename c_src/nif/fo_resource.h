@@ -48,6 +48,9 @@ ERL_NIF_TERM fo_resource_reason_term(ErlNifEnv *env, const fo_session_res *res, 
 /* 1 and *out when term is one of our session resources. */
 int fo_resource_get(ErlNifEnv *env, ERL_NIF_TERM term, fo_session_res **out);
 
+/* Session resources not yet destroyed, node-wide. */
+long fo_resource_live_sessions(void);
+
 /* The clock of tracer-module events: CLOCK_MONOTONIC in nanoseconds. Read
  * directly, it costs a fraction of enif_monotonic_time. */
 int64_t fo_tracer_clock_ns(void);

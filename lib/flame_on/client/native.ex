@@ -74,6 +74,10 @@ defmodule FlameOn.Client.Native do
   @spec stats(session()) :: map()
   def stats(_session), do: :erlang.nif_error(:nif_not_loaded)
 
+  @doc "Session resources alive in this VM (for leak checks)."
+  @spec live_sessions() :: non_neg_integer()
+  def live_sessions, do: :erlang.nif_error(:nif_not_loaded)
+
   @spec stop(session()) :: integer()
   def stop(_session), do: :erlang.nif_error(:nif_not_loaded)
 
