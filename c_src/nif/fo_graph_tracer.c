@@ -107,13 +107,14 @@ static void on_process_event(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     fo_decode_result decoded = fo_decode_event(env, argv[0], argv[3], has_caller ? &caller : NULL, &ev);
     ev.pid = (uint64_t)pid.pid;
     ev.ts_ns = ts;
-    if (decoded == FO_DECODED && ev.kind == FO_EV_OUT && fo_graph_waiting_call(res->graph, ev.pid, NULL) > 0)
-        ev.flags |= FO_EVF_IN_CALL;
     int ours = decoded == FO_DECODED && ev.kind == FO_EV_CALL && ev.mfa.module == (uint64_t)fo_atom_native_module;
     fo_spin_lock(&res->lock);
     if (!ours && res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed) &&
         fo_graph_active(res->graph, ev.pid)) {
+        if (decoded == FO_DECODED && ev.kind == FO_EV_OUT && fo_graph_waiting_call(res->graph, ev.pid, NULL) > 0)
+            ev.flags |= FO_EVF_IN_CALL;
         fo_decode_apply(res->core, decoded, &ev);
+        fo_resource_account_sometimes(res);
         if (decoded == FO_DECODED && ev.kind == FO_EV_EXIT)
             fo_graph_exit(res->graph, ev.pid, ts, fo_resource_reason_key(env, res, argv[3]));
     }

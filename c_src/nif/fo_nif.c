@@ -87,6 +87,7 @@ static int ingest_chunk(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM list, 
         fo_decode_apply(res->core, fo_decode_trace_msg(env, head, res->native_per_second, &ev), &ev);
         n++;
     }
+    fo_resource_account(res);
     *rest = list;
     return n == INGEST_CHUNK || enif_is_empty_list(env, list);
 }
@@ -212,6 +213,7 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     ERL_NIF_TERM stacks = fo_export_stacks(env, core);
     ERL_NIF_TERM stats = stats_term(env, res);
     res->final_stats = *fo_session_stats(core);
+    fo_resource_unaccount(res);
     res->final_nodes = fo_session_node_count(core);
     res->final_processes = fo_session_process_count(core);
     res->final_frames = fo_session_frame_count(core);
@@ -229,6 +231,14 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     return enif_make_tuple2(env, stacks, stats);
 }
 
+// session_bytes() -> integer(): bytes held by all live sessions' tables.
+static ERL_NIF_TERM nif_session_bytes(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    (void)argv;
+    return enif_make_long(env, fo_resource_session_bytes());
+}
+
 // live_sessions() -> non_neg_integer(): session resources not yet freed.
 static ERL_NIF_TERM nif_live_sessions(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
@@ -239,6 +249,7 @@ static ERL_NIF_TERM nif_live_sessions(ErlNifEnv *env, int argc, const ERL_NIF_TE
 
 static ErlNifFunc nif_funcs[] = {
     {"live_sessions", 0, nif_live_sessions, 0},
+    {"session_bytes", 0, nif_session_bytes, 0},
     {"new", 1, nif_new, 0},
     {"ingest", 2, nif_ingest, 0},
     {"stats", 1, nif_stats, 0},

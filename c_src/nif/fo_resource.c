@@ -6,12 +6,14 @@
 static ErlNifResourceType *session_type;
 /* Sessions alive in this VM, for leak checks (`Native.live_sessions/0`). */
 static atomic_long live_sessions;
+static atomic_long session_bytes;
 
 static void session_dtor(ErlNifEnv *env, void *obj)
 {
     (void)env;
     fo_session_res *res = obj;
     atomic_fetch_sub(&live_sessions, 1);
+    fo_resource_unaccount(res);
     fo_session_free(res->core);
     res->core = NULL;
     fo_graph_free(res->graph);
@@ -102,4 +104,26 @@ int64_t fo_tracer_clock_ns(void)
 long fo_resource_live_sessions(void)
 {
     return atomic_load(&live_sessions);
+}
+
+void fo_resource_account(fo_session_res *res)
+{
+    if (res->core == NULL)
+        return;
+    size_t now = fo_session_memory(res->core) + (res->graph != NULL ? fo_graph_memory(res->graph) : 0);
+    if (now != res->accounted) {
+        atomic_fetch_add(&session_bytes, (long)now - (long)res->accounted);
+        res->accounted = now;
+    }
+}
+
+void fo_resource_unaccount(fo_session_res *res)
+{
+    atomic_fetch_sub(&session_bytes, (long)res->accounted);
+    res->accounted = 0;
+}
+
+long fo_resource_session_bytes(void)
+{
+    return atomic_load(&session_bytes);
 }

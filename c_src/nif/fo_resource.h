@@ -28,6 +28,8 @@ typedef struct {
     uint32_t reason_count;
     fo_stats final_stats;  /* kept after finish frees the core */
     uint32_t final_nodes, final_processes, final_frames;
+    size_t accounted;      /* bytes of this session in the node-wide sum */
+    uint32_t since_account; /* events since the last accounting */
 } fo_session_res;
 
 int fo_resource_open(ErlNifEnv *env);
@@ -47,6 +49,24 @@ ERL_NIF_TERM fo_resource_reason_term(ErlNifEnv *env, const fo_session_res *res, 
 
 /* 1 and *out when term is one of our session resources. */
 int fo_resource_get(ErlNifEnv *env, ERL_NIF_TERM term, fo_session_res **out);
+
+/* Brings this session's share of the node-wide memory sum up to date
+ * (caller holds the lock); cheap enough per batch, done every
+ * FO_ACCOUNT_EVERY events by the tracer callbacks. */
+#define FO_ACCOUNT_EVERY 256u
+void fo_resource_account(fo_session_res *res);
+/* Takes the session out of the sum (its tables are being freed). */
+void fo_resource_unaccount(fo_session_res *res);
+/* Bytes held by the tables of all live sessions, node-wide. */
+long fo_resource_session_bytes(void);
+
+static inline void fo_resource_account_sometimes(fo_session_res *res)
+{
+    if (++res->since_account >= FO_ACCOUNT_EVERY) {
+        res->since_account = 0;
+        fo_resource_account(res);
+    }
+}
 
 /* Session resources not yet destroyed, node-wide. */
 long fo_resource_live_sessions(void);

@@ -79,8 +79,10 @@ ERL_NIF_TERM fo_tracer_trace(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     ev.pid = (uint64_t)pid.pid;
     ev.ts_ns = ts;
     fo_spin_lock(&res->lock);
-    if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed))
+    if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed)) {
         fo_decode_apply(res->core, decoded, &ev);
+        fo_resource_account_sometimes(res);
+    }
     fo_spin_unlock(&res->lock);
     return fo_atom_ok;
 }

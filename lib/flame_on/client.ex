@@ -71,7 +71,7 @@ defmodule FlameOn.Client do
   sends one trace message per call, return and scheduling event.
   """
 
-  alias FlameOn.Client.{Graph, Native, Patterns, Profile, TraceSession}
+  alias FlameOn.Client.{Breaker, Graph, Native, Patterns, Profile, TraceSession}
 
   # Mode :nif stamps events itself, so no :monotonic_timestamp flag.
   @nif_flags [:call, :return_to, :running, :arity]
@@ -134,6 +134,12 @@ defmodule FlameOn.Client do
 
   def profile(fun, opts) when is_function(fun, 0) do
     opts = validate_options!(opts)
+
+    with {:error, {:breaker_open, reason}} <- Breaker.check() do
+      raise "FlameOn: the circuit breaker is open (#{inspect(reason)}): no new traces " <>
+              "start until memory falls back (see FlameOn.Client.Breaker)"
+    end
+
     capture = start_capture!(opts)
 
     # The flags go on and the function runs right here, so every stack
@@ -178,6 +184,33 @@ defmodule FlameOn.Client do
 
   def profile(fun, _opts) do
     raise ArgumentError, "expected a function of arity 0, got: #{inspect(fun)}"
+  end
+
+  @doc """
+  What the profiler holds on this node right now.
+
+      iex> %{breaker: :closed, sessions: sessions} = FlameOn.Client.status()
+      iex> is_integer(sessions)
+      true
+
+  Keys: `:breaker` (`:closed` or `{:open, reason}`, see
+  `FlameOn.Client.Breaker`), `:sessions` (live session resources),
+  `:sessions_memory_bytes` (their tables), `:node_memory_bytes`,
+  `:pattern_users` (traces holding the call patterns) and
+  `:session_processes` (`:process`-mode sessions running).
+  """
+  @spec status() :: map()
+  def status do
+    Breaker.check()
+
+    %{
+      breaker: if(reason = Breaker.state(), do: {:open, reason}, else: :closed),
+      sessions: Native.live_sessions(),
+      sessions_memory_bytes: Native.session_bytes(),
+      node_memory_bytes: :erlang.memory(:total),
+      pattern_users: Patterns.users(),
+      session_processes: DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active
+    }
   end
 
   # mode: :nif – the NIF is the tracer module: the VM folds each event into

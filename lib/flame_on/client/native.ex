@@ -78,6 +78,10 @@ defmodule FlameOn.Client.Native do
   @spec live_sessions() :: non_neg_integer()
   def live_sessions, do: :erlang.nif_error(:nif_not_loaded)
 
+  @doc "Bytes held by the tables of all live sessions in this VM."
+  @spec session_bytes() :: non_neg_integer()
+  def session_bytes, do: :erlang.nif_error(:nif_not_loaded)
+
   @spec stop(session()) :: integer()
   def stop(_session), do: :erlang.nif_error(:nif_not_loaded)
 
