@@ -34,3 +34,24 @@ defmodule FlameOn.Client.Test.Server do
     if System.monotonic_time(:microsecond) < deadline, do: spin_until(deadline), else: :done
   end
 end
+
+defmodule FlameOn.Client.Test.Delegator do
+  @moduledoc false
+  # Replies from another process: handle_call hands `from` to a worker.
+  use GenServer
+
+  def start, do: GenServer.start(__MODULE__, nil)
+
+  @impl true
+  def init(state), do: {:ok, state}
+
+  @impl true
+  def handle_call({:delegate, ms}, from, state) do
+    spawn(fn ->
+      Process.sleep(ms)
+      GenServer.reply(from, :delegated)
+    end)
+
+    {:noreply, state}
+  end
+end
