@@ -1,0 +1,329 @@
+defmodule FlameOn.Client.Export do
+  @moduledoc """
+  Writes a `FlameOn.Client.Profile` in the formats of common profile viewers.
+
+      {_, profile} = FlameOn.Client.profile(fn -> MyApp.handle(req) end, name: "handle")
+      FlameOn.Client.Export.write(profile, "flame_on_out", [:svg, :speedscope, :perfetto])
+      #=> [svg: "flame_on_out/handle.svg", speedscope: "flame_on_out/handle.speedscope.json",
+      #    perfetto: "flame_on_out/handle.perfetto.json"]
+
+  | format | function | file | open with |
+  |---|---|---|---|
+  | `:folded` | `folded/2` | `<name>.folded` | flamegraph.pl, inferno, speedscope |
+  | `:speedscope` | `speedscope/1` | `<name>.speedscope.json` | https://www.speedscope.app |
+  | `:perfetto` | `perfetto/1` | `<name>.perfetto.json` | https://ui.perfetto.dev, `chrome://tracing` |
+  | `:svg` | `svg/2` | `<name>.svg` | any browser (self-contained, interactive) |
+  | `:pprof` | `pprof/1` | `<name>.pb.gz` | `go tool pprof`, pprof-compatible UIs |
+
+  ## Time, stacks and timelines
+
+  A profile's stacks carry the total time spent in each distinct stack, not
+  when it ran. The flame-graph formats (folded, speedscope, SVG, pprof) are
+  therefore aggregated: speedscope's "Time Order" view shows the stacks in
+  alphabetical order, not in the order they ran (use "Left Heavy"). Only the
+  Perfetto output has a timeline, drawn from the span graph of a
+  `cross_process: true` trace.
+
+  Every format keeps all processes of the profile apart (one speedscope
+  profile, Perfetto track, SVG subtree or pprof `pid` label each), with the
+  traced process first. `SLEEP` (scheduled out) and `WAITING` (wait that no
+  traced callee explains) are ordinary frames in all of them; the SVG colours
+  them blue and grey, apart from the warm CPU frames.
+
+  All JSON is written by `FlameOn.Client.JSON`; nothing here needs a
+  dependency.
+  """
+
+  alias FlameOn.Client.Export.{Folded, Perfetto, Pprof, Speedscope, SVG, Util}
+  alias FlameOn.Client.Profile
+
+  @formats [:folded, :speedscope, :perfetto, :svg, :pprof]
+  @extensions %{
+    folded: ".folded",
+    speedscope: ".speedscope.json",
+    perfetto: ".perfetto.json",
+    svg: ".svg",
+    pprof: ".pb.gz"
+  }
+
+  @type format :: :folded | :speedscope | :perfetto | :svg | :pprof
+
+  @doc "The formats `write/4` knows, in the order of the table above."
+  @spec formats() :: [format()]
+  def formats, do: @formats
+
+  @doc """
+  Collapsed stacks, `Profile.folded/1`: one `name;<pid>;frame;...;frame µs`
+  line per distinct stack.
+
+  Options:
+
+    * `:pids` – `:all` (default) or the list of processes to write.
+
+  ## Examples
+
+      iex> pid = :c.pid(0, 4242, 0)
+      iex> profile = %FlameOn.Client.Profile{name: "demo", pid: pid, stacks: %{pid => [{"a;b", 3}]}}
+      iex> profile |> FlameOn.Client.Export.folded() |> IO.iodata_to_binary()
+      "demo;<0.4242.0>;a;b 3\\n"
+  """
+  @spec folded(Profile.t(), keyword()) :: iodata()
+  def folded(%Profile{} = profile, opts \\ []), do: Folded.encode(profile, opts)
+
+  @doc """
+  `folded/2` split by process: `%{pid => iodata}`, one file's worth each.
+
+      iex> [a, b] = [:c.pid(0, 4242, 0), :c.pid(0, 4243, 0)]
+      iex> profile = %FlameOn.Client.Profile{name: "x", stacks: %{a => [{"f", 1}], b => [{"g", 2}]}}
+      iex> profile |> FlameOn.Client.Export.folded_per_process() |> Map.new(fn {p, io} -> {p, IO.iodata_to_binary(io)} end)
+      %{:c.pid(0, 4242, 0) => "x;<0.4242.0>;f 1\\n", :c.pid(0, 4243, 0) => "x;<0.4243.0>;g 2\\n"}
+  """
+  @spec folded_per_process(Profile.t()) :: %{pid() => iodata()}
+  def folded_per_process(%Profile{} = profile), do: Folded.per_process(profile)
+
+  @doc """
+  speedscope's JSON file format
+  (`"$schema": "https://www.speedscope.app/file-format-schema.json"`).
+
+  `shared.frames` holds each distinct frame name once; `profiles` has one
+  `"sampled"` profile per process, named `"<name> <pid>"`, in microseconds,
+  with one sample per distinct stack (frame indexes, root first) whose weight
+  is the stack's microseconds. `startValue` is 0 and `endValue` the process's
+  total. The stack `""` (no traced function) is an empty sample.
+
+      iex> pid = :c.pid(0, 4242, 0)
+      iex> profile = %FlameOn.Client.Profile{name: "demo", pid: pid, stacks: %{pid => [{"a", 2}, {"a;b", 3}]}}
+      iex> json = profile |> FlameOn.Client.Export.speedscope() |> IO.iodata_to_binary()
+      iex> json =~ ~S("frames":[{"name":"a"},{"name":"b"}])
+      true
+      iex> json =~ ~S("samples":[[0],[0,1]]) and json =~ ~S("weights":[2,3]) and json =~ ~S("endValue":5)
+      true
+  """
+  @spec speedscope(Profile.t()) :: iodata()
+  def speedscope(%Profile{} = profile), do: Speedscope.encode(profile)
+
+  @doc """
+  Chrome trace-event JSON (`{"traceEvents": [...], "displayTimeUnit": "ms"}`)
+  for https://ui.perfetto.dev and `chrome://tracing`.
+
+  All BEAM processes are threads of one trace-event process (`pid` 1), each
+  with its own `tid` (1, 2, ... the traced process first) named by a
+  `thread_name` metadata event (`"<0.96.0>"`, or `"my_server <0.96.0>"` when
+  the graph recorded a registered name); `process_name` names the trace.
+  Times are microseconds from the earliest slice drawn.
+
+  With a span graph (`cross_process: true`):
+
+    * one complete slice (`ph: "X"`, `cat: "span"`) per span on its
+      process's track, named after the process (the root span after the
+      profile), with `self_us`, `wait_us`, `attributed_wait_us`,
+      `unattributed_wait_us`, `status`, `span_id`, ... in `args`;
+    * for each span with a parent, a `"wait"` slice (`cat: "wait"`) on the
+      caller's track over the callee span's interval (clipped to the
+      caller's span);
+    * a flow arrow from that wait slice to the callee's span slice, as
+      flow events v2: both are `ph: "X"` with the same `bind_id`, the wait
+      with `flow_out: true` and the span with `flow_in: true`.
+
+  Without a graph (and for processes with stacks but no span), one slice
+  per process over the whole trace, with its total and its ten largest
+  stacks in `args`.
+
+  Slices are sorted by timestamp; at equal timestamps an enclosing slice
+  comes before the slices it encloses, and a flow's source before its target.
+
+      iex> pid = :c.pid(0, 4242, 0)
+      iex> profile = %FlameOn.Client.Profile{name: "demo", pid: pid, started_at: 0, duration_us: 9, stacks: %{pid => [{"a", 9}]}}
+      iex> json = profile |> FlameOn.Client.Export.perfetto() |> IO.iodata_to_binary()
+      iex> json =~ ~S("args":{"name":"<0.4242.0>"},"name":"thread_name")
+      true
+      iex> json =~ ~S("cat":"process","dur":9,"name":"<0.4242.0>","ph":"X","pid":1,"tid":1,"ts":0)
+      true
+  """
+  @spec perfetto(Profile.t()) :: iodata()
+  def perfetto(%Profile{} = profile), do: Perfetto.encode(profile)
+
+  @doc """
+  A self-contained interactive SVG flame graph, root at the bottom.
+
+  Each frame is a `<g>` with a `<title>` (`"name (1,234 µs, 12.34%; self
+  56 µs)"`, the share of the whole graph), a `<rect>` as wide as its time and
+  a `<text>` label. An embedded script (no external script, style or font)
+  shows the hovered frame on the details line, zooms into a clicked frame
+  (clicking the root or "Reset Zoom" zooms out), and searches frame names by
+  regular expression ("Search", Ctrl-F or `/`; Escape clears): matches turn
+  magenta and the bottom right shows their share of the time. `WAITING` is
+  blue, `SLEEP` grey, `GC` purple, CPU frames warm colours.
+
+  By default the graph merges all processes: the root is the profile, one
+  level below it one node per process (traced process first), then each
+  process's stacks. Frames narrower than `:min_width` pixels are left out
+  (their time still counts in their parents).
+
+  Options:
+
+    * `:per_process` – `true` returns `%{pid => iodata}`, one graph per
+      process (see `svgs/2`). Default `false`.
+    * `:width` – pixels (1200). `:frame_height` – pixels (16).
+      `:font_size` – pixels (12). `:min_width` – pixels (0.1).
+    * `:title` – defaults to the profile's name (and the process in
+      per-process graphs).
+
+  ## Examples
+
+      iex> pid = :c.pid(0, 4242, 0)
+      iex> profile = %FlameOn.Client.Profile{name: "demo", pid: pid, stacks: %{pid => [{"run;WAITING", 5}]}}
+      iex> svg = profile |> FlameOn.Client.Export.svg() |> IO.iodata_to_binary()
+      iex> svg =~ "<title>WAITING (5 µs, 100.00%; self 5 µs)</title>"
+      true
+  """
+  @spec svg(Profile.t(), keyword()) :: iodata() | %{pid() => iodata()}
+  def svg(%Profile{} = profile, opts \\ []), do: SVG.encode(profile, opts)
+
+  @doc """
+  One SVG flame graph per process: `svg(profile, [per_process: true] ++ opts)`.
+
+      iex> [a, b] = [:c.pid(0, 4242, 0), :c.pid(0, 4243, 0)]
+      iex> profile = %FlameOn.Client.Profile{name: "x", stacks: %{a => [{"f", 1}], b => [{"g", 2}]}}
+      iex> svgs = FlameOn.Client.Export.svgs(profile)
+      iex> svgs |> Map.keys() |> Enum.sort()
+      [:c.pid(0, 4242, 0), :c.pid(0, 4243, 0)]
+      iex> IO.iodata_to_binary(svgs[b]) =~ "<title>x &lt;0.4243.0&gt; (2 µs, 100.00%; self 0 µs)</title>"
+      true
+  """
+  @spec svgs(Profile.t(), keyword()) :: %{pid() => iodata()}
+  def svgs(%Profile{} = profile, opts \\ []) do
+    SVG.encode(profile, Keyword.put(opts, :per_process, true))
+  end
+
+  @doc """
+  A gzipped pprof profile (`perftools.profiles.Profile` of `profile.proto`).
+
+    * `sample_type` and `period_type` are `{"wall", "microseconds"}`, `period` 1;
+    * one sample per distinct stack and process: `location_id`s leaf first
+      (pprof's order), the stack's microseconds as its value and a `"pid"`
+      string label (`"<0.96.0>"`);
+    * one `Location` and one `Function` per distinct frame name (same id);
+    * `string_table[0]` is `""`; `duration_nanos` is the trace's wall time
+      and `time_nanos` its start (when `started_at` is set).
+
+      iex> pid = :c.pid(0, 4242, 0)
+      iex> profile = %FlameOn.Client.Profile{name: "demo", pid: pid, stacks: %{pid => [{"a;b", 3}]}}
+      iex> <<0x1F, 0x8B, _::binary>> = FlameOn.Client.Export.pprof(profile)
+      iex> :ok
+      :ok
+  """
+  @spec pprof(Profile.t()) :: binary()
+  def pprof(%Profile{} = profile), do: Pprof.encode(profile)
+
+  @doc """
+  Writes `profile` to `dir` (created if missing) in each of `formats`
+  (`:all` for every format) and returns `[{format, path}]` in that order.
+
+  Files are named `<name><extension>` after the profile's name, with
+  characters other than letters, digits, `.`, `-` and `_` replaced by `_`.
+  Unknown formats and options raise `ArgumentError` before anything is
+  written.
+
+  Options:
+
+    * `:per_process` – `true` writes the folded and SVG outputs as one file
+      per process, `<name>.<0.96.0>.folded` → `<name>.0.96.0.folded`, and
+      returns one `{format, path}` per file.
+    * `:name` – the file name stem instead of the profile's name.
+    * the SVG options of `svg/2` (`:width`, `:min_width`, `:title`, ...).
+
+  ## Examples
+
+      iex> pid = :c.pid(0, 4242, 0)
+      iex> profile = %FlameOn.Client.Profile{name: "my trace", pid: pid, stacks: %{pid => [{"a", 1}]}}
+      iex> dir = Path.join(System.tmp_dir!(), "flame_on_export_doctest")
+      iex> FlameOn.Client.Export.write(profile, dir, [:folded, :pprof])
+      [folded: Path.join(dir, "my_trace.folded"), pprof: Path.join(dir, "my_trace.pb.gz")]
+      iex> FlameOn.Client.Export.write(profile, dir, [:flamegraph])
+      ** (ArgumentError) unknown export format :flamegraph, expected one of [:folded, :speedscope, :perfetto, :svg, :pprof] or :all
+  """
+  @spec write(Profile.t(), Path.t(), [format()] | :all, keyword()) :: [{format(), Path.t()}]
+  def write(%Profile{} = profile, dir, formats \\ :all, opts \\ []) do
+    formats = validate_formats!(formats)
+
+    opts =
+      Keyword.validate!(
+        opts,
+        [per_process: false, name: nil] ++ Keyword.delete(SVG.defaults(), :per_process)
+      )
+
+    {per_process, opts} = Keyword.pop(opts, :per_process)
+    {name, svg_opts} = Keyword.pop(opts, :name)
+    stem = file_stem(name || profile.name)
+
+    unless is_boolean(per_process) do
+      raise ArgumentError, "invalid option :per_process: #{inspect(per_process)}"
+    end
+
+    # Encode everything first so that a bad option writes nothing.
+    outputs = Enum.flat_map(formats, &outputs(&1, profile, stem, per_process, svg_opts))
+
+    File.mkdir_p!(dir)
+
+    for {format, file, data} <- outputs do
+      path = Path.join(dir, file)
+      File.write!(path, data)
+      {format, path}
+    end
+  end
+
+  defp outputs(:folded, profile, stem, true, _svg_opts) do
+    for {pid, data} <- Util.order_map(folded_per_process(profile), profile.pid),
+        do: {:folded, process_file(stem, pid, :folded), data}
+  end
+
+  defp outputs(:svg, profile, stem, true, svg_opts) do
+    for {pid, data} <- Util.order_map(svgs(profile, svg_opts), profile.pid),
+        do: {:svg, process_file(stem, pid, :svg), data}
+  end
+
+  defp outputs(format, profile, stem, _per_process, svg_opts) do
+    data =
+      case format do
+        :folded -> folded(profile)
+        :speedscope -> speedscope(profile)
+        :perfetto -> perfetto(profile)
+        :svg -> svg(profile, Keyword.put(svg_opts, :per_process, false))
+        :pprof -> pprof(profile)
+      end
+
+    [{format, stem <> Map.fetch!(@extensions, format), data}]
+  end
+
+  defp process_file(stem, pid, format) do
+    digits = pid |> Util.pid_text() |> String.trim_leading("<") |> String.trim_trailing(">")
+    "#{stem}.#{digits}#{Map.fetch!(@extensions, format)}"
+  end
+
+  defp validate_formats!(:all), do: @formats
+
+  defp validate_formats!(formats) when is_list(formats) do
+    for format <- formats, format not in @formats do
+      raise ArgumentError,
+            "unknown export format #{inspect(format)}, expected one of #{inspect(@formats)} or :all"
+    end
+
+    Enum.uniq(formats)
+  end
+
+  defp validate_formats!(other) do
+    raise ArgumentError,
+          "export formats must be a list of #{inspect(@formats)} or :all, got: #{inspect(other)}"
+  end
+
+  defp file_stem(name) do
+    stem =
+      name
+      |> to_string()
+      |> String.replace(~r/[^A-Za-z0-9._-]/u, "_")
+      |> String.trim_leading(".")
+
+    if stem == "", do: "flame_on", else: stem
+  end
+end

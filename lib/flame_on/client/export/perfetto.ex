@@ -1,0 +1,240 @@
+defmodule FlameOn.Client.Export.Perfetto do
+  @moduledoc false
+  # Chrome trace-event JSON for ui.perfetto.dev and chrome://tracing. See
+  # FlameOn.Client.Export.perfetto/1 for the layout.
+
+  alias FlameOn.Client.{Graph, JSON, Profile, Span}
+  alias FlameOn.Client.Export.Util
+
+  # The one trace-event process all BEAM processes are threads of.
+  @pid 1
+  # Stacks listed in the args of a process slice (profiles without a graph).
+  @top_stacks 10
+
+  @spec encode(Profile.t()) :: iodata()
+  def encode(%Profile{} = profile) do
+    names = Util.registered_names(profile)
+    spans = spans(profile)
+    tids = tids(profile, spans)
+    # Processes with stacks but no span (all of them without a graph).
+    spanned = MapSet.new(spans, & &1.pid)
+    unspanned = Enum.reject(Util.pids(profile), &MapSet.member?(spanned, &1))
+    t0 = origin(profile, spans, unspanned)
+
+    metadata = metadata(profile, tids, names)
+    slices = span_slices(profile, spans, tids, names, t0)
+
+    process_slices =
+      for pid <- unspanned, do: process_slice(profile, pid, Map.fetch!(tids, pid), names, t0)
+
+    events =
+      (slices ++ process_slices)
+      |> Enum.sort_by(fn {key, _event} -> key end)
+      |> Enum.map(fn {_key, event} -> event end)
+
+    JSON.encode!(%{
+      "traceEvents" => metadata ++ events,
+      "displayTimeUnit" => "ms",
+      "otherData" => %{
+        "exporter" => Util.exporter(),
+        "name" => profile.name,
+        "trace_id" => profile.trace_id,
+        "duration_us" => profile.duration_us
+      }
+    })
+  end
+
+  defp spans(%Profile{graph: %Graph{spans: spans}}), do: spans
+  defp spans(%Profile{}), do: []
+
+  # tid 1.. : the traced process, then the span processes by first start,
+  # then the processes that only have stacks.
+  defp tids(profile, spans) do
+    by_start =
+      spans
+      |> Enum.sort_by(&{&1.started_at, &1.span_id})
+      |> Enum.map(& &1.pid)
+
+    drawn = by_start ++ Util.pids(profile)
+    root = if profile.pid in drawn, do: [profile.pid], else: []
+
+    (root ++ drawn)
+    |> Enum.uniq()
+    |> Enum.with_index(1)
+    |> Map.new()
+  end
+
+  # Timestamps are relative to the earliest start drawn.
+  defp origin(profile, spans, unspanned) do
+    trace_start = if unspanned != [] and profile.started_at, do: [profile.started_at], else: []
+
+    case Enum.map(spans, & &1.started_at) ++ trace_start do
+      [] -> 0
+      starts -> Enum.min(starts)
+    end
+  end
+
+  defp metadata(profile, tids, names) do
+    process = [
+      %{
+        ph: "M",
+        name: "process_name",
+        pid: @pid,
+        tid: 0,
+        args: %{name: "#{profile.name} (flame_on trace #{profile.trace_id})"}
+      }
+    ]
+
+    threads =
+      tids
+      |> Enum.sort_by(fn {_pid, tid} -> tid end)
+      |> Enum.flat_map(fn {pid, tid} ->
+        [
+          %{
+            ph: "M",
+            name: "thread_name",
+            pid: @pid,
+            tid: tid,
+            args: %{name: Util.process_label(pid, names)}
+          },
+          %{ph: "M", name: "thread_sort_index", pid: @pid, tid: tid, args: %{sort_index: tid}}
+        ]
+      end)
+
+    process ++ threads
+  end
+
+  # Each event is `{sort_key, event}`. Trace processors replay events in
+  # timestamp order; at equal timestamps the key keeps an enclosing slice
+  # before the slices it encloses, and a flow's source (the caller's wait at
+  # depth d) before its target (the callee's span at depth d + 1).
+  defp span_slices(profile, spans, tids, names, t0) do
+    by_id = Map.new(spans, &{&1.span_id, &1})
+    depths = depths(spans, by_id)
+
+    Enum.flat_map(spans, fn span ->
+      depth = Map.fetch!(depths, span.span_id)
+      tid = Map.fetch!(tids, span.pid)
+      ts = span.started_at - t0
+      dur = max(span.ended_at - span.started_at, 0)
+
+      slice = %{
+        ph: "X",
+        cat: "span",
+        name: span_name(profile, span, names),
+        pid: @pid,
+        tid: tid,
+        ts: ts,
+        dur: dur,
+        args: span_args(span)
+      }
+
+      case Map.get(by_id, span.parent_span_id) do
+        nil ->
+          [{{ts, depth, 0, -dur}, slice}]
+
+        parent ->
+          flow = span.span_id + 1
+          callee = Map.merge(slice, %{bind_id: flow, flow_in: true})
+          wait = wait_slice(parent, span, Map.fetch!(tids, parent.pid), names, t0, flow)
+          [{{wait.ts, depth - 1, 1, -wait.dur}, wait}, {{ts, depth, 0, -dur}, callee}]
+      end
+    end)
+  end
+
+  # The caller's wait, drawn over the callee span's interval and clipped to
+  # the caller's span so that it nests inside it.
+  defp wait_slice(parent, span, tid, names, t0, flow) do
+    from = min(max(span.started_at, parent.started_at), parent.ended_at)
+    to = max(min(span.ended_at, parent.ended_at), from)
+
+    %{
+      ph: "X",
+      cat: "wait",
+      name: "wait",
+      pid: @pid,
+      tid: tid,
+      ts: from - t0,
+      dur: to - from,
+      bind_id: flow,
+      flow_out: true,
+      args: %{
+        callee: Util.process_label(span.pid, names),
+        callee_span_id: span.span_id,
+        callee_us: max(span.ended_at - span.started_at, 0)
+      }
+    }
+  end
+
+  defp depths(spans, by_id) do
+    Enum.reduce(spans, %{}, fn span, acc -> depth(span, by_id, acc, 0) |> elem(1) end)
+  end
+
+  # Iterative in spirit: walks up until a known depth, bounded by the span
+  # count so that a malformed cycle cannot loop.
+  defp depth(%Span{span_id: id} = span, by_id, acc, steps) do
+    cond do
+      is_map_key(acc, id) ->
+        {acc[id], acc}
+
+      steps > map_size(by_id) ->
+        {0, Map.put(acc, id, 0)}
+
+      true ->
+        case Map.get(by_id, span.parent_span_id) do
+          nil ->
+            {0, Map.put(acc, id, 0)}
+
+          parent ->
+            {d, acc} = depth(parent, by_id, acc, steps + 1)
+            {d + 1, Map.put(acc, id, d + 1)}
+        end
+    end
+  end
+
+  defp span_name(profile, %Span{parent_span_id: nil}, _names), do: profile.name
+  defp span_name(_profile, %Span{pid: pid}, names), do: Util.process_label(pid, names)
+
+  defp span_args(span) do
+    %{
+      pid: Util.pid_text(span.pid),
+      span_id: span.span_id,
+      parent_span_id: span.parent_span_id,
+      self_us: span.self_us,
+      wait_us: span.wait_us,
+      attributed_wait_us: span.attributed_wait_us,
+      unattributed_wait_us: span.unattributed_wait_us,
+      waiting_on: span.waiting_on_pid && Util.pid_text(span.waiting_on_pid),
+      status: status(span.status)
+    }
+  end
+
+  defp status(status) when is_atom(status), do: Atom.to_string(status)
+  defp status({:exit, reason}), do: "exit: " <> inspect(reason)
+  defp status(other), do: inspect(other)
+
+  # A slice over the whole trace for a process the graph does not cover.
+  defp process_slice(profile, pid, tid, names, t0) do
+    entries = Map.fetch!(profile.stacks, pid)
+    ts = (profile.started_at || t0) - t0
+
+    top =
+      entries
+      |> Enum.sort_by(fn {stack, us} -> {-us, stack} end)
+      |> Enum.take(@top_stacks)
+      |> Enum.map(fn {stack, us} -> %{us: us, stack: stack} end)
+
+    slice = %{
+      ph: "X",
+      cat: "process",
+      name: Util.process_label(pid, names),
+      pid: @pid,
+      tid: tid,
+      ts: ts,
+      dur: profile.duration_us,
+      args: %{pid: Util.pid_text(pid), total_us: Util.sum(entries), top_stacks: top}
+    }
+
+    {{ts, 0, 0, -profile.duration_us}, slice}
+  end
+end

@@ -1,0 +1,133 @@
+defmodule FlameOn.Client.Export.Pprof do
+  @moduledoc false
+  # pprof's profile.proto (perftools.profiles.Profile), gzipped, with a
+  # hand-written protobuf encoder. See FlameOn.Client.Export.pprof/1.
+  #
+  #   Profile  { sample_type 1, sample 2, location 4, function 5,
+  #              string_table 6, time_nanos 9, duration_nanos 10,
+  #              period_type 11, period 12, comment 13, default_sample_type 14 }
+  #   ValueType{ type 1, unit 2 }            (string table indexes)
+  #   Sample   { location_id 1 (packed, leaf first), value 2 (packed), label 3 }
+  #   Label    { key 1, str 2 }
+  #   Location { id 1, line 4 }   Line { function_id 1, line 2 }
+  #   Function { id 1, name 2, system_name 3, filename 4 }
+
+  import Bitwise
+
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Export.Util
+
+  @spec encode(Profile.t()) :: binary()
+  def encode(%Profile{} = profile) do
+    # Strings: "" must be index 0.
+    strings = {%{"" => 0}, 1}
+    {wall, strings} = intern("wall", strings)
+    {microseconds, strings} = intern("microseconds", strings)
+    {pid_key, strings} = intern("pid", strings)
+
+    {comment, strings} =
+      intern("flame_on_client trace #{profile.trace_id}: #{profile.name}", strings)
+
+    # Frame name => location id (== function id), assigned in order of appearance.
+    acc = %{strings: strings, frames: %{}, next_frame: 1}
+
+    {samples, acc} =
+      profile
+      |> Util.pids()
+      |> Enum.flat_map_reduce(acc, fn pid, acc ->
+        {pid_str, strings} = intern(Util.pid_text(pid), acc.strings)
+        acc = %{acc | strings: strings}
+
+        Enum.map_reduce(Map.fetch!(profile.stacks, pid), acc, fn {stack, us}, acc ->
+          {ids, acc} = stack |> Util.frames() |> Enum.map_reduce(acc, &frame_id/2)
+          label = message([int(1, pid_key), int(2, pid_str)])
+          {message([packed(1, Enum.reverse(ids)), packed(2, [us]), bytes(3, label)]), acc}
+        end)
+      end)
+
+    frames = Enum.sort_by(acc.frames, fn {_name, {id, _str}} -> id end)
+
+    locations =
+      for {_name, {id, _str}} <- frames do
+        bytes(4, message([int(1, id), bytes(4, message([int(1, id)]))]))
+      end
+
+    functions =
+      for {_name, {id, str}} <- frames do
+        bytes(5, message([int(1, id), int(2, str), int(3, str)]))
+      end
+
+    {table, _next} = acc.strings
+
+    string_table =
+      table
+      |> Enum.sort_by(fn {_text, i} -> i end)
+      |> Enum.map(fn {text, _i} -> bytes(6, text) end)
+
+    value_type = message([int(1, wall), int(2, microseconds)])
+
+    :zlib.gzip([
+      bytes(1, value_type),
+      Enum.map(samples, &bytes(2, &1)),
+      locations,
+      functions,
+      string_table,
+      time_nanos(profile),
+      int(10, profile.duration_us * 1000),
+      bytes(11, value_type),
+      int(12, 1),
+      int(13, comment),
+      int(14, wall)
+    ])
+  end
+
+  # Wall-clock start: the monotonic start plus the node's current time offset.
+  defp time_nanos(%Profile{started_at: started}) when is_integer(started) do
+    int(9, (started + System.time_offset(:microsecond)) * 1000)
+  end
+
+  defp time_nanos(_profile), do: []
+
+  defp frame_id(name, %{frames: frames} = acc) do
+    case frames do
+      %{^name => {id, _str}} ->
+        {id, acc}
+
+      _ ->
+        {str, strings} = intern(name, acc.strings)
+        id = acc.next_frame
+
+        {id,
+         %{acc | strings: strings, frames: Map.put(frames, name, {id, str}), next_frame: id + 1}}
+    end
+  end
+
+  defp intern(text, {index, next} = strings) do
+    case index do
+      %{^text => i} -> {i, strings}
+      _ -> {next, {Map.put(index, text, next), next + 1}}
+    end
+  end
+
+  ## Protobuf wire format
+
+  defp message(fields), do: IO.iodata_to_binary(fields)
+
+  # Varint field (wire type 0); proto3 leaves zero values out.
+  defp int(_field, 0), do: []
+  defp int(field, value), do: [varint(field <<< 3), varint(value)]
+
+  # Length-delimited field (wire type 2).
+  defp bytes(field, data) do
+    data = IO.iodata_to_binary(data)
+    [varint(field <<< 3 ||| 2), varint(byte_size(data)), data]
+  end
+
+  defp packed(_field, []), do: []
+  defp packed(field, values), do: bytes(field, Enum.map(values, &varint/1))
+
+  # int64 values below zero are written as their 64-bit two's complement.
+  defp varint(n) when n < 0, do: varint(n + (1 <<< 64))
+  defp varint(n) when n < 0x80, do: <<n>>
+  defp varint(n), do: <<1::1, n &&& 0x7F::7, varint(n >>> 7)::binary>>
+end

@@ -1,0 +1,432 @@
+defmodule FlameOn.Client.Export.SVG do
+  @moduledoc false
+  # A self-contained interactive flame graph (root at the bottom), in the
+  # spirit of flamegraph.pl: one <g> per frame holding a <title>, a <rect>
+  # and a <text>; an embedded script for hover details, click-to-zoom and
+  # search. See FlameOn.Client.Export.svg/2 for the options.
+
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Export.Util
+
+  @defaults [
+    per_process: false,
+    width: 1200,
+    frame_height: 16,
+    font_size: 12,
+    min_width: 0.1,
+    title: nil
+  ]
+
+  @pad 10
+  @header 64
+  @footer 30
+
+  @spec defaults() :: keyword()
+  def defaults, do: @defaults
+
+  @spec encode(Profile.t(), keyword()) :: iodata() | %{pid() => iodata()}
+  def encode(%Profile{} = profile, opts) do
+    opts = validate!(opts)
+    names = Util.registered_names(profile)
+
+    if opts[:per_process] do
+      Map.new(Util.pids(profile), fn pid ->
+        label = Util.process_label(pid, names)
+        tree = Enum.reduce(Map.fetch!(profile.stacks, pid), new_node(), &insert/2)
+        title = opts[:title] || "#{profile.name} #{label}"
+        {pid, render(profile, {"#{profile.name} #{label}", :root, tree}, title, 1, opts)}
+      end)
+    else
+      processes =
+        for pid <- Util.pids(profile) do
+          tree = Enum.reduce(Map.fetch!(profile.stacks, pid), new_node(), &insert/2)
+          {Util.process_label(pid, names), :process, tree}
+        end
+
+      root = %{
+        us: Enum.reduce(processes, 0, fn {_, _, n}, acc -> acc + n.us end),
+        kids: processes
+      }
+
+      title = opts[:title] || profile.name
+      render(profile, {profile.name, :root, root}, title, length(processes), opts)
+    end
+  end
+
+  defp validate!(opts) do
+    opts = Keyword.validate!(opts, @defaults)
+
+    for {key, value} <- opts do
+      valid? =
+        case key do
+          :per_process -> is_boolean(value)
+          :width -> is_integer(value) and value >= 100
+          :frame_height -> is_integer(value) and value >= 4
+          :font_size -> is_number(value) and value > 0
+          :min_width -> is_number(value) and value >= 0
+          :title -> is_nil(value) or is_binary(value)
+        end
+
+      valid? || raise ArgumentError, "invalid SVG option #{inspect(key)}: #{inspect(value)}"
+    end
+
+    opts
+  end
+
+  ## Call tree
+
+  # `kids` is a map name => node while building; the merged root's kids is
+  # a list of `{label, kind, node}` in process order.
+  defp new_node, do: %{us: 0, kids: %{}}
+
+  defp insert({stack, us}, node), do: add(node, Util.frames(stack), us)
+
+  defp add(node, [], us), do: %{node | us: node.us + us}
+
+  defp add(%{us: total, kids: kids}, [frame | rest], us) do
+    child = Map.get(kids, frame) || new_node()
+    %{us: total + us, kids: Map.put(kids, frame, add(child, rest, us))}
+  end
+
+  defp children(%{kids: kids}) when is_list(kids), do: kids
+
+  defp children(%{kids: kids}) do
+    kids
+    |> Enum.sort_by(fn {name, _} -> name end)
+    |> Enum.map(fn {name, n} -> {name, :frame, n} end)
+  end
+
+  ## Layout: frames as {name, kind, x_us, w_us, depth, self_us}
+
+  defp layout({name, kind, node}, x, depth, min_us, acc) do
+    if node.us == 0 or node.us < min_us do
+      acc
+    else
+      kids = children(node)
+      self_us = node.us - Enum.reduce(kids, 0, fn {_, _, n}, sum -> sum + n.us end)
+      acc = [{name, kind, x, node.us, depth, self_us} | acc]
+
+      {_x, acc} =
+        Enum.reduce(kids, {x, acc}, fn {_, _, child} = kid, {cx, acc} ->
+          {cx + child.us, layout(kid, cx, depth + 1, min_us, acc)}
+        end)
+
+      acc
+    end
+  end
+
+  ## Rendering
+
+  defp render(profile, {_name, _kind, root} = tree, title, processes, opts) do
+    width = opts[:width]
+    fh = opts[:frame_height]
+    total = root.us
+    inner = width - 2 * @pad
+    min_us = if total > 0, do: opts[:min_width] * total / inner, else: 0
+    frames = tree |> layout(0, 0, min_us, []) |> Enum.reverse()
+    levels = frames |> Enum.map(&elem(&1, 4)) |> Enum.max(fn -> 0 end) |> Kernel.+(1)
+    height = @header + levels * fh + @footer
+    base = @header + (levels - 1) * fh
+    scale = if total > 0, do: inner / total, else: 0.0
+
+    ctx = %{
+      total: total,
+      scale: scale,
+      fh: fh,
+      base: base,
+      font_size: opts[:font_size],
+      char_width: opts[:font_size] * 0.59
+    }
+
+    subtitle =
+      "#{thousands(total)} µs in #{processes} process#{if processes == 1, do: "", else: "es"}" <>
+        " · trace #{profile.trace_id || "-"} · aggregated stacks, not a timeline"
+
+    [
+      ~s(<?xml version="1.0" encoding="UTF-8" standalone="no"?>\n),
+      ~s(<svg version="1.1" xmlns="http://www.w3.org/2000/svg" width="#{width}" height="#{height}" ),
+      ~s|viewBox="0 0 #{width} #{height}" onload="init(evt)">\n|,
+      ["<title>", escape(title), "</title>\n"],
+      style(opts[:font_size]),
+      script(width, opts[:font_size], total),
+      ~s(<rect class="bg" x="0" y="0" width="#{width}" height="#{height}"/>\n),
+      ~s(<text id="title" x="#{div(width, 2)}" y="24" text-anchor="middle">),
+      escape(title),
+      "</text>\n",
+      ~s(<text class="sub" x="#{@pad}" y="46">),
+      escape(subtitle),
+      "</text>\n",
+      legend(width),
+      ~s(<text id="unzoom" class="h" x="#{@pad}" y="24">Reset Zoom</text>\n),
+      ~s(<text id="search" x="#{width - @pad}" y="24" text-anchor="end">Search</text>\n),
+      ~s(<text id="details" x="#{@pad}" y="#{height - 10}">),
+      "Click a frame to zoom in, the root to zoom out; Ctrl-F or / to search.",
+      "</text>\n",
+      ~s(<text id="matched" x="#{width - @pad}" y="#{height - 10}" text-anchor="end"> </text>\n),
+      if(frames == [],
+        do:
+          ~s(<text x="#{div(width, 2)}" y="#{base + fh - 4}" text-anchor="middle">no samples</text>\n),
+        else: []
+      ),
+      ~s(<g id="frames">\n),
+      Enum.map(frames, &frame(&1, ctx)),
+      "</g>\n</svg>\n"
+    ]
+  end
+
+  defp frame({name, kind, x_us, w_us, depth, self_us}, ctx) do
+    x = @pad + x_us * ctx.scale
+    w = w_us * ctx.scale
+    y = ctx.base - depth * ctx.fh
+
+    info = [
+      escape(name),
+      " (",
+      thousands(w_us),
+      " µs, ",
+      percent(w_us, ctx.total),
+      "%; self ",
+      thousands(self_us),
+      " µs)"
+    ]
+
+    [
+      ~s(<g data-x="#{x_us}" data-w="#{w_us}" data-d="#{depth}"><title>),
+      info,
+      ~s(</title><rect x="#{num(x)}" y="#{y}" width="#{num(w)}" height="#{ctx.fh - 1}" rx="2" ),
+      ~s(fill="#{color(kind, name)}"/><text x="#{num(x + 3)}" y="#{y + ctx.fh - 4}">),
+      escape(fit(name, w, ctx.char_width)),
+      "</text></g>\n"
+    ]
+  end
+
+  # Text that fits `width` pixels: the name, or its start and "..".
+  defp fit(name, width, char_width) do
+    chars = trunc((width - 6) / char_width)
+
+    cond do
+      chars < 3 -> ""
+      String.length(name) <= chars -> name
+      true -> String.slice(name, 0, chars - 2) <> ".."
+    end
+  end
+
+  # Warm colours for frames on a CPU; off-CPU time and synthetic frames stand out.
+  defp color(:root, _name), do: "rgb(236,226,200)"
+  defp color(:process, _name), do: "rgb(222,205,160)"
+  defp color(:frame, "WAITING"), do: "rgb(80,140,230)"
+  defp color(:frame, "SLEEP"), do: "rgb(165,165,165)"
+  defp color(:frame, "GC"), do: "rgb(180,120,220)"
+  defp color(:frame, "…"), do: "rgb(205,205,205)"
+  defp color(:frame, "[truncated]"), do: "rgb(205,205,205)"
+
+  # flamegraph.pl's "hot" palette, the same colour for the same name.
+  defp color(:frame, name) do
+    <<a, b, c>> = <<:erlang.phash2(name, 16_777_216)::24>>
+    "rgb(#{205 + div(a * 50, 255)},#{div(b * 230, 255)},#{div(c * 55, 255)})"
+  end
+
+  defp legend(width) do
+    items = [
+      {"CPU", color(:frame, "CPU")},
+      {"WAITING (unexplained wait)", color(:frame, "WAITING")},
+      {"SLEEP (scheduled out)", color(:frame, "SLEEP")}
+    ]
+
+    {parts, _x} =
+      Enum.map_reduce(Enum.reverse(items), width - @pad, fn {label, fill}, right ->
+        x = right - 12 - String.length(label) * 7
+
+        part = [
+          ~s(<rect class="legend" x="#{x}" y="37" width="10" height="10" fill="#{fill}"/>),
+          ~s(<text class="sub" x="#{x + 14}" y="46">#{label}</text>\n)
+        ]
+
+        {part, x - 14}
+      end)
+
+    Enum.reverse(parts)
+  end
+
+  defp style(font_size) do
+    """
+    <style type="text/css">
+    text { font-family: Verdana, "DejaVu Sans", sans-serif; font-size: #{font_size}px; fill: rgb(0,0,0); }
+    #title { font-size: #{font_size + 5}px; }
+    .sub { fill: rgb(80,80,80); }
+    .bg { fill: rgb(250,250,246); }
+    #search, #unzoom { cursor: pointer; fill: rgb(40,40,160); }
+    #frames g { cursor: pointer; }
+    #frames text { pointer-events: none; }
+    #frames g:hover rect { stroke: rgb(0,0,0); stroke-width: 0.5; }
+    #frames g.p rect { opacity: 0.5; }
+    .h { display: none; }
+    </style>
+    """
+  end
+
+  @script """
+  var frames = [], details, hint, matched, searchBtn, unzoomBtn, term = null;
+  function init(evt) {
+    details = document.getElementById("details");
+    hint = details.textContent;
+    matched = document.getElementById("matched");
+    searchBtn = document.getElementById("search");
+    unzoomBtn = document.getElementById("unzoom");
+    var box = document.getElementById("frames"), gs = box.getElementsByTagName("g");
+    for (var i = 0; i < gs.length; i++) {
+      var g = gs[i], info = g.getElementsByTagName("title")[0].textContent;
+      var f = {g: g, rect: g.getElementsByTagName("rect")[0], text: g.getElementsByTagName("text")[0],
+               x: +g.getAttribute("data-x"), w: +g.getAttribute("data-w"), d: +g.getAttribute("data-d"),
+               info: info, name: info.substring(0, info.lastIndexOf(" ("))};
+      f.fill = f.rect.getAttribute("fill");
+      g.flameFrame = f;
+      frames.push(f);
+    }
+    box.addEventListener("mouseover", function (e) { var f = frameOf(e.target); if (f) details.textContent = f.info; });
+    box.addEventListener("mouseout", function (e) { if (frameOf(e.target)) details.textContent = hint; });
+    box.addEventListener("click", function (e) { var f = frameOf(e.target); if (f) zoom(f); });
+    unzoomBtn.addEventListener("click", function () { zoom(null); });
+    searchBtn.addEventListener("click", function () { if (term === null) ask(); else search(null); });
+    document.addEventListener("keydown", function (e) {
+      if (((e.ctrlKey || e.metaKey) && (e.key === "f" || e.keyCode === 70)) || e.key === "/") {
+        e.preventDefault();
+        ask();
+      } else if (e.key === "Escape") {
+        search(null);
+      }
+    });
+  }
+  function frameOf(el) {
+    while (el && el.getAttribute) {
+      if (el.flameFrame) return el.flameFrame;
+      el = el.parentNode;
+    }
+    return null;
+  }
+  function fit(name, w) {
+    var n = Math.floor((w - 6) / CW);
+    if (n < 3) return "";
+    return name.length <= n ? name : name.substring(0, n - 2) + "..";
+  }
+  function place(f, x, w) {
+    f.rect.setAttribute("x", x.toFixed(2));
+    f.rect.setAttribute("width", w.toFixed(2));
+    f.text.setAttribute("x", (x + 3).toFixed(2));
+    f.text.textContent = fit(f.name, w);
+  }
+  // Zooms so that f spans the width; its ancestors stay, faded, full width.
+  function zoom(f) {
+    if (f && f.d === 0) f = null;
+    var zx = f ? f.x : 0, zw = f ? f.w : TOTAL, zd = f ? f.d : 0, scale = (W - 2 * PAD) / zw;
+    for (var i = 0; i < frames.length; i++) {
+      var o = frames[i], cls = "";
+      if (o.d >= zd && o.x >= zx && o.x + o.w <= zx + zw) {
+        place(o, PAD + (o.x - zx) * scale, o.w * scale);
+      } else if (o.d < zd && o.x <= zx && o.x + o.w >= zx + zw) {
+        place(o, PAD, W - 2 * PAD);
+        cls = "p";
+      } else {
+        cls = "h";
+      }
+      o.g.setAttribute("class", cls);
+    }
+    unzoomBtn.setAttribute("class", f ? "" : "h");
+  }
+  function ask() {
+    var t = window.prompt("Search frames (regular expression)", term === null ? "" : term);
+    if (t) search(t);
+  }
+  function thousands(n) { return String(n).replace(/\\B(?=(\\d{3})+(?!\\d))/g, ","); }
+  // Highlights the frames whose name matches; the share counts each
+  // matching frame's time once (a match inside a match adds nothing).
+  function search(t) {
+    var re = null, hits = [];
+    if (t !== null) {
+      try { re = new RegExp(t); } catch (err) { window.alert("Invalid regular expression: " + err.message); return; }
+    }
+    term = t;
+    for (var i = 0; i < frames.length; i++) {
+      var o = frames[i];
+      if (re && re.test(o.name)) { o.rect.setAttribute("fill", "rgb(230,0,230)"); hits.push(o); }
+      else o.rect.setAttribute("fill", o.fill);
+    }
+    if (!re) { matched.textContent = " "; searchBtn.textContent = "Search"; return; }
+    hits.sort(function (a, b) { return a.x - b.x || b.w - a.w; });
+    var sum = 0, end = -1;
+    for (var j = 0; j < hits.length; j++) {
+      if (hits[j].x >= end) { sum += hits[j].w; end = hits[j].x + hits[j].w; }
+    }
+    var pct = TOTAL > 0 ? (100 * sum / TOTAL).toFixed(2) : "0.00";
+    matched.textContent = "Matched /" + t + "/: " + thousands(sum) + " \\u00b5s, " + pct + "%";
+    searchBtn.textContent = "Reset Search";
+  }
+  """
+
+  defp script(width, font_size, total) do
+    [
+      ~s(<script type="text/ecmascript"><![CDATA[\n),
+      "var W = #{width}, PAD = #{@pad}, TOTAL = #{total}, CW = #{font_size} * 0.59;\n",
+      @script,
+      "]]></script>\n"
+    ]
+  end
+
+  ## Text
+
+  defp thousands(n) do
+    n
+    |> Integer.to_string()
+    |> String.reverse()
+    |> String.replace(~r/(\d{3})(?=\d)/, "\\1,")
+    |> String.reverse()
+  end
+
+  defp percent(_us, 0), do: "0.00"
+  defp percent(us, total), do: :erlang.float_to_binary(us * 100 / total, decimals: 2)
+
+  defp num(x) when is_integer(x), do: Integer.to_string(x)
+  defp num(x), do: :erlang.float_to_binary(x / 1, decimals: 2)
+
+  @doc false
+  # XML text and attribute escaping. Characters XML 1.0 does not allow
+  # (most C0 controls, U+FFFE, U+FFFF) and invalid UTF-8 become U+FFFD.
+  @spec escape(String.t()) :: iodata()
+  def escape(text), do: escape(text, text, 0, 0, [])
+
+  defp escape(<<>>, orig, 0, len, []) when len == byte_size(orig), do: orig
+  defp escape(<<>>, orig, start, len, acc), do: [acc | part(orig, start, len)]
+
+  defp escape(<<byte, rest::binary>>, orig, start, len, acc)
+       when byte in [?&, ?<, ?>, ?", ?'] or (byte < 0x20 and byte not in [?\t, ?\n, ?\r]) do
+    escape(rest, orig, start + len + 1, 0, [acc, part(orig, start, len) | entity(byte)])
+  end
+
+  defp escape(<<byte, rest::binary>>, orig, start, len, acc) when byte < 0x80 do
+    escape(rest, orig, start, len + 1, acc)
+  end
+
+  defp escape(<<char::utf8, rest::binary>>, orig, start, len, acc)
+       when char not in [0xFFFE, 0xFFFF] do
+    escape(rest, orig, start, len + byte_size(<<char::utf8>>), acc)
+  end
+
+  defp escape(<<char::utf8, rest::binary>>, orig, start, len, acc) do
+    size = byte_size(<<char::utf8>>)
+    escape(rest, orig, start + len + size, 0, [acc, part(orig, start, len) | "\uFFFD"])
+  end
+
+  defp escape(<<_invalid, rest::binary>>, orig, start, len, acc) do
+    escape(rest, orig, start + len + 1, 0, [acc, part(orig, start, len) | "\uFFFD"])
+  end
+
+  defp part(_orig, _start, 0), do: []
+  defp part(orig, start, len), do: binary_part(orig, start, len)
+
+  defp entity(?&), do: "&amp;"
+  defp entity(?<), do: "&lt;"
+  defp entity(?>), do: "&gt;"
+  defp entity(?"), do: "&quot;"
+  defp entity(?'), do: "&apos;"
+  defp entity(_control), do: "\uFFFD"
+end

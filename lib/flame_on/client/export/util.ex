@@ -1,0 +1,72 @@
+defmodule FlameOn.Client.Export.Util do
+  @moduledoc false
+  # Helpers shared by the exporters: process order and labels, stack parsing.
+
+  alias FlameOn.Client.{Graph, Profile}
+
+  @doc "`\"<0.96.0>\"`."
+  @spec pid_text(pid()) :: String.t()
+  def pid_text(pid), do: List.to_string(:erlang.pid_to_list(pid))
+
+  @doc """
+  The processes of the profile's stacks in export order: the traced process
+  first, then the others in term order.
+  """
+  @spec pids(Profile.t()) :: [pid()]
+  def pids(%Profile{stacks: stacks, pid: root}) do
+    stacks |> Map.keys() |> order(root)
+  end
+
+  @doc "Orders `pids` with `root` first and the rest sorted."
+  @spec order([pid()], pid() | nil) :: [pid()]
+  def order(pids, root) do
+    {first, rest} = pids |> Enum.uniq() |> Enum.sort() |> Enum.split_with(&(&1 == root))
+    first ++ rest
+  end
+
+  @doc "A `%{pid => value}` map as a list in `order/2` order."
+  @spec order_map(%{pid() => v}, pid() | nil) :: [{pid(), v}] when v: term()
+  def order_map(map, root), do: for(pid <- order(Map.keys(map), root), do: {pid, map[pid]})
+
+  @doc """
+  Registered names known from the span graph (captured while tracing),
+  `%{pid => name_text}`. Empty without a graph.
+  """
+  @spec registered_names(Profile.t()) :: %{pid() => String.t()}
+  def registered_names(%Profile{graph: %Graph{spans: spans}}) do
+    for %{pid: pid, name: name} <- spans,
+        is_binary(name),
+        name != inspect(pid),
+        into: %{},
+        do: {pid, name}
+  end
+
+  def registered_names(%Profile{}), do: %{}
+
+  @doc "`\"<0.96.0>\"`, or `\"my_server <0.96.0>\"` for a registered process."
+  @spec process_label(pid(), %{pid() => String.t()}) :: String.t()
+  def process_label(pid, names) do
+    case names do
+      %{^pid => name} -> "#{String.trim_leading(name, ":")} #{pid_text(pid)}"
+      _ -> pid_text(pid)
+    end
+  end
+
+  @doc "A stack's frames, root first (`\"\"` has none)."
+  @spec frames(String.t()) :: [String.t()]
+  def frames(""), do: []
+  def frames(stack), do: :binary.split(stack, ";", [:global])
+
+  @doc "Total microseconds of a list of `{stack, us}`."
+  @spec sum([{String.t(), non_neg_integer()}]) :: non_neg_integer()
+  def sum(entries), do: Enum.reduce(entries, 0, fn {_stack, us}, acc -> acc + us end)
+
+  @doc "The exporter's name and version, as written into the files."
+  @spec exporter() :: String.t()
+  def exporter do
+    case Application.spec(:flame_on_client, :vsn) do
+      nil -> "flame_on_client"
+      vsn -> "flame_on_client #{vsn}"
+    end
+  end
+end

@@ -1,0 +1,242 @@
+defmodule FlameOn.Client.ExportPerfettoTest do
+  use ExUnit.Case, async: true
+
+  import FlameOn.Client.Test.ExportHelpers
+
+  alias FlameOn.Client.{Export, Profile}
+
+  defp events(profile),
+    do: profile |> Export.perfetto() |> json_decode!() |> Map.fetch!("traceEvents")
+
+  defp slices(events), do: Enum.filter(events, &(&1["ph"] == "X"))
+
+  defp thread_names(events) do
+    for %{"ph" => "M", "name" => "thread_name", "tid" => tid, "args" => %{"name" => name}} <-
+          events,
+        into: %{},
+        do: {tid, name}
+  end
+
+  describe "with a span graph" do
+    setup do
+      profile = fixture_profile()
+      %{profile: profile, events: events(profile)}
+    end
+
+    test "top-level keys", %{profile: profile} do
+      json = profile |> Export.perfetto() |> json_decode!()
+      assert json["displayTimeUnit"] == "ms"
+      assert is_list(json["traceEvents"])
+      assert json["otherData"]["name"] == "fixture"
+    end
+
+    test "every event has a phase, pid 1 and a tid", %{events: events} do
+      for e <- events do
+        assert e["ph"] in ["M", "X"]
+        assert e["pid"] == 1
+        assert is_integer(e["tid"])
+        assert is_binary(e["name"])
+      end
+    end
+
+    test "one tid per process, each named by a thread_name event", %{events: events} do
+      names = thread_names(events)
+      assert names == %{1 => "<0.9001.0>", 2 => "my_server <0.9002.0>", 3 => "<0.9003.0>"}
+
+      # Unique: no tid named twice, no two tids with one name.
+      named = for %{"ph" => "M", "name" => "thread_name", "tid" => tid} <- events, do: tid
+      assert named == Enum.uniq(named)
+      assert Map.values(names) == Enum.uniq(Map.values(names))
+
+      for s <- slices(events),
+          do: assert(Map.has_key?(names, s["tid"]), "tid #{s["tid"]} has no name")
+
+      assert [%{"args" => %{"name" => "fixture (flame_on trace 7)"}}] =
+               for(%{"ph" => "M", "name" => "process_name"} = e <- events, do: e)
+    end
+
+    test "every slice has integer ts and dur, relative to the earliest span", %{events: events} do
+      slices = slices(events)
+      assert Enum.all?(slices, &(is_integer(&1["ts"]) and &1["ts"] >= 0))
+      assert Enum.all?(slices, &(is_integer(&1["dur"]) and &1["dur"] >= 0))
+      assert slices |> Enum.map(& &1["ts"]) |> Enum.min() == 0
+    end
+
+    test "one slice per span with its numbers", %{profile: profile, events: events} do
+      spans = for s <- slices(events), s["cat"] == "span", do: s
+      assert length(spans) == length(profile.graph.spans)
+      t0 = profile.graph.spans |> Enum.map(& &1.started_at) |> Enum.min()
+
+      for span <- profile.graph.spans do
+        assert [slice] = Enum.filter(spans, &(&1["args"]["span_id"] == span.span_id))
+        assert slice["ts"] == span.started_at - t0
+        assert slice["dur"] == span.ended_at - span.started_at
+        pid_text = List.to_string(:erlang.pid_to_list(span.pid))
+        assert thread_names(events)[slice["tid"]] =~ pid_text
+
+        for key <- ~w(self_us wait_us attributed_wait_us unattributed_wait_us) do
+          assert slice["args"][key] == Map.fetch!(span, String.to_atom(key))
+        end
+
+        assert slice["args"]["parent_span_id"] == span.parent_span_id
+      end
+
+      names = Map.new(spans, &{&1["args"]["span_id"], &1["name"]})
+
+      assert names == %{
+               0 => "fixture",
+               1 => "my_server <0.9002.0>",
+               2 => "<0.9003.0>",
+               3 => "my_server <0.9002.0>"
+             }
+
+      statuses = Map.new(spans, &{&1["args"]["span_id"], &1["args"]["status"]})
+      assert statuses == %{0 => "ok", 1 => "ok", 2 => "ok", 3 => "exit: :boom"}
+    end
+
+    test "a wait slice on the caller's track for each callee span, inside the caller's span", %{
+      events: events
+    } do
+      slices = slices(events)
+      spans = Map.new(for(s <- slices, s["cat"] == "span", do: {s["args"]["span_id"], s}))
+      waits = for s <- slices, s["cat"] == "wait", do: s
+      assert length(waits) == 3
+
+      for wait <- waits do
+        callee = spans[wait["args"]["callee_span_id"]]
+        caller = spans[callee["args"]["parent_span_id"]]
+        assert wait["name"] == "wait"
+        assert wait["tid"] == caller["tid"]
+        assert wait["ts"] == callee["ts"] and wait["dur"] == callee["dur"]
+
+        assert wait["ts"] >= caller["ts"] and
+                 wait["ts"] + wait["dur"] <= caller["ts"] + caller["dur"]
+      end
+    end
+
+    test "each flow has exactly one source (a wait) and one target (the callee span)", %{
+      events: events
+    } do
+      flows =
+        events |> Enum.with_index() |> Enum.filter(fn {e, _i} -> Map.has_key?(e, "bind_id") end)
+
+      by_id = Enum.group_by(flows, fn {e, _i} -> e["bind_id"] end)
+      assert map_size(by_id) == 3
+
+      for {_id, members} <- by_id do
+        assert [{source, si}] = Enum.filter(members, fn {e, _} -> e["flow_out"] == true end)
+        assert [{target, ti}] = Enum.filter(members, fn {e, _} -> e["flow_in"] == true end)
+        assert length(members) == 2
+        assert source["ph"] == "X" and target["ph"] == "X"
+        assert source["cat"] == "wait" and target["cat"] == "span"
+        assert target["args"]["span_id"] == source["args"]["callee_span_id"]
+        assert source["tid"] != target["tid"]
+        # Replayed in file order at equal timestamps: the source comes first.
+        assert si < ti
+        refute Map.has_key?(source, "flow_in") or Map.has_key?(target, "flow_out")
+      end
+    end
+
+    test "slices on one track nest properly, in order", %{events: events} do
+      for {_tid, track} <- Enum.group_by(slices(events), & &1["tid"]) do
+        # File order is by start, enclosing slices first.
+        Enum.reduce(track, [], fn s, open ->
+          open = Enum.drop_while(open, fn o -> o["ts"] + o["dur"] <= s["ts"] end)
+
+          case open do
+            [parent | _] ->
+              assert s["ts"] + s["dur"] <= parent["ts"] + parent["dur"],
+                     "#{inspect(s)} overlaps #{inspect(parent)}"
+
+            [] ->
+              :ok
+          end
+
+          assert Enum.all?(open, &(&1["ts"] <= s["ts"]))
+          [s | open]
+        end)
+      end
+    end
+  end
+
+  test "a callee span that outlives its caller's gets a wait clipped to the caller" do
+    profile = fixture_profile()
+    [root, s1, s2, s3] = profile.graph.spans
+    late = %{s2 | ended_at: s1.ended_at + 50}
+    profile = %{profile | graph: %{profile.graph | spans: [root, s1, late, s3]}}
+    slices = profile |> events() |> slices()
+
+    [wait] = for s <- slices, s["cat"] == "wait", s["args"]["callee_span_id"] == 2, do: s
+    [caller] = for s <- slices, s["cat"] == "span", s["args"]["span_id"] == 1, do: s
+    assert wait["ts"] + wait["dur"] == caller["ts"] + caller["dur"]
+    assert wait["args"]["callee_us"] == late.ended_at - late.started_at
+  end
+
+  describe "without a span graph" do
+    test "one slice per process over the whole trace with its top stacks" do
+      profile = fixture_profile(graph: false)
+      events = events(profile)
+      slices = slices(events)
+      names = thread_names(events)
+
+      assert length(slices) == 3
+      assert Map.keys(names) |> Enum.sort() == [1, 2, 3]
+      # Registered names come from the graph only.
+      assert names[2] == "<0.9002.0>"
+
+      for s <- slices do
+        assert s["ts"] == 0 and s["dur"] == profile.duration_us
+        assert s["cat"] == "process"
+
+        pid =
+          Enum.find(
+            Map.keys(profile.stacks),
+            &(List.to_string(:erlang.pid_to_list(&1)) == s["args"]["pid"])
+          )
+
+        assert s["args"]["total_us"] == Profile.total_us(profile, pid)
+        top = s["args"]["top_stacks"]
+        assert length(top) == min(10, length(profile.stacks[pid]))
+        assert Enum.map(top, & &1["us"]) == Enum.sort(Enum.map(top, & &1["us"]), :desc)
+        assert hd(top)["us"] == profile.stacks[pid] |> Enum.map(&elem(&1, 1)) |> Enum.max()
+      end
+
+      refute Enum.any?(events, &Map.has_key?(&1, "bind_id"))
+    end
+
+    test "more than ten stacks keeps the ten largest; nasty names survive" do
+      {a, _, _} = pids()
+      stacks = for i <- 1..15, do: {"f#{i}", i}
+
+      profile = %Profile{
+        name: "n",
+        pid: a,
+        started_at: 5,
+        duration_us: 20,
+        stacks: %{a => stacks ++ [{Enum.join(nasty_frames(), ";"), 100}]}
+      }
+
+      [slice] = profile |> events() |> slices()
+
+      assert Enum.map(slice["args"]["top_stacks"], & &1["us"]) == [
+               100,
+               15,
+               14,
+               13,
+               12,
+               11,
+               10,
+               9,
+               8,
+               7
+             ]
+
+      assert hd(slice["args"]["top_stacks"])["stack"] == Enum.join(nasty_frames(), ";")
+    end
+
+    test "an empty profile" do
+      json = %Profile{name: "empty"} |> Export.perfetto() |> json_decode!()
+      assert [%{"name" => "process_name"}] = json["traceEvents"]
+    end
+  end
+end
