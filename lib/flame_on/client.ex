@@ -186,6 +186,15 @@ defmodule FlameOn.Client do
     raise ArgumentError, "expected a function of arity 0, got: #{inspect(fun)}"
   end
 
+  @doc "See `FlameOn.Client.Tracing.trace/3`: trace app code, sampled, shipped above a threshold."
+  defdelegate trace(name, fun, opts \\ []), to: FlameOn.Client.Tracing
+
+  @doc "See `FlameOn.Client.Tracing.start_trace/2`: trace another process."
+  defdelegate start_trace(pid, opts \\ []), to: FlameOn.Client.Tracing
+
+  @doc "See `FlameOn.Client.Tracing.stop_trace/1`."
+  defdelegate stop_trace(ref), to: FlameOn.Client.Tracing
+
   @doc """
   What the profiler holds on this node right now.
 

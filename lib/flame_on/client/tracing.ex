@@ -1,0 +1,508 @@
+defmodule FlameOn.Client.Tracing.Ref do
+  @moduledoc """
+  A running trace of another process, from
+  `FlameOn.Client.Tracing.start_trace/2`: `controller` is the process that
+  owns the trace, `pid` the traced process.
+  """
+
+  @enforce_keys [:controller, :pid]
+  defstruct [:controller, :pid, name: "flame_on"]
+
+  @type t :: %__MODULE__{controller: pid(), pid: pid(), name: String.t()}
+end
+
+defmodule FlameOn.Client.Tracing do
+  @moduledoc """
+  Tracing in application code: sampled, thresholded traces of functions and
+  of running processes, shipped to `FlameOn.Client.Shipper`s.
+
+  `FlameOn.Client.profile/2` always traces and hands the profile back to the
+  caller. The functions here are meant to stay in production code:
+
+      def checkout(cart) do
+        FlameOn.Client.Tracing.trace("checkout", fn -> do_checkout(cart) end,
+          sample_rate: 0.01,
+          threshold_ms: 250
+        )
+      end
+
+  With these options one call in a hundred is traced, and its profile is
+  shipped only if the traced function took at least 250 ms.
+
+  ## Options
+
+  Every function here takes, besides the options of
+  `FlameOn.Client.profile/2` (`:mode`, `:cross_process`, limits, ...):
+
+    * `:sample_rate` (`1.0`) – a number from `0.0` to `1.0`, the share of
+      calls that are traced. The decision is taken **before** tracing: an
+      unsampled call runs without any trace and costs one random number.
+      Not used by `start_trace/2`, which always traces.
+    * `:threshold_ms` (`0`) – a profile is shipped only if its
+      `duration_us` is at least `threshold_ms * 1000`.
+    * `:shipper` (none) – `{module, opts}`, `module` or a list of them: where
+      profiles go (see `FlameOn.Client.Shipper`). With none, profiles are
+      discarded with a debug log.
+
+  An option left out is read from the application environment, so one
+  configuration serves every call site:
+
+      config :flame_on_client,
+        sample_rate: 0.01,
+        threshold_ms: 250,
+        shipper: {FlameOn.Client.Shipper.Directory, dir: "/var/tmp/flame_on"}
+
+  Invalid values of these three options raise `ArgumentError`, sampled or
+  not.
+
+  ## Cost
+
+  A traced call pays what `FlameOn.Client.profile/2` costs, and while it
+  runs the node's call patterns are set, so **every process pays a
+  breakpoint check per call**. Keep `sample_rate` low on busy nodes.
+  """
+
+  require Logger
+
+  alias FlameOn.Client.{Profile, Shipper}
+  alias FlameOn.Client.Tracing.{Controller, Ref}
+
+  @trace_keys [:sample_rate, :threshold_ms, :shipper]
+  @limit_keys [:max_nodes, :max_depth, :max_processes, :max_frames, :max_stack_frames]
+  # start_trace/2 accepts :sample_rate (shared option lists) and ignores it.
+  @start_defaults [
+                    name: "flame_on",
+                    duration_ms: nil,
+                    timeout: 30_000,
+                    sample_rate: nil,
+                    threshold_ms: nil,
+                    shipper: nil
+                  ] ++ Enum.map(@limit_keys, &{&1, nil})
+
+  @typedoc "Options of `trace/3`: these and those of `FlameOn.Client.profile/2`."
+  @type option ::
+          {:sample_rate, number()}
+          | {:threshold_ms, non_neg_integer()}
+          | {:shipper, Shipper.spec() | [Shipper.spec()] | nil}
+          | FlameOn.Client.option()
+          | {atom(), term()}
+
+  @typedoc "A running trace of another process, from `start_trace/2`."
+  @type ref :: Ref.t()
+
+  @doc """
+  Runs `fun` in the calling process, maybe traced, and returns its result.
+
+  Whether to trace is decided first, with `:sample_rate`. A traced call runs
+  `fun` inside `FlameOn.Client.profile/2` (with `name: name` and every
+  option that is not one of `:sample_rate`, `:threshold_ms` and
+  `:shipper`), then ships the profile if it lasted at least
+  `:threshold_ms`. See the module documentation for the options.
+
+      iex> FlameOn.Client.Tracing.trace("sum", fn -> Enum.sum(1..10) end, sample_rate: 0.0)
+      55
+
+      iex> FlameOn.Client.Tracing.trace("sum", fn -> Enum.sum(1..10) end,
+      ...>   shipper: {FlameOn.Client.Shipper.Process, pid: self()})
+      55
+      iex> receive do
+      ...>   {:flame_on_profile, profile} -> profile.name
+      ...> end
+      "sum"
+
+  Never breaks the caller:
+
+    * if `fun` raises, throws or exits, its profile is still shipped and
+      the exception is raised again with its original stacktrace;
+    * a call made while the process is already traced (a nested `trace/3`,
+      `profile/2`, a telemetry trace or another tool's tracer) runs `fun`
+      untraced;
+    * if the trace cannot start (for example `cross_process: true` while
+      another tool owns the seq_trace system tracer, or a bad option of
+      `profile/2`), the error is logged and `fun` runs untraced;
+    * shipper failures are logged.
+  """
+  @spec trace(String.t() | atom(), (() -> result), [option()]) :: result when result: term()
+  def trace(name, fun, opts \\ [])
+
+  def trace(name, fun, opts) when is_function(fun, 0) and is_list(opts) do
+    name = name!(name)
+    {settings, profile_opts} = settings!(opts)
+
+    cond do
+      not sampled?(settings.sample_rate) ->
+        fun.()
+
+      traced?() ->
+        Logger.debug(fn ->
+          "FlameOn: #{inspect(name)} runs untraced: the process is already traced"
+        end)
+
+        fun.()
+
+      true ->
+        run_traced(name, fun, settings, Keyword.put(profile_opts, :name, name))
+    end
+  end
+
+  def trace(_name, fun, opts) when is_function(fun, 0) do
+    raise ArgumentError, "expected options to be a keyword list, got: #{inspect(opts)}"
+  end
+
+  def trace(_name, fun, _opts) do
+    raise ArgumentError, "expected a function of arity 0, got: #{inspect(fun)}"
+  end
+
+  # The wrapper catches fun's exceptions, so profile/2 returns the profile
+  # of a failed run too, and notes fun's outcome in the process dictionary:
+  # an exception of profile/2 with no outcome noted means the trace never
+  # started, and fun has not run.
+  defp run_traced(name, fun, settings, profile_opts) do
+    key = {__MODULE__, :outcome, make_ref()}
+
+    wrapped = fn ->
+      outcome =
+        try do
+          {:ok, fun.()}
+        catch
+          kind, reason -> {kind, reason, __STACKTRACE__}
+        end
+
+      Process.put(key, outcome)
+      outcome
+    end
+
+    try do
+      FlameOn.Client.profile(wrapped, profile_opts)
+    catch
+      kind, reason ->
+        stacktrace = __STACKTRACE__
+
+        case Process.delete(key) do
+          nil ->
+            Logger.error(
+              "FlameOn: could not trace #{inspect(name)}, running it untraced:\n" <>
+                Exception.format(kind, reason, stacktrace)
+            )
+
+            fun.()
+
+          outcome ->
+            Logger.error(
+              "FlameOn: the trace of #{inspect(name)} failed after it ran:\n" <>
+                Exception.format(kind, reason, stacktrace)
+            )
+
+            return(outcome)
+        end
+    else
+      {outcome, profile} ->
+        Process.delete(key)
+        maybe_ship(profile, settings)
+        return(outcome)
+    end
+  end
+
+  defp return({:ok, result}), do: result
+  defp return({kind, reason, stacktrace}), do: :erlang.raise(kind, reason, stacktrace)
+
+  @doc """
+  Starts tracing another (local) process; returns a reference for
+  `stop_trace/1`.
+
+      {:ok, ref} = FlameOn.Client.Tracing.start_trace(worker, name: "worker", duration_ms: 5_000)
+      # ... five seconds later the trace stops on its own and is shipped ...
+      {:ok, profile} = FlameOn.Client.Tracing.stop_trace(ref)
+
+  The trace runs in `:process` mode (a `FlameOn.Client.TraceSession` is the
+  tracer). The profile is shipped once, when the trace finishes: at
+  `stop_trace/1`, after `:duration_ms`, or when the traced process exits.
+  A finished trace keeps its profile until `stop_trace/1` asks for it or
+  the process that called `start_trace/2` exits.
+
+  Options:
+
+    * `:name` (`"flame_on"`) – the trace's name.
+    * `:duration_ms` (none) – stop the trace after this many milliseconds.
+    * `:shipper`, `:threshold_ms` – as for `trace/3` (`:sample_rate` does
+      not apply: an explicit trace always runs).
+    * `:timeout` (`30_000`) – milliseconds the session may spend on queued
+      trace messages when the trace stops.
+    * `:max_nodes`, `:max_depth`, `:max_processes`, `:max_frames`,
+      `:max_stack_frames` – limits, as for `FlameOn.Client.profile/2`.
+
+  `pid` may also be a registered name. Returns `{:error, :noproc}` if the
+  process is not alive and `{:error, {:already_traced, tracer}}` if it
+  already has a tracer (a process has only one).
+  """
+  @spec start_trace(pid() | atom(), keyword()) :: {:ok, ref()} | {:error, term()}
+  def start_trace(pid, opts \\ []) when is_list(opts) do
+    opts = Keyword.validate!(opts, @start_defaults)
+    {settings, _rest} = settings!(Keyword.take(opts, [:threshold_ms, :shipper]))
+
+    config = %{
+      name: name!(opts[:name]),
+      duration_ms: duration!(opts[:duration_ms]),
+      timeout: timeout!(opts[:timeout]),
+      limits: limits(opts),
+      settings: settings
+    }
+
+    with {:ok, pid} <- resolve(pid),
+         {:ok, controller} <- Controller.start(self(), pid, config) do
+      {:ok, %Ref{controller: controller, pid: pid, name: config.name}}
+    end
+  end
+
+  @doc """
+  Stops a trace started by `start_trace/2` and returns its profile.
+
+  If the trace already finished (`:duration_ms` passed, or the traced
+  process exited), returns the profile it kept. Returns `{:error,
+  :not_found}` for a trace that was already stopped, and `{:error, reason}`
+  if the trace failed.
+  """
+  @spec stop_trace(ref()) :: {:ok, Profile.t()} | {:error, term()}
+  def stop_trace(%Ref{controller: controller}), do: Controller.stop(controller)
+
+  @doc false
+  # The trace settings (sample_rate, threshold_ms, shippers) from options
+  # with the application environment as fallback, validated; and the other
+  # options. Also used by FlameOn.Client.Telemetry.
+  @spec settings!(keyword()) :: {map(), keyword()}
+  def settings!(opts) do
+    {own, rest} = Keyword.split(opts, @trace_keys)
+
+    settings = %{
+      sample_rate: sample_rate!(setting(own, :sample_rate, 1.0)),
+      threshold_ms: threshold!(setting(own, :threshold_ms, 0)),
+      shippers: Shipper.normalize!(setting(own, :shipper, nil))
+    }
+
+    {settings, rest}
+  end
+
+  defp setting(opts, key, default) do
+    case Keyword.get(opts, key) do
+      nil -> Application.get_env(:flame_on_client, key, default)
+      value -> value
+    end
+  end
+
+  @doc false
+  # The limit options of a process-mode trace (TraceSession's `:limits`).
+  # Also used by FlameOn.Client.Telemetry.
+  @spec limit_keys() :: [atom()]
+  def limit_keys, do: @limit_keys
+
+  @doc false
+  @spec limits(keyword()) :: map()
+  def limits(opts) do
+    for {key, value} <- Keyword.take(opts, @limit_keys), value != nil, into: %{}, do: {key, value}
+  end
+
+  @doc false
+  # Whether this call is sampled.
+  @spec sampled?(number()) :: boolean()
+  def sampled?(rate) when rate >= 1, do: true
+  def sampled?(rate) when rate <= 0, do: false
+  def sampled?(rate), do: :rand.uniform() < rate
+
+  @doc false
+  # Whether the calling process has a tracer (ours or another tool's).
+  @spec traced?() :: boolean()
+  def traced? do
+    case :erlang.trace_info(self(), :tracer) do
+      {:tracer, []} -> false
+      _ -> true
+    end
+  end
+
+  @doc false
+  # Ships `profile` if it is long enough.
+  @spec maybe_ship(Profile.t(), map()) :: :ok
+  def maybe_ship(%Profile{} = profile, %{threshold_ms: threshold_ms, shippers: shippers}) do
+    if profile.duration_us >= threshold_ms * 1000 do
+      Shipper.ship_all(profile, shippers)
+    else
+      Logger.debug(fn ->
+        "FlameOn: trace #{inspect(profile.name)} (#{profile.trace_id}) took " <>
+          "#{profile.duration_us} µs, below threshold_ms #{threshold_ms}: not shipped"
+      end)
+
+      :ok
+    end
+  end
+
+  defp sample_rate!(rate) when is_number(rate) and rate >= 0 and rate <= 1, do: rate
+
+  defp sample_rate!(other),
+    do: invalid!(:sample_rate, "a number from 0.0 to 1.0", other)
+
+  defp threshold!(ms) when is_number(ms) and ms >= 0, do: ms
+  defp threshold!(other), do: invalid!(:threshold_ms, "a non-negative number", other)
+
+  defp duration!(nil), do: nil
+  defp duration!(ms) when is_integer(ms) and ms > 0, do: ms
+  defp duration!(other), do: invalid!(:duration_ms, "a positive integer", other)
+
+  defp timeout!(:infinity), do: :infinity
+  defp timeout!(ms) when is_integer(ms) and ms > 0, do: ms
+  defp timeout!(other), do: invalid!(:timeout, "a positive integer or :infinity", other)
+
+  defp name!(name) when is_binary(name), do: name
+  defp name!(name) when is_atom(name) and name not in [nil, true, false], do: Atom.to_string(name)
+  defp name!(other), do: invalid!(:name, "a string", other)
+
+  defp invalid!(key, expected, got) do
+    raise ArgumentError, "expected #{inspect(key)} to be #{expected}, got: #{inspect(got)}"
+  end
+
+  defp resolve(pid) when is_pid(pid), do: {:ok, pid}
+
+  defp resolve(name) when is_atom(name) do
+    case Process.whereis(name) do
+      nil -> {:error, :noproc}
+      pid -> {:ok, pid}
+    end
+  end
+
+  defp resolve(other) do
+    raise ArgumentError, "expected a pid or a registered name, got: #{inspect(other)}"
+  end
+end
+
+defmodule FlameOn.Client.Tracing.Controller do
+  @moduledoc false
+  # Owns one start_trace/2 trace: the owner of its TraceSession (so the
+  # session keeps the profile if the traced process dies), the auto-stop
+  # timer, the shipping, and the profile until stop_trace/1 asks for it.
+  # Runs under FlameOn.Client.SessionSupervisor. It monitors the process
+  # that started the trace: once that one is gone and the trace finished,
+  # nobody can ask for the profile, so it stops.
+
+  use GenServer, restart: :temporary
+
+  alias FlameOn.Client.{Tracing, TraceSession}
+
+  @spec start(pid(), pid(), map()) :: {:ok, pid()} | {:error, term()}
+  def start(caller, pid, config) do
+    spec = {__MODULE__, {caller, pid, config}}
+
+    # The session is started by the controller but outside its init/1:
+    # both are children of the same supervisor, which is busy in init/1.
+    with {:ok, controller} <-
+           DynamicSupervisor.start_child(FlameOn.Client.SessionSupervisor, spec) do
+      case GenServer.call(controller, :attach, :infinity) do
+        :ok -> {:ok, controller}
+        {:error, _} = error -> error
+      end
+    end
+  end
+
+  @spec stop(pid()) :: {:ok, FlameOn.Client.Profile.t()} | {:error, term()}
+  def stop(controller) do
+    GenServer.call(controller, :stop, :infinity)
+  catch
+    :exit, {:noproc, _} -> {:error, :not_found}
+    :exit, {:normal, _} -> {:error, :not_found}
+    :exit, {reason, _} -> {:error, reason}
+  end
+
+  @doc false
+  def start_link(arg), do: GenServer.start_link(__MODULE__, arg)
+
+  @impl GenServer
+  def init({caller, pid, config}) do
+    {:ok,
+     %{
+       caller: caller,
+       caller_ref: Process.monitor(caller),
+       pid: pid,
+       config: config,
+       session: nil,
+       session_ref: nil,
+       tracee_ref: nil,
+       timer: nil,
+       result: nil
+     }}
+  end
+
+  @impl GenServer
+  def handle_call(:attach, _from, %{pid: pid, config: config} = state) do
+    session_opts = [pid: pid, owner: self(), name: config.name, limits: config.limits]
+
+    case TraceSession.start(session_opts) do
+      {:ok, session} ->
+        timer = config.duration_ms && Process.send_after(self(), :auto_stop, config.duration_ms)
+
+        state = %{
+          state
+          | session: session,
+            session_ref: Process.monitor(session),
+            tracee_ref: Process.monitor(pid),
+            timer: timer
+        }
+
+        {:reply, :ok, state}
+
+      {:error, reason} ->
+        {:stop, :normal, {:error, reason}, state}
+    end
+  end
+
+  def handle_call(:stop, _from, state) do
+    state = finish(state)
+    {:stop, :normal, state.result, state}
+  end
+
+  @impl GenServer
+  def handle_info(:auto_stop, state), do: finished(finish(%{state | timer: nil}))
+
+  # The traced process exited: its session finished on its own and keeps
+  # the profile for us.
+  def handle_info({:DOWN, ref, :process, _, _}, %{tracee_ref: ref} = state),
+    do: finished(finish(state))
+
+  def handle_info({:DOWN, ref, :process, _, reason}, %{session_ref: ref} = state) do
+    finished(%{state | session: nil, session_ref: nil, result: {:error, {:session_down, reason}}})
+  end
+
+  # Nobody will ask for the profile: finish now, unless an auto-stop is
+  # due, and stop once finished.
+  def handle_info({:DOWN, ref, :process, _, _}, %{caller_ref: ref} = state) do
+    state = %{state | caller: nil}
+
+    if state.timer do
+      {:noreply, state}
+    else
+      finished(finish(state))
+    end
+  end
+
+  def handle_info(_msg, state), do: {:noreply, state}
+
+  defp finished(%{caller: nil} = state), do: {:stop, :normal, state}
+  defp finished(state), do: {:noreply, state}
+
+  defp finish(%{session: nil} = state), do: state
+
+  defp finish(state) do
+    %{session: session, config: config} = state
+    if state.timer, do: Process.cancel_timer(state.timer)
+    if state.tracee_ref, do: Process.demonitor(state.tracee_ref, [:flush])
+    Process.demonitor(state.session_ref, [:flush])
+
+    result =
+      case TraceSession.finish(session, timeout: config.timeout) do
+        {:ok, profile} ->
+          Tracing.maybe_ship(profile, config.settings)
+          {:ok, profile}
+
+        {:error, reason} ->
+          {:error, reason}
+      end
+
+    %{state | session: nil, session_ref: nil, tracee_ref: nil, timer: nil, result: result}
+  end
+end

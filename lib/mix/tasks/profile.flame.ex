@@ -1,0 +1,441 @@
+defmodule Mix.Tasks.Profile.Flame do
+  @shortdoc "Profiles the given file or expression and writes flame graphs"
+
+  @moduledoc """
+  Profiles the given file or expression with `FlameOn.Client.profile/2`,
+  writes flame graph files and prints the most expensive functions.
+
+  Like `mix profile.eprof` and `mix profile.fprof`, it takes the code the
+  way `mix run` does:
+
+      mix profile.flame -e "MyApp.work()"
+      mix profile.flame --cross-process --format folded,perfetto -e "MyApp.handle(:req)"
+      mix profile.flame my_script.exs arg1 arg2 arg3
+
+  Options go before the script's name; what follows the script is its
+  `System.argv/0`. The task starts the application first (`app.start`),
+  runs the code once untraced to load its modules (`--no-warmup` skips
+  that), then runs it traced, writes the files to `--out` and prints:
+
+    * where each file went;
+    * the top functions by **self time**: for each function, the time of
+      the stacks it is the leaf of, summed over stacks and processes
+      (`SLEEP` and `WAITING` are the time processes spent scheduled out);
+    * the total, and with `--cross-process` the spans of the graph (the
+      process, its self time, and its wait on callees split into
+      attributed and unattributed wait).
+
+  This task is automatically re-enabled, so it can run several times in one
+  Mix invocation.
+
+  ## Command line options
+
+    * `--eval`, `-e` – the code to profile
+    * `--require`, `-r` – requires files (a pattern) before profiling
+    * `--out DIR`, `-o` – where files go (default `flame_on_out`)
+    * `--format LIST`, `-f` – comma-separated formats among `folded`,
+      `speedscope`, `perfetto`, `svg` and `pprof` (default `folded`, plus
+      `svg` when `FlameOn.Client.Export` is available; every format but
+      `folded` needs it)
+    * `--name NAME` – the trace's name, the first field of the folded
+      lines (default `eval` for `-e`, the script's base name otherwise)
+    * `--mode nif|process` – how events are captured (default `nif`)
+    * `--cross-process` – follow `GenServer.call`s into the servers and
+      build the span graph
+    * `--sleep default|raw` – `raw` keeps every scheduled-out interval as
+      `SLEEP` in cross-process traces
+    * `--max-nodes N`, `--max-depth N` – limits (see `FlameOn.Client`)
+    * `--top N` – how many functions to list (default 10)
+    * `--no-warmup` – skips the warmup run
+    * `--no-compile` – does not compile even if files require compilation
+    * `--no-deps-check` – does not check dependencies
+    * `--no-archives-check` – does not check archives
+    * `--no-start` – does not start applications after compilation (the
+      `:flame_on_client` application itself is still started)
+    * `--no-elixir-version-check` – does not check the Elixir version from
+      `mix.exs`
+
+  ## Output
+
+      Profiling...
+      Profiled in 4 ms.
+      Writing 1 file to flame_on_out...
+        flame_on_out/eval.folded (folded)
+
+      Top 10 functions by self time ("eval", mode nif):
+          SELF µs       %  FUNCTION
+             1711   51.3%  Enum.reduce_range/5
+              ...
+      Total: 3335 µs in 12 stacks of 1 process (3402 µs wall)
+
+  Render the folded file with `flamegraph.pl`, inferno, or open it in
+  speedscope.
+  """
+
+  use Mix.Task
+
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Shipper.Directory
+
+  @formats [:folded, :speedscope, :perfetto, :svg, :pprof]
+  @result_key {__MODULE__, :result}
+
+  @switches [
+    eval: :keep,
+    require: :keep,
+    out: :string,
+    format: :string,
+    name: :string,
+    mode: :string,
+    cross_process: :boolean,
+    sleep: :string,
+    max_nodes: :integer,
+    max_depth: :integer,
+    top: :integer,
+    warmup: :boolean,
+    start: :boolean,
+    compile: :boolean,
+    deps_check: :boolean,
+    archives_check: :boolean,
+    elixir_version_check: :boolean
+  ]
+  @aliases [e: :eval, r: :require, o: :out, f: :format]
+
+  @usage """
+  usage: mix profile.flame [OPTIONS] (-e CODE | FILE [ARGS])
+
+    -e, --eval CODE        the code to profile (or give a FILE)
+    -r, --require PATTERN  files to require first
+    -o, --out DIR          output directory (default flame_on_out)
+    -f, --format LIST      folded,speedscope,perfetto,svg,pprof
+        --name NAME        the trace's name
+        --mode nif|process capture mode (default nif)
+        --cross-process    follow GenServer calls, print the span graph
+        --sleep default|raw
+        --max-nodes N, --max-depth N, --top N
+        --no-warmup, --no-start, --no-compile, --no-deps-check,
+        --no-archives-check, --no-elixir-version-check\
+  """
+
+  @impl Mix.Task
+  def run(args) do
+    Mix.Task.reenable("profile.flame")
+    {opts, rest, invalid} = OptionParser.parse_head(args, strict: @switches, aliases: @aliases)
+
+    if invalid != [] do
+      bad = Enum.map_join(invalid, ", ", fn {switch, _value} -> switch end)
+      usage!("invalid option(s): #{bad}")
+    end
+
+    {code, file, argv} = source!(opts, rest)
+    config = config!(opts, file)
+
+    start_apps(opts)
+    require_files(Keyword.get_values(opts, :require))
+
+    profile = profile!(code, file, argv, config)
+    paths = write!(profile, config)
+    summary(profile, paths, config)
+    :ok
+  end
+
+  # --- options ----------------------------------------------------------------
+
+  defp source!(opts, rest) do
+    case {Keyword.get_values(opts, :eval), rest} do
+      {[], []} ->
+        usage!("give the code to profile with -e CODE or a FILE")
+
+      {[], [file | argv]} ->
+        unless File.regular?(file), do: Mix.raise("No such file: #{file}")
+        {File.read!(file), file, argv}
+
+      {evals, []} ->
+        {Enum.join(evals, "\n"), nil, []}
+
+      {_evals, [extra | _]} ->
+        usage!("give either -e CODE or a FILE, not both (got #{inspect(extra)})")
+    end
+  end
+
+  defp config!(opts, file) do
+    profile_opts =
+      [
+        name: opts[:name] || default_name(file),
+        mode: choice!(opts, :mode, %{"nif" => :nif, "process" => :process}, :nif),
+        sleep: choice!(opts, :sleep, %{"default" => :default, "raw" => :raw}, :default)
+      ] ++
+        if(opts[:cross_process], do: [cross_process: true], else: []) ++
+        positive!(opts, :max_nodes) ++ positive!(opts, :max_depth)
+
+    if profile_opts[:cross_process] && profile_opts[:mode] == :process do
+      usage!("--cross-process needs --mode nif")
+    end
+
+    %{
+      profile_opts: profile_opts,
+      out: opts[:out] || "flame_on_out",
+      formats: formats!(opts[:format]),
+      top: opts |> positive!(:top) |> Keyword.get(:top, 10),
+      warmup: Keyword.get(opts, :warmup, true)
+    }
+  end
+
+  defp default_name(nil), do: "eval"
+  defp default_name(file), do: file |> Path.basename() |> Path.rootname()
+
+  defp choice!(opts, key, choices, default) do
+    case opts[key] do
+      nil ->
+        default
+
+      text ->
+        Map.get_lazy(choices, text, fn ->
+          expected = choices |> Map.keys() |> Enum.sort() |> Enum.join(" or ")
+          usage!("--#{dashed(key)} must be #{expected}, got: #{inspect(text)}")
+        end)
+    end
+  end
+
+  defp positive!(opts, key) do
+    case opts[key] do
+      nil -> []
+      n when n > 0 -> [{key, n}]
+      n -> usage!("--#{dashed(key)} must be a positive integer, got: #{n}")
+    end
+  end
+
+  defp formats!(nil), do: if(Directory.export?(), do: [:folded, :svg], else: [:folded])
+
+  defp formats!(text) do
+    names = text |> String.split(",", trim: true) |> Enum.map(&String.trim/1)
+    known = Map.new(@formats, &{Atom.to_string(&1), &1})
+
+    formats =
+      Enum.map(names, fn name ->
+        Map.get_lazy(known, name, fn ->
+          usage!(
+            "unknown format #{inspect(name)}, expected a comma-separated list of " <>
+              Enum.join(@formats, ", ")
+          )
+        end)
+      end)
+
+    cond do
+      formats == [] ->
+        usage!("--format needs at least one format")
+
+      not Directory.export?() and formats -- [:folded] != [] ->
+        Mix.raise(
+          "format(s) #{Enum.join(Enum.uniq(formats -- [:folded]), ", ")} need " <>
+            "FlameOn.Client.Export, which this build does not have; use --format folded"
+        )
+
+      true ->
+        Enum.uniq(formats)
+    end
+  end
+
+  defp dashed(key), do: key |> Atom.to_string() |> String.replace("_", "-")
+
+  defp usage!(message), do: Mix.raise("#{message}\n\n#{@usage}")
+
+  # --- running ----------------------------------------------------------------
+
+  defp start_apps(opts) do
+    args =
+      for {key, flag} <- [
+            compile: "--no-compile",
+            deps_check: "--no-deps-check",
+            archives_check: "--no-archives-check",
+            elixir_version_check: "--no-elixir-version-check"
+          ],
+          opts[key] == false,
+          do: flag
+
+    if opts[:start] == false do
+      Mix.Task.run("app.config", args)
+    else
+      Mix.Task.run("app.start", args)
+    end
+
+    # Its pattern owner and session supervisor are needed even with
+    # --no-start.
+    {:ok, _} = Application.ensure_all_started(:flame_on_client)
+  end
+
+  defp require_files(patterns) do
+    Enum.each(patterns, fn pattern ->
+      case Path.wildcard(pattern) do
+        [] -> Mix.raise("No files matched pattern #{inspect(pattern)} given to --require")
+        files -> Enum.each(files, &Code.require_file/1)
+      end
+    end)
+  end
+
+  # The code is compiled (not evaluated) inside a function, as mix
+  # profile.eprof does: the profile then shows the code's own calls rather
+  # than the evaluator's.
+  defp profile!(code, file, argv, config) do
+    file = file || "nofile"
+    quoted = Code.string_to_quoted!(code, file: file)
+    previous_argv = System.argv()
+    System.argv(argv)
+
+    try do
+      Process.delete(@result_key)
+
+      Code.compile_quoted(
+        quote do
+          unquote(__MODULE__).__profile__(
+            fn -> unquote(quoted) end,
+            unquote(Macro.escape(config))
+          )
+        end,
+        file
+      )
+
+      Process.delete(@result_key) || Mix.raise("the code did not run")
+    after
+      System.argv(previous_argv)
+    end
+  end
+
+  @doc false
+  # Called by the compiled code with the code as a function.
+  @spec __profile__((() -> term()), map()) :: term()
+  def __profile__(fun, config) do
+    shell = Mix.shell()
+
+    if config.warmup do
+      shell.info("Warmup...")
+      fun.()
+    end
+
+    shell.info("Profiling...")
+    started = System.monotonic_time(:millisecond)
+    {_result, profile} = FlameOn.Client.profile(fun, config.profile_opts)
+    shell.info("Profiled in #{System.monotonic_time(:millisecond) - started} ms.")
+    Process.put(@result_key, profile)
+  end
+
+  defp write!(profile, %{out: out, formats: formats}) do
+    n = length(formats)
+    Mix.shell().info("Writing #{n} #{plural(n, "file")} to #{out}...")
+
+    with :ok <- File.mkdir_p(out),
+         {:ok, paths} <- Directory.write(profile, out, formats) do
+      paths
+    else
+      {:error, reason} -> Mix.raise("could not write the profile to #{out}: #{inspect(reason)}")
+    end
+  end
+
+  # --- summary ----------------------------------------------------------------
+
+  defp summary(profile, paths, config) do
+    shell = Mix.shell()
+    Enum.each(paths, fn {format, path} -> shell.info("  #{path} (#{format})") end)
+
+    self_times = self_times(profile)
+    total = self_times |> Enum.map(&elem(&1, 1)) |> Enum.sum()
+    stacks = profile.stacks |> Map.values() |> Enum.map(&length/1) |> Enum.sum()
+    processes = map_size(profile.stacks)
+
+    shell.info(
+      "\nTop #{config.top} functions by self time " <>
+        "(#{inspect(profile.name)}, mode #{profile.mode}):"
+    )
+
+    shell.info("    SELF µs       %  FUNCTION")
+
+    for {frame, us} <- Enum.take(self_times, config.top) do
+      shell.info("  #{pad(us, 9)}  #{percent(us, total)}  #{frame}")
+    end
+
+    shell.info(
+      "Total: #{total} µs in #{stacks} #{plural(stacks, "stack")} of #{processes} " <>
+        "#{plural(processes, "process", "processes")} (#{profile.duration_us} µs wall)"
+    )
+
+    if profile.graph, do: spans(profile.graph)
+    warnings(profile.stats)
+  end
+
+  @doc false
+  # `[{frame, self_us}]`, largest first: the time of the stacks each frame
+  # is the leaf of, over every process of the profile.
+  @spec self_times(Profile.t()) :: [{String.t(), non_neg_integer()}]
+  def self_times(%Profile{stacks: stacks}) do
+    stacks
+    |> Enum.reduce(%{}, fn {_pid, entries}, acc ->
+      Enum.reduce(entries, acc, fn {stack, us}, acc ->
+        Map.update(acc, leaf(stack), us, &(&1 + us))
+      end)
+    end)
+    |> Enum.sort_by(fn {frame, us} -> {-us, frame} end)
+  end
+
+  defp leaf(""), do: "(no traced function)"
+
+  defp leaf(stack), do: stack |> String.split(";") |> List.last()
+
+  defp spans(graph) do
+    shell = Mix.shell()
+    depth = span_depths(graph.spans)
+    shell.info("\nSpans (#{length(graph.spans)}):")
+    shell.info("    SELF µs  ATTRIBUTED µs  UNATTRIBUTED µs  PROCESS")
+
+    for span <- graph.spans do
+      indent = String.duplicate("  ", Map.get(depth, span.span_id, 0))
+      status = if span.status == :ok, do: "", else: "  #{inspect(span.status)}"
+
+      shell.info(
+        "  #{pad(span.self_us, 9)}  #{pad(span.attributed_wait_us, 13)}  " <>
+          "#{pad(span.unattributed_wait_us, 15)}  #{indent}#{span.name || inspect(span.pid)}#{status}"
+      )
+    end
+
+    if graph.stats != %{} do
+      counters = for {key, n} <- Enum.sort(graph.stats), n != 0, do: "#{key}: #{n}"
+      if counters != [], do: shell.info("Graph: " <> Enum.join(counters, ", "))
+    end
+  end
+
+  defp span_depths(spans) do
+    parents = Map.new(spans, &{&1.span_id, &1.parent_span_id})
+    Map.new(spans, &{&1.span_id, depth_of(&1.span_id, parents, 0)})
+  end
+
+  defp depth_of(id, parents, depth) do
+    case parents do
+      %{^id => parent} when parent != nil and depth < 64 -> depth_of(parent, parents, depth + 1)
+      _ -> depth
+    end
+  end
+
+  defp warnings(stats) do
+    for key <- [:dropped_events, :truncated_stacks, :malformed_events],
+        n = Map.get(stats, key, 0),
+        is_integer(n) and n > 0 do
+      Mix.shell().info(
+        "Warning: #{key}: #{n} (a limit was reached; see the options of FlameOn.Client)"
+      )
+    end
+  end
+
+  defp pad(n, width), do: n |> Integer.to_string() |> String.pad_leading(width)
+
+  defp percent(_us, 0), do: "     -"
+
+  defp percent(us, total),
+    do:
+      :erlang.float_to_binary(us * 100 / total, decimals: 1)
+      |> String.pad_leading(5)
+      |> Kernel.<>("%")
+
+  defp plural(1, word), do: word
+  defp plural(_n, word), do: word <> "s"
+  defp plural(1, word, _plural), do: word
+  defp plural(_n, _word, plural), do: plural
+end

@@ -1,0 +1,157 @@
+defmodule FlameOn.Client.MixTaskTest do
+  use ExUnit.Case, async: false
+
+  import ExUnit.CaptureIO
+  import FlameOn.Client.TestHelpers
+
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Shipper.Directory
+  alias Mix.Tasks.Profile.Flame
+
+  setup do
+    assert_node_clean()
+    out = Path.join(System.tmp_dir!(), "flame_on_mix_task_#{System.unique_integer([:positive])}")
+    on_exit(fn -> File.rm_rf!(out) end)
+    %{out: out}
+  end
+
+  defp run_task(args), do: capture_io(fn -> Flame.run(args) end)
+
+  defp folded_lines(path) do
+    lines = path |> File.read!() |> String.split("\n", trim: true)
+    assert lines != []
+    for line <- lines, do: assert(line =~ ~r/^[^ ]+ \d+$/, line)
+    lines
+  end
+
+  test "-e profiles the expression, writes the files and prints a summary", %{out: out} do
+    output = run_task(["-e", "Enum.sum(1..1000)", "--out", out])
+
+    assert output =~ "Warmup..."
+    assert output =~ "Profiling..."
+    assert output =~ ~r/Profiled in \d+ ms/
+
+    formats = if Directory.export?(), do: [:folded, :svg], else: [:folded]
+    assert output =~ "Writing #{length(formats)} file"
+    files = File.ls!(out)
+    assert length(files) >= length(formats)
+
+    folded = Path.join(out, Enum.find(files, &String.ends_with?(&1, ".folded")))
+    assert output =~ "#{folded} (folded)"
+    lines = folded_lines(folded)
+    assert Enum.all?(lines, &String.starts_with?(&1, "eval;"))
+    assert Enum.any?(lines, &(&1 =~ "Enum.sum/1"))
+
+    assert output =~ ~s|Top 10 functions by self time ("eval", mode nif):|
+    assert output =~ ~r/^\s+\d+\s+\d+\.\d%  Enum\.\S+$/m
+    assert output =~ ~r/Total: \d+ µs in \d+ stacks? of 1 process \(\d+ µs wall\)/
+    refute output =~ "Spans"
+    assert_node_clean()
+  end
+
+  test "a script with arguments, --name, --mode process, --no-warmup", %{out: out} do
+    script = Path.join(out, "work_script.exs")
+    File.mkdir_p!(out)
+
+    File.write!(script, """
+    [n] = System.argv()
+    FlameOn.Client.Test.Workloads.fib(String.to_integer(n))
+    """)
+
+    argv = System.argv()
+
+    output =
+      run_task([
+        "--out",
+        out,
+        "--format",
+        "folded",
+        "--mode",
+        "process",
+        "--no-warmup",
+        "--top",
+        "3",
+        script,
+        "12"
+      ])
+
+    refute output =~ "Warmup..."
+    assert output =~ ~s|Top 3 functions by self time ("work_script", mode process):|
+    assert output =~ "FlameOn.Client.Test.Workloads.fib/1"
+    lines = folded_lines(Path.join(out, "work_script.folded"))
+    assert Enum.any?(lines, &(&1 =~ "FlameOn.Client.Test.Workloads.fib/1"))
+    assert System.argv() == argv
+
+    output = run_task(["--out", out, "--format", "folded", "--name", "named", script, "5"])
+    assert output =~ ~s("named")
+    assert File.exists?(Path.join(out, "named.folded"))
+    assert_node_clean()
+  end
+
+  test "--cross-process prints the spans", %{out: out} do
+    {:ok, server} = Agent.start_link(fn -> 0 end, name: :flame_on_mix_task_agent)
+
+    output =
+      run_task([
+        "-e",
+        "Agent.update(:flame_on_mix_task_agent, fn n -> FlameOn.Client.Test.Workloads.fib(15) + n end)",
+        "--cross-process",
+        "--format",
+        "folded",
+        "--out",
+        out
+      ])
+
+    assert output =~ "Spans ("
+    assert output =~ ~r/ATTRIBUTED µs\s+UNATTRIBUTED µs\s+PROCESS/
+    assert output =~ ":flame_on_mix_task_agent"
+    assert output =~ "FlameOn.Client.Test.Workloads.fib/1"
+    Agent.stop(server)
+    assert_node_clean()
+  end
+
+  test "the self-time table sums stacks by their leaf" do
+    [a, b] = [:c.pid(0, 1, 0), :c.pid(0, 2, 0)]
+
+    profile = %Profile{
+      stacks: %{
+        a => [{"", 1}, {"m:f/0", 5}, {"m:f/0;m:g/0", 7}],
+        b => [{"x:y/0;m:g/0", 4}, {"x:y/0;SLEEP", 20}]
+      }
+    }
+
+    assert Flame.self_times(profile) == [
+             {"SLEEP", 20},
+             {"m:g/0", 11},
+             {"m:f/0", 5},
+             {"(no traced function)", 1}
+           ]
+  end
+
+  test "bad options raise Mix.Error with the usage" do
+    for args <- [
+          ["--bogus"],
+          [],
+          ["-e", "1", "--mode", "fast"],
+          ["-e", "1", "--sleep", "never"],
+          ["-e", "1", "--format", "folded,gif"],
+          ["-e", "1", "--format", ","],
+          ["-e", "1", "--top", "0"],
+          ["-e", "1", "--max-nodes", "many"],
+          ["-e", "1", "--cross-process", "--mode", "process"],
+          ["-e", "1", "extra.exs"]
+        ] do
+      assert_raise Mix.Error, ~r/usage: mix profile.flame/, fn -> run_task(args) end
+    end
+
+    assert_raise Mix.Error, ~r/No such file/, fn -> run_task(["no_such_script.exs"]) end
+
+    unless Directory.export?() do
+      assert_raise Mix.Error, ~r/FlameOn.Client.Export/, fn ->
+        run_task(["-e", "1", "--format", "svg"])
+      end
+    end
+
+    assert_node_clean()
+  end
+end
