@@ -217,7 +217,7 @@ defmodule FlameOn.Client.TraceSessionTest do
       parent = self()
 
       other =
-        spawn(fn ->
+        spawn_link(fn ->
           Patterns.acquire()
           send(parent, :acquired)
           receive do: (:release -> Patterns.release())
@@ -238,8 +238,9 @@ defmodule FlameOn.Client.TraceSessionTest do
     test "a user that dies releases its share" do
       parent = self()
 
+      # linked: if the test fails, the user dies with it and releases
       user =
-        spawn(fn ->
+        spawn_link(fn ->
           Patterns.acquire()
           send(parent, :acquired)
           receive do: (:never -> :ok)
@@ -247,6 +248,7 @@ defmodule FlameOn.Client.TraceSessionTest do
 
       assert_receive :acquired
       assert patterns_set?()
+      Process.unlink(user)
       Process.exit(user, :kill)
       assert_node_clean()
     end
