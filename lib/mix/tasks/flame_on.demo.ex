@@ -1,21 +1,26 @@
 defmodule Mix.Tasks.FlameOn.Demo do
-  @shortdoc "Profiles a built-in workload and writes a folded flame graph"
+  @shortdoc "Profiles a built-in workload: flame graph and span graph files"
 
   @moduledoc """
-  Profiles `FlameOn.Client.Demo.run/0` and writes the collapsed stacks to
-  `DIR/demo.folded`, then prints the ten most expensive stacks and the
-  trace's counters.
+  Profiles `FlameOn.Client.Demo.run/0` with cross-process tracing and writes
+  the flame graph and the span graph:
+
+    * `DIR/demo.folded` – collapsed stacks (flamegraph.pl, inferno, speedscope);
+    * `DIR/demo.svg` – the interactive flame graph, open it in a browser;
+    * `DIR/demo.speedscope.json` – for https://www.speedscope.app;
+    * `DIR/demo.perfetto.json` – the span graph on a timeline, with flow
+      arrows from the caller's wait to the callee's span, for
+      https://ui.perfetto.dev.
+
+  It then prints the ten most expensive stacks, the spans and the trace's
+  counters.
 
       mix flame_on.demo [--out DIR]
 
-  `DIR` defaults to `flame_on_out`. Render the file with `flamegraph.pl
-  DIR/demo.folded > demo.svg`, `inferno-flamegraph`, or open it in
-  speedscope.
+  `DIR` defaults to `flame_on_out`.
   """
 
   use Mix.Task
-
-  alias FlameOn.Client.Profile
 
   @switches [out: :string]
 
@@ -30,19 +35,35 @@ defmodule Mix.Tasks.FlameOn.Demo do
     Mix.Task.run("app.start")
 
     dir = Keyword.get(opts, :out, "flame_on_out")
-    {_result, profile} = FlameOn.Client.profile(&FlameOn.Client.Demo.run/0, name: "demo")
+    shell = Mix.shell()
+    shell.info("Profiling FlameOn.Client.Demo.run/0 (cross-process)...")
+
+    {_result, profile} =
+      FlameOn.Client.profile(&FlameOn.Client.Demo.run/0, name: "demo", cross_process: true)
 
     File.mkdir_p!(dir)
-    path = Path.join(dir, "demo.folded")
-    File.write!(path, Profile.folded(profile))
+    written = FlameOn.Client.Export.write(profile, dir, [:folded, :svg, :speedscope, :perfetto])
 
-    shell = Mix.shell()
-    shell.info("Wrote #{path} (#{profile.duration_us} µs traced)")
+    for {format, path} <- written do
+      shell.info("Wrote #{path} (#{format}, #{profile.duration_us} µs traced)")
+    end
+
     shell.info("\nTop 10 stacks by time:")
 
     for {pid, stack, us} <- top_stacks(profile, 10) do
       label = if stack == "", do: "(no traced function)", else: stack
       shell.info("  #{String.pad_leading(Integer.to_string(us), 9)} µs  #{inspect(pid)} #{label}")
+    end
+
+    shell.info("\nSpans (self / attributed wait / unattributed wait, µs):")
+
+    for span <- profile.graph.spans do
+      parent = if span.parent_span_id, do: " <- span #{span.parent_span_id}", else: " (root)"
+
+      shell.info(
+        "  span #{span.span_id} #{span.name}#{parent}: #{span.self_us} / " <>
+          "#{span.attributed_wait_us} / #{span.unattributed_wait_us} #{inspect(span.status)}"
+      )
     end
 
     shell.info("\nStats:")

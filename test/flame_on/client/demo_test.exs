@@ -6,7 +6,7 @@ defmodule FlameOn.Client.DemoTest do
   doctest FlameOn.Client
   doctest FlameOn.Client.Demo
 
-  test "mix flame_on.demo writes DIR/demo.folded and prints the top stacks" do
+  test "mix flame_on.demo writes the flame graph and span graph files and prints the top stacks" do
     out = Path.join(System.tmp_dir!(), "flame_on_demo_test_#{System.unique_integer([:positive])}")
     Mix.shell(Mix.Shell.Process)
 
@@ -22,6 +22,23 @@ defmodule FlameOn.Client.DemoTest do
     assert_received {:mix_shell, :info, ["Wrote " <> wrote]}
     assert String.starts_with?(wrote, path)
 
+    for file <- ~w(demo.svg demo.speedscope.json demo.perfetto.json) do
+      assert File.stat!(Path.join(out, file)).size > 0, file
+    end
+
+    # The span graph: the root and the Echo server's span, linked by a flow.
+    perfetto = File.read!(Path.join(out, "demo.perfetto.json"))
+    assert perfetto =~ ~s("flow_out":true)
+    assert perfetto =~ ~s("flow_in":true)
+
+    assert_received {:mix_shell, :info,
+                     ["\nSpans (self / attributed wait / unattributed wait, µs):"]}
+
+    assert_received {:mix_shell, :info, ["  span 0 " <> root]}
+    assert root =~ "(root)"
+    assert_received {:mix_shell, :info, ["  span 1 " <> callee]}
+    assert callee =~ "<- span 0"
+
     lines = path |> File.read!() |> String.split("\n", trim: true)
     assert lines != []
 
@@ -31,7 +48,8 @@ defmodule FlameOn.Client.DemoTest do
 
     text = Enum.join(lines, "\n")
     assert text =~ "FlameOn.Client.Demo.fib/1;FlameOn.Client.Demo.fib/1"
-    assert text =~ "Process.sleep/1;SLEEP"
+    # cross-process view: off-CPU time nothing explains is WAITING
+    assert text =~ "Process.sleep/1;WAITING"
     assert text =~ "FlameOn.Client.Demo.word_counts/0"
     assert text =~ "FlameOn.Client.Demo.round_trip/1"
     assert text =~ "FlameOn.Client.Demo.file_io/0"
