@@ -65,10 +65,14 @@ $(FUZZ_BIN): c_src/test/fuzz/fuzz_core.c $(CORE_SRC) $(CORE_HDR) Makefile
 		-fno-sanitize-recover=all -I c_src/core -o $@ $< $(CORE_SRC) $(LIBS)
 
 # New inputs go to build/fuzz/corpus; the committed seeds are read only.
+# The fuzzer's progress goes to build/fuzz/fuzz.log; its end (or, on a
+# crash, the report and the input) is printed.
 fuzz-run: $(FUZZ_BIN)
 	@mkdir -p build/fuzz/corpus
-	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
-		build/fuzz/corpus c_src/test/fuzz/corpus
+	@$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
+		-artifact_prefix=build/fuzz/ build/fuzz/corpus c_src/test/fuzz/corpus > build/fuzz/fuzz.log 2>&1 \
+		|| { tail -n 60 build/fuzz/fuzz.log; echo "fuzz: FAILED (input saved under build/fuzz/)"; exit 1; }
+	@grep -E "^(Done|stat::)" build/fuzz/fuzz.log
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,style,performance,portability \
