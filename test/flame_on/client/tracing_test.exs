@@ -122,6 +122,45 @@ defmodule FlameOn.Client.TracingTest do
       assert_node_clean()
     end
 
+    test "graph traces: sampling decides before any seq_trace or callee tracing, threshold after" do
+      {:ok, server} = FlameOn.Client.Test.Server.start()
+      call = fn ms -> GenServer.call(server, {:spin, ms}) end
+
+      # Unsampled: no token, no graph tracer, no profile.
+      for _ <- 1..10 do
+        assert Tracing.trace("unsampled", fn -> {call.(1), :seq_trace.get_token()} end,
+                 cross_process: true,
+                 sample_rate: 0.0,
+                 shipper: @to_me
+               ) == {:done, []}
+      end
+
+      refute_received {:flame_on_profile, _}
+      assert :erlang.trace_info(server, :flags) == {:flags, []}
+
+      # Sampled and fast: traced (the callee too) but under the threshold.
+      Tracing.trace("fast", fn -> call.(1) end,
+        cross_process: true,
+        threshold_ms: 1_000,
+        shipper: @to_me
+      )
+
+      refute_received {:flame_on_profile, _}
+
+      # Sampled and slow: shipped with its span graph.
+      Tracing.trace("slow", fn -> call.(30) end,
+        cross_process: true,
+        threshold_ms: 10,
+        shipper: @to_me
+      )
+
+      assert_received {:flame_on_profile, %Profile{name: "slow", graph: graph}}
+      assert [_root, callee] = graph.spans
+      assert callee.pid == server
+      assert :seq_trace.get_token() == []
+      assert_node_clean()
+    end
+
     test "the application environment is the fallback" do
       Application.put_env(:flame_on_client, :shipper, @to_me)
       Application.put_env(:flame_on_client, :sample_rate, 0.0)
