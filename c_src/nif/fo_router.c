@@ -14,13 +14,15 @@ typedef struct {
     fo_session_res *res;
 } route_pid;
 
-/* Fixed sizes keep the router's memory bounded and its lookups lock-short;
- * the pid table is kept at most half full. */
-#define PID_SLOTS (FO_ROUTER_MAX_PIDS * 2u)
+/* The pid table starts small and doubles, kept at most half full, never
+ * past FO_ROUTER_MAX_PIDS entries; entries are deleted in place (backward
+ * shift), so a finished trace costs only its own processes. */
+#define PID_SLOTS_INITIAL 1024u
 
 static ErlNifRWLock *lock;
 static route_label labels[FO_ROUTER_MAX_SESSIONS];
 static route_pid *pids;
+static uint32_t pid_mask;
 static uint32_t pid_count;
 static uint32_t session_count;
 
@@ -28,11 +30,12 @@ int fo_router_init(void)
 {
     if (lock != NULL)
         return 1;
-    pids = enif_alloc(sizeof(route_pid) * PID_SLOTS);
+    pids = enif_alloc(sizeof(route_pid) * PID_SLOTS_INITIAL);
     lock = enif_rwlock_create("flame_on_router");
     if (pids == NULL || lock == NULL)
         return 0;
-    memset(pids, 0, sizeof(route_pid) * PID_SLOTS);
+    memset(pids, 0, sizeof(route_pid) * PID_SLOTS_INITIAL);
+    pid_mask = PID_SLOTS_INITIAL - 1;
     memset(labels, 0, sizeof(labels));
     return 1;
 }
@@ -46,28 +49,81 @@ void fo_router_destroy(void)
     pids = NULL;
 }
 
+static uint32_t home(uint64_t pid)
+{
+    return (uint32_t)fo_hash_mix(pid) & pid_mask;
+}
+
 static uint32_t pid_slot(uint64_t pid)
 {
-    uint32_t i = (uint32_t)fo_hash_mix(pid) & (PID_SLOTS - 1);
+    uint32_t i = home(pid);
     while (pids[i].pid != 0 && pids[i].pid != pid)
-        i = (i + 1) & (PID_SLOTS - 1);
+        i = (i + 1) & pid_mask;
     return i;
 }
 
+static int grow_pids(void)
+{
+    uint32_t old_size = pid_mask + 1;
+    if (old_size >= FO_ROUTER_MAX_PIDS * 2u)
+        return 0;
+    route_pid *old = pids;
+    route_pid *fresh = enif_alloc(sizeof(route_pid) * old_size * 2);
+    if (fresh == NULL)
+        return 0;
+    memset(fresh, 0, sizeof(route_pid) * old_size * 2);
+    pids = fresh;
+    pid_mask = old_size * 2 - 1;
+    for (uint32_t i = 0; i < old_size; i++) {
+        if (old[i].pid != 0)
+            pids[pid_slot(old[i].pid)] = old[i];
+    }
+    enif_free(old);
+    return 1;
+}
+
+/* pid works for res now: a server takes the session of each request it
+ * receives, so its events follow the trace it is working for. */
 static int insert_pid(uint64_t pid, fo_session_res *res)
 {
     uint32_t i = pid_slot(pid);
     if (pids[i].pid == pid) {
-        if (pids[i].res == NULL) /* left by an unmap without memory to rebuild */
-            pids[i].res = res;
-        return pids[i].res == res;
+        pids[i].res = res;
+        return 1;
     }
     if (pid_count >= FO_ROUTER_MAX_PIDS)
         return 0;
+    if ((pid_count + 1) * 2 > pid_mask + 1) {
+        if (!grow_pids())
+            return 0;
+        i = pid_slot(pid);
+    }
     pids[i].pid = pid;
     pids[i].res = res;
     pid_count++;
     return 1;
+}
+
+/* Linear-probing delete: shift later entries of the cluster back so every
+ * lookup still finds them. */
+static void delete_slot(uint32_t i)
+{
+    uint32_t j = i;
+    for (;;) {
+        j = (j + 1) & pid_mask;
+        if (pids[j].pid == 0)
+            break;
+        uint32_t k = home(pids[j].pid);
+        /* move j into the hole at i unless its home lies in (i, j] */
+        int stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+        if (!stays) {
+            pids[i] = pids[j];
+            i = j;
+        }
+    }
+    pids[i].pid = 0;
+    pids[i].res = NULL;
+    pid_count--;
 }
 
 int fo_router_register(fo_session_res *res, uint64_t label, uint64_t root)
@@ -95,29 +151,14 @@ int fo_router_register(fo_session_res *res, uint64_t label, uint64_t root)
     return ok;
 }
 
-/* Rebuilds the pid table without res's processes (open addressing has
- * no cheap delete; this runs once per finished trace). */
 static void drop_pids_of(const fo_session_res *res)
 {
-    route_pid *old = pids;
-    route_pid *fresh = enif_alloc(sizeof(route_pid) * PID_SLOTS);
-    if (fresh == NULL) {
-        /* no memory for a copy: unmap in place, leaving the chains intact
-         * by pointing them at nothing */
-        for (uint32_t i = 0; i < PID_SLOTS; i++) {
-            if (old[i].pid != 0 && old[i].res == res)
-                old[i].res = NULL;
-        }
-        return;
+    for (uint32_t i = 0; i <= pid_mask;) {
+        if (pids[i].pid != 0 && pids[i].res == res)
+            delete_slot(i); /* an entry may have shifted into i: look again */
+        else
+            i++;
     }
-    memset(fresh, 0, sizeof(route_pid) * PID_SLOTS);
-    pids = fresh;
-    pid_count = 0;
-    for (uint32_t i = 0; i < PID_SLOTS; i++) {
-        if (old[i].pid != 0 && old[i].res != NULL && old[i].res != res)
-            insert_pid(old[i].pid, old[i].res);
-    }
-    enif_free(old);
 }
 
 void fo_router_unregister(fo_session_res *res)

@@ -32,8 +32,8 @@ void fo_router_unregister(fo_session_res *res);
 fo_session_res *fo_router_by_label(uint64_t label);
 fo_session_res *fo_router_by_pid(uint64_t pid);
 
-/* pid works for res from now on. 0 when it already works for another
- * session or the router is full (the caller counts it). */
+/* pid works for res from now on (a server takes the session of each
+ * request it receives). 0 when the router is full. */
 int fo_router_map_pid(uint64_t pid, fo_session_res *res);
 
 /* Sessions registered now. */

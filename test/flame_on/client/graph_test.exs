@@ -208,6 +208,16 @@ defmodule FlameOn.Client.GraphTest do
 
       for span <- callees,
           do: assert_spun(span.self_us, ms, "callee of the #{ms} ms trace")
+
+      # Each trace has the shared server's own stacks for its requests.
+      assert Enum.any?(Map.get(profile.stacks, server, []), fn {stack, _} ->
+               stack =~ "Server.handle_call/3"
+             end),
+             "the #{ms} ms trace has no stacks of the shared server"
+
+      server_us = Client.Profile.total_us(profile, server)
+      spans_us = callees |> Enum.map(&duration/1) |> Enum.sum()
+      assert_close(server_us, spans_us, "shared server's stacks in the #{ms} ms trace")
     end
   end
 
