@@ -234,7 +234,6 @@ defmodule FlameOn.Client do
     ensure_untraced!()
     label = System.unique_integer([:positive])
     native = new_native!(Map.put(opts, :label, label))
-    :ok = Patterns.acquire(self())
     # Registered first: the VM asks the tracer (enabled/3, trace_status)
     # whether it is live when it becomes the system tracer.
     :ok = Native.graph_start(native, self())
@@ -245,7 +244,6 @@ defmodule FlameOn.Client do
 
       {:error, {:system_tracer_taken, tracer}} ->
         Native.stop(native)
-        Patterns.release()
 
         raise ArgumentError,
               "cross_process: true needs the seq_trace system tracer, but " <>
@@ -295,7 +293,6 @@ defmodule FlameOn.Client do
     lifetime_exceeded = not cancel_watchdog(watchdog)
     {raw, stats, graph} = Native.finish(native, :stop)
     Patterns.release_graph()
-    Patterns.release()
 
     stats =
       stats

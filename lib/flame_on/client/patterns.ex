@@ -86,8 +86,9 @@ defmodule FlameOn.Client.Patterns do
   seq_trace system tracer (`{FlameOn.Client.Native, :graph}`) and sets the
   send pattern that turns call tracing on in every process that receives a
   tokened `GenServer.call` request. Returns `{:error, {:system_tracer_taken,
-  tracer}}` when another tool owns the seq_trace system tracer. The caller
-  must also hold the call patterns (`acquire/1`).
+  tracer}}` when another tool owns the seq_trace system tracer. It also
+  takes the call patterns for the caller (as `acquire/1` with the caller as
+  the traced process); `release_graph/0` gives both back.
 
   The last graph user (by `release_graph/0` or by dying) puts the system
   tracer and the send pattern back and turns tracing off on every process
@@ -113,27 +114,17 @@ defmodule FlameOn.Client.Patterns do
   end
 
   @impl GenServer
-  def handle_call({:acquire, tracee}, {pid, _tag}, %{users: users} = state) do
-    if Map.has_key?(users, pid) do
-      {:reply, :ok, state}
-    else
-      if users == %{}, do: set_patterns()
-      ref = Process.monitor(pid)
-      {:reply, :ok, %{state | users: Map.put(users, pid, {ref, tracee})}}
-    end
+  def handle_call({:acquire, tracee}, {pid, _tag}, state) do
+    {:reply, :ok, add_user(state, pid, tracee)}
   end
 
-  def handle_call(:release, {pid, _tag}, %{users: users} = state) do
-    case Map.pop(users, pid) do
-      {nil, _} ->
-        {:reply, :ok, state}
-
-      {{ref, _tracee}, rest} ->
-        Process.demonitor(ref, [:flush])
-        {:reply, :ok, drop_user(state, rest)}
-    end
+  def handle_call(:release, {pid, _tag}, state) do
+    {:reply, :ok, remove_user(state, pid)}
   end
 
+  # One call takes both the call patterns and graph tracing (a trace makes
+  # two calls to this server, not four: it is the one serialization point
+  # of concurrent traces).
   def handle_call({:acquire_graph, native}, {pid, _tag}, %{graph: graph} = state) do
     cond do
       Map.has_key?(graph, pid) ->
@@ -143,6 +134,7 @@ defmodule FlameOn.Client.Patterns do
         case take_system_tracer() do
           :ok ->
             set_graph_patterns()
+            state = add_user(state, pid, pid)
             {:reply, :ok, %{state | graph: Map.put(graph, pid, native)}}
 
           error ->
@@ -150,12 +142,13 @@ defmodule FlameOn.Client.Patterns do
         end
 
       true ->
+        state = add_user(state, pid, pid)
         {:reply, :ok, %{state | graph: Map.put(graph, pid, native)}}
     end
   end
 
   def handle_call(:release_graph, {pid, _tag}, state) do
-    {:reply, :ok, drop_graph_user(state, pid)}
+    {:reply, :ok, state |> drop_graph_user(pid) |> remove_user(pid)}
   end
 
   def handle_call(:users, _from, state), do: {:reply, map_size(state.users), state}
@@ -194,6 +187,27 @@ defmodule FlameOn.Client.Patterns do
     end
 
     :ok
+  end
+
+  defp add_user(%{users: users} = state, pid, tracee) do
+    if Map.has_key?(users, pid) do
+      state
+    else
+      if users == %{}, do: set_patterns()
+      ref = Process.monitor(pid)
+      %{state | users: Map.put(users, pid, {ref, tracee})}
+    end
+  end
+
+  defp remove_user(%{users: users} = state, pid) do
+    case Map.pop(users, pid) do
+      {nil, _} ->
+        state
+
+      {{ref, _tracee}, rest} ->
+        Process.demonitor(ref, [:flush])
+        drop_user(state, rest)
+    end
   end
 
   defp drop_user(state, rest) do
