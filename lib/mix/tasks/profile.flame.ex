@@ -380,13 +380,19 @@ defmodule Mix.Tasks.Profile.Flame do
 
   defp leaf(stack), do: stack |> String.split(";") |> List.last()
 
+  @max_spans_shown 20
+
   defp spans(graph) do
     shell = Mix.shell()
     depth = span_depths(graph.spans)
     shell.info("\nSpans (#{length(graph.spans)}):")
     shell.info("    SELF µs  ATTRIBUTED µs  UNATTRIBUTED µs  PROCESS")
 
-    for span <- graph.spans do
+    # The first spans in trace order (the root and its first callees); a
+    # long trace's full list is in the Perfetto file.
+    {shown, rest} = Enum.split(graph.spans, @max_spans_shown)
+
+    for span <- shown do
       indent = String.duplicate("  ", Map.get(depth, span.span_id, 0))
       status = if span.status == :ok, do: "", else: "  #{inspect(span.status)}"
 
@@ -394,6 +400,10 @@ defmodule Mix.Tasks.Profile.Flame do
         "  #{pad(span.self_us, 9)}  #{pad(span.attributed_wait_us, 13)}  " <>
           "#{pad(span.unattributed_wait_us, 15)}  #{indent}#{span.name || inspect(span.pid)}#{status}"
       )
+    end
+
+    if rest != [] do
+      shell.info("  ... #{length(rest)} more spans (write --format perfetto to see them all)")
     end
 
     if graph.stats != %{} do
