@@ -24,7 +24,12 @@ LIBS := -lbsd
 
 NIF_SO := priv/flame_on_client_nif.so
 
-.PHONY: all ctest ctest-valgrind ctest-asan lint test clean fuzz fuzz-run
+.PHONY: all ctest ctest-valgrind ctest-asan lint test clean fuzz fuzz-run nif-asan
+
+# The NIF built with AddressSanitizer + UBSan, for running ExUnit against it
+# (scripts/test): FLAME_ON_NIF=build/asan_nif/flame_on_client_nif with the
+# sanitizer runtimes preloaded into the VM.
+NIF_ASAN := build/asan_nif/flame_on_client_nif.so
 
 CLANG ?= clang-14
 FUZZ_SECONDS ?= 30
@@ -37,6 +42,13 @@ $(NIF_SO): $(CORE_SRC) $(NIF_SRC) $(CORE_HDR) $(NIF_HDR) Makefile
 	@mkdir -p priv
 	$(CC) $(CFLAGS_BASE) -fPIC -fvisibility=hidden -shared -I c_src/core -I "$(ERTS_INCLUDE)" \
 		-o $@ $(CORE_SRC) $(NIF_SRC) $(LIBS)
+
+nif-asan: $(NIF_ASAN)
+
+$(NIF_ASAN): $(CORE_SRC) $(NIF_SRC) $(CORE_HDR) $(NIF_HDR) Makefile
+	@mkdir -p build/asan_nif
+	$(CC) $(CFLAGS_BASE) -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
+		-fPIC -shared -I c_src/core -I "$(ERTS_INCLUDE)" -o $@ $(CORE_SRC) $(NIF_SRC) $(LIBS)
 
 build/test/%: c_src/test/%.c $(CORE_SRC) $(CORE_HDR) $(TEST_SUPPORT) Makefile
 	@mkdir -p build/test

@@ -56,7 +56,11 @@ defmodule FlameOn.Client.Native do
         dir -> dir
       end
 
-    case :erlang.load_nif(String.to_charlist(Path.join(path, to_string(@nif_name))), 0) do
+    # FLAME_ON_NIF: another build of the library (the sanitizer build the
+    # tests also run against), as a path without the .so extension.
+    library = System.get_env("FLAME_ON_NIF") || Path.join(path, to_string(@nif_name))
+
+    case :erlang.load_nif(String.to_charlist(library), 0) do
       :ok -> :ok
       {:error, {:reload, _}} -> :ok
       {:error, reason} -> {:error, reason}
