@@ -86,6 +86,9 @@ static void on_seq_trace(ErlNifEnv *env, ERL_NIF_TERM label_term, ERL_NIF_TERM i
     if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed))
         apply_seq(res, &e, ts);
     fo_spin_unlock(&res->lock);
+    /* a root that served this request goes back to its own trace */
+    if (e.kind == FO_SEQ_REPLY && e.is_send && e.from != res->root_pid)
+        fo_router_restore_root(e.from);
     enif_release_resource(res);
 }
 

@@ -151,13 +151,31 @@ int fo_router_register(fo_session_res *res, uint64_t label, uint64_t root)
     return ok;
 }
 
+/* The registered session whose root pid is, if any: a root that served
+ * another trace's request goes back to its own trace afterwards. */
+static fo_session_res *session_rooted_at(uint64_t pid, const fo_session_res *except)
+{
+    for (uint32_t i = 0; i < FO_ROUTER_MAX_SESSIONS; i++) {
+        if (labels[i].res != NULL && labels[i].res != except && labels[i].res->root_pid == pid)
+            return labels[i].res;
+    }
+    return NULL;
+}
+
 static void drop_pids_of(const fo_session_res *res)
 {
     for (uint32_t i = 0; i <= pid_mask;) {
-        if (pids[i].pid != 0 && pids[i].res == res)
-            delete_slot(i); /* an entry may have shifted into i: look again */
-        else
+        if (pids[i].pid != 0 && pids[i].res == res) {
+            fo_session_res *home_session = session_rooted_at(pids[i].pid, res);
+            if (home_session != NULL) {
+                pids[i].res = home_session;
+                i++;
+            } else {
+                delete_slot(i); /* an entry may have shifted into i: look again */
+            }
+        } else {
             i++;
+        }
     }
 }
 
@@ -217,6 +235,21 @@ int fo_router_map_pid(uint64_t pid, fo_session_res *res)
     int ok = insert_pid(pid, res);
     enif_rwlock_rwunlock(lock);
     return ok;
+}
+
+void fo_router_restore_root(uint64_t pid)
+{
+    /* Servers that are no trace's root, the common case, only read. */
+    enif_rwlock_rlock(lock);
+    int away = session_rooted_at(pid, NULL) != NULL && pids[pid_slot(pid)].res != session_rooted_at(pid, NULL);
+    enif_rwlock_runlock(lock);
+    if (!away)
+        return;
+    enif_rwlock_rwlock(lock);
+    fo_session_res *home_session = session_rooted_at(pid, NULL);
+    if (home_session != NULL)
+        insert_pid(pid, home_session);
+    enif_rwlock_rwunlock(lock);
 }
 
 uint32_t fo_router_sessions(void)

@@ -36,6 +36,10 @@ fo_session_res *fo_router_by_pid(uint64_t pid);
  * request it receives). 0 when the router is full. */
 int fo_router_map_pid(uint64_t pid, fo_session_res *res);
 
+/* pid, if it is the root of a graph session, works for that session
+ * again (after it served a request of another trace). */
+void fo_router_restore_root(uint64_t pid);
+
 /* Sessions registered now. */
 uint32_t fo_router_sessions(void);
 

@@ -6,7 +6,7 @@ defmodule FlameOn.Client.GraphTest do
 
   alias FlameOn.Client
   alias FlameOn.Client.{Graph, Span}
-  alias FlameOn.Client.Test.Server
+  alias FlameOn.Client.Test.{Server, Workloads}
 
   # Durations compared with this relative tolerance (the machine is shared).
   @tolerance 0.10
@@ -239,6 +239,45 @@ defmodule FlameOn.Client.GraphTest do
 
     {_, quick} = graph_profile(fn -> GenServer.call(server, {:spin, 1}) end)
     assert quick.stats.lifetime_exceeded == false
+  end
+
+  test "a traced root that serves another trace's request goes back to its own trace" do
+    parent = self()
+
+    a =
+      spawn(fn ->
+        {_, profile} =
+          graph_profile(fn ->
+            send(parent, {:ready, self()})
+
+            # serve one GenServer request by hand, then work on
+            receive do
+              {:"$gen_call", from, :hello} -> GenServer.reply(from, :hi)
+            end
+
+            Workloads.fib(16)
+          end)
+
+        send(parent, {:a_done, profile})
+      end)
+
+    assert_receive {:ready, ^a}
+    # B's trace stays open while a works on, so a's later events must not
+    # be routed to B.
+    {reply, profile_b} =
+      graph_profile(fn ->
+        reply = GenServer.call(a, :hello)
+        assert_receive {:a_done, profile_a}, 10_000
+        send(self(), {:a_done, profile_a})
+        reply
+      end)
+
+    assert reply == :hi
+    assert_receive {:a_done, profile_a}
+
+    # B saw a as its callee; a's own trace kept its work after serving.
+    assert Enum.any?(profile_b.graph.spans, &(&1.pid == a))
+    assert max_frame_count(profile_a, a, "FlameOn.Client.Test.Workloads.fib/1") >= 10
   end
 
   test "another tool owning the seq_trace system tracer is refused and kept" do
