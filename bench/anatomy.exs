@@ -93,19 +93,7 @@ defmodule FlameOn.Bench.Anatomy do
     ]
   end
 
-  def isolated(fun) do
-    parent = self()
-    {pid, ref} = spawn_monitor(fn -> send(parent, {self(), fun.()}) end)
-
-    receive do
-      {^pid, result} ->
-        Process.demonitor(ref, [:flush])
-        result
-
-      {:DOWN, ^ref, :process, ^pid, reason} ->
-        raise "a measurement crashed: #{Exception.format_exit(reason)}"
-    end
-  end
+  def isolated(fun), do: FlameOn.Bench.Isolated.run(fun)
 
   defp now, do: :erlang.monotonic_time(:nanosecond)
 

@@ -168,20 +168,7 @@ defmodule FlameOn.Bench do
     }
   end
 
-  # A measurement runs in a fresh process, so no variant inherits another's heap.
-  def isolated(fun) do
-    parent = self()
-    {pid, ref} = spawn_monitor(fn -> send(parent, {self(), :result, fun.()}) end)
-
-    receive do
-      {^pid, :result, result} ->
-        Process.demonitor(ref, [:flush])
-        result
-
-      {:DOWN, ^ref, :process, ^pid, reason} ->
-        raise "a measurement crashed: #{Exception.format_exit(reason)}"
-    end
-  end
+  def isolated(fun), do: FlameOn.Bench.Isolated.run(fun)
 
   defp now, do: :erlang.monotonic_time(:nanosecond)
 

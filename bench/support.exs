@@ -112,3 +112,22 @@ defmodule FlameOn.Bench.Work do
   def b(n), do: c(n) * 2
   def c(n), do: n + 1
 end
+
+defmodule FlameOn.Bench.Isolated do
+  @moduledoc false
+  # A measurement runs in a fresh process, so no variant inherits another's
+  # heap; a crash in it fails the bench loudly.
+  def run(fun) do
+    parent = self()
+    {pid, ref} = spawn_monitor(fn -> send(parent, {self(), :result, fun.()}) end)
+
+    receive do
+      {^pid, :result, result} ->
+        Process.demonitor(ref, [:flush])
+        result
+
+      {:DOWN, ^ref, :process, ^pid, reason} ->
+        raise "a measurement crashed: #{Exception.format_exit(reason)}"
+    end
+  end
+end

@@ -19,6 +19,16 @@ defmodule FlameOn.Client.LeakTest do
     String.to_integer(resident) * 4096 / 1_048_576
   end
 
+  defp snapshot do
+    %{
+      sessions: Native.live_sessions(),
+      processes: length(Process.list()),
+      ets: length(:ets.all()),
+      beam_mb: :erlang.memory(:total) / 1_048_576,
+      rss_mb: rss_mb()
+    }
+  end
+
   defp settle do
     for pid <- Process.list(), do: :erlang.garbage_collect(pid)
     Process.sleep(50)
@@ -42,13 +52,7 @@ defmodule FlameOn.Client.LeakTest do
     warm.()
     settle()
 
-    start = %{
-      sessions: Native.live_sessions(),
-      processes: length(Process.list()),
-      ets: length(:ets.all()),
-      beam_mb: :erlang.memory(:total) / 1_048_576,
-      rss_mb: rss_mb()
-    }
+    start = snapshot()
 
     for i <- 1..@traces do
       case rem(i, 4) do
@@ -66,13 +70,7 @@ defmodule FlameOn.Client.LeakTest do
     Patterns.release()
     settle()
 
-    finish = %{
-      sessions: Native.live_sessions(),
-      processes: length(Process.list()),
-      ets: length(:ets.all()),
-      beam_mb: :erlang.memory(:total) / 1_048_576,
-      rss_mb: rss_mb()
-    }
+    finish = snapshot()
 
     assert finish.sessions <= start.sessions, inspect({start, finish})
     assert finish.processes <= start.processes, inspect({start, finish})
