@@ -84,7 +84,9 @@ static int ingest_chunk(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM list, 
     while (n < INGEST_CHUNK && enif_get_list_cell(env, list, &head, &list)) {
         fo_event ev;
         memset(&ev, 0, sizeof(ev));
-        fo_decode_apply(res->core, fo_decode_trace_msg(env, head, res->native_per_second, &ev), &ev);
+        fo_decode_result decoded = fo_decode_trace_msg(env, head, res->native_per_second, &ev);
+        ev.ts_ns -= res->ingest_offset_ns;
+        fo_decode_apply(res->core, decoded, &ev);
         n++;
     }
     fo_resource_account(res);
@@ -162,8 +164,9 @@ static ERL_NIF_TERM nif_stop(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     return enif_make_int64(env, fo_ns_to_native(enif_monotonic_time(ERL_NIF_NSEC), res->native_per_second));
 }
 
-// graph_start(Session, RootPid) -> ok: the graph trace's root span starts
-// now and the router sends the trace's events (label, pids) here.
+// graph_start(Session, RootPid) -> ok: registers the graph trace with the
+// router (its label and its root process); graph_begin/1 starts the root
+// span when tracing really starts.
 static ERL_NIF_TERM nif_graph_start(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
@@ -173,14 +176,27 @@ static ERL_NIF_TERM nif_graph_start(ErlNifEnv *env, int argc, const ERL_NIF_TERM
         return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
     int fresh = res->root_pid == 0 && res->core != NULL && atomic_load(&res->active);
-    if (fresh) {
+    if (fresh)
         res->root_pid = (uint64_t)pid.pid;
-        fo_graph_root(res->graph, res->root_pid, fo_tracer_clock_ns());
-    }
     fo_spin_unlock(&res->lock);
     if (!fresh || !fo_router_register(res, res->label, (uint64_t)pid.pid))
         return enif_make_badarg(env);
     return fo_atom_ok;
+}
+
+// graph_begin(Session) -> ok: the root span starts now.
+static ERL_NIF_TERM nif_graph_begin(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    if (!fo_resource_get(env, argv[0], &res) || res->graph == NULL)
+        return enif_make_badarg(env);
+    fo_spin_lock(&res->lock);
+    uint32_t root = res->root_pid == 0 || res->core == NULL
+                        ? FO_NONE
+                        : fo_graph_root(res->graph, res->root_pid, fo_tracer_clock_ns());
+    fo_spin_unlock(&res->lock);
+    return root == FO_NONE ? enif_make_badarg(env) : fo_atom_ok;
 }
 
 // finish(Session, End :: integer() | nil | stop) -> {#{pid() => [{Frames, Ns}]}, Stats}
@@ -201,13 +217,20 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         fo_spin_unlock(&res->lock);
         return enif_make_badarg(env);
     }
+    /* graph sessions keep every time on the tracer clock (see ingest) */
+    int64_t close_ns = 0;
+    int close = 1;
     if (has_end)
-        fo_session_close(core, fo_native_to_ns(end_ts, res->native_per_second));
+        close_ns = fo_native_to_ns(end_ts, res->native_per_second) - res->ingest_offset_ns;
     else if (at_stop && res->stopped_ns != 0)
-        fo_session_close(core, res->stopped_ns);
+        close_ns = res->stopped_ns;
+    else
+        close = 0;
+    if (close)
+        fo_session_close(core, close_ns);
     ERL_NIF_TERM graph = fo_atom_nil;
     if (res->graph != NULL) {
-        fo_graph_close(res->graph, res->stopped_ns != 0 ? res->stopped_ns : fo_tracer_clock_ns());
+        fo_graph_close(res->graph, close ? close_ns : fo_tracer_clock_ns());
         graph = fo_export_graph(env, res);
     }
     ERL_NIF_TERM stacks = fo_export_stacks(env, core);
@@ -255,6 +278,7 @@ static ErlNifFunc nif_funcs[] = {
     {"stats", 1, nif_stats, 0},
     {"stop", 1, nif_stop, 0},
     {"graph_start", 2, nif_graph_start, 0},
+    {"graph_begin", 1, nif_graph_begin, 0},
     {"finish", 2, nif_finish, ERL_NIF_DIRTY_JOB_CPU_BOUND},
     {"enabled", 3, fo_tracer_enabled, 0},
     {"trace", 5, fo_tracer_trace, 0},

@@ -54,6 +54,7 @@ int fo_resource_add_graph(fo_session_res *res, const fo_graph_limits *limits, ui
     res->graph = fo_graph_new(limits, label);
     res->reasons = enif_alloc_env();
     res->label = label;
+    res->ingest_offset_ns = (int64_t)enif_monotonic_time(ERL_NIF_NSEC) - fo_tracer_clock_ns();
     return res->graph != NULL && res->reasons != NULL;
 }
 

@@ -22,6 +22,9 @@ typedef struct {
     fo_graph *graph;       /* graph traces only: the span graph */
     uint64_t label;        /* graph traces: the seq_trace label */
     uint64_t root_pid;     /* graph traces: the process that started it */
+    int64_t ingest_offset_ns; /* graph traces: Erlang monotonic - tracer clock, so
+                                 trace messages (:process mode) join the tracer-clock
+                                 events on one clock; 0 otherwise */
     ErlNifEnv *reasons;    /* graph traces: copies of callee exit reasons */
     ERL_NIF_TERM reason_terms[16];
     uint64_t reason_keys[16];

@@ -33,7 +33,9 @@ defmodule FlameOn.Client do
       them, with `:seq_trace`, and build `profile.graph`, a
       `FlameOn.Client.Graph` of linked spans: the caller's wait becomes wait
       on a known callee, and the callee's own stacks join the profile under
-      its pid. Needs `mode: :nif` and the node's seq_trace system tracer.
+      its pid. Needs the node's seq_trace system tracer. With `mode:
+      :process` the root's attributed wait stays a `WAITING` leaf in its
+      stacks (the spans still split it).
     * `:sleep` (`:default`) – cross-process traces: by default a caller's
       wait that a traced callee explains leaves the caller's stacks (the
       span graph links it to the callee's span) and the wait nothing
@@ -144,6 +146,7 @@ defmodule FlameOn.Client do
 
     # The flags go on and the function runs right here, so every stack
     # starts at this function in both modes.
+    if capture[:graph], do: Native.graph_begin(capture.native)
     started_ts = :erlang.monotonic_time()
 
     outcome =
@@ -230,7 +233,7 @@ defmodule FlameOn.Client do
   # label) and the graph tracer; the send pattern set by Patterns turns
   # tracing on in each callee, and the router sends every event to this
   # session.
-  defp start_capture!(%{mode: :nif, cross_process: true} = opts) do
+  defp start_capture!(%{cross_process: true} = opts) do
     ensure_untraced!()
     label = System.unique_integer([:positive])
     native = new_native!(Map.put(opts, :label, label))
@@ -250,6 +253,8 @@ defmodule FlameOn.Client do
                 "#{inspect(tracer)} owns it (another tracing tool is running)"
     end
 
+    capture = graph_capture!(opts, label, native)
+
     # Spawned before the token is set, so the watchdog (and its reply to
     # the cancel) carries none: a tokened message received after the trace
     # would hand its token back to this process.
@@ -257,15 +262,7 @@ defmodule FlameOn.Client do
     :seq_trace.set_token(:label, label)
     :seq_trace.set_token(:send, true)
     :seq_trace.set_token(:receive, true)
-
-    %{
-      mode: :nif,
-      graph: true,
-      label: label,
-      native: native,
-      watchdog: watchdog,
-      flags: [{:tracer, Native, :graph} | @graph_flags]
-    }
+    Map.merge(capture, %{graph: true, label: label, native: native, watchdog: watchdog})
   end
 
   defp start_capture!(%{mode: :nif} = opts) do
@@ -281,6 +278,37 @@ defmodule FlameOn.Client do
     %{mode: :process, session: session, flags: [{:tracer, session} | TraceSession.trace_flags()]}
   end
 
+  # The process's own events: :nif – the graph tracer like every callee;
+  # :process – a TraceSession ingesting its trace messages into the same
+  # graph session (callees and correlation still go through the NIF
+  # tracer). The session is started before the token is set: its start
+  # is a call to the session supervisor, which must not carry the token.
+  defp graph_capture!(%{mode: :nif}, _label, _native) do
+    %{mode: :nif, flags: [{:tracer, Native, :graph} | @graph_flags]}
+  end
+
+  defp graph_capture!(%{mode: :process} = opts, label, native) do
+    session =
+      try do
+        start_session!(opts,
+          native: native,
+          trace_id: label,
+          graph: %{label: label, names: wait_view(opts.sleep)}
+        )
+      rescue
+        error ->
+          Native.stop(native)
+          Patterns.release_graph()
+          reraise error, __STACKTRACE__
+      end
+
+    %{
+      mode: :process,
+      session: session,
+      flags: [{:tracer, session}, :send | TraceSession.trace_flags()]
+    }
+  end
+
   defp untrace_self(%{flags: [_tracer | flags]}) do
     case :erlang.trace_info(self(), :tracer) do
       {:tracer, []} -> 0
@@ -288,7 +316,21 @@ defmodule FlameOn.Client do
     end
   end
 
-  defp finish_capture(%{graph: true} = capture, started_ts, end_ts, opts) do
+  defp finish_capture(%{mode: :process, graph: true} = capture, started_ts, end_ts, opts) do
+    %{session: session, watchdog: watchdog} = capture
+    lifetime_exceeded = not cancel_watchdog(watchdog)
+
+    finished =
+      TraceSession.finish(session, started_ts: started_ts, end_ts: end_ts, timeout: opts.timeout)
+
+    Patterns.release_graph()
+
+    with {:ok, profile} <- finished do
+      {:ok, %{profile | stats: Map.put(profile.stats, :lifetime_exceeded, lifetime_exceeded)}}
+    end
+  end
+
+  defp finish_capture(%{mode: :nif, graph: true} = capture, started_ts, end_ts, opts) do
     %{native: native, label: label, watchdog: watchdog} = capture
     lifetime_exceeded = not cancel_watchdog(watchdog)
     {raw, stats, graph} = Native.finish(native, :stop)
@@ -392,14 +434,15 @@ defmodule FlameOn.Client do
     ArgumentError -> limits_out_of_range!(Map.take(opts, @limit_keys))
   end
 
-  defp start_session!(opts) do
-    session_opts = [
-      pid: self(),
-      owner: self(),
-      attach: :tracee,
-      name: opts.name,
-      limits: Map.take(opts, @limit_keys)
-    ]
+  defp start_session!(opts, extra \\ []) do
+    session_opts =
+      [
+        pid: self(),
+        owner: self(),
+        attach: :tracee,
+        name: opts.name,
+        limits: Map.take(opts, @limit_keys)
+      ] ++ extra
 
     case TraceSession.start(session_opts) do
       {:ok, session} ->
@@ -444,11 +487,6 @@ defmodule FlameOn.Client do
       | cross_process:
           opts.cross_process || Application.get_env(:flame_on_client, :cross_process, false)
     }
-
-    if opts.cross_process and opts.mode == :process do
-      raise ArgumentError,
-            "cross_process: true needs mode: :nif (mode: :process does not support it yet)"
-    end
 
     opts
   end

@@ -32,7 +32,8 @@ defmodule FlameOn.Client.Native do
       `label` is its seq_trace label (a positive integer), with the span
       graph's bounds `:max_spans`, `:max_pending_calls`, `:max_fanout`
       (`:max_processes` bounds both parts). `graph_start(session, root)`
-      starts the root span and registers the session with the router: the
+      registers the session with the router and `graph_begin(session)`
+      starts the root span, right before tracing starts: the
       tracer state `:graph` (`{:tracer, FlameOn.Client.Native, :graph}`,
       also the seq_trace system tracer) routes seq_trace events by label
       and process events by pid. `finish/2` of a graph session returns a
@@ -91,6 +92,9 @@ defmodule FlameOn.Client.Native do
 
   @spec graph_start(session(), pid()) :: :ok
   def graph_start(_session, _root), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec graph_begin(session()) :: :ok
+  def graph_begin(_session), do: :erlang.nif_error(:nif_not_loaded)
 
   @spec finish(session(), integer() | :stop | nil) :: {map(), map()} | {map(), map(), map()}
   def finish(_session, _end_ts), do: :erlang.nif_error(:nif_not_loaded)

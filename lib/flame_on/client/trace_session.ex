@@ -64,6 +64,8 @@ defmodule FlameOn.Client.TraceSession do
           | {:name, String.t()}
           | {:trace_id, integer()}
           | {:limits, map()}
+          | {:native, Native.session()}
+          | {:graph, %{label: pos_integer(), names: map()}}
 
   @doc """
   The trace flags a session uses (without the `{:tracer, pid}` entry).
@@ -176,7 +178,10 @@ defmodule FlameOn.Client.TraceSession do
     attach = Keyword.get(opts, :attach, :session)
     limits = Map.put(Keyword.get(opts, :limits, %{}), :native_per_second, native_per_second())
 
-    with {:ok, native} <- new_native(limits),
+    # A cross-process trace hands its graph session in (`native:`): the
+    # session ingests the traced process's own events into it, next to the
+    # callees' and the correlation events the NIF tracer folds there.
+    with {:ok, native} <- given_or_new_native(opts[:native], limits),
          :ok <- check_tracee(tracee),
          :ok <- Patterns.acquire(tracee),
          {:ok, started_ts} <- attach(attach, tracee) do
@@ -195,6 +200,7 @@ defmodule FlameOn.Client.TraceSession do
          # The call event of end_mark/0 ends the trace (attach: :tracee).
          mark: if(attach == :tracee, do: {__MODULE__, :end_mark, 0}),
          cut: false,
+         graph: Keyword.get(opts, :graph),
          profile: nil
        }}
     else
@@ -299,7 +305,7 @@ defmodule FlameOn.Client.TraceSession do
     end
 
     {state, unprocessed} = drain(state, deadline)
-    {raw, stats} = Native.finish(native, end_ts)
+    {raw, stats, graph} = finish_native(native, end_ts, state.graph)
     Patterns.release()
 
     stats =
@@ -307,16 +313,35 @@ defmodule FlameOn.Client.TraceSession do
       |> Map.update(:dropped_events, unprocessed, &(&1 + unprocessed))
       |> Map.put(:unprocessed_events, unprocessed)
 
-    Profile.build(raw, stats,
-      trace_id: state.trace_id,
-      name: state.name,
-      mode: :process,
-      pid: tracee,
-      started_at: System.convert_time_unit(started_ts, :native, :microsecond),
-      duration_us:
-        System.convert_time_unit(max((end_ts || now) - started_ts, 0), :native, :microsecond)
+    Profile.build(
+      raw,
+      stats,
+      [
+        trace_id: state.trace_id,
+        name: state.name,
+        mode: :process,
+        pid: tracee,
+        graph: graph,
+        started_at: System.convert_time_unit(started_ts, :native, :microsecond),
+        duration_us:
+          System.convert_time_unit(max((end_ts || now) - started_ts, 0), :native, :microsecond)
+      ],
+      if(state.graph, do: state.graph.names, else: %{})
     )
   end
+
+  defp finish_native(native, end_ts, nil) do
+    {raw, stats} = Native.finish(native, end_ts)
+    {raw, stats, nil}
+  end
+
+  defp finish_native(native, end_ts, %{label: label}) do
+    {raw, stats, graph} = Native.finish(native, end_ts)
+    {raw, stats, FlameOn.Client.Graph.build(graph, label)}
+  end
+
+  defp given_or_new_native(nil, limits), do: new_native(limits)
+  defp given_or_new_native(native, _limits), do: {:ok, native}
 
   # Ingests every queued trace message, batch by batch, until none is left
   # or the deadline passed; then throws the rest away. Returns the state and

@@ -122,6 +122,57 @@ defmodule FlameOn.Client.GraphTest do
     refute Enum.any?(profile.stacks[self()], fn {stack, _} -> stack =~ "SLEEP" end)
   end
 
+  test "mode: :process works too: same spans, the callee's stacks, the root's own via the session" do
+    {:ok, c} = Server.start()
+    {:ok, b} = Server.start()
+
+    {result, profile} =
+      graph_profile(fn -> GenServer.call(b, {:forward, 10, c, {:spin, 20}}) end, mode: :process)
+
+    assert result == {:forwarded, :done}
+    assert profile.mode == :process
+    graph = profile.graph
+    [root, span_b, span_c] = Enum.map([self(), b, c], &span_of(graph, &1))
+    assert span_b.parent_span_id == root.span_id
+    assert span_c.parent_span_id == span_b.span_id
+    assert_spun(duration(span_c), 20, "C")
+    assert_close(span_b.attributed_wait_us, duration(span_c), "B's wait on C")
+    assert_close(root.attributed_wait_us, duration(span_b), "A's wait on B")
+    assert root.unattributed_wait_us < 0.1 * root.wait_us
+
+    for pid <- [b, c] do
+      assert Enum.any?(profile.stacks[pid], fn {stack, _} -> stack =~ "Server.handle_call/3" end)
+    end
+
+    # The root's stacks come from its trace messages, on the same clock as
+    # the rest: they add up to the traced time. (In this mode its call wait
+    # stays a WAITING leaf; the spans carry the attributed split.)
+    assert_close(Client.Profile.total_us(profile, self()), profile.duration_us, "root stacks")
+    assert time_where(profile, self(), &String.ends_with?(&1, "gen:do_call/4;WAITING")) > 0
+    assert profile.stats.lifetime_exceeded == false
+  end
+
+  test "mode: :process: the traced process killed mid-trace leaves the node clean" do
+    {:ok, server} = Server.start()
+    parent = self()
+
+    pid =
+      spawn(fn ->
+        graph_profile(
+          fn ->
+            send(parent, {:tracing, self()})
+            GenServer.call(server, {:spin, 5_000}, 10_000)
+          end,
+          mode: :process
+        )
+      end)
+
+    assert_receive {:tracing, ^pid}, 5_000
+    Process.sleep(50)
+    Process.exit(pid, :kill)
+    assert_node_clean(6_000)
+  end
+
   test "nested hops A -> B -> C give a chain of spans" do
     {:ok, c} = Server.start()
     {:ok, b} = Server.start()
@@ -337,10 +388,6 @@ defmodule FlameOn.Client.GraphTest do
 
     assert_raise ArgumentError, ~r/:sleep/, fn ->
       Client.profile(fn -> :ok end, cross_process: true, sleep: :hidden)
-    end
-
-    assert_raise ArgumentError, ~r/mode: :nif/, fn ->
-      Client.profile(fn -> :ok end, cross_process: true, mode: :process)
     end
 
     Application.put_env(:flame_on_client, :cross_process, true)
