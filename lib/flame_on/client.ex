@@ -73,7 +73,7 @@ defmodule FlameOn.Client do
   sends one trace message per call, return and scheduling event.
   """
 
-  alias FlameOn.Client.{Breaker, Graph, Native, Patterns, Profile, TraceSession}
+  alias FlameOn.Client.{Breaker, Native, Patterns, Profile, TraceGraphSession, TraceSession}
 
   # Mode :nif stamps events itself, so no :monotonic_timestamp flag.
   @nif_flags [:call, :return_to, :running, :arity]
@@ -177,7 +177,7 @@ defmodule FlameOn.Client do
         {result, profile}
 
       {{:ok, _result}, {:error, reason}} ->
-        raise "FlameOn: the trace session #{inspect(capture[:session])} ended before " <>
+        raise "FlameOn: the trace session #{inspect(capture[:owner] || capture[:session])} ended before " <>
                 "returning the profile: #{inspect(reason)}"
 
       {{kind, reason, stacktrace}, _} ->
@@ -233,36 +233,66 @@ defmodule FlameOn.Client do
   # label) and the graph tracer; the send pattern set by Patterns turns
   # tracing on in each callee, and the router sends every event to this
   # session.
+  # cross_process: a TraceGraphSession owns the trace (graph session,
+  # graph tracing, lifetime, the root's timeline in mode :process); the
+  # root gets a seq_trace token (label = the trace id) after it started, so
+  # nothing of the setup carries the token.
   defp start_capture!(%{cross_process: true} = opts) do
     ensure_untraced!()
-    label = System.unique_integer([:positive])
-    native = new_native!(Map.put(opts, :label, label))
-    # Registered first: the VM asks the tracer (enabled/3, trace_status)
-    # whether it is live when it becomes the system tracer.
-    :ok = Native.graph_start(native, self())
 
-    case Patterns.acquire_graph(native) do
-      :ok ->
-        :ok
+    graph_opts = [
+      root: self(),
+      mode: opts.mode,
+      name: opts.name,
+      sleep: opts.sleep,
+      max_duration_ms: opts.max_duration_ms,
+      limits: Map.take(opts, @limit_keys)
+    ]
 
-      {:error, {:system_tracer_taken, tracer}} ->
-        Native.stop(native)
+    owner =
+      case TraceGraphSession.start(graph_opts) do
+        {:ok, owner} ->
+          owner
 
-        raise ArgumentError,
-              "cross_process: true needs the seq_trace system tracer, but " <>
-                "#{inspect(tracer)} owns it (another tracing tool is running)"
-    end
+        {:error, {:system_tracer_taken, tracer}} ->
+          raise ArgumentError,
+                "cross_process: true needs the seq_trace system tracer, but " <>
+                  "#{inspect(tracer)} owns it (another tracing tool is running)"
 
-    capture = graph_capture!(opts, label, native)
+        {:error, {:invalid_limits, limits}} ->
+          limits_out_of_range!(limits)
 
-    # Spawned before the token is set, so the watchdog (and its reply to
-    # the cancel) carries none: a tokened message received after the trace
-    # would hand its token back to this process.
-    watchdog = watchdog(native, opts.max_duration_ms)
+        {:error, {:already_traced, tracer}} ->
+          already_traced!(tracer)
+
+        {:error, reason} ->
+          raise "FlameOn: could not start a cross-process trace: #{inspect(reason)}"
+      end
+
+    %{native: native, label: label, timeline: timeline} =
+      case TraceGraphSession.info(owner) do
+        {:ok, info} ->
+          info
+
+        # the root's timeline could not start (mode :process)
+        {:error, {{:already_traced, tracer}, _}} ->
+          already_traced!(tracer)
+
+        {:error, reason} ->
+          raise "FlameOn: could not start a cross-process trace: #{inspect(reason)}"
+      end
+
     :seq_trace.set_token(:label, label)
     :seq_trace.set_token(:send, true)
     :seq_trace.set_token(:receive, true)
-    Map.merge(capture, %{graph: true, label: label, native: native, watchdog: watchdog})
+
+    flags =
+      case opts.mode do
+        :nif -> [{:tracer, Native, :graph} | @graph_flags]
+        :process -> [{:tracer, timeline}, :send | TraceSession.trace_flags()]
+      end
+
+    %{mode: opts.mode, graph: true, owner: owner, native: native, session: timeline, flags: flags}
   end
 
   defp start_capture!(%{mode: :nif} = opts) do
@@ -278,37 +308,6 @@ defmodule FlameOn.Client do
     %{mode: :process, session: session, flags: [{:tracer, session} | TraceSession.trace_flags()]}
   end
 
-  # The process's own events: :nif – the graph tracer like every callee;
-  # :process – a TraceSession ingesting its trace messages into the same
-  # graph session (callees and correlation still go through the NIF
-  # tracer). The session is started before the token is set: its start
-  # is a call to the session supervisor, which must not carry the token.
-  defp graph_capture!(%{mode: :nif}, _label, _native) do
-    %{mode: :nif, flags: [{:tracer, Native, :graph} | @graph_flags]}
-  end
-
-  defp graph_capture!(%{mode: :process} = opts, label, native) do
-    session =
-      try do
-        start_session!(opts,
-          native: native,
-          trace_id: label,
-          graph: %{label: label, names: wait_view(opts.sleep)}
-        )
-      rescue
-        error ->
-          Native.stop(native)
-          Patterns.release_graph()
-          reraise error, __STACKTRACE__
-      end
-
-    %{
-      mode: :process,
-      session: session,
-      flags: [{:tracer, session}, :send | TraceSession.trace_flags()]
-    }
-  end
-
   defp untrace_self(%{flags: [_tracer | flags]}) do
     case :erlang.trace_info(self(), :tracer) do
       {:tracer, []} -> 0
@@ -316,46 +315,8 @@ defmodule FlameOn.Client do
     end
   end
 
-  defp finish_capture(%{mode: :process, graph: true} = capture, started_ts, end_ts, opts) do
-    %{session: session, watchdog: watchdog} = capture
-    lifetime_exceeded = not cancel_watchdog(watchdog)
-
-    finished =
-      TraceSession.finish(session, started_ts: started_ts, end_ts: end_ts, timeout: opts.timeout)
-
-    Patterns.release_graph()
-
-    with {:ok, profile} <- finished do
-      {:ok, %{profile | stats: Map.put(profile.stats, :lifetime_exceeded, lifetime_exceeded)}}
-    end
-  end
-
-  defp finish_capture(%{mode: :nif, graph: true} = capture, started_ts, end_ts, opts) do
-    %{native: native, label: label, watchdog: watchdog} = capture
-    lifetime_exceeded = not cancel_watchdog(watchdog)
-    {raw, stats, graph} = Native.finish(native, :stop)
-    Patterns.release_graph()
-
-    stats =
-      stats
-      |> Map.put(:unprocessed_events, 0)
-      |> Map.put(:lifetime_exceeded, lifetime_exceeded)
-
-    {:ok,
-     Profile.build(
-       raw,
-       stats,
-       [
-         trace_id: label,
-         name: opts.name,
-         mode: :nif,
-         pid: self(),
-         graph: Graph.build(graph, label),
-         started_at: System.convert_time_unit(started_ts, :native, :microsecond),
-         duration_us: System.convert_time_unit(end_ts - started_ts, :native, :microsecond)
-       ],
-       wait_view(opts.sleep)
-     )}
+  defp finish_capture(%{graph: true, owner: owner}, started_ts, end_ts, opts) do
+    TraceGraphSession.finish(owner, started_ts: started_ts, end_ts: end_ts, timeout: opts.timeout)
   end
 
   defp finish_capture(%{mode: :nif, native: native}, started_ts, end_ts, opts) do
@@ -377,40 +338,6 @@ defmodule FlameOn.Client do
 
   defp finish_capture(%{mode: :process, session: session}, started_ts, end_ts, opts) do
     TraceSession.finish(session, started_ts: started_ts, end_ts: end_ts, timeout: opts.timeout)
-  end
-
-  # How off-CPU time reads in a cross-process trace's stacks. Default: wait
-  # a traced callee explains is not in the caller's stacks (the span graph
-  # links it to the callee), and every unexplained wait is WAITING.
-  # sleep: :raw: all of it is SLEEP, as in a single-process trace.
-  defp wait_view(:raw), do: %{waiting: "SLEEP", attributed: "SLEEP"}
-  defp wait_view(:default), do: %{sleep: "WAITING", attributed: nil}
-
-  # A graph trace stops capturing after max_duration_ms even if the traced
-  # function goes on: stop/1 from this process ends the session's capture.
-  defp watchdog(native, ms) do
-    spawn(fn ->
-      receive do
-        {:cancel, from} -> send(from, {:watchdog, self(), :cancelled})
-      after
-        ms -> Native.stop(native)
-      end
-    end)
-  end
-
-  # true when the watchdog had not fired yet.
-  defp cancel_watchdog(watchdog) do
-    ref = Process.monitor(watchdog)
-    send(watchdog, {:cancel, self()})
-
-    receive do
-      {:watchdog, ^watchdog, :cancelled} ->
-        Process.demonitor(ref, [:flush])
-        true
-
-      {:DOWN, ^ref, :process, ^watchdog, _} ->
-        false
-    end
   end
 
   defp ensure_untraced! do

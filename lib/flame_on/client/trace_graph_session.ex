@@ -1,0 +1,270 @@
+defmodule FlameOn.Client.TraceGraphSession do
+  @moduledoc """
+  A process that owns **one logical request trace across processes**
+  (`cross_process: true`).
+
+  It holds the trace's root metadata (its label, the root process, the
+  name), its per-process timelines (in mode `:nif` every process's events,
+  the root's included, are folded by the NIF tracer into one native graph
+  session; in mode `:process` it also starts the `FlameOn.Client.TraceSession`
+  that ingests the root's own trace messages into that session), the span
+  graph of caller/callee relationships and wait edges (built in the NIF from
+  `:seq_trace` events, see `FlameOn.Client.Graph`), the trace's lifetime, and
+  its finalization and shipping.
+
+  `FlameOn.Client.profile/2` runs one for each `cross_process: true` profile;
+  most code never calls this module directly.
+
+  ## Life cycle
+
+    * `start/1` creates the native graph session, registers it with the NIF's
+      router, takes graph tracing from `FlameOn.Client.Patterns` (the seq_trace
+      system tracer and the send pattern that turns tracing on in callees),
+      starts the root's `TraceSession` in mode `:process`, and arms the
+      lifetime timer (`max_duration_ms`). `info/1` tells the caller what to
+      trace with.
+    * Past its lifetime the trace stops following anything
+      (`stats.lifetime_exceeded`); the traced function goes on.
+    * `finish/2` closes the graph, builds the `FlameOn.Client.Profile` with
+      its `FlameOn.Client.Graph`, ships it to the `:shipper`s given at start,
+      gives graph tracing back and stops.
+    * If the root process dies first, the trace is stopped and the session
+      stops; if the session dies, `Patterns` (which monitors it) stops the
+      trace and, with the last graph trace, turns tracing off everywhere.
+  """
+
+  use GenServer, restart: :temporary
+
+  alias FlameOn.Client.{Graph, Native, Patterns, Profile, Shipper, TraceSession}
+
+  @typedoc "Options of `start/1`."
+  @type option ::
+          {:root, pid()}
+          | {:mode, :nif | :process}
+          | {:name, String.t()}
+          | {:sleep, :default | :raw}
+          | {:max_duration_ms, pos_integer()}
+          | {:limits, map()}
+          | {:shipper, term()}
+
+  @doc """
+  Starts the owner of a graph trace of `opts[:root]`. Returns
+  `{:error, {:system_tracer_taken, tracer}}` when another tool owns the
+  seq_trace system tracer and `{:error, {:invalid_limits, limits}}` when the
+  NIF rejects the limits.
+  """
+  @spec start([option()]) :: {:ok, pid()} | {:error, term()}
+  def start(opts) do
+    DynamicSupervisor.start_child(FlameOn.Client.SessionSupervisor, {__MODULE__, opts})
+  end
+
+  @doc false
+  @spec start_link([option()]) :: GenServer.on_start()
+  def start_link(opts), do: GenServer.start_link(__MODULE__, opts)
+
+  @doc """
+  What the root is traced with: `%{native: session, label: label,
+  timeline: TraceSession pid | nil}`.
+  """
+  @spec info(pid()) ::
+          {:ok, %{native: Native.session(), label: pos_integer(), timeline: pid() | nil}}
+          | {:error, term()}
+  def info(session) do
+    {:ok, GenServer.call(session, :info)}
+  catch
+    :exit, {reason, _} -> {:error, reason}
+  end
+
+  @doc """
+  Finishes the trace and returns its profile. Options: `:started_ts` and
+  `:end_ts` (native monotonic time of the traced function's start and end)
+  and `:timeout` (mode `:process`: time for queued trace messages).
+  """
+  @spec finish(pid(), keyword()) :: {:ok, Profile.t()} | {:error, term()}
+  def finish(session, opts) do
+    GenServer.call(session, {:finish, opts}, :infinity)
+  catch
+    :exit, {reason, _} -> {:error, reason}
+  end
+
+  # --- server ---------------------------------------------------------------
+
+  @impl GenServer
+  def init(opts) do
+    Process.flag(:trap_exit, true)
+    root = Keyword.fetch!(opts, :root)
+    mode = Keyword.get(opts, :mode, :nif)
+    label = System.unique_integer([:positive])
+    names = wait_view(Keyword.get(opts, :sleep, :default))
+    limits = Keyword.get(opts, :limits, %{})
+
+    with {:ok, native} <- new_native(limits, label),
+         :ok <- register(native, root),
+         :ok <- take_graph_tracing(native) do
+      timer = Process.send_after(self(), :lifetime, Keyword.get(opts, :max_duration_ms, 60_000))
+
+      state = %{
+        native: native,
+        label: label,
+        root: root,
+        root_ref: Process.monitor(root),
+        mode: mode,
+        timeline: nil,
+        names: names,
+        name: Keyword.get(opts, :name, "flame_on"),
+        limits: limits,
+        shippers: Shipper.normalize!(Keyword.get(opts, :shipper)),
+        timer: timer,
+        lifetime_exceeded: false
+      }
+
+      # The root's TraceSession (mode :process) starts under the same
+      # supervisor, which is busy starting us until init returns.
+      {:ok, state, {:continue, :timeline}}
+    end
+  end
+
+  @impl GenServer
+  def handle_continue(:timeline, state) do
+    case timeline(state) do
+      {:ok, timeline} -> {:noreply, %{state | timeline: timeline}}
+      {:stop, reason} -> {:stop, reason, %{state | native: nil}}
+    end
+  end
+
+  @impl GenServer
+  def handle_call(:info, _from, state) do
+    {:reply, %{native: state.native, label: state.label, timeline: state.timeline}, state}
+  end
+
+  def handle_call({:finish, opts}, _from, state) do
+    Process.cancel_timer(state.timer)
+    finished = finish_trace(state, opts)
+    Patterns.release_graph()
+
+    with {:ok, profile} <- finished do
+      Shipper.ship_all(profile, state.shippers)
+    end
+
+    {:stop, :normal, finished, %{state | native: nil}}
+  end
+
+  @impl GenServer
+  def handle_info(:lifetime, state) do
+    Native.stop(state.native)
+    {:noreply, %{state | lifetime_exceeded: true}}
+  end
+
+  def handle_info({:DOWN, ref, :process, _root, _reason}, %{root_ref: ref} = state) do
+    {:stop, :normal, state}
+  end
+
+  def handle_info(_msg, state), do: {:noreply, state}
+
+  @impl GenServer
+  def terminate(_reason, %{native: nil}), do: :ok
+
+  def terminate(_reason, state) do
+    # Stopped before finishing (root gone, shutdown): nothing more is
+    # followed; Patterns gives graph tracing back when it sees us go.
+    Native.stop(state.native)
+    :ok
+  end
+
+  # --- internals --------------------------------------------------------------
+
+  defp new_native(limits, label) do
+    native_per_second = System.convert_time_unit(1, :second, :native)
+    {:ok, Native.new(Map.merge(limits, %{label: label, native_per_second: native_per_second}))}
+  rescue
+    ArgumentError -> {:stop, {:invalid_limits, limits}}
+  end
+
+  # Registered first: the VM asks the tracer (enabled/3, trace_status)
+  # whether it is live when it becomes the system tracer.
+  defp register(native, root) do
+    Native.graph_start(native, root)
+  rescue
+    ArgumentError -> {:stop, :noproc}
+  end
+
+  defp take_graph_tracing(native) do
+    case Patterns.acquire_graph(native) do
+      :ok ->
+        :ok
+
+      {:error, reason} ->
+        Native.stop(native)
+        {:stop, reason}
+    end
+  end
+
+  # Mode :process: the root's own events come as trace messages to a
+  # TraceSession that ingests them into the same graph session.
+  defp timeline(%{mode: :nif}), do: {:ok, nil}
+
+  defp timeline(%{mode: :process} = state) do
+    session_opts = [
+      pid: state.root,
+      owner: state.root,
+      attach: :tracee,
+      name: state.name,
+      limits: state.limits,
+      native: state.native,
+      trace_id: state.label,
+      graph: %{label: state.label, names: state.names}
+    ]
+
+    case TraceSession.start(session_opts) do
+      {:ok, session} ->
+        {:ok, session}
+
+      {:error, reason} ->
+        Native.stop(state.native)
+        Patterns.release_graph()
+        {:stop, reason}
+    end
+  end
+
+  defp finish_trace(%{mode: :process} = state, opts) do
+    with {:ok, profile} <- TraceSession.finish(state.timeline, opts) do
+      {:ok, lifetime(profile, state)}
+    end
+  end
+
+  defp finish_trace(%{mode: :nif} = state, opts) do
+    started_ts = Keyword.fetch!(opts, :started_ts)
+    end_ts = Keyword.fetch!(opts, :end_ts)
+    # The tracer stamps events on its own clock; stop/1 noted when it ended.
+    {raw, stats, graph} = Native.finish(state.native, :stop)
+
+    profile =
+      Profile.build(
+        raw,
+        Map.put(stats, :unprocessed_events, 0),
+        [
+          trace_id: state.label,
+          name: state.name,
+          mode: :nif,
+          pid: state.root,
+          graph: Graph.build(graph, state.label),
+          started_at: System.convert_time_unit(started_ts, :native, :microsecond),
+          duration_us: System.convert_time_unit(end_ts - started_ts, :native, :microsecond)
+        ],
+        state.names
+      )
+
+    {:ok, lifetime(profile, state)}
+  end
+
+  defp lifetime(profile, state) do
+    %{profile | stats: Map.put(profile.stats, :lifetime_exceeded, state.lifetime_exceeded)}
+  end
+
+  # How off-CPU time reads in a cross-process trace's stacks. Default: wait
+  # a traced callee explains is not in the caller's stacks (the span graph
+  # links it to the callee), and every unexplained wait is WAITING.
+  # sleep: :raw: all of it is SLEEP, as in a single-process trace.
+  defp wait_view(:raw), do: %{waiting: "SLEEP", attributed: "SLEEP"}
+  defp wait_view(:default), do: %{sleep: "WAITING", attributed: nil}
+end
