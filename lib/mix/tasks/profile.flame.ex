@@ -168,10 +168,6 @@ defmodule Mix.Tasks.Profile.Flame do
         if(opts[:cross_process], do: [cross_process: true], else: []) ++
         positive!(opts, :max_nodes) ++ positive!(opts, :max_depth)
 
-    if profile_opts[:cross_process] && profile_opts[:mode] == :process do
-      usage!("--cross-process needs --mode nif")
-    end
-
     %{
       profile_opts: profile_opts,
       out: opts[:out] || "flame_on_out",

@@ -138,7 +138,6 @@ defmodule FlameOn.Client.MixTaskTest do
           ["-e", "1", "--format", ","],
           ["-e", "1", "--top", "0"],
           ["-e", "1", "--max-nodes", "many"],
-          ["-e", "1", "--cross-process", "--mode", "process"],
           ["-e", "1", "extra.exs"]
         ] do
       assert_raise Mix.Error, ~r/usage: mix profile.flame/, fn -> run_task(args) end
