@@ -23,6 +23,13 @@ defmodule FlameOn.Client.Test.Server do
     {:reply, {:forwarded, GenServer.call(server, next)}, state}
   end
 
+  # Replies without a seq_trace token, as a server whose token was cleared
+  # by a tokenless message would: the caller's token is cleared with it.
+  def handle_call(:drop_token, _from, state) do
+    :seq_trace.set_token([])
+    {:reply, :dropped, state}
+  end
+
   def handle_call({:crash, ms}, _from, _state) do
     spin_until(deadline(ms))
     raise "crash on purpose"

@@ -49,13 +49,8 @@ defmodule FlameOn.Client.Patterns do
   # the receiver before the request is delivered; `:send` in the list makes
   # the receiver's own requests do the same (A -> B -> C). Only processes
   # with the :send flag run this, so untraced senders pay nothing.
-  @send_match_spec [
-    {[:"$1", {:"$gen_call", :_, :_}], [{:is_pid, :"$1"}, {:is_seq_trace}],
-     [
-       {:trace, :"$1", [],
-        {:const, [:call, :arity, :return_to, :running, :send, :procs, {:tracer, Native, :graph}]}}
-     ]}
-  ]
+  @callee_flags [:call, :arity, :return_to, :running, :send, :procs, {:tracer, Native, :graph}]
+  @enable_callee {:trace, :"$1", [], {:const, @callee_flags}}
   @call_timeout 60_000
 
   @doc false
@@ -95,9 +90,9 @@ defmodule FlameOn.Client.Patterns do
   that still has the graph tracer. A graph user that dies mid-trace has its
   session stopped.
   """
-  @spec acquire_graph(reference()) :: :ok | {:error, term()}
-  def acquire_graph(native),
-    do: GenServer.call(__MODULE__, {:acquire_graph, native}, @call_timeout)
+  @spec acquire_graph(reference(), pid() | nil, pos_integer() | nil) :: :ok | {:error, term()}
+  def acquire_graph(native, root \\ nil, label \\ nil),
+    do: GenServer.call(__MODULE__, {:acquire_graph, native, root, label}, @call_timeout)
 
   @doc "Ends the calling process's graph trace registration (see `acquire_graph/1`)."
   @spec release_graph() :: :ok
@@ -125,25 +120,20 @@ defmodule FlameOn.Client.Patterns do
   # One call takes both the call patterns and graph tracing (a trace makes
   # two calls to this server, not four: it is the one serialization point
   # of concurrent traces).
-  def handle_call({:acquire_graph, native}, {pid, _tag}, %{graph: graph} = state) do
+  def handle_call({:acquire_graph, native, root, label}, {pid, _tag}, %{graph: graph} = state) do
+    taken = if graph == %{}, do: take_system_tracer(), else: :ok
+
     cond do
       Map.has_key?(graph, pid) ->
         {:reply, :ok, state}
 
-      graph == %{} ->
-        case take_system_tracer() do
-          :ok ->
-            set_graph_patterns()
-            state = add_user(state, pid, pid)
-            {:reply, :ok, %{state | graph: Map.put(graph, pid, native)}}
-
-          error ->
-            {:reply, error, state}
-        end
+      taken != :ok ->
+        {:reply, taken, state}
 
       true ->
-        state = add_user(state, pid, pid)
-        {:reply, :ok, %{state | graph: Map.put(graph, pid, native)}}
+        graph = Map.put(graph, pid, %{native: native, root: root, label: label})
+        set_graph_patterns(graph)
+        {:reply, :ok, %{add_user(state, pid, pid) | graph: graph}}
     end
   end
 
@@ -160,7 +150,7 @@ defmodule FlameOn.Client.Patterns do
         if tracee, do: TraceSession.untrace(tracee, pid)
 
         case state.graph do
-          %{^pid => native} -> Native.stop(native)
+          %{^pid => %{native: native}} -> Native.stop(native)
           _ -> :ok
         end
 
@@ -220,8 +210,8 @@ defmodule FlameOn.Client.Patterns do
       {nil, _} ->
         state
 
-      {_native, rest} ->
-        if rest == %{}, do: clear_graph_patterns()
+      {_trace, rest} ->
+        if rest == %{}, do: clear_graph_patterns(), else: set_graph_patterns(rest)
         %{state | graph: rest}
     end
   end
@@ -242,8 +232,30 @@ defmodule FlameOn.Client.Patterns do
     end
   end
 
-  defp set_graph_patterns do
-    :erlang.trace_pattern(:send, @send_match_spec, [])
+  # The send pattern. A tokened process sending a GenServer request turns
+  # call tracing on in the receiver before the request is delivered; `:send`
+  # in the flags makes the receiver's own requests do the same (A -> B -> C).
+  # Only processes with the :send flag run it, so untraced senders pay
+  # nothing. One clause per running trace first: a root whose token was
+  # cleared (a reply came back without one) gets it back before its next
+  # request goes out, so its later calls are still followed.
+  defp set_graph_patterns(graph) do
+    restore =
+      for {_owner, %{root: root, label: label}} <- graph, is_pid(root) do
+        {[:"$1", {:"$gen_call", :_, :_}],
+         [{:is_pid, :"$1"}, {:"=:=", {:self}, root}, {:not, {:is_seq_trace}}],
+         [
+           {:set_seq_token, :label, label},
+           {:set_seq_token, :send, true},
+           {:set_seq_token, :receive, true},
+           @enable_callee
+         ]}
+      end
+
+    callee =
+      {[:"$1", {:"$gen_call", :_, :_}], [{:is_pid, :"$1"}, {:is_seq_trace}], [@enable_callee]}
+
+    :erlang.trace_pattern(:send, restore ++ [callee], [])
   end
 
   defp clear_graph_patterns do

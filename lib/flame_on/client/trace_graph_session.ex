@@ -100,7 +100,7 @@ defmodule FlameOn.Client.TraceGraphSession do
 
     with {:ok, native} <- new_native(limits, label),
          :ok <- register(native, root),
-         :ok <- take_graph_tracing(native) do
+         :ok <- take_graph_tracing(native, root, label) do
       timer = Process.send_after(self(), :lifetime, Keyword.get(opts, :max_duration_ms, 60_000))
 
       state = %{
@@ -188,8 +188,8 @@ defmodule FlameOn.Client.TraceGraphSession do
     ArgumentError -> {:stop, :noproc}
   end
 
-  defp take_graph_tracing(native) do
-    case Patterns.acquire_graph(native) do
+  defp take_graph_tracing(native, root, label) do
+    case Patterns.acquire_graph(native, root, label) do
       :ok ->
         :ok
 

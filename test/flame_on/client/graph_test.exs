@@ -195,6 +195,32 @@ defmodule FlameOn.Client.GraphTest do
     assert Enum.all?([b, c], &Map.has_key?(profile.stacks, &1))
   end
 
+  test "a reply that comes back without a token does not end the trace: the next call is followed" do
+    {:ok, forgetful} = Server.start()
+    {:ok, server} = Server.start()
+
+    for mode <- [:nif, :process] do
+      {result, profile} =
+        graph_profile(
+          fn ->
+            :dropped = GenServer.call(forgetful, :drop_token)
+            token_after_reply = :seq_trace.get_token()
+            {GenServer.call(server, {:spin, 5}), token_after_reply}
+          end,
+          mode: mode
+        )
+
+      # The reply cleared the caller's token; the next request got it back.
+      assert {:done, []} = result
+      assert Enum.any?(profile.graph.spans, &(&1.pid == forgetful)), "#{mode}"
+
+      assert Enum.any?(profile.graph.spans, &(&1.pid == server)),
+             "#{mode}: the next call was not followed"
+
+      assert Map.has_key?(profile.stacks, server)
+    end
+  end
+
   test "wait nothing explains stays unattributed" do
     {:ok, server} = Server.start()
 
