@@ -142,7 +142,7 @@ defmodule FlameOn.Client.TraceGraphSession do
     finished = finish_trace(state, opts)
     Patterns.release_graph()
 
-    with {:ok, profile} <- finished do
+    with {:ok, profile} when state.shippers != [] <- finished do
       Shipper.ship_all(profile, state.shippers)
     end
 
