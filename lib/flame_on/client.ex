@@ -265,6 +265,9 @@ defmodule FlameOn.Client do
         {:error, {:already_traced, tracer}} ->
           already_traced!(tracer)
 
+        {:error, {:call_tracing_in_use, what}} ->
+          call_tracing_in_use!(what)
+
         {:error, reason} ->
           raise "FlameOn: could not start a cross-process trace: #{inspect(reason)}"
       end
@@ -298,7 +301,11 @@ defmodule FlameOn.Client do
   defp start_capture!(%{mode: :nif} = opts) do
     ensure_untraced!()
     native = new_native!(opts)
-    :ok = Patterns.acquire(self())
+
+    with {:error, {:call_tracing_in_use, what}} <- Patterns.acquire(self()) do
+      call_tracing_in_use!(what)
+    end
+
     %{mode: :nif, native: native, flags: [{:tracer, Native, native} | @nif_flags]}
   end
 
@@ -381,6 +388,9 @@ defmodule FlameOn.Client do
       {:error, {:already_traced, tracer}} ->
         already_traced!(tracer)
 
+      {:error, {:call_tracing_in_use, what}} ->
+        call_tracing_in_use!(what)
+
       {:error, reason} ->
         raise "FlameOn: could not start a trace session: #{inspect(reason)}"
     end
@@ -432,6 +442,13 @@ defmodule FlameOn.Client do
     raise ArgumentError,
           "the calling process is already traced by #{inspect(tracer)}; " <>
             "a process can have only one tracer"
+  end
+
+  defp call_tracing_in_use!(what) do
+    raise ArgumentError,
+          "another tool is call tracing on this node (#{what}); FlameOn's call " <>
+            "patterns would replace its patterns, so no trace starts until it stops " <>
+            "(e.g. :dbg.stop/0)"
   end
 
   defp invalid!(key, expected, got) do

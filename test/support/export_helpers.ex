@@ -6,14 +6,22 @@ defmodule FlameOn.Client.Test.ExportHelpers do
 
   require Record
 
-  Record.defrecord(:xmlElement, Record.extract(:xmlElement, from_lib: "xmerl/include/xmerl.hrl"))
+  alias FlameOn.Client.Test.Tools
 
-  Record.defrecord(
-    :xmlAttribute,
-    Record.extract(:xmlAttribute, from_lib: "xmerl/include/xmerl.hrl")
-  )
+  # Found under the OTP root too: newer Mix prunes the code path to the
+  # project's applications, and `from_lib:` then finds nothing.
+  @xmerl_hrl (case Tools.otp_lib(:xmerl) do
+                nil ->
+                  raise "the OTP library xmerl is not installed: run scripts/setup build test " <>
+                          "(or apt-get install erlang-xmerl)"
 
-  Record.defrecord(:xmlText, Record.extract(:xmlText, from_lib: "xmerl/include/xmerl.hrl"))
+                dir ->
+                  Path.join(dir, "include/xmerl.hrl")
+              end)
+
+  Record.defrecord(:xmlElement, Record.extract(:xmlElement, from: @xmerl_hrl))
+  Record.defrecord(:xmlAttribute, Record.extract(:xmlAttribute, from: @xmerl_hrl))
+  Record.defrecord(:xmlText, Record.extract(:xmlText, from: @xmerl_hrl))
 
   ## JSON
 
@@ -262,7 +270,10 @@ defmodule FlameOn.Client.Test.ExportHelpers do
   # xmerl ships with OTP but is not an application of this project; calling
   # it through a computed module name keeps `mix compile
   # --warnings-as-errors` free of the missing-dependency warning.
-  defp xmerl(part), do: :"xmerl_#{part}"
+  defp xmerl(part) do
+    Tools.otp_lib!(:xmerl, "erlang-xmerl")
+    :"xmerl_#{part}"
+  end
 
   @doc "An element's attribute as a string, or nil."
   def attr(element, name) do

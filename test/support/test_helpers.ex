@@ -25,8 +25,30 @@ defmodule FlameOn.Client.TestHelpers do
     assert problems == [], "the node is not clean: #{inspect(problems)}"
   end
 
-  defp wait_clean(deadline) do
-    case leftovers() do
+  defp wait_clean(deadline), do: wait_for(&leftovers/0, deadline)
+
+  @doc "What is left of traces on the node, as a list of findings."
+  def leftovers do
+    users = Patterns.users()
+    sessions = DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active
+
+    trace_leftovers() ++
+      if(users > 0, do: [{:pattern_users, users}], else: []) ++
+      if sessions > 0, do: [{:sessions, sessions}], else: []
+  end
+
+  @doc """
+  Like `assert_node_clean/1` but asks the node only, not our processes (so
+  it works while the application is stopped or restarting).
+  """
+  def assert_no_trace_leftovers(timeout \\ 1_000) do
+    deadline = System.monotonic_time(:millisecond) + timeout
+    problems = wait_for(&trace_leftovers/0, deadline)
+    assert problems == [], "trace leftovers on the node: #{inspect(problems)}"
+  end
+
+  defp wait_for(fun, deadline) do
+    case fun.() do
       [] ->
         []
 
@@ -35,13 +57,16 @@ defmodule FlameOn.Client.TestHelpers do
           problems
         else
           Process.sleep(10)
-          wait_clean(deadline)
+          wait_for(fun, deadline)
         end
     end
   end
 
-  @doc "What is left of traces on the node, as a list of findings."
-  def leftovers do
+  @doc """
+  Trace flags, call patterns, the send pattern and the seq_trace system
+  tracer left on the node, as a list of findings.
+  """
+  def trace_leftovers do
     traced_processes =
       for pid <- Process.list(),
           flags = :erlang.trace_info(pid, :flags),
@@ -56,9 +81,6 @@ defmodule FlameOn.Client.TestHelpers do
           traced != {:traced, false},
           do: {:pattern, mfa, traced}
 
-    users = Patterns.users()
-    sessions = DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active
-
     # Cross-process traces: the seq_trace system tracer and the send
     # pattern are back to the node's defaults.
     graph =
@@ -67,11 +89,7 @@ defmodule FlameOn.Client.TestHelpers do
         other -> [{:graph_tracing, other}]
       end
 
-    traced_processes ++
-      patterns ++
-      graph ++
-      if(users > 0, do: [{:pattern_users, users}], else: []) ++
-      if sessions > 0, do: [{:sessions, sessions}], else: []
+    traced_processes ++ patterns ++ graph
   end
 
   defp loaded?({module, _f, _a}), do: match?({:module, _}, Code.ensure_loaded(module))

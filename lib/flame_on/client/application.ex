@@ -15,4 +15,13 @@ defmodule FlameOn.Client.Application do
 
     Supervisor.start_link(children, strategy: :rest_for_one, name: FlameOn.Client.Supervisor)
   end
+
+  # Called by the application master once the tree is gone, however it
+  # went: stopped, or killed along with Patterns (whose terminate/2 then
+  # never ran). Nothing of ours may stay set on a node without us.
+  @impl Application
+  def stop(_state) do
+    FlameOn.Client.Sweep.run()
+    :ok
+  end
 end

@@ -31,9 +31,26 @@ defmodule FlameOn.Client.Patterns do
   costs milliseconds on a small node and grows with the amount of loaded
   code.
 
-  Clearing uses the `{:_, :_, :_}` wildcard, so it also removes local call
-  patterns that another tool (`:dbg`, `:recon_trace`, ...) set on this node
-  while a FlameOn trace was running.
+  ## Other tracing tools
+
+  Setting the patterns replaces every local or global call pattern on the
+  node (`:erlang.trace_pattern/3` with `{:_, :_, :_}`), and clearing them
+  removes every local one (meta and global patterns set later stay). So the
+  first `acquire/1` **refuses** (`{:error, {:call_tracing_in_use, what}}`)
+  while another tool call-traces: when the `:on_load` pattern is not ours,
+  when new processes get the `call` flag, or when some process has the
+  `call` flag with a tracer that is not ours (a scan of the processes, about
+  3 µs each, only when the patterns go from off to on). A tool's patterns on
+  functions that no process is call traced for are replaced without notice.
+
+  ## Leftovers of a dead owner
+
+  What is set on the node is recognised as ours by our tracer module and our
+  match specs (`FlameOn.Client.Sweep`), so the cleanup does not depend on any
+  process having survived: this server sweeps when it starts (after a crash
+  of the previous one, whose sessions the supervisor stopped with it) and
+  when it terminates, and the application's `stop/1` sweeps once the whole
+  tree is gone.
 
   This process is started by `FlameOn.Client.Application`; trace sessions
   call it, user code normally does not.
@@ -41,9 +58,11 @@ defmodule FlameOn.Client.Patterns do
 
   use GenServer
 
-  alias FlameOn.Client.{Native, TraceSession}
+  require Logger
 
-  @match_spec [{:_, [], [{:message, {:caller}}]}]
+  alias FlameOn.Client.{Native, Sweep, TraceSession}
+
+  @match_spec Sweep.call_match_spec()
   @graph_tracer {Native, :graph}
   # A tokened process sending a GenServer request turns call tracing on in
   # the receiver before the request is delivered; `:send` in the list makes
@@ -105,12 +124,24 @@ defmodule FlameOn.Client.Patterns do
   @impl GenServer
   def init(:ok) do
     Process.flag(:trap_exit, true)
+    # A previous owner killed before it could clean up left its patterns,
+    # flags and system tracer behind; its users are gone (the supervisor
+    # stops the sessions with it), so none of it is anyone's now.
+    swept = Sweep.run()
+
+    if Enum.any?(swept, fn {_what, n} -> n not in [0, false] end) do
+      Logger.warning("FlameOn: cleared what a previous trace owner left set: #{inspect(swept)}")
+    end
+
     {:ok, %{users: %{}, graph: %{}}}
   end
 
   @impl GenServer
   def handle_call({:acquire, tracee}, {pid, _tag}, state) do
-    {:reply, :ok, add_user(state, pid, tracee)}
+    case add_user(state, pid, tracee) do
+      {:ok, state} -> {:reply, :ok, state}
+      {:error, _} = error -> {:reply, error, state}
+    end
   end
 
   def handle_call(:release, {pid, _tag}, state) do
@@ -131,9 +162,16 @@ defmodule FlameOn.Client.Patterns do
         {:reply, taken, state}
 
       true ->
-        graph = Map.put(graph, pid, %{native: native, root: root, label: label})
-        set_graph_patterns(graph)
-        {:reply, :ok, %{add_user(state, pid, pid) | graph: graph}}
+        case add_user(state, pid, pid) do
+          {:ok, state} ->
+            graph = Map.put(graph, pid, %{native: native, root: root, label: label})
+            set_graph_patterns(graph)
+            {:reply, :ok, %{state | graph: graph}}
+
+          {:error, _} = error ->
+            if graph == %{}, do: clear_graph_patterns()
+            {:reply, error, state}
+        end
     end
   end
 
@@ -165,28 +203,78 @@ defmodule FlameOn.Client.Patterns do
   def handle_info(_msg, state), do: {:noreply, state}
 
   @impl GenServer
-  def terminate(_reason, %{users: users} = state) do
-    if state.graph != %{}, do: clear_graph_patterns()
-
-    if users != %{} do
-      Enum.each(users, fn {pid, {_ref, tracee}} ->
-        if tracee, do: TraceSession.untrace(tracee, pid)
-      end)
-
-      clear_patterns()
-    end
-
+  def terminate(_reason, %{graph: graph}) do
+    Enum.each(graph, fn {_owner, %{native: native}} -> Native.stop(native) end)
+    Sweep.run()
     :ok
   end
 
   defp add_user(%{users: users} = state, pid, tracee) do
-    if Map.has_key?(users, pid) do
-      state
-    else
-      if users == %{}, do: set_patterns()
-      ref = Process.monitor(pid)
-      %{state | users: Map.put(users, pid, {ref, tracee})}
+    in_use = if users == %{}, do: foreign_call_tracing()
+
+    cond do
+      Map.has_key?(users, pid) ->
+        {:ok, state}
+
+      in_use != nil ->
+        {:error, {:call_tracing_in_use, in_use}}
+
+      true ->
+        if users == %{}, do: set_patterns()
+        ref = Process.monitor(pid)
+        {:ok, %{state | users: Map.put(users, pid, {ref, tracee})}}
     end
+  end
+
+  # Another tool's call tracing that setting ours would break, described,
+  # or nil. Only asked when ours are off, so whatever is set is not ours.
+  defp foreign_call_tracing do
+    cond do
+      :erlang.trace_info(:on_load, :traced) not in [{:traced, false}, {:traced, :undefined}] ->
+        "a call pattern for modules loaded later (:on_load) is set"
+
+      (flags = new_process_call_flags()) != nil ->
+        "new processes are call traced (#{flags})"
+
+      (pid = foreign_call_traced_process()) != nil ->
+        {:tracer, tracer} = :erlang.trace_info(pid, :tracer)
+        "#{inspect(pid)} is call traced by #{inspect(tracer)}"
+
+      true ->
+        nil
+    end
+  end
+
+  defp new_process_call_flags do
+    Enum.find_value([:new_processes, :new], fn which ->
+      case :erlang.trace_info(which, :flags) do
+        {:flags, flags} when is_list(flags) ->
+          if :call in flags and not Sweep.our_tracer?(tracer_of(which)),
+            do: inspect(which)
+
+        _ ->
+          nil
+      end
+    end)
+  end
+
+  defp tracer_of(which) do
+    case :erlang.trace_info(which, :tracer) do
+      {:tracer, tracer} -> tracer
+      _ -> []
+    end
+  end
+
+  defp foreign_call_traced_process do
+    Enum.find(Process.list(), fn pid ->
+      with {:flags, flags} when is_list(flags) <- :erlang.trace_info(pid, :flags),
+           true <- :call in flags,
+           {:tracer, tracer} when tracer != [] <- :erlang.trace_info(pid, :tracer) do
+        not Sweep.our_tracer?(tracer)
+      else
+        _ -> false
+      end
+    end)
   end
 
   defp remove_user(%{users: users} = state, pid) do

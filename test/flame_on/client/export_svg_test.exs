@@ -260,13 +260,11 @@ defmodule FlameOn.Client.ExportSVGTest do
   end
 
   describe "the embedded script" do
-    # Runs the script in node against a minimal DOM; skipped without node.
-    @node System.find_executable("node")
-    if @node == nil, do: @tag(skip: "node not found")
-
+    # Runs the script in node against a minimal DOM (Debian's nodejs).
     test "hover, zoom, unzoom and search" do
+      node = FlameOn.Client.Test.Tools.executable!("node", "nodejs")
       profile = fixture_profile()
-      result = run_script(@node, svg_bin(profile), System.tmp_dir!())
+      result = run_script(node, svg_bin(profile), System.tmp_dir!())
       check_script_result(result, profile)
     end
   end

@@ -1,26 +1,22 @@
 defmodule FlameOn.Client.SvgBrowserTest do
   # The SVG flame graph in a real browser (Debian's chromium, headless): it
-  # renders its frames, and search highlights the matching ones. Skipped
-  # when chromium is not installed (scripts/test installs it).
+  # renders its frames, and search highlights the matching ones. Fails,
+  # naming the package, when chromium is not installed (scripts/test
+  # installs it).
   use ExUnit.Case, async: false
 
   alias FlameOn.Client.Export
   alias FlameOn.Client.Test.Workloads
 
-  @chromium System.find_executable("chromium") || System.find_executable("chromium-browser")
   @highlight ~s{fill="rgb(230,0,230)"}
   @search_script "<script><![CDATA[window.addEventListener(\"load\", " <>
                    "function () { search(\"fib\"); });]]></script>"
-
-  if @chromium == nil do
-    @moduletag skip: "chromium is not installed"
-  end
 
   defp chromium(args) do
     task =
       Task.async(fn ->
         System.cmd(
-          @chromium,
+          FlameOn.Client.Test.Tools.executable_of!(~w(chromium chromium-browser), "chromium"),
           ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars" | args],
           stderr_to_stdout: true
         )

@@ -1,0 +1,148 @@
+defmodule FlameOn.Client.Sweep do
+  @moduledoc false
+  # Undoes everything of ours that is set on the node, recognising it by
+  # what only we set, not by what some process remembers: whoever held that
+  # memory may have been killed.
+  #
+  # What is ours:
+  #   * a process whose tracer is the tracer module `FlameOn.Client.Native`
+  #     (any state), or a `FlameOn.Client.TraceSession` process, or a dead
+  #     process (a trace nobody receives);
+  #   * the seq_trace system tracer `{FlameOn.Client.Native, _}`;
+  #   * a send pattern whose clauses turn on tracing with our tracer module;
+  #   * the local call patterns, when the `:on_load` pattern is ours: it is
+  #     set first and cleared last (`FlameOn.Client.Patterns`), so it marks
+  #     that ours may be set on any function.
+  #
+  # It runs where a previous owner's leftovers can first be seen: when
+  # `Patterns` starts (a restart after a crash), when it terminates, and in
+  # the application's `stop/1` (the whole tree is gone). `run/0` is cheap
+  # when nothing is set except for the process scan (about 3 µs a process).
+
+  alias FlameOn.Client.Native
+
+  # The match spec of our local call patterns (FlameOn.Client.Patterns).
+  @call_match_spec [{:_, [], [{:message, {:caller}}]}]
+
+  @doc "The match spec of our local call patterns."
+  @spec call_match_spec() :: [tuple()]
+  def call_match_spec, do: @call_match_spec
+
+  @doc """
+  Clears every trace flag, pattern and system tracer of ours on the node.
+  Returns what it undid: `%{processes: n, system_tracer: bool,
+  send_pattern: bool, call_patterns: bool}`.
+  """
+  @spec run() :: %{atom() => non_neg_integer() | boolean()}
+  def run do
+    # The send pattern and the system tracer first: they are what turns
+    # tracing on in more processes.
+    send_pattern = clear_send_pattern()
+    system_tracer = clear_system_tracer()
+    call_patterns = clear_call_patterns()
+    processes = untrace_processes()
+
+    %{
+      processes: processes,
+      system_tracer: system_tracer,
+      send_pattern: send_pattern,
+      call_patterns: call_patterns
+    }
+  end
+
+  @doc "Whether `tracer` (as `:erlang.trace_info(pid, :tracer)` gives it) is ours."
+  @spec our_tracer?(term()) :: boolean()
+  def our_tracer?({Native, _state}), do: true
+
+  def our_tracer?(pid) when is_pid(pid) and node(pid) == node() do
+    # A dead tracer receives nothing: its flags are nobody's.
+    case Process.info(pid, :dictionary) do
+      nil -> true
+      {:dictionary, dict} -> our_initial_call?(dict[:"$initial_call"])
+    end
+  end
+
+  def our_tracer?(_other), do: false
+
+  defp our_initial_call?({module, _fun, _arity}) when is_atom(module),
+    do: String.starts_with?(Atom.to_string(module), "Elixir.FlameOn.Client.")
+
+  defp our_initial_call?(_other), do: false
+
+  @doc "Whether the node's `:on_load` call pattern is ours (so ours may be set)."
+  @spec call_patterns_ours?() :: boolean()
+  def call_patterns_ours? do
+    :erlang.trace_info(:on_load, :traced) == {:traced, :local} and
+      :erlang.trace_info(:on_load, :match_spec) == {:match_spec, @call_match_spec}
+  end
+
+  @doc "Whether `send_match_spec` (from `trace_info(:send, :match_spec)`) is ours."
+  @spec our_send_pattern?(term()) :: boolean()
+  def our_send_pattern?({:match_spec, clauses}) when is_list(clauses) and clauses != [] do
+    Enum.any?(clauses, fn
+      {_head, _guards, body} when is_list(body) -> Enum.any?(body, &enables_our_tracer?/1)
+      _ -> false
+    end)
+  end
+
+  def our_send_pattern?(_other), do: false
+
+  defp enables_our_tracer?({:trace, _pid, _off, {:const, flags}}) when is_list(flags),
+    do: Enum.any?(flags, &match?({:tracer, Native, _}, &1))
+
+  defp enables_our_tracer?(_other), do: false
+
+  defp clear_send_pattern do
+    if our_send_pattern?(:erlang.trace_info(:send, :match_spec)) do
+      :erlang.trace_pattern(:send, true, [])
+      true
+    else
+      false
+    end
+  end
+
+  defp clear_system_tracer do
+    case :seq_trace.get_system_tracer() do
+      {Native, _state} ->
+        :seq_trace.set_system_tracer(false)
+        true
+
+      _other ->
+        false
+    end
+  end
+
+  # The wildcard clears every local call pattern, another tool's too:
+  # Patterns refuses to set ours while another tool call-traces, so none
+  # should be there.
+  defp clear_call_patterns do
+    if call_patterns_ours?() do
+      :erlang.trace_pattern({:_, :_, :_}, false, [:local])
+      :erlang.trace_pattern(:on_load, false, [:local])
+      true
+    else
+      false
+    end
+  end
+
+  defp untrace_processes do
+    Enum.count(Process.list(), fn pid ->
+      with {:flags, [_ | _]} <- :erlang.trace_info(pid, :flags),
+           {:tracer, tracer} <- :erlang.trace_info(pid, :tracer),
+           # No live tracer: flags that send nothing to anyone.
+           true <- tracer == [] or our_tracer?(tracer) do
+        untrace(pid)
+      else
+        _ -> false
+      end
+    end)
+  end
+
+  defp untrace(pid) do
+    :erlang.trace(pid, false, [:all])
+    true
+  rescue
+    # It died in between.
+    ArgumentError -> false
+  end
+end
