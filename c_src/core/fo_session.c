@@ -291,6 +291,55 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
     }
 }
 
+/* A sample replaces the stack: the frames both stacks share from the root
+ * stay (so a run of samples in one function creates no nodes), the rest is
+ * unwound and the sampled frames pushed with the usual bounds. Time up to
+ * the sample was charged to where the previous event left the process. */
+void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count)
+{
+    fo_proc *p = proc_for(s, pid);
+    if (p == NULL) {
+        s->stats.dropped_events++;
+        return;
+    }
+    s->stats.events++;
+    s->stats.samples++;
+    if (p->state == FO_PROC_EXITED) {
+        p->state = FO_PROC_RUNNING;
+        p->has_ts = 0;
+    }
+    charge(s, p, ts_ns);
+    uint32_t keep = 0;
+    uint32_t differing = FO_NONE;
+    if (p->overflow == 0) {
+        while (keep < p->depth && keep < count) {
+            uint32_t id = intern(s, &frames[keep]);
+            if (id == FO_NONE || id != p->stack_frames[keep]) {
+                differing = id;
+                break;
+            }
+            keep++;
+        }
+    }
+    p->overflow = 0;
+    p->depth = keep;
+    for (uint32_t i = keep; i < count; i++)
+        push_frame(s, p, i == keep && differing != FO_NONE ? differing : intern(s, &frames[i]));
+    if (p->state == FO_PROC_OUT) {
+        /* Sampled while off-CPU: the stack it waits in is exact now, so the
+         * rest of the wait goes under it, in a leaf of the same kind. */
+        uint32_t kind = s->tree.nodes[p->sleep_node].frame;
+        if (kind != FO_FRAME_WAITING)
+            kind = FO_FRAME_SLEEP;
+        uint32_t node = regular_child(s, current_node(p), kind);
+        if (node == FO_NONE) {
+            s->stats.node_limit_hits++;
+            node = p->node_cap;
+        }
+        p->sleep_node = node;
+    }
+}
+
 void fo_session_close(fo_session *s, int64_t end_ns)
 {
     for (uint32_t i = 0; i < s->procs.count; i++) {

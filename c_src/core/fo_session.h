@@ -37,6 +37,7 @@ typedef struct {
     uint64_t stack_overflows;    /* pushes past max_stack_frames (depth kept as a count) */
     uint64_t clock_skews;        /* events older than their process's previous one */
     uint64_t resyncs;            /* call/return_to that had to unwind or rebase the stack */
+    uint64_t samples;            /* stack samples applied (counted in events too) */
 } fo_stats;
 
 typedef struct fo_session fo_session;
@@ -47,6 +48,13 @@ void fo_session_free(fo_session *s);
 
 /* Apply one event. Never fails: what cannot be stored is counted. */
 void fo_session_apply(fo_session *s, const fo_event *ev);
+
+/* A stack sample of pid taken at ts_ns: frames[0] is the outermost
+ * (root) frame, frames[count-1] the function it was in. Time since the
+ * process's previous event is charged first (as any event), then its stack
+ * becomes the sampled one, so time up to its next event or sample is
+ * charged there; in/out events keep splitting it into on- and off-CPU. */
+void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count);
 
 /* Charge every live process's time from its last event up to end_ns to
  * where it is now (running stack or sleep leaf). Call once, at the end. */

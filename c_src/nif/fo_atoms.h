@@ -50,6 +50,7 @@
     A(stack_overflows)                                                                         \
     A(clock_skews)                                                                             \
     A(resyncs)                                                                                 \
+    A(samples)                                                                                 \
     A(memory_bytes)                                                                            \
     A(nodes)                                                                                   \
     A(processes)                                                                               \

@@ -10,6 +10,7 @@
 #include "fo_export_graph.h"
 #include "fo_router.h"
 #include "fo_resource.h"
+#include "fo_sample.h"
 #include "fo_tracer.h"
 
 /* Messages applied per slice before yielding back to the scheduler; a
@@ -280,6 +281,7 @@ static ErlNifFunc nif_funcs[] = {
     {"graph_start", 2, nif_graph_start, 0},
     {"graph_begin", 1, nif_graph_begin, 0},
     {"finish", 2, nif_finish, ERL_NIF_DIRTY_JOB_CPU_BOUND},
+    {"sample", 3, fo_sample_nif, 0},
     {"enabled", 3, fo_tracer_enabled, 0},
     {"trace", 5, fo_tracer_trace, 0},
 };

@@ -178,6 +178,24 @@ fo_session *ts_new_session(const fo_limits *limits)
     return s;
 }
 
+/* "m:a/0;m:b/1": root first, as fo_session_sample takes them; "" or "-"
+ * is an empty stack. */
+static void run_sample(fo_session *s, uint64_t pid, int64_t ts, const char *stack)
+{
+    fo_mfa frames[64];
+    uint32_t count = 0;
+    char copy[512];
+    snprintf(copy, sizeof copy, "%s", stack);
+    char *save = NULL;
+    for (char *part = strtok_r(copy, ";", &save); part != NULL; part = strtok_r(NULL, ";", &save)) {
+        if (strcmp(part, "-") == 0)
+            continue;
+        assert_true(count < 64);
+        frames[count++] = ts_mfa(part);
+    }
+    fo_session_sample(s, pid, ts, frames, count);
+}
+
 void ts_run_line(fo_session *s, const char *line)
 {
     uint64_t pid = 0;
@@ -202,6 +220,16 @@ void ts_run_line(fo_session *s, const char *line)
     }
     if (sscanf(line, "call_started %" SCNu64 " %7s", &pid, extra) == 1) {
         fo_session_call_started(s, pid);
+        return;
+    }
+    char stack[512] = "";
+    int after_kind = 0;
+    /* %n only counts when the literal "sample" matched */
+    if (sscanf(line, "%" SCNu64 " %" SCNd64 " sample%n", &pid, &ts, &after_kind) == 2 && after_kind > 0) {
+        int n = sscanf(line + after_kind, "%511s %7s", stack, extra);
+        if (n > 1)
+            fail_msg("bad script line '%s'", line);
+        run_sample(s, pid, ts, stack);
         return;
     }
     uint64_t ns = 0;
@@ -561,7 +589,8 @@ void ts_assert_pid(const fo_session *s, uint64_t pid, const char *const *expecte
     X(process_limit_hits)                                                                          \
     X(stack_overflows)                                                                             \
     X(clock_skews)                                                                                 \
-    X(resyncs)
+    X(resyncs)                                                                                     \
+    X(samples)
 
 char *ts_render_stats(const fo_stats *st)
 {

@@ -13,6 +13,7 @@
  *     "PID TS ret M:F/A"                return_to
  *     "PID TS ret undefined"            return_to undefined
  *     "PID TS out" / "in" / "exit" / "gc_start" / "gc_end"
+ *     "PID TS sample M:F/A;M:F/A"       a stack sample, root frame first ("-": empty)
  *     "close TS"                        fo_session_close(s, TS)
  *     "malformed N"                     fo_session_count_malformed(s, N)
  *     "ignored N"                       fo_session_count_ignored(s, N)

@@ -73,12 +73,7 @@ defmodule FlameOn.Client do
   sends one trace message per call, return and scheduling event.
   """
 
-  alias FlameOn.Client.{Breaker, Native, Patterns, Profile, TraceGraphSession, TraceSession}
-
-  # Mode :nif stamps events itself, so no :monotonic_timestamp flag.
-  @nif_flags [:call, :return_to, :running, :arity]
-  # cross_process: :send runs the send pattern; :procs sees exits.
-  @graph_flags [:call, :return_to, :running, :arity, :send, :procs]
+  alias FlameOn.Client.{Breaker, Capture, Native, Patterns, Profile}
 
   @limit_defaults [
     max_nodes: 200_000,
@@ -142,11 +137,12 @@ defmodule FlameOn.Client do
               "start until memory falls back (see FlameOn.Client.Breaker)"
     end
 
-    capture = start_capture!(opts)
+    module = Capture.module_for(opts)
+    capture = module.start(opts)
 
     # The flags go on and the function runs right here, so every stack
-    # starts at this function in both modes.
-    if capture[:graph], do: Native.graph_begin(capture.native)
+    # starts at this function in every mode.
+    capture = module.begin(capture)
     started_ts = :erlang.monotonic_time()
 
     outcome =
@@ -157,20 +153,10 @@ defmodule FlameOn.Client do
         kind, reason -> {kind, reason, __STACKTRACE__}
       end
 
-    # What follows must not show in the profile. :nif: stop/1 makes the
-    # tracer discard every later event (the tracer never folds calls into
-    # FlameOn.Client.Native, so stop's own call leaves no frame). :process:
-    # the session drops end_mark's call event and everything after it.
-    end_ts =
-      case capture do
-        %{mode: :nif, native: native} -> Native.stop(native)
-        %{mode: :process} -> TraceSession.end_mark()
-      end
-
-    if capture[:graph], do: :seq_trace.set_token([])
-
-    untrace_self(capture)
-    finished = finish_capture(capture, started_ts, end_ts, opts)
+    # What follows must not show in the profile.
+    end_ts = module.stop(capture)
+    Capture.untrace_self(capture)
+    finished = module.finish(capture, started_ts, end_ts, opts)
 
     case {outcome, finished} do
       {{:ok, result}, {:ok, profile}} ->
@@ -225,176 +211,10 @@ defmodule FlameOn.Client do
     }
   end
 
-  # mode: :nif – the NIF is the tracer module: the VM folds each event into
-  # the session inside this process, with no message. If this process is
-  # killed mid-trace, its flags die with it, Patterns (which monitors it)
-  # clears the patterns and the session resource is garbage collected.
-  # cross_process: the root gets a seq_trace token (label = the trace's
-  # label) and the graph tracer; the send pattern set by Patterns turns
-  # tracing on in each callee, and the router sends every event to this
-  # session.
-  # cross_process: a TraceGraphSession owns the trace (graph session,
-  # graph tracing, lifetime, the root's timeline in mode :process); the
-  # root gets a seq_trace token (label = the trace id) after it started, so
-  # nothing of the setup carries the token.
-  defp start_capture!(%{cross_process: true} = opts) do
-    ensure_untraced!()
-
-    graph_opts = [
-      root: self(),
-      mode: opts.mode,
-      name: opts.name,
-      sleep: opts.sleep,
-      max_duration_ms: opts.max_duration_ms,
-      limits: Map.take(opts, @limit_keys)
-    ]
-
-    owner =
-      case TraceGraphSession.start(graph_opts) do
-        {:ok, owner} ->
-          owner
-
-        {:error, {:system_tracer_taken, tracer}} ->
-          raise ArgumentError,
-                "cross_process: true needs the seq_trace system tracer, but " <>
-                  "#{inspect(tracer)} owns it (another tracing tool is running)"
-
-        {:error, {:invalid_limits, limits}} ->
-          limits_out_of_range!(limits)
-
-        {:error, {:already_traced, tracer}} ->
-          already_traced!(tracer)
-
-        {:error, {:call_tracing_in_use, what}} ->
-          call_tracing_in_use!(what)
-
-        {:error, reason} ->
-          raise "FlameOn: could not start a cross-process trace: #{inspect(reason)}"
-      end
-
-    %{native: native, label: label, timeline: timeline} =
-      case TraceGraphSession.info(owner) do
-        {:ok, info} ->
-          info
-
-        # the root's timeline could not start (mode :process)
-        {:error, {{:already_traced, tracer}, _}} ->
-          already_traced!(tracer)
-
-        {:error, reason} ->
-          raise "FlameOn: could not start a cross-process trace: #{inspect(reason)}"
-      end
-
-    :seq_trace.set_token(:label, label)
-    :seq_trace.set_token(:send, true)
-    :seq_trace.set_token(:receive, true)
-
-    flags =
-      case opts.mode do
-        :nif -> [{:tracer, Native, :graph} | @graph_flags]
-        :process -> [{:tracer, timeline}, :send | TraceSession.trace_flags()]
-      end
-
-    %{mode: opts.mode, graph: true, owner: owner, native: native, session: timeline, flags: flags}
-  end
-
-  defp start_capture!(%{mode: :nif} = opts) do
-    ensure_untraced!()
-    native = new_native!(opts)
-
-    with {:error, {:call_tracing_in_use, what}} <- Patterns.acquire(self()) do
-      call_tracing_in_use!(what)
-    end
-
-    %{mode: :nif, native: native, flags: [{:tracer, Native, native} | @nif_flags]}
-  end
-
-  # mode: :process – a TraceSession process is the tracer.
-  defp start_capture!(%{mode: :process} = opts) do
-    session = start_session!(opts)
-    %{mode: :process, session: session, flags: [{:tracer, session} | TraceSession.trace_flags()]}
-  end
-
-  defp untrace_self(%{flags: [_tracer | flags]}) do
-    case :erlang.trace_info(self(), :tracer) do
-      {:tracer, []} -> 0
-      {:tracer, _ours} -> :erlang.trace(self(), false, flags)
-    end
-  end
-
-  defp finish_capture(%{graph: true, owner: owner}, started_ts, end_ts, opts) do
-    TraceGraphSession.finish(owner, started_ts: started_ts, end_ts: end_ts, timeout: opts.timeout)
-  end
-
-  defp finish_capture(%{mode: :nif, native: native}, started_ts, end_ts, opts) do
-    Patterns.release()
-    # The tracer stamps events on its own clock; stop/1 noted when it ended.
-    {raw, stats} = Native.finish(native, :stop)
-    stats = Map.put(stats, :unprocessed_events, 0)
-
-    {:ok,
-     Profile.build(raw, stats,
-       trace_id: System.unique_integer([:positive, :monotonic]),
-       name: opts.name,
-       mode: :nif,
-       pid: self(),
-       started_at: System.convert_time_unit(started_ts, :native, :microsecond),
-       duration_us: System.convert_time_unit(end_ts - started_ts, :native, :microsecond)
-     )}
-  end
-
-  defp finish_capture(%{mode: :process, session: session}, started_ts, end_ts, opts) do
-    TraceSession.finish(session, started_ts: started_ts, end_ts: end_ts, timeout: opts.timeout)
-  end
-
-  defp ensure_untraced! do
-    case :erlang.trace_info(self(), :tracer) do
-      {:tracer, []} ->
-        :ok
-
-      {:tracer, tracer} ->
-        already_traced!(tracer)
-    end
-  end
-
-  defp new_native!(opts) do
-    limits =
-      opts
-      |> Map.take([:label | @limit_keys])
-      |> Map.put(:native_per_second, System.convert_time_unit(1, :second, :native))
-
-    Native.new(limits)
-  rescue
-    ArgumentError -> limits_out_of_range!(Map.take(opts, @limit_keys))
-  end
-
-  defp start_session!(opts, extra \\ []) do
-    session_opts =
-      [
-        pid: self(),
-        owner: self(),
-        attach: :tracee,
-        name: opts.name,
-        limits: Map.take(opts, @limit_keys)
-      ] ++ extra
-
-    case TraceSession.start(session_opts) do
-      {:ok, session} ->
-        session
-
-      {:error, {:invalid_limits, limits}} ->
-        limits_out_of_range!(limits)
-
-      {:error, {:already_traced, tracer}} ->
-        already_traced!(tracer)
-
-      {:error, {:call_tracing_in_use, what}} ->
-        call_tracing_in_use!(what)
-
-      {:error, reason} ->
-        raise "FlameOn: could not start a trace session: #{inspect(reason)}"
-    end
-  end
+  @doc false
+  # The limit options, as the NIF's session takes them.
+  @spec limit_keys() :: [atom()]
+  def limit_keys, do: @limit_keys
 
   defp validate_options!(opts) when is_list(opts) do
     opts = Keyword.validate!(opts, @defaults)
@@ -430,25 +250,6 @@ defmodule FlameOn.Client do
 
   defp validate_options!(other) do
     raise ArgumentError, "expected options to be a keyword list, got: #{inspect(other)}"
-  end
-
-  defp limits_out_of_range!(limits) do
-    raise ArgumentError,
-          "limits out of range: #{inspect(limits)} (the NIF rejected them; " <>
-            "each must be a positive integer no larger than its ceiling)"
-  end
-
-  defp already_traced!(tracer) do
-    raise ArgumentError,
-          "the calling process is already traced by #{inspect(tracer)}; " <>
-            "a process can have only one tracer"
-  end
-
-  defp call_tracing_in_use!(what) do
-    raise ArgumentError,
-          "another tool is call tracing on this node (#{what}); FlameOn's call " <>
-            "patterns would replace its patterns, so no trace starts until it stops " <>
-            "(e.g. :dbg.stop/0)"
   end
 
   defp invalid!(key, expected, got) do

@@ -38,6 +38,12 @@ defmodule FlameOn.Client.Native do
       also the seq_trace system tracer) routes seq_trace events by label
       and process events by pid. `finish/2` of a graph session returns a
       third element, `%{spans: [span_map], stats: map, clock_offset_ns: n}`.
+    * `sample(session, pid, stack)` – a stack sample of `pid`, as
+      `Process.info(pid, :current_stacktrace)` gives it (innermost first,
+      `{m, f, arity_or_args}` or `{m, f, arity_or_args, location}`),
+      stamped on the tracer clock: the process's stack is the sampled one
+      until its next event (`in`/`out` from the tracer callbacks split it
+      into on- and off-CPU time) or sample. Counted in `stats.samples`.
     * `enabled/3` and `trace/5` – the `:erl_tracer` behaviour: pass
       `{:tracer, FlameOn.Client.Native, session}` to `:erlang.trace/3` and
       the VM calls these in the traced process, folding each event into the
@@ -95,6 +101,9 @@ defmodule FlameOn.Client.Native do
 
   @spec graph_begin(session()) :: :ok
   def graph_begin(_session), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec sample(session(), pid(), list()) :: :ok
+  def sample(_session, _pid, _stack), do: :erlang.nif_error(:nif_not_loaded)
 
   @spec finish(session(), integer() | :stop | nil) :: {map(), map()} | {map(), map(), map()}
   def finish(_session, _end_ts), do: :erlang.nif_error(:nif_not_loaded)

@@ -1,0 +1,55 @@
+#include "fo_sample.h"
+
+#include <string.h>
+
+#include "fo_atoms.h"
+#include "fo_decode.h"
+#include "fo_resource.h"
+
+/* Deeper stacks are cut at their root end (the VM's backtrace_depth caps
+ * them long before this); the cut shows as a truncated stack. */
+#define FO_SAMPLE_MAX_FRAMES 4096u
+
+/* {M, F, A} or {M, F, A, Location}: the MFA part. */
+static int decode_frame(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
+{
+    int arity;
+    const ERL_NIF_TERM *items;
+    if (!enif_get_tuple(env, term, &arity, &items) || (arity != 3 && arity != 4))
+        return 0;
+    ERL_NIF_TERM mfa = arity == 3 ? term : enif_make_tuple3(env, items[0], items[1], items[2]);
+    return fo_decode_mfa(env, mfa, out);
+}
+
+ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid pid;
+    unsigned int length;
+    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) ||
+        !enif_get_list_length(env, argv[2], &length))
+        return enif_make_badarg(env);
+    /* Stamped before decoding: the stack was taken just before this call. */
+    int64_t ts = fo_tracer_clock_ns();
+    uint32_t count = length < FO_SAMPLE_MAX_FRAMES ? length : FO_SAMPLE_MAX_FRAMES;
+    fo_mfa *frames = count == 0 ? NULL : enif_alloc(sizeof(fo_mfa) * count);
+    if (count > 0 && frames == NULL)
+        return enif_raise_exception(env, fo_atom_error);
+    /* The list is innermost first; the core wants the root first. */
+    ERL_NIF_TERM list = argv[2], head;
+    for (uint32_t i = 0; i < count; i++) {
+        if (!enif_get_list_cell(env, list, &head, &list) || !decode_frame(env, head, &frames[count - 1 - i])) {
+            enif_free(frames);
+            return enif_make_badarg(env);
+        }
+    }
+    fo_spin_lock(&res->lock);
+    if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed)) {
+        fo_session_sample(res->core, (uint64_t)pid.pid, ts, frames, count);
+        fo_resource_account_sometimes(res);
+    }
+    fo_spin_unlock(&res->lock);
+    enif_free(frames);
+    return fo_atom_ok;
+}

@@ -1,0 +1,12 @@
+/* Stack samples into a session: the sampling front end's one NIF. */
+#ifndef FO_SAMPLE_H
+#define FO_SAMPLE_H
+
+#include <erl_nif.h>
+
+// sample(Session, Pid, Stack) -> ok
+// Stack is process_info(Pid, current_stacktrace)'s list, innermost first:
+// {M, F, Arity | Args} or {M, F, Arity | Args, Location} tuples.
+ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+#endif

@@ -1,0 +1,80 @@
+defmodule FlameOn.Client.Capture.Graph do
+  @moduledoc false
+  # cross_process: a TraceGraphSession owns the trace (graph session, graph
+  # tracing, lifetime, the root's timeline in mode :process, finishing and
+  # shipping); the root gets a seq_trace token (label = the trace id) after
+  # it started, so nothing of the setup carries the token. The send pattern
+  # set by Patterns turns tracing on in each callee, and the router sends
+  # every event to this trace's session.
+  @behaviour FlameOn.Client.Capture
+
+  alias FlameOn.Client.{Capture, Native, TraceGraphSession, TraceSession}
+
+  # :send runs the send pattern; :procs sees exits.
+  @nif_flags [:call, :return_to, :running, :arity, :send, :procs]
+
+  @impl Capture
+  def start(opts) do
+    Capture.ensure_untraced!()
+
+    graph_opts = [
+      root: self(),
+      mode: opts.mode,
+      name: opts.name,
+      sleep: opts.sleep,
+      max_duration_ms: opts.max_duration_ms,
+      limits: Map.take(opts, FlameOn.Client.limit_keys())
+    ]
+
+    owner =
+      case TraceGraphSession.start(graph_opts) do
+        {:ok, owner} -> owner
+        {:error, reason} -> Capture.raise_start_error!(reason, "a cross-process trace")
+      end
+
+    %{native: native, label: label, timeline: timeline} =
+      case TraceGraphSession.info(owner) do
+        {:ok, info} -> info
+        # the root's timeline could not start (mode :process)
+        {:error, {reason, _}} -> Capture.raise_start_error!(reason, "a cross-process trace")
+        {:error, reason} -> Capture.raise_start_error!(reason, "a cross-process trace")
+      end
+
+    :seq_trace.set_token(:label, label)
+    :seq_trace.set_token(:send, true)
+    :seq_trace.set_token(:receive, true)
+
+    flags =
+      case opts.mode do
+        :nif -> [{:tracer, Native, :graph} | @nif_flags]
+        :process -> [{:tracer, timeline}, :send | TraceSession.trace_flags()]
+      end
+
+    %{module: __MODULE__, mode: opts.mode, owner: owner, native: native, flags: flags}
+  end
+
+  @impl Capture
+  def begin(%{native: native} = capture) do
+    Native.graph_begin(native)
+    capture
+  end
+
+  # :nif: stop/1 makes the tracer discard every later event. :process: the
+  # session drops end_mark's call event and everything after it.
+  @impl Capture
+  def stop(capture) do
+    end_ts =
+      case capture do
+        %{mode: :nif, native: native} -> Native.stop(native)
+        %{mode: :process} -> TraceSession.end_mark()
+      end
+
+    :seq_trace.set_token([])
+    end_ts
+  end
+
+  @impl Capture
+  def finish(%{owner: owner}, started_ts, end_ts, opts) do
+    TraceGraphSession.finish(owner, started_ts: started_ts, end_ts: end_ts, timeout: opts.timeout)
+  end
+end
