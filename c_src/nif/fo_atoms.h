@@ -64,6 +64,7 @@
     A(replay)                                                                                  \
     A(true)                                                                                    \
     A(stop)                                                                                    \
+    A(stopped)                                                                                 \
     A(graph)                                                                                   \
     A(seq_trace)                                                                               \
     A(send)                                                                                    \

@@ -26,30 +26,36 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     (void)argc;
     fo_session_res *res;
     ErlNifPid pid;
-    unsigned int length;
-    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) ||
-        !enif_get_list_length(env, argv[2], &length))
+    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid))
         return enif_make_badarg(env);
     /* Stamped before decoding: the stack was taken just before this call. */
     int64_t ts = fo_tracer_clock_ns();
-    uint32_t count = length < FO_SAMPLE_MAX_FRAMES ? length : FO_SAMPLE_MAX_FRAMES;
-    fo_mfa *frames = count == 0 ? NULL : enif_alloc(sizeof(fo_mfa) * count);
-    if (count > 0 && frames == NULL)
+    uint32_t count = 0;
+    ERL_NIF_TERM list = argv[2], head;
+    while (count < FO_SAMPLE_MAX_FRAMES && enif_get_list_cell(env, list, &head, &list))
+        count++;
+    if (count < FO_SAMPLE_MAX_FRAMES && !enif_is_empty_list(env, list))
+        return enif_make_badarg(env); /* an improper list */
+    /* one spare slot: an empty stack still gets a buffer */
+    fo_mfa *frames = enif_alloc(sizeof(fo_mfa) * ((size_t)count + 1));
+    if (frames == NULL)
         return enif_raise_exception(env, fo_atom_error);
     /* The list is innermost first; the core wants the root first. */
-    ERL_NIF_TERM list = argv[2], head;
+    list = argv[2];
     for (uint32_t i = 0; i < count; i++) {
         if (!enif_get_list_cell(env, list, &head, &list) || !decode_frame(env, head, &frames[count - 1 - i])) {
             enif_free(frames);
             return enif_make_badarg(env);
         }
     }
+    int applied = 0;
     fo_spin_lock(&res->lock);
     if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed)) {
         fo_session_sample(res->core, (uint64_t)pid.pid, ts, frames, count);
         fo_resource_account_sometimes(res);
+        applied = 1;
     }
     fo_spin_unlock(&res->lock);
     enif_free(frames);
-    return fo_atom_ok;
+    return applied ? fo_atom_ok : fo_atom_stopped;
 }

@@ -222,10 +222,10 @@ void ts_run_line(fo_session *s, const char *line)
         fo_session_call_started(s, pid);
         return;
     }
-    char stack[512] = "";
     int after_kind = 0;
     /* %n only counts when the literal "sample" matched */
     if (sscanf(line, "%" SCNu64 " %" SCNd64 " sample%n", &pid, &ts, &after_kind) == 2 && after_kind > 0) {
+        char stack[512] = "";
         int n = sscanf(line + after_kind, "%511s %7s", stack, extra);
         if (n > 1)
             fail_msg("bad script line '%s'", line);

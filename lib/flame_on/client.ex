@@ -90,7 +90,10 @@ defmodule FlameOn.Client do
               timeout: 30_000,
               cross_process: nil,
               sleep: :default,
-              max_duration_ms: @graph_lifetime_default
+              max_duration_ms: @graph_lifetime_default,
+              interval_us: 1_000,
+              split_status: false,
+              max_samples: 100_000
             ] ++
               @limit_defaults ++ @graph_defaults
   @limit_keys Keyword.keys(@limit_defaults) ++ Keyword.keys(@graph_defaults)
@@ -103,7 +106,10 @@ defmodule FlameOn.Client do
           | {:max_processes, pos_integer()}
           | {:max_frames, pos_integer()}
           | {:max_stack_frames, pos_integer()}
-          | {:mode, :nif | :process}
+          | {:mode, :nif | :process | :sample}
+          | {:interval_us, pos_integer()}
+          | {:split_status, boolean()}
+          | {:max_samples, pos_integer()}
           | {:timeout, timeout()}
 
   @doc """
@@ -228,8 +234,12 @@ defmodule FlameOn.Client do
       {:sleep, other} -> invalid!(:sleep, ":default or :raw", other)
       {:cross_process, flag} when is_boolean(flag) or is_nil(flag) -> :ok
       {:cross_process, other} -> invalid!(:cross_process, "a boolean", other)
-      {:mode, mode} when mode in [:nif, :process] -> :ok
-      {:mode, other} -> invalid!(:mode, ":nif or :process", other)
+      {:mode, mode} when mode in [:nif, :process, :sample] -> :ok
+      {:mode, other} -> invalid!(:mode, ":nif, :process or :sample", other)
+      {:interval_us, us} when is_integer(us) and us >= 1_000 -> :ok
+      {:interval_us, other} -> invalid!(:interval_us, "an integer of at least 1000", other)
+      {:split_status, flag} when is_boolean(flag) -> :ok
+      {:split_status, other} -> invalid!(:split_status, "a boolean", other)
       {:timeout, :infinity} -> :ok
       {:timeout, ms} when is_integer(ms) and ms > 0 -> :ok
       {:timeout, other} -> invalid!(:timeout, "a positive integer or :infinity", other)

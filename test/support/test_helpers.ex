@@ -27,6 +27,34 @@ defmodule FlameOn.Client.TestHelpers do
 
   defp wait_clean(deadline), do: wait_for(&leftovers/0, deadline)
 
+  @doc """
+  Starts the application if a test (or the supervisor's restart limit)
+  stopped it, and waits until its processes answer: after a kill of the
+  tree the application controller notices a moment later, and until then
+  the dying processes are still registered.
+  """
+  def ensure_app_started(timeout \\ 5_000) do
+    deadline = System.monotonic_time(:millisecond) + timeout
+
+    ready? = fn ->
+      {:ok, _} = Application.ensure_all_started(:flame_on_client)
+
+      try do
+        Patterns.users()
+        DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor)
+        true
+      catch
+        :exit, _ -> false
+      end
+    end
+
+    Enum.find(Stream.repeatedly(fn -> ready?.() || (Process.sleep(10) && false) end), fn ok ->
+      ok or System.monotonic_time(:millisecond) > deadline
+    end)
+
+    assert ready?.(), "the application did not come back within #{timeout} ms"
+  end
+
   @doc "What is left of traces on the node, as a list of findings."
   def leftovers do
     users = Patterns.users()

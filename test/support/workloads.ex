@@ -33,6 +33,16 @@ defmodule FlameOn.Client.Test.Workloads do
     busy(div(ms, 4))
   end
 
+  @doc """
+  Body recursion `n` frames deep through two functions, then `fun`. Two
+  call sites alternate, so a sampled stack keeps every level (the VM
+  records a run of one return address once).
+  """
+  def deep_even(0, fun), do: fun.()
+  def deep_even(n, fun), do: 1 + deep_odd(n - 1, fun)
+  def deep_odd(0, fun), do: fun.()
+  def deep_odd(n, fun), do: 1 + deep_even(n - 1, fun)
+
   @doc "Raises from a known frame."
   def boom!, do: raise(RuntimeError, "boom")
 end

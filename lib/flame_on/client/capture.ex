@@ -18,7 +18,11 @@ defmodule FlameOn.Client.Capture do
 
   alias FlameOn.Client.Profile
 
-  @type t :: %{required(:module) => module(), required(:flags) => list(), optional(atom()) => term()}
+  @type t :: %{
+          required(:module) => module(),
+          required(:flags) => list(),
+          optional(atom()) => term()
+        }
 
   @doc "Prepares the trace of the calling process; raises `ArgumentError` when it cannot."
   @callback start(opts :: map()) :: t()
@@ -84,7 +88,8 @@ defmodule FlameOn.Client.Capture do
             "#{inspect(tracer)} owns it (another tracing tool is running)"
   end
 
-  def raise_start_error!(reason, what), do: raise("FlameOn: could not start #{what}: #{inspect(reason)}")
+  def raise_start_error!(reason, what),
+    do: raise("FlameOn: could not start #{what}: #{inspect(reason)}")
 
   @spec limits_out_of_range!(map()) :: no_return()
   def limits_out_of_range!(limits) do

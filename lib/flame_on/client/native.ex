@@ -44,6 +44,7 @@ defmodule FlameOn.Client.Native do
       stamped on the tracer clock: the process's stack is the sampled one
       until its next event (`in`/`out` from the tracer callbacks split it
       into on- and off-CPU time) or sample. Counted in `stats.samples`.
+      Returns `:stopped` (and applies nothing) once the session is stopped.
     * `enabled/3` and `trace/5` – the `:erl_tracer` behaviour: pass
       `{:tracer, FlameOn.Client.Native, session}` to `:erlang.trace/3` and
       the VM calls these in the traced process, folding each event into the
@@ -102,7 +103,7 @@ defmodule FlameOn.Client.Native do
   @spec graph_begin(session()) :: :ok
   def graph_begin(_session), do: :erlang.nif_error(:nif_not_loaded)
 
-  @spec sample(session(), pid(), list()) :: :ok
+  @spec sample(session(), pid(), list()) :: :ok | :stopped
   def sample(_session, _pid, _stack), do: :erlang.nif_error(:nif_not_loaded)
 
   @spec finish(session(), integer() | :stop | nil) :: {map(), map()} | {map(), map(), map()}

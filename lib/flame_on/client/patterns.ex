@@ -117,6 +117,23 @@ defmodule FlameOn.Client.Patterns do
   @spec release_graph() :: :ok
   def release_graph, do: GenServer.call(__MODULE__, :release_graph, @call_timeout)
 
+  @doc """
+  Registers the calling process as a stack sampler needing stacks `depth`
+  frames deep. The node-wide `backtrace_depth` (which caps
+  `Process.info(pid, :current_stacktrace)`, default 8) is raised to the
+  largest depth any sampler asked for; the last `release_depth/0`, or the
+  death of the last sampler, restores the value found before. The original
+  value is kept in the application environment, so a sweep after a crash
+  can restore it too (`FlameOn.Client.Sweep`).
+  """
+  @spec acquire_depth(pos_integer()) :: :ok
+  def acquire_depth(depth) when is_integer(depth) and depth > 0,
+    do: GenServer.call(__MODULE__, {:acquire_depth, depth}, @call_timeout)
+
+  @doc "Ends the calling process's `acquire_depth/1`."
+  @spec release_depth() :: :ok
+  def release_depth, do: GenServer.call(__MODULE__, :release_depth, @call_timeout)
+
   @doc "The number of processes currently holding the patterns."
   @spec users() :: non_neg_integer()
   def users, do: GenServer.call(__MODULE__, :users, @call_timeout)
@@ -133,7 +150,7 @@ defmodule FlameOn.Client.Patterns do
       Logger.warning("FlameOn: cleared what a previous trace owner left set: #{inspect(swept)}")
     end
 
-    {:ok, %{users: %{}, graph: %{}}}
+    {:ok, %{users: %{}, graph: %{}, depth_users: %{}}}
   end
 
   @impl GenServer
@@ -181,7 +198,29 @@ defmodule FlameOn.Client.Patterns do
 
   def handle_call(:users, _from, state), do: {:reply, map_size(state.users), state}
 
+  def handle_call({:acquire_depth, depth}, {pid, _tag}, %{depth_users: users} = state) do
+    wanted = Enum.reduce(users, depth, fn {_pid, {_ref, d}}, acc -> max(d, acc) end)
+    Sweep.raise_backtrace_depth(wanted)
+
+    users =
+      case users do
+        %{^pid => {ref, _}} -> Map.put(users, pid, {ref, max(depth, elem(users[pid], 1))})
+        _ -> Map.put(users, pid, {Process.monitor(pid), depth})
+      end
+
+    {:reply, :ok, %{state | depth_users: users}}
+  end
+
+  def handle_call(:release_depth, {pid, _tag}, state) do
+    {:reply, :ok, drop_depth_user(state, pid, true)}
+  end
+
   @impl GenServer
+  def handle_info({:DOWN, ref, :process, pid, _reason}, %{depth_users: %{} = depth} = state)
+      when is_map_key(depth, pid) and elem(:erlang.map_get(pid, depth), 0) == ref do
+    {:noreply, drop_depth_user(state, pid, false)}
+  end
+
   def handle_info({:DOWN, ref, :process, pid, _reason}, %{users: users} = state) do
     case Map.pop(users, pid) do
       {{^ref, tracee}, rest} ->
@@ -207,6 +246,18 @@ defmodule FlameOn.Client.Patterns do
     Enum.each(graph, fn {_owner, %{native: native}} -> Native.stop(native) end)
     Sweep.run()
     :ok
+  end
+
+  defp drop_depth_user(%{depth_users: users} = state, pid, demonitor?) do
+    case Map.pop(users, pid) do
+      {nil, _} ->
+        state
+
+      {{ref, _depth}, rest} ->
+        if demonitor?, do: Process.demonitor(ref, [:flush])
+        if rest == %{}, do: Sweep.restore_backtrace_depth()
+        %{state | depth_users: rest}
+    end
   end
 
   defp add_user(%{users: users} = state, pid, tracee) do

@@ -7,7 +7,7 @@ defmodule FlameOn.Client.Profile do
 
     * `trace_id` – a unique positive integer.
     * `name` – the trace's name (the first field of each folded line).
-    * `mode` – `:process`: one process's timeline.
+    * `mode` – how it was captured: `:nif`, `:process` or `:sample`.
     * `pid` – the traced process.
     * `started_at` – when tracing started, `System.monotonic_time(:microsecond)`.
     * `duration_us` – wall time from the start to the end of the trace.
@@ -17,6 +17,10 @@ defmodule FlameOn.Client.Profile do
       `""` is time spent in the process with no traced function on its
       stack.
     * `graph` – the cross-process span graph; `nil` for process traces.
+    * `metrics` – mode `:sample`: per sampled process, one map per sample
+      (`:t_us` on `System.monotonic_time(:microsecond)`, `:status`,
+      `:message_queue_len`, `:memory` in bytes, `:reductions` so far);
+      empty in the other modes.
     * `stats` – the native session's counters (`:events`,
       `:dropped_events`, `:truncated_stacks`, ... see
       `FlameOn.Client.Native.stats/1`) plus `:unprocessed_events`, the trace
@@ -26,7 +30,9 @@ defmodule FlameOn.Client.Profile do
 
   `{MyApp.Mod, :fun, 2}` is `"MyApp.Mod.fun/2"`, `{:lists, :reverse, 1}` is
   `"lists:reverse/1"`. Synthetic frames: `"SLEEP"` (scheduled out),
-  `"WAITING"` (unattributed wait), `"GC"`, `"…"` (frames past `max_depth`)
+  `"WAITING"` (unattributed wait), `"GC"`, `"[running]"`, `"[runnable]"`,
+  `"[waiting]"`, ... (the sampled process status at the root of each stack,
+  mode `:sample` with `split_status: true`), `"…"` (frames past `max_depth`)
   and `"[truncated]"` (stacks past `max_nodes` / `max_frames`). `";"` and
   whitespace inside names become `"_"` so that the folded format stays
   parseable (an anonymous function in an ExUnit test is named like
@@ -41,6 +47,7 @@ defmodule FlameOn.Client.Profile do
             duration_us: 0,
             stacks: %{},
             graph: nil,
+            metrics: %{},
             stats: %{}
 
   @type stack :: String.t()
@@ -48,12 +55,13 @@ defmodule FlameOn.Client.Profile do
   @type t :: %__MODULE__{
           trace_id: pos_integer() | nil,
           name: String.t(),
-          mode: :nif | :process,
+          mode: :nif | :process | :sample,
           pid: pid() | nil,
           started_at: integer() | nil,
           duration_us: non_neg_integer(),
           stacks: %{pid() => [{stack(), pos_integer()}]},
           graph: FlameOn.Client.Graph.t() | nil,
+          metrics: %{pid() => [FlameOn.Client.Sampler.metric()]},
           stats: %{atom() => non_neg_integer()}
         }
 
@@ -118,6 +126,9 @@ defmodule FlameOn.Client.Profile do
       "SLEEP"
   """
   @spec frame_name(frame()) :: String.t()
+  def frame_name({:"$status", status, 0}) when is_atom(status), do: "[#{status}]"
+  def frame_name({:"$cut", _, 0}), do: "…"
+
   def frame_name({module, function, arity})
       when is_atom(module) and is_atom(function) and is_integer(arity) do
     text =

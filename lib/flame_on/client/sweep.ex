@@ -23,6 +23,8 @@ defmodule FlameOn.Client.Sweep do
 
   # The match spec of our local call patterns (FlameOn.Client.Patterns).
   @call_match_spec [{:_, [], [{:message, {:caller}}]}]
+  # Where the node's backtrace_depth is kept while samplers raised it.
+  @saved_depth_key :"$saved_backtrace_depth"
 
   @doc "The match spec of our local call patterns."
   @spec call_match_spec() :: [tuple()]
@@ -41,13 +43,44 @@ defmodule FlameOn.Client.Sweep do
     system_tracer = clear_system_tracer()
     call_patterns = clear_call_patterns()
     processes = untrace_processes()
+    backtrace_depth = restore_backtrace_depth()
 
     %{
       processes: processes,
+      backtrace_depth: backtrace_depth,
       system_tracer: system_tracer,
       send_pattern: send_pattern,
       call_patterns: call_patterns
     }
+  end
+
+  @doc """
+  Sets the node's `backtrace_depth` to `depth` for samplers, remembering the
+  value found first where a sweep finds it even after its owner died (the
+  application environment).
+  """
+  @spec raise_backtrace_depth(pos_integer()) :: :ok
+  def raise_backtrace_depth(depth) do
+    old = :erlang.system_flag(:backtrace_depth, depth)
+
+    if Application.get_env(:flame_on_client, @saved_depth_key) == nil,
+      do: Application.put_env(:flame_on_client, @saved_depth_key, old)
+
+    :ok
+  end
+
+  @doc "Puts back the `backtrace_depth` saved by `save_backtrace_depth/0`; whether it did."
+  @spec restore_backtrace_depth() :: boolean()
+  def restore_backtrace_depth do
+    case Application.get_env(:flame_on_client, @saved_depth_key) do
+      nil ->
+        false
+
+      depth ->
+        :erlang.system_flag(:backtrace_depth, depth)
+        Application.delete_env(:flame_on_client, @saved_depth_key)
+        true
+    end
   end
 
   @doc "Whether `tracer` (as `:erlang.trace_info(pid, :tracer)` gives it) is ours."

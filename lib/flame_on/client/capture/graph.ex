@@ -14,6 +14,11 @@ defmodule FlameOn.Client.Capture.Graph do
   @nif_flags [:call, :return_to, :running, :arity, :send, :procs]
 
   @impl Capture
+  def start(%{mode: :sample}) do
+    raise ArgumentError,
+          "cross_process: true does not support mode: :sample yet; use mode: :nif or :process"
+  end
+
   def start(opts) do
     Capture.ensure_untraced!()
 

@@ -37,7 +37,13 @@ defmodule FlameOn.Client.Capture.Nif do
     Patterns.release()
     # The tracer stamps events on its own clock; stop/1 noted when it ended.
     {raw, stats} = Native.finish(native, :stop)
-    {:ok, Profile.build(raw, Map.put(stats, :unprocessed_events, 0), fields(:nif, started_ts, end_ts, opts))}
+
+    {:ok,
+     Profile.build(
+       raw,
+       Map.put(stats, :unprocessed_events, 0),
+       fields(:nif, started_ts, end_ts, opts)
+     )}
   end
 
   @doc "The profile fields of a trace of the calling process."

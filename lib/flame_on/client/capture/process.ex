@@ -19,7 +19,11 @@ defmodule FlameOn.Client.Capture.Process do
 
     case TraceSession.start(session_opts) do
       {:ok, session} ->
-        %{module: __MODULE__, session: session, flags: [{:tracer, session} | TraceSession.trace_flags()]}
+        %{
+          module: __MODULE__,
+          session: session,
+          flags: [{:tracer, session} | TraceSession.trace_flags()]
+        }
 
       {:error, reason} ->
         Capture.raise_start_error!(reason, "a trace session")

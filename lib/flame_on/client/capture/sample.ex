@@ -1,0 +1,67 @@
+defmodule FlameOn.Client.Capture.Sample do
+  @moduledoc false
+  # mode: :sample – no call breakpoints at all. The calling process gets the
+  # :running flag (per process, no breakpoint) with the NIF as tracer, so
+  # its on- and off-CPU intervals are exact, and a FlameOn.Client.Sampler
+  # folds its stack into the same session at :interval_us. Nothing is set
+  # on the code, so other processes pay nothing.
+  @behaviour FlameOn.Client.Capture
+
+  alias FlameOn.Client.{Capture, Native, Patterns, Profile, Sampler}
+  alias FlameOn.Client.Capture.Nif
+
+  @flags [:running]
+  # The VM keeps at most 64 frames of a stack trace (MAX_BACKTRACE_SIZE);
+  # deeper stacks are sampled as their innermost 64 frames.
+  @max_backtrace_depth 64
+
+  @impl Capture
+  def start(opts) do
+    Capture.ensure_untraced!()
+    native = Capture.new_native!(opts, FlameOn.Client.limit_keys())
+    depth = backtrace_depth(opts)
+    :ok = Patterns.acquire_depth(depth)
+
+    %{
+      module: __MODULE__,
+      native: native,
+      flags: [{:tracer, Native, native} | @flags],
+      sampler_opts: [
+        interval_us: opts.interval_us,
+        split_status: opts.split_status,
+        max_samples: opts.max_samples,
+        depth: depth,
+        root: {FlameOn.Client, :profile, 2}
+      ]
+    }
+  end
+
+  @doc "The `backtrace_depth` a sample trace with these options needs."
+  @spec backtrace_depth(map()) :: pos_integer()
+  def backtrace_depth(opts), do: min(opts.max_depth + 1, @max_backtrace_depth)
+
+  @impl Capture
+  def begin(capture) do
+    Map.put(capture, :sampler, Sampler.start(capture.native, self(), capture.sampler_opts))
+  end
+
+  @impl Capture
+  def stop(%{native: native}), do: Native.stop(native)
+
+  @impl Capture
+  def finish(%{native: native, sampler: sampler}, started_ts, end_ts, opts) do
+    sampled = Sampler.stop(sampler)
+    Patterns.release_depth()
+    {raw, stats} = Native.finish(native, :stop)
+
+    stats =
+      Map.merge(stats, %{
+        unprocessed_events: 0,
+        late_ticks: sampled.late_ticks,
+        dropped_metrics: sampled.dropped_metrics
+      })
+
+    profile = Profile.build(raw, stats, Nif.fields(:sample, started_ts, end_ts, opts))
+    {:ok, %{profile | metrics: %{self() => sampled.metrics}}}
+  end
+end

@@ -1,0 +1,234 @@
+defmodule FlameOn.Client.Sampler do
+  @moduledoc """
+  Samples one process's stack into a native session at a fixed interval
+  (mode `:sample`). One sampler per sampled process, so a busy target that
+  is slow to answer delays only its own samples.
+
+  Each tick:
+
+    1. `Process.info(pid, [:status, :message_queue_len, :reductions])`: read
+       without a signal, so the status is the truth (asked together with the
+       stack, the target answers itself and always says `running`);
+    2. `Process.info(pid, [:current_stacktrace, :memory])`: one signal the
+       target answers at its next safe point (about 1.5 µs when it waits,
+       16-100 µs when it is busy on a loaded node);
+    3. `FlameOn.Client.Native.sample/3` folds the stack into the session's
+       calling-context tree; the `:running` trace flag (no breakpoint) gives
+       the exact on- and off-CPU intervals around it.
+
+  The stack depth is capped by the node's `backtrace_depth`, which
+  `FlameOn.Client.Patterns.acquire_depth/1` raises while samplers run.
+  Ticks use the VM's millisecond timers, so intervals are whole
+  milliseconds; a tick that falls behind is skipped and counted
+  (`late_ticks`), never queued up.
+
+  The metrics series (status, queue length, memory, reductions per sample)
+  is bounded by `:max_samples`; samples past it still fold stacks but their
+  metrics are dropped and counted (`dropped_metrics`).
+  """
+
+  alias FlameOn.Client.Native
+
+  @status_module :"$status"
+  # The root of a stack the VM cut at backtrace_depth.
+  @cut_frame {:"$cut", :"…", 0}
+
+  @typedoc "One sample's metrics."
+  @type metric :: %{
+          t_us: integer(),
+          status: atom(),
+          message_queue_len: non_neg_integer(),
+          memory: non_neg_integer(),
+          reductions: non_neg_integer()
+        }
+
+  @typedoc "What a stopped sampler hands back."
+  @type result :: %{
+          metrics: [metric()],
+          samples: non_neg_integer(),
+          late_ticks: non_neg_integer(),
+          dropped_metrics: non_neg_integer()
+        }
+
+  @doc """
+  Starts sampling `target` into `native`. Options: `:interval_us`
+  (required, at least 1000), `:split_status` (prefix each stack with its
+  status, `"[running]"`, `"[runnable]"`, `"[waiting]"`, ...), `:root`
+  (`{m, f, a}`: frames outside the innermost call of it are dropped, so
+  stacks start where exact traces start; a stack of `:depth` frames without
+  it was cut by the VM and gets a `"…"` root), `:depth` (the node's
+  `backtrace_depth` while sampling) and `:max_samples`.
+  """
+  @spec start(Native.session(), pid(), keyword()) :: pid()
+  def start(native, target, opts) do
+    interval_us = Keyword.fetch!(opts, :interval_us)
+
+    state = %{
+      native: native,
+      target: target,
+      interval_us: interval_us,
+      split_status: Keyword.get(opts, :split_status, false),
+      root: Keyword.get(opts, :root),
+      depth: Keyword.get(opts, :depth, 64),
+      own: false,
+      max_samples: Keyword.get(opts, :max_samples, 100_000),
+      metrics: [],
+      kept: 0,
+      samples: 0,
+      late_ticks: 0,
+      dropped_metrics: 0
+    }
+
+    # Sampling itself is free of signals: the first stack is known before
+    # the caller's first traced event.
+    # Its own frames (this function and below) are left out of it.
+    {state, first} =
+      if target == self(),
+        do: {tick(%{state | own: true}), next_deadline(now_us(), interval_us)},
+        else: {state, {now_us(), 0}}
+
+    state = %{state | own: false}
+
+    spawn(fn ->
+      # Ticks on time even when the node is busy: the sampler's own work
+      # per tick is a few microseconds.
+      Process.flag(:priority, :high)
+      ref = Process.monitor(target)
+      {deadline, _late} = first
+      state = Map.put(state, :ref, ref)
+      wait(state, deadline)
+    end)
+  end
+
+  @doc "Stops the sampler and returns its counters and metrics series."
+  @spec stop(pid()) :: result()
+  def stop(sampler) do
+    ref = Process.monitor(sampler)
+    send(sampler, {:stop, self(), ref})
+
+    receive do
+      {^ref, result} ->
+        Process.demonitor(ref, [:flush])
+        result
+
+      {:DOWN, ^ref, :process, _, _} ->
+        %{metrics: [], samples: 0, late_ticks: 0, dropped_metrics: 0}
+    end
+  end
+
+  @doc "The status frame that `split_status: true` puts at the root of each stack."
+  @spec status_frame(atom()) :: {atom(), atom(), 0}
+  def status_frame(status), do: {@status_module, status, 0}
+
+  @doc "Whether a frame is a status frame (see `status_frame/1`)."
+  @spec status_frame?(term()) :: boolean()
+  def status_frame?({@status_module, _status, 0}), do: true
+  def status_frame?(_frame), do: false
+
+  defp loop(state, deadline) do
+    state = tick(state)
+    {deadline, late} = next_deadline(deadline, state.interval_us)
+    state = %{state | late_ticks: state.late_ticks + late}
+    wait(state, deadline)
+  end
+
+  defp wait(%{ref: ref} = state, deadline) do
+    timeout = max(div(deadline - now_us() + 999, 1000), 0)
+
+    receive do
+      {:stop, from, stop_ref} ->
+        send(from, {stop_ref, result(state)})
+
+      {:DOWN, ^ref, :process, _, _} ->
+        # The target is gone: nothing more to sample, wait to be stopped.
+        receive do
+          {:stop, from, stop_ref} -> send(from, {stop_ref, result(state)})
+        end
+    after
+      timeout -> loop(state, deadline)
+    end
+  end
+
+  # The next tick on the interval grid; ticks already past are skipped.
+  defp next_deadline(deadline, interval_us) do
+    now = now_us()
+    next = deadline + interval_us
+
+    if next >= now do
+      {next, 0}
+    else
+      missed = div(now - next, interval_us) + 1
+      {next + missed * interval_us, missed}
+    end
+  end
+
+  defp tick(%{target: target} = state) do
+    with [status: status, message_queue_len: mql, reductions: reds] <-
+           Process.info(target, [:status, :message_queue_len, :reductions]),
+         [current_stacktrace: stack, memory: memory] <-
+           Process.info(target, [:current_stacktrace, :memory]) do
+      stack =
+        stack
+        |> drop_own(state)
+        |> trim(state.root, state.depth)
+        |> with_status(status, state.split_status)
+
+      case Native.sample(state.native, target, stack) do
+        :ok ->
+          metric = %{
+            t_us: now_us(),
+            status: status,
+            message_queue_len: mql,
+            memory: memory,
+            reductions: reds
+          }
+
+          keep(%{state | samples: state.samples + 1}, metric)
+
+        :stopped ->
+          state
+      end
+    else
+      # the target exited
+      _ -> state
+    end
+  end
+
+  defp keep(%{kept: kept, max_samples: max} = state, _metric) when kept >= max,
+    do: %{state | dropped_metrics: state.dropped_metrics + 1}
+
+  defp keep(state, metric), do: %{state | metrics: [metric | state.metrics], kept: state.kept + 1}
+
+  # A process sampling itself: the frames from the root frame out.
+  defp drop_own(stack, %{own: true, root: {m, f, a}}),
+    do: Enum.drop_while(stack, &(not match?({^m, ^f, ^a, _}, &1)))
+
+  defp drop_own(stack, _state), do: stack
+
+  # Innermost first: drop what lies outside the innermost frame of `root`.
+  # A stack cut by backtrace_depth (the VM keeps at most 64 frames) has no
+  # root frame: it gets a "…" root instead, so it is not taken for a
+  # stack that starts there.
+  defp trim(stack, nil, _depth), do: stack
+
+  defp trim(stack, {m, f, a}, depth) do
+    case Enum.find_index(stack, &match?({^m, ^f, ^a, _}, &1)) do
+      nil -> if length(stack) >= depth, do: stack ++ [@cut_frame], else: stack
+      index -> Enum.take(stack, index + 1)
+    end
+  end
+
+  defp with_status(stack, _status, false), do: stack
+  defp with_status(stack, status, true), do: stack ++ [status_frame(status)]
+
+  defp result(state) do
+    %{
+      metrics: Enum.reverse(state.metrics),
+      samples: state.samples,
+      late_ticks: state.late_ticks,
+      dropped_metrics: state.dropped_metrics
+    }
+  end
+
+  defp now_us, do: System.monotonic_time(:microsecond)
+end

@@ -1,0 +1,243 @@
+defmodule FlameOn.Client.SampleModeTest do
+  # mode: :sample – stack samples and the :running flag, no call
+  # breakpoints: the node's code is never patched, the stacks still add up
+  # to the traced wall time and hold the work's frames, and the node's
+  # backtrace_depth comes back.
+  use ExUnit.Case, async: false
+
+  import FlameOn.Client.TestHelpers
+
+  alias FlameOn.Client.{Patterns, Profile}
+  alias FlameOn.Client.Test.Workloads
+
+  # Functions the workloads below call: none may get a trace pattern.
+  @probes [
+    {Workloads, :fib, 1},
+    {Workloads, :busy, 1},
+    {Enum, :map, 2},
+    {:lists, :reverse, 1},
+    {FlameOn.Client, :profile, 2}
+  ]
+
+  setup do
+    ensure_app_started()
+    assert_node_clean()
+    on_exit(fn -> :erlang.system_flag(:backtrace_depth, depth()) end)
+    :ok
+  end
+
+  defp depth do
+    old = :erlang.system_flag(:backtrace_depth, 8)
+    :erlang.system_flag(:backtrace_depth, old)
+    old
+  end
+
+  defp untraced_probes, do: Enum.map(@probes, &{&1, :erlang.trace_info(&1, :traced)})
+
+  test "no call pattern is ever set, and backtrace_depth is raised only while it runs" do
+    before = depth()
+
+    {seen, profile} =
+      FlameOn.Client.profile(
+        fn ->
+          Workloads.busy(30)
+          {untraced_probes(), depth(), patterns_set?()}
+        end,
+        mode: :sample
+      )
+
+    {probes, during, patterns?} = seen
+    assert Enum.all?(probes, fn {_mfa, traced} -> traced == {:traced, false} end), inspect(probes)
+    refute patterns?
+    assert during == FlameOn.Client.Capture.Sample.backtrace_depth(%{max_depth: 512})
+    assert during == 64
+    assert depth() == before
+    assert profile.mode == :sample
+    assert profile.stats.samples > 0
+    assert_node_clean()
+  end
+
+  test "stacks hold the sampled work and add up to the traced wall time" do
+    {_, profile} = FlameOn.Client.profile(fn -> Workloads.busy(80) end, mode: :sample)
+    stacks = Map.fetch!(profile.stacks, self())
+    total = stacks |> Enum.map(&elem(&1, 1)) |> Enum.sum()
+    # Every microsecond of the trace is charged somewhere (rounding per stack).
+    assert_in_delta total, profile.duration_us, max(profile.duration_us * 0.05, 50)
+
+    fib_us = time_where(profile, self(), &String.contains?(&1, "Workloads.fib/1"))
+    on_cpu = time_where(profile, self(), &(not String.ends_with?(&1, "SLEEP")))
+    # busy/1 is fib calls and clock reads: most on-CPU time is under fib.
+    assert fib_us >= 0.5 * on_cpu, inspect(Enum.sort_by(stacks, &(-elem(&1, 1))) |> Enum.take(5))
+
+    assert Enum.all?(stacks, fn {stack, _} ->
+             stack == "" or stack =~ ~r/^FlameOn\.Client\.profile\/2/
+           end)
+  end
+
+  test "a stack deeper than the VM's 64-frame backtrace gets a cut root" do
+    {_, profile} =
+      FlameOn.Client.profile(fn -> Workloads.deep_even(100, fn -> Workloads.busy(30) end) end,
+        mode: :sample
+      )
+
+    stacks = Map.fetch!(profile.stacks, self())
+    cut = Enum.filter(stacks, fn {stack, _} -> String.starts_with?(stack, "…;") end)
+    assert cut != [], inspect(Enum.take(stacks, 3))
+    # the innermost frames are the ones kept
+    assert Enum.any?(cut, fn {stack, _} -> stack =~ "Workloads.fib/1" end)
+    # "…", then at most the VM's 64 frames (and a SLEEP leaf)
+    frames = fn stack -> stack |> String.split(";") |> Enum.reject(&(&1 in ["…", "SLEEP"])) end
+    assert Enum.all?(cut, fn {stack, _} -> length(frames.(stack)) <= 64 end)
+  end
+
+  test "trace/3 and its shippers work in sample mode" do
+    {result, profile} =
+      FlameOn.Client.profile(fn -> FlameOn.Client.trace("t", fn -> Workloads.busy(10) end) end,
+        mode: :sample
+      )
+
+    assert is_integer(result)
+    assert profile.stats.samples > 0
+    assert_node_clean()
+  end
+
+  test "time off-CPU stays a SLEEP leaf under the stack that waited" do
+    {_, profile} =
+      FlameOn.Client.profile(fn -> Process.sleep(40) end, mode: :sample, interval_us: 2_000)
+
+    sleep_us = time_where(profile, self(), &(&1 =~ ~r/Process\.sleep\/1;SLEEP$/))
+    assert sleep_us >= 30_000 and sleep_us <= profile.duration_us
+  end
+
+  test "split_status puts the sampled status at the root of each stack" do
+    {_, profile} =
+      FlameOn.Client.profile(
+        fn ->
+          Workloads.busy(20)
+          Process.sleep(20)
+        end,
+        mode: :sample,
+        split_status: true
+      )
+
+    roots =
+      profile.stacks
+      |> Map.fetch!(self())
+      |> Enum.map(fn {stack, _} -> stack |> String.split(";") |> hd() end)
+      |> Enum.uniq()
+
+    assert Enum.any?(roots, &(&1 in ["[running]", "[runnable]"])), inspect(roots)
+    assert Enum.any?(roots, &(&1 == "[waiting]")), inspect(roots)
+    assert Enum.all?(roots, &(&1 == "" or &1 =~ ~r/^\[[a-z_]+\]$/)), inspect(roots)
+    assert Profile.frame_name(FlameOn.Client.Sampler.status_frame(:runnable)) == "[runnable]"
+  end
+
+  test "each sample's metrics are in profile.metrics" do
+    {_, profile} =
+      FlameOn.Client.profile(
+        fn ->
+          for i <- 1..3, do: send(self(), {:note, i})
+          Workloads.busy(30)
+          for _ <- 1..3, do: receive(do: ({:note, _} -> :ok))
+        end,
+        mode: :sample
+      )
+
+    series = Map.fetch!(profile.metrics, self())
+    assert length(series) == profile.stats.samples
+    assert series != []
+
+    for m <- series do
+      assert is_integer(m.t_us) and is_atom(m.status)
+      assert m.memory > 0 and m.reductions > 0 and m.message_queue_len >= 0
+    end
+
+    assert Enum.any?(series, &(&1.message_queue_len >= 3))
+    times = Enum.map(series, & &1.t_us)
+    assert times == Enum.sort(times)
+    reds = Enum.map(series, & &1.reductions)
+    assert reds == Enum.sort(reds) and List.last(reds) > hd(reds)
+  end
+
+  test "max_samples bounds the metrics series and counts the rest" do
+    {_, profile} =
+      FlameOn.Client.profile(fn -> Workloads.busy(40) end, mode: :sample, max_samples: 3)
+
+    assert length(profile.metrics[self()]) == 3
+    assert profile.stats.dropped_metrics == profile.stats.samples - 3
+    assert profile.stats.dropped_metrics > 0
+  end
+
+  test "options are validated" do
+    assert_raise ArgumentError, ~r/interval_us/, fn ->
+      FlameOn.Client.profile(fn -> :ok end, mode: :sample, interval_us: 10)
+    end
+
+    assert_raise ArgumentError, ~r/split_status/, fn ->
+      FlameOn.Client.profile(fn -> :ok end, mode: :sample, split_status: :yes)
+    end
+
+    assert_node_clean()
+  end
+
+  test "a raise is re-raised, and the node and backtrace_depth are restored" do
+    before = depth()
+
+    assert_raise RuntimeError, "boom", fn ->
+      FlameOn.Client.profile(fn -> Workloads.boom!() end, mode: :sample)
+    end
+
+    assert depth() == before
+    assert_node_clean()
+  end
+
+  test "a sampled process killed mid-trace: backtrace_depth comes back" do
+    before = depth()
+    test = self()
+
+    pid =
+      spawn(fn ->
+        FlameOn.Client.profile(
+          fn ->
+            send(test, :sampling)
+            Process.sleep(:infinity)
+          end,
+          mode: :sample
+        )
+      end)
+
+    assert_receive :sampling
+    assert depth() == 64
+    Process.exit(pid, :kill)
+    assert_node_clean()
+    # Patterns restores it when it sees the sampler's owner go.
+    Patterns.users()
+    assert depth() == before
+  end
+
+  test "Patterns killed mid-trace: the sweep of its successor restores backtrace_depth" do
+    before = :erlang.system_flag(:backtrace_depth, 8)
+    test = self()
+
+    pid =
+      spawn(fn ->
+        FlameOn.Client.profile(
+          fn ->
+            send(test, :sampling)
+            Process.sleep(:infinity)
+          end,
+          mode: :sample
+        )
+      end)
+
+    assert_receive :sampling
+    assert depth() > 8
+    Process.exit(Process.whereis(Patterns), :kill)
+    Process.exit(pid, :kill)
+    assert_no_trace_leftovers(1_000)
+    ensure_app_started()
+    assert depth() == 8
+    :erlang.system_flag(:backtrace_depth, before)
+    assert_node_clean()
+  end
+end
