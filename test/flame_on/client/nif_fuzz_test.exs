@@ -341,6 +341,16 @@ defmodule FlameOn.Client.NifFuzzTest do
 
   ## Generators
 
+  # Building a PropEr type costs far more than generating from it (a union
+  # walks all its alternatives, nested ones again and again), so the shared
+  # ones are built once per test process.
+  defp memo(key, build) do
+    case Process.get({__MODULE__, key}) do
+      nil -> tap(build.(), &Process.put({__MODULE__, key}, &1))
+      type -> type
+    end
+  end
+
   # Pids, refs and ports are made once per test, not inside generators: a
   # term that differs on every generation (make_ref/0) keeps shrinking from
   # converging, and a seq_trace request and its reply need equal tags.
@@ -442,7 +452,9 @@ defmodule FlameOn.Client.NifFuzzTest do
 
   defp ingest_case(w) do
     end_ts = T.union([nil, T.integer(), T.integer(-@max_ts, @max_ts)])
-    {T.union([nil, T.elements(@labels)]), sized(&batches(w, &1)), end_ts}
+
+    {T.union([nil, T.elements(@labels)]),
+     sized(&memo({:batches, w, &1}, fn -> batches(w, &1) end)), end_ts}
   end
 
   defp batches(w, size) do
@@ -463,12 +475,14 @@ defmodule FlameOn.Client.NifFuzzTest do
   # Trace messages: well-formed events, ones that ingest/2 skips (not ours),
   # and malformed ones (a well-formed one with one field broken, or junk).
   defp message(w) do
-    T.frequency([
-      {6, event_message(w)},
-      {2, ignored_message(w)},
-      {3, let({event_message(w), breakage(w)}, &break/1)},
-      {1, term(w, 1)}
-    ])
+    memo({:message, w}, fn ->
+      T.frequency([
+        {6, event_message(w)},
+        {2, ignored_message(w)},
+        {3, let({event_message(w), breakage(w)}, &break/1)},
+        {1, term(w, 1)}
+      ])
+    end)
   end
 
   defp event_message(w) do
@@ -551,18 +565,22 @@ defmodule FlameOn.Client.NifFuzzTest do
   defp term(w, 0), do: leaf(w)
 
   defp term(w, depth) do
-    sub = term(w, depth - 1)
+    memo({:term, w, depth}, fn ->
+      sub = term(w, depth - 1)
 
-    T.frequency([
-      {4, leaf(w)},
-      {1, let(T.resize(6, T.non_empty(T.list(sub))), &List.to_tuple/1)},
-      {1, T.resize(5, T.list(sub))},
-      {1, let({sub, sub}, fn {h, t} -> [h | t] end)},
-      {1, let(T.resize(3, T.list({leaf(w), sub})), &Map.new/1)}
-    ])
+      T.frequency([
+        {4, leaf(w)},
+        {1, let(T.resize(6, T.non_empty(T.list(sub))), &List.to_tuple/1)},
+        {1, T.resize(5, T.list(sub))},
+        {1, let({sub, sub}, fn {h, t} -> [h | t] end)},
+        {1, let(T.resize(3, T.list({leaf(w), sub})), &Map.new/1)}
+      ])
+    end)
   end
 
-  defp leaf(w) do
+  defp leaf(w), do: memo({:leaf, w}, fn -> build_leaf(w) end)
+
+  defp build_leaf(w) do
     T.oneof([
       T.integer(),
       T.elements(@atoms),
