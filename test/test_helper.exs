@@ -1,3 +1,7 @@
+# PropEr's helpers, and PropEr on the code path (Elixir 1.15+ prunes it).
+Code.require_file("support/proper_helpers.exs", __DIR__)
+FlameOn.Client.ProperHelpers.add_code_path()
+
 # A loaded 2-core CI machine can take well over the default 100 ms to
 # deliver a message; assertions that a message comes wait up to 5 s.
 ExUnit.start(assert_receive_timeout: 5_000)

@@ -1,157 +1,596 @@
 defmodule FlameOn.Client.NifFuzzTest do
-  # Random and malformed terms into every NIF entry point: each call must
-  # return or raise ArgumentError, and the VM must stay up. Seeded, so a
-  # failure reproduces; FO_FUZZ_SEED / FO_FUZZ_CASES change the run.
+  # Property tests of every NIF entry point, PropEr-generated: random and
+  # malformed terms must return or raise ArgumentError and leave the VM up,
+  # and ingest/2 must count each trace message as its shape says. A failure
+  # prints the shrunk counterexample. Seeded, so a failure reproduces;
+  # FO_FUZZ_SEED / FO_FUZZ_CASES change the run. scripts/test runs this file
+  # again against the NIF built with ASan + UBSan.
   use ExUnit.Case, async: false
 
+  import FlameOn.Client.ProperHelpers
   import FlameOn.Client.TestHelpers
 
+  alias :proper_types, as: T
   alias FlameOn.Client.Native
+
+  @compile {:no_warn_undefined, [:proper_types]}
 
   @cases String.to_integer(System.get_env("FO_FUZZ_CASES", "3000"))
   @seed String.to_integer(System.get_env("FO_FUZZ_SEED", "20261122"))
+  # An ingest case is a whole session fed many batches, so 1/15 as many;
+  # at least 100, enough for every kind of batch to come up.
+  @ingest_cases max(div(@cases, 15), 100)
 
+  @file_path Path.relative_to_cwd(__ENV__.file)
+  @hint "FO_FUZZ_SEED=#{@seed} FO_FUZZ_CASES=#{@cases} mix test #{@file_path}"
+
+  # Far from the labels real graph traces take, and few, so that sessions
+  # of one case collide and seq_trace events find them.
+  @labels [1_000_001, 1_000_002, 1_000_003]
+
+  @atoms [:call, :return_to, :in, :out, :exit, :undefined, :trace_ts, :seq_trace, :graph] ++
+           [nil, true, :send, :receive, :"$gen_call", :alias, :timestamp, :max_nodes, :label]
+
+  @decoded_tags [:call, :return_to, :in, :out, :in_exiting, :out_exiting, :exit] ++
+                  [:gc_minor_start, :gc_major_start, :gc_start] ++
+                  [:gc_minor_end, :gc_major_end, :gc_end]
+
+  # Signed 64-bit overflow in the NIF's time arithmetic is undefined
+  # behaviour, which the UBSan run aborts on: timestamps and end times stay
+  # within +-2^62 ns (graph sessions subtract a clock offset of about 2^59),
+  # {Mega, Sec, Micro} too (4611 megaseconds is 2^62 ns), and sessions keep
+  # the default native_per_second (a smaller one multiplies timestamps up).
+  # Wider values are open bugs, not fuzz targets.
+  @max_ts 2 ** 62
+  @max_mega 4611
+
+  # Per test, not setup_all: each test then counts as failed (setup_all
+  # would mark them invalid) when PropEr is missing.
   setup do
-    :rand.seed(:exsss, {@seed, 7, 11})
-    :ok
+    ensure_proper!()
   end
 
-  defp pick(list), do: Enum.at(list, :rand.uniform(length(list)) - 1)
+  test "every NIF entry point takes #{@cases} generated calls and raises nothing but ArgumentError" do
+    w = world()
+    tally = tally()
 
-  # A random term, of bounded depth.
-  defp term(0), do: leaf()
+    assert_forall(
+      nif_case(w),
+      fn c ->
+        case run_case(c) do
+          {:ok, op, result} ->
+            bump(tally, :ok)
+            assert result_ok?(op, result), "#{elem(op, 0)} returned #{inspect(result)}"
 
-  defp term(depth) do
-    case :rand.uniform(8) do
-      1 -> List.to_tuple(for _ <- 1..:rand.uniform(7), do: term(depth - 1))
-      2 -> for _ <- 1..:rand.uniform(5), do: term(depth - 1)
-      3 -> [term(depth - 1) | term(depth - 1)]
-      4 -> %{term(0) => term(depth - 1), pick([:max_nodes, :label, :max_depth]) => term(0)}
-      _ -> leaf()
-    end
-  end
+          :badarg ->
+            bump(tally, :badarg)
+        end
 
-  defp leaf do
-    pick([
-      fn -> :rand.uniform(1000) end,
-      fn -> -:rand.uniform(1000) end,
-      fn -> 2 ** :rand.uniform(200) end,
-      fn -> :rand.uniform() * 1.0e10 end,
-      fn ->
-        pick([
-          :call,
-          :return_to,
-          :in,
-          :out,
-          :exit,
-          :undefined,
-          :trace_ts,
-          :seq_trace,
-          :graph,
-          nil,
-          true,
-          :send
-        ])
+        true
       end,
-      fn -> :crypto.strong_rand_bytes(:rand.uniform(8)) end,
-      fn -> self() end,
-      fn -> make_ref() end,
-      fn -> [:alias | make_ref()] end,
-      fn ->
-        {pick([:m, Enum, :lists]), pick([:f, :map, :reverse]), pick([0, 1, 2, 300, -1, [1, 2]])}
-      end,
-      fn -> [] end
-    ]).()
-  end
-
-  # Something shaped like a trace message, with random fields.
-  defp trace_message do
-    tag = pick([:call, :return_to, :in, :out, :exit, :gc_minor_start, :spawn, :send, term(0)])
-    fields = for _ <- 1..pick([1, 2, 3]), do: pick([term(1), {:m, :f, 1}, :undefined, 0])
-    ts = pick([:rand.uniform(1_000_000), -5, 2 ** 70, {1, 2, 3}, :now])
-
-    List.to_tuple(
-      [pick([:trace_ts, :trace_ts, :trace, term(0)]), pick([self(), term(0)]), tag] ++
-        fields ++ [ts]
+      numtests: @cases,
+      seed: @seed,
+      hint: @hint
     )
-  end
 
-  defp session, do: Native.new(%{})
-
-  defp state, do: pick([session(), :graph, term(1)])
-
-  defp call(fun) do
-    try do
-      fun.()
-      :ok
-    rescue
-      ArgumentError -> :badarg
-    end
-  end
-
-  test "every NIF entry point takes #{@cases} random calls and raises nothing but ArgumentError" do
-    outcomes =
-      for _ <- 1..@cases, reduce: %{ok: 0, badarg: 0} do
-        acc ->
-          op =
-            pick([
-              fn ->
-                Native.new(pick([term(2), %{max_nodes: term(0)}, %{label: term(0)}, %{}]))
-              end,
-              fn ->
-                Native.ingest(
-                  pick([session(), term(1)]),
-                  pick([term(2), for(_ <- 1..5, do: trace_message())])
-                )
-              end,
-              fn -> Native.stats(pick([session(), term(1)])) end,
-              fn -> Native.finish(pick([session(), term(1)]), pick([nil, :stop, term(0), 5])) end,
-              fn -> Native.stop(pick([session(), term(1)])) end,
-              fn ->
-                Native.graph_start(
-                  pick([session(), Native.new(%{label: 1_000_000 + :rand.uniform(1000)}), term(1)]),
-                  pick([self(), term(0)])
-                )
-              end,
-              fn ->
-                Native.enabled(
-                  pick([:call, :trace_status, :seq_trace, term(0)]),
-                  state(),
-                  term(1)
-                )
-              end,
-              fn ->
-                Native.trace(
-                  pick([:call, :return_to, :seq_trace, :in, term(0)]),
-                  state(),
-                  pick([self(), term(0), 7]),
-                  term(2),
-                  pick([%{}, %{match_spec_result: term(1)}, term(1)])
-                )
-              end
-            ])
-
-          Map.update!(acc, call(op), &(&1 + 1))
-      end
-
-    # Both outcomes happen, so the generator reaches past the argument checks.
-    assert outcomes.ok > @cases / 10
-    assert outcomes.badarg > @cases / 10
+    # Both outcomes happen, so the generators reach past the argument checks.
+    ok = count(tally, :ok)
+    badarg = count(tally, :badarg)
+    assert ok > @cases / 10, "only #{ok} of #{@cases} calls passed the argument checks"
+    assert badarg > @cases / 10, "only #{badarg} of #{@cases} calls raised ArgumentError"
     assert Process.alive?(self())
     assert_node_clean()
   end
 
-  test "ingest with random trace-shaped messages counts what it cannot use and keeps going" do
-    native = Native.new(%{})
+  test "ingest counts each generated trace message as its shape says and keeps going" do
+    w = world()
+    tally = tally()
 
-    for _ <- 1..200 do
-      :ok = Native.ingest(native, for(_ <- 1..20, do: trace_message()))
+    assert_forall(
+      ingest_case(w),
+      fn {label, batches, end_ts} ->
+        session = Native.new(if label, do: %{label: label}, else: %{})
+
+        for batch <- batches do
+          {messages, n, expected, proper?} = realize_batch(batch)
+          before = counts(Native.stats(session))
+
+          if proper? do
+            assert Native.ingest(session, messages) == :ok
+            assert delta(counts(Native.stats(session)), before) == expected
+          else
+            assert_raise ArgumentError, fn -> Native.ingest(session, messages) end
+            # What came before the bad tail may have been applied, no more.
+            got = delta(counts(Native.stats(session)), before)
+            assert Enum.all?(Map.keys(got), &(got[&1] <= expected[&1])), inspect({got, expected})
+            bump(tally, :improper)
+          end
+
+          bump(tally, :decoded, expected.events)
+          bump(tally, :ignored, expected.ignored_events)
+          bump(tally, :malformed, expected.malformed_events)
+          if n > 2000, do: bump(tally, :long)
+        end
+
+        # A finished session returns its stacks and takes no more messages.
+        result = Native.finish(session, end_ts)
+        assert is_map(elem(result, 0)) and tuple_size(result) == if(label, do: 3, else: 2)
+        assert_raise ArgumentError, fn -> Native.ingest(session, []) end
+        true
+      end,
+      numtests: @ingest_cases,
+      seed: @seed,
+      hint: @hint
+    )
+
+    # Every kind of message and batch came up, so the counts above mean
+    # something.
+    for {key, what} <- [
+          decoded: "decoded messages",
+          ignored: "ignored messages",
+          malformed: "malformed messages",
+          improper: "improper batches",
+          long: "batches over one ingest slice"
+        ] do
+      assert count(tally, key) > 0, "the generators made no #{what}"
     end
+  end
 
-    stats = Native.stats(native)
-    assert stats.events + stats.malformed_events + stats.ignored_events == 4000
-    assert stats.malformed_events > 0
-    {stacks, _} = Native.finish(native, :rand.uniform(1000))
-    assert is_map(stacks)
+  # Deliberately false properties over the same generators: that PropEr
+  # shrinks what they produce down to a small case is what makes a real
+  # failure readable.
+  test "a failing property is reported with its shrunk counterexample" do
+    w = world()
+    no_malformed = fn messages -> counts(ingest_all(messages)).malformed_events == 0 end
+    opts = [numtests: 200, seed: @seed, start_size: 30]
+
+    assert {:failed, [message] = shrunk, _} = quickcheck(T.list(message(w)), no_malformed, opts)
+
+    assert classify(message) == :malformed
+
+    assert {:failed, unshrunk, _} =
+             quickcheck(T.list(message(w)), no_malformed, [noshrink: true] ++ opts)
+
+    assert size(shrunk) < size(unshrunk), inspect({shrunk, unshrunk})
+    assert size(shrunk) <= 16, "shrunk to #{inspect(shrunk)}"
+
+    # Some call raising ArgumentError is found, and shrinks to a tiny one.
+    never_badarg = fn c -> run_case(c) != :badarg end
+    assert {:failed, shrunk_case, _} = quickcheck(nif_case(w), never_badarg, opts)
+    assert size(shrunk_case) <= 16, "shrunk to #{inspect(shrunk_case)}"
+
+    # The assertion the properties above use shows that counterexample.
+    error =
+      assert_raise ExUnit.AssertionError, fn ->
+        assert_forall(T.list(message(w)), no_malformed, [hint: @hint] ++ opts)
+      end
+
+    assert error.message =~ "shrunk counterexample:\n#{inspect_case(shrunk)}"
+    assert error.message =~ "on it the property returned false"
+    assert error.message =~ "FO_FUZZ_SEED=#{@seed}"
+  end
+
+  # What the generated cases did, summed outside PropEr (which reruns the
+  # property while shrinking, so counts only mean something on a pass).
+  @tallies [:ok, :badarg, :decoded, :ignored, :malformed, :improper, :long]
+  defp tally, do: :counters.new(length(@tallies), [])
+  defp bump(tally, key, n \\ 1), do: :counters.add(tally, slot(key), n)
+  defp count(tally, key), do: :counters.get(tally, slot(key))
+  defp slot(key), do: Enum.find_index(@tallies, &(&1 == key)) + 1
+
+  ## Running a generated NIF call
+
+  # A case is {labels, op}: graph sessions registered for those labels
+  # (rooted at the test process), then one NIF call. Sessions appear in the
+  # generated terms as {:session, kind} and are made when the case runs, so
+  # a shrunk case replays on fresh ones.
+  defp run_case({labels, op}) do
+    Process.put(:fuzz_graph_sessions, [])
+    Enum.each(labels, &materialize({:session, {:graph_started, &1}}))
+    op = op |> Tuple.to_list() |> Enum.map(&materialize/1) |> List.to_tuple()
+
+    try do
+      {:ok, op, apply(Native, elem(op, 0), op |> Tuple.delete_at(0) |> Tuple.to_list())}
+    rescue
+      ArgumentError -> :badarg
+    end
+  after
+    # Registered graph sessions are held by the router until stopped: stop
+    # them so that no case sees another's.
+    Enum.each(Process.delete(:fuzz_graph_sessions), &Native.stop/1)
+  end
+
+  defp materialize({:session, kind}) do
+    case kind do
+      :fresh ->
+        Native.new(%{})
+
+      :replay ->
+        Native.new(%{replay: true})
+
+      :stopped ->
+        s = Native.new(%{})
+        Native.stop(s)
+        s
+
+      :finished ->
+        s = Native.new(%{})
+        Native.finish(s, nil)
+        s
+
+      {graph, label} ->
+        s = Native.new(%{label: label})
+        Process.put(:fuzz_graph_sessions, [s | Process.get(:fuzz_graph_sessions)])
+        # Another session of the case may hold the label or the root.
+        if graph in [:graph_started, :graph_begun],
+          do: badarg_ok(fn -> Native.graph_start(s, self()) end)
+
+        if graph == :graph_begun, do: badarg_ok(fn -> Native.graph_begin(s) end)
+        s
+    end
+  end
+
+  defp materialize(other), do: other
+
+  defp badarg_ok(fun) do
+    fun.()
+  rescue
+    ArgumentError -> :badarg
+  end
+
+  defp result_ok?({:new, _}, r), do: is_reference(r)
+  defp result_ok?({:stats, _}, r), do: is_map(r)
+  defp result_ok?({:stop, _}, r), do: is_integer(r)
+  defp result_ok?({:finish, _, _}, r), do: match?({%{}, %{}}, r) or match?({%{}, %{}, %{}}, r)
+  defp result_ok?({:enabled, _, _, _}, r), do: r in [:trace, :discard, :remove]
+  defp result_ok?(_ingest_graph_or_trace, r), do: r == :ok
+
+  ## Ingest
+
+  defp ingest_all(messages) do
+    session = Native.new(%{})
+    :ok = Native.ingest(session, messages)
+    Native.stats(session)
+  end
+
+  defp counts(stats), do: Map.take(stats, [:events, :ignored_events, :malformed_events])
+
+  defp delta(now, before), do: Map.new(now, fn {k, v} -> {k, v - before[k]} end)
+
+  # A batch is {messages, length, tail}: a long one repeats its messages up
+  # to `length` (around the NIF's 2000-message slice), a non-[] tail makes
+  # the list improper. Returns the list, its length without the tail, the
+  # counts it should add and whether it is proper.
+  defp realize_batch({messages, length, tail}) do
+    messages =
+      if length && messages != [], do: Enum.take(Stream.cycle(messages), length), else: messages
+
+    classes = Enum.frequencies(Enum.map(messages, &classify/1))
+
+    expected = %{
+      events: Map.get(classes, :decoded, 0),
+      ignored_events: Map.get(classes, :ignored, 0),
+      malformed_events: Map.get(classes, :malformed, 0)
+    }
+
+    {messages ++ tail, length(messages), expected, tail == []}
+  end
+
+  # What ingest/2 makes of a message (the rules of fo_decode_trace_msg):
+  # :decoded (an event), :ignored (a trace message that is not ours) or
+  # :malformed.
+  defp classify(msg) when is_tuple(msg) and tuple_size(msg) in [5, 6] do
+    [first, who, tag, payload | _] = Tuple.to_list(msg)
+    ts = elem(msg, tuple_size(msg) - 1)
+
+    cond do
+      first != :trace_ts or not is_atom(tag) ->
+        :malformed
+
+      is_port(who) ->
+        :ignored
+
+      not (is_pid(who) and node(who) == node()) ->
+        :malformed
+
+      not ts?(ts) ->
+        :malformed
+
+      tuple_size(msg) == 6 and tag != :call ->
+        :ignored
+
+      tag == :call ->
+        if mfa?(payload), do: :decoded, else: :malformed
+
+      tag == :return_to ->
+        if mfa?(payload) or payload == :undefined, do: :decoded, else: :malformed
+
+      tag in @decoded_tags ->
+        :decoded
+
+      true ->
+        :ignored
+    end
+  end
+
+  defp classify(_msg), do: :malformed
+
+  defp ts?(ts) when is_integer(ts), do: ts >= -(2 ** 63) and ts < 2 ** 63
+
+  defp ts?({mega, sec, micro}) when is_integer(mega) and is_integer(sec) and is_integer(micro),
+    do: mega in 0..999_999_999 and sec in 0..999_999 and micro in 0..999_999
+
+  defp ts?(_), do: false
+
+  defp mfa?({m, f, a}) when is_atom(m) and is_atom(f) do
+    cond do
+      is_integer(a) -> a in 0..255
+      is_list(a) -> proper_list_length(a) in 0..255
+      true -> false
+    end
+  end
+
+  defp mfa?(_), do: false
+
+  defp proper_list_length(list, n \\ 0)
+  defp proper_list_length([], n), do: n
+  defp proper_list_length([_ | t], n), do: proper_list_length(t, n + 1)
+  defp proper_list_length(_improper, _n), do: nil
+
+  defp size(term), do: :erts_debug.flat_size(term)
+
+  ## Generators
+
+  # Building a PropEr type costs far more than generating from it (a union
+  # walks all its alternatives, nested ones again and again), so the shared
+  # ones are built once per test process.
+  defp memo(key, build) do
+    case Process.get({__MODULE__, key}) do
+      nil -> tap(build.(), &Process.put({__MODULE__, key}, &1))
+      type -> type
+    end
+  end
+
+  # Pids, refs and ports are made once per test, not inside generators: a
+  # term that differs on every generation (make_ref/0) keeps shrinking from
+  # converging, and a seq_trace request and its reply need equal tags.
+  defp world do
+    {dead, monitor} = spawn_monitor(fn -> :ok end)
+    assert_receive {:DOWN, ^monitor, :process, _, _}
+    refs = [make_ref(), make_ref()]
+
+    %{
+      pids: [self(), dead],
+      refs: refs,
+      ports: Enum.take(Port.list(), 1),
+      aliases: for(r <- refs, do: [:alias | r])
+    }
+  end
+
+  defp nif_case(w), do: {T.resize(3, T.list(T.elements(@labels))), op(w)}
+
+  defp op(w) do
+    s = T.union([session(), term(w, 1)])
+    state = T.union([session(), :graph, term(w, 1)])
+
+    T.oneof([
+      {:new, new_opts(w)},
+      {:ingest, s, T.union([term(w, 2), T.resize(6, T.list(message(w)))])},
+      {:stats, s},
+      {:finish, s, T.union([nil, :stop, 5, timestamp(), term(w, 0)])},
+      {:stop, s},
+      {:graph_start, s, T.union([T.elements(w.pids), term(w, 0)])},
+      {:graph_begin, s},
+      {:enabled,
+       T.union([T.elements([:call, :trace_status, :seq_trace, :send, :spawn]), term(w, 0)]),
+       state, term(w, 1)},
+      trace_callback(w, state)
+    ])
+  end
+
+  defp session do
+    T.union([
+      {:session, T.elements([:fresh, :replay, :stopped, :finished])},
+      {:session, {T.elements([:graph, :graph_started, :graph_begun]), T.elements(@labels)}}
+    ])
+  end
+
+  defp new_opts(w) do
+    limit =
+      T.union([
+        T.integer(0, 10),
+        T.integer(),
+        nil,
+        T.elements([2 ** 31, 2 ** 32, 50_000_001]),
+        term(w, 0)
+      ])
+
+    keys =
+      [:max_nodes, :max_depth, :max_processes, :max_frames, :max_stack_frames] ++
+        [:max_spans, :max_pending_calls, :max_fanout, :native_per_second]
+
+    pair =
+      T.union([
+        {T.elements(keys), limit},
+        {:label, T.union([T.elements(@labels), limit])},
+        {:replay, T.union([true, term(w, 0)])},
+        {term(w, 0), term(w, 0)}
+      ])
+
+    T.union([let(T.resize(4, T.list(pair)), &Map.new/1), term(w, 2)])
+  end
+
+  # trace/5 as the VM calls it: event tags with their payloads, seq_trace
+  # events (label, info) shaped like gen_server calls and replies, or junk.
+  defp trace_callback(w, state) do
+    pid = T.elements(w.pids)
+    tag = T.elements(w.refs ++ w.aliases)
+
+    opts =
+      T.union([
+        %{},
+        let({T.elements([:match_spec_result, :extra, :timestamp]), term(w, 1)}, &Map.new([&1]))
+      ])
+
+    seq_info =
+      T.union([
+        {T.elements([:send, :receive]), T.integer(0, 5), pid, pid,
+         {:"$gen_call", {pid, tag}, term(w, 0)}},
+        {T.elements([:send, :receive]), T.integer(0, 5), pid, T.union([pid, :undefined]),
+         {tag, term(w, 0)}},
+        term(w, 2)
+      ])
+
+    T.union([
+      {:trace, T.elements(@decoded_tags), state, T.union([pid, term(w, 0)]),
+       T.union([mfa(), term(w, 1)]), opts},
+      {:trace, :seq_trace, state, T.union([T.elements(@labels), term(w, 0)]), seq_info, opts},
+      {:trace, T.union([T.elements([:call, :return_to, :seq_trace, :in]), term(w, 0)]), state,
+       T.union([pid, term(w, 0), 7]), term(w, 2), T.union([opts, term(w, 1)])}
+    ])
+  end
+
+  defp ingest_case(w) do
+    end_ts = T.union([nil, T.integer(), T.integer(-@max_ts, @max_ts)])
+
+    {T.union([nil, T.elements(@labels)]),
+     sized(&memo({:batches, w, &1}, fn -> batches(w, &1) end)), end_ts}
+  end
+
+  defp batches(w, size) do
+    messages = T.resize(div(size, 2) + 1, T.list(message(w)))
+
+    batch =
+      T.frequency([
+        {12, {messages, nil, []}},
+        {1,
+         {T.non_empty(messages),
+          T.union([T.elements([1999, 2000, 2001, 4000]), T.integer(2002, 4500)]), []}},
+        {1, {messages, T.union([nil, 2000]), T.elements([:tail, 7, {:t}])}}
+      ])
+
+    T.resize(div(size, 8) + 1, T.list(batch))
+  end
+
+  # Trace messages: well-formed events, ones that ingest/2 skips (not ours),
+  # and malformed ones (a well-formed one with one field broken, or junk).
+  defp message(w) do
+    memo({:message, w}, fn ->
+      T.frequency([
+        {6, event_message(w)},
+        {2, ignored_message(w)},
+        {3, let({event_message(w), breakage(w)}, &break/1)},
+        {1, term(w, 1)}
+      ])
+    end)
+  end
+
+  defp event_message(w) do
+    pid = T.elements(w.pids)
+
+    T.oneof([
+      {:trace_ts, pid, :call, mfa(), timestamp()},
+      {:trace_ts, pid, :call, mfa(), T.union([mfa(), :undefined, term(w, 1)]), timestamp()},
+      {:trace_ts, pid, :return_to, T.union([mfa(), :undefined]), timestamp()},
+      {:trace_ts, pid, T.elements([:in, :out, :in_exiting, :out_exiting]), T.union([mfa(), 0]),
+       timestamp()},
+      {:trace_ts, pid, :exit, term(w, 1), timestamp()},
+      {:trace_ts, pid, T.elements(@decoded_tags -- [:call, :return_to]), term(w, 1), timestamp()}
+    ])
+  end
+
+  defp ignored_message(w) do
+    pid = T.elements(w.pids)
+
+    T.oneof(
+      [
+        {:trace_ts, pid, :send, term(w, 1), pid, timestamp()},
+        {:trace_ts, pid, :return_from, mfa(), term(w, 0), timestamp()},
+        {:trace_ts, pid, T.elements([:spawn, :link, :register, :gc_max_heap_size]), term(w, 1),
+         timestamp()}
+      ] ++
+        for(port <- w.ports, do: {:trace_ts, port, T.elements(@decoded_tags), mfa(), timestamp()})
+    )
+  end
+
+  defp breakage(w) do
+    T.oneof([
+      {:first, T.union([:trace, term(w, 0)])},
+      {:pid, such_that(term(w, 0), &(not is_pid(&1) and not is_port(&1)))},
+      {:tag, such_that(term(w, 0), &(not is_atom(&1)))},
+      {:ts, T.elements([2 ** 63, -(2 ** 63) - 1, 2 ** 70, :now, 1.5, {1, 2}, {-1, 0, 0}])},
+      {:ts,
+       T.elements([{0, 1_000_000, 0}, {0, 0, 1_000_000}, {1_000_000_000, 0, 0}, {1, 2, 3, 4}])},
+      {:payload, T.elements([:call, :return_to]), bad_mfa(w)},
+      {:arity, T.elements([4, 7, 2])}
+    ])
+  end
+
+  defp break({msg, {:first, v}}), do: put_elem(msg, 0, v)
+  defp break({msg, {:pid, v}}), do: put_elem(msg, 1, v)
+  defp break({msg, {:tag, v}}), do: put_elem(msg, 2, v)
+  defp break({msg, {:ts, v}}), do: put_elem(msg, tuple_size(msg) - 1, v)
+
+  defp break({msg, {:arity, n}}),
+    do: msg |> Tuple.to_list() |> Stream.cycle() |> Enum.take(n) |> List.to_tuple()
+
+  # Only call and return_to look at their payload.
+  defp break({msg, {:payload, tag, v}}), do: msg |> put_elem(2, tag) |> put_elem(3, v)
+
+  defp mfa do
+    arity = T.union([T.integer(0, 255), T.resize(4, T.list(:a))])
+    {T.elements([:m, Enum, :lists, nil]), T.elements([:f, :map, :reverse]), arity}
+  end
+
+  defp bad_mfa(w) do
+    T.oneof([
+      {:m, :f,
+       T.elements([256, 300, -1, 2 ** 32, :a, 1.5, [1 | 2], ~c"x" ++ List.duplicate(?a, 300)])},
+      {such_that(term(w, 0), &(not is_atom(&1))), :f, 0},
+      {:m, such_that(term(w, 0), &(not is_atom(&1))), 1},
+      {:m, :f},
+      {:m, :f, 1, 2}
+    ])
+  end
+
+  defp timestamp do
+    T.union([
+      T.integer(),
+      T.integer(-@max_ts, @max_ts),
+      {T.integer(0, @max_mega), T.integer(0, 999_999), T.integer(0, 999_999)}
+    ])
+  end
+
+  # A random term of at most `depth` levels of nesting.
+  defp term(w, 0), do: leaf(w)
+
+  defp term(w, depth) do
+    memo({:term, w, depth}, fn ->
+      sub = term(w, depth - 1)
+
+      T.frequency([
+        {4, leaf(w)},
+        {1, let(T.resize(6, T.non_empty(T.list(sub))), &List.to_tuple/1)},
+        {1, T.resize(5, T.list(sub))},
+        {1, let({sub, sub}, fn {h, t} -> [h | t] end)},
+        {1, let(T.resize(3, T.list({leaf(w), sub})), &Map.new/1)}
+      ])
+    end)
+  end
+
+  defp leaf(w), do: memo({:leaf, w}, fn -> build_leaf(w) end)
+
+  defp build_leaf(w) do
+    T.oneof([
+      T.integer(),
+      T.elements(@atoms),
+      let(T.integer(0, 200), &(2 ** &1)),
+      let(T.integer(0, 200), &(-(2 ** &1))),
+      T.float(),
+      T.binary(),
+      T.elements(w.pids ++ w.refs ++ w.ports ++ w.aliases),
+      T.elements([{:m, :f, 0}, {Enum, :map, 2}, {:lists, :reverse, [1, 2]}, {:m, :f, 300}]),
+      []
+    ])
   end
 end
