@@ -66,6 +66,8 @@
     A(stop)                                                                                    \
     A(stopped)                                                                                 \
     A(graph)                                                                                   \
+    A(flame_on_callee)                                                                         \
+    A(idle)                                                                                    \
     A(seq_trace)                                                                               \
     A(send)                                                                                    \
     A(receive)                                                                                 \

@@ -66,6 +66,21 @@ static void apply_seq(fo_session_res *res, const fo_seq_event *e, int64_t ts)
     }
 }
 
+/* Sample traces have no call events for a callee: its owner samples it
+ * instead, so it is told of each request a callee takes (one message per
+ * request, not per event). */
+static void tell_watcher(ErlNifEnv *env, fo_session_res *res, uint64_t callee)
+{
+    ErlNifEnv *msg_env = enif_alloc_env();
+    if (msg_env == NULL)
+        return;
+    ErlNifPid pid;
+    pid.pid = (ERL_NIF_TERM)callee;
+    ERL_NIF_TERM msg = enif_make_tuple2(msg_env, fo_atom_flame_on_callee, enif_make_pid(msg_env, &pid));
+    enif_send(env, &res->watcher, msg_env, msg);
+    enif_free_env(msg_env);
+}
+
 // trace(seq_trace, graph, Label, Info, Opts)
 static void on_seq_trace(ErlNifEnv *env, ERL_NIF_TERM label_term, ERL_NIF_TERM info)
 {
@@ -80,12 +95,17 @@ static void on_seq_trace(ErlNifEnv *env, ERL_NIF_TERM label_term, ERL_NIF_TERM i
     /* A request received makes the receiver work for this trace: its call
      * events are routed here from now on (it got these flags from the send
      * match spec). */
-    if (e.kind == FO_SEQ_REQUEST && !e.is_send)
+    int taken = e.kind == FO_SEQ_REQUEST && !e.is_send;
+    if (taken)
         fo_router_map_pid(e.to, res);
     fo_spin_lock(&res->lock);
-    if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed))
+    int live = res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed);
+    if (live)
         apply_seq(res, &e, ts);
+    int tell = live && taken && res->watch_callees && e.to != res->root_pid;
     fo_spin_unlock(&res->lock);
+    if (tell)
+        tell_watcher(env, res, e.to);
     /* a root that served this request goes back to its own trace */
     if (e.kind == FO_SEQ_REPLY && e.is_send && e.from != res->root_pid)
         fo_router_restore_root(e.from);

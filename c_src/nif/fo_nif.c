@@ -185,6 +185,23 @@ static ERL_NIF_TERM nif_graph_start(ErlNifEnv *env, int argc, const ERL_NIF_TERM
     return fo_atom_ok;
 }
 
+// graph_watch_callees(Session, Pid) -> ok: from now on Pid gets
+// {flame_on_callee, Callee} each time a callee receives a request of the
+// trace (sample traces sample callees instead of call tracing them).
+static ERL_NIF_TERM nif_graph_watch_callees(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid pid;
+    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->graph == NULL)
+        return enif_make_badarg(env);
+    fo_spin_lock(&res->lock);
+    res->watcher = pid;
+    res->watch_callees = 1;
+    fo_spin_unlock(&res->lock);
+    return fo_atom_ok;
+}
+
 // graph_begin(Session) -> ok: the root span starts now.
 static ERL_NIF_TERM nif_graph_begin(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
@@ -280,6 +297,7 @@ static ErlNifFunc nif_funcs[] = {
     {"stop", 1, nif_stop, 0},
     {"graph_start", 2, nif_graph_start, 0},
     {"graph_begin", 1, nif_graph_begin, 0},
+    {"graph_watch_callees", 2, nif_graph_watch_callees, 0},
     {"finish", 2, nif_finish, ERL_NIF_DIRTY_JOB_CPU_BOUND},
     {"sample", 3, fo_sample_nif, 0},
     {"enabled", 3, fo_tracer_enabled, 0},

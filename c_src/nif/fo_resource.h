@@ -25,6 +25,8 @@ typedef struct {
     int64_t ingest_offset_ns; /* graph traces: Erlang monotonic - tracer clock, so
                                  trace messages (:process mode) join the tracer-clock
                                  events on one clock; 0 otherwise */
+    int watch_callees;     /* graph traces: tell watcher of each request a callee takes */
+    ErlNifPid watcher;     /* (the trace's owner starts a sampler for the callee) */
     ErlNifEnv *reasons;    /* graph traces: copies of callee exit reasons */
     ERL_NIF_TERM reason_terms[16];
     uint64_t reason_keys[16];

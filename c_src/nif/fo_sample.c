@@ -48,14 +48,20 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
             return enif_make_badarg(env);
         }
     }
-    int applied = 0;
+    ERL_NIF_TERM result = fo_atom_stopped;
     fo_spin_lock(&res->lock);
     if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed)) {
-        fo_session_sample(res->core, (uint64_t)pid.pid, ts, frames, count);
-        fo_resource_account_sometimes(res);
-        applied = 1;
+        /* A cross-process trace counts a callee only while it serves one
+         * of the trace's requests, as its events are (fo_graph_tracer.c). */
+        if (res->graph != NULL && !fo_graph_active(res->graph, (uint64_t)pid.pid)) {
+            result = fo_atom_idle;
+        } else {
+            fo_session_sample(res->core, (uint64_t)pid.pid, ts, frames, count);
+            fo_resource_account_sometimes(res);
+            result = fo_atom_ok;
+        }
     }
     fo_spin_unlock(&res->lock);
     enif_free(frames);
-    return applied ? fo_atom_ok : fo_atom_stopped;
+    return result;
 }

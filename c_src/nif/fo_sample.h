@@ -5,6 +5,7 @@
 #include <erl_nif.h>
 
 // sample(Session, Pid, Stack) -> ok | stopped (the session took no more)
+//   | idle (a cross-process trace's callee between requests of the trace)
 // Stack is process_info(Pid, current_stacktrace)'s list, innermost first:
 // {M, F, Arity | Args} or {M, F, Arity | Args, Location} tuples.
 ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);

@@ -103,6 +103,12 @@ defmodule FlameOn.Client.Native do
   @spec graph_begin(session()) :: :ok
   def graph_begin(_session), do: :erlang.nif_error(:nif_not_loaded)
 
+  @doc false
+  # From now on `pid` gets `{:flame_on_callee, callee}` each time a callee
+  # receives a request of this graph trace (sample traces sample callees).
+  @spec graph_watch_callees(session(), pid()) :: :ok
+  def graph_watch_callees(_session, _pid), do: :erlang.nif_error(:nif_not_loaded)
+
   @spec sample(session(), pid(), list()) :: :ok | :stopped
   def sample(_session, _pid, _stack), do: :erlang.nif_error(:nif_not_loaded)
 

@@ -107,11 +107,15 @@ defmodule FlameOn.Client.Patterns do
   The last graph user (by `release_graph/0` or by dying) puts the system
   tracer and the send pattern back and turns tracing off on every process
   that still has the graph tracer. A graph user that dies mid-trace has its
-  session stopped.
+  session stopped. `call_patterns: false` (sample traces) takes graph
+  tracing only: no call pattern is set for it.
   """
-  @spec acquire_graph(reference(), pid() | nil, pos_integer() | nil) :: :ok | {:error, term()}
-  def acquire_graph(native, root \\ nil, label \\ nil),
-    do: GenServer.call(__MODULE__, {:acquire_graph, native, root, label}, @call_timeout)
+  @spec acquire_graph(reference(), pid() | nil, pos_integer() | nil, keyword()) ::
+          :ok | {:error, term()}
+  def acquire_graph(native, root \\ nil, label \\ nil, opts \\ []) do
+    patterns? = Keyword.get(opts, :call_patterns, true)
+    GenServer.call(__MODULE__, {:acquire_graph, native, root, label, patterns?}, @call_timeout)
+  end
 
   @doc "Ends the calling process's graph trace registration (see `acquire_graph/1`)."
   @spec release_graph() :: :ok
@@ -168,7 +172,11 @@ defmodule FlameOn.Client.Patterns do
   # One call takes both the call patterns and graph tracing (a trace makes
   # two calls to this server, not four: it is the one serialization point
   # of concurrent traces).
-  def handle_call({:acquire_graph, native, root, label}, {pid, _tag}, %{graph: graph} = state) do
+  def handle_call(
+        {:acquire_graph, native, root, label, patterns?},
+        {pid, _tag},
+        %{graph: graph} = state
+      ) do
     taken = if graph == %{}, do: take_system_tracer(), else: :ok
 
     cond do
@@ -179,9 +187,14 @@ defmodule FlameOn.Client.Patterns do
         {:reply, taken, state}
 
       true ->
-        case add_user(state, pid, pid) do
+        added = if patterns?, do: add_user(state, pid, pid), else: {:ok, state}
+
+        case added do
           {:ok, state} ->
-            graph = Map.put(graph, pid, %{native: native, root: root, label: label})
+            # A graph user without call patterns is watched on its own.
+            ref = if patterns?, do: nil, else: Process.monitor(pid)
+            trace = %{native: native, root: root, label: label, ref: ref}
+            graph = Map.put(graph, pid, trace)
             set_graph_patterns(graph)
             {:reply, :ok, %{state | graph: graph}}
 
@@ -219,6 +232,12 @@ defmodule FlameOn.Client.Patterns do
   def handle_info({:DOWN, ref, :process, pid, _reason}, %{depth_users: %{} = depth} = state)
       when is_map_key(depth, pid) and elem(:erlang.map_get(pid, depth), 0) == ref do
     {:noreply, drop_depth_user(state, pid, false)}
+  end
+
+  def handle_info({:DOWN, ref, :process, pid, _reason}, %{graph: graph} = state)
+      when is_map_key(graph, pid) and :erlang.map_get(pid, graph).ref == ref do
+    Native.stop(graph[pid].native)
+    {:noreply, drop_graph_user(state, pid)}
   end
 
   def handle_info({:DOWN, ref, :process, pid, _reason}, %{users: users} = state) do
@@ -349,7 +368,8 @@ defmodule FlameOn.Client.Patterns do
       {nil, _} ->
         state
 
-      {_trace, rest} ->
+      {trace, rest} ->
+        if trace.ref, do: Process.demonitor(trace.ref, [:flush])
         if rest == %{}, do: clear_graph_patterns(), else: set_graph_patterns(rest)
         %{state | graph: rest}
     end

@@ -71,6 +71,7 @@ defmodule FlameOn.Client.Sampler do
       root: Keyword.get(opts, :root),
       depth: Keyword.get(opts, :depth, 64),
       own: false,
+      idle: false,
       max_samples: Keyword.get(opts, :max_samples, 100_000),
       metrics: [],
       kept: 0,
@@ -100,6 +101,17 @@ defmodule FlameOn.Client.Sampler do
     end)
   end
 
+  @doc """
+  Wakes a sampler that went idle: its target (a callee of a cross-process
+  trace) takes a request of the trace again. `FlameOn.Client.Native.sample/3`
+  answers `:idle` for a callee between requests.
+  """
+  @spec wake(pid()) :: :ok
+  def wake(sampler) do
+    send(sampler, :wake)
+    :ok
+  end
+
   @doc "Stops the sampler and returns its counters and metrics series."
   @spec stop(pid()) :: result()
   def stop(sampler) do
@@ -126,10 +138,29 @@ defmodule FlameOn.Client.Sampler do
   def status_frame?(_frame), do: false
 
   defp loop(state, deadline) do
-    state = tick(state)
-    {deadline, late} = next_deadline(deadline, state.interval_us)
-    state = %{state | late_ticks: state.late_ticks + late}
-    wait(state, deadline)
+    case tick(state) do
+      %{idle: true} = state ->
+        idle(%{state | idle: false})
+
+      state ->
+        {deadline, late} = next_deadline(deadline, state.interval_us)
+        state = %{state | late_ticks: state.late_ticks + late}
+        wait(state, deadline)
+    end
+  end
+
+  defp idle(state) do
+    receive do
+      :wake -> loop(state, now_us())
+      {:stop, from, stop_ref} -> send(from, {stop_ref, result(state)})
+      {:DOWN, ref, :process, _, _} when ref == state.ref -> wait_for_stop(state)
+    end
+  end
+
+  defp wait_for_stop(state) do
+    receive do
+      {:stop, from, stop_ref} -> send(from, {stop_ref, result(state)})
+    end
   end
 
   defp wait(%{ref: ref} = state, deadline) do
@@ -139,11 +170,13 @@ defmodule FlameOn.Client.Sampler do
       {:stop, from, stop_ref} ->
         send(from, {stop_ref, result(state)})
 
+      # The target is gone: nothing more to sample.
       {:DOWN, ^ref, :process, _, _} ->
-        # The target is gone: nothing more to sample, wait to be stopped.
-        receive do
-          {:stop, from, stop_ref} -> send(from, {stop_ref, result(state)})
-        end
+        wait_for_stop(state)
+
+      # Only an idle sampler waits for these: one that is sampling ignores them.
+      :wake ->
+        wait(state, deadline)
     after
       timeout -> loop(state, deadline)
     end
@@ -187,6 +220,11 @@ defmodule FlameOn.Client.Sampler do
 
         :stopped ->
           state
+
+        # A callee between requests of the trace: nothing to sample until
+        # the trace's owner wakes us for its next one.
+        :idle ->
+          %{state | idle: true}
       end
     else
       # the target exited

@@ -35,12 +35,13 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   use GenServer, restart: :temporary
 
-  alias FlameOn.Client.{Graph, Native, Patterns, Profile, Shipper, TraceSession}
+  alias FlameOn.Client.{Graph, Native, Patterns, Profile, Sampler, Shipper, TraceSession}
 
   @typedoc "Options of `start/1`."
   @type option ::
           {:root, pid()}
-          | {:mode, :nif | :process}
+          | {:mode, :nif | :process | :sample}
+          | {:sampler, keyword()}
           | {:name, String.t()}
           | {:sleep, :default | :raw}
           | {:max_duration_ms, pos_integer()}
@@ -100,7 +101,8 @@ defmodule FlameOn.Client.TraceGraphSession do
 
     with {:ok, native} <- new_native(limits, label),
          :ok <- register(native, root),
-         :ok <- take_graph_tracing(native, root, label) do
+         :ok <- watch_callees(native, mode),
+         :ok <- take_graph_tracing(native, root, label, mode) do
       timer = Process.send_after(self(), :lifetime, Keyword.get(opts, :max_duration_ms, 60_000))
 
       state = %{
@@ -115,7 +117,10 @@ defmodule FlameOn.Client.TraceGraphSession do
         limits: limits,
         shippers: Shipper.normalize!(Keyword.get(opts, :shipper)),
         timer: timer,
-        lifetime_exceeded: false
+        lifetime_exceeded: false,
+        # mode :sample: a FlameOn.Client.Sampler per callee, by pid
+        samplers: %{},
+        sampler_opts: Keyword.get(opts, :sampler, [])
       }
 
       # The root's TraceSession (mode :process) starts under the same
@@ -159,6 +164,20 @@ defmodule FlameOn.Client.TraceGraphSession do
     {:stop, :normal, state}
   end
 
+  # mode :sample: a callee took a request of the trace (the NIF router says
+  # so); it is sampled while it serves the trace, not call traced.
+  def handle_info({:flame_on_callee, pid}, %{native: native} = state) when native != nil do
+    case state.samplers do
+      %{^pid => sampler} ->
+        Sampler.wake(sampler)
+        {:noreply, state}
+
+      samplers ->
+        sampler = Sampler.start(native, pid, state.sampler_opts)
+        {:noreply, %{state | samplers: Map.put(samplers, pid, sampler)}}
+    end
+  end
+
   def handle_info(_msg, state), do: {:noreply, state}
 
   @impl GenServer
@@ -188,8 +207,12 @@ defmodule FlameOn.Client.TraceGraphSession do
     ArgumentError -> {:stop, :noproc}
   end
 
-  defp take_graph_tracing(native, root, label) do
-    case Patterns.acquire_graph(native, root, label) do
+  defp watch_callees(native, :sample), do: Native.graph_watch_callees(native, self())
+  defp watch_callees(_native, _mode), do: :ok
+
+  # A sample trace sets no call patterns: its callees are sampled.
+  defp take_graph_tracing(native, root, label, mode) do
+    case Patterns.acquire_graph(native, root, label, call_patterns: mode != :sample) do
       :ok ->
         :ok
 
@@ -201,7 +224,7 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   # Mode :process: the root's own events come as trace messages to a
   # TraceSession that ingests them into the same graph session.
-  defp timeline(%{mode: :nif}), do: {:ok, nil}
+  defp timeline(%{mode: mode}) when mode in [:nif, :sample], do: {:ok, nil}
 
   defp timeline(%{mode: :process} = state) do
     session_opts = [
@@ -232,11 +255,13 @@ defmodule FlameOn.Client.TraceGraphSession do
     end
   end
 
-  defp finish_trace(%{mode: :nif} = state, opts) do
+  defp finish_trace(%{mode: mode} = state, opts) when mode in [:nif, :sample] do
     started_ts = Keyword.fetch!(opts, :started_ts)
     end_ts = Keyword.fetch!(opts, :end_ts)
+    sampled = stop_samplers(state, Keyword.get(opts, :root_sampled))
     # The tracer stamps events on its own clock; stop/1 noted when it ended.
     {raw, stats, graph} = Native.finish(state.native, :stop)
+    stats = Map.merge(stats, sampled.stats)
 
     profile =
       Profile.build(
@@ -245,7 +270,7 @@ defmodule FlameOn.Client.TraceGraphSession do
         [
           trace_id: state.label,
           name: state.name,
-          mode: :nif,
+          mode: mode,
           pid: state.root,
           graph: Graph.build(graph, state.label),
           started_at: System.convert_time_unit(started_ts, :native, :microsecond),
@@ -254,7 +279,28 @@ defmodule FlameOn.Client.TraceGraphSession do
         state.names
       )
 
-    {:ok, lifetime(profile, state)}
+    {:ok, lifetime(%{profile | metrics: sampled.metrics}, state)}
+  end
+
+  # The callees' samplers, and what the root's own sampler handed in.
+  defp stop_samplers(state, root_sampled) do
+    by_pid =
+      Enum.map(state.samplers, fn {pid, sampler} -> {pid, Sampler.stop(sampler)} end) ++
+        if(root_sampled, do: [{state.root, root_sampled}], else: [])
+
+    %{
+      metrics: for({pid, %{metrics: [_ | _] = m}} <- by_pid, into: %{}, do: {pid, m}),
+      stats:
+        if by_pid == [] do
+          %{}
+        else
+          %{
+            late_ticks: Enum.sum(for {_, r} <- by_pid, do: r.late_ticks),
+            dropped_metrics: Enum.sum(for {_, r} <- by_pid, do: r.dropped_metrics),
+            sampled_processes: length(by_pid)
+          }
+        end
+    }
   end
 
   defp lifetime(profile, state) do

@@ -16,7 +16,8 @@ defmodule FlameOn.Client.CleanupTest do
     {"mode :process", [mode: :process]},
     {"mode :sample", [mode: :sample]},
     {"mode :nif, cross_process", [mode: :nif, cross_process: true]},
-    {"mode :process, cross_process", [mode: :process, cross_process: true]}
+    {"mode :process, cross_process", [mode: :process, cross_process: true]},
+    {"mode :sample, cross_process", [mode: :sample, cross_process: true]}
   ]
 
   setup do

@@ -241,3 +241,88 @@ defmodule FlameOn.Client.SampleModeTest do
     assert_node_clean()
   end
 end
+
+defmodule FlameOn.Client.SampleGraphTest do
+  # mode: :sample with cross_process: true – the span graph as in exact
+  # mode, the callees' stacks from samples taken while they serve the
+  # trace, and still no call pattern anywhere.
+  use ExUnit.Case, async: false
+
+  import FlameOn.Client.TestHelpers
+
+  alias FlameOn.Client.Test.{Server, Workloads}
+
+  setup do
+    ensure_app_started()
+    assert_node_clean()
+    :ok
+  end
+
+  test "callees are sampled while they serve the trace, and spans link like in exact mode" do
+    {:ok, a} = Server.start()
+    {:ok, b} = Server.start()
+
+    {traced, profile} =
+      FlameOn.Client.profile(
+        fn ->
+          GenServer.call(a, {:spin, 30})
+          GenServer.call(a, {:forward, 10, b, {:spin, 20}})
+          {:erlang.trace_info({Server, :handle_call, 3}, :traced), patterns_set?()}
+        end,
+        mode: :sample,
+        cross_process: true
+      )
+
+    assert traced == {{:traced, false}, false}
+    assert profile.mode == :sample
+    spans = profile.graph.spans
+    root = Enum.find(spans, &(&1.pid == self()))
+    a_spans = Enum.filter(spans, &(&1.pid == a))
+    [b_span] = Enum.filter(spans, &(&1.pid == b))
+    assert length(a_spans) == 2
+    assert Enum.all?(a_spans, &(&1.parent_span_id == root.span_id))
+    assert b_span.parent_span_id in Enum.map(a_spans, & &1.span_id)
+    # 30 + 10 + 20 ms of callee work explain most of the root's wait
+    assert root.attributed_wait_us >= 50_000
+
+    for {pid, spin_ms} <- [{a, 40}, {b, 20}] do
+      spin_us = time_where(profile, pid, &String.contains?(&1, "Server.spin_until/1"))
+      assert spin_us >= spin_ms * 1000 * 0.8, "#{inspect(pid)}: #{spin_us} µs in spin_until"
+      # only while serving: the callee's stacks are its spans' time (wait
+      # another callee explains leaves the stacks)
+      span_us =
+        for s <- spans, s.pid == pid, reduce: 0 do
+          acc -> acc + s.self_us + s.unattributed_wait_us
+        end
+
+      assert_in_delta Enum.sum(Enum.map(profile.stacks[pid], &elem(&1, 1))),
+                      span_us,
+                      span_us * 0.1 + 500
+    end
+
+    assert profile.stats.sampled_processes == 3
+    assert Map.keys(profile.metrics) |> Enum.sort() == Enum.sort([self(), a, b])
+    assert_node_clean()
+  end
+
+  test "a callee idle between the trace's requests is not sampled" do
+    {:ok, a} = Server.start()
+
+    {_, profile} =
+      FlameOn.Client.profile(
+        fn ->
+          GenServer.call(a, {:spin, 10})
+          # the server works for someone else meanwhile: not this trace
+          spawn(fn -> GenServer.call(a, {:spin, 30}) end)
+          Workloads.busy(40)
+          GenServer.call(a, {:spin, 10})
+        end,
+        mode: :sample,
+        cross_process: true
+      )
+
+    total = Enum.sum(Enum.map(profile.stacks[a], &elem(&1, 1)))
+    assert total < 35_000, "the server's foreign work was charged: #{total} µs"
+    assert_node_clean()
+  end
+end

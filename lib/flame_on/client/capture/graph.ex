@@ -8,19 +8,19 @@ defmodule FlameOn.Client.Capture.Graph do
   # every event to this trace's session.
   @behaviour FlameOn.Client.Capture
 
-  alias FlameOn.Client.{Capture, Native, TraceGraphSession, TraceSession}
+  alias FlameOn.Client.{Capture, Native, Patterns, Sampler, TraceGraphSession, TraceSession}
+  alias FlameOn.Client.Capture.Sample
 
   # :send runs the send pattern; :procs sees exits.
   @nif_flags [:call, :return_to, :running, :arity, :send, :procs]
+  # mode :sample: no call events; the root and each callee are sampled.
+  @sample_flags [:running, :send, :procs]
 
   @impl Capture
-  def start(%{mode: :sample}) do
-    raise ArgumentError,
-          "cross_process: true does not support mode: :sample yet; use mode: :nif or :process"
-  end
-
   def start(opts) do
     Capture.ensure_untraced!()
+
+    sampler = if opts.mode == :sample, do: Sample.sampler_opts(opts)
 
     graph_opts = [
       root: self(),
@@ -28,8 +28,11 @@ defmodule FlameOn.Client.Capture.Graph do
       name: opts.name,
       sleep: opts.sleep,
       max_duration_ms: opts.max_duration_ms,
-      limits: Map.take(opts, FlameOn.Client.limit_keys())
+      limits: Map.take(opts, FlameOn.Client.limit_keys()),
+      sampler: sampler && Keyword.delete(sampler, :root)
     ]
+
+    if sampler, do: :ok = Patterns.acquire_depth(sampler[:depth])
 
     owner =
       case TraceGraphSession.start(graph_opts) do
@@ -52,16 +55,31 @@ defmodule FlameOn.Client.Capture.Graph do
     flags =
       case opts.mode do
         :nif -> [{:tracer, Native, :graph} | @nif_flags]
+        :sample -> [{:tracer, Native, :graph} | @sample_flags]
         :process -> [{:tracer, timeline}, :send | TraceSession.trace_flags()]
       end
 
-    %{module: __MODULE__, mode: opts.mode, owner: owner, native: native, flags: flags}
+    %{
+      module: __MODULE__,
+      mode: opts.mode,
+      owner: owner,
+      native: native,
+      flags: flags,
+      sampler_opts: sampler
+    }
   end
 
   @impl Capture
   def begin(%{native: native} = capture) do
     Native.graph_begin(native)
-    capture
+
+    case capture do
+      %{mode: :sample, sampler_opts: opts} ->
+        Map.put(capture, :sampler, Sampler.start(native, self(), opts))
+
+      _ ->
+        capture
+    end
   end
 
   # :nif: stop/1 makes the tracer discard every later event. :process: the
@@ -70,7 +88,7 @@ defmodule FlameOn.Client.Capture.Graph do
   def stop(capture) do
     end_ts =
       case capture do
-        %{mode: :nif, native: native} -> Native.stop(native)
+        %{mode: mode, native: native} when mode in [:nif, :sample] -> Native.stop(native)
         %{mode: :process} -> TraceSession.end_mark()
       end
 
@@ -79,7 +97,23 @@ defmodule FlameOn.Client.Capture.Graph do
   end
 
   @impl Capture
-  def finish(%{owner: owner}, started_ts, end_ts, opts) do
-    TraceGraphSession.finish(owner, started_ts: started_ts, end_ts: end_ts, timeout: opts.timeout)
+  def finish(%{owner: owner} = capture, started_ts, end_ts, opts) do
+    root_sampled =
+      case capture do
+        %{sampler: sampler} ->
+          sampled = Sampler.stop(sampler)
+          Patterns.release_depth()
+          sampled
+
+        _ ->
+          nil
+      end
+
+    TraceGraphSession.finish(owner,
+      started_ts: started_ts,
+      end_ts: end_ts,
+      timeout: opts.timeout,
+      root_sampled: root_sampled
+    )
   end
 end

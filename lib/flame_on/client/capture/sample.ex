@@ -19,21 +19,27 @@ defmodule FlameOn.Client.Capture.Sample do
   def start(opts) do
     Capture.ensure_untraced!()
     native = Capture.new_native!(opts, FlameOn.Client.limit_keys())
-    depth = backtrace_depth(opts)
-    :ok = Patterns.acquire_depth(depth)
+    sampler_opts = sampler_opts(opts)
+    :ok = Patterns.acquire_depth(sampler_opts[:depth])
 
     %{
       module: __MODULE__,
       native: native,
       flags: [{:tracer, Native, native} | @flags],
-      sampler_opts: [
-        interval_us: opts.interval_us,
-        split_status: opts.split_status,
-        max_samples: opts.max_samples,
-        depth: depth,
-        root: {FlameOn.Client, :profile, 2}
-      ]
+      sampler_opts: sampler_opts
     }
+  end
+
+  @doc "The `FlameOn.Client.Sampler` options of a trace with these `profile/2` options."
+  @spec sampler_opts(map()) :: keyword()
+  def sampler_opts(opts) do
+    [
+      interval_us: opts.interval_us,
+      split_status: opts.split_status,
+      max_samples: opts.max_samples,
+      depth: backtrace_depth(opts),
+      root: {FlameOn.Client, :profile, 2}
+    ]
   end
 
   @doc "The `backtrace_depth` a sample trace with these options needs."
