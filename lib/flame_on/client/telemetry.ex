@@ -11,8 +11,10 @@ defmodule FlameOn.Client.Telemetry do
       )
 
   On an event `prefix ++ [:start]`, a sampled handler starts tracing the
-  process that emitted it (a `FlameOn.Client.TraceSession` in `:process`
-  mode) and keeps the session in that process's dictionary under
+  process that emitted it (by default a `FlameOn.Client.SampleSession`,
+  mode `:sample`: stack samples and exact on/off-CPU time, no call
+  breakpoints; with `mode: :process` a `FlameOn.Client.TraceSession`) and
+  keeps the session in that process's dictionary under
   `{FlameOn.Client.Telemetry, prefix}`. On `prefix ++ [:stop]` or
   `prefix ++ [:exception]` in the same process it finishes the trace and
   ships the profile if it lasted at least `:threshold_ms`. A `:stop` with no
@@ -39,6 +41,10 @@ defmodule FlameOn.Client.Telemetry do
       so a lost `:stop` cannot leave the node's call patterns on.
     * `:max_nodes`, `:max_depth`, `:max_processes`, `:max_frames`,
       `:max_stack_frames` – limits, as for `FlameOn.Client.profile/2`.
+    * `:mode` (`:sample`, or the application environment's `:mode`) –
+      `:sample` or `:process` (`:nif` reads as `:process`);
+      `:interval_us`, `:split_status`, `:max_samples` as for
+      `FlameOn.Client.profile/2` in mode `:sample`.
 
   ## Behaviour
 
@@ -57,7 +63,7 @@ defmodule FlameOn.Client.Telemetry do
 
   require Logger
 
-  alias FlameOn.Client.{Tracing, TraceSession}
+  alias FlameOn.Client.{SampleSession, Tracing, TraceSession}
 
   @default_max_duration_ms 60_000
 
@@ -141,7 +147,7 @@ defmodule FlameOn.Client.Telemetry do
 
       nil ->
         {settings, opts} = config |> config_list() |> Tracing.settings!()
-        entry = %{depth: 1, session: nil, watchdog: nil, settings: settings}
+        entry = %{depth: 1, session: nil, watchdog: nil, settings: settings, module: nil}
 
         entry =
           cond do
@@ -162,7 +168,7 @@ defmodule FlameOn.Client.Telemetry do
         # Before the flags go on: nothing of this handler after them but
         # its return.
         Process.put(key, entry)
-        if entry.session, do: attach_self(entry.session)
+        if entry.session, do: attach_self(entry)
     end
 
     :ok
@@ -180,7 +186,14 @@ defmodule FlameOn.Client.Telemetry do
     opts =
       Keyword.validate!(
         opts,
-        [name: nil, max_duration_ms: nil] ++ Enum.map(Tracing.limit_keys(), &{&1, nil})
+        [
+          name: nil,
+          max_duration_ms: nil,
+          mode: nil,
+          interval_us: 1_000,
+          split_status: false,
+          max_samples: 100_000
+        ] ++ Enum.map(Tracing.limit_keys(), &{&1, nil})
       )
 
     name = opts[:name] || Enum.map_join(prefix, ".", &to_string/1)
@@ -195,15 +208,16 @@ defmodule FlameOn.Client.Telemetry do
             "expected :max_duration_ms to be a positive integer, got: #{inspect(max_ms)}"
     end
 
-    case TraceSession.start(
-           pid: self(),
-           attach: :tracee,
-           name: name,
-           limits: Tracing.limits(opts)
-         ) do
+    mode = opts[:mode] || Tracing.default_mode()
+
+    session_opts =
+      [pid: self(), attach: :tracee, name: name, limits: Tracing.limits(opts)] ++
+        Keyword.take(opts, [:interval_us, :split_status, :max_samples])
+
+    case session_module(mode).start(session_opts) do
       {:ok, session} ->
-        watchdog = watchdog(session, self(), max_ms, entry.settings)
-        %{entry | session: session, watchdog: watchdog}
+        watchdog = watchdog(session, session_module(mode), self(), max_ms, entry.settings)
+        %{entry | session: session, watchdog: watchdog, module: session_module(mode)}
 
       {:error, reason} ->
         Logger.error("FlameOn: could not trace #{inspect(prefix)}: #{inspect(reason)}")
@@ -211,9 +225,23 @@ defmodule FlameOn.Client.Telemetry do
     end
   end
 
+  # mode :sample: a SampleSession samples this process (the NIF tracer
+  # takes its :running events; no call breakpoints). Otherwise a
+  # TraceSession is the tracer, as in FlameOn.Client.profile/2's mode
+  # :process. Both take start/1 and finish/2 alike.
+  defp session_module(:sample), do: SampleSession
+  defp session_module(mode) when mode in [:nif, :process], do: TraceSession
+
+  defp session_module(other) do
+    raise ArgumentError, "expected :mode to be :sample, :process or :nif, got: #{inspect(other)}"
+  end
+
   # The flags go on here, in the traced process itself (attach: :tracee),
-  # as FlameOn.Client.profile/2 does in mode :process.
-  defp attach_self(session) do
+  # as FlameOn.Client.profile/2 does in mode :process. A SampleSession set
+  # its own.
+  defp attach_self(%{module: SampleSession}), do: :ok
+
+  defp attach_self(%{session: session}) do
     :erlang.trace(self(), true, [{:tracer, session} | TraceSession.trace_flags()])
   end
 
@@ -230,13 +258,13 @@ defmodule FlameOn.Client.Telemetry do
       %{session: nil} ->
         Process.delete(key)
 
-      %{session: session, watchdog: watchdog, settings: settings} ->
+      %{session: session, watchdog: watchdog, settings: settings, module: module} ->
         # Events from end_mark/0's call on are left out of the profile.
         end_ts = TraceSession.end_mark()
         Process.delete(key)
         send(watchdog, {:cancel, session})
 
-        case TraceSession.finish(session, end_ts: end_ts) do
+        case module.finish(session, end_ts: end_ts) do
           {:ok, profile} ->
             Tracing.maybe_ship(profile, settings)
 
@@ -254,7 +282,7 @@ defmodule FlameOn.Client.Telemetry do
   # Finishes and ships a trace whose :stop did not come in time. Spawned
   # before the flags are set, so it is not traced; it exits with the traced
   # process.
-  defp watchdog(session, tracee, max_ms, settings) do
+  defp watchdog(session, module, tracee, max_ms, settings) do
     spawn(fn ->
       ref = Process.monitor(tracee)
 
@@ -271,7 +299,7 @@ defmodule FlameOn.Client.Telemetry do
               "event; finishing it"
           )
 
-          case TraceSession.finish(session) do
+          case module.finish(session, []) do
             {:ok, profile} -> Tracing.maybe_ship(profile, settings)
             {:error, _} -> :ok
           end

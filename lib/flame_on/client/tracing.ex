@@ -55,11 +55,17 @@ defmodule FlameOn.Client.Tracing do
   Invalid values of these three options raise `ArgumentError`, sampled or
   not.
 
-  ## Cost
+  ## Mode and cost
 
-  A traced call pays what `FlameOn.Client.profile/2` costs, and while it
-  runs the node's call patterns are set, so **every process pays a
-  breakpoint check per call**. Keep `sample_rate` low on busy nodes.
+  Traces here default to `mode: :sample` (or the application
+  environment's `:mode`): the traced process's stack is sampled every
+  `:interval_us` (1 ms) and the `:running` trace flag gives its exact on- and
+  off-CPU time, with **no call breakpoints**, so a sampled request costs the
+  rest of the node nothing and the traced process a few per cent. Pass
+  `mode: :nif` for exact call stacks: then, while the trace runs, the node's
+  call patterns are set and **every process pays a breakpoint check per
+  call** (1.2x on Enum/Map code, 3-4x on tight recursion, measured); keep
+  `sample_rate` low with it. `cross_process: true` works in every mode.
   """
 
   require Logger
@@ -72,6 +78,10 @@ defmodule FlameOn.Client.Tracing do
   # start_trace/2 accepts :sample_rate (shared option lists) and ignores it.
   @start_defaults [
                     name: "flame_on",
+                    mode: nil,
+                    interval_us: 1_000,
+                    split_status: false,
+                    max_samples: 100_000,
                     duration_ms: nil,
                     timeout: 30_000,
                     sample_rate: nil,
@@ -141,7 +151,10 @@ defmodule FlameOn.Client.Tracing do
         fun.()
 
       true ->
-        run_traced(name, fun, settings, Keyword.put(profile_opts, :name, name))
+        profile_opts =
+          profile_opts |> Keyword.put(:name, name) |> Keyword.put_new_lazy(:mode, &default_mode/0)
+
+        run_traced(name, fun, settings, profile_opts)
     end
   end
 
@@ -214,8 +227,11 @@ defmodule FlameOn.Client.Tracing do
       # ... five seconds later the trace stops on its own and is shipped ...
       {:ok, profile} = FlameOn.Client.Tracing.stop_trace(ref)
 
-  The trace runs in `:process` mode (a `FlameOn.Client.TraceSession` is the
-  tracer). The profile is shipped once, when the trace finishes: at
+  The trace runs in `mode: :sample` by default (a
+  `FlameOn.Client.SampleSession` samples the process; no call breakpoints)
+  or, with `mode: :process`, with call tracing (a
+  `FlameOn.Client.TraceSession` is the tracer; the node's call patterns are
+  set while it runs). The profile is shipped once, when the trace finishes: at
   `stop_trace/1`, after `:duration_ms`, or when the traced process exits.
   A finished trace keeps its profile until `stop_trace/1` asks for it or
   the process that called `start_trace/2` exits.
@@ -223,6 +239,12 @@ defmodule FlameOn.Client.Tracing do
   Options:
 
     * `:name` (`"flame_on"`) – the trace's name.
+    * `:mode` (`:sample`, or the application environment's `:mode`) –
+      `:sample` or `:process` (`:nif` means `:process` here: the NIF tracer
+      folds events in the traced process's own context only for
+      `profile/2`).
+    * `:interval_us`, `:split_status`, `:max_samples` – as for
+      `FlameOn.Client.profile/2` in mode `:sample`.
     * `:duration_ms` (none) – stop the trace after this many milliseconds.
     * `:shipper`, `:threshold_ms` – as for `trace/3` (`:sample_rate` does
       not apply: an explicit trace always runs).
@@ -242,6 +264,8 @@ defmodule FlameOn.Client.Tracing do
 
     config = %{
       name: name!(opts[:name]),
+      mode: start_mode!(opts[:mode] || default_mode()),
+      sampler: Keyword.take(opts, [:interval_us, :split_status, :max_samples]),
       duration_ms: duration!(opts[:duration_ms]),
       timeout: timeout!(opts[:timeout]),
       limits: limits(opts),
@@ -342,6 +366,19 @@ defmodule FlameOn.Client.Tracing do
   defp threshold!(ms) when is_number(ms) and ms >= 0, do: ms
   defp threshold!(other), do: invalid!(:threshold_ms, "a non-negative number", other)
 
+  @doc false
+  # The capture mode of app-code traces when none is given: the
+  # application environment's `:mode`, else `:sample` (no call breakpoints,
+  # so a sampled request does not slow the rest of the node).
+  @spec default_mode() :: :nif | :process | :sample
+  def default_mode, do: Application.get_env(:flame_on_client, :mode, :sample)
+
+  defp start_mode!(mode) when mode in [:process, :sample], do: mode
+  # start_trace/2 traces another process: :nif needs the tracer in that
+  # process's own calls, which only works for the calling process.
+  defp start_mode!(:nif), do: :process
+  defp start_mode!(other), do: invalid!(:mode, ":process or :sample", other)
+
   defp duration!(nil), do: nil
   defp duration!(ms) when is_integer(ms) and ms > 0, do: ms
   defp duration!(other), do: invalid!(:duration_ms, "a positive integer", other)
@@ -383,7 +420,7 @@ defmodule FlameOn.Client.Tracing.Controller do
 
   use GenServer, restart: :temporary
 
-  alias FlameOn.Client.{Tracing, TraceSession}
+  alias FlameOn.Client.{SampleSession, Tracing, TraceSession}
 
   @spec start(pid(), pid(), map()) :: {:ok, pid()} | {:error, term()}
   def start(caller, pid, config) do
@@ -430,9 +467,10 @@ defmodule FlameOn.Client.Tracing.Controller do
 
   @impl GenServer
   def handle_call(:attach, _from, %{pid: pid, config: config} = state) do
-    session_opts = [pid: pid, owner: self(), name: config.name, limits: config.limits]
+    session_opts =
+      [pid: pid, owner: self(), name: config.name, limits: config.limits] ++ config.sampler
 
-    case TraceSession.start(session_opts) do
+    case session_module(config).start(session_opts) do
       {:ok, session} ->
         timer = config.duration_ms && Process.send_after(self(), :auto_stop, config.duration_ms)
 
@@ -482,6 +520,10 @@ defmodule FlameOn.Client.Tracing.Controller do
 
   def handle_info(_msg, state), do: {:noreply, state}
 
+  # Both take start/1 and finish/2 alike.
+  defp session_module(%{mode: :sample}), do: SampleSession
+  defp session_module(_config), do: TraceSession
+
   defp finished(%{caller: nil} = state), do: {:stop, :normal, state}
   defp finished(state), do: {:noreply, state}
 
@@ -494,7 +536,7 @@ defmodule FlameOn.Client.Tracing.Controller do
     Process.demonitor(state.session_ref, [:flush])
 
     result =
-      case TraceSession.finish(session, timeout: config.timeout) do
+      case session_module(config).finish(session, timeout: config.timeout) do
         {:ok, profile} ->
           Tracing.maybe_ship(profile, config.settings)
           {:ok, profile}

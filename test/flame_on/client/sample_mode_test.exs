@@ -326,3 +326,88 @@ defmodule FlameOn.Client.SampleGraphTest do
     assert_node_clean()
   end
 end
+
+defmodule FlameOn.Client.SampleDefaultsTest do
+  # App-code entry points (trace/3, start_trace/2, telemetry) sample by
+  # default: no call breakpoints for production traces.
+  use ExUnit.Case, async: false
+
+  import FlameOn.Client.TestHelpers
+
+  alias FlameOn.Client.{Profile, Shipper, Telemetry, Tracing}
+  alias FlameOn.Client.Test.Workloads
+
+  @to_me {Shipper.Process, pid: :flame_on_sample_defaults_test}
+
+  setup do
+    ensure_app_started()
+    assert_node_clean()
+    Application.delete_env(:flame_on_client, :mode)
+    Process.register(self(), :flame_on_sample_defaults_test)
+    :ok
+  end
+
+  test "trace/3 samples by default and sets no call pattern" do
+    patterns? =
+      Tracing.trace("default", fn -> Workloads.busy(20) && patterns_set?() end, shipper: @to_me)
+
+    refute patterns?
+    assert_received {:flame_on_profile, %Profile{mode: :sample} = profile}
+    assert profile.stats.samples > 0
+    assert time_where(profile, self(), &(&1 =~ "Workloads.fib/1")) > 0
+    assert_node_clean()
+  end
+
+  test "the application environment's :mode overrides the default" do
+    Application.put_env(:flame_on_client, :mode, :nif)
+    Tracing.trace("exact", fn -> Workloads.fib(10) end, shipper: @to_me)
+    assert_received {:flame_on_profile, %Profile{mode: :nif}}
+  after
+    Application.delete_env(:flame_on_client, :mode)
+  end
+
+  test "start_trace/2 samples another process by default" do
+    test = self()
+
+    pid =
+      spawn(fn ->
+        receive do: (:go -> Workloads.busy(40))
+        send(test, {:done, patterns_set?()})
+        receive do: (:never -> :ok)
+      end)
+
+    {:ok, ref} = Tracing.start_trace(pid, name: "worker", shipper: @to_me)
+    send(pid, :go)
+    assert_receive {:done, false}
+    assert {:ok, %Profile{mode: :sample, pid: ^pid} = profile} = Tracing.stop_trace(ref)
+    assert time_where(profile, pid, &(&1 =~ "Workloads.fib/1")) >= 20_000
+    assert [_ | _] = profile.metrics[pid]
+    assert_received {:flame_on_profile, %Profile{name: "worker"}}
+    Process.exit(pid, :kill)
+    assert_node_clean()
+  end
+
+  test "a sampled process that exits ends its start_trace/2 trace with its profile" do
+    pid = spawn(fn -> receive do: (:go -> Workloads.busy(20)) end)
+    {:ok, ref} = Tracing.start_trace(pid)
+    ref_down = Process.monitor(pid)
+    send(pid, :go)
+    assert_receive {:DOWN, ^ref_down, :process, ^pid, _}
+    assert {:ok, %Profile{mode: :sample} = profile} = Tracing.stop_trace(ref)
+    assert time_where(profile, pid, &(&1 =~ "Workloads.fib/1")) > 0
+    assert_node_clean()
+  end
+
+  test "telemetry spans sample by default" do
+    config = [shipper: @to_me]
+    :ok = Telemetry.handle_event([:job, :start], %{}, %{}, config)
+    patterns? = patterns_set?()
+    Workloads.busy(30)
+    :ok = Telemetry.handle_event([:job, :stop], %{}, %{}, config)
+    refute patterns?
+    assert_received {:flame_on_profile, %Profile{mode: :sample, name: "job"} = profile}
+    assert time_where(profile, self(), &(&1 =~ "Workloads.fib/1")) >= 15_000
+    assert :erlang.trace_info(self(), :flags) == {:flags, []}
+    assert_node_clean()
+  end
+end

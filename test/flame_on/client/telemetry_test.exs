@@ -18,7 +18,15 @@ defmodule FlameOn.Client.TelemetryTest do
   setup do
     assert_node_clean()
     Process.register(self(), :flame_on_telemetry_test)
-    on_exit(fn -> Application.delete_env(:flame_on_client, :sample_rate) end)
+    # These tests read exact call stacks; the default mode :sample has its
+    # own tests (sample_mode_test.exs).
+    Application.put_env(:flame_on_client, :mode, :nif)
+
+    on_exit(fn ->
+      Application.delete_env(:flame_on_client, :sample_rate)
+      Application.delete_env(:flame_on_client, :mode)
+    end)
+
     :ok
   end
 

@@ -18,9 +18,12 @@ defmodule FlameOn.Client.TracingTest do
   setup do
     assert_node_clean()
     Process.register(self(), :flame_on_tracing_test)
+    # These tests read exact call stacks; the default mode :sample has its
+    # own tests (sample_mode_test.exs).
+    Application.put_env(:flame_on_client, :mode, :nif)
 
     on_exit(fn ->
-      for key <- [:sample_rate, :threshold_ms, :shipper],
+      for key <- [:sample_rate, :threshold_ms, :shipper, :mode],
           do: Application.delete_env(:flame_on_client, key)
     end)
 

@@ -1,0 +1,180 @@
+defmodule FlameOn.Client.SampleSession do
+  @moduledoc """
+  A process that samples **another** process (mode `:sample`): the
+  counterpart of `FlameOn.Client.TraceSession` for
+  `FlameOn.Client.Tracing.start_trace/2` and `FlameOn.Client.Telemetry`.
+
+  It owns a native session, puts the `:running` flag (with the NIF as
+  tracer: exact on- and off-CPU time, no call breakpoints) on the traced
+  process and runs a `FlameOn.Client.Sampler` for it. `finish/2` stops both
+  and returns the `FlameOn.Client.Profile` (`mode: :sample`). If the traced
+  process exits first, the profile is kept until `finish/2` asks for it.
+  If the session dies, `FlameOn.Client.Patterns` (which it registered with)
+  restores `backtrace_depth`, and the traced process's flags are swept (our
+  tracer module, see `FlameOn.Client.Sweep`).
+  """
+
+  use GenServer, restart: :temporary
+
+  alias FlameOn.Client.{Native, Patterns, Profile, Sampler}
+
+  @flags [:running]
+  @max_backtrace_depth 64
+
+  @typedoc "Options of `start/1`."
+  @type option ::
+          {:pid, pid()}
+          | {:owner, pid()}
+          | {:name, String.t()}
+          | {:limits, map()}
+          | {:interval_us, pos_integer()}
+          | {:split_status, boolean()}
+          | {:max_samples, pos_integer()}
+
+  @doc """
+  Starts sampling `opts[:pid]` under `FlameOn.Client.SessionSupervisor`.
+  Returns `{:error, {:already_traced, tracer}}` when the process has a
+  tracer, `{:error, :noproc}` when it is not alive.
+  """
+  @spec start([option()]) :: {:ok, pid()} | {:error, term()}
+  def start(opts) when is_list(opts) do
+    DynamicSupervisor.start_child(FlameOn.Client.SessionSupervisor, {__MODULE__, opts})
+  end
+
+  @doc false
+  def start_link(opts), do: GenServer.start_link(__MODULE__, opts)
+
+  @doc """
+  Stops sampling and returns the profile. Options are accepted for
+  compatibility with `FlameOn.Client.TraceSession.finish/2` and ignored:
+  samples need no draining.
+  """
+  @spec finish(pid(), keyword()) :: {:ok, Profile.t()} | {:error, term()}
+  def finish(session, _opts \\ []) do
+    GenServer.call(session, :finish, :infinity)
+  catch
+    :exit, {reason, _} -> {:error, reason}
+  end
+
+  @impl GenServer
+  def init(opts) do
+    Process.flag(:trap_exit, true)
+    pid = Keyword.fetch!(opts, :pid)
+    limits = Keyword.get(opts, :limits, %{})
+    depth = min(Map.get(limits, :max_depth, 512) + 1, @max_backtrace_depth)
+
+    with :ok <- check(pid),
+         {:ok, native} <- new_native(limits) do
+      :ok = Patterns.acquire_depth(depth)
+      started_ts = :erlang.monotonic_time()
+
+      try do
+        :erlang.trace(pid, true, [{:tracer, Native, native} | @flags])
+      rescue
+        ArgumentError -> :ok
+      end
+
+      sampler =
+        Sampler.start(native, pid,
+          interval_us: Keyword.get(opts, :interval_us, 1_000),
+          split_status: Keyword.get(opts, :split_status, false),
+          max_samples: Keyword.get(opts, :max_samples, 100_000),
+          depth: depth
+        )
+
+      {:ok,
+       %{
+         pid: pid,
+         pid_ref: Process.monitor(pid),
+         native: native,
+         sampler: sampler,
+         name: Keyword.get(opts, :name, "flame_on"),
+         started_ts: started_ts,
+         profile: nil
+       }}
+    else
+      {:error, reason} -> {:stop, reason}
+    end
+  end
+
+  @impl GenServer
+  def handle_call(:finish, _from, state) do
+    state = finish_trace(state)
+    {:stop, :normal, {:ok, state.profile}, state}
+  end
+
+  @impl GenServer
+  def handle_info({:DOWN, ref, :process, _, _}, %{pid_ref: ref} = state),
+    do: {:noreply, finish_trace(state)}
+
+  def handle_info(_msg, state), do: {:noreply, state}
+
+  @impl GenServer
+  def terminate(_reason, %{profile: nil} = state) do
+    untrace(state)
+    Native.stop(state.native)
+    :ok
+  end
+
+  def terminate(_reason, _state), do: :ok
+
+  defp finish_trace(%{profile: %Profile{}} = state), do: state
+
+  defp finish_trace(state) do
+    end_ts = :erlang.monotonic_time()
+    Native.stop(state.native)
+    sampled = Sampler.stop(state.sampler)
+    untrace(state)
+    Patterns.release_depth()
+    {raw, stats} = Native.finish(state.native, :stop)
+
+    stats =
+      Map.merge(stats, %{
+        unprocessed_events: 0,
+        late_ticks: sampled.late_ticks,
+        dropped_metrics: sampled.dropped_metrics
+      })
+
+    profile =
+      Profile.build(raw, stats,
+        trace_id: System.unique_integer([:positive, :monotonic]),
+        name: state.name,
+        mode: :sample,
+        pid: state.pid,
+        started_at: System.convert_time_unit(state.started_ts, :native, :microsecond),
+        duration_us: System.convert_time_unit(end_ts - state.started_ts, :native, :microsecond)
+      )
+
+    metrics = if sampled.metrics == [], do: %{}, else: %{state.pid => sampled.metrics}
+    %{state | profile: %{profile | metrics: metrics}}
+  end
+
+  # Only our own flags, and only if they are still ours.
+  defp untrace(%{pid: pid, native: native}) do
+    case :erlang.trace_info(pid, :tracer) do
+      {:tracer, {Native, ^native}} -> :erlang.trace(pid, false, @flags)
+      _ -> 0
+    end
+  rescue
+    ArgumentError -> 0
+  end
+
+  defp check(pid) when is_pid(pid) and node(pid) == node() do
+    case :erlang.trace_info(pid, :tracer) do
+      :undefined -> {:error, :noproc}
+      {:tracer, []} -> :ok
+      {:tracer, tracer} -> {:error, {:already_traced, tracer}}
+    end
+  end
+
+  defp check(pid), do: {:error, {:not_a_local_pid, pid}}
+
+  defp new_native(limits) do
+    {:ok,
+     Native.new(
+       Map.put(limits, :native_per_second, System.convert_time_unit(1, :second, :native))
+     )}
+  rescue
+    ArgumentError -> {:error, {:invalid_limits, limits}}
+  end
+end
