@@ -39,7 +39,13 @@ defmodule Mix.Tasks.Profile.Flame do
       `folded` needs it)
     * `--name NAME` – the trace's name, the first field of the folded
       lines (default `eval` for `-e`, the script's base name otherwise)
-    * `--mode nif|process` – how events are captured (default `nif`)
+    * `--mode nif|process|sample` – how the profile is captured (default
+      `nif`: exact call stacks; `sample`: stack samples every
+      `--interval-us` µs, no call breakpoints)
+    * `--interval-us N` – the sampling interval of `--mode sample`
+      (default 1000, at least 1000)
+    * `--split-status` – `--mode sample`: put each sample's process status
+      (`[running]`, `[runnable]`, `[waiting]`, ...) at the root of its stack
     * `--cross-process` – follow `GenServer.call`s into the servers and
       build the span graph
     * `--sleep default|raw` – `raw` keeps every scheduled-out interval as
@@ -87,6 +93,8 @@ defmodule Mix.Tasks.Profile.Flame do
     format: :string,
     name: :string,
     mode: :string,
+    interval_us: :integer,
+    split_status: :boolean,
     cross_process: :boolean,
     sleep: :string,
     max_nodes: :integer,
@@ -109,7 +117,9 @@ defmodule Mix.Tasks.Profile.Flame do
     -o, --out DIR          output directory (default flame_on_out)
     -f, --format LIST      folded,speedscope,perfetto,svg,pprof
         --name NAME        the trace's name
-        --mode nif|process capture mode (default nif)
+        --mode nif|process|sample  capture mode (default nif)
+        --interval-us N    sampling interval of --mode sample (default 1000)
+        --split-status     --mode sample: stacks split by process status
         --cross-process    follow GenServer calls, print the span graph
         --sleep default|raw
         --max-nodes N, --max-depth N, --top N
@@ -162,10 +172,13 @@ defmodule Mix.Tasks.Profile.Flame do
     profile_opts =
       [
         name: opts[:name] || default_name(file),
-        mode: choice!(opts, :mode, %{"nif" => :nif, "process" => :process}, :nif),
+        mode:
+          choice!(opts, :mode, %{"nif" => :nif, "process" => :process, "sample" => :sample}, :nif),
         sleep: choice!(opts, :sleep, %{"default" => :default, "raw" => :raw}, :default)
       ] ++
         if(opts[:cross_process], do: [cross_process: true], else: []) ++
+        if(opts[:split_status], do: [split_status: true], else: []) ++
+        positive!(opts, :interval_us) ++
         positive!(opts, :max_nodes) ++ positive!(opts, :max_depth)
 
     %{

@@ -49,6 +49,24 @@ defmodule FlameOn.Client.MixTaskTest do
     assert_node_clean()
   end
 
+  test "--mode sample --split-status --interval-us: sampled stacks, no call pattern", %{out: out} do
+    code = "FlameOn.Client.Test.Workloads.busy(60); FlameOn.Client.TestHelpers.patterns_set?()"
+
+    output =
+      run_task(
+        ~w(--mode sample --split-status --interval-us 2000 --no-warmup --format folded --out) ++
+          [out, "-e", code]
+      )
+
+    assert output =~ ~s|Top 10 functions by self time ("eval", mode sample):|
+    assert output =~ "FlameOn.Client.Test.Workloads.fib/1"
+    lines = folded_lines(Path.join(out, "eval.folded"))
+    # eval;<pid>;[status];... – the status is the stacks' root
+    assert Enum.any?(lines, &(&1 =~ ~r/^eval;<[\d.]+>;\[(running|runnable)\];/))
+    refute patterns_set?()
+    assert_node_clean()
+  end
+
   test "a script with arguments, --name, --mode process, --no-warmup", %{out: out} do
     script = Path.join(out, "work_script.exs")
     File.mkdir_p!(out)
