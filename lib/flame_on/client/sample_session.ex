@@ -9,6 +9,9 @@ defmodule FlameOn.Client.SampleSession do
   process and runs a `FlameOn.Client.Sampler` for it. `finish/2` stops both
   and returns the `FlameOn.Client.Profile` (`mode: :sample`). If the traced
   process exits first, the profile is kept until `finish/2` asks for it.
+  `pid: [pid, ...]` samples several processes into one profile (the
+  whole-node mode of `FlameOn.Client.Tracing.start_trace/2`); those that
+  already have a tracer are skipped (`stats.skipped_processes`).
   If the session dies, `FlameOn.Client.Patterns` (which it registered with)
   restores `backtrace_depth`, and the traced process's flags are swept (our
   tracer module, see `FlameOn.Client.Sweep`).
@@ -23,7 +26,7 @@ defmodule FlameOn.Client.SampleSession do
 
   @typedoc "Options of `start/1`."
   @type option ::
-          {:pid, pid()}
+          {:pid, pid() | [pid()]}
           | {:owner, pid()}
           | {:name, String.t()}
           | {:limits, map()}
@@ -59,42 +62,52 @@ defmodule FlameOn.Client.SampleSession do
   @impl GenServer
   def init(opts) do
     Process.flag(:trap_exit, true)
-    pid = Keyword.fetch!(opts, :pid)
+    pids = List.wrap(Keyword.fetch!(opts, :pid))
     limits = Keyword.get(opts, :limits, %{})
     depth = min(Map.get(limits, :max_depth, 512) + 1, @max_backtrace_depth)
+    checked = Enum.map(pids, &{&1, check(&1)})
 
-    with :ok <- check(pid),
-         {:ok, native} <- new_native(limits) do
+    with {:ok, native} <- new_native(limits),
+         [_ | _] = ok <- for({pid, :ok} <- checked, do: pid) do
       :ok = Patterns.acquire_depth(depth)
       started_ts = :erlang.monotonic_time()
 
-      try do
-        :erlang.trace(pid, true, [{:tracer, Native, native} | @flags])
-      rescue
-        ArgumentError -> :ok
-      end
+      sampler_opts = [
+        interval_us: Keyword.get(opts, :interval_us, 1_000),
+        split_status: Keyword.get(opts, :split_status, false),
+        max_samples: Keyword.get(opts, :max_samples, 100_000),
+        depth: depth
+      ]
 
-      sampler =
-        Sampler.start(native, pid,
-          interval_us: Keyword.get(opts, :interval_us, 1_000),
-          split_status: Keyword.get(opts, :split_status, false),
-          max_samples: Keyword.get(opts, :max_samples, 100_000),
-          depth: depth
-        )
+      samplers =
+        for pid <- ok, trace(pid, native), into: %{} do
+          {pid, Sampler.start(native, pid, sampler_opts)}
+        end
 
       {:ok,
        %{
-         pid: pid,
-         pid_ref: Process.monitor(pid),
+         pid: if(is_list(Keyword.fetch!(opts, :pid)), do: nil, else: hd(pids)),
+         pid_ref: if(length(pids) == 1, do: Process.monitor(hd(pids))),
          native: native,
-         sampler: sampler,
+         samplers: samplers,
+         skipped: length(pids) - map_size(samplers),
          name: Keyword.get(opts, :name, "flame_on"),
          started_ts: started_ts,
          profile: nil
        }}
     else
       {:error, reason} -> {:stop, reason}
+      # none could be sampled: the first one's reason
+      [] -> {:stop, checked |> Enum.map(&elem(&1, 1)) |> Enum.find(&(&1 != :ok)) |> elem(1)}
     end
+  end
+
+  defp trace(pid, native) do
+    :erlang.trace(pid, true, [{:tracer, Native, native} | @flags])
+    true
+  rescue
+    # it exited in between
+    ArgumentError -> false
   end
 
   @impl GenServer
@@ -111,7 +124,7 @@ defmodule FlameOn.Client.SampleSession do
 
   @impl GenServer
   def terminate(_reason, %{profile: nil} = state) do
-    untrace(state)
+    Enum.each(Map.keys(state.samplers), &untrace(&1, state.native))
     Native.stop(state.native)
     :ok
   end
@@ -123,16 +136,19 @@ defmodule FlameOn.Client.SampleSession do
   defp finish_trace(state) do
     end_ts = :erlang.monotonic_time()
     Native.stop(state.native)
-    sampled = Sampler.stop(state.sampler)
-    untrace(state)
+    sampled = Map.new(state.samplers, fn {pid, sampler} -> {pid, Sampler.stop(sampler)} end)
+    Enum.each(Map.keys(state.samplers), &untrace(&1, state.native))
     Patterns.release_depth()
     {raw, stats} = Native.finish(state.native, :stop)
+    results = Map.values(sampled)
 
     stats =
       Map.merge(stats, %{
         unprocessed_events: 0,
-        late_ticks: sampled.late_ticks,
-        dropped_metrics: sampled.dropped_metrics
+        late_ticks: Enum.sum(Enum.map(results, & &1.late_ticks)),
+        dropped_metrics: Enum.sum(Enum.map(results, & &1.dropped_metrics)),
+        sampled_processes: map_size(sampled),
+        skipped_processes: state.skipped
       })
 
     profile =
@@ -145,12 +161,12 @@ defmodule FlameOn.Client.SampleSession do
         duration_us: System.convert_time_unit(end_ts - state.started_ts, :native, :microsecond)
       )
 
-    metrics = if sampled.metrics == [], do: %{}, else: %{state.pid => sampled.metrics}
+    metrics = for {pid, %{metrics: [_ | _] = m}} <- sampled, into: %{}, do: {pid, m}
     %{state | profile: %{profile | metrics: metrics}}
   end
 
   # Only our own flags, and only if they are still ours.
-  defp untrace(%{pid: pid, native: native}) do
+  defp untrace(pid, native) do
     case :erlang.trace_info(pid, :tracer) do
       {:tracer, {Native, ^native}} -> :erlang.trace(pid, false, @flags)
       _ -> 0

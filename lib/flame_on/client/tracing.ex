@@ -2,13 +2,14 @@ defmodule FlameOn.Client.Tracing.Ref do
   @moduledoc """
   A running trace of another process, from
   `FlameOn.Client.Tracing.start_trace/2`: `controller` is the process that
-  owns the trace, `pid` the traced process.
+  owns the trace, `pid` the traced process (a list of them for a
+  whole-node trace).
   """
 
   @enforce_keys [:controller, :pid]
   defstruct [:controller, :pid, name: "flame_on"]
 
-  @type t :: %__MODULE__{controller: pid(), pid: pid(), name: String.t()}
+  @type t :: %__MODULE__{controller: pid(), pid: pid() | [pid()], name: String.t()}
 end
 
 defmodule FlameOn.Client.Tracing do
@@ -253,12 +254,88 @@ defmodule FlameOn.Client.Tracing do
     * `:max_nodes`, `:max_depth`, `:max_processes`, `:max_frames`,
       `:max_stack_frames` – limits, as for `FlameOn.Client.profile/2`.
 
+  **Whole node:** `start_trace({:top, n}, opts)` picks the `n` processes
+  that did the most reductions during `:window_ms` (default 1000; the call
+  waits that long), as flame_prof's auto-select does, and samples them all
+  into one profile (one stack set and metrics series per process; mode
+  `:sample` only: no call breakpoints, nothing set on untraced code).
+  Processes that already have a tracer are skipped
+  (`stats.skipped_processes`). Give it a `:duration_ms`.
+
   `pid` may also be a registered name. Returns `{:error, :noproc}` if the
   process is not alive and `{:error, {:already_traced, tracer}}` if it
   already has a tracer (a process has only one).
   """
-  @spec start_trace(pid() | atom(), keyword()) :: {:ok, ref()} | {:error, term()}
-  def start_trace(pid, opts \\ []) when is_list(opts) do
+  @spec start_trace(pid() | atom() | {:top, pos_integer()}, keyword()) ::
+          {:ok, ref()} | {:error, term()}
+  def start_trace(target, opts \\ [])
+
+  def start_trace({:top, n}, opts) when is_list(opts) do
+    unless is_integer(n) and n > 0, do: invalid!(:top, "a positive integer", n)
+    {window_ms, opts} = Keyword.pop(opts, :window_ms, 1_000)
+
+    unless is_integer(window_ms) and window_ms > 0,
+      do: invalid!(:window_ms, "a positive integer", window_ms)
+
+    mode = Keyword.get(opts, :mode) || :sample
+    if mode != :sample, do: invalid!(:mode, ":sample (whole-node traces only sample)", mode)
+
+    case top_processes(n, window_ms) do
+      [] -> {:error, :no_processes}
+      pids -> start_trace_of(pids, Keyword.put(opts, :mode, :sample))
+    end
+  end
+
+  def start_trace(pid, opts) when is_list(opts) do
+    with {:ok, pid} <- resolve(pid), do: start_trace_of(pid, opts)
+  end
+
+  @doc """
+  The `n` processes that did the most reductions during the next
+  `window_ms` milliseconds, busiest first (flame_prof's auto-select). The
+  caller and this library's own processes are left out.
+  """
+  @spec top_processes(pos_integer(), pos_integer()) :: [pid()]
+  def top_processes(n, window_ms) do
+    before = reductions()
+    Process.sleep(window_ms)
+    after_window = reductions()
+
+    after_window
+    |> Enum.flat_map(fn {pid, reds} ->
+      case before do
+        %{^pid => earlier} -> [{pid, reds - earlier}]
+        _ -> [{pid, reds}]
+      end
+    end)
+    |> Enum.reject(fn {pid, _} -> pid == self() or ours?(pid) end)
+    |> Enum.sort_by(fn {_pid, delta} -> -delta end)
+    |> Enum.take(n)
+    |> Enum.map(&elem(&1, 0))
+  end
+
+  # No signal: reductions are read from the process structure.
+  defp reductions do
+    for pid <- Process.list(),
+        {:reductions, reds} <- [Process.info(pid, :reductions)],
+        into: %{},
+        do: {pid, reds}
+  end
+
+  defp ours?(pid) do
+    case Process.info(pid, :dictionary) do
+      {:dictionary, dict} ->
+        case dict[:"$initial_call"] do
+          {module, _, _} -> String.starts_with?(Atom.to_string(module), "Elixir.FlameOn.Client.")
+          _ -> false
+        end
+
+      nil ->
+        true
+    end
+  end
+
+  defp start_trace_of(pid, opts) do
     opts = Keyword.validate!(opts, @start_defaults)
     {settings, _rest} = settings!(Keyword.take(opts, [:threshold_ms, :shipper]))
 
@@ -272,8 +349,7 @@ defmodule FlameOn.Client.Tracing do
       settings: settings
     }
 
-    with {:ok, pid} <- resolve(pid),
-         {:ok, controller} <- Controller.start(self(), pid, config) do
+    with {:ok, controller} <- Controller.start(self(), pid, config) do
       {:ok, %Ref{controller: controller, pid: pid, name: config.name}}
     end
   end
@@ -478,7 +554,8 @@ defmodule FlameOn.Client.Tracing.Controller do
           state
           | session: session,
             session_ref: Process.monitor(session),
-            tracee_ref: Process.monitor(pid),
+            # a whole-node trace ends by time or stop_trace/1 only
+            tracee_ref: if(is_pid(pid), do: Process.monitor(pid)),
             timer: timer
         }
 

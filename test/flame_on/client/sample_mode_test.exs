@@ -398,6 +398,46 @@ defmodule FlameOn.Client.SampleDefaultsTest do
     assert_node_clean()
   end
 
+  test "whole node: the busiest processes by reductions are sampled together" do
+    test = self()
+
+    busy =
+      for _ <- 1..3 do
+        spawn(fn ->
+          send(test, :started)
+          Workloads.busy(1_500)
+        end)
+      end
+
+    idle = for _ <- 1..2, do: spawn(fn -> receive do: (:never -> :ok) end)
+    for _ <- busy, do: assert_receive(:started)
+
+    {:ok, ref} = Tracing.start_trace({:top, 3}, window_ms: 200, shipper: @to_me)
+    assert Enum.sort(ref.pid) == Enum.sort(busy)
+    Process.sleep(100)
+    patterns? = patterns_set?()
+    assert {:ok, %Profile{mode: :sample, pid: nil} = profile} = Tracing.stop_trace(ref)
+    refute patterns?
+
+    for pid <- busy do
+      assert time_where(profile, pid, &(&1 =~ "Workloads.fib/1")) > 0, inspect(pid)
+      assert [_ | _] = profile.metrics[pid]
+    end
+
+    assert Enum.all?(Map.keys(profile.stacks), &(&1 in busy))
+    assert profile.stats.sampled_processes == 3
+    Enum.each(busy ++ idle, &Process.exit(&1, :kill))
+    assert_node_clean()
+  end
+
+  test "whole node: options are checked" do
+    assert_raise ArgumentError, ~r/:top/, fn -> Tracing.start_trace({:top, 0}) end
+
+    assert_raise ArgumentError, ~r/:mode/, fn ->
+      Tracing.start_trace({:top, 1}, mode: :process)
+    end
+  end
+
   test "telemetry spans sample by default" do
     config = [shipper: @to_me]
     :ok = Telemetry.handle_event([:job, :start], %{}, %{}, config)
