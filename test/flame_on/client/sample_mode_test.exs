@@ -287,7 +287,9 @@ defmodule FlameOn.Client.SampleGraphTest do
 
     for {pid, spin_ms} <- [{a, 40}, {b, 20}] do
       spin_us = time_where(profile, pid, &String.contains?(&1, "Server.spin_until/1"))
-      assert spin_us >= spin_ms * 1000 * 0.8, "#{inspect(pid)}: #{spin_us} µs in spin_until"
+      # a callee is sampled from its first request on: its first sample comes
+      # a little after the span starts (a message to the owner, a spawn)
+      assert spin_us >= spin_ms * 1000 * 0.7, "#{inspect(pid)}: #{spin_us} µs in spin_until"
       # only while serving: the callee's stacks are its spans' time (wait
       # another callee explains leaves the stacks)
       span_us =
