@@ -19,7 +19,7 @@ defmodule FlameOn.Client.SampleSession do
 
   use GenServer, restart: :temporary
 
-  alias FlameOn.Client.{Native, Patterns, Profile, Sampler}
+  alias FlameOn.Client.{Native, Patterns, Profile, Sampler, TraceSession}
 
   @flags [:running]
   @max_backtrace_depth 64
@@ -65,7 +65,7 @@ defmodule FlameOn.Client.SampleSession do
     pids = List.wrap(Keyword.fetch!(opts, :pid))
     limits = Keyword.get(opts, :limits, %{})
     depth = min(Map.get(limits, :max_depth, 512) + 1, @max_backtrace_depth)
-    checked = Enum.map(pids, &{&1, check(&1)})
+    checked = Enum.map(pids, &{&1, TraceSession.check_tracee(&1)})
 
     with {:ok, native} <- new_native(limits),
          [_ | _] = ok <- for({pid, :ok} <- checked, do: pid) do
@@ -174,16 +174,6 @@ defmodule FlameOn.Client.SampleSession do
   rescue
     ArgumentError -> 0
   end
-
-  defp check(pid) when is_pid(pid) and node(pid) == node() do
-    case :erlang.trace_info(pid, :tracer) do
-      :undefined -> {:error, :noproc}
-      {:tracer, []} -> :ok
-      {:tracer, tracer} -> {:error, {:already_traced, tracer}}
-    end
-  end
-
-  defp check(pid), do: {:error, {:not_a_local_pid, pid}}
 
   defp new_native(limits) do
     {:ok,

@@ -264,7 +264,11 @@ defmodule FlameOn.Client.TraceSession do
     ArgumentError -> {:error, {:invalid_limits, Map.delete(limits, :native_per_second)}}
   end
 
-  defp check_tracee(pid) when is_pid(pid) and node(pid) == node() do
+  @doc false
+  # :ok when `pid` is a live local process with no tracer (also used by
+  # FlameOn.Client.SampleSession).
+  @spec check_tracee(term()) :: :ok | {:error, term()}
+  def check_tracee(pid) when is_pid(pid) and node(pid) == node() do
     case :erlang.trace_info(pid, :tracer) do
       :undefined -> {:error, :noproc}
       {:tracer, []} -> :ok
@@ -272,7 +276,7 @@ defmodule FlameOn.Client.TraceSession do
     end
   end
 
-  defp check_tracee(pid), do: {:error, {:not_a_local_pid, pid}}
+  def check_tracee(pid), do: {:error, {:not_a_local_pid, pid}}
 
   defp attach(:tracee, _tracee), do: {:ok, :erlang.monotonic_time()}
 

@@ -191,8 +191,8 @@ defmodule FlameOn.Client.SampleModeTest do
     assert_node_clean()
   end
 
-  test "a sampled process killed mid-trace: backtrace_depth comes back" do
-    before = depth()
+  # A process inside a sample trace that never ends.
+  defp sampled_forever do
     test = self()
 
     pid =
@@ -207,6 +207,12 @@ defmodule FlameOn.Client.SampleModeTest do
       end)
 
     assert_receive :sampling
+    pid
+  end
+
+  test "a sampled process killed mid-trace: backtrace_depth comes back" do
+    before = depth()
+    pid = sampled_forever()
     assert depth() == 64
     Process.exit(pid, :kill)
     assert_node_clean()
@@ -217,20 +223,7 @@ defmodule FlameOn.Client.SampleModeTest do
 
   test "Patterns killed mid-trace: the sweep of its successor restores backtrace_depth" do
     before = :erlang.system_flag(:backtrace_depth, 8)
-    test = self()
-
-    pid =
-      spawn(fn ->
-        FlameOn.Client.profile(
-          fn ->
-            send(test, :sampling)
-            Process.sleep(:infinity)
-          end,
-          mode: :sample
-        )
-      end)
-
-    assert_receive :sampling
+    pid = sampled_forever()
     assert depth() > 8
     Process.exit(Process.whereis(Patterns), :kill)
     Process.exit(pid, :kill)
