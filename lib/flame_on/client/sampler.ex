@@ -57,7 +57,9 @@ defmodule FlameOn.Client.Sampler do
   (`{m, f, a}`: frames outside the innermost call of it are dropped, so
   stacks start where exact traces start; a stack of `:depth` frames without
   it was cut by the VM and gets a `"…"` root), `:depth` (the node's
-  `backtrace_depth` while sampling) and `:max_samples`.
+  `backtrace_depth` while sampling), `:max_samples` and `:owner` (the
+  process that will stop it, default the caller: the sampler exits when
+  the owner does).
   """
   @spec start(Native.session(), pid(), keyword()) :: pid()
   def start(native, target, opts) do
@@ -90,13 +92,17 @@ defmodule FlameOn.Client.Sampler do
 
     state = %{state | own: false}
 
+    owner = Keyword.get(opts, :owner, self())
+
     spawn(fn ->
       # Ticks on time even when the node is busy: the sampler's own work
       # per tick is a few microseconds.
       Process.flag(:priority, :high)
       ref = Process.monitor(target)
+      # Nobody can stop a sampler whose owner is gone: it ends with it.
+      owner_ref = Process.monitor(owner)
       {deadline, _late} = first
-      state = Map.put(state, :ref, ref)
+      state = Map.merge(state, %{ref: ref, owner_ref: owner_ref})
       wait(state, deadline)
     end)
   end
@@ -154,12 +160,14 @@ defmodule FlameOn.Client.Sampler do
       :wake -> loop(state, now_us())
       {:stop, from, stop_ref} -> send(from, {stop_ref, result(state)})
       {:DOWN, ref, :process, _, _} when ref == state.ref -> wait_for_stop(state)
+      {:DOWN, ref, :process, _, _} when ref == state.owner_ref -> :ok
     end
   end
 
   defp wait_for_stop(state) do
     receive do
       {:stop, from, stop_ref} -> send(from, {stop_ref, result(state)})
+      {:DOWN, ref, :process, _, _} when ref == state.owner_ref -> :ok
     end
   end
 
@@ -173,6 +181,9 @@ defmodule FlameOn.Client.Sampler do
       # The target is gone: nothing more to sample.
       {:DOWN, ^ref, :process, _, _} ->
         wait_for_stop(state)
+
+      {:DOWN, owner_ref, :process, _, _} when owner_ref == state.owner_ref ->
+        :ok
 
       # Only an idle sampler waits for these: one that is sampling ignores them.
       :wake ->

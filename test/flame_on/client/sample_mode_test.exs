@@ -210,12 +210,24 @@ defmodule FlameOn.Client.SampleModeTest do
     pid
   end
 
-  test "a sampled process killed mid-trace: backtrace_depth comes back" do
+  defp samplers do
+    for pid <- Process.list(),
+        match?(
+          {:current_function, {FlameOn.Client.Sampler, _, _}},
+          Process.info(pid, :current_function)
+        ),
+        do: pid
+  end
+
+  test "a sampled process killed mid-trace: backtrace_depth comes back, its sampler ends" do
     before = depth()
     pid = sampled_forever()
     assert depth() == 64
+    assert [_] = samplers()
     Process.exit(pid, :kill)
     assert_node_clean()
+    Process.sleep(50)
+    assert samplers() == []
     # Patterns restores it when it sees the sampler's owner go.
     Patterns.users()
     assert depth() == before
