@@ -1,5 +1,5 @@
 defmodule FlameOn.Client.LeakTest do
-  # 10,000 traces, then everything they made must be gone: session
+  # 10,000 traces (every mode), then everything they made must be gone: session
   # resources, processes, ETS tables and memory (within a stated tolerance).
   use ExUnit.Case, async: false
 
@@ -44,7 +44,7 @@ defmodule FlameOn.Client.LeakTest do
     warm = fn ->
       for i <- 1..200 do
         FlameOn.Client.profile(fn -> Workloads.fib(8) end,
-          mode: if(rem(i, 2) == 0, do: :nif, else: :process)
+          mode: Enum.at([:nif, :process, :sample], rem(i, 3))
         )
       end
     end
@@ -61,6 +61,9 @@ defmodule FlameOn.Client.LeakTest do
 
         1 ->
           FlameOn.Client.profile(fn -> GenServer.call(server, {:spin, 0}) end, cross_process: true)
+
+        2 ->
+          FlameOn.Client.profile(fn -> Workloads.fib(8) end, mode: :sample)
 
         _ ->
           FlameOn.Client.profile(fn -> Workloads.fib(8) end)
