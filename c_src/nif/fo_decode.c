@@ -45,7 +45,8 @@ int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
     return 1;
 }
 
-/* Integer native time, or an erlang:now()-style {Mega, Sec, Micro}. */
+/* Integer native time, or an erlang:now()-style {Mega, Sec, Micro}, to
+ * nanoseconds; 0 (malformed) when out of range. */
 static int decode_ts(ErlNifEnv *env, ERL_NIF_TERM term, int64_t native_per_second, int64_t *ns)
 {
     ErlNifSInt64 value;
@@ -56,13 +57,20 @@ static int decode_ts(ErlNifEnv *env, ERL_NIF_TERM term, int64_t native_per_secon
     int arity;
     const ERL_NIF_TERM *items;
     ErlNifSInt64 mega, sec, micro;
-    if (enif_get_tuple(env, term, &arity, &items) && arity == 3 && enif_get_int64(env, items[0], &mega) &&
-        enif_get_int64(env, items[1], &sec) && enif_get_int64(env, items[2], &micro) && mega >= 0 &&
-        mega < 1000000000 && sec >= 0 && sec < 1000000 && micro >= 0 && micro < 1000000) {
-        *ns = ((mega * 1000000 + sec) * 1000000 + micro) * 1000;
-        return 1;
-    }
-    return 0;
+    if (!enif_get_tuple(env, term, &arity, &items) || arity != 3 || !enif_get_int64(env, items[0], &mega) ||
+        !enif_get_int64(env, items[1], &sec) || !enif_get_int64(env, items[2], &micro) || mega < 0 ||
+        mega >= 1000000000 || sec < 0 || sec >= 1000000 || micro < 0 || micro >= 1000000)
+        return 0;
+    /* The seconds fit easily (< 1e15), their nanoseconds do not: from
+     * {9223, 372036, 854776} on (the year 2262) they overflow int64.
+     * Rejected like the out-of-range fields above, not saturated: a
+     * clamped timestamp would be charged as if real. */
+    int64_t abs_ns;
+    if (__builtin_mul_overflow(mega * 1000000 + sec, 1000000000, &abs_ns) ||
+        __builtin_add_overflow(abs_ns, micro * 1000, &abs_ns))
+        return 0;
+    *ns = abs_ns;
+    return 1;
 }
 
 /* The part shared by trace messages and tracer-module callbacks: a tag,

@@ -136,6 +136,27 @@ defmodule FlameOn.Client.NativeTest do
     assert Native.stats(session).events == 1
   end
 
+  # Times whose nanoseconds do not fit in int64 are rejected (signed
+  # overflow there was undefined behaviour): a message is counted malformed,
+  # finish/2 raises.
+  describe "times past int64 nanoseconds" do
+    test "an {Mega, Sec, Micro} timestamp is malformed" do
+      session = Native.new(%{})
+      pid = self()
+
+      :ok =
+        Native.ingest(session, [
+          # 9_223_372_036_854_775_000 ns, the last microsecond that fits
+          {:trace_ts, pid, :in, 0, {9223, 372_036, 854_775}},
+          {:trace_ts, pid, :out, 0, {9223, 372_036, 854_776}},
+          {:trace_ts, pid, :out, 0, {9224, 0, 0}},
+          {:trace_ts, pid, :out, 0, {999_999_999, 999_999, 999_999}}
+        ])
+
+      assert %{events: 1, malformed_events: 3} = Native.stats(session)
+    end
+  end
+
   test "stats/1 has every counter" do
     stats = Native.stats(Native.new(%{}))
 
