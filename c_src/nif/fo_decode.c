@@ -4,13 +4,33 @@
 
 #define MAX_ARITY 255u
 
-int64_t fo_native_to_ns(int64_t value, int64_t native_per_second)
+/* Out of range is rejected, not saturated: a clamped time would be charged
+ * as if real (every live process running to the end of time), a rejected
+ * one is a malformed message or an ArgumentError, as other bad times are.
+ * Nothing real comes near: int64 nanoseconds last 292 years. */
+int fo_native_to_ns(int64_t value, int64_t native_per_second, int64_t *ns)
 {
-    if (native_per_second == 1000000000)
-        return value;
-    if (native_per_second > 0 && 1000000000 % native_per_second == 0)
-        return value * (1000000000 / native_per_second);
-    return (int64_t)((long double)value * 1e9L / (long double)native_per_second);
+    if (native_per_second <= 0)
+        return 0;
+    if (native_per_second == 1000000000) {
+        *ns = value;
+        return 1;
+    }
+    if (1000000000 % native_per_second == 0) {
+        int64_t out;
+        if (__builtin_mul_overflow(value, 1000000000 / native_per_second, &out))
+            return 0;
+        *ns = out;
+        return 1;
+    }
+    /* Exact in 128 bits (|value| * 1e9 < 2^93) and truncated toward zero;
+     * the long double this replaces rounded, and converted out-of-range
+     * results to int64 (undefined too). */
+    __int128 wide = (__int128)value * 1000000000 / native_per_second;
+    if (wide < INT64_MIN || wide > INT64_MAX)
+        return 0;
+    *ns = (int64_t)wide;
+    return 1;
 }
 
 int64_t fo_ns_to_native(int64_t ns, int64_t native_per_second)
@@ -50,10 +70,8 @@ int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
 static int decode_ts(ErlNifEnv *env, ERL_NIF_TERM term, int64_t native_per_second, int64_t *ns)
 {
     ErlNifSInt64 value;
-    if (enif_get_int64(env, term, &value)) {
-        *ns = fo_native_to_ns(value, native_per_second);
-        return 1;
-    }
+    if (enif_get_int64(env, term, &value))
+        return fo_native_to_ns(value, native_per_second, ns);
     int arity;
     const ERL_NIF_TERM *items;
     ErlNifSInt64 mega, sec, micro;

@@ -26,8 +26,9 @@ int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out);
  * or malformed. The one place both front ends hand events to the core. */
 void fo_decode_apply(fo_session *s, fo_decode_result result, const fo_event *ev);
 
-/* Native monotonic units to nanoseconds. */
-int64_t fo_native_to_ns(int64_t value, int64_t native_per_second);
+/* Native monotonic units to nanoseconds into *ns; 0 (and *ns untouched)
+ * when they do not fit in int64. */
+int fo_native_to_ns(int64_t value, int64_t native_per_second, int64_t *ns);
 int64_t fo_ns_to_native(int64_t ns, int64_t native_per_second);
 
 #endif

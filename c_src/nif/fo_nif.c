@@ -229,6 +229,11 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     int has_end = argv[1] != fo_atom_nil && !at_stop;
     if (!fo_resource_get(env, argv[0], &res) || (has_end && !enif_get_int64(env, argv[1], &end_ts)))
         return enif_make_badarg(env);
+    /* An end whose nanoseconds do not fit in int64 is a bad argument (see
+     * fo_native_to_ns). native_per_second never changes: no lock needed. */
+    int64_t end_ns = 0;
+    if (has_end && !fo_native_to_ns(end_ts, res->native_per_second, &end_ns))
+        return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
     fo_session *core = res->core;
     if (core == NULL) {
@@ -239,7 +244,7 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     int64_t close_ns = 0;
     int close = 1;
     if (has_end)
-        close_ns = fo_native_to_ns(end_ts, res->native_per_second) - res->ingest_offset_ns;
+        close_ns = end_ns - res->ingest_offset_ns;
     else if (at_stop && res->stopped_ns != 0)
         close_ns = res->stopped_ns;
     else

@@ -155,6 +155,48 @@ defmodule FlameOn.Client.NativeTest do
 
       assert %{events: 1, malformed_events: 3} = Native.stats(session)
     end
+
+    test "an integer timestamp in a slow native unit is malformed" do
+      pid = self()
+      # 1 unit a second: 9_223_372_036 s is the last that fits.
+      session = Native.new(%{native_per_second: 1})
+
+      :ok =
+        Native.ingest(
+          session,
+          for(
+            ts <- [9_223_372_036, -9_223_372_036, 2 ** 40, 9_223_372_037, -9_223_372_037],
+            do: {:trace_ts, pid, :in, 0, ts}
+          )
+        )
+
+      assert %{events: 2, malformed_events: 3} = Native.stats(session)
+
+      # 3 units a second does not divide 1e9: the conversion is exact.
+      session = Native.new(%{native_per_second: 3})
+
+      :ok =
+        Native.ingest(
+          session,
+          for(
+            ts <- [3, 27_670_116_110, 27_670_116_111, 2 ** 62],
+            do: {:trace_ts, pid, :in, 0, ts}
+          )
+        )
+
+      assert %{events: 2, malformed_events: 2} = Native.stats(session)
+    end
+
+    test "finish/2 with an end in a slow native unit raises and leaves the session open" do
+      session = Native.new(%{native_per_second: 1})
+      :ok = Native.ingest(session, [{:trace_ts, self(), :in, 0, 1}])
+
+      for bad <- [2 ** 40, 9_223_372_037, -(2 ** 40)] do
+        assert_raise ArgumentError, fn -> Native.finish(session, bad) end
+      end
+
+      assert {%{}, %{events: 1}} = Native.finish(session, 9_223_372_036)
+    end
   end
 
   test "stats/1 has every counter" do
