@@ -8,28 +8,34 @@
  * as if real (every live process running to the end of time), a rejected
  * one is a malformed message or an ArgumentError, as other bad times are.
  * Nothing real comes near: int64 nanoseconds last 292 years. */
-int fo_native_to_ns(int64_t value, int64_t native_per_second, int64_t *ns)
+int fo_native_to_ns(int64_t value, int64_t native_per_second, int64_t offset_ns, int64_t *ns)
 {
+    int64_t abs_ns;
     if (native_per_second <= 0)
         return 0;
     if (native_per_second == 1000000000) {
-        *ns = value;
-        return 1;
-    }
-    if (1000000000 % native_per_second == 0) {
-        int64_t out;
-        if (__builtin_mul_overflow(value, 1000000000 / native_per_second, &out))
+        abs_ns = value;
+    } else if (1000000000 % native_per_second == 0) {
+        if (__builtin_mul_overflow(value, 1000000000 / native_per_second, &abs_ns))
             return 0;
-        *ns = out;
-        return 1;
+    } else {
+        /* Exact in 128 bits (|value| * 1e9 < 2^93) and truncated toward
+         * zero; the long double this replaces rounded, and converted
+         * out-of-range results to int64 (undefined too). */
+        __int128 wide = (__int128)value * 1000000000 / native_per_second;
+        if (wide < INT64_MIN || wide > INT64_MAX)
+            return 0;
+        abs_ns = (int64_t)wide;
     }
-    /* Exact in 128 bits (|value| * 1e9 < 2^93) and truncated toward zero;
-     * the long double this replaces rounded, and converted out-of-range
-     * results to int64 (undefined too). */
-    __int128 wide = (__int128)value * 1000000000 / native_per_second;
-    if (wide < INT64_MIN || wide > INT64_MAX)
+    return fo_shift_ns(abs_ns, offset_ns, ns);
+}
+
+int fo_shift_ns(int64_t abs_ns, int64_t offset_ns, int64_t *ns)
+{
+    int64_t out;
+    if (__builtin_sub_overflow(abs_ns, offset_ns, &out))
         return 0;
-    *ns = (int64_t)wide;
+    *ns = out;
     return 1;
 }
 
@@ -66,12 +72,13 @@ int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
 }
 
 /* Integer native time, or an erlang:now()-style {Mega, Sec, Micro}, to
- * nanoseconds; 0 (malformed) when out of range. */
-static int decode_ts(ErlNifEnv *env, ERL_NIF_TERM term, int64_t native_per_second, int64_t *ns)
+ * nanoseconds less offset_ns; 0 (malformed) when out of range. */
+static int decode_ts(ErlNifEnv *env, ERL_NIF_TERM term, int64_t native_per_second, int64_t offset_ns,
+                     int64_t *ns)
 {
     ErlNifSInt64 value;
     if (enif_get_int64(env, term, &value))
-        return fo_native_to_ns(value, native_per_second, ns);
+        return fo_native_to_ns(value, native_per_second, offset_ns, ns);
     int arity;
     const ERL_NIF_TERM *items;
     ErlNifSInt64 mega, sec, micro;
@@ -87,8 +94,7 @@ static int decode_ts(ErlNifEnv *env, ERL_NIF_TERM term, int64_t native_per_secon
     if (__builtin_mul_overflow(mega * 1000000 + sec, 1000000000, &abs_ns) ||
         __builtin_add_overflow(abs_ns, micro * 1000, &abs_ns))
         return 0;
-    *ns = abs_ns;
-    return 1;
+    return fo_shift_ns(abs_ns, offset_ns, ns);
 }
 
 /* The part shared by trace messages and tracer-module callbacks: a tag,
@@ -130,7 +136,7 @@ fo_decode_result fo_decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM 
 }
 
 fo_decode_result fo_decode_trace_msg(ErlNifEnv *env, ERL_NIF_TERM msg, int64_t native_per_second,
-                                     fo_event *out)
+                                     int64_t offset_ns, fo_event *out)
 {
     int arity;
     const ERL_NIF_TERM *items;
@@ -141,7 +147,7 @@ fo_decode_result fo_decode_trace_msg(ErlNifEnv *env, ERL_NIF_TERM msg, int64_t n
     ErlNifPid pid;
     if (!enif_get_local_pid(env, items[1], &pid))
         return enif_is_port(env, items[1]) ? FO_DECODE_IGNORED : FO_DECODE_MALFORMED;
-    if (!decode_ts(env, items[arity - 1], native_per_second, &out->ts_ns))
+    if (!decode_ts(env, items[arity - 1], native_per_second, offset_ns, &out->ts_ns))
         return FO_DECODE_MALFORMED;
     out->pid = (uint64_t)pid.pid;
     /* only calls carry a sixth element we use; other 6-tuples (return_from,

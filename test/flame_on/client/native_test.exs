@@ -197,6 +197,25 @@ defmodule FlameOn.Client.NativeTest do
 
       assert {%{}, %{events: 1}} = Native.finish(session, 9_223_372_036)
     end
+
+    test "a graph session's times, moved to the tracer clock, past int64 are malformed or raise" do
+      # Ingested times move by the session's clock offset (Erlang monotonic
+      # - tracer clock, about -2^59 ns): one end of int64 overflows then.
+      {_, _, %{clock_offset_ns: offset}} = Native.finish(Native.new(%{label: 1_000_009}), nil)
+      assert offset != 0
+
+      {overflows, fits} =
+        if offset < 0, do: {2 ** 63 - 1, -(2 ** 63)}, else: {-(2 ** 63), 2 ** 63 - 1}
+
+      session = Native.new(%{label: 1_000_009})
+      pid = self()
+      :ok = Native.ingest(session, [{:trace_ts, pid, :in, 0, fits}])
+      :ok = Native.ingest(session, [{:trace_ts, pid, :out, 0, overflows}])
+      assert %{events: 1, malformed_events: 1} = Native.stats(session)
+
+      assert_raise ArgumentError, fn -> Native.finish(session, overflows) end
+      assert {%{}, %{events: 1}, %{spans: _}} = Native.finish(session, fits)
+    end
   end
 
   test "stats/1 has every counter" do
