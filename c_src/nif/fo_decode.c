@@ -45,7 +45,18 @@ int64_t fo_ns_to_native(int64_t ns, int64_t native_per_second)
         return ns;
     if (native_per_second > 0 && 1000000000 % native_per_second == 0)
         return ns / (1000000000 / native_per_second);
-    return (int64_t)((long double)ns * (long double)native_per_second / 1e9L);
+    /* A unit that does not divide 1e9: finer than a nanosecond (new/1
+     * takes up to 1000 a nanosecond), the result can exceed int64, and the
+     * long double this replaces was then converted out of range (undefined,
+     * and not caught by UBSan's default checks). Saturated, not rejected:
+     * stop/1, the one user, has stopped the session by then and must
+     * return. Exact in 128 bits: |ns| * native_per_second < 2^127. */
+    __int128 wide = (__int128)ns * native_per_second / 1000000000;
+    if (wide > INT64_MAX)
+        return INT64_MAX;
+    if (wide < INT64_MIN)
+        return INT64_MIN;
+    return (int64_t)wide;
 }
 
 int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)

@@ -33,6 +33,7 @@ void fo_decode_apply(fo_session *s, fo_decode_result result, const fo_event *ev)
 int fo_native_to_ns(int64_t value, int64_t native_per_second, int64_t offset_ns, int64_t *ns);
 /* abs_ns - offset_ns into *ns; 0 (and *ns untouched) on overflow. */
 int fo_shift_ns(int64_t abs_ns, int64_t offset_ns, int64_t *ns);
+/* Nanoseconds to native units, saturated at the ends of int64. */
 int64_t fo_ns_to_native(int64_t ns, int64_t native_per_second);
 
 #endif

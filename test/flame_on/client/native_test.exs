@@ -216,6 +216,19 @@ defmodule FlameOn.Client.NativeTest do
       assert_raise ArgumentError, fn -> Native.finish(session, overflows) end
       assert {%{}, %{events: 1}, %{spans: _}} = Native.finish(session, fits)
     end
+
+    test "stop/1 in a native unit finer than a nanosecond saturates" do
+      # Erlang's monotonic clock starts far below 0: 1000 units a ns take
+      # it past int64.
+      ns = System.monotonic_time(:nanosecond)
+      stopped = Native.stop(Native.new(%{native_per_second: 1_000_000_000_000}))
+      assert stopped in -(2 ** 63)..(2 ** 63 - 1)
+      if ns * 1000 < -(2 ** 63), do: assert(stopped == -(2 ** 63))
+
+      # A unit that divides neither way converts exactly.
+      stopped = Native.stop(Native.new(%{native_per_second: 3_000_000_007}))
+      assert_in_delta stopped, div(ns * 3_000_000_007, 1_000_000_000), 3_000_000_007
+    end
   end
 
   test "stats/1 has every counter" do
