@@ -35,14 +35,21 @@ defmodule FlameOn.Client.NifFuzzTest do
                   [:gc_minor_start, :gc_major_start, :gc_start] ++
                   [:gc_minor_end, :gc_major_end, :gc_end]
 
-  # Signed 64-bit overflow in the NIF's time arithmetic is undefined
-  # behaviour, which the UBSan run aborts on: timestamps and end times stay
-  # within +-2^62 ns (graph sessions subtract a clock offset of about 2^59),
-  # {Mega, Sec, Micro} too (4611 megaseconds is 2^62 ns), and sessions keep
-  # the default native_per_second (a smaller one multiplies timestamps up).
-  # Wider values are open bugs, not fuzz targets.
-  @max_ts 2 ** 62
-  @max_mega 4611
+  # Timestamps and end times span int64 and {Mega, Sec, Micro} every Mega
+  # the NIF takes; sessions have native units from 1 a second to 1000 a
+  # nanosecond. Times whose nanoseconds overflow int64 (after the graph
+  # sessions' clock offset) are malformed, or raise in finish/2: the UBSan
+  # run checks that no arithmetic overflows on the way.
+  @max_ts 2 ** 63 - 1
+  @max_mega 999_999_999
+  # Either side of where int64 nanoseconds end: in ns, in seconds (native
+  # unit 1 a second), in ms (1000 a second), and {Mega, Sec, Micro}.
+  @edge_ts [2 ** 63 - 1, -(2 ** 63), 2 ** 62, -(2 ** 62)] ++
+             [9_223_372_036, 9_223_372_037, -9_223_372_036, -9_223_372_037] ++
+             [9_223_372_036_854, 9_223_372_036_855, -9_223_372_036_854, -9_223_372_036_855]
+  @edge_now [{9223, 372_036, 854_775}, {9223, 372_036, 854_776}, {9224, 0, 0}]
+  @native_per_second [1, 3, 1000, 1_000_000, 999_999_999, 1_000_000_000, 3_000_000_007] ++
+                       [1_000_000_000_000]
 
   # Per test, not setup_all: each test then counts as failed (setup_all
   # would mark them invalid) when PropEr is missing.
@@ -88,11 +95,12 @@ defmodule FlameOn.Client.NifFuzzTest do
 
     assert_forall(
       ingest_case(w),
-      fn {label, batches, end_ts} ->
-        session = Native.new(if label, do: %{label: label}, else: %{})
+      fn {label, native_per_second, batches, end_ts} ->
+        session = Native.new(%{label: label, native_per_second: native_per_second})
+        clock = clock(label, native_per_second)
 
         for batch <- batches do
-          {messages, n, expected, proper?} = realize_batch(batch)
+          {messages, n, expected, proper?, out_of_range} = realize_batch(batch, clock)
           before = counts(Native.stats(session))
 
           if proper? do
@@ -109,8 +117,19 @@ defmodule FlameOn.Client.NifFuzzTest do
           bump(tally, :decoded, expected.events)
           bump(tally, :ignored, expected.ignored_events)
           bump(tally, :malformed, expected.malformed_events)
+          bump(tally, :out_of_range, out_of_range)
           if n > 2000, do: bump(tally, :long)
         end
+
+        # An end out of int64 nanoseconds raises and leaves the session open.
+        end_ts =
+          if end_ts == nil or (is_integer(end_ts) and ts?(end_ts, clock)) do
+            end_ts
+          else
+            assert_raise ArgumentError, fn -> Native.finish(session, end_ts) end
+            bump(tally, :bad_end)
+            nil
+          end
 
         # A finished session returns its stacks and takes no more messages.
         result = Native.finish(session, end_ts)
@@ -130,7 +149,9 @@ defmodule FlameOn.Client.NifFuzzTest do
           ignored: "ignored messages",
           malformed: "malformed messages",
           improper: "improper batches",
-          long: "batches over one ingest slice"
+          long: "batches over one ingest slice",
+          out_of_range: "timestamps out of int64 nanoseconds",
+          bad_end: "end times out of int64 nanoseconds"
         ] do
       assert count(tally, key) > 0, "the generators made no #{what}"
     end
@@ -146,7 +167,7 @@ defmodule FlameOn.Client.NifFuzzTest do
 
     assert {:failed, [message] = shrunk, _} = quickcheck(T.list(message(w)), no_malformed, opts)
 
-    assert classify(message) == :malformed
+    assert classify(message, clock(nil, nil)) == :malformed
 
     assert {:failed, unshrunk, _} =
              quickcheck(T.list(message(w)), no_malformed, [noshrink: true] ++ opts)
@@ -172,7 +193,8 @@ defmodule FlameOn.Client.NifFuzzTest do
 
   # What the generated cases did, summed outside PropEr (which reruns the
   # property while shrinking, so counts only mean something on a pass).
-  @tallies [:ok, :badarg, :decoded, :ignored, :malformed, :improper, :long]
+  @tallies [:ok, :badarg, :decoded, :ignored, :malformed, :improper, :long, :out_of_range] ++
+             [:bad_end]
   defp tally, do: :counters.new(length(@tallies), [])
   defp bump(tally, key, n \\ 1), do: :counters.add(tally, slot(key), n)
   defp count(tally, key), do: :counters.get(tally, slot(key))
@@ -218,6 +240,9 @@ defmodule FlameOn.Client.NifFuzzTest do
         Native.finish(s, nil)
         s
 
+      {:native_per_second, n} ->
+        Native.new(%{native_per_second: n})
+
       {graph, label} ->
         s = Native.new(%{label: label})
         Process.put(:fuzz_graph_sessions, [s | Process.get(:fuzz_graph_sessions)])
@@ -255,17 +280,35 @@ defmodule FlameOn.Client.NifFuzzTest do
 
   defp counts(stats), do: Map.take(stats, [:events, :ignored_events, :malformed_events])
 
+  # How a session turns timestamps into nanoseconds: its native unit, and
+  # the clock offset a graph session takes from them (Erlang monotonic -
+  # tracer clock, as finish/2 of a graph session reports it; the probe's
+  # read is the session's within microseconds, and no generated timestamp
+  # lands that close to where the shifted range ends).
+  defp clock(label, native_per_second) do
+    offset =
+      if label do
+        {_, _, %{clock_offset_ns: offset}} = Native.finish(Native.new(%{label: label}), nil)
+        offset
+      else
+        0
+      end
+
+    %{native_per_second: native_per_second || 1_000_000_000, offset: offset}
+  end
+
   defp delta(now, before), do: Map.new(now, fn {k, v} -> {k, v - before[k]} end)
 
   # A batch is {messages, length, tail}: a long one repeats its messages up
   # to `length` (around the NIF's 2000-message slice), a non-[] tail makes
   # the list improper. Returns the list, its length without the tail, the
-  # counts it should add and whether it is proper.
-  defp realize_batch({messages, length, tail}) do
+  # counts it should add in a session with this clock, whether it is proper
+  # and how many of its timestamps are out of the session's range.
+  defp realize_batch({messages, length, tail}, clock) do
     messages =
       if length && messages != [], do: Enum.take(Stream.cycle(messages), length), else: messages
 
-    classes = Enum.frequencies(Enum.map(messages, &classify/1))
+    classes = Enum.frequencies(Enum.map(messages, &classify(&1, clock)))
 
     expected = %{
       events: Map.get(classes, :decoded, 0),
@@ -273,13 +316,14 @@ defmodule FlameOn.Client.NifFuzzTest do
       malformed_events: Map.get(classes, :malformed, 0)
     }
 
-    {messages ++ tail, length(messages), expected, tail == []}
+    out_of_range = Enum.count(messages, &out_of_range?(&1, clock))
+    {messages ++ tail, length(messages), expected, tail == [], out_of_range}
   end
 
-  # What ingest/2 makes of a message (the rules of fo_decode_trace_msg):
-  # :decoded (an event), :ignored (a trace message that is not ours) or
-  # :malformed.
-  defp classify(msg) when is_tuple(msg) and tuple_size(msg) in [5, 6] do
+  # What ingest/2 makes of a message (the rules of fo_decode_trace_msg) in a
+  # session with this clock: :decoded (an event), :ignored (a trace message
+  # that is not ours) or :malformed.
+  defp classify(msg, clock) when is_tuple(msg) and tuple_size(msg) in [5, 6] do
     [first, who, tag, payload | _] = Tuple.to_list(msg)
     ts = elem(msg, tuple_size(msg) - 1)
 
@@ -293,7 +337,7 @@ defmodule FlameOn.Client.NifFuzzTest do
       not (is_pid(who) and node(who) == node()) ->
         :malformed
 
-      not ts?(ts) ->
+      not ts?(ts, clock) ->
         :malformed
 
       tuple_size(msg) == 6 and tag != :call ->
@@ -313,14 +357,38 @@ defmodule FlameOn.Client.NifFuzzTest do
     end
   end
 
-  defp classify(_msg), do: :malformed
+  defp classify(_msg, _clock), do: :malformed
 
-  defp ts?(ts) when is_integer(ts), do: ts >= -(2 ** 63) and ts < 2 ** 63
+  # A timestamp the session takes: an int64 in native units or a
+  # {Mega, Sec, Micro} in range, whose nanoseconds fit in int64, and still
+  # do less the clock offset. Integer division truncates toward zero, as
+  # the NIF's does.
+  defp ts?(ts, clock), do: ts_class(ts, clock) == :ok
 
-  defp ts?({mega, sec, micro}) when is_integer(mega) and is_integer(sec) and is_integer(micro),
-    do: mega in 0..999_999_999 and sec in 0..999_999 and micro in 0..999_999
+  defp out_of_range?(msg, clock),
+    do:
+      is_tuple(msg) and tuple_size(msg) in [5, 6] and
+        ts_class(elem(msg, tuple_size(msg) - 1), clock) == :out_of_range
 
-  defp ts?(_), do: false
+  defp ts_class(ts, clock) when is_integer(ts) do
+    if int64?(ts),
+      do: ns_class(div(ts * 1_000_000_000, clock.native_per_second), clock),
+      else: :bad
+  end
+
+  defp ts_class({mega, sec, micro}, clock)
+       when is_integer(mega) and is_integer(sec) and is_integer(micro) do
+    if mega in 0..999_999_999 and sec in 0..999_999 and micro in 0..999_999,
+      do: ns_class(((mega * 1_000_000 + sec) * 1_000_000 + micro) * 1000, clock),
+      else: :bad
+  end
+
+  defp ts_class(_, _clock), do: :bad
+
+  defp ns_class(ns, clock),
+    do: if(int64?(ns) and int64?(ns - clock.offset), do: :ok, else: :out_of_range)
+
+  defp int64?(n), do: n >= -(2 ** 63) and n < 2 ** 63
 
   defp mfa?({m, f, a}) when is_atom(m) and is_atom(f) do
     cond do
@@ -391,6 +459,7 @@ defmodule FlameOn.Client.NifFuzzTest do
   defp session do
     T.union([
       {:session, T.elements([:fresh, :replay, :stopped, :finished])},
+      {:session, {:native_per_second, T.elements(@native_per_second)}},
       {:session, {T.elements([:graph, :graph_started, :graph_begun]), T.elements(@labels)}}
     ])
   end
@@ -451,9 +520,10 @@ defmodule FlameOn.Client.NifFuzzTest do
   end
 
   defp ingest_case(w) do
-    end_ts = T.union([nil, T.integer(), T.integer(-@max_ts, @max_ts)])
+    end_ts = T.union([nil, T.integer(), T.integer(-@max_ts - 1, @max_ts), T.elements(@edge_ts)])
+    native_per_second = T.union([nil, T.elements(@native_per_second), T.integer(1, 10 ** 12)])
 
-    {T.union([nil, T.elements(@labels)]),
+    {T.union([nil, T.elements(@labels)]), native_per_second,
      sized(&memo({:batches, w, &1}, fn -> batches(w, &1) end)), end_ts}
   end
 
@@ -556,8 +626,10 @@ defmodule FlameOn.Client.NifFuzzTest do
   defp timestamp do
     T.union([
       T.integer(),
-      T.integer(-@max_ts, @max_ts),
-      {T.integer(0, @max_mega), T.integer(0, 999_999), T.integer(0, 999_999)}
+      T.integer(-@max_ts - 1, @max_ts),
+      T.elements(@edge_ts ++ @edge_now),
+      {T.union([T.integer(0, 10_000), T.integer(0, @max_mega)]), T.integer(0, 999_999),
+       T.integer(0, 999_999)}
     ])
   end
 
