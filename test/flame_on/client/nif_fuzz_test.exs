@@ -51,6 +51,10 @@ defmodule FlameOn.Client.NifFuzzTest do
   @native_per_second [1, 3, 1000, 1_000_000, 999_999_999, 1_000_000_000, 3_000_000_007] ++
                        [1_000_000_000_000]
 
+  # sample/3 reads this many frames of a stack, innermost first, and leaves
+  # the rest of a deeper one unread (FO_SAMPLE_MAX_FRAMES in fo_sample.c).
+  @sample_max_frames 4096
+
   # Per test, not setup_all: each test then counts as failed (setup_all
   # would mark them invalid) when PropEr is missing.
   setup do
@@ -157,6 +161,56 @@ defmodule FlameOn.Client.NifFuzzTest do
     end
   end
 
+  test "sample/3 takes well-formed stacks in every session state and rejects malformed ones" do
+    w = world()
+    tally = tally()
+
+    assert_forall(
+      sample_case(w),
+      fn {kind, pid, stack} ->
+        with_case_sessions([], fn ->
+          {session, stack} = {materialize(kind), materialize(stack)}
+          before = samples(session)
+
+          result =
+            try do
+              Native.sample(session, pid, stack)
+            rescue
+              ArgumentError -> :badarg
+            end
+
+          expected = expected_sample(kind, session, pid, stack)
+
+          assert result in expected,
+                 "returned #{inspect(result)}, not one of #{inspect(expected)}"
+
+          # Only a taken sample counts.
+          if before, do: assert(samples(session) - before == if(result == :ok, do: 1, else: 0))
+
+          bump(tally, result)
+
+          if is_list(stack) and length_at_least?(stack, @sample_max_frames + 1),
+            do: bump(tally, :deep)
+
+          true
+        end)
+      end,
+      numtests: @cases,
+      seed: @seed,
+      hint: @hint
+    )
+
+    for {key, what} <- [
+          ok: "taken samples",
+          stopped: "samples into stopped sessions",
+          idle: "samples of processes idle in a cross-process trace",
+          badarg: "rejected samples",
+          deep: "stacks deeper than #{@sample_max_frames} frames"
+        ] do
+      assert count(tally, key) > 0, "the generators made no #{what}"
+    end
+  end
+
   # Deliberately false properties over the same generators: that PropEr
   # shrinks what they produce down to a small case is what makes a real
   # failure readable.
@@ -194,7 +248,7 @@ defmodule FlameOn.Client.NifFuzzTest do
   # What the generated cases did, summed outside PropEr (which reruns the
   # property while shrinking, so counts only mean something on a pass).
   @tallies [:ok, :badarg, :decoded, :ignored, :malformed, :improper, :long, :out_of_range] ++
-             [:bad_end]
+             [:bad_end, :stopped, :idle, :deep]
   defp tally, do: :counters.new(length(@tallies), [])
   defp bump(tally, key, n \\ 1), do: :counters.add(tally, slot(key), n)
   defp count(tally, key), do: :counters.get(tally, slot(key))
@@ -207,15 +261,21 @@ defmodule FlameOn.Client.NifFuzzTest do
   # generated terms as {:session, kind} and are made when the case runs, so
   # a shrunk case replays on fresh ones.
   defp run_case({labels, op}) do
+    with_case_sessions(labels, fn ->
+      op = op |> Tuple.to_list() |> Enum.map(&materialize/1) |> List.to_tuple()
+
+      try do
+        {:ok, op, apply(Native, elem(op, 0), op |> Tuple.delete_at(0) |> Tuple.to_list())}
+      rescue
+        ArgumentError -> :badarg
+      end
+    end)
+  end
+
+  defp with_case_sessions(labels, fun) do
     Process.put(:fuzz_graph_sessions, [])
     Enum.each(labels, &materialize({:session, {:graph_started, &1}}))
-    op = op |> Tuple.to_list() |> Enum.map(&materialize/1) |> List.to_tuple()
-
-    try do
-      {:ok, op, apply(Native, elem(op, 0), op |> Tuple.delete_at(0) |> Tuple.to_list())}
-    rescue
-      ArgumentError -> :badarg
-    end
+    fun.()
   after
     # Registered graph sessions are held by the router until stopped: stop
     # them so that no case sees another's.
@@ -255,6 +315,9 @@ defmodule FlameOn.Client.NifFuzzTest do
     end
   end
 
+  defp materialize({:stack, frames, depth, bad, tail}),
+    do: realize_stack(frames, depth, bad, tail)
+
   defp materialize(other), do: other
 
   defp badarg_ok(fun) do
@@ -268,7 +331,65 @@ defmodule FlameOn.Client.NifFuzzTest do
   defp result_ok?({:stop, _}, r), do: is_integer(r)
   defp result_ok?({:finish, _, _}, r), do: match?({%{}, %{}}, r) or match?({%{}, %{}, %{}}, r)
   defp result_ok?({:enabled, _, _, _}, r), do: r in [:trace, :discard, :remove]
+  defp result_ok?({:sample, _, _, _}, r), do: r in [:ok, :stopped, :idle]
   defp result_ok?(_ingest_graph_or_trace, r), do: r == :ok
+
+  ## Samples
+
+  # A stack as generated: `frames` repeated up to `depth` (nil: as they
+  # are), with `bad` ({position, frame} or nil) put in, ending in `tail`
+  # (the list is improper unless it is []).
+  defp realize_stack(frames, depth, bad, tail) do
+    frames = if depth && frames != [], do: Enum.take(Stream.cycle(frames), depth), else: frames
+
+    frames =
+      case bad do
+        nil -> frames
+        {at, frame} -> List.insert_at(frames, min(at, length(frames)), frame)
+      end
+
+    frames ++ tail
+  end
+
+  # What sample/3 answers (the rules of fo_sample_nif): ArgumentError for
+  # anything but a session, a local pid and a stack whose first
+  # @sample_max_frames cells are well-formed frames ending in [] (the rest
+  # of a deeper stack is not read); then :stopped once the session is
+  # stopped or finished; a cross-process trace answers :idle for a process
+  # that serves none of its requests; otherwise the sample is taken.
+  defp expected_sample(kind, session, pid, stack) do
+    cond do
+      samples(session) == nil -> [:badarg]
+      not (is_pid(pid) and node(pid) == node()) -> [:badarg]
+      not stack_ok?(stack, @sample_max_frames) -> [:badarg]
+      true -> sample_taken(kind)
+    end
+  end
+
+  defp sample_taken({:session, kind}) when kind in [:stopped, :finished], do: [:stopped]
+  defp sample_taken({:session, kind}) when kind in [:fresh, :replay], do: [:ok]
+  defp sample_taken({:session, {:native_per_second, _}}), do: [:ok]
+  defp sample_taken({:session, {_graph, _label}}), do: [:ok, :idle]
+
+  defp stack_ok?(_stack, 0), do: true
+  defp stack_ok?([], _n), do: true
+  defp stack_ok?([frame | rest], n), do: frame_ok?(frame) and stack_ok?(rest, n - 1)
+  defp stack_ok?(_improper, _n), do: false
+
+  defp frame_ok?({m, f, a}), do: mfa?({m, f, a})
+  defp frame_ok?({m, f, a, _location}), do: mfa?({m, f, a})
+  defp frame_ok?(_), do: false
+
+  defp length_at_least?(_list, 0), do: true
+  defp length_at_least?([_ | rest], n), do: length_at_least?(rest, n - 1)
+  defp length_at_least?(_, _n), do: false
+
+  # stats.samples of a session, nil for anything else.
+  defp samples(session) do
+    Native.stats(session).samples
+  rescue
+    ArgumentError -> nil
+  end
 
   ## Ingest
 
@@ -429,10 +550,22 @@ defmodule FlameOn.Client.NifFuzzTest do
 
     %{
       pids: [self(), dead],
+      remote: remote_pid(),
       refs: refs,
       ports: Enum.take(Port.list(), 1),
       aliases: for(r <- refs, do: [:alias | r])
     }
+  end
+
+  # A pid of another node, as a term from there carries it.
+  defp remote_pid do
+    node = "fuzz@nowhere"
+
+    pid =
+      :erlang.binary_to_term(<<131, 88, 119, byte_size(node), node::binary, 1::32, 0::32, 1::32>>)
+
+    true = node(pid) != node()
+    pid
   end
 
   defp nif_case(w), do: {T.resize(3, T.list(T.elements(@labels))), op(w)}
@@ -449,6 +582,7 @@ defmodule FlameOn.Client.NifFuzzTest do
       {:stop, s},
       {:graph_start, s, T.union([T.elements(w.pids), term(w, 0)])},
       {:graph_begin, s},
+      {:sample, s, sample_pid(w), stack(w)},
       {:enabled,
        T.union([T.elements([:call, :trace_status, :seq_trace, :send, :spawn]), term(w, 0)]),
        state, term(w, 1)},
@@ -516,6 +650,63 @@ defmodule FlameOn.Client.NifFuzzTest do
       {:trace, :seq_trace, state, T.union([T.elements(@labels), term(w, 0)]), seq_info, opts},
       {:trace, T.union([T.elements([:call, :return_to, :seq_trace, :in]), term(w, 0)]), state,
        T.union([pid, term(w, 0), 7]), term(w, 2), T.union([opts, term(w, 1)])}
+    ])
+  end
+
+  defp sample_case(w) do
+    {T.frequency([{9, session()}, {1, term(w, 1)}]), sample_pid(w), stack(w)}
+  end
+
+  defp sample_pid(w) do
+    T.frequency([{8, T.elements(w.pids)}, {1, w.remote}, {1, term(w, 0)}])
+  end
+
+  # Stacks as process_info(Pid, current_stacktrace) gives them, made when
+  # the case runs (see realize_stack/4): mostly a few frames, sometimes
+  # around 64 or around and past the @sample_max_frames that sample/3
+  # reads; with a bad frame somewhere or an improper tail now and then; or
+  # any term.
+  defp stack(w) do
+    memo({:stack, w}, fn ->
+      frames = T.resize(8, T.list(frame(w)))
+
+      depth =
+        T.frequency([
+          {12, nil},
+          {3, T.integer(60, 70)},
+          {1, T.elements([@sample_max_frames - 1, @sample_max_frames, @sample_max_frames + 1])},
+          {1, T.integer(@sample_max_frames + 2, 5000)}
+        ])
+
+      bad =
+        T.frequency([
+          {5, nil},
+          {1, {T.union([T.integer(0, 10), T.integer(0, 5000)]), bad_frame(w)}}
+        ])
+
+      tail = T.frequency([{8, []}, {1, T.union([:tail, term(w, 0)])}])
+      T.frequency([{12, {:stack, frames, depth, bad, tail}}, {1, term(w, 2)}])
+    end)
+  end
+
+  # {M, F, Arity | Args} or {M, F, Arity | Args, Location}.
+  defp frame(w) do
+    location = T.union([[], [file: ~c"lib/fuzz.ex", line: T.integer(1, 9999)], term(w, 1)])
+
+    T.union([mfa(), let({mfa(), location}, fn {{m, f, a}, loc} -> {m, f, a, loc} end)])
+  end
+
+  defp bad_frame(w) do
+    arity = T.elements([256, 300, -1, 2 ** 32, :a, 1.5, [1 | 2], List.duplicate(:a, 256)])
+    not_atom = such_that(term(w, 0), &(not is_atom(&1)))
+
+    T.oneof([
+      {:m, :f, arity},
+      {:m, :f, arity, [line: 1]},
+      {not_atom, :f, 0},
+      {:m, not_atom, 1, []},
+      T.elements([{:m, :f}, {:m, :f, 1, [], :x}, {}, {:m}]),
+      such_that(term(w, 0), &(not is_tuple(&1)))
     ])
   end
 
@@ -660,7 +851,7 @@ defmodule FlameOn.Client.NifFuzzTest do
       let(T.integer(0, 200), &(-(2 ** &1))),
       T.float(),
       T.binary(),
-      T.elements(w.pids ++ w.refs ++ w.ports ++ w.aliases),
+      T.elements(w.pids ++ [w.remote] ++ w.refs ++ w.ports ++ w.aliases),
       T.elements([{:m, :f, 0}, {Enum, :map, 2}, {:lists, :reverse, [1, 2]}, {:m, :f, 300}]),
       []
     ])
