@@ -280,6 +280,16 @@ defmodule FlameOn.Client.NifFuzzTest do
     # Registered graph sessions are held by the router until stopped: stop
     # them so that no case sees another's.
     Enum.each(Process.delete(:fuzz_graph_sessions), &Native.stop/1)
+    # graph_watch_callees/2 may have had callees reported to us.
+    flush_callees()
+  end
+
+  defp flush_callees do
+    receive do
+      {:flame_on_callee, _} -> flush_callees()
+    after
+      0 -> :ok
+    end
   end
 
   defp materialize({:session, kind}) do
@@ -582,6 +592,7 @@ defmodule FlameOn.Client.NifFuzzTest do
       {:stop, s},
       {:graph_start, s, T.union([T.elements(w.pids), term(w, 0)])},
       {:graph_begin, s},
+      {:graph_watch_callees, s, T.union([T.elements(w.pids ++ [w.remote]), term(w, 0)])},
       {:sample, s, sample_pid(w), stack(w)},
       {:enabled,
        T.union([T.elements([:call, :trace_status, :seq_trace, :send, :spawn]), term(w, 0)]),
