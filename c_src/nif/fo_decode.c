@@ -4,13 +4,39 @@
 
 #define MAX_ARITY 255u
 
-int64_t fo_native_to_ns(int64_t value, int64_t native_per_second)
+/* Out of range is rejected, not saturated: a clamped time would be charged
+ * as if real (every live process running to the end of time), a rejected
+ * one is a malformed message or an ArgumentError, as other bad times are.
+ * Nothing real comes near: int64 nanoseconds last 292 years. */
+int fo_native_to_ns(int64_t value, int64_t native_per_second, int64_t offset_ns, int64_t *ns)
 {
-    if (native_per_second == 1000000000)
-        return value;
-    if (native_per_second > 0 && 1000000000 % native_per_second == 0)
-        return value * (1000000000 / native_per_second);
-    return (int64_t)((long double)value * 1e9L / (long double)native_per_second);
+    int64_t abs_ns;
+    if (native_per_second <= 0)
+        return 0;
+    if (native_per_second == 1000000000) {
+        abs_ns = value;
+    } else if (1000000000 % native_per_second == 0) {
+        if (__builtin_mul_overflow(value, 1000000000 / native_per_second, &abs_ns))
+            return 0;
+    } else {
+        /* Exact in 128 bits (|value| * 1e9 < 2^93) and truncated toward
+         * zero; the long double this replaces rounded, and converted
+         * out-of-range results to int64 (undefined too). */
+        __int128 wide = (__int128)value * 1000000000 / native_per_second;
+        if (wide < INT64_MIN || wide > INT64_MAX)
+            return 0;
+        abs_ns = (int64_t)wide;
+    }
+    return fo_shift_ns(abs_ns, offset_ns, ns);
+}
+
+int fo_shift_ns(int64_t abs_ns, int64_t offset_ns, int64_t *ns)
+{
+    int64_t out;
+    if (__builtin_sub_overflow(abs_ns, offset_ns, &out))
+        return 0;
+    *ns = out;
+    return 1;
 }
 
 int64_t fo_ns_to_native(int64_t ns, int64_t native_per_second)
@@ -19,7 +45,18 @@ int64_t fo_ns_to_native(int64_t ns, int64_t native_per_second)
         return ns;
     if (native_per_second > 0 && 1000000000 % native_per_second == 0)
         return ns / (1000000000 / native_per_second);
-    return (int64_t)((long double)ns * (long double)native_per_second / 1e9L);
+    /* A unit that does not divide 1e9: finer than a nanosecond (new/1
+     * takes up to 1000 a nanosecond), the result can exceed int64, and the
+     * long double this replaces was then converted out of range (undefined,
+     * and not caught by UBSan's default checks). Saturated, not rejected:
+     * stop/1, the one user, has stopped the session by then and must
+     * return. Exact in 128 bits: |ns| * native_per_second < 2^127. */
+    __int128 wide = (__int128)ns * native_per_second / 1000000000;
+    if (wide > INT64_MAX)
+        return INT64_MAX;
+    if (wide < INT64_MIN)
+        return INT64_MIN;
+    return (int64_t)wide;
 }
 
 int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
@@ -45,24 +82,30 @@ int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
     return 1;
 }
 
-/* Integer native time, or an erlang:now()-style {Mega, Sec, Micro}. */
-static int decode_ts(ErlNifEnv *env, ERL_NIF_TERM term, int64_t native_per_second, int64_t *ns)
+/* Integer native time, or an erlang:now()-style {Mega, Sec, Micro}, to
+ * nanoseconds less offset_ns; 0 (malformed) when out of range. */
+static int decode_ts(ErlNifEnv *env, ERL_NIF_TERM term, int64_t native_per_second, int64_t offset_ns,
+                     int64_t *ns)
 {
     ErlNifSInt64 value;
-    if (enif_get_int64(env, term, &value)) {
-        *ns = fo_native_to_ns(value, native_per_second);
-        return 1;
-    }
+    if (enif_get_int64(env, term, &value))
+        return fo_native_to_ns(value, native_per_second, offset_ns, ns);
     int arity;
     const ERL_NIF_TERM *items;
     ErlNifSInt64 mega, sec, micro;
-    if (enif_get_tuple(env, term, &arity, &items) && arity == 3 && enif_get_int64(env, items[0], &mega) &&
-        enif_get_int64(env, items[1], &sec) && enif_get_int64(env, items[2], &micro) && mega >= 0 &&
-        mega < 1000000000 && sec >= 0 && sec < 1000000 && micro >= 0 && micro < 1000000) {
-        *ns = ((mega * 1000000 + sec) * 1000000 + micro) * 1000;
-        return 1;
-    }
-    return 0;
+    if (!enif_get_tuple(env, term, &arity, &items) || arity != 3 || !enif_get_int64(env, items[0], &mega) ||
+        !enif_get_int64(env, items[1], &sec) || !enif_get_int64(env, items[2], &micro) || mega < 0 ||
+        mega >= 1000000000 || sec < 0 || sec >= 1000000 || micro < 0 || micro >= 1000000)
+        return 0;
+    /* The seconds fit easily (< 1e15), their nanoseconds do not: from
+     * {9223, 372036, 854776} on (the year 2262) they overflow int64.
+     * Rejected like the out-of-range fields above, not saturated: a
+     * clamped timestamp would be charged as if real. */
+    int64_t abs_ns;
+    if (__builtin_mul_overflow(mega * 1000000 + sec, 1000000000, &abs_ns) ||
+        __builtin_add_overflow(abs_ns, micro * 1000, &abs_ns))
+        return 0;
+    return fo_shift_ns(abs_ns, offset_ns, ns);
 }
 
 /* The part shared by trace messages and tracer-module callbacks: a tag,
@@ -104,7 +147,7 @@ fo_decode_result fo_decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM 
 }
 
 fo_decode_result fo_decode_trace_msg(ErlNifEnv *env, ERL_NIF_TERM msg, int64_t native_per_second,
-                                     fo_event *out)
+                                     int64_t offset_ns, fo_event *out)
 {
     int arity;
     const ERL_NIF_TERM *items;
@@ -115,7 +158,7 @@ fo_decode_result fo_decode_trace_msg(ErlNifEnv *env, ERL_NIF_TERM msg, int64_t n
     ErlNifPid pid;
     if (!enif_get_local_pid(env, items[1], &pid))
         return enif_is_port(env, items[1]) ? FO_DECODE_IGNORED : FO_DECODE_MALFORMED;
-    if (!decode_ts(env, items[arity - 1], native_per_second, &out->ts_ns))
+    if (!decode_ts(env, items[arity - 1], native_per_second, offset_ns, &out->ts_ns))
         return FO_DECODE_MALFORMED;
     out->pid = (uint64_t)pid.pid;
     /* only calls carry a sixth element we use; other 6-tuples (return_from,

@@ -9,9 +9,11 @@
 
 typedef enum { FO_DECODED = 0, FO_DECODE_IGNORED, FO_DECODE_MALFORMED } fo_decode_result;
 
-/* native_per_second converts integer timestamps to nanoseconds. */
+/* native_per_second converts integer timestamps to nanoseconds, from
+ * which offset_ns is taken (graph sessions: to the tracer clock; 0
+ * otherwise). A timestamp out of int64 nanoseconds is malformed. */
 fo_decode_result fo_decode_trace_msg(ErlNifEnv *env, ERL_NIF_TERM msg, int64_t native_per_second,
-                                     fo_event *out);
+                                     int64_t offset_ns, fo_event *out);
 
 /* A tag and its payload, as both trace messages and tracer callbacks
  * give them; caller is the call's match-spec result or NULL. Fills all of
@@ -26,8 +28,12 @@ int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out);
  * or malformed. The one place both front ends hand events to the core. */
 void fo_decode_apply(fo_session *s, fo_decode_result result, const fo_event *ev);
 
-/* Native monotonic units to nanoseconds. */
-int64_t fo_native_to_ns(int64_t value, int64_t native_per_second);
+/* Native monotonic units to nanoseconds less offset_ns into *ns; 0 (and
+ * *ns untouched) when that does not fit in int64. */
+int fo_native_to_ns(int64_t value, int64_t native_per_second, int64_t offset_ns, int64_t *ns);
+/* abs_ns - offset_ns into *ns; 0 (and *ns untouched) on overflow. */
+int fo_shift_ns(int64_t abs_ns, int64_t offset_ns, int64_t *ns);
+/* Nanoseconds to native units, saturated at the ends of int64. */
 int64_t fo_ns_to_native(int64_t ns, int64_t native_per_second);
 
 #endif

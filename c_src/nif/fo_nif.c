@@ -85,8 +85,10 @@ static int ingest_chunk(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM list, 
     while (n < INGEST_CHUNK && enif_get_list_cell(env, list, &head, &list)) {
         fo_event ev;
         memset(&ev, 0, sizeof(ev));
-        fo_decode_result decoded = fo_decode_trace_msg(env, head, res->native_per_second, &ev);
-        ev.ts_ns -= res->ingest_offset_ns;
+        /* graph sessions take trace messages to the tracer clock; a
+         * timestamp that overflows int64 on the way is malformed */
+        fo_decode_result decoded =
+            fo_decode_trace_msg(env, head, res->native_per_second, res->ingest_offset_ns, &ev);
         fo_decode_apply(res->core, decoded, &ev);
         n++;
     }
@@ -229,17 +231,23 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     int has_end = argv[1] != fo_atom_nil && !at_stop;
     if (!fo_resource_get(env, argv[0], &res) || (has_end && !enif_get_int64(env, argv[1], &end_ts)))
         return enif_make_badarg(env);
+    /* Graph sessions keep every time on the tracer clock (see ingest). An
+     * end whose nanoseconds do not fit in int64, on that clock too, is a bad
+     * argument (see fo_native_to_ns). native_per_second and the offset
+     * never change: no lock needed. */
+    int64_t end_ns = 0;
+    if (has_end && !fo_native_to_ns(end_ts, res->native_per_second, res->ingest_offset_ns, &end_ns))
+        return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
     fo_session *core = res->core;
     if (core == NULL) {
         fo_spin_unlock(&res->lock);
         return enif_make_badarg(env);
     }
-    /* graph sessions keep every time on the tracer clock (see ingest) */
     int64_t close_ns = 0;
     int close = 1;
     if (has_end)
-        close_ns = fo_native_to_ns(end_ts, res->native_per_second) - res->ingest_offset_ns;
+        close_ns = end_ns;
     else if (at_stop && res->stopped_ns != 0)
         close_ns = res->stopped_ns;
     else

@@ -15,7 +15,10 @@ defmodule FlameOn.Client.Native do
       `:monotonic_timestamp` values into nanoseconds), and `replay: true`
       for a session whose `trace/5` calls replay recorded events.
     * `ingest(session, messages)` – applies a list of
-      `{:trace_ts, pid, tag, ..., ts}` messages. Returns `:ok`.
+      `{:trace_ts, pid, tag, ..., ts}` messages. Returns `:ok`. A `ts`
+      (native units, or `{mega, sec, micro}`) whose nanoseconds (moved to
+      the tracer clock in a graph session) fall outside a signed 64-bit
+      integer makes its message malformed.
     * `stats(session)` – the counters, a map.
     * `stop(session)` – the tracer callbacks take no more events (they
       discard them); the result waits for `finish/2`. Returns the native
@@ -24,7 +27,9 @@ defmodule FlameOn.Client.Native do
     * `finish(session, end)` – closes the session. `end` charges each live
       process up to it: native monotonic time (sessions fed by `ingest/2`),
       `:stop` (when `stop/1` ran, on the tracer's clock: sessions fed by the
-      tracer callbacks) or `nil` (no closing charge). Returns
+      tracer callbacks) or `nil` (no closing charge); an integer `end`
+      whose nanoseconds fall outside a signed 64-bit integer raises
+      `ArgumentError` and leaves the session open. Returns
       `{%{pid => [{frames, ns}]}, stats}` where `frames` is leaf first, each
       `{module, function, arity}` or one of `:sleep`, `:depth_cap`,
       `:node_cap`, `:waiting`, `:gc`. Runs on a dirty scheduler.

@@ -136,6 +136,101 @@ defmodule FlameOn.Client.NativeTest do
     assert Native.stats(session).events == 1
   end
 
+  # Times whose nanoseconds do not fit in int64 are rejected (signed
+  # overflow there was undefined behaviour): a message is counted malformed,
+  # finish/2 raises.
+  describe "times past int64 nanoseconds" do
+    test "an {Mega, Sec, Micro} timestamp is malformed" do
+      session = Native.new(%{})
+      pid = self()
+
+      :ok =
+        Native.ingest(session, [
+          # 9_223_372_036_854_775_000 ns, the last microsecond that fits
+          {:trace_ts, pid, :in, 0, {9223, 372_036, 854_775}},
+          {:trace_ts, pid, :out, 0, {9223, 372_036, 854_776}},
+          {:trace_ts, pid, :out, 0, {9224, 0, 0}},
+          {:trace_ts, pid, :out, 0, {999_999_999, 999_999, 999_999}}
+        ])
+
+      assert %{events: 1, malformed_events: 3} = Native.stats(session)
+    end
+
+    test "an integer timestamp in a slow native unit is malformed" do
+      pid = self()
+      # 1 unit a second: 9_223_372_036 s is the last that fits.
+      session = Native.new(%{native_per_second: 1})
+
+      :ok =
+        Native.ingest(
+          session,
+          for(
+            ts <- [9_223_372_036, -9_223_372_036, 2 ** 40, 9_223_372_037, -9_223_372_037],
+            do: {:trace_ts, pid, :in, 0, ts}
+          )
+        )
+
+      assert %{events: 2, malformed_events: 3} = Native.stats(session)
+
+      # 3 units a second does not divide 1e9: the conversion is exact.
+      session = Native.new(%{native_per_second: 3})
+
+      :ok =
+        Native.ingest(
+          session,
+          for(
+            ts <- [3, 27_670_116_110, 27_670_116_111, 2 ** 62],
+            do: {:trace_ts, pid, :in, 0, ts}
+          )
+        )
+
+      assert %{events: 2, malformed_events: 2} = Native.stats(session)
+    end
+
+    test "finish/2 with an end in a slow native unit raises and leaves the session open" do
+      session = Native.new(%{native_per_second: 1})
+      :ok = Native.ingest(session, [{:trace_ts, self(), :in, 0, 1}])
+
+      for bad <- [2 ** 40, 9_223_372_037, -(2 ** 40)] do
+        assert_raise ArgumentError, fn -> Native.finish(session, bad) end
+      end
+
+      assert {%{}, %{events: 1}} = Native.finish(session, 9_223_372_036)
+    end
+
+    test "a graph session's times, moved to the tracer clock, past int64 are malformed or raise" do
+      # Ingested times move by the session's clock offset (Erlang monotonic
+      # - tracer clock, about -2^59 ns): one end of int64 overflows then.
+      {_, _, %{clock_offset_ns: offset}} = Native.finish(Native.new(%{label: 1_000_009}), nil)
+      assert offset != 0
+
+      {overflows, fits} =
+        if offset < 0, do: {2 ** 63 - 1, -(2 ** 63)}, else: {-(2 ** 63), 2 ** 63 - 1}
+
+      session = Native.new(%{label: 1_000_009})
+      pid = self()
+      :ok = Native.ingest(session, [{:trace_ts, pid, :in, 0, fits}])
+      :ok = Native.ingest(session, [{:trace_ts, pid, :out, 0, overflows}])
+      assert %{events: 1, malformed_events: 1} = Native.stats(session)
+
+      assert_raise ArgumentError, fn -> Native.finish(session, overflows) end
+      assert {%{}, %{events: 1}, %{spans: _}} = Native.finish(session, fits)
+    end
+
+    test "stop/1 in a native unit finer than a nanosecond saturates" do
+      # Erlang's monotonic clock starts far below 0: 1000 units a ns take
+      # it past int64.
+      ns = System.monotonic_time(:nanosecond)
+      stopped = Native.stop(Native.new(%{native_per_second: 1_000_000_000_000}))
+      assert stopped in -(2 ** 63)..(2 ** 63 - 1)
+      if ns * 1000 < -(2 ** 63), do: assert(stopped == -(2 ** 63))
+
+      # A unit that divides neither way converts exactly.
+      stopped = Native.stop(Native.new(%{native_per_second: 3_000_000_007}))
+      assert_in_delta stopped, div(ns * 3_000_000_007, 1_000_000_000), 3_000_000_007
+    end
+  end
+
   test "stats/1 has every counter" do
     stats = Native.stats(Native.new(%{}))
 

@@ -35,14 +35,25 @@ defmodule FlameOn.Client.NifFuzzTest do
                   [:gc_minor_start, :gc_major_start, :gc_start] ++
                   [:gc_minor_end, :gc_major_end, :gc_end]
 
-  # Signed 64-bit overflow in the NIF's time arithmetic is undefined
-  # behaviour, which the UBSan run aborts on: timestamps and end times stay
-  # within +-2^62 ns (graph sessions subtract a clock offset of about 2^59),
-  # {Mega, Sec, Micro} too (4611 megaseconds is 2^62 ns), and sessions keep
-  # the default native_per_second (a smaller one multiplies timestamps up).
-  # Wider values are open bugs, not fuzz targets.
-  @max_ts 2 ** 62
-  @max_mega 4611
+  # Timestamps and end times span int64 and {Mega, Sec, Micro} every Mega
+  # the NIF takes; sessions have native units from 1 a second to 1000 a
+  # nanosecond. Times whose nanoseconds overflow int64 (after the graph
+  # sessions' clock offset) are malformed, or raise in finish/2: the UBSan
+  # run checks that no arithmetic overflows on the way.
+  @max_ts 2 ** 63 - 1
+  @max_mega 999_999_999
+  # Either side of where int64 nanoseconds end: in ns, in seconds (native
+  # unit 1 a second), in ms (1000 a second), and {Mega, Sec, Micro}.
+  @edge_ts [2 ** 63 - 1, -(2 ** 63), 2 ** 62, -(2 ** 62)] ++
+             [9_223_372_036, 9_223_372_037, -9_223_372_036, -9_223_372_037] ++
+             [9_223_372_036_854, 9_223_372_036_855, -9_223_372_036_854, -9_223_372_036_855]
+  @edge_now [{9223, 372_036, 854_775}, {9223, 372_036, 854_776}, {9224, 0, 0}]
+  @native_per_second [1, 3, 1000, 1_000_000, 999_999_999, 1_000_000_000, 3_000_000_007] ++
+                       [1_000_000_000_000]
+
+  # sample/3 reads this many frames of a stack, innermost first, and leaves
+  # the rest of a deeper one unread (FO_SAMPLE_MAX_FRAMES in fo_sample.c).
+  @sample_max_frames 4096
 
   # Per test, not setup_all: each test then counts as failed (setup_all
   # would mark them invalid) when PropEr is missing.
@@ -88,11 +99,12 @@ defmodule FlameOn.Client.NifFuzzTest do
 
     assert_forall(
       ingest_case(w),
-      fn {label, batches, end_ts} ->
-        session = Native.new(if label, do: %{label: label}, else: %{})
+      fn {label, native_per_second, batches, end_ts} ->
+        session = Native.new(%{label: label, native_per_second: native_per_second})
+        clock = clock(label, native_per_second)
 
         for batch <- batches do
-          {messages, n, expected, proper?} = realize_batch(batch)
+          {messages, n, expected, proper?, out_of_range} = realize_batch(batch, clock)
           before = counts(Native.stats(session))
 
           if proper? do
@@ -109,8 +121,19 @@ defmodule FlameOn.Client.NifFuzzTest do
           bump(tally, :decoded, expected.events)
           bump(tally, :ignored, expected.ignored_events)
           bump(tally, :malformed, expected.malformed_events)
+          bump(tally, :out_of_range, out_of_range)
           if n > 2000, do: bump(tally, :long)
         end
+
+        # An end out of int64 nanoseconds raises and leaves the session open.
+        end_ts =
+          if end_ts == nil or (is_integer(end_ts) and ts?(end_ts, clock)) do
+            end_ts
+          else
+            assert_raise ArgumentError, fn -> Native.finish(session, end_ts) end
+            bump(tally, :bad_end)
+            nil
+          end
 
         # A finished session returns its stacks and takes no more messages.
         result = Native.finish(session, end_ts)
@@ -130,7 +153,59 @@ defmodule FlameOn.Client.NifFuzzTest do
           ignored: "ignored messages",
           malformed: "malformed messages",
           improper: "improper batches",
-          long: "batches over one ingest slice"
+          long: "batches over one ingest slice",
+          out_of_range: "timestamps out of int64 nanoseconds",
+          bad_end: "end times out of int64 nanoseconds"
+        ] do
+      assert count(tally, key) > 0, "the generators made no #{what}"
+    end
+  end
+
+  test "sample/3 takes well-formed stacks in every session state and rejects malformed ones" do
+    w = world()
+    tally = tally()
+
+    assert_forall(
+      sample_case(w),
+      fn {kind, pid, stack} ->
+        with_case_sessions([], fn ->
+          {session, stack} = {materialize(kind), materialize(stack)}
+          before = samples(session)
+
+          result =
+            try do
+              Native.sample(session, pid, stack)
+            rescue
+              ArgumentError -> :badarg
+            end
+
+          expected = expected_sample(kind, session, pid, stack)
+
+          assert result in expected,
+                 "returned #{inspect(result)}, not one of #{inspect(expected)}"
+
+          # Only a taken sample counts.
+          if before, do: assert(samples(session) - before == if(result == :ok, do: 1, else: 0))
+
+          bump(tally, result)
+
+          if is_list(stack) and length_at_least?(stack, @sample_max_frames + 1),
+            do: bump(tally, :deep)
+
+          true
+        end)
+      end,
+      numtests: @cases,
+      seed: @seed,
+      hint: @hint
+    )
+
+    for {key, what} <- [
+          ok: "taken samples",
+          stopped: "samples into stopped sessions",
+          idle: "samples of processes idle in a cross-process trace",
+          badarg: "rejected samples",
+          deep: "stacks deeper than #{@sample_max_frames} frames"
         ] do
       assert count(tally, key) > 0, "the generators made no #{what}"
     end
@@ -146,7 +221,7 @@ defmodule FlameOn.Client.NifFuzzTest do
 
     assert {:failed, [message] = shrunk, _} = quickcheck(T.list(message(w)), no_malformed, opts)
 
-    assert classify(message) == :malformed
+    assert classify(message, clock(nil, nil)) == :malformed
 
     assert {:failed, unshrunk, _} =
              quickcheck(T.list(message(w)), no_malformed, [noshrink: true] ++ opts)
@@ -172,7 +247,8 @@ defmodule FlameOn.Client.NifFuzzTest do
 
   # What the generated cases did, summed outside PropEr (which reruns the
   # property while shrinking, so counts only mean something on a pass).
-  @tallies [:ok, :badarg, :decoded, :ignored, :malformed, :improper, :long]
+  @tallies [:ok, :badarg, :decoded, :ignored, :malformed, :improper, :long, :out_of_range] ++
+             [:bad_end, :stopped, :idle, :deep]
   defp tally, do: :counters.new(length(@tallies), [])
   defp bump(tally, key, n \\ 1), do: :counters.add(tally, slot(key), n)
   defp count(tally, key), do: :counters.get(tally, slot(key))
@@ -185,19 +261,35 @@ defmodule FlameOn.Client.NifFuzzTest do
   # generated terms as {:session, kind} and are made when the case runs, so
   # a shrunk case replays on fresh ones.
   defp run_case({labels, op}) do
+    with_case_sessions(labels, fn ->
+      op = op |> Tuple.to_list() |> Enum.map(&materialize/1) |> List.to_tuple()
+
+      try do
+        {:ok, op, apply(Native, elem(op, 0), op |> Tuple.delete_at(0) |> Tuple.to_list())}
+      rescue
+        ArgumentError -> :badarg
+      end
+    end)
+  end
+
+  defp with_case_sessions(labels, fun) do
     Process.put(:fuzz_graph_sessions, [])
     Enum.each(labels, &materialize({:session, {:graph_started, &1}}))
-    op = op |> Tuple.to_list() |> Enum.map(&materialize/1) |> List.to_tuple()
-
-    try do
-      {:ok, op, apply(Native, elem(op, 0), op |> Tuple.delete_at(0) |> Tuple.to_list())}
-    rescue
-      ArgumentError -> :badarg
-    end
+    fun.()
   after
     # Registered graph sessions are held by the router until stopped: stop
     # them so that no case sees another's.
     Enum.each(Process.delete(:fuzz_graph_sessions), &Native.stop/1)
+    # graph_watch_callees/2 may have had callees reported to us.
+    flush_callees()
+  end
+
+  defp flush_callees do
+    receive do
+      {:flame_on_callee, _} -> flush_callees()
+    after
+      0 -> :ok
+    end
   end
 
   defp materialize({:session, kind}) do
@@ -218,6 +310,9 @@ defmodule FlameOn.Client.NifFuzzTest do
         Native.finish(s, nil)
         s
 
+      {:native_per_second, n} ->
+        Native.new(%{native_per_second: n})
+
       {graph, label} ->
         s = Native.new(%{label: label})
         Process.put(:fuzz_graph_sessions, [s | Process.get(:fuzz_graph_sessions)])
@@ -229,6 +324,9 @@ defmodule FlameOn.Client.NifFuzzTest do
         s
     end
   end
+
+  defp materialize({:stack, frames, depth, bad, tail}),
+    do: realize_stack(frames, depth, bad, tail)
 
   defp materialize(other), do: other
 
@@ -243,7 +341,65 @@ defmodule FlameOn.Client.NifFuzzTest do
   defp result_ok?({:stop, _}, r), do: is_integer(r)
   defp result_ok?({:finish, _, _}, r), do: match?({%{}, %{}}, r) or match?({%{}, %{}, %{}}, r)
   defp result_ok?({:enabled, _, _, _}, r), do: r in [:trace, :discard, :remove]
+  defp result_ok?({:sample, _, _, _}, r), do: r in [:ok, :stopped, :idle]
   defp result_ok?(_ingest_graph_or_trace, r), do: r == :ok
+
+  ## Samples
+
+  # A stack as generated: `frames` repeated up to `depth` (nil: as they
+  # are), with `bad` ({position, frame} or nil) put in, ending in `tail`
+  # (the list is improper unless it is []).
+  defp realize_stack(frames, depth, bad, tail) do
+    frames = if depth && frames != [], do: Enum.take(Stream.cycle(frames), depth), else: frames
+
+    frames =
+      case bad do
+        nil -> frames
+        {at, frame} -> List.insert_at(frames, min(at, length(frames)), frame)
+      end
+
+    frames ++ tail
+  end
+
+  # What sample/3 answers (the rules of fo_sample_nif): ArgumentError for
+  # anything but a session, a local pid and a stack whose first
+  # @sample_max_frames cells are well-formed frames ending in [] (the rest
+  # of a deeper stack is not read); then :stopped once the session is
+  # stopped or finished; a cross-process trace answers :idle for a process
+  # that serves none of its requests; otherwise the sample is taken.
+  defp expected_sample(kind, session, pid, stack) do
+    cond do
+      samples(session) == nil -> [:badarg]
+      not (is_pid(pid) and node(pid) == node()) -> [:badarg]
+      not stack_ok?(stack, @sample_max_frames) -> [:badarg]
+      true -> sample_taken(kind)
+    end
+  end
+
+  defp sample_taken({:session, kind}) when kind in [:stopped, :finished], do: [:stopped]
+  defp sample_taken({:session, kind}) when kind in [:fresh, :replay], do: [:ok]
+  defp sample_taken({:session, {:native_per_second, _}}), do: [:ok]
+  defp sample_taken({:session, {_graph, _label}}), do: [:ok, :idle]
+
+  defp stack_ok?(_stack, 0), do: true
+  defp stack_ok?([], _n), do: true
+  defp stack_ok?([frame | rest], n), do: frame_ok?(frame) and stack_ok?(rest, n - 1)
+  defp stack_ok?(_improper, _n), do: false
+
+  defp frame_ok?({m, f, a}), do: mfa?({m, f, a})
+  defp frame_ok?({m, f, a, _location}), do: mfa?({m, f, a})
+  defp frame_ok?(_), do: false
+
+  defp length_at_least?(_list, 0), do: true
+  defp length_at_least?([_ | rest], n), do: length_at_least?(rest, n - 1)
+  defp length_at_least?(_, _n), do: false
+
+  # stats.samples of a session, nil for anything else.
+  defp samples(session) do
+    Native.stats(session).samples
+  rescue
+    ArgumentError -> nil
+  end
 
   ## Ingest
 
@@ -255,17 +411,35 @@ defmodule FlameOn.Client.NifFuzzTest do
 
   defp counts(stats), do: Map.take(stats, [:events, :ignored_events, :malformed_events])
 
+  # How a session turns timestamps into nanoseconds: its native unit, and
+  # the clock offset a graph session takes from them (Erlang monotonic -
+  # tracer clock, as finish/2 of a graph session reports it; the probe's
+  # read is the session's within microseconds, and no generated timestamp
+  # lands that close to where the shifted range ends).
+  defp clock(label, native_per_second) do
+    offset =
+      if label do
+        {_, _, %{clock_offset_ns: offset}} = Native.finish(Native.new(%{label: label}), nil)
+        offset
+      else
+        0
+      end
+
+    %{native_per_second: native_per_second || 1_000_000_000, offset: offset}
+  end
+
   defp delta(now, before), do: Map.new(now, fn {k, v} -> {k, v - before[k]} end)
 
   # A batch is {messages, length, tail}: a long one repeats its messages up
   # to `length` (around the NIF's 2000-message slice), a non-[] tail makes
   # the list improper. Returns the list, its length without the tail, the
-  # counts it should add and whether it is proper.
-  defp realize_batch({messages, length, tail}) do
+  # counts it should add in a session with this clock, whether it is proper
+  # and how many of its timestamps are out of the session's range.
+  defp realize_batch({messages, length, tail}, clock) do
     messages =
       if length && messages != [], do: Enum.take(Stream.cycle(messages), length), else: messages
 
-    classes = Enum.frequencies(Enum.map(messages, &classify/1))
+    classes = Enum.frequencies(Enum.map(messages, &classify(&1, clock)))
 
     expected = %{
       events: Map.get(classes, :decoded, 0),
@@ -273,13 +447,14 @@ defmodule FlameOn.Client.NifFuzzTest do
       malformed_events: Map.get(classes, :malformed, 0)
     }
 
-    {messages ++ tail, length(messages), expected, tail == []}
+    out_of_range = Enum.count(messages, &out_of_range?(&1, clock))
+    {messages ++ tail, length(messages), expected, tail == [], out_of_range}
   end
 
-  # What ingest/2 makes of a message (the rules of fo_decode_trace_msg):
-  # :decoded (an event), :ignored (a trace message that is not ours) or
-  # :malformed.
-  defp classify(msg) when is_tuple(msg) and tuple_size(msg) in [5, 6] do
+  # What ingest/2 makes of a message (the rules of fo_decode_trace_msg) in a
+  # session with this clock: :decoded (an event), :ignored (a trace message
+  # that is not ours) or :malformed.
+  defp classify(msg, clock) when is_tuple(msg) and tuple_size(msg) in [5, 6] do
     [first, who, tag, payload | _] = Tuple.to_list(msg)
     ts = elem(msg, tuple_size(msg) - 1)
 
@@ -293,7 +468,7 @@ defmodule FlameOn.Client.NifFuzzTest do
       not (is_pid(who) and node(who) == node()) ->
         :malformed
 
-      not ts?(ts) ->
+      not ts?(ts, clock) ->
         :malformed
 
       tuple_size(msg) == 6 and tag != :call ->
@@ -313,14 +488,38 @@ defmodule FlameOn.Client.NifFuzzTest do
     end
   end
 
-  defp classify(_msg), do: :malformed
+  defp classify(_msg, _clock), do: :malformed
 
-  defp ts?(ts) when is_integer(ts), do: ts >= -(2 ** 63) and ts < 2 ** 63
+  # A timestamp the session takes: an int64 in native units or a
+  # {Mega, Sec, Micro} in range, whose nanoseconds fit in int64, and still
+  # do less the clock offset. Integer division truncates toward zero, as
+  # the NIF's does.
+  defp ts?(ts, clock), do: ts_class(ts, clock) == :ok
 
-  defp ts?({mega, sec, micro}) when is_integer(mega) and is_integer(sec) and is_integer(micro),
-    do: mega in 0..999_999_999 and sec in 0..999_999 and micro in 0..999_999
+  defp out_of_range?(msg, clock),
+    do:
+      is_tuple(msg) and tuple_size(msg) in [5, 6] and
+        ts_class(elem(msg, tuple_size(msg) - 1), clock) == :out_of_range
 
-  defp ts?(_), do: false
+  defp ts_class(ts, clock) when is_integer(ts) do
+    if int64?(ts),
+      do: ns_class(div(ts * 1_000_000_000, clock.native_per_second), clock),
+      else: :bad
+  end
+
+  defp ts_class({mega, sec, micro}, clock)
+       when is_integer(mega) and is_integer(sec) and is_integer(micro) do
+    if mega in 0..999_999_999 and sec in 0..999_999 and micro in 0..999_999,
+      do: ns_class(((mega * 1_000_000 + sec) * 1_000_000 + micro) * 1000, clock),
+      else: :bad
+  end
+
+  defp ts_class(_, _clock), do: :bad
+
+  defp ns_class(ns, clock),
+    do: if(int64?(ns) and int64?(ns - clock.offset), do: :ok, else: :out_of_range)
+
+  defp int64?(n), do: n >= -(2 ** 63) and n < 2 ** 63
 
   defp mfa?({m, f, a}) when is_atom(m) and is_atom(f) do
     cond do
@@ -361,10 +560,22 @@ defmodule FlameOn.Client.NifFuzzTest do
 
     %{
       pids: [self(), dead],
+      remote: remote_pid(),
       refs: refs,
       ports: Enum.take(Port.list(), 1),
       aliases: for(r <- refs, do: [:alias | r])
     }
+  end
+
+  # A pid of another node, as a term from there carries it.
+  defp remote_pid do
+    node = "fuzz@nowhere"
+
+    pid =
+      :erlang.binary_to_term(<<131, 88, 119, byte_size(node), node::binary, 1::32, 0::32, 1::32>>)
+
+    true = node(pid) != node()
+    pid
   end
 
   defp nif_case(w), do: {T.resize(3, T.list(T.elements(@labels))), op(w)}
@@ -381,6 +592,8 @@ defmodule FlameOn.Client.NifFuzzTest do
       {:stop, s},
       {:graph_start, s, T.union([T.elements(w.pids), term(w, 0)])},
       {:graph_begin, s},
+      {:graph_watch_callees, s, T.union([T.elements(w.pids ++ [w.remote]), term(w, 0)])},
+      {:sample, s, sample_pid(w), stack(w)},
       {:enabled,
        T.union([T.elements([:call, :trace_status, :seq_trace, :send, :spawn]), term(w, 0)]),
        state, term(w, 1)},
@@ -391,6 +604,7 @@ defmodule FlameOn.Client.NifFuzzTest do
   defp session do
     T.union([
       {:session, T.elements([:fresh, :replay, :stopped, :finished])},
+      {:session, {:native_per_second, T.elements(@native_per_second)}},
       {:session, {T.elements([:graph, :graph_started, :graph_begun]), T.elements(@labels)}}
     ])
   end
@@ -450,10 +664,68 @@ defmodule FlameOn.Client.NifFuzzTest do
     ])
   end
 
-  defp ingest_case(w) do
-    end_ts = T.union([nil, T.integer(), T.integer(-@max_ts, @max_ts)])
+  defp sample_case(w) do
+    {T.frequency([{9, session()}, {1, term(w, 1)}]), sample_pid(w), stack(w)}
+  end
 
-    {T.union([nil, T.elements(@labels)]),
+  defp sample_pid(w) do
+    T.frequency([{8, T.elements(w.pids)}, {1, w.remote}, {1, term(w, 0)}])
+  end
+
+  # Stacks as process_info(Pid, current_stacktrace) gives them, made when
+  # the case runs (see realize_stack/4): mostly a few frames, sometimes
+  # around 64 or around and past the @sample_max_frames that sample/3
+  # reads; with a bad frame somewhere or an improper tail now and then; or
+  # any term.
+  defp stack(w) do
+    memo({:stack, w}, fn ->
+      frames = T.resize(8, T.list(frame(w)))
+
+      depth =
+        T.frequency([
+          {12, nil},
+          {3, T.integer(60, 70)},
+          {1, T.elements([@sample_max_frames - 1, @sample_max_frames, @sample_max_frames + 1])},
+          {1, T.integer(@sample_max_frames + 2, 5000)}
+        ])
+
+      bad =
+        T.frequency([
+          {5, nil},
+          {1, {T.union([T.integer(0, 10), T.integer(0, 5000)]), bad_frame(w)}}
+        ])
+
+      tail = T.frequency([{8, []}, {1, T.union([:tail, term(w, 0)])}])
+      T.frequency([{12, {:stack, frames, depth, bad, tail}}, {1, term(w, 2)}])
+    end)
+  end
+
+  # {M, F, Arity | Args} or {M, F, Arity | Args, Location}.
+  defp frame(w) do
+    location = T.union([[], [file: ~c"lib/fuzz.ex", line: T.integer(1, 9999)], term(w, 1)])
+
+    T.union([mfa(), let({mfa(), location}, fn {{m, f, a}, loc} -> {m, f, a, loc} end)])
+  end
+
+  defp bad_frame(w) do
+    arity = T.elements([256, 300, -1, 2 ** 32, :a, 1.5, [1 | 2], List.duplicate(:a, 256)])
+    not_atom = such_that(term(w, 0), &(not is_atom(&1)))
+
+    T.oneof([
+      {:m, :f, arity},
+      {:m, :f, arity, [line: 1]},
+      {not_atom, :f, 0},
+      {:m, not_atom, 1, []},
+      T.elements([{:m, :f}, {:m, :f, 1, [], :x}, {}, {:m}]),
+      such_that(term(w, 0), &(not is_tuple(&1)))
+    ])
+  end
+
+  defp ingest_case(w) do
+    end_ts = T.union([nil, T.integer(), T.integer(-@max_ts - 1, @max_ts), T.elements(@edge_ts)])
+    native_per_second = T.union([nil, T.elements(@native_per_second), T.integer(1, 10 ** 12)])
+
+    {T.union([nil, T.elements(@labels)]), native_per_second,
      sized(&memo({:batches, w, &1}, fn -> batches(w, &1) end)), end_ts}
   end
 
@@ -556,8 +828,10 @@ defmodule FlameOn.Client.NifFuzzTest do
   defp timestamp do
     T.union([
       T.integer(),
-      T.integer(-@max_ts, @max_ts),
-      {T.integer(0, @max_mega), T.integer(0, 999_999), T.integer(0, 999_999)}
+      T.integer(-@max_ts - 1, @max_ts),
+      T.elements(@edge_ts ++ @edge_now),
+      {T.union([T.integer(0, 10_000), T.integer(0, @max_mega)]), T.integer(0, 999_999),
+       T.integer(0, 999_999)}
     ])
   end
 
@@ -588,7 +862,7 @@ defmodule FlameOn.Client.NifFuzzTest do
       let(T.integer(0, 200), &(-(2 ** &1))),
       T.float(),
       T.binary(),
-      T.elements(w.pids ++ w.refs ++ w.ports ++ w.aliases),
+      T.elements(w.pids ++ [w.remote] ++ w.refs ++ w.ports ++ w.aliases),
       T.elements([{:m, :f, 0}, {Enum, :map, 2}, {:lists, :reverse, [1, 2]}, {:m, :f, 300}]),
       []
     ])
