@@ -172,7 +172,10 @@ defmodule FlameOn.Client.Sampler do
   end
 
   defp wait(%{ref: ref} = state, deadline) do
-    timeout = max(div(deadline - now_us() + 999, 1000), 0)
+    # The VM's timers fire on whole milliseconds, late rather than early:
+    # rounding to the nearest keeps the ticks on the interval grid on
+    # average (rounding up lost every other tick at 1 ms).
+    timeout = max(div(deadline - now_us() + 500, 1000), 0)
 
     receive do
       {:stop, from, stop_ref} ->
@@ -196,7 +199,9 @@ defmodule FlameOn.Client.Sampler do
   # The next tick on the interval grid; ticks already past are skipped.
   defp next_deadline(deadline, interval_us) do
     now = now_us()
-    next = deadline + interval_us
+    # Uniform in [interval/2, 3*interval/2): the mean rate stays, and the
+    # ticks cannot lock onto the phase of a periodic workload.
+    next = deadline + div(interval_us, 2) + :rand.uniform(interval_us) - 1
 
     if next >= now do
       {next, 0}
