@@ -138,6 +138,10 @@ defmodule FlameOn.Client.Patterns do
   @spec release_depth() :: :ok
   def release_depth, do: GenServer.call(__MODULE__, :release_depth, @call_timeout)
 
+  @doc "The number of sample traces holding a raised `backtrace_depth`."
+  @spec depth_users() :: non_neg_integer()
+  def depth_users, do: GenServer.call(__MODULE__, :depth_users, @call_timeout)
+
   @doc "The number of processes currently holding the patterns."
   @spec users() :: non_neg_integer()
   def users, do: GenServer.call(__MODULE__, :users, @call_timeout)
@@ -210,6 +214,7 @@ defmodule FlameOn.Client.Patterns do
   end
 
   def handle_call(:users, _from, state), do: {:reply, map_size(state.users), state}
+  def handle_call(:depth_users, _from, state), do: {:reply, map_size(state.depth_users), state}
 
   def handle_call({:acquire_depth, depth}, {pid, _tag}, %{depth_users: users} = state) do
     wanted = Enum.reduce(users, depth, fn {_pid, {_ref, d}}, acc -> max(d, acc) end)

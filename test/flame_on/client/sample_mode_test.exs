@@ -224,6 +224,7 @@ defmodule FlameOn.Client.SampleModeTest do
     pid = sampled_forever()
     assert depth() == 64
     assert [_] = samplers()
+    assert FlameOn.Client.status().sample_traces == 1
     Process.exit(pid, :kill)
     assert_node_clean()
     Process.sleep(50)
