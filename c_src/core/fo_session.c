@@ -295,7 +295,8 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
  * stay (so a run of samples in one function creates no nodes), the rest is
  * unwound and the sampled frames pushed with the usual bounds. Time up to
  * the sample was charged to where the previous event left the process. */
-void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count)
+void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
+                       uint64_t weight)
 {
     fo_proc *p = proc_for(s, pid);
     if (p == NULL) {
@@ -338,6 +339,7 @@ void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa 
         }
         p->sleep_node = node;
     }
+    fo_tree_count_sample(&s->tree, p->state == FO_PROC_OUT ? p->sleep_node : current_node(p), weight);
 }
 
 void fo_session_close(fo_session *s, int64_t end_ns)
@@ -413,6 +415,8 @@ void fo_session_node(const fo_session *s, uint32_t id, fo_node_info *out)
     out->proc = n->proc;
     out->depth = n->depth;
     out->self_ns = n->self_ns;
+    out->samples = n->samples;
+    out->weight = n->weight;
 }
 
 uint32_t fo_session_process_count(const fo_session *s)

@@ -53,8 +53,13 @@ void fo_session_apply(fo_session *s, const fo_event *ev);
  * (root) frame, frames[count-1] the function it was in. Time since the
  * process's previous event is charged first (as any event), then its stack
  * becomes the sampled one, so time up to its next event or sample is
- * charged there; in/out events keep splitting it into on- and off-CPU. */
-void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count);
+ * charged there; in/out events keep splitting it into on- and off-CPU.
+ * The sample itself is counted on the node it lands on (the new current
+ * node, or the SLEEP/WAITING leaf it waits in when scheduled out): one
+ * sample plus weight (the front end's choice; the NIF passes the
+ * reductions the process did since its previous sample). */
+void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
+                       uint64_t weight);
 
 /* Charge every live process's time from its last event up to end_ns to
  * where it is now (running stack or sleep leaf). Call once, at the end. */
@@ -90,6 +95,8 @@ typedef struct {
     uint32_t proc;    /* owning process index, 0..process_count-1 */
     uint32_t depth;   /* 0 for a process root */
     uint64_t self_ns; /* time charged to exactly this stack */
+    uint64_t samples; /* stack samples that landed on exactly this stack */
+    uint64_t weight;  /* sum of those samples' weights (saturating) */
 } fo_node_info;
 
 uint32_t fo_session_node_count(const fo_session *s);

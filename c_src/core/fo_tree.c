@@ -54,6 +54,8 @@ static uint32_t new_node(fo_tree *t, uint32_t parent, uint32_t frame, uint32_t p
     n->proc = proc;
     n->depth = depth;
     n->self_ns = 0;
+    n->samples = 0;
+    n->weight = 0;
     return id;
 }
 

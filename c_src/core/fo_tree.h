@@ -15,6 +15,8 @@ typedef struct {
     uint32_t proc;
     uint32_t depth;
     uint64_t self_ns;
+    uint64_t samples; /* stack samples that landed here */
+    uint64_t weight;  /* what those samples weighed (reductions since the previous one) */
 } fo_tree_node;
 
 typedef struct {
@@ -42,6 +44,15 @@ uint32_t fo_tree_child(fo_tree *t, uint32_t parent, uint32_t frame, int may_crea
 static inline void fo_tree_charge(fo_tree *t, uint32_t node, uint64_t ns)
 {
     t->nodes[node].self_ns += ns;
+}
+
+/* The counters live in the node itself, so a sample allocates nothing.
+ * The weight saturates: a front end's bogus weight must not wrap a total. */
+static inline void fo_tree_count_sample(fo_tree *t, uint32_t node, uint64_t weight)
+{
+    fo_tree_node *n = &t->nodes[node];
+    n->samples++;
+    n->weight = n->weight > UINT64_MAX - weight ? UINT64_MAX : n->weight + weight;
 }
 
 size_t fo_tree_memory(const fo_tree *t);

@@ -56,7 +56,7 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         if (res->graph != NULL && !fo_graph_active(res->graph, (uint64_t)pid.pid)) {
             result = fo_atom_idle;
         } else {
-            fo_session_sample(res->core, (uint64_t)pid.pid, ts, frames, count);
+            fo_session_sample(res->core, (uint64_t)pid.pid, ts, frames, count, 0);
             fo_resource_account_sometimes(res);
             result = fo_atom_ok;
         }

@@ -180,7 +180,7 @@ fo_session *ts_new_session(const fo_limits *limits)
 
 /* "m:a/0;m:b/1": root first, as fo_session_sample takes them; "" or "-"
  * is an empty stack. */
-static void run_sample(fo_session *s, uint64_t pid, int64_t ts, const char *stack)
+static void run_sample(fo_session *s, uint64_t pid, int64_t ts, const char *stack, uint64_t weight)
 {
     fo_mfa frames[64];
     uint32_t count = 0;
@@ -193,7 +193,28 @@ static void run_sample(fo_session *s, uint64_t pid, int64_t ts, const char *stac
         assert_true(count < 64);
         frames[count++] = ts_mfa(part);
     }
-    fo_session_sample(s, pid, ts, frames, count);
+    fo_session_sample(s, pid, ts, frames, count, weight);
+}
+
+/* The rest of a sample line: " STACK" or " STACK w=N". */
+static void run_sample_line(fo_session *s, uint64_t pid, int64_t ts, const char *rest, const char *line)
+{
+    char stack[512] = "";
+    char weight_text[32] = "";
+    char extra[8] = "";
+    int n = sscanf(rest, "%511s %31s %7s", stack, weight_text, extra);
+    uint64_t weight = 0;
+    if (n == 2) {
+        char *end = NULL;
+        if (strncmp(weight_text, "w=", 2) != 0 || weight_text[2] == '\0' || weight_text[2] == '-')
+            fail_msg("bad sample weight in '%s' (want w=N)", line);
+        weight = strtoull(weight_text + 2, &end, 10);
+        if (*end != '\0')
+            fail_msg("bad sample weight in '%s' (want w=N)", line);
+    } else if (n > 2) {
+        fail_msg("bad script line '%s'", line);
+    }
+    run_sample(s, pid, ts, stack, weight);
 }
 
 void ts_run_line(fo_session *s, const char *line)
@@ -225,11 +246,7 @@ void ts_run_line(fo_session *s, const char *line)
     int after_kind = 0;
     /* %n only counts when the literal "sample" matched */
     if (sscanf(line, "%" SCNu64 " %" SCNd64 " sample%n", &pid, &ts, &after_kind) == 2 && after_kind > 0) {
-        char stack[512] = "";
-        int n = sscanf(line + after_kind, "%511s %7s", stack, extra);
-        if (n > 1)
-            fail_msg("bad script line '%s'", line);
-        run_sample(s, pid, ts, stack);
+        run_sample_line(s, pid, ts, line + after_kind, line);
         return;
     }
     uint64_t ns = 0;
@@ -458,6 +475,18 @@ static char **ts_build_paths(const fo_session *s, uint32_t *count)
     return paths;
 }
 
+/* "PREFIXPATH samples=N weight=W" */
+static char *ts_format_samples(const char *prefix, const char *path, const fo_node_info *ni)
+{
+    size_t n = strlen(prefix) + strlen(path) + 64;
+    char *p = malloc(n);
+    assert_non_null(p);
+    int w = snprintf(p, n, "%s%s samples=%" PRIu64 " weight=%" PRIu64, prefix, path, ni->samples,
+                     ni->weight);
+    assert_true(w > 0 && (size_t)w < n);
+    return p;
+}
+
 static char *ts_render(const fo_session *s, int one_pid, uint64_t pid, unsigned flags)
 {
     uint32_t n = 0;
@@ -472,7 +501,9 @@ static char *ts_render(const fo_session *s, int one_pid, uint64_t pid, unsigned 
         uint64_t npid = fo_session_process_pid(s, ni.proc);
         if (one_pid && npid != pid)
             continue;
-        if (ni.self_ns == 0 && (flags & TS_RENDER_ZERO) == 0)
+        int timed = ni.self_ns > 0 || (flags & TS_RENDER_ZERO) != 0;
+        int sampled = ni.samples > 0 || ni.weight > 0;
+        if (!timed && !sampled)
             continue;
         char prefix[32] = "";
         if (!one_pid) {
@@ -480,7 +511,10 @@ static char *ts_render(const fo_session *s, int one_pid, uint64_t pid, unsigned 
             assert_true(w > 0 && (size_t)w < sizeof prefix);
         }
         const char *path = paths[id][0] != '\0' ? paths[id] : "(root)";
-        ts_lines_push(&lines, ts_format(prefix, path, ni.self_ns));
+        if (timed)
+            ts_lines_push(&lines, ts_format(prefix, path, ni.self_ns));
+        if (sampled)
+            ts_lines_push(&lines, ts_format_samples(prefix, path, &ni));
     }
     ts_free_paths(paths, n);
     return ts_lines_finish(&lines);

@@ -23,10 +23,13 @@
 static const ts_case sample_cases[] = {
     {"a_sample_holds_until_the_next_event", DEFAULT_LIMITS,
      LINES("1 0 sample m:a/0;m:b/0",
-           "1 100 sample m:a/0;m:c/0", /* a;b: 100 */
-           "1 250 sample m:a/0",       /* a;c: 150 */
-           "close 300"),               /* a: 50 */
-     LINES("1 m:a/0;m:b/0 100", "1 m:a/0;m:c/0 150", "1 m:a/0 50"), "events=3 samples=3"},
+           "1 100 sample m:a/0;m:c/0 w=40", /* a;b: 100 */
+           "1 250 sample m:a/0 w=7",        /* a;c: 150 */
+           "close 300"),                    /* a: 50 */
+     LINES("1 m:a/0;m:b/0 100", "1 m:a/0;m:c/0 150", "1 m:a/0 50",
+           "1 m:a/0;m:b/0 samples=1 weight=0", "1 m:a/0;m:c/0 samples=1 weight=40",
+           "1 m:a/0 samples=1 weight=7"),
+     "events=3 samples=3"},
 
     {"in_and_out_split_a_sample_exactly", DEFAULT_LIMITS,
      LINES("1 0 sample m:a/0;m:b/0",
@@ -34,16 +37,20 @@ static const ts_case sample_cases[] = {
            "1 100 in",           /* a;b;SLEEP: 60 */
            "1 130 sample m:a/0", /* a;b: 30 */
            "close 200"),         /* a: 70 */
-     LINES("1 m:a/0;m:b/0 70", "1 m:a/0;m:b/0;SLEEP 60", "1 m:a/0 70"), "events=4 samples=2"},
+     LINES("1 m:a/0;m:b/0 70", "1 m:a/0;m:b/0;SLEEP 60", "1 m:a/0 70",
+           "1 m:a/0;m:b/0 samples=1 weight=0", "1 m:a/0 samples=1 weight=0"),
+     "events=4 samples=2"},
 
     {"a_sample_while_off_cpu_moves_the_rest_of_the_wait_under_it", DEFAULT_LIMITS,
-     LINES("1 0 sample m:a/0;m:b/0",
-           "1 10 out",                  /* a;b: 10 */
-           "1 50 sample m:a/0;m:w/0",   /* a;b;SLEEP: 40 */
-           "1 90 in",                   /* a;w;SLEEP: 40 */
-           "close 100"),                /* a;w: 10 */
+     LINES("1 0 sample m:a/0;m:b/0 w=3",
+           "1 10 out",                     /* a;b: 10 */
+           "1 50 sample m:a/0;m:w/0 w=2",  /* a;b;SLEEP: 40 */
+           "1 90 in",                      /* a;w;SLEEP: 40 */
+           "close 100"),                   /* a;w: 10 */
      LINES("1 m:a/0;m:b/0 10", "1 m:a/0;m:b/0;SLEEP 40", "1 m:a/0;m:w/0;SLEEP 40",
-           "1 m:a/0;m:w/0 10"),
+           "1 m:a/0;m:w/0 10",
+           /* off-CPU: the sample counts on the leaf it waits in, not on a;w */
+           "1 m:a/0;m:b/0 samples=1 weight=3", "1 m:a/0;m:w/0;SLEEP samples=1 weight=2"),
      "events=4 samples=2"},
 
     {"a_wait_in_a_call_stays_waiting_after_a_sample", DEFAULT_LIMITS,
@@ -52,35 +59,98 @@ static const ts_case sample_cases[] = {
            "1 30 sample m:a/0;m:r/0", /* a;WAITING: 20 */
            "1 60 in",                 /* a;r;WAITING: 30 */
            "close 60"),
-     LINES("1 m:a/0 10", "1 m:a/0;WAITING 20", "1 m:a/0;m:r/0;WAITING 30"),
+     LINES("1 m:a/0 10", "1 m:a/0;WAITING 20", "1 m:a/0;m:r/0;WAITING 30",
+           "1 m:a/0 samples=1 weight=0", "1 m:a/0;m:r/0;WAITING samples=1 weight=0"),
      "events=4 samples=2"},
 
     {"an_empty_stack_charges_the_process_root", DEFAULT_LIMITS,
      LINES("1 0 sample m:a/0", "1 10 sample -", "close 30"),
-     LINES("1 m:a/0 10", "1 (root) 20"), "events=2 samples=2"},
+     LINES("1 m:a/0 10", "1 (root) 20", "1 m:a/0 samples=1 weight=0",
+           "1 (root) samples=1 weight=0"),
+     "events=2 samples=2"},
 
     {"deep_samples_fold_past_max_depth_once", {0, 2, 0, 0, 0},
      LINES("1 0 sample m:a/0;m:b/0;m:c/0;m:d/0",
            "1 10 sample m:a/0;m:b/0;m:c/0;m:d/0", /* same stack: no new pushes */
            "1 20 sample m:a/0;m:b/0;m:e/0",
            "close 40"),
-     LINES("1 m:a/0;m:b/0;" CAP " 40"),
+     LINES("1 m:a/0;m:b/0;" CAP " 40", "1 m:a/0;m:b/0;" CAP " samples=3 weight=0"),
      "events=3 samples=3 depth_truncations=3 truncated_stacks=3"},
 
     {"samples_of_processes_past_the_limit_are_dropped", {0, 0, 1, 0, 0},
-     LINES("1 0 sample m:a/0", "2 5 sample m:b/0", "close 10"),
-     LINES("1 m:a/0 10"), "events=1 samples=1 dropped_events=1 process_limit_hits=1"},
+     LINES("1 0 sample m:a/0 w=1", "2 5 sample m:b/0 w=9", "close 10"),
+     LINES("1 m:a/0 10", "1 m:a/0 samples=1 weight=1"),
+     "events=1 samples=1 dropped_events=1 process_limit_hits=1"},
 
     {"samples_and_calls_mix", DEFAULT_LIMITS,
      LINES("1 0 sample m:a/0;m:b/0",
            "1 10 call m:c/0 from m:b/0", /* a;b: 10 */
            "1 30 ret m:b/0",             /* a;b;c: 20 */
            "close 35"),                  /* a;b: 5 */
-     LINES("1 m:a/0;m:b/0 15", "1 m:a/0;m:b/0;m:c/0 20"), "events=3 samples=1"},
+     LINES("1 m:a/0;m:b/0 15", "1 m:a/0;m:b/0;m:c/0 20", "1 m:a/0;m:b/0 samples=1 weight=0"),
+     "events=3 samples=1"},
 
     {"an_exited_process_sampled_again_starts_afresh", DEFAULT_LIMITS,
-     LINES("1 0 sample m:a/0", "1 10 exit", "1 500 sample m:b/0", "close 520"),
-     LINES("1 m:a/0 10", "1 m:b/0 20"), "events=3 samples=2"},
+     LINES("1 0 sample m:a/0", "1 10 exit", "1 500 sample m:b/0 w=4", "close 520"),
+     LINES("1 m:a/0 10", "1 m:b/0 20", "1 m:a/0 samples=1 weight=0",
+           "1 m:b/0 samples=1 weight=4"),
+     "events=3 samples=2"},
+
+    /* --- per-stack sample counts and weights ------------------------------ */
+    {"samples_and_weights_add_up_on_the_stack_they_land_on", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0;m:b/0 w=10",
+           "1 10 sample m:a/0;m:b/0 w=20",
+           "1 20 sample m:a/0 w=5",
+           "1 30 sample m:a/0;m:b/0 w=30",
+           "2 30 sample m:a/0;m:b/0 w=100", /* another process: its own nodes */
+           "close 40"),
+     LINES("1 m:a/0;m:b/0 30", "1 m:a/0 10", "2 m:a/0;m:b/0 10",
+           "1 m:a/0;m:b/0 samples=3 weight=60", "1 m:a/0 samples=1 weight=5",
+           "2 m:a/0;m:b/0 samples=1 weight=100"),
+     "events=5 samples=5"},
+
+    {"a_sample_with_no_time_after_it_is_still_counted", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0 w=1",
+           "1 10 sample m:a/0;m:b/0 w=2", /* a: 10 */
+           "1 10 sample m:a/0 w=3",       /* a;b: 0, but it was seen */
+           "close 15"),                   /* a: 5 */
+     LINES("1 m:a/0 15", "1 m:a/0 samples=2 weight=4", "1 m:a/0;m:b/0 samples=1 weight=2"),
+     "events=3 samples=3"},
+
+    {"the_outer_frames_of_a_sample_do_not_count_it", DEFAULT_LIMITS,
+     /* only the stack a sample lands on counts it: its callers show the
+      * sample in their inclusive totals, computed by the views */
+     LINES("1 0 sample m:a/0;m:b/0;m:c/0 w=8", "close 10"),
+     LINES("1 m:a/0;m:b/0;m:c/0 10", "1 m:a/0;m:b/0;m:c/0 samples=1 weight=8"),
+     "events=1 samples=1"},
+
+    {"a_sample_past_max_nodes_counts_on_the_node_cap_bucket", {1, 0, 0, 0, 0},
+     LINES("1 0 sample m:a/0;m:b/0 w=5", "close 10"),
+     LINES("1 [node_cap] 10", "1 [node_cap] samples=1 weight=5"),
+     "events=1 samples=1 node_limit_hits=1 truncated_stacks=1"},
+
+    {"a_sample_past_max_stack_frames_counts_on_the_deepest_kept_frame", {0, 0, 0, 0, 2},
+     LINES("1 0 sample m:a/0;m:b/0;m:c/0 w=6", "close 10"),
+     LINES("1 m:a/0;m:b/0 10", "1 m:a/0;m:b/0 samples=1 weight=6"),
+     "events=1 samples=1 stack_overflows=1"},
+
+    {"an_off_cpu_sample_in_a_call_counts_on_the_waiting_leaf", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0 w=1",
+           "1 10 out_call",             /* a: 10 */
+           "1 20 sample m:a/0 w=2",     /* a;WAITING: 10; same stack, same leaf */
+           "1 30 sample m:a/0;m:r/0 w=3", /* a;WAITING: 10 */
+           "1 40 in",                   /* a;r;WAITING: 10 */
+           "1 50 sample m:a/0;m:r/0 w=4", /* a;r: 10 */
+           "close 50"),
+     LINES("1 m:a/0 10", "1 m:a/0;WAITING 20", "1 m:a/0;m:r/0;WAITING 10", "1 m:a/0;m:r/0 10",
+           "1 m:a/0 samples=1 weight=1", "1 m:a/0;WAITING samples=1 weight=2",
+           "1 m:a/0;m:r/0;WAITING samples=1 weight=3", "1 m:a/0;m:r/0 samples=1 weight=4"),
+     "events=6 samples=4"},
+
+    {"weights_saturate_instead_of_wrapping", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0 w=18446744073709551615", "1 10 sample m:a/0 w=5", "close 10"),
+     LINES("1 m:a/0 10", "1 m:a/0 samples=2 weight=18446744073709551615"),
+     "events=2 samples=2"},
 };
 // clang-format on
 
@@ -107,10 +177,57 @@ static void test_repeated_samples_do_not_grow_the_tree(void **state)
     fo_session_free(s);
 }
 
+/* Counting samples allocates nothing: once every stack and wait leaf was
+ * seen, a long run of samples leaves the session's memory as it was, and
+ * every applied sample is counted on exactly one node. */
+static void test_sample_counts_cost_no_memory_and_add_up(void **state)
+{
+    (void)state;
+    fo_session *s = ts_new_session(NULL);
+    const char *stacks[] = {"m:a/0;m:b/0;m:c/0", "m:a/0;m:b/0", "m:a/0;m:d/1;m:c/0"};
+    char line[128];
+    size_t memory = 0;
+    uint32_t nodes = 0;
+    uint64_t weight = 0;
+    for (int i = 0; i < 3000; i++) {
+        if (i == 6) {
+            memory = fo_session_memory(s);
+            nodes = fo_session_node_count(s);
+        }
+        /* every third sample finds the process off-CPU, on a SLEEP leaf */
+        snprintf(line, sizeof line, "1 %d %s", 2 * i, i % 3 == 0 ? "out" : "in");
+        ts_run_line(s, line);
+        snprintf(line, sizeof line, "1 %d sample %s w=%d", 2 * i + 1, stacks[i % 3], i);
+        ts_run_line(s, line);
+        weight += (uint64_t)i;
+    }
+    assert_int_equal(fo_session_node_count(s), nodes);
+    assert_true(fo_session_memory(s) == memory);
+    uint64_t samples = 0;
+    uint64_t weights = 0;
+    uint64_t on_sleep = 0;
+    for (uint32_t id = 0; id < fo_session_node_count(s); id++) {
+        fo_node_info ni;
+        fo_session_node(s, id, &ni);
+        samples += ni.samples;
+        weights += ni.weight;
+        if (ni.frame == FO_FRAME_SLEEP)
+            on_sleep += ni.samples;
+    }
+    assert_int_equal(samples, 3000);
+    assert_int_equal(samples, fo_session_stats(s)->samples);
+    assert_int_equal(weights, weight);
+    assert_int_equal(on_sleep, 1000);
+    ts_assert_stats(s, "events=6000 samples=3000");
+    ts_check_tree(s);
+    fo_session_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_repeated_samples_do_not_grow_the_tree),
+        cmocka_unit_test(test_sample_counts_cost_no_memory_and_add_up),
     };
     int failed = ts_run_cases("sample_cases", sample_cases, sizeof sample_cases / sizeof sample_cases[0]);
     failed += cmocka_run_group_tests(tests, NULL, NULL);

@@ -14,6 +14,7 @@
  *     "PID TS ret undefined"            return_to undefined
  *     "PID TS out" / "in" / "exit" / "gc_start" / "gc_end"
  *     "PID TS sample M:F/A;M:F/A"       a stack sample, root frame first ("-": empty)
+ *     "PID TS sample M:F/A w=N"         the same with weight N (default 0)
  *     "close TS"                        fo_session_close(s, TS)
  *     "malformed N"                     fo_session_count_malformed(s, N)
  *     "ignored N"                       fo_session_count_ignored(s, N)
@@ -22,6 +23,8 @@
  * TS_RENDER_ZERO), "PID PATH NS" (session) or "PATH NS" (one pid), root
  * frame first, frames joined by ';', sorted. The process root itself is
  * "(root)"; reserved frames are SLEEP, "…", [node_cap], WAITING, GC.
+ * A node that stack samples landed on also has a line
+ * "PID PATH samples=N weight=W" (sessions without samples render as before).
  *
  * Stats: "events=7 resyncs=1" lists the counters expected to be non-zero;
  * every counter not listed must be 0; "name=?" means "not checked". */

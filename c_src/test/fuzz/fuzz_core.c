@@ -48,6 +48,7 @@ static fo_mfa mfa(reader *r)
 static void check_tree(const fo_session *s)
 {
     uint32_t nodes = fo_session_node_count(s);
+    uint64_t samples = 0;
     for (uint32_t id = 0; id < nodes; id++) {
         fo_node_info n;
         fo_session_node(s, id, &n);
@@ -55,7 +56,24 @@ static void check_tree(const fo_session *s)
             abort();
         if (n.proc >= fo_session_process_count(s))
             abort();
+        samples += n.samples;
     }
+    /* every applied sample is counted on exactly one node */
+    if (samples != fo_session_stats(s)->samples)
+        abort();
+}
+
+/* A stack sample of up to 8 frames; the weight is sometimes huge, so the
+ * saturating sum is exercised. */
+static void sample(fo_session *s, reader *r, uint64_t pid, int64_t ts)
+{
+    fo_mfa frames[8];
+    uint32_t count = byte(r) % 9u;
+    for (uint32_t i = 0; i < count; i++)
+        frames[i] = mfa(r);
+    uint8_t w = byte(r);
+    uint64_t weight = w >= 0xf0 ? UINT64_MAX - w : w;
+    fo_session_sample(s, pid, ts, frames, count, weight);
 }
 
 static void check_graph(const fo_graph *g)
@@ -146,6 +164,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (void)fo_graph_active(g, ev.pid);
             (void)fo_graph_waiting_call(g, ev.pid, NULL);
             (void)fo_graph_current_span(g, ev.pid);
+            break;
+        case 14:
+            sample(s, &r, ev.pid, ev.ts_ns);
             break;
         default:
             fo_session_apply(s, &ev); /* kind 0: not a valid event */
