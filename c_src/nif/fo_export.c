@@ -58,8 +58,14 @@ ERL_NIF_TERM fo_export_stacks(ErlNifEnv *env, const fo_session *s)
         else
             paths[id] = enif_make_list_cell(env, n.frame < frame_slots ? frames[n.frame] : fo_atom_undefined,
                                             paths[n.parent]);
-        if (n.self_ns > 0) {
-            ERL_NIF_TERM entry = enif_make_tuple2(env, paths[id], enif_make_uint64(env, n.self_ns));
+        if (n.self_ns > 0 || n.samples > 0) {
+            ERL_NIF_TERM ns = enif_make_uint64(env, n.self_ns);
+            /* Only sampled stacks carry the counts, so every other session
+             * exports the same 2-tuples as before. */
+            ERL_NIF_TERM entry = n.samples == 0
+                                     ? enif_make_tuple2(env, paths[id], ns)
+                                     : enif_make_tuple4(env, paths[id], ns, enif_make_uint64(env, n.samples),
+                                                        enif_make_uint64(env, n.weight));
             lists[n.proc] = enif_make_list_cell(env, entry, lists[n.proc]);
         }
     }

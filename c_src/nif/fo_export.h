@@ -6,8 +6,10 @@
 
 #include "fo_session.h"
 
-/* #{pid => [{FramesLeafFirst, Ns}]}; only nodes with time. The badarg
- * or enomem exception term on failure. */
+/* #{pid => [Entry]}, one entry per node with time or samples: {FramesLeafFirst,
+ * Ns}, or {FramesLeafFirst, Ns, Samples, Weight} for a node stack samples
+ * landed on (Samples > 0; Ns may be 0). The badarg or enomem exception term
+ * on failure. */
 ERL_NIF_TERM fo_export_stacks(ErlNifEnv *env, const fo_session *s);
 
 /* The counters as a map. nodes/processes/frames/memory are passed in so a

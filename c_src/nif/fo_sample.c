@@ -26,7 +26,9 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     (void)argc;
     fo_session_res *res;
     ErlNifPid pid;
-    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid))
+    ErlNifUInt64 weight;
+    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) ||
+        !enif_get_uint64(env, argv[3], &weight))
         return enif_make_badarg(env);
     /* Stamped before decoding: the stack was taken just before this call. */
     int64_t ts = fo_tracer_clock_ns();
@@ -56,7 +58,7 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         if (res->graph != NULL && !fo_graph_active(res->graph, (uint64_t)pid.pid)) {
             result = fo_atom_idle;
         } else {
-            fo_session_sample(res->core, (uint64_t)pid.pid, ts, frames, count, 0);
+            fo_session_sample(res->core, (uint64_t)pid.pid, ts, frames, count, (uint64_t)weight);
             fo_resource_account_sometimes(res);
             result = fo_atom_ok;
         }

@@ -4,10 +4,12 @@
 
 #include <erl_nif.h>
 
-// sample(Session, Pid, Stack) -> ok | stopped (the session took no more)
+// sample(Session, Pid, Stack, Weight) -> ok | stopped (the session took no more)
 //   | idle (a cross-process trace's callee between requests of the trace)
 // Stack is process_info(Pid, current_stacktrace)'s list, innermost first:
-// {M, F, Arity | Args} or {M, F, Arity | Args, Location} tuples.
+// {M, F, Arity | Args} or {M, F, Arity | Args, Location} tuples. Weight is
+// a non-negative integer below 2^64 added to the stack the sample lands on
+// (the sampler passes the reductions since its previous sample).
 ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 #endif

@@ -30,9 +30,12 @@ defmodule FlameOn.Client.Native do
       tracer callbacks) or `nil` (no closing charge); an integer `end`
       whose nanoseconds fall outside a signed 64-bit integer raises
       `ArgumentError` and leaves the session open. Returns
-      `{%{pid => [{frames, ns}]}, stats}` where `frames` is leaf first, each
-      `{module, function, arity}` or one of `:sleep`, `:depth_cap`,
-      `:node_cap`, `:waiting`, `:gc`. Runs on a dirty scheduler.
+      `{%{pid => [entry]}, stats}`, one entry per distinct stack with time or
+      samples: `{frames, ns}`, or `{frames, ns, samples, weight}` for a stack
+      that `sample/4` samples landed on (`samples > 0`, `ns` may be 0).
+      `frames` is leaf first, each `{module, function, arity}` or one of
+      `:sleep`, `:depth_cap`, `:node_cap`, `:waiting`, `:gc`. Runs on a
+      dirty scheduler.
     * `new(%{label: label, ...})` makes a cross-process (graph) session:
       `label` is its seq_trace label (a positive integer), with the span
       graph's bounds `:max_spans`, `:max_pending_calls`, `:max_fanout`
@@ -43,13 +46,19 @@ defmodule FlameOn.Client.Native do
       also the seq_trace system tracer) routes seq_trace events by label
       and process events by pid. `finish/2` of a graph session returns a
       third element, `%{spans: [span_map], stats: map, clock_offset_ns: n}`.
-    * `sample(session, pid, stack)` – a stack sample of `pid`, as
+    * `sample(session, pid, stack, weight)` – a stack sample of `pid`, as
       `Process.info(pid, :current_stacktrace)` gives it (innermost first,
       `{m, f, arity_or_args}` or `{m, f, arity_or_args, location}`),
       stamped on the tracer clock: the process's stack is the sampled one
       until its next event (`in`/`out` from the tracer callbacks split it
-      into on- and off-CPU time) or sample. Counted in `stats.samples`.
-      Returns `:stopped` (and applies nothing) once the session is stopped.
+      into on- and off-CPU time) or sample. Counted in `stats.samples`, and
+      on the stack it lands on (the sampled stack, or its `:sleep` /
+      `:waiting` leaf when the process is scheduled out): one sample plus
+      `weight`, a non-negative integer below 2^64 (the sampler passes the
+      reductions since its previous sample). Returns `:stopped` (and
+      applies nothing) once the session is stopped, and `:idle` (applies
+      nothing) for a cross-process trace's callee between the trace's
+      requests.
     * `enabled/3` and `trace/5` – the `:erl_tracer` behaviour: pass
       `{:tracer, FlameOn.Client.Native, session}` to `:erlang.trace/3` and
       the VM calls these in the traced process, folding each event into the
@@ -114,8 +123,8 @@ defmodule FlameOn.Client.Native do
   @spec graph_watch_callees(session(), pid()) :: :ok
   def graph_watch_callees(_session, _pid), do: :erlang.nif_error(:nif_not_loaded)
 
-  @spec sample(session(), pid(), list()) :: :ok | :stopped
-  def sample(_session, _pid, _stack), do: :erlang.nif_error(:nif_not_loaded)
+  @spec sample(session(), pid(), list(), non_neg_integer()) :: :ok | :stopped | :idle
+  def sample(_session, _pid, _stack, _weight), do: :erlang.nif_error(:nif_not_loaded)
 
   @spec finish(session(), integer() | :stop | nil) :: {map(), map()} | {map(), map(), map()}
   def finish(_session, _end_ts), do: :erlang.nif_error(:nif_not_loaded)

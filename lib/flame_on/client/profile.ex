@@ -17,6 +17,15 @@ defmodule FlameOn.Client.Profile do
       `""` is time spent in the process with no traced function on its
       stack.
     * `graph` – the cross-process span graph; `nil` for process traces.
+    * `samples` – mode `:sample`: `%{pid => [{stack, samples, reductions}]}`,
+      how many stack samples landed on each stack and the reductions the
+      process did in the intervals those samples closed (each sample weighs
+      the reductions since the process's previous sample; the first weighs
+      0). Stacks are the strings of `stacks`, merged the same way; a sample
+      taken while the process was scheduled out counts on the stack's
+      `"SLEEP"` (or `"WAITING"`) leaf. A stack may have samples and no time
+      in `stacks` (it rounded to 0 µs); stacks without samples are left out.
+      Empty in the other modes.
     * `metrics` – mode `:sample`: per sampled process, one map per sample
       (`:t_us` on `System.monotonic_time(:microsecond)`, `:status`,
       `:message_queue_len`, `:memory` in bytes, `:reductions` so far);
@@ -47,6 +56,7 @@ defmodule FlameOn.Client.Profile do
             duration_us: 0,
             stacks: %{},
             graph: nil,
+            samples: %{},
             metrics: %{},
             stats: %{}
 
@@ -61,6 +71,7 @@ defmodule FlameOn.Client.Profile do
           duration_us: non_neg_integer(),
           stacks: %{pid() => [{stack(), pos_integer()}]},
           graph: FlameOn.Client.Graph.t() | nil,
+          samples: %{pid() => [{stack(), pos_integer(), non_neg_integer()}]},
           metrics: %{pid() => [FlameOn.Client.Sampler.metric()]},
           stats: %{atom() => non_neg_integer()}
         }
@@ -143,36 +154,60 @@ defmodule FlameOn.Client.Profile do
   def frame_name(frame) when is_map_key(@reserved, frame), do: Map.fetch!(@reserved, frame)
   def frame_name(other), do: sanitize(inspect(other))
 
+  @typedoc """
+  One entry of `FlameOn.Client.Native.finish/2`'s stacks: leaf-first frames
+  and nanoseconds, plus the sample count and weight (reductions) for a
+  stack that samples landed on.
+  """
+  @type raw_entry ::
+          {[frame()], non_neg_integer()}
+          | {[frame()], non_neg_integer(), pos_integer(), non_neg_integer()}
+
   @doc false
   # Builds a profile from `FlameOn.Client.Native.finish/2`'s stacks
-  # (`%{pid => [{frames_leaf_first, ns}]}`), its stats and the metadata
-  # fields in `fields`. Frame names are computed once per frame.
-  # `names` overrides the text of some frames; a frame named `nil` drops
-  # the time of every stack that ends in it (views of cross-process traces).
-  @spec build(%{pid() => [{[frame()], non_neg_integer()}]}, map(), keyword(), map()) :: t()
+  # (`%{pid => [raw_entry]}`), its stats and the metadata fields in
+  # `fields`. Frame names are computed once per frame. `names` overrides
+  # the text of some frames; a frame named `nil` drops the time (and the
+  # samples) of every stack that ends in it (views of cross-process traces).
+  @spec build(%{pid() => [raw_entry()]}, map(), keyword(), map()) :: t()
   def build(raw_stacks, stats, fields, names \\ %{}) do
-    {stacks, _names} =
-      Enum.reduce(raw_stacks, {%{}, names}, fn {pid, entries}, {stacks, names} ->
-        {ns_by_stack, names} = merge_entries(entries, names)
+    {stacks, samples, _names} =
+      Enum.reduce(raw_stacks, {%{}, %{}, names}, fn {pid, entries}, {stacks, samples, names} ->
+        {ns_by_stack, sampled, names} = merge_entries(entries, names)
 
-        case to_microseconds(ns_by_stack) do
-          [] -> {stacks, names}
-          us_entries -> {Map.put(stacks, pid, us_entries), names}
-        end
+        {put_non_empty(stacks, pid, to_microseconds(ns_by_stack)),
+         put_non_empty(samples, pid, sample_entries(sampled)), names}
       end)
 
-    struct!(__MODULE__, [stacks: stacks, stats: stats] ++ fields)
+    struct!(__MODULE__, [stacks: stacks, samples: samples, stats: stats] ++ fields)
   end
 
+  defp put_non_empty(map, _pid, []), do: map
+  defp put_non_empty(map, pid, entries), do: Map.put(map, pid, entries)
+
+  # Nodes whose frames read the same (a status frame, a renamed or cut
+  # frame) are one stack: their time and their samples add up.
   defp merge_entries(entries, names) do
-    Enum.reduce(entries, {%{}, names}, fn {frames, ns}, {acc, names} ->
+    Enum.reduce(entries, {%{}, %{}, names}, fn entry, {ns_acc, sampled, names} ->
+      frames = elem(entry, 0)
+
       if dropped?(frames, names) do
-        {acc, names}
+        {ns_acc, sampled, names}
       else
         {stack, names} = stack_text(frames, names)
-        {Map.update(acc, stack, ns, &(&1 + ns)), names}
+        ns = elem(entry, 1)
+        {Map.update(ns_acc, stack, ns, &(&1 + ns)), add_samples(sampled, stack, entry), names}
       end
     end)
+  end
+
+  defp add_samples(sampled, stack, {_frames, _ns, count, weight}) when count > 0,
+    do: Map.update(sampled, stack, {count, weight}, fn {c, w} -> {c + count, w + weight} end)
+
+  defp add_samples(sampled, _stack, _entry), do: sampled
+
+  defp sample_entries(sampled) do
+    sampled |> Enum.map(fn {stack, {count, weight}} -> {stack, count, weight} end) |> Enum.sort()
   end
 
   defp dropped?([leaf | _], names), do: is_map_key(names, leaf) and names[leaf] == nil

@@ -12,9 +12,11 @@ defmodule FlameOn.Client.Sampler do
     2. `Process.info(pid, [:current_stacktrace, :memory])`: one signal the
        target answers at its next safe point (about 1.5 µs when it waits,
        16-100 µs when it is busy on a loaded node);
-    3. `FlameOn.Client.Native.sample/3` folds the stack into the session's
-       calling-context tree; the `:running` trace flag (no breakpoint) gives
-       the exact on- and off-CPU intervals around it.
+    3. `FlameOn.Client.Native.sample/4` folds the stack into the session's
+       calling-context tree, weighted by the reductions the process did
+       since the previous sample (0 for the first); the `:running` trace
+       flag (no breakpoint) gives the exact on- and off-CPU intervals
+       around it.
 
   The stack depth is capped by the node's `backtrace_depth`, which
   `FlameOn.Client.Patterns.acquire_depth/1` raises while samplers run.
@@ -76,6 +78,8 @@ defmodule FlameOn.Client.Sampler do
       idle: false,
       max_samples: Keyword.get(opts, :max_samples, 100_000),
       metrics: [],
+      # the target's reductions at the previous sample (nil before the first)
+      last_reductions: nil,
       kept: 0,
       samples: 0,
       late_ticks: 0,
@@ -109,7 +113,7 @@ defmodule FlameOn.Client.Sampler do
 
   @doc """
   Wakes a sampler that went idle: its target (a callee of a cross-process
-  trace) takes a request of the trace again. `FlameOn.Client.Native.sample/3`
+  trace) takes a request of the trace again. `FlameOn.Client.Native.sample/4`
   answers `:idle` for a callee between requests.
   """
   @spec wake(pid()) :: :ok
@@ -222,7 +226,10 @@ defmodule FlameOn.Client.Sampler do
         |> trim(state.root, state.depth)
         |> with_status(status, state.split_status)
 
-      case Native.sample(state.native, target, stack) do
+      weight = reductions_since(state.last_reductions, reds)
+      state = %{state | last_reductions: reds}
+
+      case Native.sample(state.native, target, stack, weight) do
         :ok ->
           metric = %{
             t_us: now_us(),
@@ -238,15 +245,20 @@ defmodule FlameOn.Client.Sampler do
           state
 
         # A callee between requests of the trace: nothing to sample until
-        # the trace's owner wakes us for its next one.
+        # the trace's owner wakes us for its next one. Its work meanwhile
+        # is no part of the trace: the first sample after waking weighs 0.
         :idle ->
-          %{state | idle: true}
+          %{state | idle: true, last_reductions: nil}
       end
     else
       # the target exited
       _ -> state
     end
   end
+
+  # A process's reduction count only grows; the first sample weighs 0.
+  defp reductions_since(nil, _reds), do: 0
+  defp reductions_since(last, reds), do: max(reds - last, 0)
 
   defp keep(%{kept: kept, max_samples: max} = state, _metric) when kept >= max,
     do: %{state | dropped_metrics: state.dropped_metrics + 1}

@@ -64,6 +64,22 @@ defmodule FlameOn.Client.NativeTest do
       assert %{events: 0} = Native.stats(session)
     end
 
+    test "sample/4 with a bad weight, pid or stack" do
+      session = Native.new(%{})
+      stack = [{M, :f, 0, []}]
+
+      for bad <- [-1, 1.5, :x, "1", 2 ** 64, nil] do
+        assert_raise ArgumentError, fn -> Native.sample(session, self(), stack, bad) end
+      end
+
+      assert_raise ArgumentError, fn -> Native.sample(session, :not_a_pid, stack, 0) end
+      assert_raise ArgumentError, fn -> Native.sample(session, self(), [:x], 0) end
+      assert_raise ArgumentError, fn -> Native.sample(session, self(), [{M, :f, 0} | :t], 0) end
+      assert_raise ArgumentError, fn -> Native.sample(make_ref(), self(), stack, 0) end
+      assert Native.stats(session).samples == 0
+      assert Native.sample(session, self(), stack, 2 ** 64 - 1) == :ok
+    end
+
     test "the VM stays up" do
       assert Enum.sum(1..10) == 55
       assert is_map(Native.stats(Native.new(%{})))
@@ -99,6 +115,35 @@ defmodule FlameOn.Client.NativeTest do
     # f: 1_000..3_000 and 5_000..10_000; g: 3_000..5_000 (ns).
     entries = for {frames, ns} <- Map.fetch!(stacks, pid), ns > 0, do: {frames, ns}
     assert Enum.sort(entries) == [{[f], 7_000}, {[g, f], 2_000}]
+  end
+
+  test "sampled stacks carry their sample count and weight; others stay {frames, ns}" do
+    session = Native.new(%{})
+    pid = self()
+    f = {M, :f, 0}
+    g = {M, :g, 1}
+
+    # innermost first, as Process.info(pid, :current_stacktrace) gives it
+    assert Native.sample(session, pid, [{M, :g, [:arg], [line: 3]}, {M, :f, 0, []}], 5) == :ok
+    assert Native.sample(session, pid, [{M, :g, 1}, {M, :f, 0}], 7) == :ok
+    assert Native.sample(session, pid, [{M, :f, 0, []}], 0) == :ok
+    assert Native.stats(session).samples == 3
+    # another process, known only from trace events: no counts on its stacks
+    other = spawn(fn -> :ok end)
+    :ok = Native.ingest(session, [{:trace_ts, other, :in, f, 0}])
+
+    Native.stop(session)
+    assert Native.sample(session, pid, [{M, :h, 0}], 100) == :stopped
+    {stacks, stats} = Native.finish(session, :stop)
+    assert stats.samples == 3
+
+    entries = Map.new(Map.fetch!(stacks, pid), &{elem(&1, 0), Tuple.delete_at(&1, 0)})
+    assert {ns_gf, 2, 12} = entries[[g, f]]
+    assert ns_gf > 0
+    # the last sample's stack held until the stop
+    assert {_ns, 1, 0} = entries[[f]]
+    assert Enum.all?(Map.fetch!(stacks, pid), &(tuple_size(&1) == 4))
+    assert [{[], _ns}] = Map.fetch!(stacks, other)
   end
 
   test "a batch longer than one slice is applied in full, across rescheduled calls" do

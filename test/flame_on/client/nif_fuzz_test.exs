@@ -51,7 +51,7 @@ defmodule FlameOn.Client.NifFuzzTest do
   @native_per_second [1, 3, 1000, 1_000_000, 999_999_999, 1_000_000_000, 3_000_000_007] ++
                        [1_000_000_000_000]
 
-  # sample/3 reads this many frames of a stack, innermost first, and leaves
+  # sample/4 reads this many frames of a stack, innermost first, and leaves
   # the rest of a deeper one unread (FO_SAMPLE_MAX_FRAMES in fo_sample.c).
   @sample_max_frames 4096
 
@@ -161,25 +161,25 @@ defmodule FlameOn.Client.NifFuzzTest do
     end
   end
 
-  test "sample/3 takes well-formed stacks in every session state and rejects malformed ones" do
+  test "sample/4 takes well-formed stacks in every session state and rejects malformed ones" do
     w = world()
     tally = tally()
 
     assert_forall(
       sample_case(w),
-      fn {kind, pid, stack} ->
+      fn {kind, pid, stack, weight} ->
         with_case_sessions([], fn ->
           {session, stack} = {materialize(kind), materialize(stack)}
           before = samples(session)
 
           result =
             try do
-              Native.sample(session, pid, stack)
+              Native.sample(session, pid, stack, weight)
             rescue
               ArgumentError -> :badarg
             end
 
-          expected = expected_sample(kind, session, pid, stack)
+          expected = expected_sample(kind, session, pid, stack, weight)
 
           assert result in expected,
                  "returned #{inspect(result)}, not one of #{inspect(expected)}"
@@ -191,6 +191,8 @@ defmodule FlameOn.Client.NifFuzzTest do
 
           if is_list(stack) and length_at_least?(stack, @sample_max_frames + 1),
             do: bump(tally, :deep)
+
+          unless weight_ok?(weight), do: bump(tally, :bad_weight)
 
           true
         end)
@@ -205,7 +207,8 @@ defmodule FlameOn.Client.NifFuzzTest do
           stopped: "samples into stopped sessions",
           idle: "samples of processes idle in a cross-process trace",
           badarg: "rejected samples",
-          deep: "stacks deeper than #{@sample_max_frames} frames"
+          deep: "stacks deeper than #{@sample_max_frames} frames",
+          bad_weight: "bad weights"
         ] do
       assert count(tally, key) > 0, "the generators made no #{what}"
     end
@@ -248,7 +251,7 @@ defmodule FlameOn.Client.NifFuzzTest do
   # What the generated cases did, summed outside PropEr (which reruns the
   # property while shrinking, so counts only mean something on a pass).
   @tallies [:ok, :badarg, :decoded, :ignored, :malformed, :improper, :long, :out_of_range] ++
-             [:bad_end, :stopped, :idle, :deep]
+             [:bad_end, :stopped, :idle, :deep, :bad_weight]
   defp tally, do: :counters.new(length(@tallies), [])
   defp bump(tally, key, n \\ 1), do: :counters.add(tally, slot(key), n)
   defp count(tally, key), do: :counters.get(tally, slot(key))
@@ -341,7 +344,7 @@ defmodule FlameOn.Client.NifFuzzTest do
   defp result_ok?({:stop, _}, r), do: is_integer(r)
   defp result_ok?({:finish, _, _}, r), do: match?({%{}, %{}}, r) or match?({%{}, %{}, %{}}, r)
   defp result_ok?({:enabled, _, _, _}, r), do: r in [:trace, :discard, :remove]
-  defp result_ok?({:sample, _, _, _}, r), do: r in [:ok, :stopped, :idle]
+  defp result_ok?({:sample, _, _, _, _}, r), do: r in [:ok, :stopped, :idle]
   defp result_ok?(_ingest_graph_or_trace, r), do: r == :ok
 
   ## Samples
@@ -361,20 +364,24 @@ defmodule FlameOn.Client.NifFuzzTest do
     frames ++ tail
   end
 
-  # What sample/3 answers (the rules of fo_sample_nif): ArgumentError for
-  # anything but a session, a local pid and a stack whose first
+  # What sample/4 answers (the rules of fo_sample_nif): ArgumentError for
+  # anything but a session, a local pid, a stack whose first
   # @sample_max_frames cells are well-formed frames ending in [] (the rest
-  # of a deeper stack is not read); then :stopped once the session is
-  # stopped or finished; a cross-process trace answers :idle for a process
-  # that serves none of its requests; otherwise the sample is taken.
-  defp expected_sample(kind, session, pid, stack) do
+  # of a deeper stack is not read) and a weight in 0..2^64-1; then :stopped
+  # once the session is stopped or finished; a cross-process trace answers
+  # :idle for a process that serves none of its requests; otherwise the
+  # sample is taken.
+  defp expected_sample(kind, session, pid, stack, weight) do
     cond do
       samples(session) == nil -> [:badarg]
       not (is_pid(pid) and node(pid) == node()) -> [:badarg]
       not stack_ok?(stack, @sample_max_frames) -> [:badarg]
+      not weight_ok?(weight) -> [:badarg]
       true -> sample_taken(kind)
     end
   end
+
+  defp weight_ok?(weight), do: is_integer(weight) and weight >= 0 and weight < 2 ** 64
 
   defp sample_taken({:session, kind}) when kind in [:stopped, :finished], do: [:stopped]
   defp sample_taken({:session, kind}) when kind in [:fresh, :replay], do: [:ok]
@@ -593,7 +600,7 @@ defmodule FlameOn.Client.NifFuzzTest do
       {:graph_start, s, T.union([T.elements(w.pids), term(w, 0)])},
       {:graph_begin, s},
       {:graph_watch_callees, s, T.union([T.elements(w.pids ++ [w.remote]), term(w, 0)])},
-      {:sample, s, sample_pid(w), stack(w)},
+      {:sample, s, sample_pid(w), stack(w), weight(w)},
       {:enabled,
        T.union([T.elements([:call, :trace_status, :seq_trace, :send, :spawn]), term(w, 0)]),
        state, term(w, 1)},
@@ -665,7 +672,17 @@ defmodule FlameOn.Client.NifFuzzTest do
   end
 
   defp sample_case(w) do
-    {T.frequency([{9, session()}, {1, term(w, 1)}]), sample_pid(w), stack(w)}
+    {T.frequency([{9, session()}, {1, term(w, 1)}]), sample_pid(w), stack(w), weight(w)}
+  end
+
+  # Reductions since the previous sample: mostly fine, at the edges of
+  # 0..2^64-1 or past them now and then, or any term.
+  defp weight(w) do
+    T.frequency([
+      {8, T.integer(0, 1_000_000)},
+      {1, T.elements([0, 2 ** 64 - 1, 2 ** 64, -1])},
+      {1, term(w, 0)}
+    ])
   end
 
   defp sample_pid(w) do
@@ -674,7 +691,7 @@ defmodule FlameOn.Client.NifFuzzTest do
 
   # Stacks as process_info(Pid, current_stacktrace) gives them, made when
   # the case runs (see realize_stack/4): mostly a few frames, sometimes
-  # around 64 or around and past the @sample_max_frames that sample/3
+  # around 64 or around and past the @sample_max_frames that sample/4
   # reads; with a bad frame somewhere or an improper tail now and then; or
   # any term.
   defp stack(w) do

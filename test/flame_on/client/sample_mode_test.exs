@@ -159,6 +159,67 @@ defmodule FlameOn.Client.SampleModeTest do
     assert reds == Enum.sort(reds) and List.last(reds) > hd(reds)
   end
 
+  test "profile.samples counts the samples and reductions of each stack" do
+    {_, profile} = FlameOn.Client.profile(fn -> Workloads.busy(60) end, mode: :sample)
+    entries = Map.fetch!(profile.samples, self())
+    series = Map.fetch!(profile.metrics, self())
+    assert Map.keys(profile.samples) == [self()]
+
+    # every applied sample landed on exactly one stack
+    assert entries |> Enum.map(&elem(&1, 1)) |> Enum.sum() == profile.stats.samples
+    assert length(series) == profile.stats.samples
+    assert Enum.all?(entries, fn {_stack, samples, reds} -> samples > 0 and reds >= 0 end)
+
+    # each sample weighs the reductions since the previous one: they add up
+    # to the growth of the series, the first sample weighing 0
+    reductions = entries |> Enum.map(&elem(&1, 2)) |> Enum.sum()
+    assert reductions == List.last(series).reductions - hd(series).reductions
+    assert reductions > 0
+
+    # one entry per stack, in the stacks' own strings (a stack sampled just
+    # before the process's next event may hold for less than 0.5 µs, so
+    # not be in profile.stacks)
+    stacks = entries |> Enum.map(&elem(&1, 0))
+    assert stacks == Enum.uniq(stacks) and stacks == Enum.sort(stacks)
+    timed = profile.stacks |> Map.fetch!(self()) |> Map.new()
+
+    assert Enum.all?(stacks, &(&1 == "" or &1 =~ ~r/^FlameOn\.Client\.profile\/2/)),
+           inspect(stacks)
+
+    assert Enum.count(stacks, &Map.has_key?(timed, &1)) >= length(stacks) - 2, inspect(stacks)
+
+    # busy/1 is fib calls: the reductions are under fib
+    fib_reds =
+      for {stack, _n, reds} <- entries,
+          stack =~ "Workloads.fib/1",
+          reduce: 0,
+          do: (acc -> acc + reds)
+
+    assert fib_reds >= 0.5 * reductions, inspect(Enum.sort_by(entries, &(-elem(&1, 2))))
+  end
+
+  test "a sample taken while the process waits counts on its SLEEP leaf" do
+    {_, profile} =
+      FlameOn.Client.profile(fn -> Process.sleep(30) end, mode: :sample, interval_us: 2_000)
+
+    sleeping =
+      for {stack, n, _reds} <- Map.fetch!(profile.samples, self()),
+          stack =~ ~r/Process\.sleep\/1;SLEEP$/,
+          reduce: 0,
+          do: (acc -> acc + n)
+
+    # 30 ms asleep, a sample every 2 ms
+    assert sleeping >= 5, inspect(profile.samples)
+  end
+
+  test "the other modes have no samples" do
+    for mode <- [:nif, :process] do
+      {_, profile} = FlameOn.Client.profile(fn -> Workloads.busy(5) end, mode: mode)
+      assert profile.samples == %{}
+      assert profile.stacks != %{}
+    end
+  end
+
   test "max_samples bounds the metrics series and counts the rest" do
     {_, profile} =
       FlameOn.Client.profile(fn -> Workloads.busy(40) end, mode: :sample, max_samples: 3)
@@ -331,6 +392,37 @@ defmodule FlameOn.Client.SampleGraphTest do
 
     total = Enum.sum(Enum.map(profile.stacks[a], &elem(&1, 1)))
     assert total < 35_000, "the server's foreign work was charged: #{total} µs"
+    assert_node_clean()
+  end
+
+  test "a callee's samples weigh only its reductions while it serves the trace" do
+    {:ok, a} = Server.start()
+
+    {_, profile} =
+      FlameOn.Client.profile(
+        fn ->
+          GenServer.call(a, {:spin, 15})
+          # 30 ms of work for someone else between the trace's requests
+          spawn(fn -> GenServer.call(a, {:spin, 30}) end)
+          Workloads.busy(40)
+          GenServer.call(a, {:spin, 15})
+        end,
+        mode: :sample,
+        cross_process: true
+      )
+
+    for pid <- [self(), a] do
+      entries = Map.fetch!(profile.samples, pid)
+      # every sample of the process landed on one of its stacks
+      assert entries |> Enum.map(&elem(&1, 1)) |> Enum.sum() == length(profile.metrics[pid])
+    end
+
+    series = profile.metrics[a]
+    grew = List.last(series).reductions - hd(series).reductions
+    weighed = profile.samples[a] |> Enum.map(&elem(&1, 2)) |> Enum.sum()
+    # 30 of the 60 ms the server spun between its first and last sample were
+    # for someone else; the first sample after the gap weighs 0
+    assert weighed > 0 and weighed < 0.75 * grew, "#{weighed} of #{grew} reductions weighed"
     assert_node_clean()
   end
 end
