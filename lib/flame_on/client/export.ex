@@ -200,9 +200,14 @@ defmodule FlameOn.Client.Export do
   A gzipped pprof profile (`perftools.profiles.Profile` of `profile.proto`).
 
     * `sample_type` and `period_type` are `{"wall", "microseconds"}`, `period` 1;
+      a profile with stack samples (mode `:sample`, `profile.samples`) has
+      two more sample types, `{"samples", "count"}` and
+      `{"reductions", "count"}` (`go tool pprof -sample_index=reductions`);
+      `"wall"` stays the default;
     * one sample per distinct stack and process: `location_id`s leaf first
-      (pprof's order), the stack's microseconds as its value and a `"pid"`
-      string label (`"<0.96.0>"`);
+      (pprof's order), the stack's microseconds as its value (then its
+      sample count and reductions, 0 for a stack no sample landed on) and a
+      `"pid"` string label (`"<0.96.0>"`);
     * one `Location` and one `Function` per distinct frame name (same id);
     * `string_table[0]` is `""`; `duration_nanos` is the trace's wall time
       and `time_nanos` its start (when `started_at` is set).

@@ -87,6 +87,71 @@ defmodule FlameOn.Client.ExportPprofTest do
            end)
   end
 
+  describe "a profile with stack samples" do
+    setup %{profile: profile} do
+      {a, b, _} = pids()
+
+      samples = %{
+        a => [
+          {"App.run/0", 3, 300},
+          {"App.run/0;SLEEP", 2, 0},
+          # sampled, but its time rounded to 0 µs: not in profile.stacks
+          {"App.run/0;App.brief/0", 1, 42}
+        ],
+        b => [{"Srv.handle_call/3", 4, 1_000_000_000_000}]
+      }
+
+      sampled = %{profile | mode: :sample, samples: samples}
+      %{sampled: sampled, pprof: pprof_decode!(Export.pprof(sampled))}
+    end
+
+    test "has three sample types, wall the default", %{pprof: pprof} do
+      assert pprof.sample_type == [
+               {"wall", "microseconds"},
+               {"samples", "count"},
+               {"reductions", "count"}
+             ]
+
+      assert pprof.period_type == [{"wall", "microseconds"}]
+      assert Enum.at(pprof.strings, pprof.default_sample_type) == "wall"
+      assert pprof.strings == Enum.uniq(pprof.strings)
+    end
+
+    test "each sample has its stack's time, samples and reductions", %{
+      sampled: profile,
+      pprof: pprof
+    } do
+      name = fn location_id -> pprof.functions[hd(pprof.locations[location_id])] end
+
+      decoded =
+        for sample <- pprof.samples do
+          assert [{"pid", pid}] = sample.labels
+          assert [_us, _samples, _reductions] = sample.values
+          stack = sample.locations |> Enum.reverse() |> Enum.map_join(";", name)
+          {{pid, stack}, sample.values}
+        end
+
+      assert length(decoded) == length(Enum.uniq_by(decoded, &elem(&1, 0)))
+      decoded = Map.new(decoded)
+      {a, b, c} = pids()
+      text = &List.to_string(:erlang.pid_to_list(&1))
+
+      assert decoded[{text.(a), "App.run/0"}] == [100, 3, 300]
+      assert decoded[{text.(a), "App.run/0;SLEEP"}] == [30, 2, 0]
+      assert decoded[{text.(a), "App.run/0;App.brief/0"}] == [0, 1, 42]
+      assert decoded[{text.(a), "App.run/0;lists:map/2"}] == [50, 0, 0]
+      assert decoded[{text.(b), "Srv.handle_call/3"}] == [200, 4, 1_000_000_000_000]
+      assert decoded[{text.(c), "Leaf.work/0"}] == [80, 0, 0]
+
+      # one row per stack of profile.stacks plus the one only sampled
+      rows = for {_pid, entries} <- profile.stacks, reduce: 0, do: (n -> n + length(entries))
+      assert map_size(decoded) == rows + 1
+
+      sums = pprof.samples |> Enum.map(& &1.values) |> Enum.zip_with(&Enum.sum/1)
+      assert sums == [total_us(profile), 3 + 2 + 1 + 4, 300 + 42 + 1_000_000_000_000]
+    end
+  end
+
   test "large values encode as multi-byte varints" do
     {a, _, _} = pids()
     big = 5_000_000_000_123

@@ -24,6 +24,7 @@ defmodule FlameOn.Client.Export.Pprof do
     {wall, strings} = intern("wall", strings)
     {microseconds, strings} = intern("microseconds", strings)
     {pid_key, strings} = intern("pid", strings)
+    {sample_types, strings} = sample_types(profile, {wall, microseconds}, strings)
 
     {comment, strings} =
       intern("flame_on_client trace #{profile.trace_id}: #{profile.name}", strings)
@@ -33,15 +34,15 @@ defmodule FlameOn.Client.Export.Pprof do
 
     {samples, acc} =
       profile
-      |> Util.pids()
+      |> pids()
       |> Enum.flat_map_reduce(acc, fn pid, acc ->
         {pid_str, strings} = intern(Util.pid_text(pid), acc.strings)
         acc = %{acc | strings: strings}
 
-        Enum.map_reduce(Map.fetch!(profile.stacks, pid), acc, fn {stack, us}, acc ->
+        Enum.map_reduce(rows(profile, pid), acc, fn {stack, values}, acc ->
           {ids, acc} = stack |> Util.frames() |> Enum.map_reduce(acc, &frame_id/2)
           label = message([int(1, pid_key), int(2, pid_str)])
-          {message([packed(1, Enum.reverse(ids)), packed(2, [us]), bytes(3, label)]), acc}
+          {message([packed(1, Enum.reverse(ids)), packed(2, values), bytes(3, label)]), acc}
         end)
       end)
 
@@ -67,7 +68,7 @@ defmodule FlameOn.Client.Export.Pprof do
     value_type = message([int(1, wall), int(2, microseconds)])
 
     :zlib.gzip([
-      bytes(1, value_type),
+      Enum.map(sample_types, &bytes(1, &1)),
       Enum.map(samples, &bytes(2, &1)),
       locations,
       functions,
@@ -79,6 +80,58 @@ defmodule FlameOn.Client.Export.Pprof do
       int(13, comment),
       int(14, wall)
     ])
+  end
+
+  # Wall time always; a sampled profile adds the sample count and the
+  # reductions, so `-sample_index=samples` / `reductions` pick them.
+  defp sample_types(%Profile{samples: samples}, {wall, microseconds}, strings) do
+    wall_type = message([int(1, wall), int(2, microseconds)])
+
+    if samples == %{} do
+      {[wall_type], strings}
+    else
+      {count, strings} = intern("count", strings)
+      {samples_str, strings} = intern("samples", strings)
+      {reductions, strings} = intern("reductions", strings)
+
+      {[
+         wall_type,
+         message([int(1, samples_str), int(2, count)]),
+         message([int(1, reductions), int(2, count)])
+       ], strings}
+    end
+  end
+
+  # The processes of the stacks, then those that only have samples.
+  defp pids(%Profile{} = profile) do
+    Util.order(Map.keys(profile.stacks) ++ Map.keys(profile.samples), profile.pid)
+  end
+
+  # `{stack, values}` per distinct stack of pid, values aligned with the
+  # sample types: `[us]`, or `[us, samples, reductions]` when the profile
+  # has samples (a stack with samples but under 0.5 µs gets its own row).
+  defp rows(%Profile{samples: samples} = profile, pid) when samples == %{} do
+    for {stack, us} <- Map.get(profile.stacks, pid, []), do: {stack, [us]}
+  end
+
+  defp rows(%Profile{} = profile, pid) do
+    sampled = Map.new(Map.get(profile.samples, pid, []), fn {stack, n, r} -> {stack, {n, r}} end)
+    timed = Map.get(profile.stacks, pid, [])
+
+    with_time =
+      for {stack, us} <- timed do
+        {n, r} = Map.get(sampled, stack, {0, 0})
+        {stack, [us, n, r]}
+      end
+
+    has_time = MapSet.new(timed, &elem(&1, 0))
+
+    only_sampled =
+      for {stack, n, r} <- Map.get(profile.samples, pid, []),
+          not MapSet.member?(has_time, stack),
+          do: {stack, [0, n, r]}
+
+    with_time ++ only_sampled
   end
 
   # Wall-clock start: the monotonic start plus the node's current time offset.
