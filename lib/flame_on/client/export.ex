@@ -129,6 +129,18 @@ defmodule FlameOn.Client.Export do
   per process over the whole trace, with its total and its ten largest
   stacks in `args`.
 
+  With metrics (mode `:sample`, `profile.metrics`), counter events
+  (`ph: "C"`) per sample of each sampled process, on the same clock as the
+  slices and with that process's `tid`: `"message_queue_len"`, `"memory"`
+  (bytes) and `"reductions/ms"`, a rate: the reductions since the previous
+  sample divided by the time since it (so a late tick, or a gap while a
+  cross-process trace's callee served others, shows no spike; none at a
+  series' first sample). The value is in `args` under the process's label
+  (`{"<0.96.0>": 3}`), which makes Perfetto draw one counter track per
+  process and counter, named `"memory <0.96.0>"`. Counters describe the
+  whole process, not only the trace's work. A sample taken just outside the
+  trace (the first one is taken as tracing starts) is drawn at its edge.
+
   Slices are sorted by timestamp; at equal timestamps an enclosing slice
   comes before the slices it encloses, and a flow's source before its target.
 

@@ -239,4 +239,68 @@ defmodule FlameOn.Client.ExportPerfettoTest do
       assert [%{"name" => "process_name"}] = json["traceEvents"]
     end
   end
+
+  describe "metrics of a sampled profile" do
+    setup do
+      {a, b, _} = pids()
+      t = 1_000_000
+
+      metric = fn t_us, mql, memory, reds ->
+        %{t_us: t_us, status: :running, message_queue_len: mql, memory: memory, reductions: reds}
+      end
+
+      profile = %{
+        fixture_profile(graph: false)
+        | mode: :sample,
+          metrics: %{
+            # the first sample is taken a few µs before the trace starts
+            a => [
+              metric.(t - 3, 0, 1000, 50),
+              metric.(t + 400, 2, 3000, 250),
+              metric.(t + 900, 1, 2000, 1250)
+            ],
+            b => [metric.(t + 100, 7, 500, 10), metric.(t + 1500, 0, 600, 15)]
+          }
+      }
+
+      %{profile: profile, events: events(profile), a: a, b: b}
+    end
+
+    test "one counter event per sample and counter, on the process's tid", %{
+      events: events,
+      a: a,
+      b: b
+    } do
+      tid = for {tid, name} <- thread_names(events), into: %{}, do: {name, tid}
+      counters = Enum.filter(events, &(&1["ph"] == "C"))
+      # no rate at a series' first sample
+      assert length(counters) == 3 * 3 - 1 + (2 * 3 - 1)
+
+      series = fn pid, name ->
+        label = List.to_string(:erlang.pid_to_list(pid))
+
+        for %{"name" => ^name, "args" => %{^label => value}} = e <- counters do
+          assert e["pid"] == 1
+          assert e["tid"] == tid[label]
+          assert map_size(e["args"]) == 1
+          {e["ts"], value}
+        end
+      end
+
+      # ts relative to the trace start (slices start at 0), clamped into it
+      assert series.(a, "message_queue_len") == [{0, 0}, {400, 2}, {900, 1}]
+      assert series.(a, "memory") == [{0, 1000}, {400, 3000}, {900, 2000}]
+      # reductions per ms since the previous sample: 200 in 403 µs, 1000 in 500 µs
+      assert series.(a, "reductions/ms") == [{400, 496}, {900, 2000}]
+      assert series.(b, "message_queue_len") == [{100, 7}, {1000, 0}]
+      # 5 in 1400 µs (the sample after the trace's end is drawn at its end)
+      assert series.(b, "reductions/ms") == [{1000, 4}]
+    end
+
+    test "counters come in timestamp order among the slices", %{events: events} do
+      timed = Enum.reject(events, &(&1["ph"] == "M"))
+      ts = Enum.map(timed, & &1["ts"])
+      assert ts == Enum.sort(ts)
+    end
+  end
 end

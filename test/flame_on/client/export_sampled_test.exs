@@ -8,8 +8,8 @@ defmodule FlameOn.Client.ExportSampledTest do
   import FlameOn.Client.Test.ExportHelpers
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.Export
-  alias FlameOn.Client.Test.Workloads
+  alias FlameOn.Client.{Export, Profile}
+  alias FlameOn.Client.Test.{Server, Workloads}
 
   setup_all do
     ensure_app_started()
@@ -79,6 +79,125 @@ defmodule FlameOn.Client.ExportSampledTest do
       series = profile.metrics[profile.pid]
       assert reductions == List.last(series).reductions - hd(series).reductions
       assert reductions > 0
+    end
+  end
+
+  describe "perfetto" do
+    setup %{profile: profile} do
+      events = profile |> Export.perfetto() |> json_decode!() |> Map.fetch!("traceEvents")
+      %{events: events}
+    end
+
+    test "one counter track per metric, with a value per sample, inside the trace", %{
+      profile: profile,
+      events: events
+    } do
+      me = pid_text(profile.pid)
+      series = profile.metrics[profile.pid]
+      assert [slice] = for(%{"ph" => "X", "cat" => "process"} = e <- events, do: e)
+      assert slice["args"]["pid"] == me
+
+      for {name, key} <- [
+            {"message_queue_len", :message_queue_len},
+            {"memory", :memory},
+            {"reductions/ms", :reductions}
+          ] do
+        counters = for %{"ph" => "C", "name" => ^name} = e <- events, do: e
+        # a rate has no value at the first sample
+        first = if key == :reductions, do: 1, else: 0
+        assert length(counters) == length(series) - first, name
+
+        for e <- counters do
+          assert e["pid"] == 1 and e["tid"] == slice["tid"]
+          assert Map.keys(e["args"]) == [me]
+        end
+
+        ts = Enum.map(counters, & &1["ts"])
+        assert ts == Enum.sort(ts), "#{name}: timestamps go back"
+        assert Enum.all?(ts, &(&1 >= slice["ts"] and &1 <= slice["ts"] + slice["dur"]))
+        # the samples are spread over the trace, not piled at one edge
+        assert List.last(ts) - hd(ts) >= div(slice["dur"], 2)
+
+        values = Enum.map(counters, & &1["args"][me])
+
+        case key do
+          :reductions ->
+            rates =
+              Enum.zip_with(tl(series), series, fn m, prev ->
+                round((m.reductions - prev.reductions) * 1000 / (m.t_us - prev.t_us))
+              end)
+
+            assert values == rates
+            # busy/1 runs flat out: thousands of reductions per ms at times
+            assert Enum.max(values) > 1000
+
+          _ ->
+            assert values == Enum.map(series, &Map.fetch!(&1, key))
+        end
+      end
+
+      # the messages sent to itself show in the queue length
+      queue = for %{"ph" => "C", "name" => "message_queue_len", "args" => a} <- events, do: a[me]
+      assert Enum.max(queue) == 5
+    end
+  end
+
+  describe "a cross-process sample trace" do
+    setup do
+      {:ok, a} = Server.start()
+
+      {_, profile} =
+        FlameOn.Client.profile(
+          fn ->
+            GenServer.call(a, {:spin, 20})
+            Workloads.busy(10)
+            GenServer.call(a, {:spin, 20})
+          end,
+          mode: :sample,
+          cross_process: true
+        )
+
+      assert_node_clean()
+      %{profile: profile, callee: a}
+    end
+
+    test "pprof: each process's samples and reductions add up", %{profile: profile, callee: a} do
+      pprof = pprof_decode!(Export.pprof(profile))
+      assert length(pprof.sample_type) == 3
+
+      for pid <- [profile.pid, a] do
+        text = pid_text(pid)
+        mine = for s <- pprof.samples, s.labels == [{"pid", text}], do: s.values
+        [wall, samples, reductions] = Enum.zip_with(mine, &Enum.sum/1)
+        assert wall == Profile.total_us(profile, pid)
+        assert samples == length(profile.metrics[pid]) and samples > 5
+        assert reductions == profile.samples[pid] |> Enum.map(&elem(&1, 2)) |> Enum.sum()
+      end
+    end
+
+    test "perfetto: the callee's counters are on its span's track, inside the trace", %{
+      profile: profile,
+      callee: a
+    } do
+      events = profile |> Export.perfetto() |> json_decode!() |> Map.fetch!("traceEvents")
+      label = pid_text(a)
+      spans = for %{"ph" => "X", "cat" => "span"} = e <- events, e["args"]["pid"] == label, do: e
+      assert [%{"tid" => tid} | _] = spans
+      assert Enum.all?(spans, &(&1["tid"] == tid))
+      slices = for %{"ph" => "X"} = e <- events, do: e
+      from = slices |> Enum.map(& &1["ts"]) |> Enum.min()
+      to = slices |> Enum.map(&(&1["ts"] + &1["dur"])) |> Enum.max()
+
+      for name <- ["message_queue_len", "memory", "reductions/ms"] do
+        counters =
+          for %{"ph" => "C", "name" => ^name, "args" => %{^label => _}} = e <- events, do: e
+
+        assert counters != [], name
+        assert Enum.all?(counters, &(&1["tid"] == tid))
+        ts = Enum.map(counters, & &1["ts"])
+        assert ts == Enum.sort(ts)
+        assert Enum.all?(ts, &(&1 >= from and &1 <= to)), inspect({from, to, ts})
+      end
     end
   end
 end

@@ -27,8 +27,10 @@ defmodule FlameOn.Client.Export.Perfetto do
     process_slices =
       for pid <- unspanned, do: process_slice(profile, pid, Map.fetch!(tids, pid), names, t0)
 
+    counters = counters(profile, tids, names, t0)
+
     events =
-      (slices ++ process_slices)
+      (slices ++ process_slices ++ counters)
       |> Enum.sort_by(fn {key, _event} -> key end)
       |> Enum.map(fn {_key, event} -> event end)
 
@@ -55,7 +57,7 @@ defmodule FlameOn.Client.Export.Perfetto do
       |> Enum.sort_by(&{&1.started_at, &1.span_id})
       |> Enum.map(& &1.pid)
 
-    drawn = by_start ++ Util.pids(profile)
+    drawn = by_start ++ Util.pids(profile) ++ Util.order(Map.keys(profile.metrics), profile.pid)
     root = if profile.pid in drawn, do: [profile.pid], else: []
 
     (root ++ drawn)
@@ -212,6 +214,51 @@ defmodule FlameOn.Client.Export.Perfetto do
   defp status(status) when is_atom(status), do: Atom.to_string(status)
   defp status({:exit, reason}), do: "exit: " <> inspect(reason)
   defp status(other), do: inspect(other)
+
+  # Counter tracks from the sampled metrics: per sample, one `ph: "C"` event
+  # per counter. Trace processors keep counters per trace-event process and
+  # name a track `<name> <args key>`, so the key is the BEAM process's label:
+  # one track per process and counter ("memory <0.96.0>"). Samples are
+  # drawn inside the trace's interval: the first one is taken as tracing
+  # starts, a few µs before `started_at`.
+  defp counters(%Profile{metrics: metrics} = profile, tids, names, t0) do
+    {from, to} = window(profile, t0)
+
+    for {pid, series} <- Util.order_map(metrics, profile.pid),
+        label = Util.process_label(pid, names),
+        tid = Map.fetch!(tids, pid),
+        {metric, previous} <- Enum.zip(series, [nil | series]),
+        ts = clamp(metric.t_us - t0, from, to),
+        {counter, value} <- counter_values(metric, previous) do
+      event = %{ph: "C", name: counter, pid: @pid, tid: tid, ts: ts, args: %{label => value}}
+      {{ts, 0, 2, 0}, event}
+    end
+  end
+
+  defp counter_values(metric, previous) do
+    [{"message_queue_len", metric.message_queue_len}, {"memory", metric.memory}] ++
+      reduction_rate(metric, previous)
+  end
+
+  # Reductions per millisecond, averaged since the previous sample: a rate
+  # rather than a delta, so a late tick or a callee's idle gap between
+  # samples (cross-process traces) shows no spike. None at a first sample.
+  defp reduction_rate(_metric, nil), do: []
+
+  defp reduction_rate(metric, previous) do
+    us = max(metric.t_us - previous.t_us, 1)
+    reductions = max(metric.reductions - previous.reductions, 0)
+    [{"reductions/ms", div(reductions * 1000 + div(us, 2), us)}]
+  end
+
+  # `:infinity` sorts after every number, so it is no bound.
+  defp clamp(ts, from, to), do: ts |> max(from) |> min(to)
+
+  # The trace's interval on the file's clock (no upper bound when unknown).
+  defp window(%Profile{started_at: started} = profile, t0) when is_integer(started),
+    do: {started - t0, started - t0 + profile.duration_us}
+
+  defp window(%Profile{}, _t0), do: {0, :infinity}
 
   # A slice over the whole trace for a process the graph does not cover.
   defp process_slice(profile, pid, tid, names, t0) do
