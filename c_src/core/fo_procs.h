@@ -24,6 +24,10 @@ typedef struct {
     int64_t last_ts;
     uint8_t state;       /* fo_proc_state */
     uint8_t has_ts;
+    uint8_t sampled;     /* a sample came since the timeline began */
+    uint64_t unsampled_ns; /* running time charged to the bare root before that */
+    uint8_t unseen;      /* running since an `in` (or since it appeared) with no
+                            call, return or sample since: its stack is unknown */
 } fo_proc;
 
 typedef struct {

@@ -87,6 +87,7 @@ static fo_proc *proc_for(fo_session *s, uint64_t pid)
     }
     p->sleep_node = p->root;
     p->state = FO_PROC_RUNNING;
+    p->unseen = 1;
     return p;
 }
 
@@ -226,8 +227,11 @@ static void charge(fo_session *s, fo_proc *p, int64_t ts)
     /* unsigned: far-apart timestamps must not overflow int64 */
     uint64_t delta = (uint64_t)ts - (uint64_t)p->last_ts;
     p->last_ts = ts;
-    if (p->state == FO_PROC_RUNNING)
+    if (p->state == FO_PROC_RUNNING) {
         fo_tree_charge(&s->tree, current_node(p), delta);
+        if (p->depth == 0 && !p->sampled)
+            p->unsampled_ns += delta;
+    }
     else if (p->state == FO_PROC_OUT) {
         fo_tree_charge(&s->tree, p->sleep_node, delta);
         if (s->tree.nodes[p->sleep_node].frame == FO_FRAME_WAITING)
@@ -266,20 +270,25 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
     switch (ev->kind) {
     case FO_EV_CALL:
         on_call(s, p, ev);
+        p->unseen = 0;
         break;
     case FO_EV_RETURN_TO:
         on_return_to(s, p, ev);
+        p->unseen = 0;
         break;
     case FO_EV_OUT:
         on_out(s, p, ev->flags);
         break;
     case FO_EV_IN:
         p->state = FO_PROC_RUNNING;
+        p->unseen = 1;
         break;
     case FO_EV_EXIT:
         p->state = FO_PROC_EXITED;
         p->depth = 0;
         p->overflow = 0;
+        p->sampled = 0;
+        p->unsampled_ns = 0;
         break;
     case FO_EV_GC_START:
     case FO_EV_GC_END:
@@ -309,7 +318,14 @@ void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa 
         p->state = FO_PROC_RUNNING;
         p->has_ts = 0;
     }
-    charge(s, p, ts_ns);
+    /* Running since it was scheduled in (or appeared) with no sample: the
+     * stack it waited in is stale as soon as it runs, and this sample is
+     * the first look at where the burst went, so the burst is charged to
+     * the sampled stack. Otherwise a sample's stack holds until the next
+     * event, and time up to this sample belongs to the previous one. */
+    int backfill = p->unseen && p->state == FO_PROC_RUNNING;
+    if (!backfill)
+        charge(s, p, ts_ns);
     uint32_t keep = 0;
     uint32_t differing = FO_NONE;
     if (p->overflow == 0) {
@@ -338,6 +354,23 @@ void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa 
             node = p->node_cap;
         }
         p->sleep_node = node;
+    }
+    if (backfill)
+        charge(s, p, ts_ns);
+    p->unseen = 0;
+    if (!p->sampled) {
+        /* Its first sample: what it ran before, with no stack known, was
+         * this work too (a sampler starts a little after its process). */
+        uint32_t here = current_node(p);
+        uint64_t moved = p->unsampled_ns;
+        if (moved > s->tree.nodes[p->root].self_ns)
+            moved = s->tree.nodes[p->root].self_ns;
+        if (here != p->root && moved > 0) {
+            s->tree.nodes[p->root].self_ns -= moved;
+            fo_tree_charge(&s->tree, here, moved);
+        }
+        p->sampled = 1;
+        p->unsampled_ns = 0;
     }
     fo_tree_count_sample(&s->tree, p->state == FO_PROC_OUT ? p->sleep_node : current_node(p), weight);
 }

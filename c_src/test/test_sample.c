@@ -35,11 +35,50 @@ static const ts_case sample_cases[] = {
      LINES("1 0 sample m:a/0;m:b/0",
            "1 40 out",           /* a;b: 40 */
            "1 100 in",           /* a;b;SLEEP: 60 */
-           "1 130 sample m:a/0", /* a;b: 30 */
+           "1 130 sample m:a/0", /* a: 30, the burst since `in` goes to the new sample */
            "close 200"),         /* a: 70 */
-     LINES("1 m:a/0;m:b/0 70", "1 m:a/0;m:b/0;SLEEP 60", "1 m:a/0 70",
+     LINES("1 m:a/0;m:b/0 40", "1 m:a/0;m:b/0;SLEEP 60", "1 m:a/0 100",
            "1 m:a/0;m:b/0 samples=1 weight=0", "1 m:a/0 samples=1 weight=0"),
      "events=4 samples=2"},
+
+    {"a_burst_after_in_goes_to_the_next_sample_then_samples_hold", DEFAULT_LIMITS,
+     LINES("1 0 sample m:w/0",
+           "1 10 out",               /* w: 10 */
+           "1 50 in",                /* w;SLEEP: 40 */
+           "1 80 sample m:a/0;m:b/0", /* a;b: 30 (the burst since in) */
+           "1 90 sample m:a/0;m:c/0", /* a;b: 10 (holds) */
+           "close 100"),             /* a;c: 10 */
+     LINES("1 m:w/0 10", "1 m:w/0;SLEEP 40", "1 m:a/0;m:b/0 40", "1 m:a/0;m:c/0 10",
+           "1 m:w/0 samples=1 weight=0", "1 m:a/0;m:b/0 samples=1 weight=0",
+           "1 m:a/0;m:c/0 samples=1 weight=0"),
+     "events=5 samples=3"},
+
+    {"a_process_first_seen_by_events_gets_its_first_burst_on_its_first_sample", DEFAULT_LIMITS,
+     LINES("1 0 in",                 /* a callee taken into a trace mid-wait */
+           "1 20 sample m:h/0",      /* h: 20 */
+           "close 50"),              /* h: 30 */
+     LINES("1 m:h/0 50", "1 m:h/0 samples=1 weight=0"), "events=2 samples=1"},
+
+    {"bursts_before_a_process_first_sample_move_to_that_sample", DEFAULT_LIMITS,
+     LINES("1 0 in",
+           "1 10 out",           /* root: 10, moved to h at the first sample */
+           "1 20 in",            /* SLEEP (root): 10, stays off-CPU */
+           "1 30 out",           /* root: 10, moved */
+           "1 40 in",            /* SLEEP: 10 */
+           "1 50 sample m:h/0",  /* h: 10 (the burst since in) + 20 moved */
+           "close 60"),          /* h: 10 */
+     LINES("1 SLEEP 20", "1 m:h/0 40", "1 m:h/0 samples=1 weight=0"), "events=6 samples=1"},
+
+    {"a_call_after_in_shows_the_stack_so_samples_hold_again", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0",
+           "1 10 out",                    /* a: 10 */
+           "1 20 in",                     /* a;SLEEP: 10 */
+           "1 30 call m:b/0 from m:a/0",  /* a: 10 */
+           "1 60 sample m:a/0;m:c/0",     /* a;b: 30 */
+           "close 70"),                   /* a;c: 10 */
+     LINES("1 m:a/0 20", "1 m:a/0;SLEEP 10", "1 m:a/0;m:b/0 30", "1 m:a/0;m:c/0 10",
+           "1 m:a/0 samples=1 weight=0", "1 m:a/0;m:c/0 samples=1 weight=0"),
+     "events=5 samples=2"},
 
     {"a_sample_while_off_cpu_moves_the_rest_of_the_wait_under_it", DEFAULT_LIMITS,
      LINES("1 0 sample m:a/0;m:b/0 w=3",

@@ -98,7 +98,7 @@ defmodule FlameOn.Client.Sampler do
 
     owner = Keyword.get(opts, :owner, self())
 
-    spawn(fn ->
+    spawn_beside(fn ->
       # Ticks on time even when the node is busy: the sampler's own work
       # per tick is a few microseconds.
       Process.flag(:priority, :high)
@@ -109,6 +109,24 @@ defmodule FlameOn.Client.Sampler do
       state = Map.merge(state, %{ref: ref, owner_ref: owner_ref})
       wait(state, deadline)
     end)
+  end
+
+  # On the caller's scheduler (where a process sampling itself runs) the
+  # sampler could only run when its target yields: every sample would land
+  # in a wait and every CPU burst go unseen (measured: all of them did). So
+  # it is bound to another scheduler, with the VM's `{:scheduler, n}` spawn
+  # option (not documented; a plain spawn where it is refused).
+  defp spawn_beside(fun) do
+    online = :erlang.system_info(:schedulers_online)
+    current = :erlang.system_info(:scheduler_id)
+
+    if online > 1 and current in 1..online do
+      :erlang.spawn_opt(fun, [{:scheduler, rem(current, online) + 1}])
+    else
+      spawn(fun)
+    end
+  rescue
+    ArgumentError -> spawn(fun)
   end
 
   @doc """

@@ -284,6 +284,8 @@ defmodule FlameOn.Client.SampleModeTest do
     before = depth()
     pid = sampled_forever()
     assert depth() == 64
+    # the sampler runs on another scheduler: it may not have started yet
+    Enum.find(1..100, fn _ -> samplers() != [] or (Process.sleep(5) && false) end)
     assert [_] = samplers()
     assert FlameOn.Client.status().sample_traces == 1
     Process.exit(pid, :kill)
