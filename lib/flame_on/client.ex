@@ -119,13 +119,12 @@ defmodule FlameOn.Client do
               timeout: 30_000,
               cross_process: nil,
               sleep: :default,
-              max_duration_ms: @graph_lifetime_default,
-              interval_us: 1_000,
-              split_status: false,
-              max_samples: 100_000
+              max_duration_ms: @graph_lifetime_default
             ] ++
+              FlameOn.Client.Sampler.option_defaults() ++
               @limit_defaults ++ @graph_defaults
   @limit_keys Keyword.keys(@limit_defaults) ++ Keyword.keys(@graph_defaults)
+  @sampler_keys Keyword.keys(FlameOn.Client.Sampler.option_defaults())
 
   @typedoc "An option of `profile/2`; see the module documentation."
   @type option ::
@@ -254,7 +253,7 @@ defmodule FlameOn.Client do
   def limit_keys, do: @limit_keys
 
   defp validate_options!(opts) when is_list(opts) do
-    opts = Keyword.validate!(opts, @defaults)
+    opts = opts |> Keyword.validate!(@defaults) |> FlameOn.Client.Sampler.check_options!()
 
     Enum.each(opts, fn
       {:name, name} when is_binary(name) -> :ok
@@ -267,10 +266,8 @@ defmodule FlameOn.Client do
       {:cross_process, other} -> invalid!(:cross_process, "a boolean", other)
       {:mode, mode} when mode in [:nif, :process, :sample] -> :ok
       {:mode, other} -> invalid!(:mode, ":nif, :process or :sample", other)
-      {:interval_us, us} when is_integer(us) and us >= 1_000 -> :ok
-      {:interval_us, other} -> invalid!(:interval_us, "an integer of at least 1000", other)
-      {:split_status, flag} when is_boolean(flag) -> :ok
-      {:split_status, other} -> invalid!(:split_status, "a boolean", other)
+      # checked by Sampler.check_options!/1 below
+      {key, _} when key in @sampler_keys -> :ok
       {:timeout, :infinity} -> :ok
       {:timeout, ms} when is_integer(ms) and ms > 0 -> :ok
       {:timeout, other} -> invalid!(:timeout, "a positive integer or :infinity", other)

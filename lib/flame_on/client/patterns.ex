@@ -222,7 +222,7 @@ defmodule FlameOn.Client.Patterns do
 
     users =
       case users do
-        %{^pid => {ref, _}} -> Map.put(users, pid, {ref, max(depth, elem(users[pid], 1))})
+        %{^pid => {ref, held}} -> Map.put(users, pid, {ref, max(depth, held)})
         _ -> Map.put(users, pid, {Process.monitor(pid), depth})
       end
 

@@ -22,7 +22,6 @@ defmodule FlameOn.Client.SampleSession do
   alias FlameOn.Client.{Native, Patterns, Profile, Sampler, TraceSession}
 
   @flags [:running]
-  @max_backtrace_depth 64
 
   @typedoc "Options of `start/1`."
   @type option ::
@@ -64,7 +63,7 @@ defmodule FlameOn.Client.SampleSession do
     Process.flag(:trap_exit, true)
     pids = List.wrap(Keyword.fetch!(opts, :pid))
     limits = Keyword.get(opts, :limits, %{})
-    depth = min(Map.get(limits, :max_depth, 512) + 1, @max_backtrace_depth)
+    depth = Sampler.backtrace_depth(Map.get(limits, :max_depth, 512))
     checked = Enum.map(pids, &{&1, TraceSession.check_tracee(&1)})
 
     with {:ok, native} <- new_native(limits),
@@ -72,12 +71,10 @@ defmodule FlameOn.Client.SampleSession do
       :ok = Patterns.acquire_depth(depth)
       started_ts = :erlang.monotonic_time()
 
-      sampler_opts = [
-        interval_us: Keyword.get(opts, :interval_us, 1_000),
-        split_status: Keyword.get(opts, :split_status, false),
-        max_samples: Keyword.get(opts, :max_samples, 100_000),
-        depth: depth
-      ]
+      sampler_opts =
+        Sampler.option_defaults()
+        |> Keyword.merge(Keyword.take(opts, Keyword.keys(Sampler.option_defaults())))
+        |> Keyword.put(:depth, depth)
 
       samplers =
         for pid <- ok, trace(pid, native), into: %{} do

@@ -32,6 +32,10 @@ defmodule FlameOn.Client.Sampler do
   alias FlameOn.Client.Native
 
   @status_module :"$status"
+  # The sampling options of every entry point, with their defaults.
+  @option_defaults [interval_us: 1_000, split_status: false, max_samples: 100_000]
+  # The VM keeps at most 64 frames of a stack trace (MAX_BACKTRACE_SIZE).
+  @max_backtrace_depth 64
   # The root of a stack the VM cut at backtrace_depth.
   @cut_frame {:"$cut", :"…", 0}
 
@@ -73,7 +77,7 @@ defmodule FlameOn.Client.Sampler do
       interval_us: interval_us,
       split_status: Keyword.get(opts, :split_status, false),
       root: Keyword.get(opts, :root),
-      depth: Keyword.get(opts, :depth, 64),
+      depth: Keyword.get(opts, :depth, @max_backtrace_depth),
       own: false,
       idle: false,
       max_samples: Keyword.get(opts, :max_samples, 100_000),
@@ -160,10 +164,38 @@ defmodule FlameOn.Client.Sampler do
   @spec status_frame(atom()) :: {atom(), atom(), 0}
   def status_frame(status), do: {@status_module, status, 0}
 
-  @doc "Whether a frame is a status frame (see `status_frame/1`)."
-  @spec status_frame?(term()) :: boolean()
-  def status_frame?({@status_module, _status, 0}), do: true
-  def status_frame?(_frame), do: false
+  @doc "The sampling options (`:interval_us`, `:split_status`, `:max_samples`) and their defaults."
+  @spec option_defaults() :: keyword()
+  def option_defaults, do: @option_defaults
+
+  @doc """
+  Raises `ArgumentError` unless the sampling options in `opts` are valid;
+  other keys are not looked at. Returns `opts`.
+  """
+  @spec check_options!(keyword()) :: keyword()
+  def check_options!(opts) do
+    Enum.each(Keyword.take(opts, Keyword.keys(@option_defaults)), fn
+      {:interval_us, us} when is_integer(us) and us >= 1_000 -> :ok
+      {:interval_us, other} -> invalid!(:interval_us, "an integer of at least 1000", other)
+      {:split_status, flag} when is_boolean(flag) -> :ok
+      {:split_status, other} -> invalid!(:split_status, "a boolean", other)
+      {:max_samples, n} when is_integer(n) and n > 0 -> :ok
+      {:max_samples, other} -> invalid!(:max_samples, "a positive integer", other)
+    end)
+
+    opts
+  end
+
+  defp invalid!(key, expected, got) do
+    raise ArgumentError, "expected #{inspect(key)} to be #{expected}, got: #{inspect(got)}"
+  end
+
+  @doc """
+  The `backtrace_depth` samples of stacks folded at `max_depth` need:
+  `max_depth + 1` (the one past it shows the fold), at most the VM's 64.
+  """
+  @spec backtrace_depth(pos_integer()) :: pos_integer()
+  def backtrace_depth(max_depth), do: min(max_depth + 1, @max_backtrace_depth)
 
   defp loop(state, deadline) do
     case tick(state) do

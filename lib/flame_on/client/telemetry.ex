@@ -63,7 +63,7 @@ defmodule FlameOn.Client.Telemetry do
 
   require Logger
 
-  alias FlameOn.Client.{SampleSession, Tracing, TraceSession}
+  alias FlameOn.Client.{Sampler, SampleSession, Tracing, TraceSession}
 
   @default_max_duration_ms 60_000
 
@@ -189,11 +189,8 @@ defmodule FlameOn.Client.Telemetry do
         [
           name: nil,
           max_duration_ms: nil,
-          mode: nil,
-          interval_us: 1_000,
-          split_status: false,
-          max_samples: 100_000
-        ] ++ Enum.map(Tracing.limit_keys(), &{&1, nil})
+          mode: nil
+        ] ++ Enum.map(Tracing.limit_keys(), &{&1, nil}) ++ Sampler.option_defaults()
       )
 
     name = opts[:name] || Enum.map_join(prefix, ".", &to_string/1)
@@ -212,7 +209,7 @@ defmodule FlameOn.Client.Telemetry do
 
     session_opts =
       [pid: self(), attach: :tracee, name: name, limits: Tracing.limits(opts)] ++
-        Keyword.take(opts, [:interval_us, :split_status, :max_samples])
+        Sampler.check_options!(Keyword.take(opts, Keyword.keys(Sampler.option_defaults())))
 
     case session_module(mode).start(session_opts) do
       {:ok, session} ->

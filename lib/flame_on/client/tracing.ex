@@ -71,7 +71,7 @@ defmodule FlameOn.Client.Tracing do
 
   require Logger
 
-  alias FlameOn.Client.{Profile, Shipper}
+  alias FlameOn.Client.{Profile, Sampler, Shipper}
   alias FlameOn.Client.Tracing.{Controller, Ref}
 
   @trace_keys [:sample_rate, :threshold_ms, :shipper]
@@ -80,15 +80,13 @@ defmodule FlameOn.Client.Tracing do
   @start_defaults [
                     name: "flame_on",
                     mode: nil,
-                    interval_us: 1_000,
-                    split_status: false,
-                    max_samples: 100_000,
                     duration_ms: nil,
                     timeout: 30_000,
                     sample_rate: nil,
                     threshold_ms: nil,
                     shipper: nil
-                  ] ++ Enum.map(@limit_keys, &{&1, nil})
+                  ] ++
+                    Enum.map(@limit_keys, &{&1, nil}) ++ FlameOn.Client.Sampler.option_defaults()
 
   @typedoc "Options of `trace/3`: these and those of `FlameOn.Client.profile/2`."
   @type option ::
@@ -342,7 +340,8 @@ defmodule FlameOn.Client.Tracing do
     config = %{
       name: name!(opts[:name]),
       mode: start_mode!(opts[:mode] || default_mode()),
-      sampler: Keyword.take(opts, [:interval_us, :split_status, :max_samples]),
+      sampler:
+        Sampler.check_options!(Keyword.take(opts, Keyword.keys(Sampler.option_defaults()))),
       duration_ms: duration!(opts[:duration_ms]),
       timeout: timeout!(opts[:timeout]),
       limits: limits(opts),

@@ -532,6 +532,18 @@ defmodule FlameOn.Client.SampleDefaultsTest do
     assert_node_clean()
   end
 
+  test "start_trace/2 checks the sampling options as profile/2 does" do
+    assert_raise ArgumentError, ~r/interval_us/, fn ->
+      Tracing.start_trace(self(), interval_us: 10)
+    end
+
+    assert_raise ArgumentError, ~r/max_samples/, fn ->
+      Tracing.start_trace(self(), max_samples: 0)
+    end
+
+    assert_node_clean()
+  end
+
   test "whole node: options are checked" do
     assert_raise ArgumentError, ~r/:top/, fn -> Tracing.start_trace({:top, 0}) end
 

@@ -11,9 +11,6 @@ defmodule FlameOn.Client.Capture.Sample do
   alias FlameOn.Client.Capture.Nif
 
   @flags [:running]
-  # The VM keeps at most 64 frames of a stack trace (MAX_BACKTRACE_SIZE);
-  # deeper stacks are sampled as their innermost 64 frames.
-  @max_backtrace_depth 64
 
   @impl Capture
   def start(opts) do
@@ -44,7 +41,7 @@ defmodule FlameOn.Client.Capture.Sample do
 
   @doc "The `backtrace_depth` a sample trace with these options needs."
   @spec backtrace_depth(map()) :: pos_integer()
-  def backtrace_depth(opts), do: min(opts.max_depth + 1, @max_backtrace_depth)
+  def backtrace_depth(opts), do: Sampler.backtrace_depth(opts.max_depth)
 
   @impl Capture
   def begin(capture) do
