@@ -376,6 +376,20 @@ defmodule FlameOn.Client.SampleGraphTest do
     assert_node_clean()
   end
 
+  test "a refused start (system tracer taken) holds no raised backtrace_depth" do
+    other = spawn(fn -> receive do: (:never -> :ok) end)
+    :seq_trace.set_system_tracer(other)
+
+    assert_raise ArgumentError, ~r/system tracer/, fn ->
+      FlameOn.Client.profile(fn -> :ok end, mode: :sample, cross_process: true)
+    end
+
+    assert FlameOn.Client.status().sample_traces == 0
+    :seq_trace.set_system_tracer(false)
+    Process.exit(other, :kill)
+    assert_node_clean()
+  end
+
   test "a callee idle between the trace's requests is not sampled" do
     {:ok, a} = Server.start()
 

@@ -32,8 +32,6 @@ defmodule FlameOn.Client.Capture.Graph do
       sampler: sampler && Keyword.delete(sampler, :root)
     ]
 
-    if sampler, do: :ok = Patterns.acquire_depth(sampler[:depth])
-
     owner =
       case TraceGraphSession.start(graph_opts) do
         {:ok, owner} -> owner
@@ -47,6 +45,9 @@ defmodule FlameOn.Client.Capture.Graph do
         {:error, {reason, _}} -> Capture.raise_start_error!(reason, "a cross-process trace")
         {:error, reason} -> Capture.raise_start_error!(reason, "a cross-process trace")
       end
+
+    # Only once the trace started: a refused start keeps nothing raised.
+    if sampler, do: :ok = Patterns.acquire_depth(sampler[:depth])
 
     :seq_trace.set_token(:label, label)
     :seq_trace.set_token(:send, true)
