@@ -133,20 +133,18 @@ defmodule FlameOn.Client.SampleSession do
   defp finish_trace(state) do
     end_ts = :erlang.monotonic_time()
     Native.stop(state.native)
-    sampled = Map.new(state.samplers, fn {pid, sampler} -> {pid, Sampler.stop(sampler)} end)
+
+    sampled =
+      Sampler.summarize(Enum.map(state.samplers, fn {pid, s} -> {pid, Sampler.stop(s)} end))
+
     Enum.each(Map.keys(state.samplers), &untrace(&1, state.native))
     Patterns.release_depth()
     {raw, stats} = Native.finish(state.native, :stop)
-    results = Map.values(sampled)
 
     stats =
-      Map.merge(stats, %{
-        unprocessed_events: 0,
-        late_ticks: Enum.sum(Enum.map(results, & &1.late_ticks)),
-        dropped_metrics: Enum.sum(Enum.map(results, & &1.dropped_metrics)),
-        sampled_processes: map_size(sampled),
-        skipped_processes: state.skipped
-      })
+      stats
+      |> Map.merge(sampled.stats)
+      |> Map.merge(%{unprocessed_events: 0, skipped_processes: state.skipped})
 
     profile =
       Profile.build(raw, stats,
@@ -158,8 +156,7 @@ defmodule FlameOn.Client.SampleSession do
         duration_us: System.convert_time_unit(end_ts - state.started_ts, :native, :microsecond)
       )
 
-    metrics = for {pid, %{metrics: [_ | _] = m}} <- sampled, into: %{}, do: {pid, m}
-    %{state | profile: %{profile | metrics: metrics}}
+    %{state | profile: %{profile | metrics: sampled.metrics}}
   end
 
   # Only our own flags, and only if they are still ours.

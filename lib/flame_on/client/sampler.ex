@@ -160,6 +160,23 @@ defmodule FlameOn.Client.Sampler do
     end
   end
 
+  @doc """
+  What the stopped samplers of one trace (`[{pid, result}]`) add to its
+  profile: `metrics` by pid (processes with none left out) and the `stats`
+  counters `late_ticks`, `dropped_metrics` and `sampled_processes`.
+  """
+  @spec summarize([{pid(), result()}]) :: %{metrics: map(), stats: map()}
+  def summarize(results) do
+    %{
+      metrics: for({pid, %{metrics: [_ | _] = m}} <- results, into: %{}, do: {pid, m}),
+      stats: %{
+        late_ticks: Enum.sum(for {_, r} <- results, do: r.late_ticks),
+        dropped_metrics: Enum.sum(for {_, r} <- results, do: r.dropped_metrics),
+        sampled_processes: length(results)
+      }
+    }
+  end
+
   @doc "The status frame that `split_status: true` puts at the root of each stack."
   @spec status_frame(atom()) :: {atom(), atom(), 0}
   def status_frame(status), do: {@status_module, status, 0}

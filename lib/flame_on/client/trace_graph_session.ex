@@ -288,19 +288,8 @@ defmodule FlameOn.Client.TraceGraphSession do
       Enum.map(state.samplers, fn {pid, sampler} -> {pid, Sampler.stop(sampler)} end) ++
         if(root_sampled, do: [{state.root, root_sampled}], else: [])
 
-    %{
-      metrics: for({pid, %{metrics: [_ | _] = m}} <- by_pid, into: %{}, do: {pid, m}),
-      stats:
-        if by_pid == [] do
-          %{}
-        else
-          %{
-            late_ticks: Enum.sum(for {_, r} <- by_pid, do: r.late_ticks),
-            dropped_metrics: Enum.sum(for {_, r} <- by_pid, do: r.dropped_metrics),
-            sampled_processes: length(by_pid)
-          }
-        end
-    }
+    # exact graph traces have no samplers and no sampling counters
+    if by_pid == [], do: %{metrics: %{}, stats: %{}}, else: Sampler.summarize(by_pid)
   end
 
   defp lifetime(profile, state) do

@@ -53,18 +53,11 @@ defmodule FlameOn.Client.Capture.Sample do
 
   @impl Capture
   def finish(%{native: native, sampler: sampler}, started_ts, end_ts, opts) do
-    sampled = Sampler.stop(sampler)
+    sampled = Sampler.summarize([{self(), Sampler.stop(sampler)}])
     Patterns.release_depth()
     {raw, stats} = Native.finish(native, :stop)
-
-    stats =
-      Map.merge(stats, %{
-        unprocessed_events: 0,
-        late_ticks: sampled.late_ticks,
-        dropped_metrics: sampled.dropped_metrics
-      })
-
+    stats = stats |> Map.merge(sampled.stats) |> Map.put(:unprocessed_events, 0)
     profile = Profile.build(raw, stats, Nif.fields(:sample, started_ts, end_ts, opts))
-    {:ok, %{profile | metrics: %{self() => sampled.metrics}}}
+    {:ok, %{profile | metrics: sampled.metrics}}
   end
 end
