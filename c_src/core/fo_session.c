@@ -86,6 +86,7 @@ static fo_proc *proc_for(fo_session *s, uint64_t pid)
         return NULL;
     }
     p->sleep_node = p->root;
+    p->call_wait_node = FO_NONE;
     p->state = FO_PROC_RUNNING;
     p->unseen = 1;
     return p;
@@ -239,6 +240,24 @@ static void charge(fo_session *s, fo_proc *p, int64_t ts)
     }
 }
 
+/* A call's wait is kept on one WAITING leaf, the newest: when the process
+ * waits on under another stack (a sample showed where it really waits),
+ * what the call waited so far moves there too. A process cannot change
+ * its stack while it waits, so the newest stack is the best one for the
+ * whole wait, and attribution later finds all of it in one place. */
+static void hold_call_wait_in(fo_session *s, fo_proc *p, uint32_t leaf)
+{
+    uint32_t old = p->call_wait_node;
+    if (old != FO_NONE && old != leaf && p->call_wait_ns > 0) {
+        uint64_t moved = p->call_wait_ns;
+        if (moved > s->tree.nodes[old].self_ns)
+            moved = s->tree.nodes[old].self_ns;
+        s->tree.nodes[old].self_ns -= moved;
+        fo_tree_charge(&s->tree, leaf, moved);
+    }
+    p->call_wait_node = leaf;
+}
+
 static void on_out(fo_session *s, fo_proc *p, uint32_t flags)
 {
     if (p->state == FO_PROC_OUT)
@@ -251,6 +270,8 @@ static void on_out(fo_session *s, fo_proc *p, uint32_t flags)
         node = p->node_cap;
     }
     p->sleep_node = node;
+    if (leaf == FO_FRAME_WAITING && node != p->node_cap)
+        hold_call_wait_in(s, p, node);
 }
 
 void fo_session_apply(fo_session *s, const fo_event *ev)
@@ -289,6 +310,8 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         p->overflow = 0;
         p->sampled = 0;
         p->unsampled_ns = 0;
+        p->call_wait_ns = 0;
+        p->call_wait_node = FO_NONE;
         break;
     case FO_EV_GC_START:
     case FO_EV_GC_END:
@@ -354,6 +377,8 @@ void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa 
             node = p->node_cap;
         }
         p->sleep_node = node;
+        if (kind == FO_FRAME_WAITING && node != p->node_cap)
+            hold_call_wait_in(s, p, node);
     }
     if (backfill)
         charge(s, p, ts_ns);
@@ -393,8 +418,10 @@ void fo_session_count_malformed(fo_session *s, uint64_t n)
 void fo_session_call_started(fo_session *s, uint64_t pid)
 {
     uint32_t index = fo_procs_find(&s->procs, pid);
-    if (index != UINT32_MAX)
+    if (index != UINT32_MAX) {
         s->procs.procs[index].call_wait_ns = 0;
+        s->procs.procs[index].call_wait_node = FO_NONE;
+    }
 }
 
 uint64_t fo_session_attribute_wait(fo_session *s, uint64_t pid, uint64_t ns)
@@ -403,8 +430,8 @@ uint64_t fo_session_attribute_wait(fo_session *s, uint64_t pid, uint64_t ns)
     if (index == UINT32_MAX)
         return 0;
     fo_proc *p = &s->procs.procs[index];
-    uint32_t waiting = p->sleep_node;
-    if (p->root == FO_NONE || s->tree.nodes[waiting].frame != FO_FRAME_WAITING)
+    uint32_t waiting = p->call_wait_node;
+    if (p->root == FO_NONE || waiting == FO_NONE || s->tree.nodes[waiting].frame != FO_FRAME_WAITING)
         return 0;
     uint64_t moved = ns < p->call_wait_ns ? ns : p->call_wait_ns;
     if (moved > s->tree.nodes[waiting].self_ns)

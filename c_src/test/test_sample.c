@@ -92,13 +92,13 @@ static const ts_case sample_cases[] = {
            "1 m:a/0;m:b/0 samples=1 weight=3", "1 m:a/0;m:w/0;SLEEP samples=1 weight=2"),
      "events=4 samples=2"},
 
-    {"a_wait_in_a_call_stays_waiting_after_a_sample", DEFAULT_LIMITS,
+    {"a_wait_in_a_call_stays_waiting_after_a_sample_and_moves_under_it", DEFAULT_LIMITS,
      LINES("1 0 sample m:a/0",
            "1 10 out_call",           /* a: 10 */
-           "1 30 sample m:a/0;m:r/0", /* a;WAITING: 20 */
+           "1 30 sample m:a/0;m:r/0", /* a;WAITING: 20, moved under a;r */
            "1 60 in",                 /* a;r;WAITING: 30 */
            "close 60"),
-     LINES("1 m:a/0 10", "1 m:a/0;WAITING 20", "1 m:a/0;m:r/0;WAITING 30",
+     LINES("1 m:a/0 10", "1 m:a/0;m:r/0;WAITING 50",
            "1 m:a/0 samples=1 weight=0", "1 m:a/0;m:r/0;WAITING samples=1 weight=0"),
      "events=4 samples=2"},
 
@@ -177,11 +177,11 @@ static const ts_case sample_cases[] = {
      LINES("1 0 sample m:a/0 w=1",
            "1 10 out_call",             /* a: 10 */
            "1 20 sample m:a/0 w=2",     /* a;WAITING: 10; same stack, same leaf */
-           "1 30 sample m:a/0;m:r/0 w=3", /* a;WAITING: 10 */
+           "1 30 sample m:a/0;m:r/0 w=3", /* a;WAITING: 10; the call's 20 move under a;r */
            "1 40 in",                   /* a;r;WAITING: 10 */
            "1 50 sample m:a/0;m:r/0 w=4", /* a;r: 10 */
            "close 50"),
-     LINES("1 m:a/0 10", "1 m:a/0;WAITING 20", "1 m:a/0;m:r/0;WAITING 10", "1 m:a/0;m:r/0 10",
+     LINES("1 m:a/0 10", "1 m:a/0;m:r/0;WAITING 30", "1 m:a/0;m:r/0 10",
            "1 m:a/0 samples=1 weight=1", "1 m:a/0;WAITING samples=1 weight=2",
            "1 m:a/0;m:r/0;WAITING samples=1 weight=3", "1 m:a/0;m:r/0 samples=1 weight=4"),
      "events=6 samples=4"},
