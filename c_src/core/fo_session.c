@@ -87,6 +87,7 @@ static fo_proc *proc_for(fo_session *s, uint64_t pid)
     }
     p->sleep_node = p->root;
     p->call_wait_node = FO_NONE;
+    p->prev_wait_node = FO_NONE;
     p->state = FO_PROC_RUNNING;
     p->unseen = 1;
     return p;
@@ -235,9 +236,21 @@ static void charge(fo_session *s, fo_proc *p, int64_t ts)
     }
     else if (p->state == FO_PROC_OUT) {
         fo_tree_charge(&s->tree, p->sleep_node, delta);
+        p->wait_ns += delta;
         if (s->tree.nodes[p->sleep_node].frame == FO_FRAME_WAITING)
             p->call_wait_ns += delta;
     }
+}
+
+/* Moves up to ns of from's time to to (what from holds caps it). */
+static void move_time(fo_session *s, uint32_t from, uint32_t to, uint64_t ns)
+{
+    if (from == FO_NONE || from == to)
+        return;
+    if (ns > s->tree.nodes[from].self_ns)
+        ns = s->tree.nodes[from].self_ns;
+    s->tree.nodes[from].self_ns -= ns;
+    fo_tree_charge(&s->tree, to, ns);
 }
 
 /* A call's wait is kept on one WAITING leaf, the newest: when the process
@@ -247,14 +260,7 @@ static void charge(fo_session *s, fo_proc *p, int64_t ts)
  * whole wait, and attribution later finds all of it in one place. */
 static void hold_call_wait_in(fo_session *s, fo_proc *p, uint32_t leaf)
 {
-    uint32_t old = p->call_wait_node;
-    if (old != FO_NONE && old != leaf && p->call_wait_ns > 0) {
-        uint64_t moved = p->call_wait_ns;
-        if (moved > s->tree.nodes[old].self_ns)
-            moved = s->tree.nodes[old].self_ns;
-        s->tree.nodes[old].self_ns -= moved;
-        fo_tree_charge(&s->tree, leaf, moved);
-    }
+    move_time(s, p->call_wait_node, leaf, p->call_wait_ns);
     p->call_wait_node = leaf;
 }
 
@@ -263,6 +269,7 @@ static void on_out(fo_session *s, fo_proc *p, uint32_t flags)
     if (p->state == FO_PROC_OUT)
         return;
     p->state = FO_PROC_OUT;
+    p->wait_ns = 0;
     uint32_t leaf = (flags & FO_EVF_IN_CALL) ? FO_FRAME_WAITING : FO_FRAME_SLEEP;
     uint32_t node = regular_child(s, current_node(p), leaf);
     if (node == FO_NONE) {
@@ -292,15 +299,22 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
     case FO_EV_CALL:
         on_call(s, p, ev);
         p->unseen = 0;
+        p->pair_clean = 0;
         break;
     case FO_EV_RETURN_TO:
         on_return_to(s, p, ev);
         p->unseen = 0;
+        p->pair_clean = 0;
         break;
     case FO_EV_OUT:
         on_out(s, p, ev->flags);
         break;
     case FO_EV_IN:
+        if (p->state == FO_PROC_OUT) {
+            p->prev_wait_node = p->sleep_node;
+            p->prev_wait_ns = p->wait_ns;
+            p->pair_clean = 1;
+        }
         p->state = FO_PROC_RUNNING;
         p->unseen = 1;
         break;
@@ -312,6 +326,9 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         p->unsampled_ns = 0;
         p->call_wait_ns = 0;
         p->call_wait_node = FO_NONE;
+        p->prev_wait_node = FO_NONE;
+        p->prev_wait_ns = 0;
+        p->wait_ns = 0;
         break;
     case FO_EV_GC_START:
     case FO_EV_GC_END:
@@ -326,15 +343,11 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
 /* A sample replaces the stack: the frames both stacks share from the root
  * stay (so a run of samples in one function creates no nodes), the rest is
  * unwound and the sampled frames pushed with the usual bounds. Time up to
- * the sample was charged to where the previous event left the process. */
-void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
-                       uint64_t weight)
+ * the sample was charged to where the previous event left the process.
+ * frames == NULL keeps the stack the process has. */
+static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
+                         uint64_t weight, int waited)
 {
-    fo_proc *p = proc_for(s, pid);
-    if (p == NULL) {
-        s->stats.dropped_events++;
-        return;
-    }
     s->stats.events++;
     s->stats.samples++;
     if (p->state == FO_PROC_EXITED) {
@@ -349,22 +362,30 @@ void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa 
     int backfill = p->unseen && p->state == FO_PROC_RUNNING;
     if (!backfill)
         charge(s, p, ts_ns);
-    uint32_t keep = 0;
-    uint32_t differing = FO_NONE;
-    if (p->overflow == 0) {
-        while (keep < p->depth && keep < count) {
-            uint32_t id = intern(s, &frames[keep]);
-            if (id == FO_NONE || id != p->stack_frames[keep]) {
-                differing = id;
-                break;
+    /* Waited, and running since an `in` with nothing seen: it is still
+     * answering this very request (its `out` comes after), so the wait
+     * before that `in` was spent in the sampled stack too. */
+    int answering = waited && backfill && p->pair_clean;
+    if (p->state == FO_PROC_RUNNING)
+        p->pair_clean = 0;
+    if (frames != NULL) {
+        uint32_t keep = 0;
+        uint32_t differing = FO_NONE;
+        if (p->overflow == 0) {
+            while (keep < p->depth && keep < count) {
+                uint32_t id = intern(s, &frames[keep]);
+                if (id == FO_NONE || id != p->stack_frames[keep]) {
+                    differing = id;
+                    break;
+                }
+                keep++;
             }
-            keep++;
         }
+        p->overflow = 0;
+        p->depth = keep;
+        for (uint32_t i = keep; i < count; i++)
+            push_frame(s, p, i == keep && differing != FO_NONE ? differing : intern(s, &frames[i]));
     }
-    p->overflow = 0;
-    p->depth = keep;
-    for (uint32_t i = keep; i < count; i++)
-        push_frame(s, p, i == keep && differing != FO_NONE ? differing : intern(s, &frames[i]));
     if (p->state == FO_PROC_OUT) {
         /* Sampled while off-CPU: the stack it waits in is exact now, so the
          * rest of the wait goes under it, in a leaf of the same kind. */
@@ -376,9 +397,21 @@ void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa 
             s->stats.node_limit_hits++;
             node = p->node_cap;
         }
+        if (waited && kind == FO_FRAME_SLEEP && node != p->node_cap) {
+            move_time(s, p->sleep_node, node, p->wait_ns);
+            if (p->pair_clean)
+                move_time(s, p->prev_wait_node, node, p->prev_wait_ns);
+            p->prev_wait_ns = 0;
+        }
         p->sleep_node = node;
         if (kind == FO_FRAME_WAITING && node != p->node_cap)
             hold_call_wait_in(s, p, node);
+    } else if (answering && p->prev_wait_node != FO_NONE &&
+               s->tree.nodes[p->prev_wait_node].frame == FO_FRAME_SLEEP) {
+        uint32_t node = regular_child(s, current_node(p), FO_FRAME_SLEEP);
+        if (node != FO_NONE)
+            move_time(s, p->prev_wait_node, node, p->prev_wait_ns);
+        p->prev_wait_ns = 0;
     }
     if (backfill)
         charge(s, p, ts_ns);
@@ -398,6 +431,42 @@ void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa 
         p->unsampled_ns = 0;
     }
     fo_tree_count_sample(&s->tree, p->state == FO_PROC_OUT ? p->sleep_node : current_node(p), weight);
+}
+
+void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
+                       uint64_t weight)
+{
+    fo_proc *p = proc_for(s, pid);
+    if (p == NULL) {
+        s->stats.dropped_events++;
+        return;
+    }
+    /* a NULL frames pointer is how apply_sample keeps the stack: an empty
+     * sample must still replace it */
+    static const fo_mfa no_frames[1];
+    apply_sample(s, p, ts_ns, count == 0 ? no_frames : frames, count, weight, 0);
+}
+
+void fo_session_sample_waited(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames,
+                              uint32_t count, uint64_t weight)
+{
+    fo_proc *p = proc_for(s, pid);
+    if (p == NULL) {
+        s->stats.dropped_events++;
+        return;
+    }
+    static const fo_mfa no_frames[1];
+    apply_sample(s, p, ts_ns, count == 0 ? no_frames : frames, count, weight, 1);
+}
+
+void fo_session_sample_same(fo_session *s, uint64_t pid, int64_t ts_ns, uint64_t weight)
+{
+    fo_proc *p = proc_for(s, pid);
+    if (p == NULL) {
+        s->stats.dropped_events++;
+        return;
+    }
+    apply_sample(s, p, ts_ns, NULL, 0, weight, 0);
 }
 
 void fo_session_close(fo_session *s, int64_t end_ns)

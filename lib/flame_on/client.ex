@@ -229,8 +229,11 @@ defmodule FlameOn.Client do
   `FlameOn.Client.Breaker`), `:sessions` (live session resources),
   `:sessions_memory_bytes` (their tables), `:node_memory_bytes`,
   `:pattern_users` (traces holding the call patterns), `:sample_traces`
-  (sampling processes and sessions holding a raised `backtrace_depth`) and
-  `:session_processes` (`:process`-mode sessions running).
+  (sampling processes and sessions holding a raised `backtrace_depth`),
+  `:active_samplers` and `:sample_budget` (the samplers sampling now, and
+  the node's samples per second they share, see
+  `FlameOn.Client.SampleBudget`) and `:session_processes` (`:process`-mode
+  sessions running).
   """
   @spec status() :: map()
   def status do
@@ -243,6 +246,8 @@ defmodule FlameOn.Client do
       node_memory_bytes: :erlang.memory(:total),
       pattern_users: Patterns.users(),
       sample_traces: Patterns.depth_users(),
+      active_samplers: FlameOn.Client.SampleBudget.active(),
+      sample_budget: FlameOn.Client.SampleBudget.budget(),
       session_processes: DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active
     }
   end
