@@ -346,10 +346,10 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
  * the sample was charged to where the previous event left the process.
  * frames == NULL keeps the stack the process has. */
 static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
-                         uint64_t weight, int waited)
+                         uint64_t weight, int waited, uint32_t times)
 {
     s->stats.events++;
-    s->stats.samples++;
+    s->stats.samples += times;
     if (p->state == FO_PROC_EXITED) {
         p->state = FO_PROC_RUNNING;
         p->has_ts = 0;
@@ -430,7 +430,7 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
         p->sampled = 1;
         p->unsampled_ns = 0;
     }
-    fo_tree_count_sample(&s->tree, p->state == FO_PROC_OUT ? p->sleep_node : current_node(p), weight);
+    fo_tree_count_samples(&s->tree, p->state == FO_PROC_OUT ? p->sleep_node : current_node(p), times, weight);
 }
 
 void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
@@ -444,7 +444,7 @@ void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa 
     /* a NULL frames pointer is how apply_sample keeps the stack: an empty
      * sample must still replace it */
     static const fo_mfa no_frames[1];
-    apply_sample(s, p, ts_ns, count == 0 ? no_frames : frames, count, weight, 0);
+    apply_sample(s, p, ts_ns, count == 0 ? no_frames : frames, count, weight, 0, 1);
 }
 
 void fo_session_sample_waited(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames,
@@ -456,17 +456,17 @@ void fo_session_sample_waited(fo_session *s, uint64_t pid, int64_t ts_ns, const 
         return;
     }
     static const fo_mfa no_frames[1];
-    apply_sample(s, p, ts_ns, count == 0 ? no_frames : frames, count, weight, 1);
+    apply_sample(s, p, ts_ns, count == 0 ? no_frames : frames, count, weight, 1, 1);
 }
 
-void fo_session_sample_same(fo_session *s, uint64_t pid, int64_t ts_ns, uint64_t weight)
+void fo_session_sample_same(fo_session *s, uint64_t pid, int64_t ts_ns, uint64_t weight, uint32_t times)
 {
     fo_proc *p = proc_for(s, pid);
-    if (p == NULL) {
+    if (p == NULL || times == 0) {
         s->stats.dropped_events++;
         return;
     }
-    apply_sample(s, p, ts_ns, NULL, 0, weight, 0);
+    apply_sample(s, p, ts_ns, NULL, 0, weight, 0, times);
 }
 
 void fo_session_close(fo_session *s, int64_t end_ns)

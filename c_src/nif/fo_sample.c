@@ -21,9 +21,9 @@ static int decode_frame(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
     return fo_decode_mfa(env, mfa, out);
 }
 
-/* frames == NULL: the stack the process already has (`same`). */
+/* frames == NULL: the stack the process already has, `times` times. */
 static ERL_NIF_TERM apply(fo_session_res *res, uint64_t pid, int64_t ts, const fo_mfa *frames, uint32_t count,
-                          uint64_t weight, int waited)
+                          uint64_t weight, int waited, uint32_t times)
 {
     ERL_NIF_TERM result = fo_atom_stopped;
     fo_spin_lock(&res->lock);
@@ -34,7 +34,7 @@ static ERL_NIF_TERM apply(fo_session_res *res, uint64_t pid, int64_t ts, const f
             result = fo_atom_idle;
         } else {
             if (frames == NULL)
-                fo_session_sample_same(res->core, pid, ts, weight);
+                fo_session_sample_same(res->core, pid, ts, weight, times);
             else if (waited)
                 fo_session_sample_waited(res->core, pid, ts, frames, count, weight);
             else
@@ -64,8 +64,16 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         return enif_make_badarg(env);
     /* Stamped before decoding: the stack was taken just before this call. */
     int64_t ts = fo_tracer_clock_ns();
+    unsigned int times = 1;
+    int arity;
+    const ERL_NIF_TERM *same;
+    if (enif_get_tuple(env, argv[2], &arity, &same) && arity == 2 && same[0] == fo_atom_same) {
+        if (!enif_get_uint(env, same[1], &times) || times == 0)
+            return enif_make_badarg(env);
+        return apply(res, (uint64_t)pid.pid, ts, NULL, 0, (uint64_t)weight, 0, times);
+    }
     if (argv[2] == fo_atom_same)
-        return apply(res, (uint64_t)pid.pid, ts, NULL, 0, (uint64_t)weight, 0);
+        return apply(res, (uint64_t)pid.pid, ts, NULL, 0, (uint64_t)weight, 0, 1);
     uint32_t count = 0;
     ERL_NIF_TERM list = argv[2], head;
     while (count < FO_SAMPLE_MAX_FRAMES && enif_get_list_cell(env, list, &head, &list))
@@ -84,7 +92,7 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
             return enif_make_badarg(env);
         }
     }
-    ERL_NIF_TERM result = apply(res, (uint64_t)pid.pid, ts, frames, count, (uint64_t)weight, waited);
+    ERL_NIF_TERM result = apply(res, (uint64_t)pid.pid, ts, frames, count, (uint64_t)weight, waited, 1);
     enif_free(frames);
     return result;
 }

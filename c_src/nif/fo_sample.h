@@ -8,7 +8,8 @@
 //   | idle (a cross-process trace's callee between requests of the trace)
 // Stack is process_info(Pid, current_stacktrace)'s list, innermost first:
 // {M, F, Arity | Args} or {M, F, Arity | Args, Location} tuples, or the atom
-// `same`: the stack the process already has (it has not run since). Weight is
+// `same`: the stack the process already has (it has not run since), or
+// {same, N} (N in 1..2^32-1): that, counted as N samples. Weight is
 // a non-negative integer below 2^64 added to the stack the sample lands on
 // (the sampler passes the reductions since its previous sample).
 // sample(Session, Pid, Stack, Weight, Waited): Waited = true says the

@@ -180,11 +180,16 @@ fo_session *ts_new_session(const fo_limits *limits)
 
 /* "m:a/0;m:b/1": root first, as fo_session_sample takes them; "" or "-"
  * is an empty stack; "=" is the stack the process has
- * (fo_session_sample_same). waited: fo_session_sample_waited. */
+ * (fo_session_sample_same), "=N" that N times. waited:
+ * fo_session_sample_waited. */
 static void run_sample(fo_session *s, uint64_t pid, int64_t ts, const char *stack, uint64_t weight, int waited)
 {
-    if (strcmp(stack, "=") == 0) {
-        fo_session_sample_same(s, pid, ts, weight);
+    if (stack[0] == '=') {
+        char *end = NULL;
+        unsigned long times = stack[1] == '\0' ? 1ul : strtoul(stack + 1, &end, 10);
+        if (end != NULL && *end != '\0')
+            fail_msg("bad same-sample count in '%s'", stack);
+        fo_session_sample_same(s, pid, ts, weight, (uint32_t)times);
         return;
     }
     fo_mfa frames[64];

@@ -124,6 +124,13 @@ static const ts_case sample_cases[] = {
            "1 m:a/0;m:r/0 samples=1 weight=0", "1 m:a/0;m:r/0;WAITING samples=1 weight=0"),
      "events=4 samples=2"},
 
+    {"a_same_sample_may_stand_for_several", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0 w=1", "1 10 out", "1 50 sample =4 w=2", "1 60 sample =0",
+           "close 70"),
+     LINES("1 m:a/0 10", "1 m:a/0;SLEEP 60", "1 m:a/0 samples=1 weight=1",
+           "1 m:a/0;SLEEP samples=4 weight=2"),
+     "events=3 samples=5 dropped_events=1"},
+
     {"a_same_sample_of_a_process_never_sampled_lands_on_its_root", DEFAULT_LIMITS,
      LINES("2 0 sample = w=9", "2 10 sample =", "close 20"),
      LINES("2 (root) 20", "2 (root) samples=2 weight=9"), "events=2 samples=2"},

@@ -76,7 +76,7 @@ static void sample(fo_session *s, reader *r, uint64_t pid, int64_t ts)
     /* 9: a sample that repeats the stack the process has; an odd weight:
      * a sample of a process seen waiting */
     if (count == 9u)
-        fo_session_sample_same(s, pid, ts, weight);
+        fo_session_sample_same(s, pid, ts, weight, w % 4u);
     else if (w & 1u)
         fo_session_sample_waited(s, pid, ts, frames, count, weight);
     else

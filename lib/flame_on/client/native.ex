@@ -50,7 +50,8 @@ defmodule FlameOn.Client.Native do
       `Process.info(pid, :current_stacktrace)` gives it (innermost first,
       `{m, f, arity_or_args}` or `{m, f, arity_or_args, location}`; or
       `:same`, the stack the process already has, for a process the sampler
-      knows has not run since), stamped on the tracer clock: the process's
+      knows has not run since; `{:same, n}` counts that as n samples, n in
+      1..2^32-1), stamped on the tracer clock: the process's
       stack is the sampled one
       until its next event (`in`/`out` from the tracer callbacks split it
       into on- and off-CPU time) or sample. Counted in `stats.samples`, and
@@ -128,10 +129,17 @@ defmodule FlameOn.Client.Native do
   @spec graph_watch_callees(session(), pid()) :: :ok
   def graph_watch_callees(_session, _pid), do: :erlang.nif_error(:nif_not_loaded)
 
-  @spec sample(session(), pid(), list() | :same, non_neg_integer()) :: :ok | :stopped | :idle
+  @spec sample(session(), pid(), list() | :same | {:same, pos_integer()}, non_neg_integer()) ::
+          :ok | :stopped | :idle
   def sample(_session, _pid, _stack, _weight), do: :erlang.nif_error(:nif_not_loaded)
 
-  @spec sample(session(), pid(), list() | :same, non_neg_integer(), boolean()) ::
+  @spec sample(
+          session(),
+          pid(),
+          list() | :same | {:same, pos_integer()},
+          non_neg_integer(),
+          boolean()
+        ) ::
           :ok | :stopped | :idle
   def sample(_session, _pid, _stack, _weight, _waited), do: :erlang.nif_error(:nif_not_loaded)
 

@@ -190,8 +190,9 @@ defmodule FlameOn.Client.NifFuzzTest do
           assert result in expected,
                  "returned #{inspect(result)}, not one of #{inspect(expected)}"
 
-          # Only a taken sample counts.
-          if before, do: assert(samples(session) - before == if(result == :ok, do: 1, else: 0))
+          # Only a taken sample counts, {:same, n} as n.
+          taken = if result == :ok, do: with({:same, n} <- stack, do: n, else: (_ -> 1)), else: 0
+          if before, do: assert(samples(session) - before == taken)
 
           bump(tally, result)
 
@@ -395,6 +396,7 @@ defmodule FlameOn.Client.NifFuzzTest do
   defp sample_taken({:session, {_graph, _label}}), do: [:ok, :idle]
 
   defp stack_ok?(:same, _n), do: true
+  defp stack_ok?({:same, times}, _n), do: is_integer(times) and times in 1..(2 ** 32 - 1)
   defp stack_ok?(_stack, 0), do: true
   defp stack_ok?([], _n), do: true
   defp stack_ok?([frame | rest], n), do: frame_ok?(frame) and stack_ok?(rest, n - 1)
@@ -698,8 +700,8 @@ defmodule FlameOn.Client.NifFuzzTest do
   end
 
   # Stacks as process_info(Pid, current_stacktrace) gives them, made when
-  # the case runs (see realize_stack/4), or :same (the stack the process
-  # has): mostly a few frames, sometimes
+  # the case runs (see realize_stack/4), or :same / {:same, times} (the
+  # stack the process has): mostly a few frames, sometimes
   # around 64 or around and past the @sample_max_frames that sample/4
   # reads; with a bad frame somewhere or an improper tail now and then; or
   # any term.
@@ -722,7 +724,14 @@ defmodule FlameOn.Client.NifFuzzTest do
         ])
 
       tail = T.frequency([{8, []}, {1, T.union([:tail, term(w, 0)])}])
-      T.frequency([{12, {:stack, frames, depth, bad, tail}}, {1, :same}, {1, term(w, 2)}])
+      same = {:same, T.union([T.integer(0, 5), T.elements([2 ** 32 - 1, 2 ** 32, -1, :x])])}
+
+      T.frequency([
+        {12, {:stack, frames, depth, bad, tail}},
+        {1, :same},
+        {1, same},
+        {1, term(w, 2)}
+      ])
     end)
   end
 
