@@ -47,6 +47,15 @@ defmodule FlameOn.Client.Sampler do
   @max_backtrace_depth 64
   # The root of a stack the VM cut at backtrace_depth.
   @cut_frame {:"$cut", :"…", 0}
+  # The counters of a sampler that took no sample.
+  @no_samples %{
+    metrics: [],
+    samples: 0,
+    same_samples: 0,
+    late_ticks: 0,
+    throttled_ticks: 0,
+    dropped_metrics: 0
+  }
 
   @typedoc "One sample's metrics."
   @type metric :: %{
@@ -82,32 +91,29 @@ defmodule FlameOn.Client.Sampler do
   def start(native, target, opts) do
     interval_us = Keyword.fetch!(opts, :interval_us)
 
-    state = %{
-      native: native,
-      target: target,
-      interval_us: interval_us,
-      split_status: Keyword.get(opts, :split_status, false),
-      root: Keyword.get(opts, :root),
-      depth: Keyword.get(opts, :depth, @max_backtrace_depth),
-      own: false,
-      idle: false,
-      max_samples: Keyword.get(opts, :max_samples, 100_000),
-      metrics: [],
-      # the target's reductions at the previous sample (nil before the first)
-      last_reductions: nil,
-      # what its reductions read while it waits where the last answered
-      # stack request found it (nil: no such stack to repeat)
-      idle_reductions: nil,
-      last_status: nil,
-      last_memory: 0,
-      budget: SampleBudget.budget(),
-      kept: 0,
-      samples: 0,
-      same_samples: 0,
-      late_ticks: 0,
-      throttled_ticks: 0,
-      dropped_metrics: 0
-    }
+    state =
+      %{
+        native: native,
+        target: target,
+        interval_us: interval_us,
+        split_status: Keyword.get(opts, :split_status, false),
+        root: Keyword.get(opts, :root),
+        depth: Keyword.get(opts, :depth, @max_backtrace_depth),
+        own: false,
+        idle: false,
+        max_samples: Keyword.get(opts, :max_samples, 100_000),
+        metrics: [],
+        # the target's reductions at the previous sample (nil before the first)
+        last_reductions: nil,
+        # what its reductions read while it waits where the last answered
+        # stack request found it (nil: no such stack to repeat)
+        idle_reductions: nil,
+        last_status: nil,
+        last_memory: 0,
+        budget: SampleBudget.budget(),
+        kept: 0
+      }
+      |> Map.merge(@no_samples)
 
     # Sampling itself is free of signals: the first stack is known before
     # the caller's first traced event.
@@ -176,14 +182,7 @@ defmodule FlameOn.Client.Sampler do
         result
 
       {:DOWN, ^ref, :process, _, _} ->
-        %{
-          metrics: [],
-          samples: 0,
-          same_samples: 0,
-          late_ticks: 0,
-          throttled_ticks: 0,
-          dropped_metrics: 0
-        }
+        @no_samples
     end
   end
 
@@ -445,14 +444,9 @@ defmodule FlameOn.Client.Sampler do
   defp result(state) do
     SampleBudget.leave()
 
-    %{
-      metrics: Enum.reverse(state.metrics),
-      samples: state.samples,
-      same_samples: state.same_samples,
-      late_ticks: state.late_ticks,
-      throttled_ticks: state.throttled_ticks,
-      dropped_metrics: state.dropped_metrics
-    }
+    state
+    |> Map.take(Map.keys(@no_samples))
+    |> Map.put(:metrics, Enum.reverse(state.metrics))
   end
 
   defp now_us, do: System.monotonic_time(:microsecond)
