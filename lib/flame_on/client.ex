@@ -219,6 +219,20 @@ defmodule FlameOn.Client do
   defdelegate stop_trace(ref), to: FlameOn.Client.Tracing
 
   @doc """
+  Waits for the next call of `{module, function, arity}` by any process and
+  profiles that one call, from its entry to its return or exception.
+  Returns `{:ok, profile}`, or `{:error, :timeout}` when no process called
+  it within `:timeout` (30 s). See `FlameOn.Client.NextCall` for how it
+  works, its options and its cost.
+
+      task = Task.async(fn -> FlameOn.Client.capture_next({MyApp.Orders, :checkout, 2}) end)
+      # ... some process calls MyApp.Orders.checkout/2 ...
+      {:ok, profile} = Task.await(task, :infinity)
+  """
+  @spec capture_next(mfa(), keyword()) :: {:ok, Profile.t()} | {:error, term()}
+  defdelegate capture_next(mfa, opts \\ []), to: FlameOn.Client.NextCall, as: :capture
+
+  @doc """
   What the profiler holds on this node right now.
 
       iex> %{breaker: :closed, sessions: sessions} = FlameOn.Client.status()
@@ -256,6 +270,12 @@ defmodule FlameOn.Client do
   # The limit options, as the NIF's session takes them.
   @spec limit_keys() :: [atom()]
   def limit_keys, do: @limit_keys
+
+  @doc false
+  # profile/2's options, validated, with their defaults, as a map (also
+  # the capture options of capture_next/2).
+  @spec options!(keyword()) :: map()
+  def options!(opts), do: validate_options!(opts)
 
   defp validate_options!(opts) when is_list(opts) do
     opts = opts |> Keyword.validate!(@defaults) |> FlameOn.Client.Sampler.check_options!()

@@ -418,10 +418,12 @@ defmodule FlameOn.Client.Tracing do
   end
 
   @doc false
-  # Ships `profile` if it is long enough.
+  # Ships `profile` if it is long enough, and keeps it in the
+  # FlameOn.Client.TraceStore (the web UI's recent traces).
   @spec maybe_ship(Profile.t(), map()) :: :ok
   def maybe_ship(%Profile{} = profile, %{threshold_ms: threshold_ms, shippers: shippers}) do
     if profile.duration_us >= threshold_ms * 1000 do
+      FlameOn.Client.TraceStore.put(profile)
       Shipper.ship_all(profile, shippers)
     else
       Logger.debug(fn ->
