@@ -512,6 +512,10 @@ defmodule FlameOn.Client.NextCall do
   end
 
   defp follow(%{gate: gate, native: native, opts: opts} = ctx, winner, caller, started_ts) do
+    # The gate's messages are sent from the captured process, which holds
+    # the trace's seq_trace token by then (cross_process): taking them
+    # gave it to this process too. Nothing done here is the trace's.
+    :seq_trace.set_token([])
     update(%{winner: winner})
     ctx = start_sampler(ctx, winner)
     ref = Process.monitor(winner)
@@ -529,6 +533,7 @@ defmodule FlameOn.Client.NextCall do
         opts.max_duration_ms -> {Native.stop(native), true}
       end
 
+    :seq_trace.set_token([])
     Process.demonitor(ref, [:flush])
     Pattern.untrace(winner, ctx.flags)
 

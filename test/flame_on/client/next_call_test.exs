@@ -271,6 +271,10 @@ defmodule FlameOn.Client.NextCallTest do
       assert callee.self_us >= 25_000
       assert root.attributed_wait_us > 0
       assert Map.has_key?(profile.stacks, server)
+      # nothing of the capture's own work joined the trace
+      assert graph.stats.orphan_requests == 0
+      assert graph.stats.unmatched_replies == 0
+      assert length(graph.spans) == 2
 
       assert Enum.all?(
                stacks(profile),
