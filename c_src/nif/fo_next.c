@@ -168,9 +168,12 @@ static void tell_owner(ErlNifEnv *env, fo_next_gate *gate, ErlNifEnv *msg_env, E
     enif_send(env, &gate->owner, msg_env, msg);
 }
 
-static ERL_NIF_TERM native_now(ErlNifEnv *env, const fo_session_res *res)
+/* Erlang monotonic time in native units: the profile's start and end.
+ * Read right beside the tracer clock reading that starts or stops the
+ * session, so the profile's duration and its stacks' time agree. */
+static int64_t native_now(const fo_session_res *res)
 {
-    return enif_make_int64(env, fo_ns_to_native(enif_monotonic_time(ERL_NIF_NSEC), res->native_per_second));
+    return fo_ns_to_native(enif_monotonic_time(ERL_NIF_NSEC), res->native_per_second);
 }
 
 /* The winner entered the function: the match spec has turned its tracing
@@ -181,6 +184,7 @@ static void fire(ErlNifEnv *env, fo_next_gate *gate, ErlNifPid pid, ERL_NIF_TERM
 {
     fo_session_res *res = gate->session;
     int64_t ts = fo_tracer_clock_ns();
+    int64_t started = native_now(res);
     ERL_NIF_TERM caller = fo_atom_undefined;
     if (enif_is_map(env, opts))
         enif_get_map_value(env, opts, fo_atom_match_spec_result, &caller);
@@ -199,7 +203,7 @@ static void fire(ErlNifEnv *env, fo_next_gate *gate, ErlNifPid pid, ERL_NIF_TERM
     if (msg_env == NULL)
         return;
     tell_owner(env, gate, msg_env, fo_atom_fired, enif_make_pid(msg_env, &pid), enif_make_copy(msg_env, caller),
-               native_now(msg_env, res));
+               enif_make_int64(msg_env, started));
     enif_free_env(msg_env);
 }
 
@@ -208,6 +212,7 @@ static void fire(ErlNifEnv *env, fo_next_gate *gate, ErlNifPid pid, ERL_NIF_TERM
 static void end_call(ErlNifEnv *env, fo_next_gate *gate, ERL_NIF_TERM tag, ERL_NIF_TERM opts)
 {
     fo_session_res *res = gate->session;
+    int64_t ended = native_now(res);
     fo_resource_stop(res);
     ErlNifEnv *msg_env = enif_alloc_env();
     if (msg_env == NULL)
@@ -216,7 +221,7 @@ static void end_call(ErlNifEnv *env, fo_next_gate *gate, ERL_NIF_TERM tag, ERL_N
     if (tag == fo_atom_exception_from && enif_is_map(env, opts) && enif_get_map_value(env, opts, fo_atom_extra, &extra))
         outcome = enif_make_copy(msg_env, extra); /* {Class, Reason} */
     tell_owner(env, gate, msg_env, tag == fo_atom_exception_from ? fo_atom_raised : fo_atom_returned,
-               native_now(msg_env, res), outcome, fo_atom_nil);
+               enif_make_int64(msg_env, ended), outcome, fo_atom_nil);
     enif_free_env(msg_env);
 }
 
