@@ -43,7 +43,10 @@ defmodule FlameOn.Client.Tracing do
       `duration_us` is at least `threshold_ms * 1000`.
     * `:shipper` (none) – `{module, opts}`, `module` or a list of them: where
       profiles go (see `FlameOn.Client.Shipper`). With none, profiles are
-      discarded with a debug log.
+      not shipped (a debug log says so). Either way, a profile that passes
+      its threshold is kept among the node's recent traces
+      (`FlameOn.Client.TraceStore`, what the web UI `FlameOn.Client.Web`
+      shows).
 
   An option left out is read from the application environment, so one
   configuration serves every call site:

@@ -9,7 +9,9 @@ defmodule FlameOn.Client.NextGateTest do
 
   alias FlameOn.Client.Native
 
-  defp session, do: Native.new(%{native_per_second: System.convert_time_unit(1, :second, :native)})
+  defp session,
+    do: Native.new(%{native_per_second: System.convert_time_unit(1, :second, :native)})
+
   defp mfa_term, do: {__MODULE__, :captured, [1, 2]}
 
   test "of many processes asking at once, exactly one wins, and it keeps winning" do
@@ -57,7 +59,9 @@ defmodule FlameOn.Client.NextGateTest do
     assert Native.enabled(:call, {:next, gate}, self()) == :discard
 
     # another process's return is not the call's
-    assert Native.trace(:return_from, {:next, gate}, self(), {__MODULE__, :captured, 2}, %{}) == :ok
+    assert Native.trace(:return_from, {:next, gate}, self(), {__MODULE__, :captured, 2}, %{}) ==
+             :ok
+
     refute_received {:flame_on_next, ^gate, :returned, _, _, _}
 
     assert Native.trace(:exception_from, {:next, gate}, caller, {__MODULE__, :captured, 2}, %{
