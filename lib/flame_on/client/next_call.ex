@@ -520,7 +520,7 @@ defmodule FlameOn.Client.NextCall do
     ctx = start_sampler(ctx, winner)
     ref = Process.monitor(winner)
     # the gate lets nobody else in any more: the pattern can go now
-    :ok = Pattern.disarm()
+    :ok = Pattern.disarm(ctx.mfa)
 
     {end_ts, lifetime_exceeded} =
       receive do

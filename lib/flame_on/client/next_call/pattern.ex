@@ -64,9 +64,18 @@ defmodule FlameOn.Client.NextCall.Pattern do
     GenServer.call(__MODULE__, {:arm, mfa, gate, match_spec, cleanup}, @call_timeout)
   end
 
-  @doc "Clears the calling process's pattern (its call fired); cleanup stays armed until `done/0`."
-  @spec disarm() :: :ok
-  def disarm, do: GenServer.call(__MODULE__, :disarm, @call_timeout)
+  @doc """
+  Clears the calling process's pattern on `mfa` (its call fired); cleanup
+  stays armed until `done/0`. The pattern is cleared right here, in the
+  caller (a capture raises its priority while it runs): the other callers
+  of the function stop paying its breakpoint without waiting for this
+  server's turn on a busy node.
+  """
+  @spec disarm(mfa()) :: :ok
+  def disarm(mfa) do
+    clear_if_ours(mfa)
+    GenServer.call(__MODULE__, :disarm, @call_timeout)
+  end
 
   @doc "The calling process's capture is over: its pattern is cleared and it is forgotten."
   @spec done() :: :ok
