@@ -76,9 +76,16 @@ defmodule FlameOn.Client.NextCall do
   of the node pays a breakpoint check per call while they are set): use it
   where that is acceptable.
 
-  A process that already has a tracer when it makes the call keeps its
-  tracer (a process has one): the capture then records the call's
-  duration only. With `cross_process: true` the captured process keeps
+  While a `:sample` capture waits, the node's `backtrace_depth` is raised
+  (as while any sample trace runs, see `FlameOn.Client.Patterns`): the
+  first sample comes right at the call.
+
+  **Limitation (OTP 25 and 26: one tracer per process).** A process that
+  already has a tracer when it makes the call (another trace of that
+  process, or another tool's) gets the capture's tracer for the call: the
+  other trace loses the call's events. OTP 27's trace sessions remove this.
+
+  With `cross_process: true` the captured process keeps
   its seq_trace token after the call until its next receive of a message
   without one (no process can clear another's token; it costs nothing once
   no cross-process trace runs).
