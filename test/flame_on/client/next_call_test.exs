@@ -69,6 +69,8 @@ defmodule FlameOn.Client.NextCallTest do
   alias FlameOn.Client.NextCallTest.Work
   alias FlameOn.Client.Test.Server
 
+  doctest FlameOn.Client.NextCall
+
   @busy {Work, :busy, 1}
   @root "FlameOn.Client.NextCallTest.Work.busy/1"
 
@@ -448,6 +450,19 @@ defmodule FlameOn.Client.NextCallTest do
       Process.exit(tracer, :kill)
     end
 
+    assert_captures_clean()
+  end
+
+  test "the pattern owner is killed while a capture waits: its restart sweeps the pattern" do
+    task = capture_async(@busy, timeout: 1_000)
+    assert Pattern.ours?(@busy)
+    old = Process.whereis(Pattern)
+    Process.exit(old, :kill)
+    wait_until(fn -> Process.whereis(Pattern) not in [nil, old] end)
+    # swept by the new owner, although nobody told it of the capture
+    wait_until(fn -> :erlang.trace_info(@busy, :meta) == {:meta, false} end)
+    # the capture finds nobody calls (the pattern is gone) and ends clean
+    assert {:error, :timeout} = Task.await(task, 10_000)
     assert_captures_clean()
   end
 

@@ -12,6 +12,8 @@ defmodule FlameOn.Client.TraceStoreTest do
   alias FlameOn.Client.{Profile, TraceStore}
   alias FlameOn.Client.Test.Workloads
 
+  doctest FlameOn.Client.TraceStore
+
   setup do
     ensure_app_started()
     TraceStore.clear()

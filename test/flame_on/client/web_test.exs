@@ -33,6 +33,8 @@ defmodule FlameOn.Client.WebTest do
   alias FlameOn.Client.Test.{Chromium, Server}
   alias FlameOn.Client.WebTest.Work
 
+  doctest FlameOn.Client.Web
+
   setup do
     ensure_app_started()
     assert_node_clean()
