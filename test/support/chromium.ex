@@ -223,7 +223,7 @@ defmodule FlameOn.Client.Test.Chromium do
         receive do
           {^port, {:data, data}} ->
             {messages, buffer} = split(state.buffer <> data)
-            decoded = Enum.map(messages, &FlameOn.Client.Test.JSONDecode.decode!/1)
+            decoded = Enum.map(messages, &FlameOn.Client.Test.ExportHelpers.json_decode!/1)
             put_state(browser, %{state | buffer: buffer, events: state.events ++ decoded})
             take_message(browser, match?, deadline)
 
@@ -238,107 +238,5 @@ defmodule FlameOn.Client.Test.Chromium do
   defp split(buffer) do
     parts = String.split(buffer, <<0>>)
     {Enum.drop(parts, -1), List.last(parts)}
-  end
-end
-
-defmodule FlameOn.Client.Test.JSONDecode do
-  @moduledoc false
-  # A JSON decoder for the tests (the library only encodes): objects to
-  # maps with string keys, arrays to lists.
-
-  def decode!(text) do
-    {value, rest} = value(skip(text))
-
-    case skip(rest) do
-      "" -> value
-      other -> raise ArgumentError, "trailing JSON: #{String.slice(other, 0, 40)}"
-    end
-  end
-
-  defp skip(<<c, rest::binary>>) when c in [?\s, ?\t, ?\n, ?\r], do: skip(rest)
-  defp skip(text), do: text
-
-  defp value("{" <> rest), do: object(skip(rest), %{})
-  defp value("[" <> rest), do: array(skip(rest), [])
-  defp value("\"" <> rest), do: string(rest, [])
-  defp value("true" <> rest), do: {true, rest}
-  defp value("false" <> rest), do: {false, rest}
-  defp value("null" <> rest), do: {nil, rest}
-  defp value(text), do: number(text)
-
-  defp object("}" <> rest, acc), do: {acc, rest}
-
-  defp object("\"" <> rest, acc) do
-    {key, rest} = string(rest, [])
-    ":" <> rest = skip(rest)
-    {value, rest} = value(skip(rest))
-    acc = Map.put(acc, key, value)
-
-    case skip(rest) do
-      "," <> rest -> object(skip(rest), acc)
-      "}" <> rest -> {acc, rest}
-    end
-  end
-
-  defp array("]" <> rest, acc), do: {Enum.reverse(acc), rest}
-
-  defp array(text, acc) do
-    {value, rest} = value(text)
-
-    case skip(rest) do
-      "," <> rest -> array(skip(rest), [value | acc])
-      "]" <> rest -> {Enum.reverse([value | acc]), rest}
-    end
-  end
-
-  defp string("\"" <> rest, acc), do: {IO.iodata_to_binary(Enum.reverse(acc)), rest}
-
-  defp string("\\u" <> <<hex::binary-size(4), rest::binary>>, acc) do
-    code = String.to_integer(hex, 16)
-
-    if code in 0xD800..0xDBFF do
-      "\\u" <> <<low::binary-size(4), rest::binary>> = rest
-      low = String.to_integer(low, 16)
-      string(rest, [<<0x10000 + (code - 0xD800) * 0x400 + (low - 0xDC00)::utf8>> | acc])
-    else
-      string(rest, [<<code::utf8>> | acc])
-    end
-  end
-
-  defp string("\\" <> <<c, rest::binary>>, acc) do
-    char =
-      case c do
-        ?n -> "\n"
-        ?t -> "\t"
-        ?r -> "\r"
-        ?b -> "\b"
-        ?f -> "\f"
-        other -> <<other>>
-      end
-
-    string(rest, [char | acc])
-  end
-
-  defp string(text, acc) do
-    [chunk | _] = :binary.split(text, ["\"", "\\"])
-    size = byte_size(chunk)
-    <<_::binary-size(size), rest::binary>> = text
-    string(rest, [chunk | acc])
-  end
-
-  defp number(text) do
-    [num] = Regex.run(~r/^-?\d+(\.\d+)?([eE][-+]?\d+)?/, text, capture: :first)
-    rest = binary_part(text, byte_size(num), byte_size(text) - byte_size(num))
-
-    value =
-      if String.contains?(num, [".", "e", "E"]),
-        do: String.to_float(normalize_float(num)),
-        else: String.to_integer(num)
-
-    {value, rest}
-  end
-
-  defp normalize_float(num) do
-    if String.contains?(num, "."), do: num, else: String.replace(num, ~r/[eE]/, ".0e")
   end
 end

@@ -91,10 +91,18 @@ defmodule FlameOn.Client.NextCall.Pattern do
   """
   @spec sweep() :: non_neg_integer()
   def sweep do
-    mfas = Application.get_env(:flame_on_client, @env_key, [])
-    cleared = Enum.count(mfas, &clear_if_ours/1)
-    Application.delete_env(:flame_on_client, @env_key)
-    cleared
+    # Read first, and written only when there is something: this runs in
+    # the application's stop/1 too, where nothing may wait on the
+    # application controller.
+    case Application.get_env(:flame_on_client, @env_key) do
+      nil ->
+        0
+
+      mfas ->
+        cleared = Enum.count(mfas, &clear_if_ours/1)
+        Application.delete_env(:flame_on_client, @env_key)
+        cleared
+    end
   end
 
   @doc "Whether `mfa`'s meta pattern is one of ours (a capture's gate)."

@@ -284,9 +284,9 @@ defmodule FlameOn.Client.Web.Server do
       end
 
     if response, do: HTTP.send_response(socket, response), else: :gen_tcp.close(socket)
-  rescue
-    error ->
-      Logger.error("FlameOn web UI: " <> Exception.format(:error, error, __STACKTRACE__))
+  catch
+    kind, reason ->
+      Logger.error("FlameOn web UI: " <> Exception.format(kind, reason, __STACKTRACE__))
       HTTP.send_response(socket, Router.error(500, "internal error (see the node's log)"))
   end
 end
