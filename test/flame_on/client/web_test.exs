@@ -234,6 +234,10 @@ defmodule FlameOn.Client.WebTest do
     assert {400, _, _} =
              request(url, "POST", "/capture", [{"content-type", "text/plain"}], "function=x")
 
+    # a bad form is answered as such even without the CSRF token: nothing starts
+    assert {400, _, body} = post_form(url, "/capture", %{"function" => "No.Such.Module.f/1"})
+    assert body =~ "no module named No.Such.Module"
+
     assert Pattern.waiting() == []
     assert_node_clean()
   end
@@ -313,6 +317,35 @@ defmodule FlameOn.Client.WebTest do
     assert page =~ "was cancelled"
     assert_node_clean()
     assert Pattern.waiting() == []
+  end
+
+  test "a capture that cannot start says why, and leaves nothing", %{url: url} do
+    # another tool's call tracing: exact captures refuse to replace it
+    :erlang.trace_pattern(:on_load, true, [:local])
+
+    try do
+      form = %{
+        "function" => "FlameOn.Client.WebTest.Work.handle/1",
+        "mode" => "nif",
+        "_csrf_token" => csrf(url)
+      }
+
+      {303, %{"location" => location}, _} = post_form(url, "/capture", form)
+
+      wait_until(fn ->
+        match?({200, _, _}, get(url, location)) and
+          not (elem(get(url, location), 2) =~ "capture-waiting")
+      end)
+
+      {200, _, page} = get(url, location)
+      assert page =~ ~s(id="capture-error")
+      assert page =~ "could not start: another tool is call tracing on this node"
+    after
+      :erlang.trace_pattern(:on_load, false, [:local])
+    end
+
+    assert Pattern.waiting() == []
+    assert_node_clean()
   end
 
   test "off loopback: refused without a token, and then the token is asked on every request" do

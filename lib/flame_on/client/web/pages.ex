@@ -166,6 +166,9 @@ defmodule FlameOn.Client.Web.Pages do
         {:breaker_open, why} ->
           "The circuit breaker is open (#{inspect(why)}): no trace starts now."
 
+        {:refused, message} ->
+          "The capture of #{name} could not start: #{message}"
+
         {:meta_traced, tracer} ->
           "Another tool meta-traces #{name} (#{inspect(tracer)})."
 

@@ -135,9 +135,8 @@ defmodule FlameOn.Client.Web.Router do
         html(200, Pages.index(config, TraceStore.list(), Server.waiting(config.server)))
 
       {"POST", ["capture"]} ->
-        with {:ok, form} <- form(request),
-             :ok <- check_csrf(request, form, config) do
-          start_capture(form, config)
+        with {:ok, form} <- form(request) do
+          start_capture(request, form, config)
         end
 
       {"GET", ["captures", id]} ->
@@ -182,10 +181,14 @@ defmodule FlameOn.Client.Web.Router do
     end
   end
 
-  defp start_capture(form, config) do
+  # Input first (a bad form is a 400 whoever sent it: nothing starts, and
+  # a cross-site sender cannot read the answer), then the CSRF check before
+  # anything starts.
+  defp start_capture(request, form, config) do
     with {:ok, mfa} <- field(NextCall.parse(form["function"] || "")),
          {:ok, timeout_ms} <- timeout(form["timeout"], config),
-         {:ok, mode} <- mode(form["mode"]) do
+         {:ok, mode} <- mode(form["mode"]),
+         :ok <- check_csrf(request, form, config) do
       opts = [
         timeout: timeout_ms,
         mode: mode,
@@ -228,6 +231,9 @@ defmodule FlameOn.Client.Web.Router do
 
   defp field({:ok, value}), do: {:ok, value}
   defp field({:error, message}), do: error(400, message)
+
+  # left out: the form's default
+  defp timeout(blank, config) when blank in [nil, ""], do: timeout("30", config)
 
   defp timeout(text, config) do
     max_s = div(config.max_timeout_ms, 1000)

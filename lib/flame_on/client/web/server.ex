@@ -115,8 +115,15 @@ defmodule FlameOn.Client.Web.Server do
 
         {runner, _ref} =
           spawn_monitor(fn ->
-            result = NextCall.capture(mfa, opts)
-            send(server, {:capture_done, id, self(), summarize(result)})
+            result =
+              try do
+                summarize(NextCall.capture(mfa, opts))
+              rescue
+                # e.g. call patterns refused: another tool call-traces
+                error -> {:error, {:refused, Exception.message(error)}}
+              end
+
+            send(server, {:capture_done, id, self(), result})
           end)
 
         capture = %{
