@@ -85,6 +85,10 @@ defmodule FlameOn.Client.MixNextTest do
     {:ok, peer, node} =
       :peer.start(%{
         name: :"flame_on_peer_#{System.unique_integer([:positive])}",
+        # long names on 127.0.0.1: no host name to resolve (a fresh
+        # machine's may not be)
+        host: ~c"127.0.0.1",
+        longnames: true,
         args: args,
         connection: :standard_io
       })
@@ -111,7 +115,8 @@ defmodule FlameOn.Client.MixNextTest do
       output =
         run_task(
           ~w(--next FlameOn.Client.Test.Workloads.busy/1 --timeout 10000 --format folded --out) ++
-            [out, "--node", Atom.to_string(node), "--cookie", Atom.to_string(cookie)]
+            [out, "--node", Atom.to_string(node), "--cookie", Atom.to_string(cookie)] ++
+            ["--longname", "flame_on_task_#{System.unique_integer([:positive])}@127.0.0.1"]
         )
 
       assert output =~ "on #{node}..."
