@@ -246,8 +246,10 @@ defmodule FlameOn.Client do
   (sampling processes and sessions holding a raised `backtrace_depth`),
   `:active_samplers` and `:sample_budget` (the samplers sampling now, and
   the node's samples per second they share, see
-  `FlameOn.Client.SampleBudget`) and `:session_processes` (`:process`-mode
-  sessions running).
+  `FlameOn.Client.SampleBudget`), `:session_processes` (`:process`-mode
+  sessions running), `:captures_waiting` (`capture_next/2` calls waiting
+  for their call: `[{mfa, pid}]`) and `:trace_store` (the recent traces
+  kept, their size and bounds, see `FlameOn.Client.TraceStore`).
   """
   @spec status() :: map()
   def status do
@@ -262,7 +264,10 @@ defmodule FlameOn.Client do
       sample_traces: Patterns.depth_users(),
       active_samplers: FlameOn.Client.SampleBudget.active(),
       sample_budget: FlameOn.Client.SampleBudget.budget(),
-      session_processes: DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active
+      session_processes:
+        DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active,
+      captures_waiting: FlameOn.Client.NextCall.Pattern.waiting(),
+      trace_store: FlameOn.Client.TraceStore.stats()
     }
   end
 

@@ -342,6 +342,7 @@ defmodule FlameOn.Client.NextCallTest do
     owner = spawn(fn -> FlameOn.Client.capture_next(@busy, timeout: 60_000) end)
     wait_until(fn -> Pattern.waiting() == [{@busy, owner}] end)
     assert Pattern.ours?(@busy)
+    assert FlameOn.Client.status().captures_waiting == [{@busy, owner}]
     Process.exit(owner, :kill)
     assert_captures_clean()
     # and the function is free for the next capture
