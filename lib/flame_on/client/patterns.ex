@@ -400,14 +400,16 @@ defmodule FlameOn.Client.Patterns do
   # call tracing on in the receiver before the request is delivered; `:send`
   # in the flags makes the receiver's own requests do the same (A -> B -> C).
   # Only processes with the :send flag run it, so untraced senders pay
-  # nothing. One clause per running trace first: a root whose token was
-  # cleared (a reply came back without one) gets it back before its next
-  # request goes out, so its later calls are still followed.
+  # nothing. One clause per running trace first: a root gets its own label
+  # back before each request goes out, so its later calls are still
+  # followed in its own trace when its token was cleared (a reply came back
+  # without one) or replaced (it received a message from a process of
+  # another trace: a notification, a broadcast, a concurrent test). A guard
+  # cannot read the label, so the clause sets it whether it changed or not.
   defp set_graph_patterns(graph) do
     restore =
       for {_owner, %{root: root, label: label}} <- graph, is_pid(root) do
-        {[:"$1", {:"$gen_call", :_, :_}],
-         [{:is_pid, :"$1"}, {:"=:=", {:self}, root}, {:not, {:is_seq_trace}}],
+        {[:"$1", {:"$gen_call", :_, :_}], [{:is_pid, :"$1"}, {:"=:=", {:self}, root}],
          [
            {:set_seq_token, :label, label},
            {:set_seq_token, :send, true},
