@@ -109,6 +109,8 @@ defmodule FlameOn.Client.ExUnit do
   @compile {:no_warn_undefined, ExUnit}
 
   @config_key {__MODULE__, :config}
+  # The extra argument of a test's body (see __before_compile__/1).
+  @body_marker :__flame_on_body__
   @defaults [dir: "flame_on_out/tests", formats: [:folded, :svg, :speedscope], summary: 25]
 
   @typedoc """
@@ -291,16 +293,39 @@ defmodule FlameOn.Client.ExUnit do
         description: "use FlameOn.Client.ExUnit needs use ExUnit.Case in #{inspect(env.module)}"
     end
 
-    # Each test function is made overridable and redefined to go through
-    # __run__/2; `super` is the test's own body.
-    for %{name: name} <- tests, Module.defines?(env.module, {name, 1}, :def) do
+    # Each test's body keeps its name at arity 2 (ExUnit's reports find a
+    # test's frame by module and name, whatever the arity: its failures
+    # read "(test)" and show the failing code, even from the stack of a
+    # test killed by its timeout); the arity-1 function ExUnit calls goes
+    # through __run__/2.
+    for %{name: name} <- tests, body = body_definition(env.module, name) do
       quote do
-        defoverridable [{unquote(name), 1}]
+        unquote_splicing(body)
 
         def unquote(name)(context) do
-          FlameOn.Client.ExUnit.__run__(context, fn -> super(context) end)
+          FlameOn.Client.ExUnit.__run__(context, fn ->
+            unquote(name)(context, unquote(@body_marker))
+          end)
         end
       end
+    end
+  end
+
+  # The clauses of a test's function, taken out of the module and given
+  # back as a private function of one more argument.
+  defp body_definition(module, name) do
+    case Module.get_definition(module, {name, 1}) do
+      {:v1, :def, _meta, clauses} ->
+        Module.delete_definition(module, {name, 1})
+
+        for {meta, args, guards, body} <- clauses do
+          head = {name, meta, args ++ [@body_marker]}
+          head = Enum.reduce(Enum.reverse(guards), head, &{:when, meta, [&2, &1]})
+          {:defp, meta, [head, [do: body]]}
+        end
+
+      _ ->
+        nil
     end
   end
 

@@ -24,9 +24,11 @@ defmodule FlameOn.Client.ExUnitTest do
     {"ExunitApp.BetaTest", "test beta calls the shared server"}
   ]
   # FLAME_ON=all adds the tests of modules that use FlameOn.Client.ExUnit,
-  # but not those tagged flame: false nor those of other modules.
+  # but not those tagged flame: false nor those of other modules. (--trace
+  # turns timeouts off, so the test that times out runs to its end.)
   @all @tagged ++
          [
+           {"ExunitApp.BasicTest", "test times out"},
            {"ExunitApp.BasicTest", "test untagged"},
            {"ExunitApp.UntaggedTest", "test profiled only with FLAME_ON=all"}
          ]
@@ -34,6 +36,8 @@ defmodule FlameOn.Client.ExUnitTest do
     {"ExunitApp.BasicTest", "test fails on an assertion"},
     {"ExunitApp.BasicTest", "test raises in a helper"}
   ]
+  # Tagged, but killed by its ExUnit timeout before its body returned.
+  @timed_out {"ExunitApp.BasicTest", "test times out"}
 
   setup_all do
     # The first run compiles the app and this project as its dependency.
@@ -124,17 +128,19 @@ defmodule FlameOn.Client.ExUnitTest do
   defp summary_entry(text) do
     [title | lines] = String.split(text, "\n", trim: true)
 
-    [_, test, module, time | failed] =
-      Regex.run(~r/^(.+) \((\S+)\)  ([\d.]+ (?:ms|µs))(, failed)?$/u, title)
+    # (groups that match nothing at the end are left out)
+    [_, test, module, time, failed | _] =
+      Regex.run(~r/^(.+) \((\S+)\)(?:  ([\d.]+ (?:ms|µs)))?(, failed)?$/u, title) ++ ["", ""]
 
     lines = Enum.map(lines, &String.trim/1)
 
     %{
       test: {module, test},
-      us: parse_time(time),
-      failed: failed == [", failed"],
+      us: if(time == "", do: nil, else: parse_time(time)),
+      failed: failed == ", failed",
       stacks: Enum.filter(lines, &Regex.match?(~r/^[\d.]+%/, &1)),
-      paths: Enum.filter(lines, &String.starts_with?(&1, "flame_on_out/"))
+      paths: Enum.filter(lines, &String.starts_with?(&1, "flame_on_out/")),
+      notes: Enum.filter(lines, &String.starts_with?(&1, "no profile:"))
     }
   end
 
@@ -153,6 +159,15 @@ defmodule FlameOn.Client.ExUnitTest do
     |> Map.new(fn [title, block] -> {title, block} end)
   end
 
+  # ExUnit reports a timed-out test with the stack its process was in when
+  # it was killed: with the profiler, the profiler's frames are in it below
+  # the test's, the one documented difference. The report up to the test's
+  # frame is compared.
+  defp without_timeout_stack(reports) do
+    {module, test} = @timed_out
+    Map.update!(reports, "#{test} (#{module})", &(&1 |> String.split(": (test)") |> hd()))
+  end
+
   defp counts_line(output), do: Regex.run(~r/^\d+ tests?, \d+ failures?.*$/m, output)
 
   test "files are written exactly for the tagged tests, three formats each", %{default: run} do
@@ -163,11 +178,11 @@ defmodule FlameOn.Client.ExUnitTest do
     %{baseline: baseline} = ctx
     assert baseline.status == 2, baseline.output
     assert baseline.files == []
-    assert counts_line(baseline.output) == ["11 tests, 2 failures"]
+    assert counts_line(baseline.output) == ["12 tests, 3 failures"]
     baseline_reports = failure_reports(baseline.output)
-    assert map_size(baseline_reports) == 2
+    assert map_size(baseline_reports) == 3
 
-    for {module, test} <- @failing do
+    for {module, test} <- [@timed_out | @failing] do
       assert Map.has_key?(baseline_reports, "#{test} (#{module})"), baseline.output
     end
 
@@ -175,16 +190,18 @@ defmodule FlameOn.Client.ExUnitTest do
     assert baseline_reports["test raises in a helper (ExunitApp.BasicTest)"] =~
              ~r"ExunitApp.Work.check!/1\n.*\n\s+test/basic_fixture.exs:\d+: \(test\)"
 
-    for run <- [ctx.default, ctx.off, ctx.all] do
+    for run <- [ctx.default, ctx.off] do
       assert run.status == baseline.status, run.output
       assert counts_line(run.output) == counts_line(baseline.output)
-      assert failure_reports(run.output) == baseline_reports
+
+      assert without_timeout_stack(failure_reports(run.output)) ==
+               without_timeout_stack(baseline_reports)
     end
   end
 
   test "FLAME_ON=off profiles nothing and prints no summary", %{off: run} do
     assert run.files == []
-    refute run.output =~ "FlameOn"
+    refute run.output =~ "FlameOn: "
   end
 
   test "each test's stacks start at the test's function and hold its work", %{default: run} do
@@ -261,14 +278,21 @@ defmodule FlameOn.Client.ExUnitTest do
        %{default: run} do
     entries = summary(run.output)
     assert entries, run.output
-    assert Enum.sort(Enum.map(entries, & &1.test)) == Enum.sort(@tagged)
 
+    # The test killed before its body returned comes last, with a note.
+    {entries, [timed_out]} = Enum.split(entries, -1)
+    assert timed_out.test == @timed_out
+    assert timed_out.us == nil and timed_out.failed and timed_out.paths == []
+    assert [_] = timed_out.notes
+
+    assert Enum.sort(Enum.map(entries, & &1.test)) == Enum.sort(@tagged)
     times = Enum.map(entries, & &1.us)
     assert times == Enum.sort(times, :desc)
 
     for entry <- entries do
       assert entry.failed == entry.test in @failing, inspect(entry)
       assert length(entry.stacks) in 1..3, inspect(entry)
+      assert entry.notes == []
 
       assert Enum.sort(entry.paths) ==
                Enum.map(Enum.sort(@exts), &("flame_on_out/tests/" <> stem(entry.test) <> &1))
@@ -282,14 +306,23 @@ defmodule FlameOn.Client.ExUnitTest do
     assert hd(sleeps.stacks) =~ "ExunitApp.BasicTest.test_sleeps/1 > Process.sleep/1 > SLEEP"
 
     # The summary comes after ExUnit's own report.
-    [_, after_counts] = String.split(run.output, "11 tests, 2 failures")
-    assert after_counts =~ "FlameOn: 7 profiled tests, slowest first"
+    [_, after_counts] = String.split(run.output, "12 tests, 3 failures")
+    assert after_counts =~ "FlameOn: 8 profiled tests, slowest first"
   end
 
-  test "FLAME_ON=all under --trace profiles every test of the modules that use it", %{all: run} do
+  test "FLAME_ON=all under --trace profiles every test of the modules that use it", ctx do
+    %{all: run, baseline: baseline} = ctx
+    {module, test} = @timed_out
+    timed_out = "#{test} (#{module})"
+
+    assert Map.delete(failure_reports(run.output), timed_out) ==
+             Map.delete(failure_reports(baseline.output), timed_out)
+
     assert run.output =~ ~r/\* test computes fib \([\d.]+ms\)/
     assert run.files == files_for(@all)
 
+    assert run.status == 2, run.output
+    assert counts_line(run.output) == ["12 tests, 2 failures"]
     entries = summary(run.output)
     assert Enum.sort(Enum.map(entries, & &1.test)) == Enum.sort(@all)
     times = Enum.map(entries, & &1.us)

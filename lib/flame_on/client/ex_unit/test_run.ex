@@ -226,20 +226,17 @@ defmodule FlameOn.Client.ExUnit.TestRun do
   The profile as a test's reader expects it: every stack of the test's
   process starts at the test's function (the profiler's and the wrapper's
   frames above it are gone), and the test's body and its anonymous
-  functions read as the test's own function, not as the overridable copy
-  `use FlameOn.Client.ExUnit` calls.
+  functions read as the test's function (`"MyTest.test_x/1"`), not as the
+  body function of arity 2 that `use FlameOn.Client.ExUnit` made of it.
   """
   @spec test_view(Profile.t(), module(), atom()) :: Profile.t()
   def test_view(%Profile{} = profile, module, test) do
-    test_frame = Profile.frame_name({module, test, 1})
-    rename = body_renamer(test)
-
-    wrapper_fun =
-      Profile.frame_name({module, :"-#{test}/1-fun-0-", 0}) |> String.replace_suffix("0-/0", "")
+    names = frame_names(module, test)
 
     rewrite = fn pid, stack ->
-      stack = rename.(stack)
-      if pid == profile.pid, do: rooted(stack, test_frame, wrapper_fun), else: stack
+      frames = if stack == "", do: [], else: String.split(stack, ";")
+      frames = if pid == profile.pid, do: rooted(frames, names), else: frames
+      frames |> Enum.map(&rename_frame(&1, names)) |> Enum.join(";")
     end
 
     stacks =
@@ -256,6 +253,30 @@ defmodule FlameOn.Client.ExUnit.TestRun do
     %{profile | stacks: stacks, samples: samples}
   end
 
+  # The texts of the test's frames, as Profile names them.
+  defp frame_names(module, test) do
+    prefix = fn arity ->
+      Profile.frame_name({module, :"-#{test}/#{arity}-fun-0-", 0})
+      |> String.replace_suffix("0-/0", "")
+    end
+
+    %{
+      test: Profile.frame_name({module, test, 1}),
+      body: Profile.frame_name({module, test, 2}),
+      # the wrapper's closure, and the body's anonymous functions
+      wrapper_fun: prefix.(1),
+      body_fun: prefix.(2)
+    }
+  end
+
+  defp rename_frame(frame, %{body: frame, test: test}), do: test
+
+  defp rename_frame(frame, names) do
+    if String.starts_with?(frame, names.body_fun),
+      do: String.replace_prefix(frame, names.body_fun, names.wrapper_fun),
+      else: frame
+  end
+
   defp merge(entries, fun) do
     entries
     |> Enum.map(fun)
@@ -268,48 +289,35 @@ defmodule FlameOn.Client.ExUnit.TestRun do
   defp add({n1, r1}, {n2, r2}), do: {n1 + n2, r1 + r2}
   defp add(a, b), do: a + b
 
-  # The body is compiled as "<test> (overridable N)"; its frames and its
-  # anonymous functions' frames get the test's name back.
-  defp body_renamer(test) do
-    name = sanitize(Atom.to_string(test))
-    pattern = Regex.compile!(Regex.escape(name) <> "_\\(overridable_\\d+\\)", "u")
-    fn stack -> String.replace(stack, pattern, name) end
-  end
-
   # The body runs under profile/2 and the closure of trace/4: stacks that do
   # not pass through the closure, and the closure's own call storing the
   # outcome, are the profiler's time, kept as the test function's self time.
-  defp rooted(stack, test_frame, wrapper_fun) do
-    frames = if stack == "", do: [], else: String.split(stack, ";")
+  # (Frames are still the body's own names here.)
+  defp rooted(frames, names) do
+    case frames do
+      # cut by sample mode's depth limit: the innermost frames
+      ["…" | _] ->
+        [names.body | frames]
 
-    rooted =
-      case frames do
-        # cut by sample mode's depth limit: the innermost frames
-        ["…" | _] ->
-          [test_frame | frames]
-
-        _ ->
-          case Enum.drop_while(frames, &(not String.starts_with?(&1, @closure_frame))) do
-            [] -> [test_frame]
-            [_closure | body] -> body_frames(body, test_frame, wrapper_fun)
-          end
-      end
-
-    Enum.join(rooted, ";")
-  end
-
-  defp body_frames(frames, test_frame, wrapper_fun) do
-    case Enum.drop_while(frames, &String.starts_with?(&1, wrapper_fun)) do
-      [] -> [test_frame]
-      ["Process.put/2" | _] -> [test_frame]
-      [^test_frame | _] = body -> body
-      # the body tail-called out of the test's function
-      body -> [test_frame | body]
+      _ ->
+        case Enum.drop_while(frames, &(not String.starts_with?(&1, @closure_frame))) do
+          [] -> [names.body]
+          [_closure | body] -> body_frames(body, names)
+        end
     end
   end
 
-  # Profile's rule for frame names: ";" and whitespace become "_".
-  defp sanitize(text), do: String.replace(text, ~r/[;\s]/u, "_")
+  defp body_frames(frames, names) do
+    body = names.body
+
+    case Enum.drop_while(frames, &String.starts_with?(&1, names.wrapper_fun)) do
+      [] -> [body]
+      ["Process.put/2" | _] -> [body]
+      [^body | _] = frames -> frames
+      # the body tail-called out of the test's function
+      frames -> [body | frames]
+    end
+  end
 
   @doc """
   The `n` stacks with the most time, over every process of the profile:
@@ -358,16 +366,21 @@ defmodule FlameOn.Client.ExUnit.TestRun do
   @doc """
   The stacktrace a test's exception would have had without the wrapper:
   the frames of `__run__/2`, `profile/2` and the wrapper between the body
-  and ExUnit's runner are taken out, and the body's frames get the test's
-  name back.
+  and ExUnit's runner are taken out, and the body's frames (its function of
+  arity 2 and its anonymous functions) read as the test's function.
 
       iex> st = [
-      ...>   {MyTest, :"test x (overridable 1)", 1, [file: ~c"t.exs", line: 3]},
+      ...>   {MyTest, :"-test x/2-fun-0-", 1, [file: ~c"t.exs", line: 4]},
+      ...>   {MyTest, :"test x", 2, [file: ~c"t.exs", line: 3]},
       ...>   {FlameOn.Client.ExUnit.TestRun, :untraced, 2, []},
       ...>   {ExUnit.Runner, :exec_test, 1, []}
       ...> ]
       iex> FlameOn.Client.ExUnit.TestRun.clean_stacktrace(st, MyTest, :"test x")
-      [{MyTest, :"test x", 1, [file: ~c"t.exs", line: 3]}, {ExUnit.Runner, :exec_test, 1, []}]
+      [
+        {MyTest, :"-test x/1-fun-0-", 1, [file: ~c"t.exs", line: 4]},
+        {MyTest, :"test x", 1, [file: ~c"t.exs", line: 3]},
+        {ExUnit.Runner, :exec_test, 1, []}
+      ]
   """
   @spec clean_stacktrace(Exception.stacktrace(), module(), atom()) :: Exception.stacktrace()
   def clean_stacktrace(stacktrace, module, test) do
@@ -383,8 +396,7 @@ defmodule FlameOn.Client.ExUnit.TestRun do
       |> Enum.drop_while(&wrapper_entry?(&1, module, test, wrapper_fun))
       |> Enum.reverse()
 
-    pattern = overridable_pattern(test)
-    Enum.map(body, &rename_entry(&1, module, test, pattern)) ++ runner
+    Enum.map(body, &rename_entry(&1, module, test, "-#{test}/2-fun-")) ++ runner
   end
 
   defp runner_frame?({ExUnit.Runner, _fun, _arity, _location}), do: true
@@ -394,20 +406,32 @@ defmodule FlameOn.Client.ExUnit.TestRun do
        when mod in @wrapper_modules,
        do: true
 
-  defp wrapper_entry?({module, fun, _arity, _location}, module, test, wrapper_fun),
-    do: fun == test or String.starts_with?(Atom.to_string(fun), wrapper_fun)
+  defp wrapper_entry?({module, test, arity, _location}, module, test, _wrapper_fun),
+    do: arity == 1 or (is_list(arity) and length(arity) == 1)
+
+  defp wrapper_entry?({module, fun, _arity, _location}, module, _test, wrapper_fun),
+    do: String.starts_with?(Atom.to_string(fun), wrapper_fun)
 
   defp wrapper_entry?(_entry, _module, _test, _wrapper_fun), do: false
 
-  defp rename_entry({module, fun, arity, location} = entry, module, test, pattern) do
-    text = Atom.to_string(fun)
-    renamed = Regex.replace(pattern, text, Atom.to_string(test))
-    if renamed == text, do: entry, else: {module, String.to_atom(renamed), arity, location}
+  # The body: "test x"/2, with [context, marker] when the entry has the
+  # arguments (a FunctionClauseError).
+  defp rename_entry({module, test, 2, location}, module, test, _body_fun),
+    do: {module, test, 1, location}
+
+  defp rename_entry({module, test, [context, _marker], location}, module, test, _body_fun),
+    do: {module, test, [context], location}
+
+  defp rename_entry({module, fun, arity, location} = entry, module, _test, body_fun) do
+    name = Atom.to_string(fun)
+
+    if String.starts_with?(name, body_fun) do
+      renamed = String.replace_prefix(name, body_fun, String.replace(body_fun, "/2-", "/1-"))
+      {module, String.to_atom(renamed), arity, location}
+    else
+      entry
+    end
   end
 
-  defp rename_entry(entry, _module, _test, _pattern), do: entry
-
-  defp overridable_pattern(test) do
-    Regex.compile!(Regex.escape(Atom.to_string(test)) <> " \\(overridable \\d+\\)", "u")
-  end
+  defp rename_entry(entry, _module, _test, _body_fun), do: entry
 end
