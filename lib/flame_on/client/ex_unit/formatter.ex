@@ -98,23 +98,28 @@ defmodule FlameOn.Client.ExUnit.Formatter do
   # handled it, puts the summary after their report.
   @impl GenServer
   def terminate(_reason, %{finished: true} = state) do
-    sync_siblings()
     records = for {{:record, _key}, record} <- :ets.tab2list(@table), do: record
     config = FlameOn.Client.ExUnit.config() || %{summary: 25}
 
-    case Summary.render(records, state.failed, limit: config.summary, colors: state.colors) do
-      [] -> :ok
-      text -> IO.write(text)
+    if records != [] do
+      sync_siblings()
+      IO.write(Summary.render(records, state.failed, limit: config.summary, colors: state.colors))
     end
+
+    :ok
   end
 
   def terminate(_reason, _state), do: :ok
 
   # Waits until the other formatters have handled what they were sent (a
-  # call is answered after the casts queued before it).
+  # call is answered after the casts queued before it). ExUnit starts its
+  # formatters under a DynamicSupervisor; `:which_children` is asked with a
+  # timeout (Supervisor.which_children/1 waits forever), so a parent that
+  # is not a supervisor, or is waiting on this process, costs a timeout.
   defp sync_siblings do
     with [supervisor | _] when is_pid(supervisor) <- Process.get(:"$ancestors"),
-         children when is_list(children) <- safe(fn -> Supervisor.which_children(supervisor) end) do
+         children when is_list(children) <-
+           safe(fn -> GenServer.call(supervisor, :which_children, @sync_timeout) end) do
       for {_, pid, _, _} <- children, is_pid(pid), pid != self() do
         safe(fn -> :sys.get_state(pid, @sync_timeout) end)
       end

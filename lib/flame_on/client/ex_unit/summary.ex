@@ -175,5 +175,7 @@ defmodule FlameOn.Client.ExUnit.Summary do
 
   defp color(false, _codes, text), do: text
   defp color(true, _codes, ""), do: ""
-  defp color(true, codes, text), do: IO.ANSI.format([List.wrap(codes), text], true)
+
+  defp color(true, codes, text),
+    do: IO.iodata_to_binary(IO.ANSI.format([List.wrap(codes), text], true))
 end
