@@ -56,9 +56,18 @@ defmodule FlameOn.Client.ExUnit do
 
   A failing test writes its profile and fails exactly as it would
   untraced: the same exception, with the same stacktrace (the frames of the
-  profiler are taken out of it). If the test process is killed before its
-  body returns (an ExUnit timeout, an exit signal from a linked process) no
-  file is written, and the summary says so.
+  profiler are taken out of it), so ExUnit's report is the same. If the test
+  process is killed before its body returns (an ExUnit timeout, an exit
+  signal from a linked process) no file is written, and the summary says
+  so; ExUnit reports a timeout with the stack the process was killed in,
+  which then shows the profiler's frames below the test's.
+
+  `use FlameOn.Client.ExUnit` keeps each test's body as a private function
+  of the same name and one more argument, and defines the test's function
+  (the one ExUnit calls) to run it, profiled or not. ExUnit recognises a
+  test's frames by module and name, so its reports read `(test)` and show
+  the failing code as before; stacktraces and profiles show the body under
+  the test's own function name and arity.
 
   ## Files
 
