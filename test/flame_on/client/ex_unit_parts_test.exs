@@ -42,6 +42,7 @@ defmodule FlameOn.Client.ExUnitPartsTest do
         # {select, flame tag, options or nil}
         {:tagged, nil, nil},
         {:tagged, true, []},
+        {:tagged, [], []},
         {:tagged, false, nil},
         {:tagged, [mode: :sample], [mode: :sample]},
         {:all, nil, []},

@@ -34,7 +34,7 @@ defmodule FlameOn.Client.ExUnit.TestRun do
       {nil, :all} -> []
       {nil, :tagged} -> nil
       {true, _} -> []
-      {opts, _} when is_list(opts) and opts != [] -> tag_options!(opts)
+      {opts, _} when is_list(opts) -> tag_options!(opts)
       {other, _} -> raise ArgumentError, bad_tag(other)
     end
   end
