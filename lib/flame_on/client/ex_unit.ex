@@ -42,7 +42,8 @@ defmodule FlameOn.Client.ExUnit do
       those tagged `flame: false`); `FLAME_ON=off` profiles none.
 
   A test that is not profiled is not traced at all: it runs exactly as
-  without this module. `mix test --only flame` runs only the tagged tests.
+  without this module. `mix test --only flame` runs only the tests that have a
+  `flame` tag (whatever its value, `false` included).
 
   ## What a profile covers
 
