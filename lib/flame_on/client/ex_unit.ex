@@ -41,8 +41,10 @@ defmodule FlameOn.Client.ExUnit do
     * every test, when the suite runs with `FLAME_ON=all mix test` (except
       those tagged `flame: false`); `FLAME_ON=off` profiles none.
 
-  A test that is not profiled is not traced at all: it runs exactly as
-  without this module. `mix test --only flame` runs only the tests that have a
+  A test that is not profiled is not traced at all: its body is called
+  directly, and its failures are reported as without this module (but for
+  a test killed by its timeout, whose reported stack shows one frame of this
+  module below the test's). `mix test --only flame` runs only the tests that have a
   `flame` tag (whatever its value, `false` included).
 
   ## What a profile covers
