@@ -445,9 +445,18 @@ defmodule FlameOn.Client.Patterns do
     :ok
   end
 
+  @raising_bifs [{:erlang, :error, :_}, {:erlang, :exit, 1}, {:erlang, :throw, 1}]
+
   defp set_patterns do
     :erlang.trace_pattern(:on_load, @match_spec, [:local])
     :erlang.trace_pattern({:_, :_, :_}, @match_spec, [:local])
+    # On OTP 27, an exception raised by a traced erlang:error/1,2,3, exit/1
+    # or throw/1 called in tail position (Elixir's `raise` is one) can name
+    # the wrong function as its raiser: its location is taken from the
+    # return address past the call, which may lie in the next function of
+    # the module. A profiled function would raise with another stacktrace
+    # than unprofiled; leaving these out costs the leaf frame of a raise.
+    for mfa <- @raising_bifs, do: :erlang.trace_pattern(mfa, false, [:local])
   end
 
   defp clear_patterns do
