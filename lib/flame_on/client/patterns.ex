@@ -9,7 +9,9 @@ defmodule FlameOn.Client.Patterns do
     * the first `acquire/1` sets the local call pattern on every loaded
       function (`{:_, :_, :_}`) and on modules loaded later (`:on_load`),
       with the match spec `[{:_, [], [{:message, {:caller}}]}]` so that call
-      events carry their caller;
+      events carry their caller, except on the raising BIFs
+      (`erlang:error/1,2,3`, `exit/1`, `throw/1`: traced, they change the
+      stacktrace of an exception on OTP 27);
     * the last `release/0`, or the death of the last user (each user is
       monitored), clears them again with
       `:erlang.trace_pattern({:_, :_, :_}, false, [:local])`.
