@@ -348,8 +348,9 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
  * the sample was charged to where the previous event left the process.
  * frames == NULL keeps the stack the process has. */
 static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
-                         uint64_t weight, int waited, uint32_t times)
+                         uint64_t weight, unsigned how, uint32_t times)
 {
+    int waited = (how & FO_SAMPLE_WAITED) != 0;
     s->stats.events++;
     s->stats.samples += times;
     if (p->state == FO_PROC_EXITED) {
@@ -417,7 +418,7 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
     }
     if (backfill)
         charge(s, p, ts_ns);
-    p->unseen = 0;
+    p->unseen = (how & FO_SAMPLE_LEADING) != 0;
     if (!p->sampled) {
         /* Its first sample: what it ran before, with no stack known, was
          * this work too (a sampler starts a little after its process). */
@@ -435,8 +436,8 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
     fo_tree_count_samples(&s->tree, p->state == FO_PROC_OUT ? p->sleep_node : current_node(p), times, weight);
 }
 
-static void sample_stack(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
-                         uint64_t weight, int waited)
+void fo_session_sample_as(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
+                          uint64_t weight, unsigned how)
 {
     fo_proc *p = proc_for(s, pid);
     if (p == NULL) {
@@ -446,19 +447,13 @@ static void sample_stack(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mf
     /* a NULL frames pointer is how apply_sample keeps the stack: an empty
      * sample must still replace it */
     static const fo_mfa no_frames[1];
-    apply_sample(s, p, ts_ns, count == 0 ? no_frames : frames, count, weight, waited, 1);
+    apply_sample(s, p, ts_ns, count == 0 ? no_frames : frames, count, weight, how, 1);
 }
 
 void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
                        uint64_t weight)
 {
-    sample_stack(s, pid, ts_ns, frames, count, weight, 0);
-}
-
-void fo_session_sample_waited(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames,
-                              uint32_t count, uint64_t weight)
-{
-    sample_stack(s, pid, ts_ns, frames, count, weight, 1);
+    fo_session_sample_as(s, pid, ts_ns, frames, count, weight, 0);
 }
 
 void fo_session_sample_same(fo_session *s, uint64_t pid, int64_t ts_ns, uint64_t weight, uint32_t times)

@@ -31,6 +31,9 @@
     A(node_cap)                                                                                \
     A(waiting)                                                                                 \
     A(same)                                                                                    \
+    A(plain)                                                                                   \
+    A(waited)                                                                                  \
+    A(leading)                                                                                 \
     A(gc)                                                                                      \
     A(process)                                                                                 \
     A(max_nodes)                                                                               \
@@ -64,7 +67,6 @@
     A(timestamp)                                                                               \
     A(replay)                                                                                  \
     A(true)                                                                                    \
-    A(false)                                                                                   \
     A(stop)                                                                                    \
     A(stopped)                                                                                 \
     A(graph)                                                                                   \

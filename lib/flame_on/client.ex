@@ -175,9 +175,11 @@ defmodule FlameOn.Client do
     capture = module.start(opts)
 
     # The flags go on and the function runs right here, so every stack
-    # starts at this function in every mode.
-    capture = module.begin(capture)
+    # starts at this function in every mode. The trace's time starts
+    # before begin/1: a sampler takes its first sample there, and the
+    # stacks must fit in the trace's wall time.
     started_ts = :erlang.monotonic_time()
+    capture = module.begin(capture)
 
     outcome =
       try do

@@ -61,10 +61,13 @@ defmodule FlameOn.Client.Native do
       reductions since its previous sample). Returns `:stopped` (and
       applies nothing) once the session is stopped, and `:idle` (applies
       nothing) for a cross-process trace's callee between the trace's
-      requests. `sample(session, pid, stack, weight, true)` says the sampler
-      saw `pid` waiting when it asked and it ran no code until it answered:
-      then the whole wait it is in (not only the rest of it) goes under the
-      sampled stack, although answering woke it for a moment.
+      requests. `sample(session, pid, stack, weight, how)` says what the
+      sampler knows: `:plain` (as `sample/4`), `:waited` (it saw `pid`
+      waiting when it asked and `pid` ran no code until it answered: the
+      whole wait it is in, not only the rest of it, goes under the sampled
+      stack, although answering woke it for a moment) or `:leading` (the
+      stack was taken just before the traced work starts: the next sample
+      takes the time since).
     * `next_new(session, owner, excluded)` – the gate of
       `FlameOn.Client.NextCall`: with the meta pattern
       `{:meta, FlameOn.Client.Native, {:next, gate}}` on one function, the
@@ -152,10 +155,10 @@ defmodule FlameOn.Client.Native do
           pid(),
           list() | :same | {:same, pos_integer()},
           non_neg_integer(),
-          boolean()
+          :plain | :waited | :leading
         ) ::
           :ok | :stopped | :idle
-  def sample(_session, _pid, _stack, _weight, _waited), do: :erlang.nif_error(:nif_not_loaded)
+  def sample(_session, _pid, _stack, _weight, _how), do: :erlang.nif_error(:nif_not_loaded)
 
   @spec finish(session(), integer() | :stop | nil) :: {map(), map()} | {map(), map(), map()}
   def finish(_session, _end_ts), do: :erlang.nif_error(:nif_not_loaded)
