@@ -72,10 +72,17 @@ defmodule FlameOn.Client.Native do
 
   @doc false
   def load_nif do
+    # The application's priv, else the source tree's: Elixir 1.15+ loads
+    # modules while compiling, before Mix links priv into _build.
+    source_priv = Path.expand(Path.join([__DIR__, "..", "..", "..", "priv"]))
+
     path =
       case :code.priv_dir(:flame_on_client) do
-        {:error, _} -> Path.join([__DIR__, "..", "..", "..", "priv"]) |> Path.expand()
-        dir -> dir
+        {:error, _} ->
+          source_priv
+
+        dir ->
+          if File.exists?(Path.join(dir, "#{@nif_name}.so")), do: dir, else: source_priv
       end
 
     # FLAME_ON_NIF: another build of the library (the sanitizer build the

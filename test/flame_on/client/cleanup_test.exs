@@ -217,6 +217,7 @@ defmodule FlameOn.Client.CleanupTest do
 
   describe "another tool's call tracing" do
     setup do
+      FlameOn.Client.Test.Tools.otp_lib!(:runtime_tools, "erlang-runtime-tools")
       on_exit(fn -> :dbg.stop() end)
     end
 
