@@ -102,7 +102,7 @@ defmodule FlameOn.Client do
   the last one.
   """
 
-  alias FlameOn.Client.{Breaker, Capture, Native, Patterns, Profile}
+  alias FlameOn.Client.{Breaker, Capture, Native, Patterns, Profile, TraceBackend}
 
   @limit_defaults [
     max_nodes: 200_000,
@@ -181,7 +181,7 @@ defmodule FlameOn.Client do
 
     outcome =
       try do
-        :erlang.trace(self(), true, capture.flags)
+        TraceBackend.set_flags(self(), capture.flags)
         {:ok, fun.()}
       catch
         kind, reason -> {kind, reason, __STACKTRACE__}

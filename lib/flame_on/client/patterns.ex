@@ -1,23 +1,26 @@
 defmodule FlameOn.Client.Patterns do
   @moduledoc """
-  Owner of the node-global local call trace patterns.
+  Owner of the local call trace patterns that exact traces need.
 
-  Call tracing needs a trace pattern on every function, and trace patterns
-  are **global to the node**: `:erlang.trace_pattern/3` has no notion of a
-  session. This server counts the sessions that need the patterns:
+  Call tracing needs a trace pattern on every function. Where a trace's
+  patterns go is its `FlameOn.Client.TraceBackend` handle: with trace
+  sessions (OTP 27+) each trace has its own session and its own patterns;
+  in the legacy session (OTP 25–26) patterns are **global to the node**,
+  so this server shares them between our traces. It counts the users of
+  each place patterns go (the handle's scope):
 
-    * the first `acquire/1` sets the local call pattern on every loaded
-      function (`{:_, :_, :_}`) and on modules loaded later (`:on_load`),
-      with the match spec `[{:_, [], [{:message, {:caller}}]}]` so that call
-      events carry their caller;
-    * the last `release/0`, or the death of the last user (each user is
-      monitored), clears them again with
-      `:erlang.trace_pattern({:_, :_, :_}, false, [:local])`.
+    * the first `acquire/2` of a scope sets the local call pattern on every
+      loaded function (`{:_, :_, :_}`) and on modules loaded later
+      (`:on_load`), with the match spec `[{:_, [], [{:message, {:caller}}]}]`
+      so that call events carry their caller;
+    * the last `release/0` of the scope, or the death of its last user (each
+      user is monitored), clears them again.
 
   When a user dies without releasing (a crashed or killed trace session),
   this server also turns the trace flags off on the process that session
-  was tracing, if that process is still alive and still has the dead session
-  (or no live tracer) as its tracer, so nothing of the trace is left behind.
+  was tracing, if that process is still alive and still has the dead
+  session (or no live tracer) as its tracer, and ends the dead user's trace
+  session, so nothing of the trace is left behind.
 
   ## Cost for the whole node
 
@@ -33,15 +36,18 @@ defmodule FlameOn.Client.Patterns do
 
   ## Other tracing tools
 
-  Setting the patterns replaces every local or global call pattern on the
-  node (`:erlang.trace_pattern/3` with `{:_, :_, :_}`), and clearing them
-  removes every local one (meta and global patterns set later stay). So the
-  first `acquire/1` **refuses** (`{:error, {:call_tracing_in_use, what}}`)
-  while another tool call-traces: when the `:on_load` pattern is not ours,
-  when new processes get the `call` flag, or when some process has the
-  `call` flag with a tracer that is not ours (a scan of the processes, about
-  3 µs each, only when the patterns go from off to on). A tool's patterns on
-  functions that no process is call traced for are replaced without notice.
+  With trace sessions nothing of ours touches another tool's patterns or
+  flags, and another tool's tracing does not stop ours. In the legacy
+  session, setting the patterns replaces every local or global call pattern
+  on the node (`:erlang.trace_pattern/3` with `{:_, :_, :_}`), and clearing
+  them removes every local one (meta and global patterns set later stay).
+  So there the first `acquire/2` **refuses**
+  (`{:error, {:call_tracing_in_use, what}}`) while another tool call-traces:
+  when the `:on_load` pattern is not ours, when new processes get the `call`
+  flag, or when some process has the `call` flag with a tracer that is not
+  ours (a scan of the processes, about 3 µs each, only when the patterns go
+  from off to on). A tool's patterns on functions that no process is call
+  traced for are replaced without notice.
 
   ## Leftovers of a dead owner
 
@@ -60,7 +66,7 @@ defmodule FlameOn.Client.Patterns do
 
   require Logger
 
-  alias FlameOn.Client.{Native, Sweep, TraceSession}
+  alias FlameOn.Client.{Native, Sweep, TraceBackend}
 
   @match_spec Sweep.call_match_spec()
   @graph_tracer {Native, :graph}
@@ -68,8 +74,7 @@ defmodule FlameOn.Client.Patterns do
   # the receiver before the request is delivered; `:send` in the list makes
   # the receiver's own requests do the same (A -> B -> C). Only processes
   # with the :send flag run this, so untraced senders pay nothing.
-  @callee_flags [:call, :arity, :return_to, :running, :send, :procs, {:tracer, Native, :graph}]
-  @enable_callee {:trace, :"$1", [], {:const, @callee_flags}}
+  @callee_flags [:call, :arity, :return_to, :running, :send, :procs]
   @call_timeout 60_000
 
   @doc false
@@ -77,47 +82,54 @@ defmodule FlameOn.Client.Patterns do
   def start_link(_opts \\ []), do: GenServer.start_link(__MODULE__, :ok, name: __MODULE__)
 
   @doc """
-  Registers the calling process as a user of the patterns, setting them if
-  it is the first one. `tracee` is the process the caller traces (or `nil`):
-  if the caller dies without `release/0`, that process's trace flags are
-  cleared. Acquiring twice from one process counts once.
+  Registers the calling process as a user of the call patterns of `handle`
+  (a `FlameOn.Client.TraceBackend` handle; default: the legacy session),
+  setting them if it is the first user of where they go. `tracee` is the
+  process the caller traces (or `nil`): if the caller dies without
+  `release/0`, that process's trace flags are cleared and the handle is
+  closed. Acquiring twice from one process counts once.
   """
-  @spec acquire(pid() | nil) :: :ok
-  def acquire(tracee \\ nil) when is_pid(tracee) or is_nil(tracee) do
-    GenServer.call(__MODULE__, {:acquire, tracee}, @call_timeout)
+  @spec acquire(pid() | nil, TraceBackend.t()) :: :ok | {:error, term()}
+  def acquire(tracee \\ nil, handle \\ TraceBackend.legacy())
+      when is_pid(tracee) or is_nil(tracee) do
+    GenServer.call(__MODULE__, {:acquire, tracee, handle}, @call_timeout)
   end
 
   @doc """
-  Unregisters the calling process; the last user clears the patterns.
-  Releasing without having acquired is a no-op.
+  Unregisters the calling process; the last user of its patterns' scope
+  clears them. Releasing without having acquired is a no-op.
   """
   @spec release() :: :ok
   def release, do: GenServer.call(__MODULE__, :release, @call_timeout)
 
   @doc """
   Registers the calling process as running a cross-process (graph) trace
-  with the native session `native`. The first graph user makes the NIF the
-  seq_trace system tracer (`{FlameOn.Client.Native, :graph}`) and sets the
+  with the native session `native`, and returns the handle the trace's
+  processes are traced through. The first graph user makes the NIF the
+  seq_trace system tracer (`{FlameOn.Client.Native, :graph}`), opens the
+  graph tracing handle (a trace session of its own where the VM has them,
+  with the tracer `{FlameOn.Client.Native, :graph}`) and sets there the
   send pattern that turns call tracing on in every process that receives a
-  tokened `GenServer.call` request. Returns `{:error, {:system_tracer_taken,
-  tracer}}` when another tool owns the seq_trace system tracer. It also
-  takes the call patterns for the caller (as `acquire/1` with the caller as
+  tokened `GenServer.call` request. Returns `{:error,
+  {:system_tracer_taken, tracer}}` when another tool owns the seq_trace
+  system tracer (one per node, sessions or not). It also takes the graph
+  handle's call patterns for the caller (as `acquire/2` with the caller as
   the traced process); `release_graph/0` gives both back.
 
   The last graph user (by `release_graph/0` or by dying) puts the system
-  tracer and the send pattern back and turns tracing off on every process
-  that still has the graph tracer. A graph user that dies mid-trace has its
-  session stopped. `call_patterns: false` (sample traces) takes graph
-  tracing only: no call pattern is set for it.
+  tracer and the send pattern back, turns tracing off on every process that
+  still has the graph tracer and closes the graph handle. A graph user that
+  dies mid-trace has its session stopped. `call_patterns: false` (sample
+  traces) takes graph tracing only: no call pattern is set for it.
   """
   @spec acquire_graph(reference(), pid() | nil, pos_integer() | nil, keyword()) ::
-          :ok | {:error, term()}
+          {:ok, TraceBackend.t()} | {:error, term()}
   def acquire_graph(native, root \\ nil, label \\ nil, opts \\ []) do
     patterns? = Keyword.get(opts, :call_patterns, true)
     GenServer.call(__MODULE__, {:acquire_graph, native, root, label, patterns?}, @call_timeout)
   end
 
-  @doc "Ends the calling process's graph trace registration (see `acquire_graph/1`)."
+  @doc "Ends the calling process's graph trace registration (see `acquire_graph/4`)."
   @spec release_graph() :: :ok
   def release_graph, do: GenServer.call(__MODULE__, :release_graph, @call_timeout)
 
@@ -142,7 +154,7 @@ defmodule FlameOn.Client.Patterns do
   @spec depth_users() :: non_neg_integer()
   def depth_users, do: GenServer.call(__MODULE__, :depth_users, @call_timeout)
 
-  @doc "The number of processes currently holding the patterns."
+  @doc "The number of processes currently holding call patterns."
   @spec users() :: non_neg_integer()
   def users, do: GenServer.call(__MODULE__, :users, @call_timeout)
 
@@ -150,20 +162,20 @@ defmodule FlameOn.Client.Patterns do
   def init(:ok) do
     Process.flag(:trap_exit, true)
     # A previous owner killed before it could clean up left its patterns,
-    # flags and system tracer behind; its users are gone (the supervisor
-    # stops the sessions with it), so none of it is anyone's now.
+    # flags, sessions and system tracer behind; its users are gone (the
+    # supervisor stops the sessions with it), so none of it is anyone's now.
     swept = Sweep.run()
 
     if Enum.any?(swept, fn {_what, n} -> n not in [0, false] end) do
       Logger.warning("FlameOn: cleared what a previous trace owner left set: #{inspect(swept)}")
     end
 
-    {:ok, %{users: %{}, graph: %{}, depth_users: %{}}}
+    {:ok, %{users: %{}, graph: %{}, graph_handle: nil, depth_users: %{}}}
   end
 
   @impl GenServer
-  def handle_call({:acquire, tracee}, {pid, _tag}, state) do
-    case add_user(state, pid, tracee) do
+  def handle_call({:acquire, tracee, handle}, {pid, _tag}, state) do
+    case add_user(state, pid, tracee, handle) do
       {:ok, state} -> {:reply, :ok, state}
       {:error, _} = error -> {:reply, error, state}
     end
@@ -185,13 +197,20 @@ defmodule FlameOn.Client.Patterns do
 
     cond do
       Map.has_key?(graph, pid) ->
-        {:reply, :ok, state}
+        {:reply, {:ok, state.graph_handle}, state}
 
       taken != :ok ->
         {:reply, taken, state}
 
       true ->
-        added = if patterns?, do: add_user(state, pid, pid), else: {:ok, state}
+        handle = state.graph_handle || TraceBackend.open(:graph, @graph_tracer)
+
+        added =
+          cond do
+            (in_use = foreign_tracing(state.users, handle, patterns?)) != nil -> {:error, in_use}
+            patterns? -> add_user(state, pid, pid, handle)
+            true -> {:ok, state}
+          end
 
         case added do
           {:ok, state} ->
@@ -199,18 +218,20 @@ defmodule FlameOn.Client.Patterns do
             ref = if patterns?, do: nil, else: Process.monitor(pid)
             trace = %{native: native, root: root, label: label, ref: ref}
             graph = Map.put(graph, pid, trace)
-            set_graph_patterns(graph)
-            {:reply, :ok, %{state | graph: graph}}
+            set_graph_patterns(handle, graph)
+            {:reply, {:ok, handle}, %{state | graph: graph, graph_handle: handle}}
 
           {:error, _} = error ->
-            if graph == %{}, do: clear_graph_patterns()
+            if graph == %{}, do: clear_graph_patterns(handle)
             {:reply, error, state}
         end
     end
   end
 
+  # The call patterns first: the last graph user closes the graph handle
+  # they are set through.
   def handle_call(:release_graph, {pid, _tag}, state) do
-    {:reply, :ok, state |> drop_graph_user(pid) |> remove_user(pid)}
+    {:reply, :ok, state |> remove_user(pid) |> drop_graph_user(pid)}
   end
 
   def handle_call(:users, _from, state), do: {:reply, map_size(state.users), state}
@@ -247,16 +268,19 @@ defmodule FlameOn.Client.Patterns do
 
   def handle_info({:DOWN, ref, :process, pid, _reason}, %{users: users} = state) do
     case Map.pop(users, pid) do
-      {{^ref, tracee}, rest} ->
-        if tracee, do: TraceSession.untrace(tracee, pid)
+      {{^ref, tracee, handle}, rest} ->
+        if tracee, do: TraceBackend.untrace(handle, tracee)
 
         case state.graph do
           %{^pid => %{native: native}} -> Native.stop(native)
           _ -> :ok
         end
 
-        state = drop_graph_user(state, pid)
-        {:noreply, drop_user(state, rest)}
+        state = drop_user(state, rest, handle)
+        # The graph handle is closed with the last graph user; any other is
+        # the dead user's own.
+        if handle != state.graph_handle, do: TraceBackend.close(handle)
+        {:noreply, drop_graph_user(state, pid)}
 
       _ ->
         {:noreply, state}
@@ -284,8 +308,9 @@ defmodule FlameOn.Client.Patterns do
     end
   end
 
-  defp add_user(%{users: users} = state, pid, tracee) do
-    in_use = if users == %{}, do: foreign_call_tracing()
+  defp add_user(%{users: users} = state, pid, tracee, handle) do
+    first? = not in_scope?(users, handle)
+    in_use = if first? and TraceBackend.shared?(handle), do: foreign_call_tracing()
 
     cond do
       Map.has_key?(users, pid) ->
@@ -295,14 +320,20 @@ defmodule FlameOn.Client.Patterns do
         {:error, {:call_tracing_in_use, in_use}}
 
       true ->
-        if users == %{}, do: set_patterns()
+        if first?, do: set_patterns(handle)
         ref = Process.monitor(pid)
-        {:ok, %{state | users: Map.put(users, pid, {ref, tracee})}}
+        {:ok, %{state | users: Map.put(users, pid, {ref, tracee, handle})}}
     end
   end
 
-  # Another tool's call tracing that setting ours would break, described,
-  # or nil. Only asked when ours are off, so whatever is set is not ours.
+  defp in_scope?(users, handle) do
+    scope = TraceBackend.scope(handle)
+    Enum.any?(users, fn {_pid, {_ref, _tracee, h}} -> TraceBackend.scope(h) == scope end)
+  end
+
+  # Another tool's call tracing that setting ours in the legacy session
+  # would break, described, or nil. Only asked when ours are off there, so
+  # whatever is set is not ours.
   defp foreign_call_tracing do
     cond do
       :erlang.trace_info(:on_load, :traced) not in [{:traced, false}, {:traced, :undefined}] ->
@@ -318,6 +349,36 @@ defmodule FlameOn.Client.Patterns do
       true ->
         nil
     end
+  end
+
+  # In the legacy session a process has one tracer, and the send pattern's
+  # {trace, ...} action gives a callee ours even when another tool traces
+  # it (then clearing ours leaves it untraced): graph tracing there refuses
+  # while another tool traces any process. The call tracing check comes
+  # first when call patterns are wanted too, for its clearer message.
+  defp foreign_tracing(users, handle, patterns?) do
+    call_check? = patterns? and not in_scope?(users, handle)
+
+    with true <- TraceBackend.shared?(handle),
+         nil <- if(call_check?, do: foreign_call_tracing()),
+         pid when pid != nil <- foreign_traced(Process.list()) do
+      {:tracer, tracer} = :erlang.trace_info(pid, :tracer)
+      {:tracing_in_use, "#{inspect(pid)} is traced by #{inspect(tracer)}"}
+    else
+      what when is_binary(what) -> {:call_tracing_in_use, what}
+      _ -> nil
+    end
+  end
+
+  defp foreign_traced(pids) do
+    Enum.find(pids, fn pid ->
+      with {:flags, [_ | _]} <- :erlang.trace_info(pid, :flags),
+           {:tracer, tracer} when tracer != [] <- :erlang.trace_info(pid, :tracer) do
+        not Sweep.our_tracer?(tracer)
+      else
+        _ -> false
+      end
+    end)
   end
 
   defp new_process_call_flags do
@@ -357,14 +418,14 @@ defmodule FlameOn.Client.Patterns do
       {nil, _} ->
         state
 
-      {{ref, _tracee}, rest} ->
+      {{ref, _tracee, handle}, rest} ->
         Process.demonitor(ref, [:flush])
-        drop_user(state, rest)
+        drop_user(state, rest, handle)
     end
   end
 
-  defp drop_user(state, rest) do
-    if rest == %{}, do: clear_patterns()
+  defp drop_user(state, rest, handle) do
+    unless in_scope?(rest, handle), do: clear_patterns(handle)
     %{state | users: rest}
   end
 
@@ -375,13 +436,19 @@ defmodule FlameOn.Client.Patterns do
 
       {trace, rest} ->
         if trace.ref, do: Process.demonitor(trace.ref, [:flush])
-        if rest == %{}, do: clear_graph_patterns(), else: set_graph_patterns(rest)
-        %{state | graph: rest}
+
+        if rest == %{} do
+          clear_graph_patterns(state.graph_handle)
+          %{state | graph: rest, graph_handle: nil}
+        else
+          set_graph_patterns(state.graph_handle, rest)
+          %{state | graph: rest}
+        end
     end
   end
 
-  # One seq_trace system tracer per node: ours while graph traces run,
-  # refused when another tool has it.
+  # One seq_trace system tracer per node (sessions or not): ours while
+  # graph traces run, refused when another tool has it.
   defp take_system_tracer do
     case :seq_trace.get_system_tracer() do
       false ->
@@ -403,7 +470,9 @@ defmodule FlameOn.Client.Patterns do
   # nothing. One clause per running trace first: a root whose token was
   # cleared (a reply came back without one) gets it back before its next
   # request goes out, so its later calls are still followed.
-  defp set_graph_patterns(graph) do
+  defp set_graph_patterns(handle, graph) do
+    enable = {:trace, :"$1", [], {:const, TraceBackend.enable_flags(handle, @callee_flags)}}
+
     restore =
       for {_owner, %{root: root, label: label}} <- graph, is_pid(root) do
         {[:"$1", {:"$gen_call", :_, :_}],
@@ -412,18 +481,16 @@ defmodule FlameOn.Client.Patterns do
            {:set_seq_token, :label, label},
            {:set_seq_token, :send, true},
            {:set_seq_token, :receive, true},
-           @enable_callee
+           enable
          ]}
       end
 
-    callee =
-      {[:"$1", {:"$gen_call", :_, :_}], [{:is_pid, :"$1"}, {:is_seq_trace}], [@enable_callee]}
-
-    :erlang.trace_pattern(:send, restore ++ [callee], [])
+    callee = {[:"$1", {:"$gen_call", :_, :_}], [{:is_pid, :"$1"}, {:is_seq_trace}], [enable]}
+    TraceBackend.pattern(handle, :send, restore ++ [callee], [])
   end
 
-  defp clear_graph_patterns do
-    :erlang.trace_pattern(:send, true, [])
+  defp clear_graph_patterns(handle) do
+    TraceBackend.pattern(handle, :send, true, [])
 
     if :seq_trace.get_system_tracer() == @graph_tracer do
       :seq_trace.set_system_tracer(false)
@@ -431,25 +498,17 @@ defmodule FlameOn.Client.Patterns do
 
     # Callees got the graph tracer from the send pattern; with no graph
     # trace left, none of them is ours to keep.
-    for pid <- Process.list(),
-        :erlang.trace_info(pid, :tracer) == {:tracer, @graph_tracer} do
-      try do
-        :erlang.trace(pid, false, [:all])
-      rescue
-        ArgumentError -> :ok
-      end
-    end
-
-    :ok
+    TraceBackend.untrace_all(handle)
+    TraceBackend.close(handle)
   end
 
-  defp set_patterns do
-    :erlang.trace_pattern(:on_load, @match_spec, [:local])
-    :erlang.trace_pattern({:_, :_, :_}, @match_spec, [:local])
+  defp set_patterns(handle) do
+    TraceBackend.pattern(handle, :on_load, @match_spec, [:local])
+    TraceBackend.pattern(handle, {:_, :_, :_}, @match_spec, [:local])
   end
 
-  defp clear_patterns do
-    :erlang.trace_pattern({:_, :_, :_}, false, [:local])
-    :erlang.trace_pattern(:on_load, false, [:local])
+  defp clear_patterns(handle) do
+    TraceBackend.pattern(handle, {:_, :_, :_}, false, [:local])
+    TraceBackend.pattern(handle, :on_load, false, [:local])
   end
 end

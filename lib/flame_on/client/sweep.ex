@@ -5,7 +5,10 @@ defmodule FlameOn.Client.Sweep do
   # memory may have been killed.
   #
   # What is ours:
-  #   * a process whose tracer is the tracer module `FlameOn.Client.Native`
+  #   * a trace session named as ours (OTP 27+, see
+  #     FlameOn.Client.TraceBackend): destroying it removes every flag and
+  #     pattern it set, and nothing of another tool's;
+  #   * in the legacy session: a process whose tracer is the tracer module `FlameOn.Client.Native`
   #     (any state), or a `FlameOn.Client.TraceSession` process, or a dead
   #     process (a trace nobody receives);
   #   * the seq_trace system tracer `{FlameOn.Client.Native, _}`;
@@ -19,7 +22,7 @@ defmodule FlameOn.Client.Sweep do
   # the application's `stop/1` (the whole tree is gone). `run/0` is cheap
   # when nothing is set except for the process scan (about 3 µs a process).
 
-  alias FlameOn.Client.Native
+  alias FlameOn.Client.{Native, TraceBackend}
 
   # The match spec of our local call patterns (FlameOn.Client.Patterns).
   @call_match_spec [{:_, [], [{:message, {:caller}}]}]
@@ -32,13 +35,14 @@ defmodule FlameOn.Client.Sweep do
 
   @doc """
   Clears every trace flag, pattern and system tracer of ours on the node.
-  Returns what it undid: `%{processes: n, system_tracer: bool,
-  send_pattern: bool, call_patterns: bool}`.
+  Returns what it undid: `%{sessions: n, processes: n, system_tracer: bool,
+  send_pattern: bool, call_patterns: bool, backtrace_depth: bool}`.
   """
   @spec run() :: %{atom() => non_neg_integer() | boolean()}
   def run do
     # The send pattern and the system tracer first: they are what turns
     # tracing on in more processes.
+    sessions = TraceBackend.destroy_our_sessions()
     send_pattern = clear_send_pattern()
     system_tracer = clear_system_tracer()
     call_patterns = clear_call_patterns()
@@ -46,6 +50,7 @@ defmodule FlameOn.Client.Sweep do
     backtrace_depth = restore_backtrace_depth()
 
     %{
+      sessions: sessions,
       processes: processes,
       backtrace_depth: backtrace_depth,
       system_tracer: system_tracer,

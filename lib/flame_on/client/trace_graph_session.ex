@@ -35,7 +35,8 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   use GenServer, restart: :temporary
 
-  alias FlameOn.Client.{Graph, Native, Patterns, Profile, Sampler, Shipper, TraceSession}
+  alias FlameOn.Client.{Graph, Native, Patterns, Profile, Sampler, Shipper}
+  alias FlameOn.Client.{TraceBackend, TraceSession}
 
   @typedoc "Options of `start/1`."
   @type option ::
@@ -64,11 +65,18 @@ defmodule FlameOn.Client.TraceGraphSession do
   def start_link(opts), do: GenServer.start_link(__MODULE__, opts)
 
   @doc """
-  What the root is traced with: `%{native: session, label: label,
-  timeline: TraceSession pid | nil}`.
+  What the root is traced with: `%{native: session, label: label, handle:
+  graph tracing handle, timeline: TraceSession pid | nil}` (the handle is a
+  `FlameOn.Client.TraceBackend` handle).
   """
   @spec info(pid()) ::
-          {:ok, %{native: Native.session(), label: pos_integer(), timeline: pid() | nil}}
+          {:ok,
+           %{
+             native: Native.session(),
+             label: pos_integer(),
+             handle: TraceBackend.t(),
+             timeline: pid() | nil
+           }}
           | {:error, term()}
   def info(session) do
     {:ok, GenServer.call(session, :info)}
@@ -102,11 +110,12 @@ defmodule FlameOn.Client.TraceGraphSession do
     with {:ok, native} <- new_native(limits, label),
          :ok <- register(native, root),
          :ok <- watch_callees(native, mode),
-         :ok <- take_graph_tracing(native, root, label, mode) do
+         {:ok, handle} <- take_graph_tracing(native, root, label, mode) do
       timer = Process.send_after(self(), :lifetime, Keyword.get(opts, :max_duration_ms, 60_000))
 
       state = %{
         native: native,
+        handle: handle,
         label: label,
         root: root,
         root_ref: Process.monitor(root),
@@ -139,7 +148,14 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   @impl GenServer
   def handle_call(:info, _from, state) do
-    {:reply, %{native: state.native, label: state.label, timeline: state.timeline}, state}
+    info = %{
+      native: state.native,
+      label: state.label,
+      handle: state.handle,
+      timeline: state.timeline
+    }
+
+    {:reply, info, state}
   end
 
   def handle_call({:finish, opts}, _from, state) do
@@ -213,8 +229,8 @@ defmodule FlameOn.Client.TraceGraphSession do
   # A sample trace sets no call patterns: its callees are sampled.
   defp take_graph_tracing(native, root, label, mode) do
     case Patterns.acquire_graph(native, root, label, call_patterns: mode != :sample) do
-      :ok ->
-        :ok
+      {:ok, handle} ->
+        {:ok, handle}
 
       {:error, reason} ->
         Native.stop(native)
