@@ -228,7 +228,9 @@ defmodule FlameOn.Client do
   Keys: `:breaker` (`:closed` or `{:open, reason}`, see
   `FlameOn.Client.Breaker`), `:sessions` (live session resources),
   `:sessions_memory_bytes` (their tables), `:node_memory_bytes`,
-  `:pattern_users` (traces holding the call patterns), `:sample_traces`
+  `:pattern_users` (traces holding the call patterns), `:trace_sessions`
+  (the VM's trace sessions of ours, OTP 27+; see
+  `FlameOn.Client.TraceBackend`), `:sample_traces`
   (sampling processes and sessions holding a raised `backtrace_depth`) and
   `:session_processes` (`:process`-mode sessions running).
   """
@@ -242,6 +244,7 @@ defmodule FlameOn.Client do
       sessions_memory_bytes: Native.session_bytes(),
       node_memory_bytes: :erlang.memory(:total),
       pattern_users: Patterns.users(),
+      trace_sessions: length(TraceBackend.our_sessions()),
       sample_traces: Patterns.depth_users(),
       session_processes: DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active
     }

@@ -77,7 +77,10 @@ defmodule FlameOn.Client.TraceBackend do
 
   @doc """
   A handle for a new trace with `tracer`: its own trace session where the
-  VM has them, else the legacy session.
+  VM has them, else the legacy session. A session is only made for a live
+  tracer: a tracer module whose `enabled/3` answers `:remove` to
+  `:trace_status` (`{FlameOn.Client.Native, :graph}` while no graph trace is
+  registered) raises `ArgumentError`.
   """
   @spec open(kind(), tracer()) :: t()
   def open(kind, tracer) when is_map_key(@session_names, kind) do

@@ -76,6 +76,9 @@ defmodule FlameOn.Client.CoexistenceTest do
               add_tool_patterns(tool)
               result = GenServer.call(target, {:work, @n})
               Workloads.busy(30)
+              # ours: sessions of its own where the VM has them
+              sessions = FlameOn.Client.status().trace_sessions
+              assert if(TraceBackend.sessions?(), do: sessions >= 1, else: sessions == 0)
               {result, tool_events(tool)}
             end,
             @opts
