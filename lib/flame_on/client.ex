@@ -209,6 +209,72 @@ defmodule FlameOn.Client do
     raise ArgumentError, "expected a function of arity 0, got: #{inspect(fun)}"
   end
 
+  @doc """
+  Runs `fun` in the calling process and returns `{result, summary}`: for
+  every function it called, how many calls and how much time or memory,
+  and its share, as `tprof` reports it (a `FlameOn.Client.Summary`; print
+  it with `FlameOn.Client.Summary.table/2`, write it with
+  `FlameOn.Client.Summary.csv/1`).
+
+      iex> {result, summary} = FlameOn.Client.summary(fn -> Enum.sum(1..100) end)
+      iex> result
+      5050
+      iex> summary.type
+      :call_time
+      iex> Enum.any?(summary.entries, &(&1.function == "Enum.sum/1" and &1.calls == 1))
+      true
+
+  The VM counts (`call_time` or `call_memory` trace patterns on every
+  function, read back per function): no stacks and no events, so it costs
+  less than `profile/2` while it runs, but says nothing of who called
+  whom. Each function's time or memory is its own (its callees are
+  traced too).
+
+  Options:
+
+    * `:type` (`:call_time`) – `:call_time`: microseconds; `:call_memory`:
+      words allocated on the process heap (Erlang/OTP 26 or later; an
+      `ArgumentError` on OTP 25).
+    * `:set_on_spawn` (`true`) – also count the processes `fun` spawns
+      (and theirs), as `tprof` does.
+    * `:name` (`"flame_on"`) – the summary's name.
+
+  On OTP 27+ the counters live in a trace session of their own: other
+  tools' tracing (`tprof` included) and our other traces are untouched.
+  Before OTP 27 they are node-global, so a summary refuses to start
+  (`ArgumentError`) while anything else call-traces on the node, ours
+  included. If `fun` raises, throws or exits, the counters are cleared and
+  the exception is raised again.
+  """
+  @spec summary((() -> result), keyword()) :: {result, FlameOn.Client.Summary.t()}
+        when result: term()
+  def summary(fun, opts \\ [])
+
+  def summary(fun, opts) when is_function(fun, 0) and is_list(opts) do
+    opts =
+      opts
+      |> Keyword.validate!(type: :call_time, set_on_spawn: true, name: "flame_on")
+      |> Map.new()
+
+    case opts do
+      %{type: type} when type not in [:call_time, :call_memory] ->
+        invalid!(:type, ":call_time or :call_memory", type)
+
+      %{set_on_spawn: flag} when not is_boolean(flag) ->
+        invalid!(:set_on_spawn, "a boolean", flag)
+
+      %{name: name} when not is_binary(name) ->
+        invalid!(:name, "a string", name)
+
+      opts ->
+        Capture.Counters.run(fun, opts)
+    end
+  end
+
+  def summary(fun, _opts) do
+    raise ArgumentError, "expected a function of arity 0, got: #{inspect(fun)}"
+  end
+
   @doc "See `FlameOn.Client.Tracing.trace/3`: trace app code, sampled, shipped above a threshold."
   defdelegate trace(name, fun, opts \\ []), to: FlameOn.Client.Tracing
 

@@ -120,7 +120,20 @@ defmodule FlameOn.Client.TestHelpers do
         other -> [{:graph_tracing, other}]
       end
 
-    sessions ++ traced_processes ++ patterns ++ graph
+    # Counter patterns (summary/2) in the legacy session.
+    counters =
+      for item <- counter_items(),
+          mfa <- [:on_load, {:lists, :reverse, 1}],
+          (found = :erlang.trace_info(mfa, item)) not in [{item, false}, {item, :undefined}],
+          do: {:counters, mfa, found}
+
+    sessions ++ traced_processes ++ patterns ++ graph ++ counters
+  end
+
+  defp counter_items do
+    if :erlang.system_info(:otp_release) >= ~c"26",
+      do: [:call_time, :call_memory],
+      else: [:call_time]
   end
 
   defp loaded?({module, _f, _a}), do: match?({:module, _}, Code.ensure_loaded(module))

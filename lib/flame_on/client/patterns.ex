@@ -76,6 +76,10 @@ defmodule FlameOn.Client.Patterns do
   # with the :send flag run this, so untraced senders pay nothing.
   @callee_flags [:call, :arity, :return_to, :running, :send, :procs]
   @call_timeout 60_000
+  @kinds [:calls, :call_time, :call_memory]
+
+  @typedoc "What a user's patterns do (see `acquire/3`)."
+  @type kind :: :calls | :call_time | :call_memory
 
   @doc false
   @spec start_link(keyword()) :: GenServer.on_start()
@@ -88,11 +92,17 @@ defmodule FlameOn.Client.Patterns do
   process the caller traces (or `nil`): if the caller dies without
   `release/0`, that process's trace flags are cleared and the handle is
   closed. Acquiring twice from one process counts once.
+
+  `kind` is what the patterns do: `:calls` (call events, the default) or
+  `:call_time` / `:call_memory` (counters, `FlameOn.Client.summary/2`, set
+  with that flag on every function). Counters are restarted when set, so
+  in the legacy session a summary has the patterns to itself: it refuses
+  while anything else of ours or another tool's call-traces there.
   """
-  @spec acquire(pid() | nil, TraceBackend.t()) :: :ok | {:error, term()}
-  def acquire(tracee \\ nil, handle \\ TraceBackend.legacy())
-      when is_pid(tracee) or is_nil(tracee) do
-    GenServer.call(__MODULE__, {:acquire, tracee, handle}, @call_timeout)
+  @spec acquire(pid() | nil, TraceBackend.t(), kind()) :: :ok | {:error, term()}
+  def acquire(tracee \\ nil, handle \\ TraceBackend.legacy(), kind \\ :calls)
+      when (is_pid(tracee) or is_nil(tracee)) and kind in @kinds do
+    GenServer.call(__MODULE__, {:acquire, tracee, handle, kind}, @call_timeout)
   end
 
   @doc """
@@ -174,8 +184,8 @@ defmodule FlameOn.Client.Patterns do
   end
 
   @impl GenServer
-  def handle_call({:acquire, tracee, handle}, {pid, _tag}, state) do
-    case add_user(state, pid, tracee, handle) do
+  def handle_call({:acquire, tracee, handle, kind}, {pid, _tag}, state) do
+    case add_user(state, pid, tracee, handle, kind) do
       {:ok, state} -> {:reply, :ok, state}
       {:error, _} = error -> {:reply, error, state}
     end
@@ -208,7 +218,7 @@ defmodule FlameOn.Client.Patterns do
         added =
           cond do
             (in_use = foreign_tracing(state.users, handle, patterns?)) != nil -> {:error, in_use}
-            patterns? -> add_user(state, pid, pid, handle)
+            patterns? -> add_user(state, pid, pid, handle, :calls)
             true -> {:ok, state}
           end
 
@@ -268,7 +278,7 @@ defmodule FlameOn.Client.Patterns do
 
   def handle_info({:DOWN, ref, :process, pid, _reason}, %{users: users} = state) do
     case Map.pop(users, pid) do
-      {{^ref, tracee, handle}, rest} ->
+      {{^ref, tracee, handle, kind}, rest} ->
         if tracee, do: TraceBackend.untrace(handle, tracee)
 
         case state.graph do
@@ -276,7 +286,7 @@ defmodule FlameOn.Client.Patterns do
           _ -> :ok
         end
 
-        state = drop_user(state, rest, handle)
+        state = drop_user(state, rest, handle, kind)
         # The graph handle is closed with the last graph user; any other is
         # the dead user's own.
         if handle != state.graph_handle, do: TraceBackend.close(handle)
@@ -308,9 +318,9 @@ defmodule FlameOn.Client.Patterns do
     end
   end
 
-  defp add_user(%{users: users} = state, pid, tracee, handle) do
-    first? = not in_scope?(users, handle)
-    in_use = if first? and TraceBackend.shared?(handle), do: foreign_call_tracing()
+  defp add_user(%{users: users} = state, pid, tracee, handle, kind) do
+    first? = not in_scope?(users, handle, kind)
+    in_use = if TraceBackend.shared?(handle), do: legacy_conflict(users, kind, first?)
 
     cond do
       Map.has_key?(users, pid) ->
@@ -320,15 +330,37 @@ defmodule FlameOn.Client.Patterns do
         {:error, {:call_tracing_in_use, in_use}}
 
       true ->
-        if first?, do: set_patterns(handle)
+        if first?, do: set_patterns(handle, kind)
         ref = Process.monitor(pid)
-        {:ok, %{state | users: Map.put(users, pid, {ref, tracee, handle})}}
+        {:ok, %{state | users: Map.put(users, pid, {ref, tracee, handle, kind})}}
     end
   end
 
-  defp in_scope?(users, handle) do
+  defp in_scope?(users, handle, kind) do
     scope = TraceBackend.scope(handle)
-    Enum.any?(users, fn {_pid, {_ref, _tracee, h}} -> TraceBackend.scope(h) == scope end)
+
+    Enum.any?(users, fn {_pid, {_ref, _tracee, h, k}} ->
+      k == kind and TraceBackend.scope(h) == scope
+    end)
+  end
+
+  # What setting `kind` patterns in the legacy session would break, or nil.
+  defp legacy_conflict(_users, :calls, first?), do: if(first?, do: foreign_call_tracing())
+
+  defp legacy_conflict(users, kind, _first?) do
+    cond do
+      Enum.any?(users, fn {_pid, {_ref, _tracee, h, _k}} -> TraceBackend.shared?(h) end) ->
+        "another trace of ours call-traces in the legacy session"
+
+      (what = foreign_call_tracing()) != nil ->
+        what
+
+      :erlang.trace_info(:on_load, kind) not in [{kind, false}, {kind, :undefined}] ->
+        "#{kind} is measured on this node (another profiler's :on_load pattern)"
+
+      true ->
+        nil
+    end
   end
 
   # Another tool's call tracing that setting ours in the legacy session
@@ -357,7 +389,7 @@ defmodule FlameOn.Client.Patterns do
   # while another tool traces any process. The call tracing check comes
   # first when call patterns are wanted too, for its clearer message.
   defp foreign_tracing(users, handle, patterns?) do
-    call_check? = patterns? and not in_scope?(users, handle)
+    call_check? = patterns? and not in_scope?(users, handle, :calls)
 
     with true <- TraceBackend.shared?(handle),
          nil <- if(call_check?, do: foreign_call_tracing()),
@@ -418,14 +450,14 @@ defmodule FlameOn.Client.Patterns do
       {nil, _} ->
         state
 
-      {{ref, _tracee, handle}, rest} ->
+      {{ref, _tracee, handle, kind}, rest} ->
         Process.demonitor(ref, [:flush])
-        drop_user(state, rest, handle)
+        drop_user(state, rest, handle, kind)
     end
   end
 
-  defp drop_user(state, rest, handle) do
-    unless in_scope?(rest, handle), do: clear_patterns(handle)
+  defp drop_user(state, rest, handle, kind) do
+    unless in_scope?(rest, handle, kind), do: clear_patterns(handle, kind)
     %{state | users: rest}
   end
 
@@ -502,13 +534,25 @@ defmodule FlameOn.Client.Patterns do
     TraceBackend.close(handle)
   end
 
-  defp set_patterns(handle) do
+  defp set_patterns(handle, :calls) do
     TraceBackend.pattern(handle, :on_load, @match_spec, [:local])
     TraceBackend.pattern(handle, {:_, :_, :_}, @match_spec, [:local])
   end
 
-  defp clear_patterns(handle) do
+  defp set_patterns(handle, counter) do
+    if TraceBackend.shared?(handle), do: Sweep.note_legacy_counters(counter, true)
+    TraceBackend.pattern(handle, :on_load, true, [counter])
+    TraceBackend.pattern(handle, {:_, :_, :_}, true, [counter])
+  end
+
+  defp clear_patterns(handle, :calls) do
     TraceBackend.pattern(handle, {:_, :_, :_}, false, [:local])
     TraceBackend.pattern(handle, :on_load, false, [:local])
+  end
+
+  defp clear_patterns(handle, counter) do
+    TraceBackend.pattern(handle, {:_, :_, :_}, false, [counter])
+    TraceBackend.pattern(handle, :on_load, false, [counter])
+    if TraceBackend.shared?(handle), do: Sweep.note_legacy_counters(counter, false)
   end
 end

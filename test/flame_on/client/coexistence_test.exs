@@ -162,6 +162,59 @@ defmodule FlameOn.Client.CoexistenceTest do
     assert_tool_intact(tool)
   end
 
+  test "summary/2 and tprof: each in its own session (OTP 27+), refused beside the tool before",
+       %{
+         tool: tool,
+         target: target
+       } do
+    if TraceBackend.sessions?() do
+      # tprof counts the target's fib/1 calls in its own session meanwhile
+      FlameOn.Client.Test.Tools.otp_lib!(:tools, "erlang-tools")
+      {:ok, tprof} = apply(:tprof, :start, [%{type: :call_time, session: :other_tprof}])
+      on_exit(fn -> if Process.alive?(tprof), do: GenServer.stop(tprof) end)
+      apply(:tprof, :enable_trace, [tprof, target, %{set_on_spawn: false}])
+      apply(:tprof, :set_pattern, [tprof, Workloads, :fib, 1])
+
+      for type <- [:call_time, :call_memory] do
+        {{result, events}, summary} =
+          FlameOn.Client.summary(
+            fn ->
+              add_tool_patterns(tool)
+              {GenServer.call(target, {:work, @n}), tool_events(tool)}
+            end,
+            type: type
+          )
+
+        assert result == {8, @n}
+        assert events == expected_events()
+        # the target is not ours: only the calling process is in the summary
+        assert Map.keys(summary.by_process) == [self()]
+
+        {_, _} =
+          FlameOn.Client.profile(fn -> GenServer.call(target, {:work, @n}) end,
+            cross_process: true
+          )
+
+        assert tool_events(tool) == expected_events()
+      end
+
+      # tprof saw every fib/1 call of the target: 2 summaries, 2 profiles,
+      # and the checks in between
+      {:call_time, [{Workloads, :fib, 1, [{^target, calls, _us}]}]} =
+        apply(:tprof, :collect, [tprof])
+
+      assert calls == 25 * 4
+      GenServer.stop(tprof)
+    else
+      error = assert_raise ArgumentError, fn -> FlameOn.Client.summary(fn -> :ok end) end
+      assert error.message =~ "another tool is call tracing"
+      add_tool_patterns(tool)
+    end
+
+    assert_ours_gone()
+    assert_tool_intact(tool, added: true)
+  end
+
   # --- the other tool --------------------------------------------------------
 
   defp start_tool(target) do
