@@ -210,11 +210,16 @@ defmodule FlameOn.Client do
   end
 
   @doc """
-  Runs `fun` in the calling process and returns `{result, summary}`: for
-  every function it called, how many calls and how much time or memory,
-  and its share, as `tprof` reports it (a `FlameOn.Client.Summary`; print
-  it with `FlameOn.Client.Summary.table/2`, write it with
+  Runs `fun` and returns `{result, summary}`: for every function it called,
+  how many calls and how much time or memory, and its share, as `tprof`
+  reports it (a `FlameOn.Client.Summary`; print it with
+  `FlameOn.Client.Summary.table/2`, write it with
   `FlameOn.Client.Summary.csv/1`).
+
+  As `tprof` does, `fun` runs in a new process (linked to the caller, like
+  a `Task`, with the caller in its `:"$callers"`), so the counts do not
+  depend on the caller's heap: the time a function spends collecting
+  garbage is its own. `summary.pid` is that process.
 
       iex> {result, summary} = FlameOn.Client.summary(fn -> Enum.sum(1..100) end)
       iex> result
@@ -244,7 +249,7 @@ defmodule FlameOn.Client do
   Before OTP 27 they are node-global, so a summary refuses to start
   (`ArgumentError`) while anything else call-traces on the node, ours
   included. If `fun` raises, throws or exits, the counters are cleared and
-  the exception is raised again.
+  the exception is raised again in the caller.
   """
   @spec summary((() -> result), keyword()) :: {result, FlameOn.Client.Summary.t()}
         when result: term()

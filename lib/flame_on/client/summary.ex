@@ -27,7 +27,7 @@ defmodule FlameOn.Client.Summary do
     * `:by_process` – `%{pid => [entry]}`, each process's own, its shares of
       its own total.
     * `:total` (sum of `value`), `:calls` (sum of `calls`).
-    * `:name`, `:pid` (the calling process), `:started_at`
+    * `:name`, `:pid` (the process `fun` ran in), `:started_at`
       (`System.monotonic_time(:microsecond)`), `:duration_us` (wall time
       traced).
 

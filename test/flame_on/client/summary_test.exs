@@ -38,7 +38,9 @@ defmodule FlameOn.Client.SummaryTest do
 
     assert result == {2584, 50_000}
     assert %Summary{type: :call_time, unit: :microsecond, pid: pid} = summary
-    assert pid == self()
+    # as tprof, in a process of its own
+    assert is_pid(pid) and pid != self()
+    refute Process.alive?(pid)
     assert entry(summary, @fib).calls == fib_calls(18)
     assert entry(summary, @loop).calls == 50_001
     assert entry(summary, @fib).function == "FlameOn.Client.Test.Workloads.fib/1"
@@ -57,7 +59,7 @@ defmodule FlameOn.Client.SummaryTest do
                (m == :erts_internal and f in [:trace, :trace_pattern])
            end)
 
-    assert Map.keys(summary.by_process) == [self()]
+    assert Map.keys(summary.by_process) == [pid]
     assert_node_clean()
   end
 
@@ -102,7 +104,7 @@ defmodule FlameOn.Client.SummaryTest do
     assert entry(with_children, @fib).calls == fib_calls(12) + fib_calls(10)
 
     {199, alone} = FlameOn.Client.summary(work, set_on_spawn: false)
-    assert Map.keys(alone.by_process) == [self()]
+    assert Map.keys(alone.by_process) == [alone.pid]
     assert entry(alone, @fib).calls == fib_calls(10)
     assert_node_clean()
   end
@@ -179,6 +181,10 @@ defmodule FlameOn.Client.SummaryTest do
     end
 
     assert catch_throw(FlameOn.Client.summary(fn -> throw(:up) end)) == :up
+    assert catch_exit(FlameOn.Client.summary(fn -> exit(:bye) end)) == :bye
+    # a process of its own, with the caller in its $callers
+    test = self()
+    assert {[^test | _], _} = FlameOn.Client.summary(fn -> Process.get(:"$callers") end)
     assert_node_clean()
   end
 
@@ -215,33 +221,32 @@ defmodule FlameOn.Client.SummaryTest do
   test "summaries side by side: in sessions of their own (OTP 27+), one at a time before" do
     parent = self()
 
-    other =
-      spawn(fn ->
-        result =
-          try do
-            FlameOn.Client.summary(fn ->
-              send(parent, :counting)
-              receive do: (:go -> Workloads.fib(12))
-            end)
-          rescue
-            e in ArgumentError -> {:refused, Exception.message(e)}
-          end
+    spawn(fn ->
+      result =
+        try do
+          FlameOn.Client.summary(fn ->
+            send(parent, {:counting, self()})
+            receive do: (:go -> Workloads.fib(12))
+          end)
+        rescue
+          e in ArgumentError -> {:refused, Exception.message(e)}
+        end
 
-        send(parent, {:other, result})
-      end)
+      send(parent, {:other, result})
+    end)
 
-    assert_receive :counting, 5_000
+    assert_receive {:counting, counted}, 5_000
 
     if TraceBackend.sessions?() do
       {_, mine} = FlameOn.Client.summary(fn -> Workloads.fib(10) end)
-      send(other, :go)
+      send(counted, :go)
       assert_receive {:other, {144, theirs}}, 5_000
       assert entry(mine, @fib).calls == fib_calls(10)
       assert entry(theirs, @fib).calls == fib_calls(12)
     else
       error = assert_raise ArgumentError, fn -> FlameOn.Client.summary(fn -> :ok end) end
       assert error.message =~ "another trace of ours"
-      send(other, :go)
+      send(counted, :go)
       assert_receive {:other, {144, _}}, 5_000
     end
 

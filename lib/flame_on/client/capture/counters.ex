@@ -4,10 +4,10 @@ defmodule FlameOn.Client.Capture.Counters do
   # tprof reads them. A counter pattern on every function (and on modules
   # loaded meanwhile) goes where the trace's handle says (its own trace
   # session on OTP 27+, see FlameOn.Client.TraceBackend; the legacy session,
-  # through FlameOn.Client.Patterns, before), the calling process (and with
-  # set_on_spawn the processes it spawns) gets the :call flag with :silent
-  # (counters only, no events), fun runs, the counters are paused and read
-  # per function with info/3, and everything is cleared.
+  # through FlameOn.Client.Patterns, before), fun runs in a new process with
+  # the :call flag and :silent (counters only, no events; with set_on_spawn
+  # the processes it spawns too), the counters are paused and read per
+  # function with info/3, and everything is cleared.
 
   alias FlameOn.Client.{Capture, Patterns, Summary, TraceBackend}
 
@@ -24,32 +24,25 @@ defmodule FlameOn.Client.Capture.Counters do
     {:erlang, :ensure_tracer_module_loaded, 2}
   ]
 
-  @doc "Runs `fun` with counters on; `{result, summary}` or the function's exception."
+  @doc """
+  Runs `fun` in a new process with counters on; `{result, summary}`, or the
+  function's exception raised again in the caller.
+  """
   @spec run((() -> result), map()) :: {result, Summary.t()} when result: term()
   def run(fun, %{type: type} = opts) do
     check_release!(type)
-    Capture.ensure_untraced!()
-    handle = TraceBackend.open(:summary, self())
+    caller = self()
+    # The caller is the tracer, but with :silent nothing is sent to it.
+    handle = TraceBackend.open(:summary, caller)
 
-    with {:error, reason} <- Patterns.acquire(self(), handle, type) do
+    with {:error, reason} <- Patterns.acquire(nil, handle, type) do
       TraceBackend.close(handle)
       Capture.raise_start_error!(reason, "a summary")
     end
 
     flags = [:call, :silent] ++ if(opts.set_on_spawn, do: [:set_on_spawn], else: [])
     started = :erlang.monotonic_time()
-
-    outcome =
-      try do
-        TraceBackend.trace(handle, self(), true, flags)
-        {:ok, fun.()}
-      catch
-        kind, reason -> {kind, reason, __STACKTRACE__}
-      end
-
-    # Nothing after this is counted, in this process or its children.
-    TraceBackend.pattern(handle, {:_, :_, :_}, :pause, [type])
-    ended = :erlang.monotonic_time()
+    {pid, outcome, ended} = run_counted(fun, handle, type, flags)
 
     counters =
       try do
@@ -64,7 +57,7 @@ defmodule FlameOn.Client.Capture.Counters do
       Summary.build(counters,
         type: type,
         name: opts.name,
-        pid: self(),
+        pid: pid,
         started_at: System.convert_time_unit(started, :native, :microsecond),
         duration_us: System.convert_time_unit(ended - started, :native, :microsecond)
       )
@@ -72,6 +65,44 @@ defmodule FlameOn.Client.Capture.Counters do
     case outcome do
       {:ok, result} -> {result, summary}
       {kind, reason, stacktrace} -> :erlang.raise(kind, reason, stacktrace)
+    end
+  end
+
+  # As tprof: the function runs in a process of its own, so what it counts
+  # does not depend on the caller's heap (time spent collecting garbage is
+  # the running function's). Linked, like a Task: it dies with the caller.
+  defp run_counted(fun, handle, type, flags) do
+    caller = self()
+    ref = make_ref()
+
+    {pid, monitor} =
+      :erlang.spawn_opt(
+        fn ->
+          Process.put(:"$callers", [caller | Process.get(:"$callers", [])])
+
+          outcome =
+            try do
+              TraceBackend.trace(handle, self(), true, flags)
+              {:ok, fun.()}
+            catch
+              kind, reason -> {kind, reason, __STACKTRACE__}
+            end
+
+          # Nothing after this is counted, here or in its children.
+          TraceBackend.pattern(handle, {:_, :_, :_}, :pause, [type])
+          send(caller, {ref, outcome, :erlang.monotonic_time()})
+        end,
+        [:link, :monitor]
+      )
+
+    receive do
+      {^ref, outcome, ended} ->
+        Process.demonitor(monitor, [:flush])
+        {pid, outcome, ended}
+
+      {:DOWN, ^monitor, :process, ^pid, reason} ->
+        TraceBackend.pattern(handle, {:_, :_, :_}, :pause, [type])
+        {pid, {:exit, reason, []}, :erlang.monotonic_time()}
     end
   end
 
