@@ -18,11 +18,12 @@
 #                      patterns are shared. Also: the cost of setting up
 #                      and ending one exact trace (profile/2 of a no-op).
 #   2. summary/2 vs tprof  (OTP 27+) the same workload summarized by
-#                      summary/2 and by tprof:profile/2, interleaved, for
-#                      call_time and call_memory: per function, the median
-#                      ratio of our value to tprof's, and for scale the
-#                      median ratio of two tprof runs to each other (the
-#                      noise floor of call_time on this machine).
+#                      summary/2 and twice by tprof:profile/2 each round (in
+#                      a rotating order), for call_time and call_memory: per
+#                      function, the median ratio of our value to the mean of
+#                      tprof's two, and for scale the median ratio of tprof's
+#                      second run to its first (the noise floor of call_time
+#                      on this machine). Calls must match exactly.
 
 Code.require_file("support.exs", __DIR__)
 
@@ -152,56 +153,55 @@ defmodule FlameOn.Bench.Sessions do
 
     for type <- [:call_time, :call_memory] do
       runs =
-        for _ <- 1..@rounds do
-          # the order rotates: ours first, then tprof twice, then ours last
-          ours = summary(work, type)
-          a = tprof(work, type)
-          b = tprof(work, type)
-          {ours, a, b}
+        for round <- 1..@rounds do
+          # the three runs of a round in a rotating order
+          steps = [
+            ours: fn -> summary(work, type) end,
+            a: fn -> tprof(work, type) end,
+            b: fn -> tprof(work, type) end
+          ]
+
+          {front, back} = Enum.split(steps, rem(round, 3))
+          done = Map.new(back ++ front, fn {key, run} -> {key, run.()} end)
+          {done.ours, done.a, done.b}
         end
 
       {ours0, a0, _} = hd(runs)
       top = ours0.entries |> Enum.take(5) |> Enum.map(& &1.mfa)
       IO.puts("   #{type}:")
-      IO.puts("     #{pad("function", 40)} #{pad("calls", 8)} ours/tprof tprof/tprof")
+      IO.puts("     #{pad("function", 40)} #{pad("calls", 8)} ours/tprof tprof b/a")
 
       for mfa <- top do
         calls_ok =
-          Enum.all?(runs, fn {o, a, _} ->
-            entry(o, mfa).calls == elem(Map.get(a, mfa, {0, 0}), 0)
+          Enum.all?(runs, fn {o, a, b} ->
+            entry(o, mfa).calls == calls(a, mfa) and calls(a, mfa) == calls(b, mfa)
           end)
 
         ratio =
           median(
-            for {o, a, _} <- runs,
-                do: entry(o, mfa).value / max(elem(Map.get(a, mfa, {0, 1}), 1), 1)
+            for {o, a, b} <- runs,
+                do: entry(o, mfa).value / max((value(a, mfa) + value(b, mfa)) / 2, 1)
           )
 
-        noise =
-          median(
-            for {_, a, b} <- runs,
-                do: elem(Map.get(b, mfa, {0, 0}), 1) / max(elem(Map.get(a, mfa, {0, 1}), 1), 1)
-          )
+        noise = median(for {_, a, b} <- runs, do: value(b, mfa) / max(value(a, mfa), 1))
 
         IO.puts(
-          "     #{pad(entry(ours0, mfa).function, 40)} #{pad(to_string(elem(Map.get(a0, mfa, {0, 0}), 0)), 8)} " <>
-            "#{pad(fmt(ratio), 10)} #{pad(fmt(noise), 11)}#{if calls_ok, do: "", else: "  CALLS DIFFER"}"
+          "     #{pad(entry(ours0, mfa).function, 40)} #{pad(to_string(calls(a0, mfa)), 8)} " <>
+            "#{pad(fmt(ratio), 10)} #{pad(fmt(noise), 10)}#{if calls_ok, do: "", else: "  CALLS DIFFER"}"
         )
       end
 
-      total =
-        median(
-          for {o, a, _} <- runs,
-              do: o.total / max(Enum.sum(Enum.map(Map.values(a), &elem(&1, 1))), 1)
-        )
-
+      total = median(for {o, a, b} <- runs, do: o.total / max((sum(a) + sum(b)) / 2, 1))
       noise = median(for {_, a, b} <- runs, do: sum(b) / max(sum(a), 1))
 
       IO.puts(
-        "     #{pad("total", 40)} #{pad("", 8)} #{pad(fmt(total), 10)} #{pad(fmt(noise), 11)}"
+        "     #{pad("total", 40)} #{pad("", 8)} #{pad(fmt(total), 10)} #{pad(fmt(noise), 10)}"
       )
     end
   end
+
+  defp calls(by_mfa, mfa), do: elem(Map.get(by_mfa, mfa, {0, 0}), 0)
+  defp value(by_mfa, mfa), do: elem(Map.get(by_mfa, mfa, {0, 0}), 1)
 
   defp summary(work, type), do: elem(FlameOn.Client.summary(work, type: type), 1)
 
