@@ -30,6 +30,7 @@
     A(depth_cap)                                                                               \
     A(node_cap)                                                                                \
     A(waiting)                                                                                 \
+    A(same)                                                                                    \
     A(gc)                                                                                      \
     A(process)                                                                                 \
     A(max_nodes)                                                                               \
@@ -63,6 +64,7 @@
     A(timestamp)                                                                               \
     A(replay)                                                                                  \
     A(true)                                                                                    \
+    A(false)                                                                                   \
     A(stop)                                                                                    \
     A(stopped)                                                                                 \
     A(graph)                                                                                   \

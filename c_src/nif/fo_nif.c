@@ -308,6 +308,7 @@ static ErlNifFunc nif_funcs[] = {
     {"graph_watch_callees", 2, nif_graph_watch_callees, 0},
     {"finish", 2, nif_finish, ERL_NIF_DIRTY_JOB_CPU_BOUND},
     {"sample", 4, fo_sample_nif, 0},
+    {"sample", 5, fo_sample_nif, 0},
     {"enabled", 3, fo_tracer_enabled, 0},
     {"trace", 5, fo_tracer_trace, 0},
 };

@@ -302,8 +302,11 @@ defmodule FlameOn.Client do
   `:pattern_users` (traces holding the call patterns), `:trace_sessions`
   (the VM's trace sessions of ours, OTP 27+; see
   `FlameOn.Client.TraceBackend`), `:sample_traces`
-  (sampling processes and sessions holding a raised `backtrace_depth`) and
-  `:session_processes` (`:process`-mode sessions running).
+  (sampling processes and sessions holding a raised `backtrace_depth`),
+  `:active_samplers` and `:sample_budget` (the samplers sampling now, and
+  the node's samples per second they share, see
+  `FlameOn.Client.SampleBudget`) and `:session_processes` (`:process`-mode
+  sessions running).
   """
   @spec status() :: map()
   def status do
@@ -317,6 +320,8 @@ defmodule FlameOn.Client do
       pattern_users: Patterns.users(),
       trace_sessions: length(TraceBackend.our_sessions()),
       sample_traces: Patterns.depth_users(),
+      active_samplers: FlameOn.Client.SampleBudget.active(),
+      sample_budget: FlameOn.Client.SampleBudget.budget(),
       session_processes: DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active
     }
   end

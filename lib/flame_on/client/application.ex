@@ -1,7 +1,7 @@
 defmodule FlameOn.Client.Application do
   @moduledoc false
-  # Starts the node-global pattern owner and the supervisor of trace
-  # sessions. `:rest_for_one` with `Patterns` first: if the pattern owner
+  # Starts the node-global pattern owner, the supervisor of trace sessions
+  # and the sample budget's table owner. `:rest_for_one` with `Patterns` first: if the pattern owner
   # dies, every session (whose patterns it counted) is stopped with it, and
   # on shutdown sessions stop before the patterns are released.
   use Application
@@ -10,7 +10,9 @@ defmodule FlameOn.Client.Application do
   def start(_type, _args) do
     children = [
       FlameOn.Client.Patterns,
-      {DynamicSupervisor, name: FlameOn.Client.SessionSupervisor, strategy: :one_for_one}
+      {DynamicSupervisor, name: FlameOn.Client.SessionSupervisor, strategy: :one_for_one},
+      # last: if it restarts, nothing else has to (samplers outlive it)
+      FlameOn.Client.SampleBudget
     ]
 
     Supervisor.start_link(children, strategy: :rest_for_one, name: FlameOn.Client.Supervisor)

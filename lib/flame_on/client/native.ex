@@ -48,8 +48,11 @@ defmodule FlameOn.Client.Native do
       third element, `%{spans: [span_map], stats: map, clock_offset_ns: n}`.
     * `sample(session, pid, stack, weight)` – a stack sample of `pid`, as
       `Process.info(pid, :current_stacktrace)` gives it (innermost first,
-      `{m, f, arity_or_args}` or `{m, f, arity_or_args, location}`),
-      stamped on the tracer clock: the process's stack is the sampled one
+      `{m, f, arity_or_args}` or `{m, f, arity_or_args, location}`; or
+      `:same`, the stack the process already has, for a process the sampler
+      knows has not run since; `{:same, n}` counts that as n samples, n in
+      1..2^32-1), stamped on the tracer clock: the process's
+      stack is the sampled one
       until its next event (`in`/`out` from the tracer callbacks split it
       into on- and off-CPU time) or sample. Counted in `stats.samples`, and
       on the stack it lands on (the sampled stack, or its `:sleep` /
@@ -58,7 +61,10 @@ defmodule FlameOn.Client.Native do
       reductions since its previous sample). Returns `:stopped` (and
       applies nothing) once the session is stopped, and `:idle` (applies
       nothing) for a cross-process trace's callee between the trace's
-      requests.
+      requests. `sample(session, pid, stack, weight, true)` says the sampler
+      saw `pid` waiting when it asked and it ran no code until it answered:
+      then the whole wait it is in (not only the rest of it) goes under the
+      sampled stack, although answering woke it for a moment.
     * `enabled/3` and `trace/5` – the `:erl_tracer` behaviour: pass
       `{:tracer, FlameOn.Client.Native, session}` to `:erlang.trace/3` and
       the VM calls these in the traced process, folding each event into the
@@ -130,8 +136,19 @@ defmodule FlameOn.Client.Native do
   @spec graph_watch_callees(session(), pid()) :: :ok
   def graph_watch_callees(_session, _pid), do: :erlang.nif_error(:nif_not_loaded)
 
-  @spec sample(session(), pid(), list(), non_neg_integer()) :: :ok | :stopped | :idle
+  @spec sample(session(), pid(), list() | :same | {:same, pos_integer()}, non_neg_integer()) ::
+          :ok | :stopped | :idle
   def sample(_session, _pid, _stack, _weight), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec sample(
+          session(),
+          pid(),
+          list() | :same | {:same, pos_integer()},
+          non_neg_integer(),
+          boolean()
+        ) ::
+          :ok | :stopped | :idle
+  def sample(_session, _pid, _stack, _weight, _waited), do: :erlang.nif_error(:nif_not_loaded)
 
   @spec finish(session(), integer() | :stop | nil) :: {map(), map()} | {map(), map(), map()}
   def finish(_session, _end_ts), do: :erlang.nif_error(:nif_not_loaded)
