@@ -374,7 +374,7 @@ defmodule FlameOn.Client.Patterns do
       (flags = new_process_call_flags()) != nil ->
         "new processes are call traced (#{flags})"
 
-      (pid = foreign_call_traced_process()) != nil ->
+      (pid = foreign_traced_process(:call)) != nil ->
         {:tracer, tracer} = :erlang.trace_info(pid, :tracer)
         "#{inspect(pid)} is call traced by #{inspect(tracer)}"
 
@@ -393,24 +393,13 @@ defmodule FlameOn.Client.Patterns do
 
     with true <- TraceBackend.shared?(handle),
          nil <- if(call_check?, do: foreign_call_tracing()),
-         pid when pid != nil <- foreign_traced(Process.list()) do
+         pid when pid != nil <- foreign_traced_process(nil) do
       {:tracer, tracer} = :erlang.trace_info(pid, :tracer)
       {:tracing_in_use, "#{inspect(pid)} is traced by #{inspect(tracer)}"}
     else
       what when is_binary(what) -> {:call_tracing_in_use, what}
       _ -> nil
     end
-  end
-
-  defp foreign_traced(pids) do
-    Enum.find(pids, fn pid ->
-      with {:flags, [_ | _]} <- :erlang.trace_info(pid, :flags),
-           {:tracer, tracer} when tracer != [] <- :erlang.trace_info(pid, :tracer) do
-        not Sweep.our_tracer?(tracer)
-      else
-        _ -> false
-      end
-    end)
   end
 
   defp new_process_call_flags do
@@ -433,10 +422,12 @@ defmodule FlameOn.Client.Patterns do
     end
   end
 
-  defp foreign_call_traced_process do
+  # A process with trace flags (`flag` among them, unless nil) and a live
+  # tracer in the legacy session that is not ours.
+  defp foreign_traced_process(flag) do
     Enum.find(Process.list(), fn pid ->
-      with {:flags, flags} when is_list(flags) <- :erlang.trace_info(pid, :flags),
-           true <- :call in flags,
+      with {:flags, [_ | _] = flags} <- :erlang.trace_info(pid, :flags),
+           true <- flag == nil or flag in flags,
            {:tracer, tracer} when tracer != [] <- :erlang.trace_info(pid, :tracer) do
         not Sweep.our_tracer?(tracer)
       else

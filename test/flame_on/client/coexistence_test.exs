@@ -104,8 +104,7 @@ defmodule FlameOn.Client.CoexistenceTest do
         add_tool_patterns(tool)
       end
 
-      assert_ours_gone()
-      assert_tool_intact(tool, added: true)
+      assert_only_tool_left(tool)
     end
   end
 
@@ -131,8 +130,7 @@ defmodule FlameOn.Client.CoexistenceTest do
         add_tool_patterns(tool)
       end
 
-      assert_ours_gone()
-      assert_tool_intact(tool, added: true)
+      assert_only_tool_left(tool)
     end
   end
 
@@ -211,8 +209,7 @@ defmodule FlameOn.Client.CoexistenceTest do
       add_tool_patterns(tool)
     end
 
-    assert_ours_gone()
-    assert_tool_intact(tool, added: true)
+    assert_only_tool_left(tool)
   end
 
   # --- the other tool --------------------------------------------------------
@@ -320,6 +317,13 @@ defmodule FlameOn.Client.CoexistenceTest do
     send(collector, {:take, self()})
     assert_receive {:counts, ^collector, counts}
     counts
+  end
+
+  # After a test: ours gone, the tool's settings and events intact, with
+  # the patterns it added meanwhile.
+  defp assert_only_tool_left(tool) do
+    assert_ours_gone()
+    assert_tool_intact(tool, added: true)
   end
 
   # Nothing of ours is left; the tool's settings are checked apart.
