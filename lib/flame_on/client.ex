@@ -87,7 +87,10 @@ defmodule FlameOn.Client do
   breakpoint check on each call**, not only the traced one (see
   `FlameOn.Client.Patterns`; measured 1.2x on untraced Enum/Map code and
   3-4x on untraced tight recursion). Use them on a development machine, or
-  where exact call counts and every frame matter.
+  where exact call counts and every frame matter. On OTP 27+ each trace has
+  its patterns in a trace session of its own (see
+  `FlameOn.Client.TraceBackend`): other tracing tools are left alone, but
+  concurrent exact traces each add their breakpoint check.
 
   Mode `:sample` sets no pattern: other processes pay nothing. The traced
   process pays one stack read (a signal it answers at its next safe point,

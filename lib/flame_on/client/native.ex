@@ -66,9 +66,11 @@ defmodule FlameOn.Client.Native do
       then the whole wait it is in (not only the rest of it) goes under the
       sampled stack, although answering woke it for a moment.
     * `enabled/3` and `trace/5` – the `:erl_tracer` behaviour: pass
-      `{:tracer, FlameOn.Client.Native, session}` to `:erlang.trace/3` and
-      the VM calls these in the traced process, folding each event into the
-      session with no message. Events are stamped with the tracer's clock
+      `{:tracer, FlameOn.Client.Native, session}` to `:erlang.trace/3` (or,
+      OTP 27+, make `{FlameOn.Client.Native, session}` a trace session's
+      tracer, see `FlameOn.Client.TraceBackend`) and the VM calls these in
+      the traced process, folding each event into the session with no
+      message. Events are stamped with the tracer's clock
       (`CLOCK_MONOTONIC`, nanoseconds); in a `replay: true` session an
       integer `:timestamp` in `opts` (a recorded event) is used instead.
   """

@@ -32,7 +32,9 @@ defmodule FlameOn.Client.Patterns do
   recursive one 2.5x–5.7x slower. The patterns are
   therefore kept only while some trace is active. Setting and clearing them
   costs milliseconds on a small node and grows with the amount of loaded
-  code.
+  code. Trace sessions (OTP 27+) isolate, they do not cheapen: the
+  breakpoint is in the code, and each session with patterns adds its own
+  check (`mix run bench/sessions.exs`).
 
   ## Other tracing tools
 
