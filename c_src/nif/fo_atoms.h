@@ -100,7 +100,17 @@
     A(dropped_spans)                                                                          \
     A(delegated_replies)                                                                       \
     A(stats)                                                                                   \
-    A(attributed)
+    A(attributed)                                                                              \
+    A(next)                                                                                    \
+    A(flame_on_next)                                                                           \
+    A(armed)                                                                                   \
+    A(fired)                                                                                   \
+    A(done)                                                                                    \
+    A(cancelled)                                                                               \
+    A(returned)                                                                                \
+    A(raised)                                                                                  \
+    A(return_from)                                                                             \
+    A(exception_from)
 
 #define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;
 FO_ATOMS(FO_ATOM_DECLARE)

@@ -293,6 +293,20 @@ defmodule FlameOn.Client do
   defdelegate stop_trace(ref), to: FlameOn.Client.Tracing
 
   @doc """
+  Waits for the next call of `{module, function, arity}` by any process and
+  profiles that one call, from its entry to its return or exception.
+  Returns `{:ok, profile}`, or `{:error, :timeout}` when no process called
+  it within `:timeout` (30 s). See `FlameOn.Client.NextCall` for how it
+  works, its options and its cost.
+
+      task = Task.async(fn -> FlameOn.Client.capture_next({MyApp.Orders, :checkout, 2}) end)
+      # ... some process calls MyApp.Orders.checkout/2 ...
+      {:ok, profile} = Task.await(task, :infinity)
+  """
+  @spec capture_next(mfa(), keyword()) :: {:ok, Profile.t()} | {:error, term()}
+  defdelegate capture_next(mfa, opts \\ []), to: FlameOn.Client.NextCall, as: :capture
+
+  @doc """
   What the profiler holds on this node right now.
 
       iex> %{breaker: :closed, sessions: sessions} = FlameOn.Client.status()
@@ -308,8 +322,10 @@ defmodule FlameOn.Client do
   (sampling processes and sessions holding a raised `backtrace_depth`),
   `:active_samplers` and `:sample_budget` (the samplers sampling now, and
   the node's samples per second they share, see
-  `FlameOn.Client.SampleBudget`) and `:session_processes` (`:process`-mode
-  sessions running).
+  `FlameOn.Client.SampleBudget`), `:session_processes` (`:process`-mode
+  sessions running), `:captures_waiting` (`capture_next/2` calls waiting
+  for their call: `[{mfa, pid}]`) and `:trace_store` (the recent traces
+  kept, their size and bounds, see `FlameOn.Client.TraceStore`).
   """
   @spec status() :: map()
   def status do
@@ -325,7 +341,10 @@ defmodule FlameOn.Client do
       sample_traces: Patterns.depth_users(),
       active_samplers: FlameOn.Client.SampleBudget.active(),
       sample_budget: FlameOn.Client.SampleBudget.budget(),
-      session_processes: DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active
+      session_processes:
+        DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active,
+      captures_waiting: FlameOn.Client.NextCall.Pattern.waiting(),
+      trace_store: FlameOn.Client.TraceStore.stats()
     }
   end
 
@@ -333,6 +352,12 @@ defmodule FlameOn.Client do
   # The limit options, as the NIF's session takes them.
   @spec limit_keys() :: [atom()]
   def limit_keys, do: @limit_keys
+
+  @doc false
+  # profile/2's options, validated, with their defaults, as a map (also
+  # the capture options of capture_next/2).
+  @spec options!(keyword()) :: map()
+  def options!(opts), do: validate_options!(opts)
 
   defp validate_options!(opts) when is_list(opts) do
     opts = opts |> Keyword.validate!(@defaults) |> FlameOn.Client.Sampler.check_options!()

@@ -65,6 +65,20 @@ defmodule FlameOn.Client.Native do
       saw `pid` waiting when it asked and it ran no code until it answered:
       then the whole wait it is in (not only the rest of it) goes under the
       sampled stack, although answering woke it for a moment.
+    * `next_new(session, owner, excluded)` – the gate of
+      `FlameOn.Client.NextCall`: with the meta pattern
+      `{:meta, FlameOn.Client.Native, {:next, gate}}` on one function, the
+      first process to call it (not one of `excluded`, at most 8 pids)
+      claims the gate in `enabled/3`, before the VM runs the pattern's
+      match spec, so the match spec turns tracing on in that process only.
+      The gate then adds the call to `session` and sends `owner`
+      `{:flame_on_next, gate, :fired, pid, caller, native_ts}`; at the
+      call's return or exception it stops `session` (as `stop/1`), in the
+      caller's own context, and sends `{:flame_on_next, gate, :returned,
+      native_ts, :ok, nil}` or `{:flame_on_next, gate, :raised, native_ts,
+      {class, reason}, nil}`. `next_cancel(gate)` closes it: `:cancelled`,
+      or `:fired` when a caller claimed it first; `next_state(gate)` is
+      `:armed`, `:cancelled`, `{:fired, pid}` or `{:done, pid}`.
     * `enabled/3` and `trace/5` – the `:erl_tracer` behaviour: pass
       `{:tracer, FlameOn.Client.Native, session}` to `:erlang.trace/3` (or,
       OTP 27+, make `{FlameOn.Client.Native, session}` a trace session's
@@ -154,6 +168,18 @@ defmodule FlameOn.Client.Native do
 
   @spec finish(session(), integer() | :stop | nil) :: {map(), map()} | {map(), map(), map()}
   def finish(_session, _end_ts), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec next_new(session(), pid(), [pid()]) :: reference()
+  def next_new(_session, _owner, _excluded), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec next_cancel(reference()) :: :cancelled | :fired
+  def next_cancel(_gate), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec next_state(reference()) :: :armed | :cancelled | {:fired | :done, pid()}
+  def next_state(_gate), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
   @spec enabled(atom(), session(), pid() | port() | term()) :: :trace | :discard | :remove

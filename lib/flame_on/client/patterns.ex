@@ -12,7 +12,9 @@ defmodule FlameOn.Client.Patterns do
     * the first `acquire/2` of a scope sets the local call pattern on every
       loaded function (`{:_, :_, :_}`) and on modules loaded later
       (`:on_load`), with the match spec `[{:_, [], [{:message, {:caller}}]}]`
-      so that call events carry their caller;
+      so that call events carry their caller, except on the raising BIFs
+      (`erlang:error/1,2,3`, `exit/1`, `throw/1`: traced, they change the
+      stacktrace of an exception on OTP 27);
     * the last `release/0` of the scope, or the death of its last user (each
       user is monitored), clears them again.
 
@@ -133,12 +135,22 @@ defmodule FlameOn.Client.Patterns do
   still has the graph tracer and closes the graph handle. A graph user that
   dies mid-trace has its session stopped. `call_patterns: false` (sample
   traces) takes graph tracing only: no call pattern is set for it.
+  `legacy: true` puts the trace's graph tracing in the legacy session even
+  where the VM has trace sessions (`FlameOn.Client.capture_next/2`, whose
+  caller gets its flags there); the legacy graph tracing and the session's
+  live side by side, each with its own users, and share the system tracer.
   """
   @spec acquire_graph(reference(), pid() | nil, pos_integer() | nil, keyword()) ::
           {:ok, TraceBackend.t()} | {:error, term()}
   def acquire_graph(native, root \\ nil, label \\ nil, opts \\ []) do
     patterns? = Keyword.get(opts, :call_patterns, true)
-    GenServer.call(__MODULE__, {:acquire_graph, native, root, label, patterns?}, @call_timeout)
+    where = if Keyword.get(opts, :legacy, false), do: :legacy, else: :own
+
+    GenServer.call(
+      __MODULE__,
+      {:acquire_graph, native, root, label, patterns?, where},
+      @call_timeout
+    )
   end
 
   @doc "Ends the calling process's graph trace registration (see `acquire_graph/4`)."
@@ -182,7 +194,7 @@ defmodule FlameOn.Client.Patterns do
       Logger.warning("FlameOn: cleared what a previous trace owner left set: #{inspect(swept)}")
     end
 
-    {:ok, %{users: %{}, graph: %{}, graph_handle: nil, depth_users: %{}}}
+    {:ok, %{users: %{}, graph: %{}, graph_handles: %{}, depth_users: %{}}}
   end
 
   @impl GenServer
@@ -201,21 +213,22 @@ defmodule FlameOn.Client.Patterns do
   # two calls to this server, not four: it is the one serialization point
   # of concurrent traces).
   def handle_call(
-        {:acquire_graph, native, root, label, patterns?},
+        {:acquire_graph, native, root, label, patterns?, where},
         {pid, _tag},
         %{graph: graph} = state
       ) do
     taken = if graph == %{}, do: take_system_tracer(), else: :ok
+    where = if TraceBackend.sessions?(), do: where, else: :legacy
 
     cond do
       Map.has_key?(graph, pid) ->
-        {:reply, {:ok, state.graph_handle}, state}
+        {:reply, {:ok, graph[pid].handle}, state}
 
       taken != :ok ->
         {:reply, taken, state}
 
       true ->
-        handle = state.graph_handle || TraceBackend.open(:graph, @graph_tracer)
+        handle = state.graph_handles[where] || open_graph(where)
 
         added =
           cond do
@@ -228,20 +241,22 @@ defmodule FlameOn.Client.Patterns do
           {:ok, state} ->
             # A graph user without call patterns is watched on its own.
             ref = if patterns?, do: nil, else: Process.monitor(pid)
-            trace = %{native: native, root: root, label: label, ref: ref}
+            trace = %{native: native, root: root, label: label, ref: ref, handle: handle}
             graph = Map.put(graph, pid, trace)
             set_graph_patterns(handle, graph)
-            {:reply, {:ok, handle}, %{state | graph: graph, graph_handle: handle}}
+            handles = Map.put(state.graph_handles, where, handle)
+            {:reply, {:ok, handle}, %{state | graph: graph, graph_handles: handles}}
 
           {:error, _} = error ->
-            if graph == %{}, do: clear_graph_patterns(handle)
+            unless Map.has_key?(state.graph_handles, where), do: clear_graph_patterns(handle)
+            if graph == %{}, do: release_system_tracer()
             {:reply, error, state}
         end
     end
   end
 
-  # The call patterns first: the last graph user closes the graph handle
-  # they are set through.
+  # The call patterns first: the last graph user of a graph handle closes
+  # the handle they are set through.
   def handle_call(:release_graph, {pid, _tag}, state) do
     {:reply, :ok, state |> remove_user(pid) |> drop_graph_user(pid)}
   end
@@ -289,9 +304,9 @@ defmodule FlameOn.Client.Patterns do
         end
 
         state = drop_user(state, rest, handle, kind)
-        # The graph handle is closed with the last graph user; any other is
+        # A graph handle is closed with its last graph user; any other is
         # the dead user's own.
-        if handle != state.graph_handle, do: TraceBackend.close(handle)
+        if handle not in Map.values(state.graph_handles), do: TraceBackend.close(handle)
         {:noreply, drop_graph_user(state, pid)}
 
       _ ->
@@ -461,16 +476,24 @@ defmodule FlameOn.Client.Patterns do
 
       {trace, rest} ->
         if trace.ref, do: Process.demonitor(trace.ref, [:flush])
+        handle = trace.handle
 
-        if rest == %{} do
-          clear_graph_patterns(state.graph_handle)
-          %{state | graph: rest, graph_handle: nil}
-        else
-          set_graph_patterns(state.graph_handle, rest)
-          %{state | graph: rest}
-        end
+        handles =
+          if Enum.any?(rest, fn {_owner, t} -> t.handle == handle end) do
+            set_graph_patterns(handle, rest)
+            state.graph_handles
+          else
+            clear_graph_patterns(handle)
+            Map.reject(state.graph_handles, fn {_where, h} -> h == handle end)
+          end
+
+        if rest == %{}, do: release_system_tracer()
+        %{state | graph: rest, graph_handles: handles}
     end
   end
+
+  defp open_graph(:own), do: TraceBackend.open(:graph, @graph_tracer)
+  defp open_graph(:legacy), do: TraceBackend.legacy(@graph_tracer)
 
   # One seq_trace system tracer per node (sessions or not): ours while
   # graph traces run, refused when another tool has it.
@@ -492,16 +515,18 @@ defmodule FlameOn.Client.Patterns do
   # call tracing on in the receiver before the request is delivered; `:send`
   # in the flags makes the receiver's own requests do the same (A -> B -> C).
   # Only processes with the :send flag run it, so untraced senders pay
-  # nothing. One clause per running trace first: a root whose token was
-  # cleared (a reply came back without one) gets it back before its next
-  # request goes out, so its later calls are still followed.
+  # nothing. One clause per running trace first: a root gets its own label
+  # back before each request goes out, so its later calls are still
+  # followed in its own trace when its token was cleared (a reply came back
+  # without one) or replaced (it received a message from a process of
+  # another trace: a notification, a broadcast, a concurrent test). A guard
+  # cannot read the label, so the clause sets it whether it changed or not.
   defp set_graph_patterns(handle, graph) do
     enable = {:trace, :"$1", [], {:const, TraceBackend.enable_flags(handle, @callee_flags)}}
 
     restore =
-      for {_owner, %{root: root, label: label}} <- graph, is_pid(root) do
-        {[:"$1", {:"$gen_call", :_, :_}],
-         [{:is_pid, :"$1"}, {:"=:=", {:self}, root}, {:not, {:is_seq_trace}}],
+      for {_owner, %{root: root, label: label, handle: ^handle}} <- graph, is_pid(root) do
+        {[:"$1", {:"$gen_call", :_, :_}], [{:is_pid, :"$1"}, {:"=:=", {:self}, root}],
          [
            {:set_seq_token, :label, label},
            {:set_seq_token, :send, true},
@@ -516,20 +541,30 @@ defmodule FlameOn.Client.Patterns do
 
   defp clear_graph_patterns(handle) do
     TraceBackend.pattern(handle, :send, true, [])
-
-    if :seq_trace.get_system_tracer() == @graph_tracer do
-      :seq_trace.set_system_tracer(false)
-    end
-
     # Callees got the graph tracer from the send pattern; with no graph
-    # trace left, none of them is ours to keep.
+    # trace left here, none of them is ours to keep.
     TraceBackend.untrace_all(handle)
     TraceBackend.close(handle)
   end
 
+  defp release_system_tracer do
+    if :seq_trace.get_system_tracer() == @graph_tracer do
+      :seq_trace.set_system_tracer(false)
+    end
+  end
+
+  @raising_bifs [{:erlang, :error, :_}, {:erlang, :exit, 1}, {:erlang, :throw, 1}]
+
   defp set_patterns(handle, :calls) do
     TraceBackend.pattern(handle, :on_load, @match_spec, [:local])
     TraceBackend.pattern(handle, {:_, :_, :_}, @match_spec, [:local])
+    # On OTP 27, an exception raised by a traced erlang:error/1,2,3, exit/1
+    # or throw/1 called in tail position (Elixir's `raise` is one) can name
+    # the wrong function as its raiser: its location is taken from the
+    # return address past the call, which may lie in the next function of
+    # the module. A profiled function would raise with another stacktrace
+    # than unprofiled; leaving these out costs the leaf frame of a raise.
+    for mfa <- @raising_bifs, do: TraceBackend.pattern(handle, mfa, false, [:local])
   end
 
   defp set_patterns(handle, counter) do

@@ -15,7 +15,10 @@ defmodule FlameOn.Client.Sweep do
   #   * a send pattern whose clauses turn on tracing with our tracer module;
   #   * the local call patterns, when the `:on_load` pattern is ours: it is
   #     set first and cleared last (`FlameOn.Client.Patterns`), so it marks
-  #     that ours may be set on any function.
+  #     that ours may be set on any function;
+  #   * capture_next's meta patterns on the functions the application
+  #     environment lists, when their meta tracer is ours
+  #     (`FlameOn.Client.NextCall.Pattern.sweep/0`).
   #
   # It runs where a previous owner's leftovers can first be seen: when
   # `Patterns` starts (a restart after a crash), when it terminates, and in
@@ -39,8 +42,8 @@ defmodule FlameOn.Client.Sweep do
   @doc """
   Clears every trace flag, pattern and system tracer of ours on the node.
   Returns what it undid: `%{sessions: n, processes: n, system_tracer: bool,
-  send_pattern: bool, call_patterns: bool, backtrace_depth: bool,
-  counters: bool}`.
+  send_pattern: bool, call_patterns: bool, next_call_patterns: n,
+  backtrace_depth: bool, counters: bool}`.
   """
   @spec run() :: %{atom() => non_neg_integer() | boolean()}
   def run do
@@ -50,6 +53,7 @@ defmodule FlameOn.Client.Sweep do
     send_pattern = clear_send_pattern()
     system_tracer = clear_system_tracer()
     call_patterns = clear_call_patterns()
+    next_call_patterns = FlameOn.Client.NextCall.Pattern.sweep()
     processes = untrace_processes()
     backtrace_depth = restore_backtrace_depth()
     counters = clear_counters()
@@ -61,7 +65,8 @@ defmodule FlameOn.Client.Sweep do
       counters: counters,
       system_tracer: system_tracer,
       send_pattern: send_pattern,
-      call_patterns: call_patterns
+      call_patterns: call_patterns,
+      next_call_patterns: next_call_patterns
     }
   end
 

@@ -48,6 +48,7 @@ defmodule FlameOn.Client.TraceGraphSession do
           | {:max_duration_ms, pos_integer()}
           | {:limits, map()}
           | {:shipper, term()}
+          | {:legacy, boolean()}
 
   @doc """
   Starts the owner of a graph trace of `opts[:root]`. Returns
@@ -86,8 +87,9 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   @doc """
   Finishes the trace and returns its profile. Options: `:started_ts` and
-  `:end_ts` (native monotonic time of the traced function's start and end)
-  and `:timeout` (mode `:process`: time for queued trace messages).
+  `:end_ts` (native monotonic time of the traced function's start and end),
+  `:timeout` (mode `:process`: time for queued trace messages) and `:root`
+  (the root process, for a trace started with `root: nil`).
   """
   @spec finish(pid(), keyword()) :: {:ok, Profile.t()} | {:error, term()}
   def finish(session, opts) do
@@ -101,6 +103,9 @@ defmodule FlameOn.Client.TraceGraphSession do
   @impl GenServer
   def init(opts) do
     Process.flag(:trap_exit, true)
+    # nil: the root is not known yet (FlameOn.Client.NextCall: the NIF
+    # makes the process that makes the captured call the root when it
+    # makes it)
     root = Keyword.fetch!(opts, :root)
     mode = Keyword.get(opts, :mode, :nif)
     label = System.unique_integer([:positive])
@@ -110,7 +115,7 @@ defmodule FlameOn.Client.TraceGraphSession do
     with {:ok, native} <- new_native(limits, label),
          :ok <- register(native, root),
          :ok <- watch_callees(native, mode),
-         {:ok, handle} <- take_graph_tracing(native, root, label, mode) do
+         {:ok, handle} <- take_graph_tracing(native, root, label, mode, opts[:legacy]) do
       timer = Process.send_after(self(), :lifetime, Keyword.get(opts, :max_duration_ms, 60_000))
 
       state = %{
@@ -118,7 +123,7 @@ defmodule FlameOn.Client.TraceGraphSession do
         handle: handle,
         label: label,
         root: root,
-        root_ref: Process.monitor(root),
+        root_ref: root && Process.monitor(root),
         mode: mode,
         timeline: nil,
         names: names,
@@ -217,6 +222,12 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   # Registered first: the VM asks the tracer (enabled/3, trace_status)
   # whether it is live when it becomes the system tracer.
+  # Root not known yet: the session is registered with this process
+  # standing in for it (the VM asks whether the tracer is live when it
+  # becomes the system tracer); the NIF's capture_next gate puts the
+  # real root in its place when the captured call starts.
+  defp register(native, nil), do: register(native, self())
+
   defp register(native, root) do
     Native.graph_start(native, root)
   rescue
@@ -227,8 +238,11 @@ defmodule FlameOn.Client.TraceGraphSession do
   defp watch_callees(_native, _mode), do: :ok
 
   # A sample trace sets no call patterns: its callees are sampled.
-  defp take_graph_tracing(native, root, label, mode) do
-    case Patterns.acquire_graph(native, root, label, call_patterns: mode != :sample) do
+  # legacy: true (capture_next/2): in the legacy session on every release.
+  defp take_graph_tracing(native, root, label, mode, legacy?) do
+    opts = [call_patterns: mode != :sample, legacy: legacy? == true]
+
+    case Patterns.acquire_graph(native, root, label, opts) do
       {:ok, handle} ->
         {:ok, handle}
 
@@ -272,6 +286,7 @@ defmodule FlameOn.Client.TraceGraphSession do
   end
 
   defp finish_trace(%{mode: mode} = state, opts) when mode in [:nif, :sample] do
+    state = %{state | root: Keyword.get(opts, :root, state.root)}
     started_ts = Keyword.fetch!(opts, :started_ts)
     end_ts = Keyword.fetch!(opts, :end_ts)
     sampled = stop_samplers(state, Keyword.get(opts, :root_sampled))

@@ -155,8 +155,11 @@ defmodule FlameOn.Client.SummaryTest do
           if type == :call_memory do
             assert mine.value == value
           else
-            # time: shares within 10 percentage points (each run has its noise)
-            assert abs(mine.share - share) <= 10,
+            # time: shares within 20 percentage points; two tprof runs of
+            # one workload differ by up to a third on a loaded machine
+            # (bench/sessions.exs measures it), so this only catches a
+            # wrong method, not noise
+            assert abs(mine.share - share) <= 20,
                    "#{inspect(mfa)}: #{mine.share}% here, #{share}% in tprof"
           end
         end
