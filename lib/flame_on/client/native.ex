@@ -83,9 +83,11 @@ defmodule FlameOn.Client.Native do
       or `:fired` when a caller claimed it first; `next_state(gate)` is
       `:armed`, `:cancelled`, `{:fired, pid}` or `{:done, pid}`.
     * `enabled/3` and `trace/5` – the `:erl_tracer` behaviour: pass
-      `{:tracer, FlameOn.Client.Native, session}` to `:erlang.trace/3` and
-      the VM calls these in the traced process, folding each event into the
-      session with no message. Events are stamped with the tracer's clock
+      `{:tracer, FlameOn.Client.Native, session}` to `:erlang.trace/3` (or,
+      OTP 27+, make `{FlameOn.Client.Native, session}` a trace session's
+      tracer, see `FlameOn.Client.TraceBackend`) and the VM calls these in
+      the traced process, folding each event into the session with no
+      message. Events are stamped with the tracer's clock
       (`CLOCK_MONOTONIC`, nanoseconds); in a `replay: true` session an
       integer `:timestamp` in `opts` (a recorded event) is used instead.
   """
@@ -95,10 +97,17 @@ defmodule FlameOn.Client.Native do
 
   @doc false
   def load_nif do
+    # The application's priv, else the source tree's: Elixir 1.15+ loads
+    # modules while compiling, before Mix links priv into _build.
+    source_priv = Path.expand(Path.join([__DIR__, "..", "..", "..", "priv"]))
+
     path =
       case :code.priv_dir(:flame_on_client) do
-        {:error, _} -> Path.join([__DIR__, "..", "..", "..", "priv"]) |> Path.expand()
-        dir -> dir
+        {:error, _} ->
+          source_priv
+
+        dir ->
+          if File.exists?(Path.join(dir, "#{@nif_name}.so")), do: dir, else: source_priv
       end
 
     # FLAME_ON_NIF: another build of the library (the sanitizer build the
