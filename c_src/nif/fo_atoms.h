@@ -100,7 +100,35 @@
     A(dropped_spans)                                                                          \
     A(delegated_replies)                                                                       \
     A(stats)                                                                                   \
-    A(attributed)
+    A(attributed)                                                                            \
+    A(spawned)                                                                               \
+    A(flame_on_left)                                                                         \
+    A(timeout)                                                                               \
+    A(kind)                                                                                  \
+    A(opener_pid)                                                                            \
+    A(unattributed_by)                                                                       \
+    A(port)                                                                                  \
+    A(timer)                                                                                 \
+    A(other)                                                                                 \
+    A(edges)                                                                                 \
+    A(waiter_span_id)                                                                        \
+    A(waker_span_id)                                                                         \
+    A(attributed_ns)                                                                         \
+    A(wakes)                                                                                 \
+    A(root)                                                                                  \
+    A(request)                                                                               \
+    A(work)                                                                                  \
+    A(continuation)                                                                          \
+    A(joins)                                                                                 \
+    A(leaves)                                                                                \
+    A(continuations)                                                                         \
+    A(dropped_continuations)                                                                 \
+    A(edge_limit_hits)                                                                       \
+    A(attributed_wakes)                                                                      \
+    A(followers)                                                                             \
+    A(spawn_request)                                                                         \
+    A(spawn_reply)                                                                           \
+    A(follower)
 
 #define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;
 FO_ATOMS(FO_ATOM_DECLARE)

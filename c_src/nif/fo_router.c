@@ -252,6 +252,30 @@ void fo_router_restore_root(uint64_t pid)
     enif_rwlock_rwunlock(lock);
 }
 
+void fo_router_unmap_pid(uint64_t pid, const fo_session_res *res)
+{
+    enif_rwlock_rwlock(lock);
+    if (pid_count > 0) {
+        uint32_t i = pid_slot(pid);
+        if (pids[i].pid == pid && pids[i].res == res) {
+            fo_session_res *home_session = session_rooted_at(pid, res);
+            if (home_session != NULL)
+                pids[i].res = home_session;
+            else
+                delete_slot(i);
+        }
+    }
+    enif_rwlock_rwunlock(lock);
+}
+
+int fo_router_role(uint64_t pid)
+{
+    enif_rwlock_rlock(lock);
+    int role = session_rooted_at(pid, NULL) != NULL ? 2 : (pid_count > 0 && pids[pid_slot(pid)].pid == pid);
+    enif_rwlock_runlock(lock);
+    return role;
+}
+
 uint32_t fo_router_sessions(void)
 {
     enif_rwlock_rlock(lock);

@@ -36,6 +36,13 @@ defmodule FlameOn.Client do
       its pid. Needs the node's seq_trace system tracer. With `mode:
       :process` the root's attributed wait stays a `WAITING` leaf in its
       stacks (the spans still split it).
+    * `:follow` (`:messages`) – cross-process traces: what makes a process
+      join the trace and who explains a wait. `:messages`: any message a
+      process of the trace sends (tokened), and any process it spawns, brings
+      the receiver in; every wait of a process of the trace is attributed to
+      the follower whose message ended it (see "Cross-process spans" in the
+      README). `:calls`: only `GenServer.call`s are followed (cheaper: no
+      receive events), and a wait is explained only by a tokened message.
     * `:sleep` (`:default`) – cross-process traces: by default a caller's
       wait that a traced callee explains leaves the caller's stacks (the
       span graph links it to the callee's span) and the wait nothing
@@ -118,6 +125,7 @@ defmodule FlameOn.Client do
               mode: :nif,
               timeout: 30_000,
               cross_process: nil,
+              follow: :messages,
               sleep: :default,
               max_duration_ms: @graph_lifetime_default
             ] ++
@@ -138,6 +146,8 @@ defmodule FlameOn.Client do
           | {:interval_us, pos_integer()}
           | {:split_status, boolean()}
           | {:max_samples, pos_integer()}
+          | {:cross_process, boolean()}
+          | {:follow, :messages | :calls}
           | {:timeout, timeout()}
 
   @doc """
@@ -269,6 +279,8 @@ defmodule FlameOn.Client do
       {:sleep, other} -> invalid!(:sleep, ":default or :raw", other)
       {:cross_process, flag} when is_boolean(flag) or is_nil(flag) -> :ok
       {:cross_process, other} -> invalid!(:cross_process, "a boolean", other)
+      {:follow, follow} when follow in [:messages, :calls] -> :ok
+      {:follow, other} -> invalid!(:follow, ":messages or :calls", other)
       {:mode, mode} when mode in [:nif, :process, :sample] -> :ok
       {:mode, other} -> invalid!(:mode, ":nif, :process or :sample", other)
       # checked by Sampler.check_options!/1 below

@@ -44,12 +44,25 @@ defmodule FlameOn.Client.Capture do
   def module_for(%{mode: :process}), do: FlameOn.Client.Capture.Process
   def module_for(%{mode: :sample}), do: FlameOn.Client.Capture.Sample
 
-  @doc "Raises unless the calling process is untraced."
+  @doc """
+  Raises unless the calling process is untraced. A process that only
+  follows another cross-process trace (a message of that trace reached it)
+  leaves it: it starts a trace of its own.
+  """
   @spec ensure_untraced!() :: :ok
   def ensure_untraced! do
     case :erlang.trace_info(self(), :tracer) do
-      {:tracer, []} -> :ok
-      {:tracer, tracer} -> already_traced!(tracer)
+      {:tracer, []} ->
+        :ok
+
+      {:tracer, {FlameOn.Client.Native, :graph} = tracer} ->
+        if FlameOn.Client.Native.graph_role(self()) == :root, do: already_traced!(tracer)
+        :erlang.trace(self(), false, [:all])
+        :seq_trace.set_token([])
+        :ok
+
+      {:tracer, tracer} ->
+        already_traced!(tracer)
     end
   end
 

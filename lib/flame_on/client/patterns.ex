@@ -64,12 +64,28 @@ defmodule FlameOn.Client.Patterns do
 
   @match_spec Sweep.call_match_spec()
   @graph_tracer {Native, :graph}
-  # A tokened process sending a GenServer request turns call tracing on in
-  # the receiver before the request is delivered; `:send` in the list makes
-  # the receiver's own requests do the same (A -> B -> C). Only processes
-  # with the :send flag run this, so untraced senders pay nothing.
-  @callee_flags [:call, :arity, :return_to, :running, :send, :procs, {:tracer, Native, :graph}]
-  @enable_callee {:trace, :"$1", [], {:const, @callee_flags}}
+  # What graph tracing sets, in one place (see set_graph_patterns/1):
+  #
+  # The flags a process gets when a tokened follower sends it a message
+  # (the send pattern turns them on before the message is delivered). `:send`
+  # makes its own messages do the same (A -> B -> C); only processes with
+  # the :send flag run the send pattern, so untraced senders pay nothing.
+  @follower_flags_calls [
+    :call,
+    :arity,
+    :return_to,
+    :running,
+    :send,
+    :procs,
+    {:tracer, Native, :graph}
+  ]
+  # Following every message: receive events (with the receive pattern,
+  # carrying the sender) say who woke a waiting follower, and processes a
+  # follower spawns start with its flags.
+  @follower_flags_messages [:receive, :set_on_spawn | @follower_flags_calls]
+  # The receive pattern: a receive event's match-spec result is the sender
+  # (a pid, or `undefined` for timers and ports).
+  @receive_match_spec Sweep.receive_match_spec()
   @call_timeout 60_000
 
   @doc false
@@ -108,14 +124,34 @@ defmodule FlameOn.Client.Patterns do
   tracer and the send pattern back and turns tracing off on every process
   that still has the graph tracer. A graph user that dies mid-trace has its
   session stopped. `call_patterns: false` (sample traces) takes graph
-  tracing only: no call pattern is set for it.
+  tracing only: no call pattern is set for it. `follow: :messages` (the
+  default) follows every message and spawn of the trace's processes (the
+  receive pattern is set too); `follow: :calls` only GenServer calls.
   """
   @spec acquire_graph(reference(), pid() | nil, pos_integer() | nil, keyword()) ::
           :ok | {:error, term()}
   def acquire_graph(native, root \\ nil, label \\ nil, opts \\ []) do
     patterns? = Keyword.get(opts, :call_patterns, true)
-    GenServer.call(__MODULE__, {:acquire_graph, native, root, label, patterns?}, @call_timeout)
+    follow = Keyword.get(opts, :follow, :messages)
+
+    GenServer.call(
+      __MODULE__,
+      {:acquire_graph, native, root, label, patterns?, follow},
+      @call_timeout
+    )
   end
+
+  @doc """
+  The trace flags a process gets when it joins a graph trace that follows
+  `follow` (`:messages` or `:calls`): the flags the send pattern turns on.
+  """
+  @spec follower_flags(:messages | :calls) :: [term()]
+  def follower_flags(:messages), do: @follower_flags_messages
+  def follower_flags(:calls), do: @follower_flags_calls
+
+  @doc "The receive pattern of graph traces that follow every message."
+  @spec receive_match_spec() :: [tuple()]
+  def receive_match_spec, do: @receive_match_spec
 
   @doc "Ends the calling process's graph trace registration (see `acquire_graph/1`)."
   @spec release_graph() :: :ok
@@ -177,7 +213,7 @@ defmodule FlameOn.Client.Patterns do
   # two calls to this server, not four: it is the one serialization point
   # of concurrent traces).
   def handle_call(
-        {:acquire_graph, native, root, label, patterns?},
+        {:acquire_graph, native, root, label, patterns?, follow},
         {pid, _tag},
         %{graph: graph} = state
       ) do
@@ -197,7 +233,7 @@ defmodule FlameOn.Client.Patterns do
           {:ok, state} ->
             # A graph user without call patterns is watched on its own.
             ref = if patterns?, do: nil, else: Process.monitor(pid)
-            trace = %{native: native, root: root, label: label, ref: ref}
+            trace = %{native: native, root: root, label: label, ref: ref, follow: follow}
             graph = Map.put(graph, pid, trace)
             set_graph_patterns(graph)
             {:reply, :ok, %{state | graph: graph}}
@@ -396,37 +432,92 @@ defmodule FlameOn.Client.Patterns do
     end
   end
 
-  # The send pattern. A tokened process sending a GenServer request turns
-  # call tracing on in the receiver before the request is delivered; `:send`
-  # in the flags makes the receiver's own requests do the same (A -> B -> C).
-  # Only processes with the :send flag run it, so untraced senders pay
-  # nothing. One clause per running trace first: a root whose token was
-  # cleared (a reply came back without one) gets it back before its next
-  # request goes out, so its later calls are still followed.
+  # The send pattern, from the graph traces running. A tokened follower
+  # sending a message turns tracing on in the receiver before the message
+  # is delivered (following GenServer calls only: a `$gen_call` request).
+  # First, for each trace, a clause for its root when its token was cleared
+  # (a reply came back without one): the token is set back before the
+  # message goes out, so what the root sends later is still followed.
+  # Following every message also sets the receive pattern.
   defp set_graph_patterns(graph) do
+    follow =
+      if Enum.any?(graph, fn {_owner, t} -> t.follow == :messages end),
+        do: :messages,
+        else: :calls
+
+    flags = follower_flags(follow)
+
     restore =
-      for {_owner, %{root: root, label: label}} <- graph, is_pid(root) do
-        {[:"$1", {:"$gen_call", :_, :_}],
-         [{:is_pid, :"$1"}, {:"=:=", {:self}, root}, {:not, {:is_seq_trace}}],
-         [
-           {:set_seq_token, :label, label},
-           {:set_seq_token, :send, true},
-           {:set_seq_token, :receive, true},
-           @enable_callee
-         ]}
-      end
+      for {_owner, %{root: root, label: label}} <- graph,
+          is_pid(root),
+          clause <- restore_token_clauses(follow, root, label, flags),
+          do: clause
 
-    callee =
-      {[:"$1", {:"$gen_call", :_, :_}], [{:is_pid, :"$1"}, {:is_seq_trace}], [@enable_callee]}
+    :erlang.trace_pattern(:send, restore ++ enable_clauses(follow, flags), [])
+    receive_pattern = if follow == :messages, do: @receive_match_spec, else: true
+    :erlang.trace_pattern(:receive, receive_pattern, [])
+  end
 
-    :erlang.trace_pattern(:send, restore ++ [callee], [])
+  # Destinations a send can name, as {head, guards, process to trace}: a pid,
+  # a registered name, {name, node()}.
+  defp destinations do
+    [
+      {:"$1", [{:orelse, {:is_pid, :"$1"}, {:is_atom, :"$1"}}], :"$1"},
+      {{:"$1", :"$2"}, [{:is_atom, :"$1"}, {:"=:=", :"$2", {:node}}], :"$1"}
+    ]
+  end
+
+  defp enable(target, flags), do: {:trace, target, [], {:const, flags}}
+
+  defp enable_clauses(:calls, flags) do
+    [
+      {[:"$1", {:"$gen_call", :_, :_}], [{:is_pid, :"$1"}, {:is_seq_trace}],
+       [enable(:"$1", flags)]}
+    ]
+  end
+
+  defp enable_clauses(:messages, flags) do
+    for {dest, guards, target} <- destinations(),
+        do: {[dest, :_], [{:is_seq_trace} | guards], [enable(target, flags)]}
+  end
+
+  defp restore_token_clauses(:calls, root, label, flags) do
+    [
+      {[:"$1", {:"$gen_call", :_, :_}],
+       [{:is_pid, :"$1"}, {:"=:=", {:self}, root}, {:not, {:is_seq_trace}}],
+       set_token(label) ++ [enable(:"$1", flags)]}
+    ]
+  end
+
+  defp restore_token_clauses(:messages, root, label, flags) do
+    guards = [{:"=:=", {:self}, root}, {:not, {:is_seq_trace}}]
+
+    for(
+      {dest, dest_guards, target} <- destinations(),
+      do: {[dest, :_], guards ++ dest_guards, set_token(label) ++ [enable(target, flags)]}
+    ) ++
+      [{[:_, :_], guards, set_token(label)}]
+  end
+
+  defp set_token(label) do
+    [
+      {:set_seq_token, :label, label},
+      {:set_seq_token, :send, true},
+      {:set_seq_token, :receive, true}
+    ]
   end
 
   defp clear_graph_patterns do
     :erlang.trace_pattern(:send, true, [])
+    :erlang.trace_pattern(:receive, true, [])
 
     if :seq_trace.get_system_tracer() == @graph_tracer do
       :seq_trace.set_system_tracer(false)
+      # Followers keep the token of the last message they took until they
+      # take an untokened one; with no graph trace left, none is ours to
+      # keep (and no other tool had the system tracer: we refuse to start
+      # then). About 0.1 µs a process.
+      :seq_trace.reset_trace()
     end
 
     # Callees got the graph tracer from the send pattern; with no graph

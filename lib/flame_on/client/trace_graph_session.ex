@@ -44,6 +44,7 @@ defmodule FlameOn.Client.TraceGraphSession do
           | {:sampler, keyword()}
           | {:name, String.t()}
           | {:sleep, :default | :raw}
+          | {:follow, :messages | :calls}
           | {:max_duration_ms, pos_integer()}
           | {:limits, map()}
           | {:shipper, term()}
@@ -98,11 +99,13 @@ defmodule FlameOn.Client.TraceGraphSession do
     label = System.unique_integer([:positive])
     names = wait_view(Keyword.get(opts, :sleep, :default))
     limits = Keyword.get(opts, :limits, %{})
+    follow = Keyword.get(opts, :follow, :messages)
 
     with {:ok, native} <- new_native(limits, label),
          :ok <- register(native, root),
+         :ok <- Native.graph_owner(native, self(), follow == :messages),
          :ok <- watch_callees(native, mode),
-         :ok <- take_graph_tracing(native, root, label, mode) do
+         :ok <- take_graph_tracing(native, root, label, mode, follow) do
       timer = Process.send_after(self(), :lifetime, Keyword.get(opts, :max_duration_ms, 60_000))
 
       state = %{
@@ -145,6 +148,12 @@ defmodule FlameOn.Client.TraceGraphSession do
   def handle_call({:finish, opts}, _from, state) do
     Process.cancel_timer(state.timer)
     finished = finish_trace(state, opts)
+
+    # The trace is over for its followers too (the last graph trace also
+    # clears every flag and token of ours, in Patterns).
+    with {:ok, %Profile{graph: %Graph{followers: followers}}} <- finished,
+         do: Enum.each(followers, &unfollow/1)
+
     Patterns.release_graph()
 
     with {:ok, profile} when state.shippers != [] <- finished do
@@ -176,6 +185,13 @@ defmodule FlameOn.Client.TraceGraphSession do
         sampler = Sampler.start(native, pid, state.sampler_opts)
         {:noreply, %{state | samplers: Map.put(samplers, pid, sampler)}}
     end
+  end
+
+  # A follower left the trace (a process outside it woke it): it keeps no
+  # trace flag of ours unless another graph trace follows it.
+  def handle_info({:flame_on_left, pid}, state) do
+    unfollow(pid)
+    {:noreply, state}
   end
 
   def handle_info(_msg, state), do: {:noreply, state}
@@ -211,8 +227,11 @@ defmodule FlameOn.Client.TraceGraphSession do
   defp watch_callees(_native, _mode), do: :ok
 
   # A sample trace sets no call patterns: its callees are sampled.
-  defp take_graph_tracing(native, root, label, mode) do
-    case Patterns.acquire_graph(native, root, label, call_patterns: mode != :sample) do
+  defp take_graph_tracing(native, root, label, mode, follow) do
+    case Patterns.acquire_graph(native, root, label,
+           call_patterns: mode != :sample,
+           follow: follow
+         ) do
       :ok ->
         :ok
 
@@ -290,6 +309,16 @@ defmodule FlameOn.Client.TraceGraphSession do
 
     # exact graph traces have no samplers and no sampling counters
     if by_pid == [], do: %{metrics: %{}, stats: %{}}, else: Sampler.summarize(by_pid)
+  end
+
+  defp unfollow(pid) do
+    with nil <- Native.graph_role(pid),
+         {:tracer, {Native, :graph}} <- :erlang.trace_info(pid, :tracer) do
+      :erlang.trace(pid, false, [:all])
+    end
+  rescue
+    # it exited in between
+    ArgumentError -> :ok
   end
 
   defp lifetime(profile, state) do

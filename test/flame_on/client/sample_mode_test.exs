@@ -390,15 +390,23 @@ defmodule FlameOn.Client.SampleGraphTest do
     assert_node_clean()
   end
 
+  # A process outside the trace that calls `server` after `ms`: started
+  # before the trace and woken by a timer, so nothing of the trace reaches
+  # it (a process the traced function spawns or messages joins the trace).
+  defp foreign_call_after(server, ms, request) do
+    other = spawn(fn -> receive do: (:go -> GenServer.call(server, request)) end)
+    Process.send_after(other, :go, ms)
+  end
+
   test "a callee idle between the trace's requests is not sampled" do
     {:ok, a} = Server.start()
+    # the server works for someone else meanwhile: not this trace
+    foreign_call_after(a, 15, {:spin, 30})
 
     {_, profile} =
       FlameOn.Client.profile(
         fn ->
           GenServer.call(a, {:spin, 10})
-          # the server works for someone else meanwhile: not this trace
-          spawn(fn -> GenServer.call(a, {:spin, 30}) end)
           Workloads.busy(40)
           GenServer.call(a, {:spin, 10})
         end,
@@ -413,13 +421,13 @@ defmodule FlameOn.Client.SampleGraphTest do
 
   test "a callee's samples weigh only its reductions while it serves the trace" do
     {:ok, a} = Server.start()
+    # 30 ms of work for someone else between the trace's requests
+    foreign_call_after(a, 20, {:spin, 30})
 
     {_, profile} =
       FlameOn.Client.profile(
         fn ->
           GenServer.call(a, {:spin, 15})
-          # 30 ms of work for someone else between the trace's requests
-          spawn(fn -> GenServer.call(a, {:spin, 30}) end)
           Workloads.busy(40)
           GenServer.call(a, {:spin, 15})
         end,

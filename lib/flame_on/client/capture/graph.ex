@@ -15,6 +15,10 @@ defmodule FlameOn.Client.Capture.Graph do
   @nif_flags [:call, :return_to, :running, :arity, :send, :procs]
   # mode :sample: no call events; the root and each callee are sampled.
   @sample_flags [:running, :send, :procs]
+  # follow: :messages: receive events say who woke the root, and processes
+  # it spawns start traced (mode :process: its tracer, a TraceSession,
+  # would be theirs too, so spawns are not followed there).
+  @follow_flags [:receive, :set_on_spawn]
 
   @impl Capture
   def start(opts) do
@@ -27,6 +31,7 @@ defmodule FlameOn.Client.Capture.Graph do
       mode: opts.mode,
       name: opts.name,
       sleep: opts.sleep,
+      follow: opts.follow,
       max_duration_ms: opts.max_duration_ms,
       limits: Map.take(opts, FlameOn.Client.limit_keys()),
       sampler: sampler && Keyword.delete(sampler, :root)
@@ -53,11 +58,18 @@ defmodule FlameOn.Client.Capture.Graph do
     :seq_trace.set_token(:send, true)
     :seq_trace.set_token(:receive, true)
 
+    follow = if opts.follow == :messages, do: @follow_flags, else: []
+
     flags =
       case opts.mode do
-        :nif -> [{:tracer, Native, :graph} | @nif_flags]
-        :sample -> [{:tracer, Native, :graph} | @sample_flags]
-        :process -> [{:tracer, timeline}, :send | TraceSession.trace_flags()]
+        :nif ->
+          [{:tracer, Native, :graph} | @nif_flags ++ follow]
+
+        :sample ->
+          [{:tracer, Native, :graph} | @sample_flags ++ follow]
+
+        :process ->
+          [{:tracer, timeline}, :send | TraceSession.trace_flags() ++ (follow -- [:set_on_spawn])]
       end
 
     %{
@@ -76,7 +88,11 @@ defmodule FlameOn.Client.Capture.Graph do
 
     case capture do
       %{mode: :sample, sampler_opts: opts} ->
-        Map.put(capture, :sampler, Sampler.start(native, self(), opts))
+        # the sampler is ours, not the trace's: it must not inherit the token
+        token = :seq_trace.set_token([])
+        sampler = Sampler.start(native, self(), opts)
+        :seq_trace.set_token(token)
+        Map.put(capture, :sampler, sampler)
 
       _ ->
         capture
