@@ -73,9 +73,11 @@ void fo_follow_correlation(const fo_follow *f, const fo_corr *c, int64_t ts)
         }
         break;
     case FO_CORR_SPAWN:
-        /* the spawn protocol's own messages are no work of the trace; the
-         * request's receive is the child starting */
-        if (!c->is_send && c->to != 0)
+        /* the spawn protocol's own messages are no work of the trace: the
+         * request brings the child in, when it starts */
+        if (c->is_send)
+            fo_graph_invite(g, c->from, c->to, ts);
+        else if (c->to != 0)
             fo_graph_spawned(g, c->from, c->to, ts);
         break;
     case FO_CORR_MESSAGE:

@@ -224,6 +224,15 @@ typedef struct {
     uint8_t settled; /* the caller stopped waiting for it (resumed or its span ended) */
 } gcall;
 
+/* A message of the trace on its way: from's span brings to in. */
+typedef struct {
+    uint64_t from;
+    uint64_t to;
+    uint32_t span;
+} ginvite;
+
+#define INVITES 64u
+
 typedef struct {
     uint32_t waiter;
     uint32_t waker;
@@ -252,12 +261,14 @@ struct fo_graph {
     gedge *edges;
     uint32_t edge_count;
     uint32_t edge_cap;
+    ginvite invites[INVITES];
+    uint32_t invite_next;
     fo_graph_note notes[FO_GRAPH_NOTES];
     uint32_t note_head;
     uint32_t note_count;
     uint8_t has_root;
     uint8_t closed;
-    uint8_t receive_events;
+    uint8_t follow_messages;
     fo_graph_stats stats;
 };
 
@@ -284,7 +295,7 @@ fo_graph *fo_graph_new(const fo_graph_limits *limits, uint64_t trace_id)
     g->limits = *limits;
     g->trace_id = trace_id;
     g->free_call = FO_NONE;
-    g->receive_events = 1;
+    g->follow_messages = 1;
     int ok = index_init(&g->proc_index);
     ok = index_init(&g->call_index) && ok;
     if (!ok) {
@@ -312,9 +323,9 @@ uint64_t fo_graph_trace_id(const fo_graph *g)
     return g->trace_id;
 }
 
-void fo_graph_set_receive_events(fo_graph *g, int on)
+void fo_graph_follow_messages(fo_graph *g, int on)
 {
-    g->receive_events = on != 0;
+    g->follow_messages = on != 0;
 }
 
 /* b - a for b >= a, as unsigned: far-apart timestamps must not overflow
@@ -805,12 +816,12 @@ static void settle_pending(fo_graph *g, gproc *p, int64_t now, int woke)
 {
     fo_waker_kind kind = p->has_pending ? (fo_waker_kind)p->pending : FO_WAKER_NONE;
     uint64_t sender = 0;
-    if (kind == FO_WAKER_PROCESS || (kind == FO_WAKER_NONE && !g->receive_events)) {
+    if (kind == FO_WAKER_PROCESS || (kind == FO_WAKER_NONE && !g->follow_messages)) {
         sender = log_take(p, p->woken_at, now);
         if (sender != 0)
             kind = FO_WAKER_PROCESS;
     }
-    if (woke && kind == FO_WAKER_NONE && !p->has_pending && g->receive_events)
+    if (woke && kind == FO_WAKER_NONE && !p->has_pending && g->follow_messages)
         p->off_ns = 0; /* runnable */
     settle(g, p, woke ? p->woken_at : now, kind, sender, woke);
 }
@@ -984,7 +995,7 @@ static void took(fo_graph *g, uint64_t to, uint64_t from, int64_t ts)
     gproc *p = follower(g, to);
     if (p == NULL)
         return;
-    if (p->run == RUN_WOKEN && !g->receive_events) {
+    if (p->run == RUN_WOKEN && !g->follow_messages) {
         settle(g, p, p->woken_at, FO_WAKER_PROCESS, from, 1);
         return;
     }
@@ -1082,6 +1093,40 @@ int fo_graph_reply_received(fo_graph *g, uint64_t caller, uint64_t tag, int64_t 
     return 1;
 }
 
+static void invite(fo_graph *g, const gproc *q, uint64_t to)
+{
+    if (to == 0 || !can_pass_on(g, q) || top_span(g, to) != FO_NONE)
+        return;
+    ginvite *i = &g->invites[g->invite_next];
+    g->invite_next = (g->invite_next + 1) % INVITES;
+    i->from = q->pid;
+    i->to = to;
+    i->span = q->top;
+}
+
+void fo_graph_invite(fo_graph *g, uint64_t from, uint64_t to, int64_t ts)
+{
+    (void)ts;
+    if (!refuse_after_close(g) && g->follow_messages)
+        invite(g, follower(g, from), to);
+}
+
+/* The span that brings to in with from's message: from's current one if
+ * it can, else the one that sent it on its way (newest first). */
+static uint32_t inviter(fo_graph *g, const gproc *q, uint64_t from, uint64_t to)
+{
+    if (can_pass_on(g, q))
+        return q->top;
+    for (uint32_t k = 1; k <= INVITES; k++) {
+        ginvite *i = &g->invites[(g->invite_next + INVITES - k) % INVITES];
+        if (i->to == to && i->from == from && i->span < g->span_count && !g->spans[i->span].dropped) {
+            i->to = 0; /* used */
+            return i->span;
+        }
+    }
+    return FO_NONE;
+}
+
 void fo_graph_message_sent(fo_graph *g, uint64_t from, uint64_t to, int64_t ts)
 {
     if (refuse_after_close(g))
@@ -1092,6 +1137,22 @@ void fo_graph_message_sent(fo_graph *g, uint64_t from, uint64_t to, int64_t ts)
     mark_sent(g, q);
     if (q != NULL && p != NULL)
         message_to_trace(g, q, p, ts);
+    else if (q != NULL && g->follow_messages)
+        invite(g, q, to);
+}
+
+/* to works for the trace from ts, brought in by from's span parent (a
+ * continuation that told the trace nothing gives way). */
+static void join(fo_graph *g, uint32_t parent, uint64_t from, uint64_t to, int64_t ts)
+{
+    gproc *p = find_proc(g, to);
+    drop_provisional(g, p, ts);
+    if (p != NULL && p->top != FO_NONE)
+        return;
+    if (p != NULL && p->follow != FOLLOW_ON)
+        p->run = RUN_UNKNOWN; /* its run state went stale while it was away */
+    if (open_span(g, parent, to, ts, ts, FO_SPAN_WORK, from) != FO_NONE)
+        g->stats.joins++;
 }
 
 void fo_graph_message_received(fo_graph *g, uint64_t to, uint64_t from, int64_t ts)
@@ -1101,33 +1162,23 @@ void fo_graph_message_received(fo_graph *g, uint64_t to, uint64_t from, int64_t 
     gproc *q = follower(g, from);
     took(g, to, from, ts);
     gproc *p = follower(g, to);
-    if (q != NULL && p != NULL && !g->receive_events)
+    if (q != NULL && p != NULL && !g->follow_messages)
         message_to_trace(g, q, p, ts);
     /* the message makes the receiver work for the trace, unless it is
-     * already working for it */
-    if (q == NULL || !can_pass_on(g, q))
+     * already working for it (following calls only: never) */
+    uint32_t parent = g->follow_messages ? inviter(g, member(g, from), from, to) : FO_NONE;
+    if (parent == FO_NONE)
         return;
-    drop_provisional(g, p, ts);
-    if (top_span(g, to) != FO_NONE)
-        return;
-    if (p == NULL) {
-        gproc *known = find_proc(g, to);
-        if (known != NULL && known->follow == FOLLOW_LEFT)
-            known->run = RUN_UNKNOWN; /* its run state went stale while it was away */
-    }
-    if (open_span(g, q->top, to, ts, ts, FO_SPAN_WORK, from) != FO_NONE)
-        g->stats.joins++;
+    join(g, parent, from, to, ts);
 }
 
 void fo_graph_spawned(fo_graph *g, uint64_t parent, uint64_t child, int64_t ts)
 {
-    if (refuse_after_close(g))
+    if (refuse_after_close(g) || !g->follow_messages)
         return;
-    gproc *q = follower(g, parent);
-    if (!can_pass_on(g, q) || top_span(g, child) != FO_NONE)
-        return;
-    if (open_span(g, q->top, child, ts, ts, FO_SPAN_WORK, parent) != FO_NONE)
-        g->stats.joins++;
+    uint32_t span = inviter(g, member(g, parent), parent, child);
+    if (span != FO_NONE)
+        join(g, span, parent, child, ts);
 }
 
 int fo_graph_out(fo_graph *g, uint64_t pid, int64_t ts)

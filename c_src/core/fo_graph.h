@@ -172,11 +172,13 @@ fo_graph *fo_graph_new(const fo_graph_limits *limits, uint64_t trace_id);
 void fo_graph_free(fo_graph *g);
 uint64_t fo_graph_trace_id(const fo_graph *g);
 
-/* Whether followers' receive events reach the graph (the default, 1): a
- * wake-up without one is a wake without a message. With 0 (traces that
- * follow GenServer calls only), a wake is settled by the follower's next
- * event or by a tokened message it takes, whichever comes first. */
-void fo_graph_set_receive_events(fo_graph *g, int on);
+/* What the trace follows. 1 (the default): any message of the trace (and
+ * a spawn) brings its receiver in, and followers' receive events reach the
+ * graph, so a wake-up without one is a wake without a message. 0: only
+ * GenServer calls bring processes in, and there are no receive events: a
+ * wake is settled by the follower's next event or by a tokened message it
+ * takes, whichever comes first. */
+void fo_graph_follow_messages(fo_graph *g, int on);
 
 /* The root process's span (id 0); FO_NONE if a root exists already or the
  * graph is closed. */
@@ -195,6 +197,11 @@ int fo_graph_reply_received(fo_graph *g, uint64_t caller, uint64_t tag, int64_t 
  * when the send went to an alias. */
 void fo_graph_message_sent(fo_graph *g, uint64_t from, uint64_t to, int64_t ts);
 void fo_graph_message_received(fo_graph *g, uint64_t to, uint64_t from, int64_t ts);
+/* from sent to a message that brings to in when it takes it: a spawn
+ * request (message_sent does the same for other messages). Kept in a small
+ * ring, so that to joins even if from's span is over by then (it exited,
+ * or answered). */
+void fo_graph_invite(fo_graph *g, uint64_t from, uint64_t to, int64_t ts);
 
 /* --- A follower's own events. */
 void fo_graph_spawned(fo_graph *g, uint64_t parent, uint64_t child, int64_t ts);

@@ -225,7 +225,7 @@ static ERL_NIF_TERM nif_graph_owner(ErlNifEnv *env, int argc, const ERL_NIF_TERM
     fo_spin_lock(&res->lock);
     res->owner = pid;
     res->has_owner = 1;
-    fo_graph_set_receive_events(res->graph, argv[2] == fo_atom_true);
+    fo_graph_follow_messages(res->graph, argv[2] == fo_atom_true);
     fo_spin_unlock(&res->lock);
     return fo_atom_ok;
 }

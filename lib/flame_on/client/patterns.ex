@@ -511,13 +511,18 @@ defmodule FlameOn.Client.Patterns do
     :erlang.trace_pattern(:send, true, [])
     :erlang.trace_pattern(:receive, true, [])
 
-    if :seq_trace.get_system_tracer() == @graph_tracer do
-      :seq_trace.set_system_tracer(false)
-      # Followers keep the token of the last message they took until they
-      # take an untokened one; with no graph trace left, none is ours to
-      # keep (and no other tool had the system tracer: we refuse to start
-      # then). About 0.1 µs a process.
-      :seq_trace.reset_trace()
+    case :seq_trace.get_system_tracer() do
+      tracer when tracer in [@graph_tracer, false] ->
+        # (The VM drops our tracer by itself once it says no trace is live.)
+        :seq_trace.set_system_tracer(false)
+        # Followers keep the token of the last message they took until they
+        # take an untokened one; with no graph trace left, none is ours to
+        # keep, and no other tool uses tokens: it would need the system
+        # tracer, which we refuse to share. About 0.1 µs a process.
+        :seq_trace.reset_trace()
+
+      _another_tools ->
+        :ok
     end
 
     # Callees got the graph tracer from the send pattern; with no graph
