@@ -93,12 +93,13 @@ static void check_note(fo_graph *g, char *const *w, int n, const char *line)
     fo_graph_note got;
     if (!fo_graph_next_note(g, &got))
         fail_msg("'%s': no note left", line);
-    char name[32];
     if (got.kind >= sizeof note_names / sizeof note_names[0] || strcmp(note_names[got.kind], w[1]) != 0 ||
-        got.pid != key(w[2]) || got.ts != num(w[3], line) || (n == 5 && (int64_t)got.ns != num(w[4], line)))
+        got.pid != key(w[2]) || got.ts != num(w[3], line) || (n == 5 && (int64_t)got.ns != num(w[4], line))) {
+        char name[32];
         fail_msg("'%s': got note %s %s %" PRId64 " %" PRIu64, line,
                  got.kind < sizeof note_names / sizeof note_names[0] ? note_names[got.kind] : "?",
                  name_of(got.pid, name, sizeof name), got.ts, got.ns);
+    }
 }
 
 static fo_waker_kind waker_of(const char *word, uint64_t *sender)
