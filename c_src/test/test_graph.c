@@ -1601,9 +1601,10 @@ static void fuzz_wake(fuzz *f, fo_graph *g, uint32_t roll)
         if (ts_rng_below(&f->r, 2) == 0) {
             /* a whole wait of a follower, woken by another one */
             uint64_t p = fuzz_caller(f, g);
-            fo_graph_out(g, p, f->t);
-            fo_graph_in(g, p, f->t + (int64_t)ts_rng_below(&f->r, 30));
-            fo_graph_received(g, p, f->t + 30, FO_WAKER_PROCESS, fuzz_caller(f, g));
+            int64_t t = f->t > INT64_MAX - 30 ? INT64_MAX - 30 : f->t;
+            fo_graph_out(g, p, t);
+            fo_graph_in(g, p, t + (int64_t)ts_rng_below(&f->r, 30));
+            fo_graph_received(g, p, t + 30, FO_WAKER_PROCESS, fuzz_caller(f, g));
         } else if (ts_rng_below(&f->r, 20) == 0)
             fo_graph_set_late(g, fuzz_pid(f));
         else

@@ -249,9 +249,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         case 19:
             /* the graph on its own: notes pile up until drained */
+            /* wraps on purpose, no UB: skew paths */
             fo_graph_out(g, ev.pid, ev.ts_ns);
-            fo_graph_in(g, ev.pid, ev.ts_ns + byte(&r));
-            fo_graph_ran(g, ev.pid, ev.ts_ns + 300);
+            fo_graph_in(g, ev.pid, (int64_t)((uint64_t)ev.ts_ns + byte(&r)));
+            fo_graph_ran(g, ev.pid, (int64_t)((uint64_t)ev.ts_ns + 300u));
             fo_graph_message_received(g, ev.pid, small_key(&r), ev.ts_ns);
             if (byte(&r) & 1u)
                 while (fo_graph_next_note(g, &note))
