@@ -132,6 +132,27 @@ void fo_follow_exit(const fo_follow *f, uint64_t pid, int64_t ts, uint64_t reaso
         apply(f->session, FO_EV_EXIT, pid, ts, 0);
 }
 
+void fo_follow_late_event(const fo_follow *f, const fo_event *ev, uint64_t reason_key)
+{
+    fo_graph *g = f->graph;
+    fo_graph_set_late(g, ev->pid);
+    switch (ev->kind) {
+    case FO_EV_IN:
+        fo_graph_in(g, ev->pid, ev->ts_ns);
+        break;
+    case FO_EV_OUT:
+        fo_graph_out(g, ev->pid, ev->ts_ns);
+        break;
+    case FO_EV_EXIT:
+        fo_graph_exit(g, ev->pid, ev->ts_ns, reason_key);
+        break;
+    default:
+        fo_graph_ran(g, ev->pid, ev->ts_ns);
+        break;
+    }
+    drain(f);
+}
+
 void fo_follow_received(const fo_follow *f, uint64_t pid, int64_t ts, fo_waker_kind kind, uint64_t sender)
 {
     fo_graph_received(f->graph, pid, ts, kind, sender);

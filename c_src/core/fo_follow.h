@@ -51,6 +51,11 @@ void fo_follow_correlation(const fo_follow *f, const fo_corr *c, int64_t ts);
  * keep the graph's view of them current. */
 void fo_follow_event(const fo_follow *f, const fo_event *ev);
 void fo_follow_exit(const fo_follow *f, uint64_t pid, int64_t ts, uint64_t reason_key);
+/* A late process's own event (the root traced by trace messages, mode
+ * :process), after the caller applied it to the session as it is: the
+ * graph's view of it is brought up to date (its stacks keep their waits
+ * whole; other followers' stacks still follow what the graph decides). */
+void fo_follow_late_event(const fo_follow *f, const fo_event *ev, uint64_t reason_key);
 /* Its receive event: a message delivered, from sender (0: not known). */
 void fo_follow_received(const fo_follow *f, uint64_t pid, int64_t ts, fo_waker_kind kind, uint64_t sender);
 void fo_follow_spawned(const fo_follow *f, uint64_t parent, uint64_t child, int64_t ts);

@@ -770,7 +770,7 @@ static void settle(fo_graph *g, gproc *p, int64_t end, fo_waker_kind kind, uint6
             return;
         note(g, FO_NOTE_RESUME, p->pid, start, 0);
     }
-    if (woke && !p->in_taken)
+    if (woke && !p->in_taken && !p->late)
         note(g, FO_NOTE_APPLY_IN, p->pid, end, 0);
     uint32_t r = q != NULL ? waker_span(g, q, start, end) : FO_NONE;
     uint64_t a = 0;

@@ -259,8 +259,6 @@ void fo_graph_ingest(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM msg)
     memset(&ev, 0, sizeof(ev));
     fo_decode_result decoded =
         fo_decode_trace_msg(env, msg, res->native_per_second, res->ingest_offset_ns, &ev);
-    if (ev.pid != 0)
-        fo_graph_set_late(res->graph, ev.pid);
     int arity;
     const ERL_NIF_TERM *items;
     if (decoded == FO_DECODE_IGNORED && enif_get_tuple(env, msg, &arity, &items) && (arity == 5 || arity == 6) &&
@@ -270,15 +268,13 @@ void fo_graph_ingest(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM msg)
          * messages the root took) */
         uint64_t sender;
         fo_waker_kind kind = fo_graph_waker(env, items[3], arity == 6 ? &items[4] : NULL, &sender);
+        fo_session_count_ignored(res->core, 1);
         fo_follow_received(&f, ev.pid, ev.ts_ns, kind, sender);
         return;
     }
-    if (decoded != FO_DECODED) {
-        fo_decode_apply(res->core, decoded, &ev);
-        return;
-    }
-    if (ev.kind == FO_EV_EXIT)
-        fo_follow_exit(&f, ev.pid, ev.ts_ns, 0);
-    else
-        fo_follow_event(&f, &ev);
+    /* The stacks take the messages as they are, as a single-process
+     * session does; the graph then catches up with the process. */
+    fo_decode_apply(res->core, decoded, &ev);
+    if (decoded == FO_DECODED && fo_graph_following(res->graph, ev.pid))
+        fo_follow_late_event(&f, &ev, 0);
 }

@@ -1025,12 +1025,12 @@ static const graph_case graph_cases[] = {
 
     /* mode :process: the root's own events come after its correlation
      * events; its wake finds the sender in what it took meanwhile. Its
-     * stacks keep the wait (no attribute note). */
+     * stacks take its events as they come: no in or attribute note. */
     {"late_root_settles_from_the_messages_it_took", DEFAULTS,
      LINES("root A 0", "late A",
            "send A B t1 5", "recv B A t1 7", "note joined B 7", "reply B t1 15", "note pause B 15",
            "resume A t1 16", "notes 0",
-           "out A 6", "in A 16", "rcv A 16 ?", "ran A 17", "note in A 16", "notes 0",
+           "out A 6", "in A 16", "rcv A 16 ?", "ran A 17", "notes 0",
            "close 20"),
      LINES("0 A - 0..20 self=10 wait=10/8/2(p2) on=B ok root",
            "1 B 0 7..15 self=8 wait=0/0/0 on=- ok req"),
