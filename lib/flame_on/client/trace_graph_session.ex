@@ -152,7 +152,7 @@ defmodule FlameOn.Client.TraceGraphSession do
     # The trace is over for its followers too (the last graph trace also
     # clears every flag and token of ours, in Patterns).
     with {:ok, %Profile{graph: %Graph{followers: followers}}} <- finished,
-         do: Enum.each(followers, &unfollow/1)
+         do: unfollow(followers)
 
     Patterns.release_graph()
 
@@ -190,7 +190,7 @@ defmodule FlameOn.Client.TraceGraphSession do
   # A follower left the trace (a process outside it woke it): it keeps no
   # trace flag of ours unless another graph trace follows it.
   def handle_info({:flame_on_left, pid}, state) do
-    unfollow(pid)
+    unfollow([pid])
     {:noreply, state}
   end
 
@@ -311,11 +311,22 @@ defmodule FlameOn.Client.TraceGraphSession do
     if by_pid == [], do: %{metrics: %{}, stats: %{}}, else: Sampler.summarize(by_pid)
   end
 
-  defp unfollow(pid) do
-    with nil <- Native.graph_role(pid),
-         {:tracer, {Native, :graph}} <- :erlang.trace_info(pid, :tracer) do
-      :erlang.trace(pid, false, [:all])
-    end
+  # Off in a process of its own: turning another process's flags off waits
+  # until that process is scheduled out, tens of milliseconds for a busy
+  # one, and this owner must stay free for the trace's other messages.
+  defp unfollow(pids) do
+    spawn(fn ->
+      Enum.each(pids, fn pid ->
+        with nil <- Native.graph_role(pid),
+             {:tracer, {Native, :graph}} <- :erlang.trace_info(pid, :tracer) do
+          untrace(pid)
+        end
+      end)
+    end)
+  end
+
+  defp untrace(pid) do
+    :erlang.trace(pid, false, [:all])
   rescue
     # it exited in between
     ArgumentError -> :ok
