@@ -64,12 +64,16 @@ void fo_follow_correlation(const fo_follow *f, const fo_corr *c, int64_t ts)
         break;
     case FO_CORR_REPLY:
         /* {Ref, Result} is also what a Task sends: a plain message when
-         * no call of the trace has that tag */
-        if (c->is_send) {
-            if (!fo_graph_reply_sent(g, c->from, c->tag, ts))
+         * no call of the trace has that tag (after close a reply is late) */
+        if (!fo_graph_closed(g) && !fo_graph_call_pending(g, c->tag)) {
+            if (c->is_send)
                 fo_graph_message_sent(g, c->from, c->to, ts);
-        } else if (!fo_graph_reply_received(g, c->to, c->tag, ts)) {
-            fo_graph_message_received(g, c->to, c->from, ts);
+            else
+                fo_graph_message_received(g, c->to, c->from, ts);
+        } else if (c->is_send) {
+            fo_graph_reply_sent(g, c->from, c->tag, ts);
+        } else {
+            fo_graph_reply_received(g, c->to, c->tag, ts);
         }
         break;
     case FO_CORR_SPAWN:

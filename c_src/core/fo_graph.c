@@ -1062,6 +1062,11 @@ int fo_graph_reply_sent(fo_graph *g, uint64_t sender, uint64_t tag, int64_t ts)
 }
 
 
+int fo_graph_call_pending(const fo_graph *g, uint64_t tag)
+{
+    return index_find(&g->call_index, tag) != FO_NONE;
+}
+
 int fo_graph_reply_received(fo_graph *g, uint64_t caller, uint64_t tag, int64_t ts)
 {
     if (g->closed) {

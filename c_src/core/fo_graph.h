@@ -189,12 +189,15 @@ uint32_t fo_graph_root(fo_graph *g, uint64_t pid, int64_t ts);
 void fo_graph_request_sent(fo_graph *g, uint64_t caller, uint64_t callee, uint64_t tag, int64_t ts);
 void fo_graph_request_received(fo_graph *g, uint64_t callee, uint64_t caller, uint64_t tag,
                                int64_t ts);
-/* 1 when tag was a pending call's; 0 (and counted) when it was not: the
- * front end may then take it as a plain message ({Ref, Result} of a Task). */
+/* 1 when tag was a pending call's; 0 (and counted) when it was not.
+ * fo_follow asks fo_graph_call_pending first: a {Tag, Value} that answers
+ * no call of the trace ({Ref, Result} of a Task) is a plain message. */
 int fo_graph_reply_sent(fo_graph *g, uint64_t sender, uint64_t tag, int64_t ts);
 int fo_graph_reply_received(fo_graph *g, uint64_t caller, uint64_t tag, int64_t ts);
 /* Any other message of the trace (tokened), sent from -> to. to may be 0
  * when the send went to an alias. */
+/* 1 when tag is a call of the trace not yet forgotten. */
+int fo_graph_call_pending(const fo_graph *g, uint64_t tag);
 void fo_graph_message_sent(fo_graph *g, uint64_t from, uint64_t to, int64_t ts);
 void fo_graph_message_received(fo_graph *g, uint64_t to, uint64_t from, int64_t ts);
 /* from sent to a message that brings to in when it takes it: a spawn
