@@ -314,12 +314,18 @@ defmodule FlameOn.Client.TraceGraphSession do
   # Off in a process of its own: turning another process's flags off waits
   # until that process is scheduled out, tens of milliseconds for a busy
   # one, and this owner must stay free for the trace's other messages.
+  # A trace that brought the process back meanwhile (its message turned the
+  # flags on again, and the process took it) gets them back at once; a
+  # message not yet taken by then finds the process untraced (its spans
+  # stay right, its stacks for that message are missing).
   defp unfollow(pids) do
     spawn(fn ->
       Enum.each(pids, fn pid ->
         with nil <- Native.graph_role(pid),
-             {:tracer, {Native, :graph}} <- :erlang.trace_info(pid, :tracer) do
-          untrace(pid)
+             {:tracer, {Native, :graph}} <- :erlang.trace_info(pid, :tracer),
+             :ok <- untrace(pid),
+             role when role != nil <- Native.graph_role(pid) do
+          retrace(pid)
         end
       end)
     end)
@@ -327,9 +333,16 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   defp untrace(pid) do
     :erlang.trace(pid, false, [:all])
+    :ok
   rescue
     # it exited in between
-    ArgumentError -> :ok
+    ArgumentError -> :gone
+  end
+
+  defp retrace(pid) do
+    :erlang.trace(pid, true, Patterns.follower_flags(:messages))
+  rescue
+    ArgumentError -> :gone
   end
 
   defp lifetime(profile, state) do
