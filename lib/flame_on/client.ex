@@ -29,10 +29,13 @@ defmodule FlameOn.Client do
     * `:max_stack_frames` (`100_000`) – real stack depth tracked per process
       to match returns.
     * `:cross_process` (`false`, or `config :flame_on_client, cross_process:
-      true`) – also follow `GenServer.call`s into the processes that serve
-      them, with `:seq_trace`, and build `profile.graph`, a
-      `FlameOn.Client.Graph` of linked spans: the caller's wait becomes wait
-      on a known callee, and the callee's own stacks join the profile under
+      true`) – also follow, with `:seq_trace`, the processes the function's
+      work reaches (the servers it calls, the processes it messages or
+      spawns, and so on from them), and build `profile.graph`, a
+      `FlameOn.Client.Graph` of linked spans and wait edges: every wait of a
+      process of the trace is attributed to the process whose message ended
+      it (or says what ended it: a port, a timer, a process outside the
+      trace), and each followed process's own stacks join the profile under
       its pid. Needs the node's seq_trace system tracer. With `mode:
       :process` the root's attributed wait stays a `WAITING` leaf in its
       stacks (the spans still split it).

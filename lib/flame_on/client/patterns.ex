@@ -114,15 +114,19 @@ defmodule FlameOn.Client.Patterns do
   Registers the calling process as running a cross-process (graph) trace
   with the native session `native`. The first graph user makes the NIF the
   seq_trace system tracer (`{FlameOn.Client.Native, :graph}`) and sets the
-  send pattern that turns call tracing on in every process that receives a
-  tokened `GenServer.call` request. Returns `{:error, {:system_tracer_taken,
+  send pattern that turns tracing on in every process a tokened follower
+  sends a message to (following GenServer calls only: a `$gen_call`
+  request), and, following every message, the receive pattern whose result
+  is each received message's sender. Returns `{:error, {:system_tracer_taken,
   tracer}}` when another tool owns the seq_trace system tracer. It also
   takes the call patterns for the caller (as `acquire/1` with the caller as
   the traced process); `release_graph/0` gives both back.
 
   The last graph user (by `release_graph/0` or by dying) puts the system
-  tracer and the send pattern back and turns tracing off on every process
-  that still has the graph tracer. A graph user that dies mid-trace has its
+  tracer and the send and receive patterns back, turns tracing off on every
+  process that still has the graph tracer and clears every process's
+  seq_trace token (`:seq_trace.reset_trace/0`: no other tool uses tokens,
+  it would need the system tracer). A graph user that dies mid-trace has its
   session stopped. `call_patterns: false` (sample traces) takes graph
   tracing only: no call pattern is set for it. `follow: :messages` (the
   default) follows every message and spawn of the trace's processes (the

@@ -25,6 +25,11 @@ defmodule FlameOn.Client.TraceGraphSession do
       trace with.
     * Past its lifetime the trace stops following anything
       (`stats.lifetime_exceeded`); the traced function goes on.
+    * A follower that leaves the trace (a process outside the trace woke it
+      with nothing of the trace left to do; the NIF says
+      `{:flame_on_left, pid}`) has its trace flags turned off, unless
+      another running graph trace follows it; so do the followers still
+      there when the trace finishes.
     * `finish/2` closes the graph, builds the `FlameOn.Client.Profile` with
       its `FlameOn.Client.Graph`, ships it to the `:shipper`s given at start,
       gives graph tracing back and stops.
@@ -34,6 +39,8 @@ defmodule FlameOn.Client.TraceGraphSession do
   """
 
   use GenServer, restart: :temporary
+
+  @leave_grace_ms 5
 
   alias FlameOn.Client.{Graph, Native, Patterns, Profile, Sampler, Shipper, TraceSession}
 
@@ -123,7 +130,9 @@ defmodule FlameOn.Client.TraceGraphSession do
         lifetime_exceeded: false,
         # mode :sample: a FlameOn.Client.Sampler per callee, by pid
         samplers: %{},
-        sampler_opts: Keyword.get(opts, :sampler, [])
+        sampler_opts: Keyword.get(opts, :sampler, []),
+        # followers that left, their flags to turn off after @leave_grace_ms
+        leaving: []
       }
 
       # The root's TraceSession (mode :process) starts under the same
@@ -152,7 +161,7 @@ defmodule FlameOn.Client.TraceGraphSession do
     # The trace is over for its followers too (the last graph trace also
     # clears every flag and token of ours, in Patterns).
     with {:ok, %Profile{graph: %Graph{followers: followers}}} <- finished,
-         do: unfollow(followers)
+         do: unfollow(Enum.uniq(followers ++ state.leaving))
 
     Patterns.release_graph()
 
@@ -188,10 +197,17 @@ defmodule FlameOn.Client.TraceGraphSession do
   end
 
   # A follower left the trace (a process outside it woke it): it keeps no
-  # trace flag of ours unless another graph trace follows it.
-  def handle_info({:flame_on_left, pid}, state) do
-    unfollow([pid])
-    {:noreply, state}
+  # trace flag of ours unless another graph trace follows it. After a short
+  # grace, in one batch: a shared server often comes back with the trace's
+  # next message, and then keeps its flags.
+  def handle_info({:flame_on_left, pid}, %{leaving: leaving} = state) do
+    if leaving == [], do: Process.send_after(self(), :unfollow_left, @leave_grace_ms)
+    {:noreply, %{state | leaving: [pid | leaving]}}
+  end
+
+  def handle_info(:unfollow_left, state) do
+    unfollow(Enum.uniq(state.leaving))
+    {:noreply, %{state | leaving: []}}
   end
 
   def handle_info(_msg, state), do: {:noreply, state}
