@@ -156,6 +156,16 @@ defmodule FlameOn.Client.Export.Perfetto do
     from = min(max(span.started_at, parent.started_at), parent.ended_at)
     to = max(min(span.ended_at, parent.ended_at), from)
 
+    wait_x(tid, from, to, t0, %{
+      callee: Util.process_label(span.pid, names),
+      callee_span_id: span.span_id,
+      callee_us: max(span.ended_at - span.started_at, 0)
+    })
+    |> Map.merge(%{bind_id: flow, flow_out: true})
+  end
+
+  # A wait slice on tid over from..to.
+  defp wait_x(tid, from, to, t0, args) do
     %{
       ph: "X",
       cat: "wait",
@@ -164,13 +174,7 @@ defmodule FlameOn.Client.Export.Perfetto do
       tid: tid,
       ts: from - t0,
       dur: to - from,
-      bind_id: flow,
-      flow_out: true,
-      args: %{
-        callee: Util.process_label(span.pid, names),
-        callee_span_id: span.span_id,
-        callee_us: max(span.ended_at - span.started_at, 0)
-      }
+      args: args
     }
   end
 
@@ -230,21 +234,13 @@ defmodule FlameOn.Client.Export.Perfetto do
     depth = Map.fetch!(depths, waiter.span_id)
     tid = Map.fetch!(tids, waiter.pid)
 
-    slice = %{
-      ph: "X",
-      cat: "wait",
-      name: "wait",
-      pid: @pid,
-      tid: tid,
-      ts: from - t0,
-      dur: to - from,
-      args: %{
+    slice =
+      wait_x(tid, from, to, t0, %{
         waker: Util.process_label(waker.pid, names),
         waker_span_id: waker.span_id,
         attributed_us: edge.attributed_us,
         wakes: edge.wakes
-      }
-    }
+      })
 
     # the flow ends where the waker's explained work began
     at = clamp(edge.started_at, waker.started_at, waker.ended_at)
