@@ -462,11 +462,13 @@ defmodule FlameOn.Client.Patterns do
     :erlang.trace_pattern(:receive, receive_pattern, [])
   end
 
-  # Destinations a send can name, as {head, guards, process to trace}: a pid,
-  # a registered name, {name, node()}.
+  # Destinations a send can name, as {head, guards, process to trace}: a pid
+  # (not the sender: a root traced by a trace session keeps that tracer), a
+  # registered name, {name, node()}.
   defp destinations do
     [
-      {:"$1", [{:orelse, {:is_pid, :"$1"}, {:is_atom, :"$1"}}], :"$1"},
+      {:"$1", [{:is_pid, :"$1"}, {:"=/=", :"$1", {:self}}], :"$1"},
+      {:"$1", [{:is_atom, :"$1"}], :"$1"},
       {{:"$1", :"$2"}, [{:is_atom, :"$1"}, {:"=:=", :"$2", {:node}}], :"$1"}
     ]
   end
@@ -475,8 +477,8 @@ defmodule FlameOn.Client.Patterns do
 
   defp enable_clauses(:calls, flags) do
     [
-      {[:"$1", {:"$gen_call", :_, :_}], [{:is_pid, :"$1"}, {:is_seq_trace}],
-       [enable(:"$1", flags)]}
+      {[:"$1", {:"$gen_call", :_, :_}],
+       [{:is_pid, :"$1"}, {:"=/=", :"$1", {:self}}, {:is_seq_trace}], [enable(:"$1", flags)]}
     ]
   end
 
@@ -488,8 +490,12 @@ defmodule FlameOn.Client.Patterns do
   defp restore_token_clauses(:calls, root, label, flags) do
     [
       {[:"$1", {:"$gen_call", :_, :_}],
-       [{:is_pid, :"$1"}, {:"=:=", {:self}, root}, {:not, {:is_seq_trace}}],
-       set_token(label) ++ [enable(:"$1", flags)]}
+       [
+         {:is_pid, :"$1"},
+         {:"=/=", :"$1", root},
+         {:"=:=", {:self}, root},
+         {:not, {:is_seq_trace}}
+       ], set_token(label) ++ [enable(:"$1", flags)]}
     ]
   end
 

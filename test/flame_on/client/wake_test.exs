@@ -221,6 +221,22 @@ defmodule FlameOn.Client.WakeTest do
       send(worker, :stop)
     end
 
+    test "a root that messages itself keeps its own tracer (mode :process: a trace session)" do
+      {tracer, profile} =
+        graph_profile(
+          fn ->
+            send(self(), :note_to_self)
+            receive do: (:note_to_self -> :ok)
+            :erlang.trace_info(self(), :tracer)
+          end,
+          mode: :process
+        )
+
+      assert {:tracer, session} = tracer
+      assert is_pid(session)
+      assert [%Span{kind: :root}] = profile.graph.spans
+    end
+
     test "messages A -> B -> C -> A chain the spans" do
       c = spawn(fn -> receive do: ({:hop, to} -> send(to, {:done, self()})) end)
 
