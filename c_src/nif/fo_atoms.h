@@ -128,7 +128,8 @@
     A(followers)                                                                             \
     A(spawn_request)                                                                         \
     A(spawn_reply)                                                                           \
-    A(follower)
+    A(follower)                                                                              \
+    A(note_overflows)
 
 #define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;
 FO_ATOMS(FO_ATOM_DECLARE)

@@ -121,7 +121,8 @@ static ERL_NIF_TERM stats_term(ErlNifEnv *env, const fo_graph_stats *st)
                            fo_atom_unmatched_replies, fo_atom_late_replies,       fo_atom_delegated_replies,
                            fo_atom_processes,       fo_atom_wakes,                fo_atom_attributed_wakes,
                            fo_atom_joins,           fo_atom_leaves,               fo_atom_continuations,
-                           fo_atom_dropped_continuations, fo_atom_edges,          fo_atom_edge_limit_hits};
+                           fo_atom_dropped_continuations, fo_atom_edges,          fo_atom_edge_limit_hits,
+                           fo_atom_note_overflows};
     ERL_NIF_TERM values[] = {enif_make_uint64(env, st->spans),           enif_make_uint64(env, st->dropped_spans),
                              enif_make_uint64(env, st->orphan_requests), enif_make_uint64(env, st->unmatched_replies),
                              enif_make_uint64(env, st->late_replies),    enif_make_uint64(env, st->delegated_replies),
@@ -129,7 +130,7 @@ static ERL_NIF_TERM stats_term(ErlNifEnv *env, const fo_graph_stats *st)
                              enif_make_uint64(env, st->attributed_wakes), enif_make_uint64(env, st->joins),
                              enif_make_uint64(env, st->leaves),          enif_make_uint64(env, st->continuations),
                              enif_make_uint64(env, st->dropped_continuations), enif_make_uint64(env, st->edges),
-                             enif_make_uint64(env, st->edge_limit_hits)};
+                             enif_make_uint64(env, st->edge_limit_hits), enif_make_uint64(env, st->note_overflows)};
     ERL_NIF_TERM map;
     enif_make_map_from_arrays(env, keys, values, sizeof(keys) / sizeof(keys[0]), &map);
     return map;
