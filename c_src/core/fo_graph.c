@@ -192,6 +192,7 @@ typedef struct {
     int64_t episode_start;
     int64_t piece_start;
     int64_t woken_at;
+    int64_t awake_since; /* dormant: when it last began to run uncharged */
     uint64_t off_ns;
     uint32_t top;       /* newest open span, FO_NONE when none */
     uint32_t last_span; /* newest span shown (not a dropped continuation) */
@@ -649,8 +650,10 @@ static void end_span(fo_graph *g, uint32_t s, int64_t ts, uint8_t status, uint64
     }
     /* Its other work is not the trace's: the stacks stop here. An exit
      * closes them itself. */
-    if (p->top == FO_NONE && !p->is_root && status != FO_SPAN_EXIT && !g->closed)
+    if (p->top == FO_NONE && !p->is_root && status != FO_SPAN_EXIT && !g->closed) {
+        p->awake_since = ts;
         note(g, FO_NOTE_PAUSE, sp->pid, ts, 0);
+    }
 }
 
 /* The work spans of p end at ts (its last idle began then): it has done
@@ -763,8 +766,10 @@ static void settle(fo_graph *g, gproc *p, int64_t end, fo_waker_kind kind, uint6
     if (p->top == FO_NONE) {
         /* Dormant after a reply: a port or timer message means the
          * process goes on with I/O or a timer it started for the trace. */
-        if (p->is_root || (kind != FO_WAKER_PORT && kind != FO_WAKER_TIMER))
+        if (p->is_root || (kind != FO_WAKER_PORT && kind != FO_WAKER_TIMER)) {
+            p->awake_since = end;
             return;
+        }
         uint32_t s = open_span(g, p->last_span, p->pid, start, start, FO_SPAN_CONTINUATION, 0);
         if (s == FO_NONE)
             return;
@@ -839,6 +844,18 @@ static void touch(fo_graph *g, gproc *p, int64_t ts)
         p->off_ns = add_sat(p->off_ns, elapsed(g, p->piece_start, ts));
         settle_pending(g, p, ts, 0);
     }
+}
+
+/* A dormant follower sends a message of the trace (it still holds the
+ * trace's token): it goes on working for the trace, since it last began to
+ * run. Its stacks restart with its next event. */
+static void resume_for_send(fo_graph *g, gproc *q)
+{
+    if (q == NULL || q->follow != FOLLOW_ON || q->top != FO_NONE || q->is_root || q->late)
+        return;
+    uint32_t s = open_span(g, q->last_span, q->pid, q->awake_since, q->awake_since, FO_SPAN_CONTINUATION, 0);
+    if (s != FO_NONE)
+        show(g, q);
 }
 
 /* q (a follower) sent p (a follower) a message at ts: the trace goes on
@@ -939,7 +956,10 @@ void fo_graph_request_sent(fo_graph *g, uint64_t caller, uint64_t callee, uint64
 {
     if (refuse_after_close(g))
         return;
-    touch(g, follower(g, caller), ts);
+    gproc *q = follower(g, caller);
+    touch(g, q, ts);
+    if (g->follow_messages)
+        resume_for_send(g, q);
     uint32_t s = top_span(g, caller);
     if (s == FO_NONE) {
         /* a stale label, or a process whose span was not created */
@@ -1139,6 +1159,8 @@ void fo_graph_message_sent(fo_graph *g, uint64_t from, uint64_t to, int64_t ts)
     gproc *q = follower(g, from);
     gproc *p = follower(g, to);
     touch(g, q, ts);
+    if (g->follow_messages)
+        resume_for_send(g, q);
     mark_sent(g, q);
     if (q != NULL && p != NULL)
         message_to_trace(g, q, p, ts);

@@ -397,6 +397,54 @@ defmodule FlameOn.Client.WakeTest do
     end
   end
 
+  describe "httpc on a fresh connection" do
+    setup do
+      Tools.otp_lib!(:inets, "erlang-inets")
+      {:ok, _} = Application.ensure_all_started(:inets)
+      root = Path.join(System.tmp_dir!(), "flame_on_httpd_#{System.unique_integer([:positive])}")
+      File.mkdir_p!(root)
+      File.write!(Path.join(root, "index.txt"), "flame on\n")
+
+      {:ok, httpd} =
+        :inets.start(:httpd,
+          port: 0,
+          server_name: ~c"flame_on",
+          server_root: String.to_charlist(root),
+          document_root: String.to_charlist(root),
+          bind_address: {127, 0, 0, 1}
+        )
+
+      # a profile of its own: no connection to reuse, so the request starts
+      # a handler that resolves the address and connects
+      profile = :"flame_on_wake_#{System.unique_integer([:positive])}"
+      {:ok, _} = :inets.start(:httpc, profile: profile)
+
+      on_exit(fn ->
+        :inets.stop(:httpc, profile)
+        :inets.stop(:httpd, httpd)
+        File.rm_rf!(root)
+      end)
+
+      %{url: ~c"http://127.0.0.1:#{:httpd.info(httpd)[:port]}/index.txt", profile: profile}
+    end
+
+    test "the new handler's work explains the root's wait", %{url: url, profile: profile} do
+      # modules loaded outside the trace
+      {:ok, _} = :httpc.request(:get, {url, []}, [], [], :default)
+
+      {{:ok, {{_, 200, _}, _, _}}, traced} =
+        graph_profile(fn -> :httpc.request(:get, {url, []}, [], [], profile) end)
+
+      root = root(traced)
+
+      assert root.attributed_wait_us >= 0.7 * root.wait_us,
+             "#{root.attributed_wait_us} of #{root.wait_us} µs attributed"
+
+      kinds = Enum.map(traced.graph.spans, & &1.kind)
+      assert :continuation in kinds and :work in kinds
+    end
+  end
+
   describe "a mnesia transaction" do
     setup do
       Tools.otp_lib!(:mnesia, "erlang-mnesia")
