@@ -193,10 +193,12 @@ typedef struct {
     int64_t piece_start;
     int64_t woken_at;
     int64_t awake_since; /* dormant: when it last began to run uncharged */
+    int64_t sent_at;     /* its last message of the trace, from sent_span */
     uint64_t off_ns;
     uint32_t top;       /* newest open span, FO_NONE when none */
     uint32_t last_span; /* newest span shown (not a dropped continuation) */
     uint32_t last_ended; /* newest span that ended */
+    uint32_t sent_span;  /* the span its last message of the trace came from */
     uint32_t calls_out; /* pending calls made by this pid */
     uint8_t follow;
     uint8_t run;
@@ -430,6 +432,7 @@ static uint32_t proc_for(fo_graph *g, uint64_t pid)
     g->procs[p].top = FO_NONE;
     g->procs[p].last_span = FO_NONE;
     g->procs[p].last_ended = FO_NONE;
+    g->procs[p].sent_span = FO_NONE;
     g->stats.processes++;
     return p;
 }
@@ -593,19 +596,22 @@ static uint32_t open_span(fo_graph *g, uint32_t parent, uint64_t pid, int64_t ts
 }
 
 /* p sent a message of the trace: its current span did (some of) its part. */
-static void mark_sent(fo_graph *g, const gproc *p)
+static void mark_sent(fo_graph *g, gproc *p, int64_t ts)
 {
-    if (p != NULL && p->top != FO_NONE)
-        g->spans[p->top].sent = 1;
+    if (p == NULL || p->top == FO_NONE)
+        return;
+    g->spans[p->top].sent = 1;
+    p->sent_span = p->top;
+    p->sent_at = ts;
 }
 
 /* p sent a follower a message: a continuation is real. */
-static void show(fo_graph *g, gproc *p)
+static void show(fo_graph *g, gproc *p, int64_t ts)
 {
     uint32_t s = p->top;
     if (s == FO_NONE)
         return;
-    g->spans[s].sent = 1;
+    mark_sent(g, p, ts);
     if (!g->spans[s].provisional)
         return;
     g->spans[s].provisional = 0;
@@ -711,6 +717,9 @@ static void add_edge(fo_graph *g, uint32_t waiter, uint32_t waker, int64_t from,
  * else its last one (which then explains nothing, being over). */
 static uint32_t waker_span(const fo_graph *g, const gproc *q, int64_t from, int64_t to)
 {
+    /* the span its last message of the trace came from, if before the wake */
+    if (q->sent_span != FO_NONE && q->sent_at <= to && !g->spans[q->sent_span].provisional)
+        return q->sent_span;
     if (q->last_ended != FO_NONE) {
         const gspan *e = &g->spans[q->last_ended];
         if (e->ended >= from && e->ended <= to)
@@ -855,7 +864,7 @@ static void resume_for_send(fo_graph *g, gproc *q)
         return;
     uint32_t s = open_span(g, q->last_span, q->pid, q->awake_since, q->awake_since, FO_SPAN_CONTINUATION, 0);
     if (s != FO_NONE)
-        show(g, q);
+        show(g, q, q->awake_since);
 }
 
 /* q (a follower) sent p (a follower) a message at ts: the trace goes on
@@ -864,7 +873,7 @@ static void message_to_trace(fo_graph *g, gproc *q, gproc *p, int64_t ts)
 {
     if (q == p || q->top == FO_NONE)
         return;
-    show(g, q);
+    show(g, q, ts);
     gspan *sp = &g->spans[q->top];
     if (sp->kind == FO_SPAN_WORK && sp->opener == p->pid)
         end_span(g, q->top, ts, FO_SPAN_OK, 0);
@@ -985,7 +994,7 @@ void fo_graph_request_sent(fo_graph *g, uint64_t caller, uint64_t callee, uint64
         return;
     }
     gspan *sp = &g->spans[s];
-    show(g, &g->procs[sp->proc]);
+    show(g, &g->procs[sp->proc], ts);
     if (ts < sp->started) {
         g->stats.clock_skews++;
         ts = sp->started;
@@ -1073,7 +1082,11 @@ int fo_graph_reply_sent(fo_graph *g, uint64_t sender, uint64_t tag, int64_t ts)
     gproc *q = follower(g, sender);
     touch(g, q, ts);
     if (q != NULL)
-        show(g, q);
+        show(g, q, ts);
+    if (q != NULL && call->callee_span != FO_NONE && g->spans[call->callee_span].proc == (uint32_t)(q - g->procs)) {
+        q->sent_span = call->callee_span; /* the reply comes from the span it ends */
+        q->sent_at = ts;
+    }
     if (call->callee_span != FO_NONE)
         end_span(g, call->callee_span, ts, FO_SPAN_OK, 0);
     if (call->settled)
@@ -1161,7 +1174,7 @@ void fo_graph_message_sent(fo_graph *g, uint64_t from, uint64_t to, int64_t ts)
     touch(g, q, ts);
     if (g->follow_messages)
         resume_for_send(g, q);
-    mark_sent(g, q);
+    mark_sent(g, q, ts);
     if (q != NULL && p != NULL)
         message_to_trace(g, q, p, ts);
     else if (q != NULL && g->follow_messages)

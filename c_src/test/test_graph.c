@@ -924,6 +924,28 @@ static const graph_case graph_cases[] = {
      "spans=3 processes=2 calls=1 wakes=3 attributed_wakes=2 continuations=1 edges=2",
      LINES("0->1 12..15 ns=3 wakes=1", "0->2 18..57 ns=39 wakes=1"), 0, 0},
 
+    /* httpc-like, a fresh connection: S (the manager) spawns H (a new
+     * handler), H acknowledges its start to S and, still holding the
+     * token, asks G (the resolver) for an address, then sends A the
+     * answer. H's continuation brings G in; A's wait is on the
+     * continuation, the span H's answer came from. */
+    {"dormant_follower_that_sends_goes_on_and_brings_its_receiver_in", DEFAULTS,
+     LINES("root A 0",
+           "send A S t1 5", "out A 6", "recv S A t1 7",
+           "spawn S H 8", "msgsent H S 9", "active H 0",
+           "reply S t1 10",
+           "msgsent H G 12", "active H 1", "msg G H 13", "msgsent G H 20", "active G 0",
+           "msgsent H A 30",
+           "in A 31", "rcv A 31 H", "resume A t1 31",
+           "close 40"),
+     LINES("0 A - 0..40 self=15 wait=25/22/3(p3) on=H ok root",
+           "1 S 0 7..10 self=3 wait=0/0/0 on=- ok req",
+           "2 H 1 8..9 self=1 wait=0/0/0 on=- ok work",
+           "3 H 2 9..40 self=31 wait=0/0/0 on=- at_close cont",
+           "4 G 3 13..20 self=7 wait=0/0/0 on=- ok work"),
+     "spans=5 processes=4 calls=1 wakes=1 attributed_wakes=1 joins=2 continuations=1 edges=1",
+     LINES("0->3 9..31 ns=22 wakes=1"), 0, 0},
+
     /* A server's own timer after its reply, with nothing sent to the
      * trace: no span (its stacks were charged meanwhile). */
     {"continuation_that_never_tells_the_trace_is_dropped", DEFAULTS,
