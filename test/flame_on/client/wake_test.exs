@@ -337,31 +337,35 @@ defmodule FlameOn.Client.WakeTest do
     end
   end
 
+  # A local httpd serving index.txt (body: `body`), stopped at the test's
+  # end; its URL.
+  defp start_httpd(body) do
+    Tools.otp_lib!(:inets, "erlang-inets")
+    {:ok, _} = Application.ensure_all_started(:inets)
+    root = Path.join(System.tmp_dir!(), "flame_on_httpd_#{System.unique_integer([:positive])}")
+    File.mkdir_p!(root)
+    File.write!(Path.join(root, "index.txt"), body)
+
+    {:ok, httpd} =
+      :inets.start(:httpd,
+        port: 0,
+        server_name: ~c"flame_on",
+        server_root: String.to_charlist(root),
+        document_root: String.to_charlist(root),
+        bind_address: {127, 0, 0, 1}
+      )
+
+    on_exit(fn ->
+      :inets.stop(:httpd, httpd)
+      File.rm_rf!(root)
+    end)
+
+    ~c"http://127.0.0.1:#{:httpd.info(httpd)[:port]}/index.txt"
+  end
+
   describe "httpc against a local httpd" do
     setup do
-      Tools.otp_lib!(:inets, "erlang-inets")
-      {:ok, _} = Application.ensure_all_started(:inets)
-      root = Path.join(System.tmp_dir!(), "flame_on_httpd_#{System.unique_integer([:positive])}")
-      File.mkdir_p!(root)
-      File.write!(Path.join(root, "index.txt"), String.duplicate("flame on\n", 200))
-
-      {:ok, httpd} =
-        :inets.start(:httpd,
-          port: 0,
-          server_name: ~c"flame_on",
-          server_root: String.to_charlist(root),
-          document_root: String.to_charlist(root),
-          bind_address: {127, 0, 0, 1}
-        )
-
-      port = :httpd.info(httpd)[:port]
-
-      on_exit(fn ->
-        :inets.stop(:httpd, httpd)
-        File.rm_rf!(root)
-      end)
-
-      url = ~c"http://127.0.0.1:#{port}/index.txt"
+      url = start_httpd(String.duplicate("flame on\n", 200))
       # a first request outside the trace: connection set up, modules loaded
       {:ok, {{_, 200, _}, _, _}} = :httpc.request(url)
       %{url: url}
@@ -399,33 +403,13 @@ defmodule FlameOn.Client.WakeTest do
 
   describe "httpc on a fresh connection" do
     setup do
-      Tools.otp_lib!(:inets, "erlang-inets")
-      {:ok, _} = Application.ensure_all_started(:inets)
-      root = Path.join(System.tmp_dir!(), "flame_on_httpd_#{System.unique_integer([:positive])}")
-      File.mkdir_p!(root)
-      File.write!(Path.join(root, "index.txt"), "flame on\n")
-
-      {:ok, httpd} =
-        :inets.start(:httpd,
-          port: 0,
-          server_name: ~c"flame_on",
-          server_root: String.to_charlist(root),
-          document_root: String.to_charlist(root),
-          bind_address: {127, 0, 0, 1}
-        )
-
+      url = start_httpd("flame on\n")
       # a profile of its own: no connection to reuse, so the request starts
       # a handler that resolves the address and connects
       profile = :"flame_on_wake_#{System.unique_integer([:positive])}"
       {:ok, _} = :inets.start(:httpc, profile: profile)
-
-      on_exit(fn ->
-        :inets.stop(:httpc, profile)
-        :inets.stop(:httpd, httpd)
-        File.rm_rf!(root)
-      end)
-
-      %{url: ~c"http://127.0.0.1:#{:httpd.info(httpd)[:port]}/index.txt", profile: profile}
+      on_exit(fn -> :inets.stop(:httpc, profile) end)
+      %{url: url, profile: profile}
     end
 
     test "the new handler's work explains the root's wait", %{url: url, profile: profile} do
