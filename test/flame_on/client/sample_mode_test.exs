@@ -32,7 +32,7 @@ defmodule FlameOn.Client.SampleModeTest do
     old
   end
 
-  defp untraced_probes, do: Enum.map(@probes, &{&1, :erlang.trace_info(&1, :traced)})
+  defp untraced_probes, do: Enum.map(@probes, &{&1, patterns_on?(&1)})
 
   test "no call pattern is ever set, and backtrace_depth is raised only while it runs" do
     before = depth()
@@ -47,7 +47,7 @@ defmodule FlameOn.Client.SampleModeTest do
       )
 
     {probes, during, patterns?} = seen
-    assert Enum.all?(probes, fn {_mfa, traced} -> traced == {:traced, false} end), inspect(probes)
+    assert Enum.all?(probes, fn {_mfa, traced} -> traced == false end), inspect(probes)
     refute patterns?
     assert during == FlameOn.Client.Capture.Sample.backtrace_depth(%{max_depth: 512})
     assert during == 64
@@ -72,6 +72,16 @@ defmodule FlameOn.Client.SampleModeTest do
     assert Enum.all?(stacks, fn {stack, _} ->
              stack == "" or stack =~ ~r/^FlameOn\.Client\.profile\/2/
            end)
+  end
+
+  test "a trace shorter than the interval: its stacks fit in its wall time" do
+    for _ <- 1..5 do
+      {_, profile} = FlameOn.Client.profile(fn -> Workloads.fib(18) end, mode: :sample)
+      total = profile.stacks |> Map.fetch!(self()) |> Enum.map(&elem(&1, 1)) |> Enum.sum()
+      # rounding: at most 1 µs per stack
+      assert total <= profile.duration_us + length(profile.stacks[self()]),
+             "stacks #{total} µs in a #{profile.duration_us} µs trace"
+    end
   end
 
   test "a stack deeper than the VM's 64-frame backtrace gets a cut root" do
@@ -336,13 +346,13 @@ defmodule FlameOn.Client.SampleGraphTest do
         fn ->
           GenServer.call(a, {:spin, 30})
           GenServer.call(a, {:forward, 10, b, {:spin, 20}})
-          {:erlang.trace_info({Server, :handle_call, 3}, :traced), patterns_set?()}
+          {patterns_on?({Server, :handle_call, 3}), patterns_set?()}
         end,
         mode: :sample,
         cross_process: true
       )
 
-    assert traced == {{:traced, false}, false}
+    assert traced == {false, false}
     assert profile.mode == :sample
     spans = profile.graph.spans
     root = Enum.find(spans, &(&1.pid == self()))
@@ -415,7 +425,12 @@ defmodule FlameOn.Client.SampleGraphTest do
       )
 
     total = Enum.sum(Enum.map(profile.stacks[a], &elem(&1, 1)))
-    assert total < 35_000, "the server's foreign work was charged: #{total} µs"
+    spans = for s <- profile.graph.spans, s.pid == a, do: s.ended_at - s.started_at
+    assert length(spans) == 2
+    # the 30 ms spin for someone else would show on top of the spans
+    assert total <= Enum.sum(spans) * 1.05 + 2_000,
+           "the server's foreign work was charged: #{total} µs for spans #{inspect(spans)}"
+
     assert_node_clean()
   end
 
@@ -583,7 +598,7 @@ defmodule FlameOn.Client.SampleDefaultsTest do
     refute patterns?
     assert_received {:flame_on_profile, %Profile{mode: :sample, name: "job"} = profile}
     assert time_where(profile, self(), &(&1 =~ "Workloads.fib/1")) >= 15_000
-    assert :erlang.trace_info(self(), :flags) == {:flags, []}
+    assert our_flags(self()) == []
     assert_node_clean()
   end
 end
@@ -658,7 +673,8 @@ defmodule FlameOn.Client.SampleCostTest do
 
     assert profile.stats.same_samples <= waiting + 1, inspect({profile.stats, profile.samples})
     assert on_fib >= 2, inspect(profile.samples)
-    assert time_where(profile, self(), &(&1 =~ "Workloads.fib/1")) >= 10_000
+    # 24 ms of fib; a burst's start goes to the stack it was first seen in
+    assert time_where(profile, self(), &(&1 =~ "Workloads.fib/1")) >= 5_000
   end
 
   test "the node's sample budget stretches every sampler's interval" do
