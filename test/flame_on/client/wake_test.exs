@@ -7,6 +7,10 @@ defmodule FlameOn.Client.WakeTest do
 
   import FlameOn.Client.TestHelpers
 
+  # inets and mnesia are put on the code path by the tests that use them
+  # (Tools.otp_lib!/2): mix (Elixir 1.15+) does not have them there.
+  @compile {:no_warn_undefined, [:inets, :httpc, :httpd, :mnesia]}
+
   alias FlameOn.Client
   alias FlameOn.Client.{Edge, Graph, Span}
   alias FlameOn.Client.Test.{Server, Tools, Workloads}
@@ -339,6 +343,12 @@ defmodule FlameOn.Client.WakeTest do
     end
   end
 
+  # A GET with httpc. The ssl options are given: without them httpc reads
+  # its https defaults (the OS's CA certificates, through public_key) on
+  # every request, http too, and a machine without them fails (OTP 27).
+  defp http_get(url, profile \\ :default),
+    do: :httpc.request(:get, {url, []}, [ssl: [verify: :verify_none]], [], profile)
+
   # A local httpd serving index.txt (body: `body`), stopped at the test's
   # end; its URL.
   defp start_httpd(body) do
@@ -369,12 +379,12 @@ defmodule FlameOn.Client.WakeTest do
     setup do
       url = start_httpd(String.duplicate("flame on\n", 200))
       # a first request outside the trace: connection set up, modules loaded
-      {:ok, {{_, 200, _}, _, _}} = :httpc.request(url)
+      {:ok, {{_, 200, _}, _, _}} = http_get(url)
       %{url: url}
     end
 
     test "the root's wait on the answer is attributed to the handler's work", %{url: url} do
-      {{:ok, {{_, 200, _}, _, body}}, profile} = graph_profile(fn -> :httpc.request(url) end)
+      {{:ok, {{_, 200, _}, _, body}}, profile} = graph_profile(fn -> http_get(url) end)
 
       assert length(body) == 1800
       root = root(profile)
@@ -416,10 +426,9 @@ defmodule FlameOn.Client.WakeTest do
 
     test "the new handler's work explains the root's wait", %{url: url, profile: profile} do
       # modules loaded outside the trace
-      {:ok, _} = :httpc.request(:get, {url, []}, [], [], :default)
+      {:ok, _} = http_get(url)
 
-      {{:ok, {{_, 200, _}, _, _}}, traced} =
-        graph_profile(fn -> :httpc.request(:get, {url, []}, [], [], profile) end)
+      {{:ok, {{_, 200, _}, _, _}}, traced} = graph_profile(fn -> http_get(url, profile) end)
 
       root = root(traced)
 
