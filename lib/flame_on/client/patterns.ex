@@ -612,14 +612,27 @@ defmodule FlameOn.Client.Patterns do
     ]
   end
 
+  # Following every message, a request goes out in the root's own trace
+  # whatever token it holds (as with :calls); any other message only when
+  # the root's token was cleared: a reply to another trace's request keeps
+  # that trace's token, which is what tells the router the root served it
+  # and goes back to its own trace.
   defp restore_token_clauses(:messages, root, label, flags) do
-    guards = [{:"=:=", {:self}, root}]
+    self_root = {:"=:=", {:self}, root}
+    cleared = [self_root, {:not, {:is_seq_trace}}]
+    restore = set_token(label)
 
-    for(
-      {dest, dest_guards, target} <- destinations(),
-      do: {[dest, :_], guards ++ dest_guards, set_token(label) ++ [enable(target, flags)]}
-    ) ++
-      [{[:_, :_], guards, set_token(label)}]
+    requests =
+      for {dest, dest_guards, target} <- destinations(),
+          do:
+            {[dest, {:"$gen_call", :_, :_}], [self_root | dest_guards],
+             restore ++ [enable(target, flags)]}
+
+    others =
+      for {dest, dest_guards, target} <- destinations(),
+          do: {[dest, :_], cleared ++ dest_guards, restore ++ [enable(target, flags)]}
+
+    requests ++ others ++ [{[:_, :_], cleared, restore}]
   end
 
   defp set_token(label) do
