@@ -98,6 +98,8 @@
     A(dropped_spans)                                                                          \
     A(delegated_replies)                                                                       \
     A(stats)                                                                                   \
+    A(buffer_events)                                                                           \
+    A(producer_folds)                                                                          \
     A(attributed)
 
 #define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;

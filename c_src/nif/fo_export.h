@@ -13,8 +13,9 @@
 ERL_NIF_TERM fo_export_stacks(ErlNifEnv *env, const fo_session *s);
 
 /* The counters as a map. nodes/processes/frames/memory are passed in so a
- * finished session (core freed) can still answer. */
+ * finished session (core freed) can still answer; producer_folds counts
+ * the times a traced process found its tracer ring full and folded it. */
 ERL_NIF_TERM fo_export_stats(ErlNifEnv *env, const fo_stats *stats, size_t memory, uint32_t nodes,
-                             uint32_t processes, uint32_t frames);
+                             uint32_t processes, uint32_t frames, uint64_t producer_folds);
 
 #endif

@@ -6,11 +6,13 @@
 
 #include "fo_atoms.h"
 #include "fo_decode.h"
+#include "fo_drainer.h"
 #include "fo_export.h"
 #include "fo_export_graph.h"
 #include "fo_router.h"
 #include "fo_resource.h"
 #include "fo_sample.h"
+#include "fo_slot.h"
 #include "fo_tracer.h"
 
 /* Messages applied per slice before yielding back to the scheduler; a
@@ -52,6 +54,10 @@ static ERL_NIF_TERM nif_new(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
          native_per_second > 1000000000000LL))
         return enif_make_badarg(env);
     int replay = enif_get_map_value(env, argv[0], fo_atom_replay, &value) && value == fo_atom_true;
+    uint32_t ring_records = FO_RING_DEFAULT_RECORDS;
+    if (!get_limit(env, argv[0], fo_atom_buffer_events, &ring_records) || ring_records == 0 ||
+        ring_records > FO_RING_MAX_RECORDS)
+        return enif_make_badarg(env);
     /* graph traces: a seq_trace label (a small positive integer) and the
      * span graph's bounds */
     ErlNifUInt64 label = 0;
@@ -71,9 +77,26 @@ static ERL_NIF_TERM nif_new(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         enif_release_resource(res);
         return enif_raise_exception(env, enif_make_atom(env, "enomem"));
     }
-    ERL_NIF_TERM term = enif_make_resource(env, res);
+    res->ring_request = ring_records;
+    ERL_NIF_TERM term = fo_resource_make_handle(env, res);
     enif_release_resource(res);
     return term;
+}
+
+// tracer_state(Session) -> non_neg_integer(): what to pass as the state of
+// {tracer, FlameOn.Client.Native, State}: the session's slot key, an
+// immediate the callbacks turn into the session without a resource
+// lookup. Raises system_limit when every slot is taken.
+static ERL_NIF_TERM nif_tracer_state(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    if (!fo_resource_get(env, argv[0], &res) || res->graph != NULL || res->core == NULL ||
+        !atomic_load(&res->active))
+        return enif_make_badarg(env);
+    if (!fo_slot_register(res))
+        return enif_raise_exception(env, enif_make_atom(env, "system_limit"));
+    return enif_make_uint64(env, atomic_load(&res->slot_key));
 }
 
 /* Apply up to INGEST_CHUNK messages of list; *rest gets what is left.
@@ -112,6 +135,7 @@ static ERL_NIF_TERM nif_ingest(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         return enif_make_badarg(env);
     }
     ERL_NIF_TERM rest;
+    fo_resource_fold(res);
     int proper = ingest_chunk(env, res, argv[1], &rest);
     fo_spin_unlock(&res->lock);
     if (!proper)
@@ -129,10 +153,12 @@ static ERL_NIF_TERM stats_term(ErlNifEnv *env, fo_session_res *res)
 {
     if (res->core == NULL)
         return fo_export_stats(env, &res->final_stats, 0, res->final_nodes, res->final_processes,
-                               res->final_frames);
-    return fo_export_stats(env, fo_session_stats(res->core), fo_session_memory(res->core),
+                               res->final_frames, res->ring.producer_folds);
+    fo_resource_fold(res);
+    return fo_export_stats(env, fo_session_stats(res->core),
+                           fo_session_memory(res->core) + fo_ring_memory(&res->ring),
                            fo_session_node_count(res->core), fo_session_process_count(res->core),
-                           fo_session_frame_count(res->core));
+                           fo_session_frame_count(res->core), res->ring.producer_folds);
 }
 
 // stats(Session) -> map()
@@ -159,9 +185,11 @@ static ERL_NIF_TERM nif_stop(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
         return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
     if (res->stopped_ns == 0)
-        res->stopped_ns = fo_tracer_clock_ns();
+        res->stopped_ns = fo_clock_now(&res->clock);
     fo_spin_unlock(&res->lock);
     atomic_store(&res->active, 0);
+    /* the callbacks drop every event from here on */
+    fo_slot_unregister(res);
     if (res->graph != NULL)
         fo_router_unregister(res);
     return enif_make_int64(env, fo_ns_to_native(enif_monotonic_time(ERL_NIF_NSEC), res->native_per_second));
@@ -238,12 +266,17 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     int64_t end_ns = 0;
     if (has_end && !fo_native_to_ns(end_ts, res->native_per_second, res->ingest_offset_ns, &end_ns))
         return enif_make_badarg(env);
+    /* No callback appends once the slot is gone, so the fold below sees
+     * the last event. */
+    fo_slot_unregister(res);
     fo_spin_lock(&res->lock);
     fo_session *core = res->core;
     if (core == NULL) {
         fo_spin_unlock(&res->lock);
         return enif_make_badarg(env);
     }
+    fo_resource_fold(res);
+    fo_ring_free(&res->ring);
     int64_t close_ns = 0;
     int close = 1;
     if (has_end)
@@ -300,6 +333,7 @@ static ErlNifFunc nif_funcs[] = {
     {"live_sessions", 0, nif_live_sessions, 0},
     {"session_bytes", 0, nif_session_bytes, 0},
     {"new", 1, nif_new, 0},
+    {"tracer_state", 1, nif_tracer_state, 0},
     {"ingest", 2, nif_ingest, 0},
     {"stats", 1, nif_stats, 0},
     {"stop", 1, nif_stop, 0},
@@ -312,12 +346,23 @@ static ErlNifFunc nif_funcs[] = {
     {"trace", 5, fo_tracer_trace, 0},
 };
 
+/* Loaded instances of this library (an upgrade loads a second one into
+ * the same statics until the old code is purged): the drainer thread runs
+ * while any is loaded, and must be gone before the code is unmapped. */
+static int instances;
+
 static int on_load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
 {
     (void)priv;
     (void)info;
     fo_atoms_init(env);
-    return fo_resource_open(env) && fo_router_init() ? 0 : 1;
+    if (!fo_resource_open(env) || !fo_router_init() || !fo_slot_init())
+        return 1;
+    fo_clock_init();
+    /* without the thread, producers fold their own rings when full */
+    fo_drainer_start();
+    instances++;
+    return 0;
 }
 
 static int on_upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM info)
@@ -326,4 +371,12 @@ static int on_upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM
     return on_load(env, priv, info);
 }
 
-ERL_NIF_INIT(Elixir.FlameOn.Client.Native, nif_funcs, on_load, NULL, on_upgrade, NULL)
+static void on_unload(ErlNifEnv *env, void *priv)
+{
+    (void)env;
+    (void)priv;
+    if (--instances == 0)
+        fo_drainer_stop();
+}
+
+ERL_NIF_INIT(Elixir.FlameOn.Client.Native, nif_funcs, on_load, NULL, on_upgrade, on_unload)

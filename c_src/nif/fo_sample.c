@@ -31,7 +31,7 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         !enif_get_uint64(env, argv[3], &weight))
         return enif_make_badarg(env);
     /* Stamped before decoding: the stack was taken just before this call. */
-    int64_t ts = fo_tracer_clock_ns();
+    int64_t ts = fo_clock_now(&res->clock);
     uint32_t count = 0;
     ERL_NIF_TERM list = argv[2], head;
     while (count < FO_SAMPLE_MAX_FRAMES && enif_get_list_cell(env, list, &head, &list))
@@ -53,6 +53,7 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     ERL_NIF_TERM result = fo_atom_stopped;
     fo_spin_lock(&res->lock);
     if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed)) {
+        fo_resource_fold(res); /* the in/out events before this sample */
         /* A cross-process trace counts a callee only while it serves one
          * of the trace's requests, as its events are (fo_graph_tracer.c). */
         if (res->graph != NULL && !fo_graph_active(res->graph, (uint64_t)pid.pid)) {

@@ -49,9 +49,10 @@ defmodule FlameOn.Client do
       function still runs to its end) and `stats.lifetime_exceeded` is
       `true`.
     * `:mode` (`:nif`) – how the profile is captured. `:nif`: the NIF is
-      the tracer module (`{:tracer, FlameOn.Client.Native, session}`), so
-      the VM folds each call event into the session inside the traced
-      process, with no message, copy or mailbox. `:process`: a
+      the tracer module (`{:tracer, FlameOn.Client.Native, key}`), so the
+      VM hands each call event to the NIF inside the traced process, which
+      appends it to the session's bounded buffer (no message, copy or
+      mailbox) for a native thread to fold into the session. `:process`: a
       `FlameOn.Client.TraceSession` process is the tracer and ingests trace
       messages in batches (portable baseline; a burst of events queues in
       its mailbox). Both give the same exact stacks for the same events.

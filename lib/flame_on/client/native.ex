@@ -12,14 +12,18 @@ defmodule FlameOn.Client.Native do
       integer keys `:max_nodes`, `:max_depth`, `:max_processes`,
       `:max_frames`, `:max_stack_frames` and `:native_per_second`
       (`System.convert_time_unit(1, :second, :native)`, to turn
-      `:monotonic_timestamp` values into nanoseconds), and `replay: true`
-      for a session whose `trace/5` calls replay recorded events.
+      `:monotonic_timestamp` values into nanoseconds), `replay: true`
+      for a session whose `trace/5` calls replay recorded events, and
+      `:buffer_events` (8192, rounded up to a power of two, at most 2^22):
+      the records the tracer callbacks buffer before the core folds them.
     * `ingest(session, messages)` – applies a list of
       `{:trace_ts, pid, tag, ..., ts}` messages. Returns `:ok`. A `ts`
       (native units, or `{mega, sec, micro}`) whose nanoseconds (moved to
       the tracer clock in a graph session) fall outside a signed 64-bit
       integer makes its message malformed.
-    * `stats(session)` – the counters, a map.
+    * `stats(session)` – the counters, a map. `:producer_folds` counts the
+      times a traced process found the session's event buffer full and
+      folded it itself (the drainer thread fell behind).
     * `stop(session)` – the tracer callbacks take no more events (they
       discard them); the result waits for `finish/2`. Returns the native
       monotonic time at which it stopped. The tracer never folds calls into
@@ -59,12 +63,27 @@ defmodule FlameOn.Client.Native do
       applies nothing) once the session is stopped, and `:idle` (applies
       nothing) for a cross-process trace's callee between the trace's
       requests.
-    * `enabled/3` and `trace/5` – the `:erl_tracer` behaviour: pass
-      `{:tracer, FlameOn.Client.Native, session}` to `:erlang.trace/3` and
-      the VM calls these in the traced process, folding each event into the
-      session with no message. Events are stamped with the tracer's clock
-      (`CLOCK_MONOTONIC`, nanoseconds); in a `replay: true` session an
+    * `tracer_state(session)` – the session's tracer state: pass
+      `{:tracer, FlameOn.Client.Native, tracer_state(session)}` to
+      `:erlang.trace/3`. A small integer (the key of the session's slot in
+      a node-wide table of at most 16384 tracing sessions; raises
+      `:system_limit` past it), so the callbacks reach the session without a
+      resource lookup. Once the session is stopped or finished the key
+      reaches nothing: the callbacks drop the events and the VM removes the
+      tracer at its next `trace_status` check.
+    * `enabled/3` and `trace/5` – the `:erl_tracer` behaviour. The VM
+      calls them in the traced process: `trace/5` stamps the event, decodes
+      it and appends it to the session's bounded buffer, with no message.
+      A drainer thread folds the buffer into the session as it fills, off
+      the traced process; a buffer found full is folded by the process
+      itself, and whatever reads the session (`stats/1`, `sample/4`,
+      `finish/2`, ...) folds what is left first, so nothing is lost or
+      reordered. Events are stamped with the session's clock (nanoseconds
+      on `CLOCK_MONOTONIC`, read through the CPU's time-stamp counter where
+      the kernel keeps time with it); in a `replay: true` session an
       integer `:timestamp` in `opts` (a recorded event) is used instead.
+      The session itself (the `new/1` reference) is accepted as the state
+      too.
   """
 
   @on_load :load_nif
@@ -93,6 +112,9 @@ defmodule FlameOn.Client.Native do
 
   @spec new(map()) :: session()
   def new(_opts), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec tracer_state(session()) :: non_neg_integer()
+  def tracer_state(_session), do: :erlang.nif_error(:nif_not_loaded)
 
   @spec ingest(session(), [tuple()]) :: :ok
   def ingest(_session, _messages), do: :erlang.nif_error(:nif_not_loaded)
@@ -130,10 +152,11 @@ defmodule FlameOn.Client.Native do
   def finish(_session, _end_ts), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
-  @spec enabled(atom(), session(), pid() | port() | term()) :: :trace | :discard | :remove
+  @spec enabled(atom(), session() | non_neg_integer(), pid() | port() | term()) ::
+          :trace | :discard | :remove
   def enabled(_tag, _state, _tracee), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
-  @spec trace(atom(), session(), term(), term(), map()) :: :ok
+  @spec trace(atom(), session() | non_neg_integer(), term(), term(), map()) :: :ok
   def trace(_tag, _state, _tracee, _term, _opts), do: :erlang.nif_error(:nif_not_loaded)
 end

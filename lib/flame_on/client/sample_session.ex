@@ -76,8 +76,11 @@ defmodule FlameOn.Client.SampleSession do
         |> Keyword.merge(Keyword.take(opts, Keyword.keys(Sampler.option_defaults())))
         |> Keyword.put(:depth, depth)
 
+      # the callbacks find the session by this small integer
+      tracer = Native.tracer_state(native)
+
       samplers =
-        for pid <- ok, trace(pid, native), into: %{} do
+        for pid <- ok, trace(pid, tracer), into: %{} do
           {pid, Sampler.start(native, pid, sampler_opts)}
         end
 
@@ -86,6 +89,7 @@ defmodule FlameOn.Client.SampleSession do
          pid: if(is_list(Keyword.fetch!(opts, :pid)), do: nil, else: hd(pids)),
          pid_ref: if(length(pids) == 1, do: Process.monitor(hd(pids))),
          native: native,
+         tracer: tracer,
          samplers: samplers,
          skipped: length(pids) - map_size(samplers),
          name: Keyword.get(opts, :name, "flame_on"),
@@ -99,8 +103,8 @@ defmodule FlameOn.Client.SampleSession do
     end
   end
 
-  defp trace(pid, native) do
-    :erlang.trace(pid, true, [{:tracer, Native, native} | @flags])
+  defp trace(pid, tracer) do
+    :erlang.trace(pid, true, [{:tracer, Native, tracer} | @flags])
     true
   rescue
     # it exited in between
@@ -121,7 +125,7 @@ defmodule FlameOn.Client.SampleSession do
 
   @impl GenServer
   def terminate(_reason, %{profile: nil} = state) do
-    Enum.each(Map.keys(state.samplers), &untrace(&1, state.native))
+    Enum.each(Map.keys(state.samplers), &untrace(&1, state.tracer))
     Native.stop(state.native)
     :ok
   end
@@ -137,7 +141,7 @@ defmodule FlameOn.Client.SampleSession do
     sampled =
       Sampler.summarize(Enum.map(state.samplers, fn {pid, s} -> {pid, Sampler.stop(s)} end))
 
-    Enum.each(Map.keys(state.samplers), &untrace(&1, state.native))
+    Enum.each(Map.keys(state.samplers), &untrace(&1, state.tracer))
     Patterns.release_depth()
     {raw, stats} = Native.finish(state.native, :stop)
 
@@ -160,9 +164,9 @@ defmodule FlameOn.Client.SampleSession do
   end
 
   # Only our own flags, and only if they are still ours.
-  defp untrace(pid, native) do
+  defp untrace(pid, tracer) do
     case :erlang.trace_info(pid, :tracer) do
-      {:tracer, {Native, ^native}} -> :erlang.trace(pid, false, @flags)
+      {:tracer, {Native, ^tracer}} -> :erlang.trace(pid, false, @flags)
       _ -> 0
     end
   rescue

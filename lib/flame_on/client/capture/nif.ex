@@ -20,7 +20,11 @@ defmodule FlameOn.Client.Capture.Nif do
       Capture.raise_start_error!(reason, "a trace")
     end
 
-    %{module: __MODULE__, native: native, flags: [{:tracer, Native, native} | @flags]}
+    %{
+      module: __MODULE__,
+      native: native,
+      flags: [{:tracer, Native, Native.tracer_state(native)} | @flags]
+    }
   end
 
   @impl Capture

@@ -22,7 +22,7 @@ defmodule FlameOn.Client.Capture.Sample do
     %{
       module: __MODULE__,
       native: native,
-      flags: [{:tracer, Native, native} | @flags],
+      flags: [{:tracer, Native, Native.tracer_state(native)} | @flags],
       sampler_opts: sampler_opts
     }
   end

@@ -1,0 +1,111 @@
+#include "fo_drainer.h"
+
+static ErlNifMutex *mutex;
+static ErlNifCond *wakeup;
+static ErlNifTid thread;
+static int running;  /* under mutex */
+static int stopping; /* under mutex */
+static fo_session_res *first, *last; /* the queue, linked by drain_next */
+
+static fo_session_res *pop(void)
+{
+    fo_session_res *res = first;
+    if (res != NULL) {
+        first = res->drain_next;
+        if (first == NULL)
+            last = NULL;
+        res->drain_next = NULL;
+    }
+    return res;
+}
+
+static void give_back(fo_session_res *res)
+{
+    atomic_store(&res->ring.drain_queued, 0);
+    enif_release_resource(res); /* may be the last reference: the destructor runs here */
+}
+
+static void *drainer_main(void *arg)
+{
+    (void)arg;
+    enif_mutex_lock(mutex);
+    for (;;) {
+        while (first == NULL && !stopping)
+            enif_cond_wait(wakeup, mutex);
+        if (stopping)
+            break;
+        fo_session_res *res = pop();
+        enif_mutex_unlock(mutex);
+        fo_spin_lock(&res->lock);
+        if (res->core != NULL) {
+            fo_resource_fold(res);
+            fo_resource_account(res);
+        }
+        fo_spin_unlock(&res->lock);
+        give_back(res);
+        enif_mutex_lock(mutex);
+    }
+    enif_mutex_unlock(mutex);
+    return NULL;
+}
+
+int fo_drainer_start(void)
+{
+    if (mutex == NULL) {
+        mutex = enif_mutex_create("flame_on_drainer");
+        wakeup = enif_cond_create("flame_on_drainer");
+        if (mutex == NULL || wakeup == NULL)
+            return 0;
+    }
+    enif_mutex_lock(mutex);
+    int ok = running;
+    if (!running) {
+        stopping = 0;
+        running = enif_thread_create("flame_on_drainer", &thread, drainer_main, NULL, NULL) == 0;
+        ok = running;
+    }
+    enif_mutex_unlock(mutex);
+    return ok;
+}
+
+void fo_drainer_stop(void)
+{
+    if (mutex == NULL)
+        return;
+    enif_mutex_lock(mutex);
+    int was_running = running;
+    stopping = 1;
+    running = 0;
+    enif_cond_signal(wakeup);
+    enif_mutex_unlock(mutex);
+    if (was_running)
+        enif_thread_join(thread, NULL);
+    for (;;) {
+        enif_mutex_lock(mutex);
+        fo_session_res *res = pop();
+        enif_mutex_unlock(mutex);
+        if (res == NULL)
+            break;
+        give_back(res);
+    }
+}
+
+int fo_drainer_request(fo_session_res *res)
+{
+    if (mutex == NULL)
+        return 0;
+    enif_mutex_lock(mutex);
+    int queued = running;
+    if (queued) {
+        enif_keep_resource(res);
+        res->drain_next = NULL;
+        if (last == NULL)
+            first = res;
+        else
+            last->drain_next = res;
+        last = res;
+        enif_cond_signal(wakeup);
+    }
+    enif_mutex_unlock(mutex);
+    return queued;
+}
