@@ -100,6 +100,7 @@
     A(stats)                                                                                   \
     A(buffer_events)                                                                           \
     A(producer_folds)                                                                          \
+    A(max_stack_bytes)                                                                         \
     A(attributed)
 
 #define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;

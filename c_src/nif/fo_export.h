@@ -6,11 +6,15 @@
 
 #include "fo_session.h"
 
-/* #{pid => [Entry]}, one entry per node with time or samples: {FramesLeafFirst,
- * Ns}, or {FramesLeafFirst, Ns, Samples, Weight} for a node stack samples
- * landed on (Samples > 0; Ns may be 0). The badarg or enomem exception term
- * on failure. */
-ERL_NIF_TERM fo_export_stacks(ErlNifEnv *env, const fo_session *s);
+/* The finished tree as the core holds it, in one piece whatever its depth:
+ * {Frames, Pids, Nodes, MaxTextBytes}. Frames: a tuple indexed by frame id
+ * (reserved ids are atoms: process, sleep, depth_cap, node_cap, waiting,
+ * gc, attributed; real ones {M, F, Arity}). Pids: a tuple indexed by
+ * process. Nodes: a binary of FO_EXPORT_NODE_BYTES per node, parents
+ * first (see put_node). MaxTextBytes: the budget render/3 gives the stack
+ * texts. The enomem exception term on failure. */
+#define FO_EXPORT_NODE_BYTES 36u
+ERL_NIF_TERM fo_export_tree(ErlNifEnv *env, const fo_session *s, uint64_t max_text_bytes);
 
 /* The counters as a map. nodes/processes/frames/memory are passed in so a
  * finished session (core freed) can still answer; producer_folds counts

@@ -11,6 +11,7 @@
 #include "fo_export_graph.h"
 #include "fo_router.h"
 #include "fo_resource.h"
+#include "fo_render_nif.h"
 #include "fo_sample.h"
 #include "fo_slot.h"
 #include "fo_tracer.h"
@@ -58,6 +59,11 @@ static ERL_NIF_TERM nif_new(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     if (!get_limit(env, argv[0], fo_atom_buffer_events, &ring_records) || ring_records == 0 ||
         ring_records > FO_RING_MAX_RECORDS)
         return enif_make_badarg(env);
+    ErlNifUInt64 max_text_bytes = FO_DEFAULT_MAX_STACK_BYTES;
+    if (enif_get_map_value(env, argv[0], fo_atom_max_stack_bytes, &value) && value != fo_atom_nil &&
+        (!enif_get_uint64(env, value, &max_text_bytes) || max_text_bytes == 0 ||
+         max_text_bytes > FO_CEIL_MAX_STACK_BYTES))
+        return enif_make_badarg(env);
     /* graph traces: a seq_trace label (a small positive integer) and the
      * span graph's bounds */
     ErlNifUInt64 label = 0;
@@ -78,6 +84,7 @@ static ERL_NIF_TERM nif_new(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         return enif_raise_exception(env, enif_make_atom(env, "enomem"));
     }
     res->ring_request = ring_records;
+    res->max_text_bytes = max_text_bytes;
     ERL_NIF_TERM term = fo_resource_make_handle(env, res);
     enif_release_resource(res);
     return term;
@@ -247,7 +254,8 @@ static ERL_NIF_TERM nif_graph_begin(ErlNifEnv *env, int argc, const ERL_NIF_TERM
     return root == FO_NONE ? enif_make_badarg(env) : fo_atom_ok;
 }
 
-// finish(Session, End :: integer() | nil | stop) -> {#{pid() => [{Frames, Ns}]}, Stats}
+// finish(Session, End :: integer() | nil | stop) -> {Tree, Stats} (graph
+// sessions: {Tree, Stats, Graph}); Tree as fo_export_tree makes it.
 // End: native monotonic time (trace messages), nil (no closing charge) or
 // `stop` (when stop/1 ran, on the tracer clock: tracer-module sessions).
 static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -292,7 +300,7 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         fo_graph_close(res->graph, close ? close_ns : fo_tracer_clock_ns());
         graph = fo_export_graph(env, res);
     }
-    ERL_NIF_TERM stacks = fo_export_stacks(env, core);
+    ERL_NIF_TERM stacks = fo_export_tree(env, core, res->max_text_bytes);
     ERL_NIF_TERM stats = stats_term(env, res);
     res->final_stats = *fo_session_stats(core);
     fo_resource_unaccount(res);
@@ -341,6 +349,7 @@ static ErlNifFunc nif_funcs[] = {
     {"graph_begin", 1, nif_graph_begin, 0},
     {"graph_watch_callees", 2, nif_graph_watch_callees, 0},
     {"finish", 2, nif_finish, ERL_NIF_DIRTY_JOB_CPU_BOUND},
+    {"render", 2, fo_render_nif, ERL_NIF_DIRTY_JOB_CPU_BOUND},
     {"sample", 4, fo_sample_nif, 0},
     {"enabled", 3, fo_tracer_enabled, 0},
     {"trace", 5, fo_tracer_trace, 0},

@@ -63,6 +63,7 @@ fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_seco
     atomic_fetch_add(&live_sessions, 1);
     res->native_per_second = native_per_second;
     res->ring_request = FO_RING_DEFAULT_RECORDS;
+    res->max_text_bytes = FO_DEFAULT_MAX_STACK_BYTES;
     fo_clock_start(&res->clock, !replay);
     res->replay = replay;
     fo_spin_init(&res->lock);

@@ -17,6 +17,11 @@
 #include "fo_session.h"
 #include "fo_spinlock.h"
 
+/* Bytes of stack texts ("a;b;c") render/2 writes at most (new/1's
+ * max_stack_bytes). */
+#define FO_DEFAULT_MAX_STACK_BYTES (64ull << 20)
+#define FO_CEIL_MAX_STACK_BYTES (16ull << 30)
+
 typedef struct fo_session_res fo_session_res;
 
 struct fo_session_res {
@@ -47,6 +52,7 @@ struct fo_session_res {
      * slot key (fo_slot.h), and the callbacks append to the ring. */
     _Atomic uint64_t slot_key; /* 0: no slot (yet, or any more) */
     uint32_t ring_request;     /* records the ring is made with */
+    uint64_t max_text_bytes;   /* render/2's budget for the stack texts */
     fo_ring ring;
     fo_session_res *drain_next; /* the drainer's queue (its mutex) */
 };

@@ -15,7 +15,9 @@ defmodule FlameOn.Client.Native do
       `:monotonic_timestamp` values into nanoseconds), `replay: true`
       for a session whose `trace/5` calls replay recorded events, and
       `:buffer_events` (8192, rounded up to a power of two, at most 2^22):
-      the records the tracer callbacks buffer before the core folds them.
+      the records the tracer callbacks buffer before the core folds them,
+      and `:max_stack_bytes` (64 MiB, at most 16 GiB): the bytes of stack
+      texts `render/2` writes at most.
     * `ingest(session, messages)` – applies a list of
       `{:trace_ts, pid, tag, ..., ts}` messages. Returns `:ok`. A `ts`
       (native units, or `{mega, sec, micro}`) whose nanoseconds (moved to
@@ -33,13 +35,31 @@ defmodule FlameOn.Client.Native do
       `:stop` (when `stop/1` ran, on the tracer's clock: sessions fed by the
       tracer callbacks) or `nil` (no closing charge); an integer `end`
       whose nanoseconds fall outside a signed 64-bit integer raises
-      `ArgumentError` and leaves the session open. Returns
-      `{%{pid => [entry]}, stats}`, one entry per distinct stack with time or
-      samples: `{frames, ns}`, or `{frames, ns, samples, weight}` for a stack
-      that `sample/4` samples landed on (`samples > 0`, `ns` may be 0).
-      `frames` is leaf first, each `{module, function, arity}` or one of
-      `:sleep`, `:depth_cap`, `:node_cap`, `:waiting`, `:gc`. Runs on a
+      `ArgumentError` and leaves the session open. Returns `{tree, stats}`:
+      the calling-context tree as the core holds it, whatever its depth in
+      one compact piece, `{frames, pids, nodes, max_stack_bytes}`. `frames`
+      is a tuple indexed by frame id: `{module, function, arity}`, or for
+      the reserved ids 0..7 `:process` (a process root), `:sleep`,
+      `:depth_cap`, `:node_cap`, `:waiting`, `:gc`, `:attributed`,
+      `:undefined`. `pids` is a tuple indexed by process. `nodes` is a
+      binary of 36 bytes per node, parents before children:
+      `<<parent::32-native, frame::32-native, process::32-native,
+      self_ns::64-native, samples::64-native, weight::64-native>>`
+      (`parent` is `0xFFFFFFFF` for a process root; `samples` and `weight`
+      count the `sample/4` samples that landed on the node). Runs on a
       dirty scheduler.
+    * `render(tree, names)` – the views of a finished tree, built in C in
+      time linear in what they hold (`FlameOn.Client.Profile.build/4` calls
+      it). `names` is a tuple as long as `frames`: each frame's text, or
+      `nil` to drop the time and samples of the stacks that end in it;
+      frames that read the same are merged. Returns `{stacks, samples,
+      trees, tree_names, stacks_without_text}`: the `stacks` and `samples`
+      fields of `FlameOn.Client.Profile` (each text is a slice of the text
+      of a stack below it, so a chain of frames costs one text), the
+      per-process tree binaries and names of `FlameOn.Client.Profile.Tree`,
+      and how many stacks were left out because their texts passed
+      `max_stack_bytes` (a `new/1` option, default 64 MiB; the trees keep
+      them). Runs on a dirty scheduler.
     * `new(%{label: label, ...})` makes a cross-process (graph) session:
       `label` is its seq_trace label (a positive integer), with the span
       graph's bounds `:max_spans`, `:max_pending_calls`, `:max_fanout`
@@ -148,8 +168,20 @@ defmodule FlameOn.Client.Native do
   @spec sample(session(), pid(), list(), non_neg_integer()) :: :ok | :stopped | :idle
   def sample(_session, _pid, _stack, _weight), do: :erlang.nif_error(:nif_not_loaded)
 
-  @spec finish(session(), integer() | :stop | nil) :: {map(), map()} | {map(), map(), map()}
+  @typedoc """
+  The finished tree as the core holds it (`finish/2`): `{frames, pids,
+  nodes, max_stack_bytes}`, see the module documentation.
+  """
+  @type tree :: {tuple(), tuple(), binary(), pos_integer()}
+
+  @spec finish(session(), integer() | :stop | nil) :: {tree(), map()} | {tree(), map(), map()}
   def finish(_session, _end_ts), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec render(tree(), tuple()) ::
+          {%{pid() => [{String.t(), pos_integer()}]},
+           %{pid() => [{String.t(), pos_integer(), non_neg_integer()}]}, %{pid() => binary()},
+           tuple(), non_neg_integer()}
+  def render(_tree, _names), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
   @spec enabled(atom(), session() | non_neg_integer(), pid() | port() | term()) ::

@@ -1,6 +1,8 @@
 defmodule FlameOn.Client.NativeTest do
   use ExUnit.Case, async: false
 
+  import FlameOn.Client.TestHelpers, only: [raw_stacks: 1]
+
   alias FlameOn.Client.Native
 
   @limits [:max_nodes, :max_depth, :max_processes, :max_frames, :max_stack_frames]
@@ -50,13 +52,13 @@ defmodule FlameOn.Client.NativeTest do
         assert_raise ArgumentError, fn -> Native.finish(session, bad) end
       end
 
-      assert {%{}, %{}} = Native.finish(session, nil)
+      assert {{_, _, _, _}, %{}} = Native.finish(session, nil)
     end
 
     test "a finished session" do
       session = Native.new(%{})
-      assert {stacks, stats} = Native.finish(session, 0)
-      assert stacks == %{}
+      assert {tree, stats} = Native.finish(session, 0)
+      assert raw_stacks(tree) == %{}
       assert stats.events == 0
 
       assert_raise ArgumentError, fn -> Native.ingest(session, []) end
@@ -108,7 +110,8 @@ defmodule FlameOn.Client.NativeTest do
     assert stats.malformed_events == 3
     assert stats.ignored_events == 1
 
-    {stacks, final} = Native.finish(session, 10_000)
+    {tree, final} = Native.finish(session, 10_000)
+    stacks = raw_stacks(tree)
     assert final.events == 3
     assert final.malformed_events == 3
 
@@ -134,7 +137,8 @@ defmodule FlameOn.Client.NativeTest do
 
     Native.stop(session)
     assert Native.sample(session, pid, [{M, :h, 0}], 100) == :stopped
-    {stacks, stats} = Native.finish(session, :stop)
+    {tree, stats} = Native.finish(session, :stop)
+    stacks = raw_stacks(tree)
     assert stats.samples == 3
 
     entries = Map.new(Map.fetch!(stacks, pid), &{elem(&1, 0), Tuple.delete_at(&1, 0)})
@@ -166,8 +170,8 @@ defmodule FlameOn.Client.NativeTest do
     :ok = Native.ingest(session, messages)
     assert Native.stats(session).events == 10_003
 
-    {stacks, _} = Native.finish(session, nil)
-    entries = Map.new(Map.fetch!(stacks, pid))
+    {tree, _} = Native.finish(session, nil)
+    entries = Map.new(Map.fetch!(raw_stacks(tree), pid))
     # g runs 1000 ns per call, f the rest.
     assert entries[[g, f]] == 5_001 * 1_000
     assert entries[[f]] == 1_000 + 5_000 * 1_000
@@ -240,7 +244,7 @@ defmodule FlameOn.Client.NativeTest do
         assert_raise ArgumentError, fn -> Native.finish(session, bad) end
       end
 
-      assert {%{}, %{events: 1}} = Native.finish(session, 9_223_372_036)
+      assert {{_, _, _, _}, %{events: 1}} = Native.finish(session, 9_223_372_036)
     end
 
     test "a graph session's times, moved to the tracer clock, past int64 are malformed or raise" do
@@ -259,7 +263,7 @@ defmodule FlameOn.Client.NativeTest do
       assert %{events: 1, malformed_events: 1} = Native.stats(session)
 
       assert_raise ArgumentError, fn -> Native.finish(session, overflows) end
-      assert {%{}, %{events: 1}, %{spans: _}} = Native.finish(session, fits)
+      assert {{_, _, _, _}, %{events: 1}, %{spans: _}} = Native.finish(session, fits)
     end
 
     test "stop/1 in a native unit finer than a nanosecond saturates" do

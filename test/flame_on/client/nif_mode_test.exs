@@ -75,8 +75,12 @@ defmodule FlameOn.Client.NifModeTest do
     by_callback = Native.new(%{replay: true})
     Enum.each(messages, &replay_as_callback(by_callback, &1))
 
-    {stacks_a, stats_a} = Native.finish(by_ingest, nil)
-    {stacks_b, stats_b} = Native.finish(by_callback, nil)
+    {tree_a, stats_a} = Native.finish(by_ingest, nil)
+    {tree_b, stats_b} = Native.finish(by_callback, nil)
+    # the same trees, so the same stacks
+    assert tree_a == tree_b
+    stacks_a = raw_stacks(tree_a)
+    stacks_b = raw_stacks(tree_b)
 
     assert stacks_a == stacks_b
     assert stats_a.events == stats_b.events
@@ -147,8 +151,8 @@ defmodule FlameOn.Client.NifModeTest do
     assert :ok = Native.trace(:call, session, self(), {:m, :g, 0}, %{timestamp: 6_000})
     assert %{events: 2} = Native.stats(session)
 
-    {stacks, _stats} = Native.finish(session, nil)
-    assert stacks == %{self() => [{[{:m, :f, 0}], 2_000}]}
+    {tree, _stats} = Native.finish(session, nil)
+    assert raw_stacks(tree) == %{self() => [{[{:m, :f, 0}], 2_000}]}
   end
 
   test "without replay: true, trace/5 stamps events itself and ignores a timestamp in opts" do
@@ -156,8 +160,8 @@ defmodule FlameOn.Client.NifModeTest do
     Native.trace(:call, session, self(), {:m, :f, 0}, %{timestamp: 1})
     Process.sleep(5)
     Native.stop(session)
-    {%{} = stacks, _} = Native.finish(session, :stop)
-    [{[{:m, :f, 0}], ns}] = stacks[self()]
+    {tree, _} = Native.finish(session, :stop)
+    [{[{:m, :f, 0}], ns}] = raw_stacks(tree)[self()]
     # charged from the call up to stop/1, on the tracer clock: about 5 ms
     assert ns in 4_000_000..500_000_000
   end
