@@ -6,6 +6,7 @@ static ErlNifTid thread;
 static int running;  /* under mutex */
 static int stopping; /* under mutex */
 static fo_session_res *first, *last; /* the queue, linked by drain_next */
+static ErlNifEnv *fold_env;          /* the thread's, for checking atoms */
 
 static fo_session_res *pop(void)
 {
@@ -38,7 +39,7 @@ static void *drainer_main(void *arg)
         enif_mutex_unlock(mutex);
         fo_spin_lock(&res->lock);
         if (res->core != NULL) {
-            fo_resource_fold(res);
+            fo_resource_fold(res, fold_env);
             fo_resource_account(res);
         }
         fo_spin_unlock(&res->lock);
@@ -54,7 +55,8 @@ int fo_drainer_start(void)
     if (mutex == NULL) {
         mutex = enif_mutex_create("flame_on_drainer");
         wakeup = enif_cond_create("flame_on_drainer");
-        if (mutex == NULL || wakeup == NULL)
+        fold_env = enif_alloc_env();
+        if (mutex == NULL || wakeup == NULL || fold_env == NULL)
             return 0;
     }
     enif_mutex_lock(mutex);
@@ -88,6 +90,13 @@ void fo_drainer_stop(void)
             break;
         give_back(res);
     }
+    /* the library is going away: nothing calls in any more */
+    enif_free_env(fold_env);
+    enif_cond_destroy(wakeup);
+    enif_mutex_destroy(mutex);
+    fold_env = NULL;
+    wakeup = NULL;
+    mutex = NULL;
 }
 
 int fo_drainer_request(fo_session_res *res)

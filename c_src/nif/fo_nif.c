@@ -142,7 +142,7 @@ static ERL_NIF_TERM nif_ingest(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         return enif_make_badarg(env);
     }
     ERL_NIF_TERM rest;
-    fo_resource_fold(res);
+    fo_resource_fold(res, env);
     int proper = ingest_chunk(env, res, argv[1], &rest);
     fo_spin_unlock(&res->lock);
     if (!proper)
@@ -161,7 +161,7 @@ static ERL_NIF_TERM stats_term(ErlNifEnv *env, fo_session_res *res)
     if (res->core == NULL)
         return fo_export_stats(env, &res->final_stats, 0, res->final_nodes, res->final_processes,
                                res->final_frames, res->ring.producer_folds);
-    fo_resource_fold(res);
+    fo_resource_fold(res, env);
     return fo_export_stats(env, fo_session_stats(res->core),
                            fo_session_memory(res->core) + fo_ring_memory(&res->ring),
                            fo_session_node_count(res->core), fo_session_process_count(res->core),
@@ -283,7 +283,7 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         fo_spin_unlock(&res->lock);
         return enif_make_badarg(env);
     }
-    fo_resource_fold(res);
+    fo_resource_fold(res, env);
     fo_ring_free(&res->ring);
     int64_t close_ns = 0;
     int close = 1;

@@ -51,7 +51,7 @@ struct fo_session_res {
     /* Tracer-module sessions (not graph ones): the tracer state is the
      * slot key (fo_slot.h), and the callbacks append to the ring. */
     _Atomic uint64_t slot_key; /* 0: no slot (yet, or any more) */
-    uint32_t ring_request;     /* records the ring is made with */
+    uint32_t ring_request;     /* the most records the ring grows to */
     uint64_t max_text_bytes;   /* render/2's budget for the stack texts */
     fo_ring ring;
     fo_session_res *drain_next; /* the drainer's queue (its mutex) */
@@ -80,13 +80,14 @@ ERL_NIF_TERM fo_resource_reason_term(ErlNifEnv *env, const fo_session_res *res, 
 int fo_resource_get(ErlNifEnv *env, ERL_NIF_TERM term, fo_session_res **out);
 
 /* Folds what the tracer callbacks appended to the ring (caller holds the
- * lock, core not NULL): anything that reads or feeds the core does this
- * first, so the core sees every event in order. */
-static inline void fo_resource_fold(fo_session_res *res)
+ * lock, core not NULL; env: any environment the caller may use): anything
+ * that reads or feeds the core does this first, so the core sees every
+ * event in order. */
+static inline void fo_resource_fold(fo_session_res *res, ErlNifEnv *env)
 {
     if (fo_ring_pending(&res->ring) > 0 || atomic_load_explicit(&res->ring.ignored, memory_order_relaxed) > 0 ||
         atomic_load_explicit(&res->ring.malformed, memory_order_relaxed) > 0)
-        fo_ring_fold(&res->ring, res->core, &res->clock);
+        fo_ring_fold(&res->ring, res->core, &res->clock, env);
 }
 
 /* Brings this session's share of the node-wide memory sum up to date

@@ -3,6 +3,8 @@
 #include <erl_nif.h>
 #include <string.h>
 
+#include "fo_decode.h"
+
 uint32_t fo_ring_capacity(uint32_t requested)
 {
     uint32_t capacity = FO_RING_MIN_RECORDS;
@@ -11,16 +13,33 @@ uint32_t fo_ring_capacity(uint32_t requested)
     return capacity;
 }
 
-int fo_ring_alloc(fo_ring *r, uint32_t capacity)
+int fo_ring_alloc(fo_ring *r, uint32_t limit)
 {
     if (r->recs != NULL)
         return 1;
-    capacity = fo_ring_capacity(capacity);
+    limit = fo_ring_capacity(limit);
+    uint32_t capacity = limit < FO_RING_INITIAL_RECORDS ? limit : FO_RING_INITIAL_RECORDS;
     r->recs = enif_alloc(sizeof(fo_rec) * (size_t)capacity);
     if (r->recs == NULL)
         return 0;
     r->capacity = capacity;
+    r->limit = limit;
     return 1;
+}
+
+void fo_ring_grow(fo_ring *r)
+{
+    if (r->recs == NULL || r->capacity >= r->limit || fo_ring_pending(r) != 0)
+        return;
+    fo_rec *bigger = enif_alloc(sizeof(fo_rec) * (size_t)r->capacity * 2);
+    if (bigger == NULL)
+        return;
+    enif_free(r->recs);
+    r->recs = bigger;
+    r->capacity *= 2;
+    /* empty: both ends start over */
+    atomic_store_explicit(&r->tail, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->head, 0, memory_order_release);
 }
 
 void fo_ring_free(fo_ring *r)
@@ -30,7 +49,7 @@ void fo_ring_free(fo_ring *r)
     r->capacity = 0;
 }
 
-uint64_t fo_ring_fold(fo_ring *r, fo_session *core, const fo_clock *clock)
+uint64_t fo_ring_fold(fo_ring *r, fo_session *core, const fo_clock *clock, ErlNifEnv *env)
 {
     uint64_t ignored = atomic_exchange_explicit(&r->ignored, 0, memory_order_relaxed);
     uint64_t malformed = atomic_exchange_explicit(&r->malformed, 0, memory_order_relaxed);
@@ -56,7 +75,10 @@ uint64_t fo_ring_fold(fo_ring *r, fo_session *core, const fo_clock *clock)
         ev.caller.module = rec->caller_module;
         ev.caller.function = rec->caller_function;
         ev.caller.arity = rec->caller_arity;
-        fo_session_apply(core, &ev);
+        if (fo_decode_check_atoms(env, &ev) == FO_DECODED)
+            fo_session_apply(core, &ev);
+        else
+            fo_session_count_malformed(core, 1);
     }
     atomic_store_explicit(&r->tail, head, memory_order_release);
     return head - tail;

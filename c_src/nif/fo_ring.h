@@ -11,6 +11,7 @@
 #ifndef FO_RING_H
 #define FO_RING_H
 
+#include <erl_nif.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,13 +31,18 @@ typedef struct {
     uint8_t kind, flags;
 } fo_rec;
 
-#define FO_RING_DEFAULT_RECORDS 8192u
+/* A ring starts small (sample sessions only see in/out events) and
+ * doubles each time a producer finds it full, up to its limit (new/1's
+ * buffer_events): a busy trace grows it until the drainer keeps up. */
+#define FO_RING_INITIAL_RECORDS 1024u
+#define FO_RING_DEFAULT_RECORDS 65536u
 #define FO_RING_MIN_RECORDS 64u
 #define FO_RING_MAX_RECORDS (1u << 22)
 
 typedef struct {
     fo_rec *recs;           /* NULL until the session becomes a tracer */
     uint32_t capacity;      /* a power of two */
+    uint32_t limit;         /* the most it grows to, a power of two */
     _Atomic uint64_t head;  /* records written: producers, under the slot lock */
     _Atomic uint64_t tail;  /* records folded: consumers, under the session lock */
     atomic_int drain_queued; /* the drainer has this session in its queue */
@@ -49,10 +55,14 @@ typedef struct {
  * the bounds above. */
 uint32_t fo_ring_capacity(uint32_t requested);
 
-/* Allocates the records (capacity from fo_ring_capacity). 0 when memory
- * is short. Idempotent. */
-int fo_ring_alloc(fo_ring *r, uint32_t capacity);
+/* Allocates the records: FO_RING_INITIAL_RECORDS, or limit if smaller
+ * (limit from fo_ring_capacity). 0 when memory is short. Idempotent. */
+int fo_ring_alloc(fo_ring *r, uint32_t limit);
 void fo_ring_free(fo_ring *r);
+
+/* Doubles an empty ring (just folded) below its limit; keeps it as it is
+ * when memory is short. Caller holds both the slot and the session lock. */
+void fo_ring_grow(fo_ring *r);
 
 static inline uint64_t fo_ring_pending(const fo_ring *r)
 {
@@ -81,8 +91,10 @@ static inline uint64_t fo_ring_publish(fo_ring *r)
 
 /* Consumer side (caller holds the session lock): applies every published
  * record to core, in order, its time turned into nanoseconds on clock
- * (the producers' clock), and the producers' ignored/malformed counts. Returns the records folded. */
-uint64_t fo_ring_fold(fo_ring *r, fo_session *core, const fo_clock *clock);
+ * (the producers' clock) and its atoms checked (fo_decode_check_atoms; env
+ * is any environment the caller may use), and the producers'
+ * ignored/malformed counts. Returns the records folded. */
+uint64_t fo_ring_fold(fo_ring *r, fo_session *core, const fo_clock *clock, ErlNifEnv *env);
 
 size_t fo_ring_memory(const fo_ring *r);
 

@@ -53,7 +53,7 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     ERL_NIF_TERM result = fo_atom_stopped;
     fo_spin_lock(&res->lock);
     if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed)) {
-        fo_resource_fold(res); /* the in/out events before this sample */
+        fo_resource_fold(res, env); /* the in/out events before this sample */
         /* A cross-process trace counts a callee only while it serves one
          * of the trace's requests, as its events are (fo_graph_tracer.c). */
         if (res->graph != NULL && !fo_graph_active(res->graph, (uint64_t)pid.pid)) {

@@ -2,16 +2,12 @@
 
 #include <string.h>
 
-#define SLOT_MASK (FO_SLOT_COUNT - 1u)
+#define SLOT_MASK FO_SLOT_MASK
 
-typedef struct {
-    _Alignas(64) fo_spinlock lock; /* one line per slot: sessions do not share */
-    _Atomic uint64_t key;          /* of the session in it; 0 when free */
-    fo_session_res *res;           /* under lock */
-    uint64_t generation;           /* last one handed out (table mutex) */
-} slot;
 
-static slot slots[FO_SLOT_COUNT];
+
+fo_slot fo_slots[FO_SLOT_COUNT];
+
 static uint32_t free_list[FO_SLOT_COUNT];
 static uint32_t free_count;
 static uint32_t used_count;
@@ -28,10 +24,10 @@ int fo_slot_init(void)
      * unloaded and loaded again almost surely match nothing. */
     uint64_t epoch = ((uint64_t)enif_monotonic_time(ERL_NIF_USEC) & 0xffffu) << 24;
     for (uint32_t i = 0; i < FO_SLOT_COUNT; i++) {
-        fo_spin_init(&slots[i].lock);
-        atomic_store(&slots[i].key, 0);
-        slots[i].res = NULL;
-        slots[i].generation = epoch;
+        fo_spin_init(&fo_slots[i].lock);
+        atomic_store(&fo_slots[i].key, 0);
+        fo_slots[i].res = NULL;
+        fo_slots[i].generation = epoch;
         free_list[i] = FO_SLOT_COUNT - 1u - i; /* slot 0 first */
     }
     free_count = FO_SLOT_COUNT;
@@ -48,7 +44,7 @@ int fo_slot_register(fo_session_res *res)
     } else if (free_count > 0 && atomic_load(&res->active) &&
                fo_ring_alloc(&res->ring, res->ring_request)) {
         uint32_t index = free_list[--free_count];
-        slot *s = &slots[index];
+        fo_slot *s = &fo_slots[index];
         uint64_t key = (++s->generation << FO_SLOT_BITS) | index;
         fo_spin_lock(&s->lock);
         s->res = res;
@@ -67,7 +63,7 @@ void fo_slot_unregister(fo_session_res *res)
     enif_mutex_lock(table_lock);
     uint64_t key = res->slot_key;
     if (key != 0) {
-        slot *s = &slots[key & SLOT_MASK];
+        fo_slot *s = &fo_slots[key & SLOT_MASK];
         /* Taking the lock waits for a callback inside; later ones find
          * the key gone. */
         fo_spin_lock(&s->lock);
@@ -79,29 +75,6 @@ void fo_slot_unregister(fo_session_res *res)
         used_count--;
     }
     enif_mutex_unlock(table_lock);
-}
-
-fo_session_res *fo_slot_acquire(uint64_t key)
-{
-    slot *s = &slots[key & SLOT_MASK];
-    if (key == 0 || atomic_load_explicit(&s->key, memory_order_relaxed) != key)
-        return NULL;
-    fo_spin_lock(&s->lock);
-    if (atomic_load_explicit(&s->key, memory_order_relaxed) != key) {
-        fo_spin_unlock(&s->lock);
-        return NULL;
-    }
-    return s->res;
-}
-
-void fo_slot_release(uint64_t key)
-{
-    fo_spin_unlock(&slots[key & SLOT_MASK].lock);
-}
-
-int fo_slot_live(uint64_t key)
-{
-    return key != 0 && atomic_load_explicit(&slots[key & SLOT_MASK].key, memory_order_relaxed) == key;
 }
 
 uint32_t fo_slot_used(void)

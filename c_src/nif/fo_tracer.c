@@ -67,14 +67,16 @@ static int64_t stamp(ErlNifEnv *env, const fo_session_res *res, ERL_NIF_TERM opt
 }
 
 /* The ring is full: the drainer fell behind (or there is none), so this
- * process folds it. Under the slot lock, so the session is alive and its
+ * process folds it, and the ring doubles (up to its limit) so that the
+ * drainer has longer to keep up next time. Under the slot lock, so the session is alive and its
  * core too (finish takes the slot first). */
-static fo_rec *fold_here(fo_session_res *res)
+static fo_rec *fold_here(fo_session_res *res, ErlNifEnv *env)
 {
     fo_spin_lock(&res->lock);
     if (res->core != NULL) {
-        fo_resource_fold(res);
+        fo_resource_fold(res, env);
         res->ring.producer_folds++;
+        fo_ring_grow(&res->ring);
         fo_resource_account(res);
     }
     fo_spin_unlock(&res->lock);
@@ -94,7 +96,7 @@ static int record(ErlNifEnv *env, fo_session_res *res, const ERL_NIF_TERM argv[]
 {
     fo_ring *ring = &res->ring;
     fo_rec *rec = fo_ring_next(ring);
-    if (rec == NULL && (rec = fold_here(res)) == NULL)
+    if (rec == NULL && (rec = fold_here(res, env)) == NULL)
         return 1;
     /* read first: the counter's latency overlaps the decoding below */
     int64_t ts = stamp(env, res, argv[4]);
@@ -107,8 +109,11 @@ static int record(ErlNifEnv *env, fo_session_res *res, const ERL_NIF_TERM argv[]
                      enif_get_map_value(env, argv[4], fo_atom_extra, &caller);
         if (!has_caller && !enif_is_map(env, argv[4]))
             return 0;
+    } else if (!enif_is_map(env, argv[4])) {
+        return 0;
     }
-    fo_decode_result decoded = fo_decode_event(env, argv[0], argv[3], has_caller ? &caller : NULL, &ev);
+    /* the atoms are checked by the fold, off this process */
+    fo_decode_result decoded = fo_decode_event_deferred(env, argv[0], argv[3], has_caller ? &caller : NULL, &ev);
     if (decoded != FO_DECODED) {
         atomic_fetch_add_explicit(decoded == FO_DECODE_IGNORED ? &ring->ignored : &ring->malformed, 1,
                                   memory_order_relaxed);
