@@ -355,36 +355,26 @@ defmodule FlameOn.Bench do
   # profile/2 (default options, and :process for comparison) against the
   # floor doing the same pattern setting, tracing and clearing.
   def end_to_end(label, work, reps) do
-    IO.puts("\n== end to end: #{label}: best of #{reps} ==")
-
-    best =
-      rounds(
-        [floor_e2e: :floor_e2e, nif: {:profile, []}, process: {:profile, [mode: :process]}],
-        work,
-        reps
-      )
-
-    print_e2e(best, [:floor_e2e, :nif, :process], :floor_e2e)
-    best
+    variants = [floor_e2e: :floor_e2e, nif: {:profile, []}, process: {:profile, [mode: :process]}]
+    e2e_table("end to end: #{label}", variants, :floor_e2e, work, reps)
   end
 
   # The same work profiled with the default max_depth and with max_depth:
   # 10_000.
   def depth(label, work, reps) do
-    IO.puts("\n== depth: #{label}: best of #{reps} ==")
+    variants = [
+      floor_e2e: :floor_e2e,
+      default_depth: {:profile, []},
+      max_depth_10000: {:profile, [max_depth: 10_000]}
+    ]
 
-    best =
-      rounds(
-        [
-          floor_e2e: :floor_e2e,
-          default_depth: {:profile, []},
-          max_depth_10000: {:profile, [max_depth: 10_000]}
-        ],
-        work,
-        reps
-      )
+    e2e_table("depth: #{label}", variants, :default_depth, work, reps)
+  end
 
-    print_e2e(best, [:floor_e2e, :default_depth, :max_depth_10000], :default_depth)
+  defp e2e_table(title, variants, base, work, reps) do
+    IO.puts("\n== #{title}: best of #{reps} ==")
+    best = rounds(variants, work, reps)
+    print_e2e(best, Keyword.keys(variants), base)
     best
   end
 
@@ -437,7 +427,13 @@ defmodule FlameOn.Bench do
       {samples, profile} = FlameOn.Client.profile(work, mode: mode)
       elapsed = now() - t0
       patterns_off()
-      summarize_samples(samples, profile.stats.events, elapsed)
+
+      samples
+      |> summarize_samples(profile.stats.events, elapsed)
+      |> Map.merge(%{
+        tables_end: profile.stats.memory_bytes,
+        buffer: Map.get(profile.stats, :buffer_bytes, 0)
+      })
     end)
   end
 
@@ -515,6 +511,8 @@ defmodule FlameOn.Bench do
         lpad("s", 7) <>
         lpad("session MiB", 13) <>
         lpad("(end)", 8) <>
+        lpad("tables MiB", 12) <>
+        lpad("buffer MiB", 12) <>
         lpad("proc MiB", 10) <>
         lpad("(end)", 8) <> lpad("max queue", 11) <> lpad("VM growth MiB", 15)
     )
@@ -526,6 +524,8 @@ defmodule FlameOn.Bench do
           lpad(fmt(r.seconds, 1), 7) <>
           lpad(mib(r.native_peak), 13) <>
           lpad(mib(r.native_end), 8) <>
+          lpad(mib(r.tables_end), 12) <>
+          lpad(mib(r.buffer), 12) <>
           lpad(mib(r.process_peak), 10) <>
           lpad(mib(r.process_end), 8) <>
           lpad(if(r.queue_peak, do: "#{r.queue_peak}", else: "-"), 11) <>
@@ -720,13 +720,21 @@ for {mode, events, r} <- memory, events == big do
   )
 end
 
+# The tables (the core's, at the end of the trace) hold what is distinct,
+# so they must not grow with the events; the event buffer of mode :nif is
+# bounded by :buffer_events (it doubles when the traced process finds it
+# full, how often depends on the machine's load, not on the events).
+buffer_bound = 65_536 * 56
+
 for mode <- [:nif, :process] do
   [s, b] = for {^mode, _e, r} <- memory, do: r
 
   IO.puts(
-    "#{Bench.mark(s.native_peak != nil and b.native_peak <= s.native_peak)}  " <>
-      "session memory does not grow with events, mode :#{mode}: " <>
-      "#{s.events} events #{Bench.mib(s.native_peak)} MiB, #{b.events} events #{Bench.mib(b.native_peak)} MiB"
+    "#{Bench.mark(b.tables_end <= s.tables_end and b.buffer <= buffer_bound)}  " <>
+      "session memory does not grow with events, mode :#{mode}: tables " <>
+      "#{Bench.mib(s.tables_end)} MiB at #{s.events} events, #{Bench.mib(b.tables_end)} MiB at " <>
+      "#{b.events}; event buffer #{Bench.mib(s.buffer)} / #{Bench.mib(b.buffer)} MiB " <>
+      "(bound #{Bench.mib(buffer_bound)} MiB)"
   )
 end
 

@@ -100,6 +100,7 @@
     A(stats)                                                                                   \
     A(buffer_events)                                                                           \
     A(producer_folds)                                                                          \
+    A(buffer_bytes)                                                                            \
     A(max_stack_bytes)                                                                         \
     A(attributed)
 

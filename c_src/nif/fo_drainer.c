@@ -1,5 +1,7 @@
 #include "fo_drainer.h"
 
+#include "fo_slot.h"
+
 static ErlNifMutex *mutex;
 static ErlNifCond *wakeup;
 static ErlNifTid thread;
@@ -37,12 +39,23 @@ static void *drainer_main(void *arg)
             break;
         fo_session_res *res = pop();
         enif_mutex_unlock(mutex);
+        /* A small ring is grown here, which takes its producers' slot too
+         * (the ring moves): a few times per trace. */
+        uint64_t key = atomic_load(&res->slot_key);
+        fo_session_res *held = key != 0 && atomic_load(&res->ring.eager) ? fo_slot_acquire(key) : NULL;
+        if (held != NULL && held != res)
+            fo_slot_release(key); /* keys are never reused: cannot happen */
+        int grow = held == res;
         fo_spin_lock(&res->lock);
         if (res->core != NULL) {
             fo_resource_fold(res, fold_env);
+            if (grow)
+                fo_ring_grow(&res->ring);
             fo_resource_account(res);
         }
         fo_spin_unlock(&res->lock);
+        if (grow)
+            fo_slot_release(key);
         give_back(res);
         enif_mutex_lock(mutex);
     }

@@ -23,7 +23,9 @@ int fo_ring_alloc(fo_ring *r, uint32_t limit)
     if (r->recs == NULL)
         return 0;
     r->capacity = capacity;
+    r->largest = capacity;
     r->limit = limit;
+    atomic_store(&r->eager, capacity < FO_RING_EAGER_RECORDS && capacity < limit);
     return 1;
 }
 
@@ -37,6 +39,8 @@ void fo_ring_grow(fo_ring *r)
     enif_free(r->recs);
     r->recs = bigger;
     r->capacity *= 2;
+    r->largest = r->capacity;
+    atomic_store(&r->eager, r->capacity < FO_RING_EAGER_RECORDS && r->capacity < r->limit);
     /* empty: both ends start over */
     atomic_store_explicit(&r->tail, 0, memory_order_relaxed);
     atomic_store_explicit(&r->head, 0, memory_order_release);

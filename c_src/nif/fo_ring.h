@@ -31,10 +31,15 @@ typedef struct {
     uint8_t kind, flags;
 } fo_rec;
 
-/* A ring starts small (sample sessions only see in/out events) and
- * doubles each time a producer finds it full, up to its limit (new/1's
- * buffer_events): a busy trace grows it until the drainer keeps up. */
+/* A ring starts small (a sample session only sees in/out events and
+ * never fills it). The drainer doubles it at each fold it is asked for up
+ * to FO_RING_EAGER_RECORDS (a drain every 8192 events, a few ms of
+ * tracing: waking the drainer then costs next to nothing per event); past
+ * that it doubles each time a producer finds it full, up to its limit
+ * (new/1's buffer_events): on a busy machine a trace grows it until the
+ * drainer keeps up. */
 #define FO_RING_INITIAL_RECORDS 1024u
+#define FO_RING_EAGER_RECORDS 16384u
 #define FO_RING_DEFAULT_RECORDS 65536u
 #define FO_RING_MIN_RECORDS 64u
 #define FO_RING_MAX_RECORDS (1u << 22)
@@ -43,9 +48,11 @@ typedef struct {
     fo_rec *recs;           /* NULL until the session becomes a tracer */
     uint32_t capacity;      /* a power of two */
     uint32_t limit;         /* the most it grows to, a power of two */
+    uint32_t largest;       /* the most it held (kept when freed) */
     _Atomic uint64_t head;  /* records written: producers, under the slot lock */
     _Atomic uint64_t tail;  /* records folded: consumers, under the session lock */
     atomic_int drain_queued; /* the drainer has this session in its queue */
+    atomic_int eager;       /* below FO_RING_EAGER_RECORDS: the drainer grows it */
     atomic_ullong ignored;  /* events the producers did not keep (kinds the core */
     atomic_ullong malformed; /*  does not use, undecodable): counted at the fold */
     uint64_t producer_folds; /* times a producer found the ring full (session lock) */

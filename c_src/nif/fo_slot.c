@@ -10,7 +10,6 @@ fo_slot fo_slots[FO_SLOT_COUNT];
 
 static uint32_t free_list[FO_SLOT_COUNT];
 static uint32_t free_count;
-static uint32_t used_count;
 static ErlNifMutex *table_lock;
 
 int fo_slot_init(void)
@@ -31,7 +30,6 @@ int fo_slot_init(void)
         free_list[i] = FO_SLOT_COUNT - 1u - i; /* slot 0 first */
     }
     free_count = FO_SLOT_COUNT;
-    used_count = 0;
     return 1;
 }
 
@@ -51,7 +49,6 @@ int fo_slot_register(fo_session_res *res)
         atomic_store(&s->key, key);
         fo_spin_unlock(&s->lock);
         res->slot_key = key;
-        used_count++;
         ok = 1;
     }
     enif_mutex_unlock(table_lock);
@@ -72,15 +69,6 @@ void fo_slot_unregister(fo_session_res *res)
         fo_spin_unlock(&s->lock);
         atomic_store(&res->slot_key, 0);
         free_list[free_count++] = (uint32_t)(key & SLOT_MASK);
-        used_count--;
     }
     enif_mutex_unlock(table_lock);
-}
-
-uint32_t fo_slot_used(void)
-{
-    enif_mutex_lock(table_lock);
-    uint32_t n = used_count;
-    enif_mutex_unlock(table_lock);
-    return n;
 }

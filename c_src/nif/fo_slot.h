@@ -71,7 +71,4 @@ static inline int fo_slot_live(uint64_t key)
     return key != 0 && atomic_load_explicit(&fo_slots[key & FO_SLOT_MASK].key, memory_order_relaxed) == key;
 }
 
-/* Slots in use, node-wide. */
-uint32_t fo_slot_used(void);
-
 #endif

@@ -16,8 +16,8 @@ defmodule FlameOn.Client.Native do
       for a session whose `trace/5` calls replay recorded events, and
       `:buffer_events` (65_536, rounded up to a power of two, at most 2^22):
       the most records the tracer callbacks buffer before the core folds
-      them (56 bytes each; the buffer starts at 1024 and doubles each time
-      a traced process finds it full),
+      them (56 bytes each; the buffer starts at 16384, or at this limit if
+      smaller, and doubles each time a traced process finds it full),
       and `:max_stack_bytes` (64 MiB, at most 16 GiB): the bytes of stack
       texts `render/2` writes at most.
     * `ingest(session, messages)` – applies a list of
@@ -25,9 +25,11 @@ defmodule FlameOn.Client.Native do
       (native units, or `{mega, sec, micro}`) whose nanoseconds (moved to
       the tracer clock in a graph session) fall outside a signed 64-bit
       integer makes its message malformed.
-    * `stats(session)` – the counters, a map. `:producer_folds` counts the
-      times a traced process found the session's event buffer full and
-      folded it itself (the drainer thread fell behind).
+    * `stats(session)` – the counters, a map. `:memory_bytes` is what the
+      core's tables hold; `:buffer_bytes` the most the event buffer of the
+      tracer callbacks held, and `:producer_folds` the times a traced
+      process found it full and folded it itself (the drainer thread fell
+      behind).
     * `stop(session)` – the tracer callbacks take no more events (they
       discard them); the result waits for `finish/2`. Returns the native
       monotonic time at which it stopped. The tracer never folds calls into

@@ -22,13 +22,13 @@ defmodule FlameOn.Client.Export.Pprof do
   def encode(%Profile{} = profile) do
     # Strings: "" must be index 0.
     strings = {%{"" => 0}, 1}
-    {wall, strings} = intern("wall", strings)
-    {microseconds, strings} = intern("microseconds", strings)
-    {pid_key, strings} = intern("pid", strings)
+    {wall, strings} = Util.intern("wall", strings)
+    {microseconds, strings} = Util.intern("microseconds", strings)
+    {pid_key, strings} = Util.intern("pid", strings)
     {sample_types, strings} = sample_types(profile, {wall, microseconds}, strings)
 
     {comment, strings} =
-      intern("flame_on_client trace #{profile.trace_id}: #{profile.name}", strings)
+      Util.intern("flame_on_client trace #{profile.trace_id}: #{profile.name}", strings)
 
     # Frame name => location id (== function id), assigned in order of appearance.
     acc = %{strings: strings, frames: %{}, next_frame: 1}
@@ -39,7 +39,7 @@ defmodule FlameOn.Client.Export.Pprof do
       profile
       |> pids()
       |> Enum.flat_map_reduce(acc, fn pid, acc ->
-        {pid_str, strings} = intern(Util.pid_text(pid), acc.strings)
+        {pid_str, strings} = Util.intern(Util.pid_text(pid), acc.strings)
         label = bytes(3, message([int(1, pid_key), int(2, pid_str)]))
         rows(tree, pid, sampled?, label, %{acc | strings: strings})
       end)
@@ -88,9 +88,9 @@ defmodule FlameOn.Client.Export.Pprof do
     if samples == %{} do
       {[wall_type], strings}
     else
-      {count, strings} = intern("count", strings)
-      {samples_str, strings} = intern("samples", strings)
-      {reductions, strings} = intern("reductions", strings)
+      {count, strings} = Util.intern("count", strings)
+      {samples_str, strings} = Util.intern("samples", strings)
+      {reductions, strings} = Util.intern("reductions", strings)
 
       {[
          wall_type,
@@ -156,18 +156,11 @@ defmodule FlameOn.Client.Export.Pprof do
         {id, acc}
 
       _ ->
-        {str, strings} = intern(name, acc.strings)
+        {str, strings} = Util.intern(name, acc.strings)
         id = acc.next_frame
 
         {id,
          %{acc | strings: strings, frames: Map.put(frames, name, {id, str}), next_frame: id + 1}}
-    end
-  end
-
-  defp intern(text, {index, next} = strings) do
-    case index do
-      %{^text => i} -> {i, strings}
-      _ -> {next, {Map.put(index, text, next), next + 1}}
     end
   end
 

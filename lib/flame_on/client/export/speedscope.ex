@@ -53,7 +53,7 @@ defmodule FlameOn.Client.Export.Speedscope do
 
         {depth, name, _self, us, _s, _w}, {events, open, frames, total} ->
           {events, [{d, parent, ends, cursor} | open]} = close(events, open, depth)
-          {frame, frames} = intern(name, frames)
+          {frame, frames} = Util.intern(name, frames)
           open = [{depth, frame, cursor + us, cursor}, {d, parent, ends, cursor + us} | open]
           {[%{type: "O", frame: frame, at: cursor} | events], open, frames, total}
       end)
@@ -77,11 +77,4 @@ defmodule FlameOn.Client.Export.Speedscope do
     do: close([%{type: "C", frame: frame, at: ends} | events], open, depth)
 
   defp close(events, open, _depth), do: {events, open}
-
-  defp intern(name, {index, next} = frames) do
-    case index do
-      %{^name => i} -> {i, frames}
-      _ -> {next, {Map.put(index, name, next), next + 1}}
-    end
-  end
 end

@@ -31,6 +31,7 @@ defmodule FlameOn.Client.Profile.Tree do
       [{0, nil, 0, 7, 0, 0}, {1, "a", 1, 3, 0, 0}, {2, "b", 2, 2, 0, 0}, {1, "c", 4, 4, 0, 0}]
   """
 
+  alias FlameOn.Client.Export.Util
   alias FlameOn.Client.Profile
 
   defstruct names: {}, nodes: %{}
@@ -80,7 +81,7 @@ defmodule FlameOn.Client.Profile.Tree do
   @doc "The processes with a tree, the profile's own process first."
   @spec pids(t(), pid() | nil) :: [pid()]
   def pids(%__MODULE__{nodes: nodes}, root) do
-    FlameOn.Client.Export.Util.order(Map.keys(nodes), root)
+    Util.order(Map.keys(nodes), root)
   end
 
   @doc """
@@ -136,7 +137,7 @@ defmodule FlameOn.Client.Profile.Tree do
       |> Enum.sort_by(&elem(&1, 0))
       |> Enum.flat_map_reduce({names, trie.self, trie.samples}, fn {name, kid},
                                                                    {names, total, below} ->
-        {index, interned} = intern(name, names)
+        {index, interned} = Util.intern(name, names)
 
         case serialize(kid, depth + 1, index, interned) do
           {[], _names, 0, 0} -> {[], {names, total, below}}
@@ -151,13 +152,6 @@ defmodule FlameOn.Client.Profile.Tree do
         <<depth::32, name_index::32, trie.self::64, total::64, trie.samples::64, trie.weight::64>>
 
       {[record | kids], names, total, below}
-    end
-  end
-
-  defp intern(name, {index, next} = names) do
-    case index do
-      %{^name => i} -> {i, names}
-      _ -> {next, {Map.put(index, name, next), next + 1}}
     end
   end
 end
