@@ -722,9 +722,8 @@ end
 
 # The tables (the core's, at the end of the trace) hold what is distinct,
 # so they must not grow with the events; the event buffer of mode :nif is
-# bounded by :buffer_events (it doubles when the traced process finds it
-# full, how often depends on the machine's load, not on the events).
-buffer_bound = 65_536 * 56
+# bounded by :buffer_events (4096 records by default).
+buffer_bound = 4_096 * 56
 
 for mode <- [:nif, :process] do
   [s, b] = for {^mode, _e, r} <- memory, do: r

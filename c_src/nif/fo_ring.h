@@ -32,15 +32,15 @@ typedef struct {
 } fo_rec;
 
 /* A ring starts small (a sample session only sees in/out events and
- * never fills it). The drainer doubles it at each fold it is asked for up
- * to FO_RING_EAGER_RECORDS (a drain every 8192 events, a few ms of
- * tracing: waking the drainer then costs next to nothing per event); past
- * that it doubles each time a producer finds it full, up to its limit
- * (new/1's buffer_events): on a busy machine a trace grows it until the
- * drainer keeps up. */
+ * never fills it), and the drainer doubles it at each fold it is asked
+ * for, up to FO_RING_EAGER_RECORDS; past that it doubles each time a
+ * producer finds it full, up to its limit (new/1's buffer_events). The
+ * default limit is that same size: 4096 records (224 KiB) stay in the
+ * traced core's cache, and bigger rings measured slower per event even
+ * where they spared the traced process folds (bench/RESULTS.md). */
 #define FO_RING_INITIAL_RECORDS 1024u
-#define FO_RING_EAGER_RECORDS 16384u
-#define FO_RING_DEFAULT_RECORDS 65536u
+#define FO_RING_EAGER_RECORDS 4096u
+#define FO_RING_DEFAULT_RECORDS 4096u
 #define FO_RING_MIN_RECORDS 64u
 #define FO_RING_MAX_RECORDS (1u << 22)
 

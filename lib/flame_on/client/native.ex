@@ -14,10 +14,11 @@ defmodule FlameOn.Client.Native do
       (`System.convert_time_unit(1, :second, :native)`, to turn
       `:monotonic_timestamp` values into nanoseconds), `replay: true`
       for a session whose `trace/5` calls replay recorded events, and
-      `:buffer_events` (65_536, rounded up to a power of two, at most 2^22):
+      `:buffer_events` (4096, rounded up to a power of two, at most 2^22):
       the most records the tracer callbacks buffer before the core folds
-      them (56 bytes each; the buffer starts at 16384, or at this limit if
-      smaller, and doubles each time a traced process finds it full),
+      them (56 bytes each; the buffer starts at 1024 and doubles as it
+      fills up to this size: bigger buffers spare the traced process folds
+      on a busy machine but cost it cache misses),
       and `:max_stack_bytes` (64 MiB, at most 16 GiB): the bytes of stack
       texts `render/2` writes at most.
     * `ingest(session, messages)` – applies a list of
