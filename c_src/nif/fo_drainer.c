@@ -41,7 +41,7 @@ static void *drainer_main(void *arg)
         enif_mutex_unlock(mutex);
         /* A small ring is grown here, which takes its producers' slot too
          * (the ring moves): a few times per trace. */
-        uint64_t key = atomic_load(&res->slot_key);
+        ERL_NIF_TERM key = atomic_load(&res->slot_term);
         fo_session_res *held = key != 0 && atomic_load(&res->ring.eager) ? fo_slot_acquire(key) : NULL;
         if (held != NULL && held != res)
             fo_slot_release(key); /* keys are never reused: cannot happen */

@@ -101,9 +101,9 @@ static ERL_NIF_TERM nif_tracer_state(ErlNifEnv *env, int argc, const ERL_NIF_TER
     if (!fo_resource_get(env, argv[0], &res) || res->graph != NULL || res->core == NULL ||
         !atomic_load(&res->active))
         return enif_make_badarg(env);
-    if (!fo_slot_register(res))
+    if (!fo_slot_register(env, res))
         return enif_raise_exception(env, enif_make_atom(env, "system_limit"));
-    return enif_make_uint64(env, atomic_load(&res->slot_key));
+    return atomic_load(&res->slot_term);
 }
 
 /* Apply up to INGEST_CHUNK messages of list; *rest gets what is left.

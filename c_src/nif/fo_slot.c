@@ -2,15 +2,14 @@
 
 #include <string.h>
 
-#define SLOT_MASK FO_SLOT_MASK
-
-
-
 fo_slot fo_slots[FO_SLOT_COUNT];
 
-static uint32_t free_list[FO_SLOT_COUNT];
-static uint32_t free_count;
 static ErlNifMutex *table_lock;
+static uint64_t next_key; /* table mutex */
+
+/* Attempts to find a free slot for a new key: the slot is where the key's
+ * term hashes, so a busy table may take a few keys. */
+#define REGISTER_TRIES 64
 
 int fo_slot_init(void)
 {
@@ -19,37 +18,36 @@ int fo_slot_init(void)
     table_lock = enif_mutex_create("flame_on_slots");
     if (table_lock == NULL)
         return 0;
-    /* Generations start from the load time: keys held from a library
-     * unloaded and loaded again almost surely match nothing. */
-    uint64_t epoch = ((uint64_t)enif_monotonic_time(ERL_NIF_USEC) & 0xffffu) << 24;
+    /* Keys count from the load time: a key held from a library unloaded
+     * and loaded again almost surely matches nothing. */
+    next_key = (((uint64_t)enif_monotonic_time(ERL_NIF_USEC) & 0xffffu) << 32) + 1;
     for (uint32_t i = 0; i < FO_SLOT_COUNT; i++) {
         fo_spin_init(&fo_slots[i].lock);
-        atomic_store(&fo_slots[i].key, 0);
+        atomic_store(&fo_slots[i].term, 0);
         fo_slots[i].res = NULL;
-        fo_slots[i].generation = epoch;
-        free_list[i] = FO_SLOT_COUNT - 1u - i; /* slot 0 first */
     }
-    free_count = FO_SLOT_COUNT;
     return 1;
 }
 
-int fo_slot_register(fo_session_res *res)
+int fo_slot_register(ErlNifEnv *env, fo_session_res *res)
 {
     int ok = 0;
     enif_mutex_lock(table_lock);
-    if (res->slot_key != 0) {
+    if (res->slot_term != 0) {
         ok = 1;
-    } else if (free_count > 0 && atomic_load(&res->active) &&
-               fo_ring_alloc(&res->ring, res->ring_request)) {
-        uint32_t index = free_list[--free_count];
-        fo_slot *s = &fo_slots[index];
-        uint64_t key = (++s->generation << FO_SLOT_BITS) | index;
-        fo_spin_lock(&s->lock);
-        s->res = res;
-        atomic_store(&s->key, key);
-        fo_spin_unlock(&s->lock);
-        res->slot_key = key;
-        ok = 1;
+    } else if (atomic_load(&res->active) && fo_ring_alloc(&res->ring, res->ring_request)) {
+        for (int tries = 0; tries < REGISTER_TRIES && !ok; tries++) {
+            ERL_NIF_TERM term = enif_make_uint64(env, next_key++);
+            fo_slot *s = &fo_slots[fo_slot_index(term)];
+            if (atomic_load(&s->term) != 0)
+                continue;
+            fo_spin_lock(&s->lock);
+            s->res = res;
+            atomic_store(&s->term, term);
+            fo_spin_unlock(&s->lock);
+            atomic_store(&res->slot_term, term);
+            ok = 1;
+        }
     }
     enif_mutex_unlock(table_lock);
     return ok;
@@ -58,17 +56,16 @@ int fo_slot_register(fo_session_res *res)
 void fo_slot_unregister(fo_session_res *res)
 {
     enif_mutex_lock(table_lock);
-    uint64_t key = res->slot_key;
-    if (key != 0) {
-        fo_slot *s = &fo_slots[key & SLOT_MASK];
+    ERL_NIF_TERM term = atomic_load(&res->slot_term);
+    if (term != 0) {
+        fo_slot *s = &fo_slots[fo_slot_index(term)];
         /* Taking the lock waits for a callback inside; later ones find
          * the key gone. */
         fo_spin_lock(&s->lock);
-        atomic_store(&s->key, 0);
+        atomic_store(&s->term, 0);
         s->res = NULL;
         fo_spin_unlock(&s->lock);
-        atomic_store(&res->slot_key, 0);
-        free_list[free_count++] = (uint32_t)(key & SLOT_MASK);
+        atomic_store(&res->slot_term, 0);
     }
     enif_mutex_unlock(table_lock);
 }

@@ -15,23 +15,23 @@ static int is_our_tag(ERL_NIF_TERM tag)
            tag == fo_atom_exit || tag == fo_atom_in_exiting || tag == fo_atom_out_exiting;
 }
 
-/* The slot key of a tracer state: the key itself (what FlameOn sets), or
- * a session handle (accepted too: it registers the session on first
- * use). 0 when the state reaches no session that takes events; -1 when
- * it is not a tracer state of ours at all. */
-static int state_key(ErlNifEnv *env, ERL_NIF_TERM state, uint64_t *key)
+/* The key of a tracer state that is not a live key: a stale key (or any
+ * non-negative integer), which reaches nothing, or a session handle
+ * (accepted too: the session takes a slot on first use, and its key is
+ * 0 once it no longer takes events). 0 when the state is neither. */
+static int state_key(ErlNifEnv *env, ERL_NIF_TERM state, ERL_NIF_TERM *key)
 {
     ErlNifUInt64 value;
     if (enif_get_uint64(env, state, &value)) {
-        *key = value;
+        *key = state;
         return 1;
     }
     fo_session_res *res;
     if (!fo_resource_get(env, state, &res))
         return 0;
-    if (atomic_load_explicit(&res->slot_key, memory_order_relaxed) == 0 && res->graph == NULL)
-        fo_slot_register(res); /* refused once stopped: the key stays 0 */
-    *key = atomic_load_explicit(&res->slot_key, memory_order_relaxed);
+    if (atomic_load_explicit(&res->slot_term, memory_order_relaxed) == 0 && res->graph == NULL)
+        fo_slot_register(env, res); /* refused once stopped: the key stays 0 */
+    *key = atomic_load_explicit(&res->slot_term, memory_order_relaxed);
     return 1;
 }
 
@@ -48,7 +48,9 @@ ERL_NIF_TERM fo_tracer_enabled(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         return fo_graph_tracer_enabled(env, tag);
     if (tag != fo_atom_trace_status)
         return is_our_tag(tag) ? fo_atom_trace : fo_atom_discard;
-    uint64_t key;
+    ERL_NIF_TERM key;
+    if (fo_slot_live(argv[1]))
+        return fo_atom_trace;
     return state_key(env, argv[1], &key) && fo_slot_live(key) ? fo_atom_trace : fo_atom_remove;
 }
 
@@ -141,16 +143,22 @@ ERL_NIF_TERM fo_tracer_trace(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     (void)argc;
     if (argv[1] == fo_atom_graph)
         return fo_graph_tracer_trace(env, argv);
-    uint64_t key;
     ErlNifPid pid;
-    if (!state_key(env, argv[1], &key))
-        return enif_make_badarg(env);
-    if (!enif_get_local_pid(env, argv[2], &pid))
-        return enif_is_map(env, argv[4]) ? fo_atom_ok : enif_make_badarg(env); /* ports, seq_trace labels */
-    /* A stopped or finished session left its slot: the event is dropped. */
+    ERL_NIF_TERM key = argv[1];
+    /* The common case, a live key, is looked up without decoding it. A
+     * stopped or finished session left its slot: the event is dropped. */
     fo_session_res *res = fo_slot_acquire(key);
-    if (res == NULL)
+    if (res == NULL) {
+        if (!state_key(env, argv[1], &key))
+            return enif_make_badarg(env);
+        res = fo_slot_acquire(key);
+    }
+    if (res == NULL || !enif_get_local_pid(env, argv[2], &pid)) {
+        /* ports and seq_trace labels are not ours here */
+        if (res != NULL)
+            fo_slot_release(key);
         return enif_is_map(env, argv[4]) ? fo_atom_ok : enif_make_badarg(env);
+    }
     int ok = record(env, res, argv, (uint64_t)pid.pid);
     fo_slot_release(key);
     return ok ? fo_atom_ok : enif_make_badarg(env);
