@@ -237,67 +237,95 @@ static uint32_t merged_child(fo_render *r, fo_slots *index, uint32_t parent, uin
 }
 
 /* Builds r->nodes from the input: one node per distinct (parent, name). */
+/* Names every node (dense ids into names[]) and checks the input; 1 when
+ * no two frames read the same and none is dropped, so that every (parent,
+ * name) is distinct already and the nodes need no merging. */
+static int name_nodes(fo_render *r, name_table *t, const fo_node_info *in, uint32_t n, uint32_t *names,
+                      int *ok)
+{
+    uint32_t dense_cap = 0, frames_used = 0;
+    int distinct = 1;
+    for (uint32_t id = 0; *ok && id < n; id++) {
+        const fo_node_info *node = &in[id];
+        names[id] = FO_NONE;
+        if (node->proc >= r->process_count ||
+            (node->parent != FO_NONE && (node->parent >= id || in[node->parent].proc != node->proc))) {
+            *ok = 0;
+            break;
+        }
+        if (node->parent == FO_NONE)
+            continue;
+        if (node->frame >= t->frame_slots)
+            distinct = 0; /* not cached: counted below as often as seen */
+        else if (t->frame_dense[node->frame] == FO_NONE)
+            frames_used++;
+        names[id] = dense_of(r, t, node->frame, &dense_cap);
+        if (names[id] == FO_NONE)
+            *ok = 0;
+    }
+    return distinct && frames_used == r->dense_count && t->dropped_dense == FO_NONE;
+}
+
+/* Builds r->nodes from the input: one node per distinct (parent, name). */
 static int merge(fo_render *r, const fo_node_info *in, uint32_t n, uint32_t *roots)
 {
     name_table t;
     memset(&t, 0, sizeof(t));
     t.dropped_dense = FO_NONE;
-    uint32_t dense_cap = 0;
     uint32_t *map = malloc(sizeof(uint32_t) * ((size_t)n + 1));
+    uint32_t *names = malloc(sizeof(uint32_t) * ((size_t)n + 1));
     t.frame_slots = r->names_given;
     t.frame_dense = malloc(sizeof(uint32_t) * ((size_t)t.frame_slots + 1));
     fo_slots children;
     memset(&children, 0, sizeof(children));
-    int ok = map != NULL && t.frame_dense != NULL && fo_slots_init(&t.index, 256) && fo_slots_init(&children, 1024);
+    int ok = map != NULL && names != NULL && t.frame_dense != NULL && fo_slots_init(&t.index, 256);
     for (uint32_t f = 0; ok && f < t.frame_slots; f++)
         t.frame_dense[f] = FO_NONE;
+    int distinct = ok && name_nodes(r, &t, in, n, names, &ok);
+    if (ok && !distinct) {
+        /* sized for every node at once: no rehash while merging */
+        uint32_t slots = 1024;
+        while (slots < UINT32_MAX / 4 && slots < 2 * n)
+            slots *= 2;
+        ok = fo_slots_init(&children, slots);
+    }
     for (uint32_t id = 0; ok && id < n; id++) {
         const fo_node_info *node = &in[id];
-        if (node->proc >= r->process_count) {
-            ok = 0;
-            break;
-        }
         uint32_t merged;
-        int dropped = 0;
+        int fresh = 1;
         if (node->parent == FO_NONE) {
             if (roots[node->proc] != FO_NONE) {
                 ok = 0; /* one root per process */
                 break;
             }
             merged = r->count++;
-            memset(&r->nodes[merged], 0, sizeof(fo_render_node));
-            r->nodes[merged].parent = FO_NONE;
-            r->nodes[merged].name = FO_NONE;
-            r->nodes[merged].proc = node->proc;
             roots[node->proc] = merged;
+        } else if (distinct) {
+            merged = r->count++;
         } else {
-            if (node->parent >= id || in[node->parent].proc != node->proc) {
-                ok = 0;
-                break;
-            }
-            uint32_t name = dense_of(r, &t, node->frame, &dense_cap);
-            int fresh;
-            merged = name == FO_NONE ? FO_NONE : merged_child(r, &children, map[node->parent], name, &fresh);
+            merged = merged_child(r, &children, map[node->parent], names[id], &fresh);
             if (merged == FO_NONE) {
                 ok = 0;
                 break;
             }
-            if (fresh) {
-                fo_render_node *m = &r->nodes[merged];
-                m->proc = node->proc;
-                m->depth = r->nodes[m->parent].depth + 1;
-            }
-            dropped = r->dense_dropped[name];
+        }
+        fo_render_node *m = &r->nodes[merged];
+        if (fresh) {
+            memset(m, 0, sizeof(*m));
+            m->parent = node->parent == FO_NONE ? FO_NONE : map[node->parent];
+            m->name = names[id];
+            m->proc = node->proc;
+            m->depth = node->parent == FO_NONE ? 0 : r->nodes[m->parent].depth + 1;
         }
         map[id] = merged;
-        if (!dropped) {
-            fo_render_node *m = &r->nodes[merged];
+        if (names[id] == FO_NONE || !r->dense_dropped[names[id]]) {
             m->self_ns = add_saturating(m->self_ns, node->self_ns);
             m->samples = add_saturating(m->samples, node->samples);
             m->weight = add_saturating(m->weight, node->weight);
         }
     }
     free(map);
+    free(names);
     free(t.frame_dense);
     fo_slots_destroy(&t.index);
     fo_slots_destroy(&children);

@@ -1,11 +1,14 @@
 /* The views of a finished calling-context tree, built in one pass each so
  * that their cost grows with what is kept, not with depth times stacks.
  *
- * In: the nodes of a finished session (fo_session_node, parents first) and
- * a text for every frame (the front end names frames; the core does not
- * know atoms). Frames whose texts are equal are one frame: sibling nodes
- * that read the same merge, their time and samples added up. A frame with
- * no text (NULL) drops the time and samples of the nodes that end in it.
+ * In: the nodes of a finished session (fo_session_node, parents first,
+ * siblings with distinct frames) and a text for every frame (the front end
+ * names frames; the core does not know atoms). Frames whose texts are
+ * equal are one frame: sibling nodes that read the same merge, their time
+ * and samples added up (when every frame reads differently, which is the
+ * common case, there is nothing to merge and no hashing is done). A frame
+ * with no text (NULL) drops the time and samples of the nodes that end in
+ * it.
  *
  * Out, per process:
  *   - the tree in preorder, children in the byte order of their names,

@@ -84,19 +84,23 @@ static int decode(ErlNifEnv *env, const ERL_NIF_TERM argv[], input *in)
     return 1;
 }
 
+/* Every terminal's text goes into one binary, one after the other: a
+ * stack's text is then a slice of it (one allocation, not one per
+ * terminal). */
 typedef struct {
-    ErlNifEnv *env;
-    ERL_NIF_TERM *texts; /* by node id: a terminal's text */
+    ERL_NIF_TERM all;    /* the binary */
+    unsigned char *at;   /* where the next text goes */
+    unsigned char *base;
+    size_t *offsets;     /* by node id: where a terminal's text starts */
 } text_ctx;
 
-static int make_text(void *ctx, uint32_t terminal, const char *text, uint32_t len)
+static int put_text(void *ctx, uint32_t terminal, const char *text, uint32_t len)
 {
     text_ctx *c = ctx;
-    unsigned char *bytes = enif_make_new_binary(c->env, len, &c->texts[terminal]);
-    if (bytes == NULL)
-        return 0;
+    c->offsets[terminal] = (size_t)(c->at - c->base);
     if (len > 0)
-        memcpy(bytes, text, len);
+        memcpy(c->at, text, len);
+    c->at += len;
     return 1;
 }
 
@@ -120,15 +124,13 @@ static ERL_NIF_TERM tree_binary(ErlNifEnv *env, const fo_render *r, uint32_t pro
     return term;
 }
 
-static ERL_NIF_TERM stack_text(ErlNifEnv *env, const fo_render *r, const ERL_NIF_TERM *texts,
-                               const fo_render_node *n)
+static ERL_NIF_TERM stack_text(ErlNifEnv *env, const text_ctx *texts, const fo_render_node *n)
 {
-    uint32_t full = fo_render_node_at(r, n->owner)->text_len;
-    return n->text_len == full ? texts[n->owner] : enif_make_sub_binary(env, texts[n->owner], 0, n->text_len);
+    return enif_make_sub_binary(env, texts->all, texts->offsets[n->owner], n->text_len);
 }
 
 /* The three maps, over the processes that have something in each. */
-static int build_maps(ErlNifEnv *env, const input *in, const fo_render *r, const ERL_NIF_TERM *texts,
+static int build_maps(ErlNifEnv *env, const input *in, const fo_render *r, const text_ctx *texts,
                       ERL_NIF_TERM out[3])
 {
     size_t procs = (size_t)in->pid_count + 1;
@@ -147,7 +149,7 @@ static int build_maps(ErlNifEnv *env, const input *in, const fo_render *r, const
         int any_timed = 0, any_sampled = 0;
         for (uint32_t i = count; i-- > 0;) {
             const fo_render_node *n = fo_render_node_at(r, ids[i]);
-            ERL_NIF_TERM text = stack_text(env, r, texts, n);
+            ERL_NIF_TERM text = stack_text(env, texts, n);
             if (n->self_us > 0) {
                 timed = enif_make_list_cell(env, enif_make_tuple2(env, text, enif_make_uint64(env, n->self_us)),
                                             timed);
@@ -211,16 +213,21 @@ ERL_NIF_TERM fo_render_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     }
     fo_render *r = fo_render_new(in.nodes, in.node_count, (uint32_t)in.pid_count, in.names,
                                  (uint32_t)in.frame_count, in.max_text_bytes);
-    ERL_NIF_TERM *texts = enif_alloc(sizeof(ERL_NIF_TERM) * ((size_t)in.node_count + 1));
+    size_t *offsets = enif_alloc(sizeof(size_t) * ((size_t)in.node_count + 1));
     ERL_NIF_TERM maps[3], names = 0;
-    text_ctx ctx = {env, texts};
-    int ok = r != NULL && texts != NULL && fo_render_texts(r, make_text, &ctx) && build_maps(env, &in, r, texts, maps) &&
+    text_ctx ctx = {0, NULL, NULL, offsets};
+    int ok = r != NULL && offsets != NULL;
+    if (ok) {
+        size_t bytes = (size_t)fo_render_text_bytes(r);
+        ctx.base = ctx.at = enif_make_new_binary(env, bytes, &ctx.all);
+        ok = (ctx.base != NULL || bytes == 0) && fo_render_texts(r, put_text, &ctx) && build_maps(env, &in, r, &ctx, maps) &&
              (names = tree_names(env, &in, r)) != 0;
+    }
     ERL_NIF_TERM result = ok ? enif_make_tuple5(env, maps[0], maps[1], maps[2], names,
                                                 enif_make_uint64(env, fo_render_stacks_without_text(r)))
                              : enif_raise_exception(env, enif_make_atom(env, "enomem"));
     fo_render_free(r);
-    enif_free(texts);
+    enif_free(offsets);
     enif_free(in.nodes);
     enif_free(in.names);
     return result;

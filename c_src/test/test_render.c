@@ -373,6 +373,11 @@ static void test_random_trees_match_a_naive_rendering(void **state)
             if (t.nodes[parent].depth >= 40)
                 continue;
             uint32_t f = FO_FRAME_FIRST_REAL + ts_rng_below(&rng, sizeof(pool) / sizeof(pool[0]));
+            int taken = 0; /* a session's siblings have distinct frames */
+            for (uint32_t other = 0; other < t.count && !taken; other++)
+                taken = t.nodes[other].parent == parent && t.nodes[other].frame == f;
+            if (taken)
+                continue;
             uint32_t id = child(&t, parent, f, ts_rng_below(&rng, 4) == 0 ? 0 : ts_rng_below(&rng, 3000));
             if (ts_rng_below(&rng, 8) == 0) {
                 t.nodes[id].samples = 1 + ts_rng_below(&rng, 5);
