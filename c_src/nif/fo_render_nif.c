@@ -201,9 +201,15 @@ static ERL_NIF_TERM tree_names(ErlNifEnv *env, const input *in, const fo_render 
     return tuple;
 }
 
-ERL_NIF_TERM fo_render_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+/* A tree this small, with this few bytes of texts, renders on the calling
+ * scheduler (well under a millisecond); a bigger one on a dirty scheduler
+ * (the hop costs tens of microseconds on a quiet machine, milliseconds on
+ * a loaded one: most profiles are small). */
+#define RENDER_INLINE_NODES 5000u
+#define RENDER_INLINE_TEXT_BYTES (512u << 10)
+
+static ERL_NIF_TERM render(ErlNifEnv *env, const ERL_NIF_TERM argv[], int dirty)
 {
-    (void)argc;
     input in;
     memset(&in, 0, sizeof(in));
     if (!decode(env, argv, &in)) {
@@ -213,6 +219,13 @@ ERL_NIF_TERM fo_render_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     }
     fo_render *r = fo_render_new(in.nodes, in.node_count, (uint32_t)in.pid_count, in.names,
                                  (uint32_t)in.frame_count, in.max_text_bytes);
+    if (!dirty && r != NULL &&
+        (in.node_count > RENDER_INLINE_NODES || fo_render_text_bytes(r) > RENDER_INLINE_TEXT_BYTES)) {
+        fo_render_free(r);
+        enif_free(in.nodes);
+        enif_free(in.names);
+        return enif_schedule_nif(env, "render", ERL_NIF_DIRTY_JOB_CPU_BOUND, fo_render_dirty_nif, 2, argv);
+    }
     size_t *offsets = enif_alloc(sizeof(size_t) * ((size_t)in.node_count + 1));
     ERL_NIF_TERM maps[3], names = 0;
     text_ctx ctx = {0, NULL, NULL, offsets};
@@ -220,8 +233,8 @@ ERL_NIF_TERM fo_render_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     if (ok) {
         size_t bytes = (size_t)fo_render_text_bytes(r);
         ctx.base = ctx.at = enif_make_new_binary(env, bytes, &ctx.all);
-        ok = (ctx.base != NULL || bytes == 0) && fo_render_texts(r, put_text, &ctx) && build_maps(env, &in, r, &ctx, maps) &&
-             (names = tree_names(env, &in, r)) != 0;
+        ok = (ctx.base != NULL || bytes == 0) && fo_render_texts(r, put_text, &ctx) &&
+             build_maps(env, &in, r, &ctx, maps) && (names = tree_names(env, &in, r)) != 0;
     }
     ERL_NIF_TERM result = ok ? enif_make_tuple5(env, maps[0], maps[1], maps[2], names,
                                                 enif_make_uint64(env, fo_render_stacks_without_text(r)))
@@ -230,5 +243,19 @@ ERL_NIF_TERM fo_render_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     enif_free(offsets);
     enif_free(in.nodes);
     enif_free(in.names);
+    if (!dirty)
+        enif_consume_timeslice(env, 10);
     return result;
+}
+
+ERL_NIF_TERM fo_render_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    return render(env, argv, 0);
+}
+
+ERL_NIF_TERM fo_render_dirty_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    return render(env, argv, 1);
 }

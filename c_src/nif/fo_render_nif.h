@@ -23,6 +23,9 @@
 //   TreeNames: a tuple of the distinct texts ("" for dropped frames).
 //   WithoutText: stacks left out of Stacks and Samples because their texts
 //     passed MaxTextBytes (the trees keep them).
+// Small trees render on the calling scheduler, big ones are rescheduled
+// onto a dirty scheduler (fo_render_dirty_nif).
 ERL_NIF_TERM fo_render_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM fo_render_dirty_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 #endif
