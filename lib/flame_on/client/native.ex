@@ -51,8 +51,9 @@ defmodule FlameOn.Client.Native do
       `<<parent::32-native, frame::32-native, process::32-native,
       self_ns::64-native, samples::64-native, weight::64-native>>`
       (`parent` is `0xFFFFFFFF` for a process root; `samples` and `weight`
-      count the `sample/4` samples that landed on the node). Runs on a
-      dirty scheduler.
+      count the `sample/4` samples that landed on the node). A session of
+      up to 20 000 nodes finishes on the calling scheduler (well under a
+      millisecond); bigger ones and graph sessions on a dirty scheduler.
     * `render(tree, names)` – the views of a finished tree, built in C in
       time linear in what they hold (`FlameOn.Client.Profile.build/4` calls
       it). `names` is a tuple as long as `frames`: each frame's text, or
@@ -64,7 +65,8 @@ defmodule FlameOn.Client.Native do
       per-process tree binaries and names of `FlameOn.Client.Profile.Tree`,
       and how many stacks were left out because their texts passed
       `max_stack_bytes` (a `new/1` option, default 64 MiB; the trees keep
-      them). Runs on a dirty scheduler.
+      them). Trees of up to 5 000 nodes with up to 512 KiB of texts render
+      on the calling scheduler, bigger ones on a dirty scheduler.
     * `new(%{label: label, ...})` makes a cross-process (graph) session:
       `label` is its seq_trace label (a positive integer), with the span
       graph's bounds `:max_spans`, `:max_pending_calls`, `:max_fanout`
