@@ -16,7 +16,8 @@
  *     the form exporters walk;
  *   - its stacks: the nodes with time (or samples), in the byte order of
  *     their texts "a;b;c" (root first, ';' between frames, the process
- *     root itself being ""), which is the order sorting the texts gives;
+ *     root itself being ""), which is the order sorting the texts gives
+ *     (names hold no ';': the front end replaces them);
  *   - the texts themselves, written once per "terminal" stack (one with no
  *     stack below it): every other stack's text is a prefix of a terminal's
  *     text, so a front end hands it out as a slice of that one. A chain of
