@@ -2,7 +2,8 @@
  * of timeline events (fo_session) and span-graph events (fo_graph) under
  * small random bounds, and the finished tree is rendered (fo_render). The
  * core must never crash, leak or break its tree invariants, whatever the
- * stream, and the rendered stacks must come out in text order. Build and run: `make fuzz-run`. */
+ * stream, and the rendered stacks must come out in text order. Build and
+ * run: `make fuzz-run`. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
