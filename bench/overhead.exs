@@ -592,6 +592,18 @@ defmodule FlameOn.Bench do
 
   # --- output helpers -----------------------------------------------------------
 
+  # A target on two variants of a table: their best runs' ratio and their
+  # paired ratio must both be within limit.
+  def target(best, a, b, limit, what) do
+    ratio = best[a].ns / best[b].ns
+    paired = paired(best, a, b)
+
+    IO.puts(
+      "#{mark(ratio <= limit and paired <= limit)}  #{what}: #{fmt(ratio, 2)}x best, " <>
+        "#{fmt(paired, 2)}x paired (#{fmt(best[a].ns / 1.0e6, 1)} ms vs #{fmt(best[b].ns / 1.0e6, 1)} ms)"
+    )
+  end
+
   def fmt(nil, _), do: "-"
   def fmt(x, 0), do: x |> round() |> to_string()
   def fmt(x, d), do: :erlang.float_to_binary(x / 1, decimals: d)
@@ -725,24 +737,23 @@ for {key, label} <- [heavy: "call-heavy", pipeline: "pipeline", realistic: "real
 end
 
 for {label, best} <- e2e do
-  ratio = best.nif.ns / best.floor_e2e.ns
-  paired = Bench.paired(best, :nif, :floor_e2e)
-
-  IO.puts(
-    "#{Bench.mark(ratio <= 1.3 and paired <= 1.3)}  profile/2 end to end <= 1.3x the floor " <>
-      "(#{label}, default options): #{Bench.fmt(ratio, 2)}x best, #{Bench.fmt(paired, 2)}x paired " <>
-      "(#{Bench.fmt(best.nif.ns / 1.0e6, 1)} ms vs #{Bench.fmt(best.floor_e2e.ns / 1.0e6, 1)} ms)"
+  Bench.target(
+    best,
+    :nif,
+    :floor_e2e,
+    1.3,
+    "profile/2 end to end <= 1.3x the floor (#{label}, default options)"
   )
 end
 
 [{label, deep} | _] = depth
-depth_ratio = deep.max_depth_10000.ns / deep.default_depth.ns
-depth_paired = Bench.paired(deep, :max_depth_10000, :default_depth)
 
-IO.puts(
-  "#{Bench.mark(depth_ratio <= 2 and depth_paired <= 2)}  max_depth: 10_000 <= 2x the default " <>
-    "max_depth (#{label}): #{Bench.fmt(depth_ratio, 2)}x best, #{Bench.fmt(depth_paired, 2)}x paired " <>
-    "(#{Bench.fmt(deep.max_depth_10000.ns / 1.0e6, 1)} ms vs #{Bench.fmt(deep.default_depth.ns / 1.0e6, 1)} ms)"
+Bench.target(
+  deep,
+  :max_depth_10000,
+  :default_depth,
+  2,
+  "max_depth: 10_000 <= 2x the default max_depth (#{label})"
 )
 
 for {label, key} <- [{"call-heavy", :heavy}, {"realistic", :realistic}] do
