@@ -25,6 +25,11 @@
 #                      exact mode (:nif) beside mode :sample, for four
 #                      workloads (recursion, Enum/Map, GenServer calls, I/O
 #                      waits), plus the untraced split of the CPU-bound ones.
+#   5. node CPU        the VM's own CPU time while background processes
+#                      (waiting in receive, or waking every 2 ms) run
+#                      untraced or sampled: what sampling takes from the
+#                      rest of the node, per second and per sample, without
+#                      the other tenants' noise of a wall-clock ratio.
 #   4. interval        the cost of one sample (Process.info round trip on a
 #                      busy and on a waiting target; what answering costs a
 #                      busy target), how long the sampler's 1 ms timer
@@ -269,12 +274,17 @@ defmodule FlameOn.Bench.Sample do
             bg_loop(style, 0)
           end
 
-          case how do
-            :untraced -> body.()
-            mode -> FlameOn.Client.profile(body, mode: mode)
-          end
+          stats =
+            case how do
+              :untraced ->
+                body.()
+                %{}
 
-          send(parent, {:bg_done, self()})
+              mode ->
+                elem(FlameOn.Client.profile(body, mode: mode), 1).stats
+            end
+
+          send(parent, {:bg_done, self(), stats})
         end)
       end
 
@@ -284,16 +294,23 @@ defmodule FlameOn.Bench.Sample do
     pids
   end
 
+  # The traced ones' profile stats (%{} for untraced ones).
   def stop_background(pids) do
     for pid <- pids, do: send(pid, :stop)
-    for pid <- pids, do: receive(do: ({:bg_done, ^pid} -> :ok))
-    :ok
+    for pid <- pids, do: receive(do: ({:bg_done, ^pid, stats} -> stats))
   end
 
   # :wait — blocked in receive 2 ms, then a few µs of work: mostly waiting.
   # (A fully busy background on this 2-core box is dominated by CPU
   # competition — the foreground ran 25-100x slower in a trial — so it
   # cannot show a 2% tax.)
+  # :idle — blocked in receive until told to stop.
+  defp bg_loop(:idle, n) do
+    receive do
+      :stop -> n
+    end
+  end
+
   defp bg_loop(:wait, n) do
     receive do
       :stop -> n
@@ -1098,6 +1115,79 @@ for {v, label} <- [
       "#{S.fmt(cost, 1)} µs per sample on the traced process (section 2), traced process #{S.fmt(ratio, 3)}x"
   )
 end
+
+# =============================================================================
+# 5. the node's CPU: what sampling takes from the rest of the node
+# =============================================================================
+
+# Wall-clock taxes of a few percent drown in this machine's noise (section 1
+# states its noise floor); the VM's own CPU time (all its threads, scheduler
+# busy-waiting included) does not depend on the other tenants. Background
+# processes as in section 1, untraced or sampled, while the node does
+# nothing else; CPU ms per second of wall time over a window.
+window5 = if quick?, do: 300, else: 2_000
+
+cpu5 = fn count, style, how ->
+  pids = Sample.start_background({count, style, how})
+  {cpu0, _} = :erlang.statistics(:runtime)
+  t0 = System.monotonic_time(:millisecond)
+  Process.sleep(window5)
+  {cpu1, _} = :erlang.statistics(:runtime)
+  dt = System.monotonic_time(:millisecond) - t0
+  stats = Sample.stop_background(pids)
+  {1000 * (cpu1 - cpu0) / dt, stats}
+end
+
+IO.puts(
+  "\n== 5. the node's CPU while background processes are sampled (VM CPU time, ms per s; " <>
+    "#{window5} ms windows, 3 rounds, median) =="
+)
+
+IO.puts(
+  S.pad("background", 44) <>
+    S.lpad("untraced", 10) <>
+    S.lpad(":sample", 10) <>
+    S.lpad("extra", 8) <>
+    S.lpad("samples/s", 11) <> S.lpad("µs CPU/sample", 15) <> S.lpad("repeated", 10)
+)
+
+for {count, style, label} <- [
+      {1, :idle, "1 process waiting in receive"},
+      {10, :idle, "10 processes waiting in receive"},
+      {1, :wait, "1 process: 2 ms wait, ~3 µs work, loop"},
+      {10, :wait, "10 processes: 2 ms wait, ~3 µs work, loop"}
+    ] do
+  rounds =
+    for _ <- 1..3 do
+      {base, _} = cpu5.(count, style, :untraced)
+      {sampled, stats} = cpu5.(count, style, :sample)
+      {base, sampled, stats}
+    end
+
+  base = rounds |> Enum.map(&elem(&1, 0)) |> S.median()
+  sampled = rounds |> Enum.map(&elem(&1, 1)) |> S.median()
+  all_stats = Enum.flat_map(rounds, &elem(&1, 2))
+  samples = all_stats |> Enum.map(& &1.samples) |> Enum.sum()
+  same = all_stats |> Enum.map(& &1.same_samples) |> Enum.sum()
+  rate = samples / 3 / (window5 / 1000)
+  extra = sampled - base
+
+  IO.puts(
+    S.pad(label, 44) <>
+      S.lpad(S.fmt(base, 1), 10) <>
+      S.lpad(S.fmt(sampled, 1), 10) <>
+      S.lpad(S.fmt(extra, 1), 8) <>
+      S.lpad(S.fmt(rate, 0), 11) <>
+      S.lpad(S.fmt(if(rate > 0, do: 1000 * extra / rate, else: 0), 1), 15) <>
+      S.lpad("#{S.fmt(100 * same / max(samples, 1), 0)}%", 10)
+  )
+end
+
+IO.puts(
+  "extra = what the samplers (and the answers of their targets) cost, in ms of CPU per second (1000 = one core); " <>
+    "repeated = samples that repeated a waiting process's stack without asking it; the node's sample budget " <>
+    "(#{inspect(FlameOn.Client.SampleBudget.budget())}/s) caps samples/s with ten"
+)
 
 # =============================================================================
 # targets

@@ -21,6 +21,7 @@ typedef struct {
     uint32_t *stack_frames;
     uint32_t *stack_nodes;
     uint64_t call_wait_ns; /* WAITING time of the current call (graph traces) */
+    uint32_t call_wait_node; /* the one WAITING leaf that holds it (FO_NONE: none yet) */
     int64_t last_ts;
     uint8_t state;       /* fo_proc_state */
     uint8_t has_ts;
@@ -28,6 +29,14 @@ typedef struct {
     uint64_t unsampled_ns; /* running time charged to the bare root before that */
     uint8_t unseen;      /* running since an `in` (or since it appeared) with no
                             call, return or sample since: its stack is unknown */
+    /* The off-CPU interval now (since the last `out`) and the one before
+     * the last in/out pair: a sampler's stack request wakes a waiting
+     * process just to answer, and that pair must not hide where the wait
+     * before it was spent. */
+    uint64_t wait_ns;
+    uint32_t prev_wait_node;
+    uint64_t prev_wait_ns;
+    uint8_t pair_clean;  /* the last in/out pair ran no call, return or sample */
 } fo_proc;
 
 typedef struct {

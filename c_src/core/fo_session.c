@@ -86,6 +86,8 @@ static fo_proc *proc_for(fo_session *s, uint64_t pid)
         return NULL;
     }
     p->sleep_node = p->root;
+    p->call_wait_node = FO_NONE;
+    p->prev_wait_node = FO_NONE;
     p->state = FO_PROC_RUNNING;
     p->unseen = 1;
     return p;
@@ -234,9 +236,34 @@ static void charge(fo_session *s, fo_proc *p, int64_t ts)
     }
     else if (p->state == FO_PROC_OUT) {
         fo_tree_charge(&s->tree, p->sleep_node, delta);
+        p->wait_ns += delta;
         if (s->tree.nodes[p->sleep_node].frame == FO_FRAME_WAITING)
             p->call_wait_ns += delta;
     }
+}
+
+/* Moves up to ns of from's time to to (what from holds caps it); returns
+ * what moved. */
+static uint64_t move_time(fo_session *s, uint32_t from, uint32_t to, uint64_t ns)
+{
+    if (from == FO_NONE || from == to)
+        return 0;
+    if (ns > s->tree.nodes[from].self_ns)
+        ns = s->tree.nodes[from].self_ns;
+    s->tree.nodes[from].self_ns -= ns;
+    fo_tree_charge(&s->tree, to, ns);
+    return ns;
+}
+
+/* A call's wait is kept on one WAITING leaf, the newest: when the process
+ * waits on under another stack (a sample showed where it really waits),
+ * what the call waited so far moves there too. A process cannot change
+ * its stack while it waits, so the newest stack is the best one for the
+ * whole wait, and attribution later finds all of it in one place. */
+static void hold_call_wait_in(fo_session *s, fo_proc *p, uint32_t leaf)
+{
+    move_time(s, p->call_wait_node, leaf, p->call_wait_ns);
+    p->call_wait_node = leaf;
 }
 
 static void on_out(fo_session *s, fo_proc *p, uint32_t flags)
@@ -244,6 +271,7 @@ static void on_out(fo_session *s, fo_proc *p, uint32_t flags)
     if (p->state == FO_PROC_OUT)
         return;
     p->state = FO_PROC_OUT;
+    p->wait_ns = 0;
     uint32_t leaf = (flags & FO_EVF_IN_CALL) ? FO_FRAME_WAITING : FO_FRAME_SLEEP;
     uint32_t node = regular_child(s, current_node(p), leaf);
     if (node == FO_NONE) {
@@ -251,6 +279,8 @@ static void on_out(fo_session *s, fo_proc *p, uint32_t flags)
         node = p->node_cap;
     }
     p->sleep_node = node;
+    if (leaf == FO_FRAME_WAITING && node != p->node_cap)
+        hold_call_wait_in(s, p, node);
 }
 
 void fo_session_apply(fo_session *s, const fo_event *ev)
@@ -271,15 +301,22 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
     case FO_EV_CALL:
         on_call(s, p, ev);
         p->unseen = 0;
+        p->pair_clean = 0;
         break;
     case FO_EV_RETURN_TO:
         on_return_to(s, p, ev);
         p->unseen = 0;
+        p->pair_clean = 0;
         break;
     case FO_EV_OUT:
         on_out(s, p, ev->flags);
         break;
     case FO_EV_IN:
+        if (p->state == FO_PROC_OUT) {
+            p->prev_wait_node = p->sleep_node;
+            p->prev_wait_ns = p->wait_ns;
+            p->pair_clean = 1;
+        }
         p->state = FO_PROC_RUNNING;
         p->unseen = 1;
         break;
@@ -289,6 +326,11 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         p->overflow = 0;
         p->sampled = 0;
         p->unsampled_ns = 0;
+        p->call_wait_ns = 0;
+        p->call_wait_node = FO_NONE;
+        p->prev_wait_node = FO_NONE;
+        p->prev_wait_ns = 0;
+        p->wait_ns = 0;
         break;
     case FO_EV_GC_START:
     case FO_EV_GC_END:
@@ -303,17 +345,14 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
 /* A sample replaces the stack: the frames both stacks share from the root
  * stay (so a run of samples in one function creates no nodes), the rest is
  * unwound and the sampled frames pushed with the usual bounds. Time up to
- * the sample was charged to where the previous event left the process. */
-void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
-                       uint64_t weight)
+ * the sample was charged to where the previous event left the process.
+ * frames == NULL keeps the stack the process has. */
+static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
+                         uint64_t weight, unsigned how, uint32_t times)
 {
-    fo_proc *p = proc_for(s, pid);
-    if (p == NULL) {
-        s->stats.dropped_events++;
-        return;
-    }
+    int waited = (how & FO_SAMPLE_WAITED) != 0;
     s->stats.events++;
-    s->stats.samples++;
+    s->stats.samples += times;
     if (p->state == FO_PROC_EXITED) {
         p->state = FO_PROC_RUNNING;
         p->has_ts = 0;
@@ -326,22 +365,30 @@ void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa 
     int backfill = p->unseen && p->state == FO_PROC_RUNNING;
     if (!backfill)
         charge(s, p, ts_ns);
-    uint32_t keep = 0;
-    uint32_t differing = FO_NONE;
-    if (p->overflow == 0) {
-        while (keep < p->depth && keep < count) {
-            uint32_t id = intern(s, &frames[keep]);
-            if (id == FO_NONE || id != p->stack_frames[keep]) {
-                differing = id;
-                break;
+    /* Waited, and running since an `in` with nothing seen: it is still
+     * answering this very request (its `out` comes after), so the wait
+     * before that `in` was spent in the sampled stack too. */
+    int answering = waited && backfill && p->pair_clean;
+    if (p->state == FO_PROC_RUNNING)
+        p->pair_clean = 0;
+    if (frames != NULL) {
+        uint32_t keep = 0;
+        uint32_t differing = FO_NONE;
+        if (p->overflow == 0) {
+            while (keep < p->depth && keep < count) {
+                uint32_t id = intern(s, &frames[keep]);
+                if (id == FO_NONE || id != p->stack_frames[keep]) {
+                    differing = id;
+                    break;
+                }
+                keep++;
             }
-            keep++;
         }
+        p->overflow = 0;
+        p->depth = keep;
+        for (uint32_t i = keep; i < count; i++)
+            push_frame(s, p, i == keep && differing != FO_NONE ? differing : intern(s, &frames[i]));
     }
-    p->overflow = 0;
-    p->depth = keep;
-    for (uint32_t i = keep; i < count; i++)
-        push_frame(s, p, i == keep && differing != FO_NONE ? differing : intern(s, &frames[i]));
     if (p->state == FO_PROC_OUT) {
         /* Sampled while off-CPU: the stack it waits in is exact now, so the
          * rest of the wait goes under it, in a leaf of the same kind. */
@@ -353,11 +400,25 @@ void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa 
             s->stats.node_limit_hits++;
             node = p->node_cap;
         }
+        if (waited && kind == FO_FRAME_SLEEP && node != p->node_cap) {
+            move_time(s, p->sleep_node, node, p->wait_ns);
+            if (p->pair_clean)
+                move_time(s, p->prev_wait_node, node, p->prev_wait_ns);
+            p->prev_wait_ns = 0;
+        }
         p->sleep_node = node;
+        if (kind == FO_FRAME_WAITING && node != p->node_cap)
+            hold_call_wait_in(s, p, node);
+    } else if (answering && p->prev_wait_node != FO_NONE &&
+               s->tree.nodes[p->prev_wait_node].frame == FO_FRAME_SLEEP) {
+        uint32_t node = regular_child(s, current_node(p), FO_FRAME_SLEEP);
+        if (node != FO_NONE)
+            move_time(s, p->prev_wait_node, node, p->prev_wait_ns);
+        p->prev_wait_ns = 0;
     }
     if (backfill)
         charge(s, p, ts_ns);
-    p->unseen = 0;
+    p->unseen = (how & FO_SAMPLE_LEADING) != 0;
     if (!p->sampled) {
         /* Its first sample: what it ran before, with no stack known, was
          * this work too (a sampler starts a little after its process). */
@@ -372,7 +433,37 @@ void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa 
         p->sampled = 1;
         p->unsampled_ns = 0;
     }
-    fo_tree_count_sample(&s->tree, p->state == FO_PROC_OUT ? p->sleep_node : current_node(p), weight);
+    fo_tree_count_samples(&s->tree, p->state == FO_PROC_OUT ? p->sleep_node : current_node(p), times, weight);
+}
+
+void fo_session_sample_as(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
+                          uint64_t weight, unsigned how)
+{
+    fo_proc *p = proc_for(s, pid);
+    if (p == NULL) {
+        s->stats.dropped_events++;
+        return;
+    }
+    /* a NULL frames pointer is how apply_sample keeps the stack: an empty
+     * sample must still replace it */
+    static const fo_mfa no_frames[1];
+    apply_sample(s, p, ts_ns, count == 0 ? no_frames : frames, count, weight, how, 1);
+}
+
+void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
+                       uint64_t weight)
+{
+    fo_session_sample_as(s, pid, ts_ns, frames, count, weight, 0);
+}
+
+void fo_session_sample_same(fo_session *s, uint64_t pid, int64_t ts_ns, uint64_t weight, uint32_t times)
+{
+    fo_proc *p = proc_for(s, pid);
+    if (p == NULL || times == 0) {
+        s->stats.dropped_events++;
+        return;
+    }
+    apply_sample(s, p, ts_ns, NULL, 0, weight, 0, times);
 }
 
 void fo_session_close(fo_session *s, int64_t end_ns)
@@ -393,8 +484,10 @@ void fo_session_count_malformed(fo_session *s, uint64_t n)
 void fo_session_call_started(fo_session *s, uint64_t pid)
 {
     uint32_t index = fo_procs_find(&s->procs, pid);
-    if (index != UINT32_MAX)
+    if (index != UINT32_MAX) {
         s->procs.procs[index].call_wait_ns = 0;
+        s->procs.procs[index].call_wait_node = FO_NONE;
+    }
 }
 
 uint64_t fo_session_attribute_wait(fo_session *s, uint64_t pid, uint64_t ns)
@@ -403,18 +496,16 @@ uint64_t fo_session_attribute_wait(fo_session *s, uint64_t pid, uint64_t ns)
     if (index == UINT32_MAX)
         return 0;
     fo_proc *p = &s->procs.procs[index];
-    uint32_t waiting = p->sleep_node;
-    if (p->root == FO_NONE || s->tree.nodes[waiting].frame != FO_FRAME_WAITING)
+    uint32_t waiting = p->call_wait_node;
+    if (p->root == FO_NONE || waiting == FO_NONE || s->tree.nodes[waiting].frame != FO_FRAME_WAITING)
         return 0;
-    uint64_t moved = ns < p->call_wait_ns ? ns : p->call_wait_ns;
-    if (moved > s->tree.nodes[waiting].self_ns)
-        moved = s->tree.nodes[waiting].self_ns;
-    uint32_t parent = s->tree.nodes[waiting].parent;
-    uint32_t attributed = moved == 0 ? FO_NONE : regular_child(s, parent, FO_FRAME_ATTRIBUTED);
+    uint64_t wanted = ns < p->call_wait_ns ? ns : p->call_wait_ns;
+    if (wanted == 0 || s->tree.nodes[waiting].self_ns == 0)
+        return 0;
+    uint32_t attributed = regular_child(s, s->tree.nodes[waiting].parent, FO_FRAME_ATTRIBUTED);
     if (attributed == FO_NONE)
         return 0; /* tree full: the wait stays WAITING, still counted in time */
-    s->tree.nodes[waiting].self_ns -= moved;
-    fo_tree_charge(&s->tree, attributed, moved);
+    uint64_t moved = move_time(s, waiting, attributed, wanted);
     p->call_wait_ns -= moved;
     return moved;
 }

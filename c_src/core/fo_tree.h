@@ -47,11 +47,11 @@ static inline void fo_tree_charge(fo_tree *t, uint32_t node, uint64_t ns)
 }
 
 /* The counters live in the node itself, so a sample allocates nothing.
- * The weight saturates: a front end's bogus weight must not wrap a total. */
-static inline void fo_tree_count_sample(fo_tree *t, uint32_t node, uint64_t weight)
+ * Both saturate: a front end's bogus weight must not wrap a total. */
+static inline void fo_tree_count_samples(fo_tree *t, uint32_t node, uint64_t count, uint64_t weight)
 {
     fo_tree_node *n = &t->nodes[node];
-    n->samples++;
+    n->samples = n->samples > UINT64_MAX - count ? UINT64_MAX : n->samples + count;
     n->weight = n->weight > UINT64_MAX - weight ? UINT64_MAX : n->weight + weight;
 }
 

@@ -30,6 +30,10 @@
     A(depth_cap)                                                                               \
     A(node_cap)                                                                                \
     A(waiting)                                                                                 \
+    A(same)                                                                                    \
+    A(plain)                                                                                   \
+    A(waited)                                                                                  \
+    A(leading)                                                                                 \
     A(gc)                                                                                      \
     A(process)                                                                                 \
     A(max_nodes)                                                                               \
@@ -102,7 +106,17 @@
     A(producer_folds)                                                                          \
     A(buffer_bytes)                                                                            \
     A(max_stack_bytes)                                                                         \
-    A(attributed)
+    A(attributed)                                                                              \
+    A(next)                                                                                    \
+    A(flame_on_next)                                                                           \
+    A(armed)                                                                                   \
+    A(fired)                                                                                   \
+    A(done)                                                                                    \
+    A(cancelled)                                                                               \
+    A(returned)                                                                                \
+    A(raised)                                                                                  \
+    A(return_from)                                                                             \
+    A(exception_from)
 
 #define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;
 FO_ATOMS(FO_ATOM_DECLARE)

@@ -9,6 +9,7 @@
 #include "fo_drainer.h"
 #include "fo_export.h"
 #include "fo_export_graph.h"
+#include "fo_next.h"
 #include "fo_router.h"
 #include "fo_resource.h"
 #include "fo_render_nif.h"
@@ -189,15 +190,7 @@ static ERL_NIF_TERM nif_stop(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     fo_session_res *res;
     if (!fo_resource_get(env, argv[0], &res))
         return enif_make_badarg(env);
-    fo_spin_lock(&res->lock);
-    if (res->stopped_ns == 0)
-        res->stopped_ns = fo_clock_now(&res->clock);
-    fo_spin_unlock(&res->lock);
-    atomic_store(&res->active, 0);
-    /* the callbacks drop every event from here on */
-    fo_slot_unregister(res);
-    if (res->graph != NULL)
-        fo_router_unregister(res);
+    fo_resource_stop(res);
     return enif_make_int64(env, fo_ns_to_native(enif_monotonic_time(ERL_NIF_NSEC), res->native_per_second));
 }
 
@@ -211,12 +204,7 @@ static ERL_NIF_TERM nif_graph_start(ErlNifEnv *env, int argc, const ERL_NIF_TERM
     ErlNifPid pid;
     if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->graph == NULL)
         return enif_make_badarg(env);
-    fo_spin_lock(&res->lock);
-    int fresh = res->root_pid == 0 && res->core != NULL && atomic_load(&res->active);
-    if (fresh)
-        res->root_pid = (uint64_t)pid.pid;
-    fo_spin_unlock(&res->lock);
-    if (!fresh || !fo_router_register(res, res->label, (uint64_t)pid.pid))
+    if (!fo_resource_graph_start(res, (uint64_t)pid.pid))
         return enif_make_badarg(env);
     return fo_atom_ok;
 }
@@ -245,12 +233,7 @@ static ERL_NIF_TERM nif_graph_begin(ErlNifEnv *env, int argc, const ERL_NIF_TERM
     fo_session_res *res;
     if (!fo_resource_get(env, argv[0], &res) || res->graph == NULL)
         return enif_make_badarg(env);
-    fo_spin_lock(&res->lock);
-    uint32_t root = res->root_pid == 0 || res->core == NULL
-                        ? FO_NONE
-                        : fo_graph_root(res->graph, res->root_pid, fo_tracer_clock_ns());
-    fo_spin_unlock(&res->lock);
-    return root == FO_NONE ? enif_make_badarg(env) : fo_atom_ok;
+    return fo_resource_graph_begin(res, fo_tracer_clock_ns()) ? fo_atom_ok : enif_make_badarg(env);
 }
 
 // finish(Session, End :: integer() | nil | stop) -> {Tree, Stats} (graph
@@ -373,6 +356,10 @@ static ErlNifFunc nif_funcs[] = {
     {"finish", 2, finish_nif, 0},
     {"render", 2, fo_render_nif, 0},
     {"sample", 4, fo_sample_nif, 0},
+    {"sample", 5, fo_sample_nif, 0},
+    {"next_new", 3, fo_next_new_nif, 0},
+    {"next_cancel", 1, fo_next_cancel_nif, 0},
+    {"next_state", 1, fo_next_state_nif, 0},
     {"enabled", 3, fo_tracer_enabled, 0},
     {"trace", 5, fo_tracer_trace, 0},
 };
@@ -387,7 +374,7 @@ static int on_load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
     (void)priv;
     (void)info;
     fo_atoms_init(env);
-    if (!fo_resource_open(env) || !fo_router_init() || !fo_slot_init())
+    if (!fo_resource_open(env) || !fo_next_open(env) || !fo_router_init() || !fo_slot_init())
         return 1;
     fo_clock_init();
     /* without the thread, producers fold their own rings when full */

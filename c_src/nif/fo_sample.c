@@ -21,17 +21,60 @@ static int decode_frame(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
     return fo_decode_mfa(env, mfa, out);
 }
 
+/* frames == NULL: the stack the process already has, `times` times. */
+static ERL_NIF_TERM apply(ErlNifEnv *env, fo_session_res *res, uint64_t pid, int64_t ts, const fo_mfa *frames,
+                          uint32_t count, uint64_t weight, unsigned how, uint32_t times)
+{
+    ERL_NIF_TERM result = fo_atom_stopped;
+    fo_spin_lock(&res->lock);
+    if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed)) {
+        fo_resource_fold(res, env); /* the in/out events before this sample */
+        /* A cross-process trace counts a callee only while it serves one
+         * of the trace's requests, as its events are (fo_graph_tracer.c). */
+        if (res->graph != NULL && !fo_graph_active(res->graph, pid)) {
+            result = fo_atom_idle;
+        } else {
+            if (frames == NULL)
+                fo_session_sample_same(res->core, pid, ts, weight, times);
+            else
+                fo_session_sample_as(res->core, pid, ts, frames, count, weight, how);
+            fo_resource_account_sometimes(res);
+            result = fo_atom_ok;
+        }
+    }
+    fo_spin_unlock(&res->lock);
+    return result;
+}
+
 ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
-    (void)argc;
     fo_session_res *res;
     ErlNifPid pid;
     ErlNifUInt64 weight;
+    unsigned how = 0;
+    if (argc == 5) {
+        if (argv[4] == fo_atom_waited)
+            how = FO_SAMPLE_WAITED;
+        else if (argv[4] == fo_atom_leading)
+            how = FO_SAMPLE_LEADING;
+        else if (argv[4] != fo_atom_plain)
+            return enif_make_badarg(env);
+    }
     if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) ||
         !enif_get_uint64(env, argv[3], &weight))
         return enif_make_badarg(env);
     /* Stamped before decoding: the stack was taken just before this call. */
     int64_t ts = fo_clock_now(&res->clock);
+    unsigned int times = 1;
+    int arity;
+    const ERL_NIF_TERM *same;
+    if (enif_get_tuple(env, argv[2], &arity, &same) && arity == 2 && same[0] == fo_atom_same) {
+        if (!enif_get_uint(env, same[1], &times) || times == 0)
+            return enif_make_badarg(env);
+        return apply(env, res, (uint64_t)pid.pid, ts, NULL, 0, (uint64_t)weight, 0, times);
+    }
+    if (argv[2] == fo_atom_same)
+        return apply(env, res, (uint64_t)pid.pid, ts, NULL, 0, (uint64_t)weight, 0, 1);
     uint32_t count = 0;
     ERL_NIF_TERM list = argv[2], head;
     while (count < FO_SAMPLE_MAX_FRAMES && enif_get_list_cell(env, list, &head, &list))
@@ -50,21 +93,7 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
             return enif_make_badarg(env);
         }
     }
-    ERL_NIF_TERM result = fo_atom_stopped;
-    fo_spin_lock(&res->lock);
-    if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed)) {
-        fo_resource_fold(res, env); /* the in/out events before this sample */
-        /* A cross-process trace counts a callee only while it serves one
-         * of the trace's requests, as its events are (fo_graph_tracer.c). */
-        if (res->graph != NULL && !fo_graph_active(res->graph, (uint64_t)pid.pid)) {
-            result = fo_atom_idle;
-        } else {
-            fo_session_sample(res->core, (uint64_t)pid.pid, ts, frames, count, (uint64_t)weight);
-            fo_resource_account_sometimes(res);
-            result = fo_atom_ok;
-        }
-    }
-    fo_spin_unlock(&res->lock);
+    ERL_NIF_TERM result = apply(env, res, (uint64_t)pid.pid, ts, frames, count, (uint64_t)weight, how, 1);
     enif_free(frames);
     return result;
 }

@@ -7,9 +7,16 @@
 // sample(Session, Pid, Stack, Weight) -> ok | stopped (the session took no more)
 //   | idle (a cross-process trace's callee between requests of the trace)
 // Stack is process_info(Pid, current_stacktrace)'s list, innermost first:
-// {M, F, Arity | Args} or {M, F, Arity | Args, Location} tuples. Weight is
+// {M, F, Arity | Args} or {M, F, Arity | Args, Location} tuples, or the atom
+// `same`: the stack the process already has (it has not run since), or
+// {same, N} (N in 1..2^32-1): that, counted as N samples. Weight is
 // a non-negative integer below 2^64 added to the stack the sample lands on
 // (the sampler passes the reductions since its previous sample).
+// sample(Session, Pid, Stack, Weight, How): How is `plain` (as sample/4),
+// `waited` (the sampler saw the process waiting when it asked and it ran no
+// code until it answered, so its whole current wait belongs to the stack)
+// or `leading` (taken just before the process's traced work starts: the
+// next sample takes the time since). See fo_session_sample_as.
 ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 #endif

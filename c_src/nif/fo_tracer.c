@@ -6,6 +6,7 @@
 #include "fo_decode.h"
 #include "fo_drainer.h"
 #include "fo_graph_tracer.h"
+#include "fo_next.h"
 #include "fo_resource.h"
 #include "fo_slot.h"
 
@@ -46,11 +47,14 @@ ERL_NIF_TERM fo_tracer_enabled(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     ERL_NIF_TERM tag = argv[0];
     if (argv[1] == fo_atom_graph)
         return fo_graph_tracer_enabled(env, tag);
+    /* a live key, the common case: no other test */
+    if (fo_slot_live(argv[1]))
+        return tag == fo_atom_trace_status || is_our_tag(tag) ? fo_atom_trace : fo_atom_discard;
+    if (fo_next_is_state(env, argv[1]))
+        return fo_next_enabled(env, argv);
     if (tag != fo_atom_trace_status)
         return is_our_tag(tag) ? fo_atom_trace : fo_atom_discard;
     ERL_NIF_TERM key;
-    if (fo_slot_live(argv[1]))
-        return fo_atom_trace;
     return state_key(env, argv[1], &key) && fo_slot_live(key) ? fo_atom_trace : fo_atom_remove;
 }
 
@@ -149,6 +153,8 @@ ERL_NIF_TERM fo_tracer_trace(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
      * stopped or finished session left its slot: the event is dropped. */
     fo_session_res *res = fo_slot_acquire(key);
     if (res == NULL) {
+        if (fo_next_is_state(env, argv[1]))
+            return fo_next_trace(env, argv);
         if (!state_key(env, argv[1], &key))
             return enif_make_badarg(env);
         res = fo_slot_acquire(key);

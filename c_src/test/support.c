@@ -179,9 +179,19 @@ fo_session *ts_new_session(const fo_limits *limits)
 }
 
 /* "m:a/0;m:b/1": root first, as fo_session_sample takes them; "" or "-"
- * is an empty stack. */
-static void run_sample(fo_session *s, uint64_t pid, int64_t ts, const char *stack, uint64_t weight)
+ * is an empty stack; "=" is the stack the process has
+ * (fo_session_sample_same), "=N" that N times. waited:
+ * fo_session_sample_waited. */
+static void run_sample(fo_session *s, uint64_t pid, int64_t ts, const char *stack, uint64_t weight, unsigned how)
 {
+    if (stack[0] == '=') {
+        char *end = NULL;
+        unsigned long times = stack[1] == '\0' ? 1ul : strtoul(stack + 1, &end, 10);
+        if (end != NULL && *end != '\0')
+            fail_msg("bad same-sample count in '%s'", stack);
+        fo_session_sample_same(s, pid, ts, weight, (uint32_t)times);
+        return;
+    }
     fo_mfa frames[64];
     uint32_t count = 0;
     char copy[512];
@@ -193,28 +203,41 @@ static void run_sample(fo_session *s, uint64_t pid, int64_t ts, const char *stac
         assert_true(count < 64);
         frames[count++] = ts_mfa(part);
     }
-    fo_session_sample(s, pid, ts, frames, count, weight);
+    fo_session_sample_as(s, pid, ts, frames, count, weight, how);
 }
 
-/* The rest of a sample line: " STACK" or " STACK w=N". */
+/* The rest of a sample line: " STACK", then " w=N" and/or " waited" or
+ * " leading". */
 static void run_sample_line(fo_session *s, uint64_t pid, int64_t ts, const char *rest, const char *line)
 {
     char stack[512] = "";
-    char weight_text[32] = "";
+    char opt1[32] = "";
+    char opt2[32] = "";
     char extra[8] = "";
-    int n = sscanf(rest, "%511s %31s %7s", stack, weight_text, extra);
+    int n = sscanf(rest, "%511s %31s %31s %7s", stack, opt1, opt2, extra);
+    if (n < 1 || n > 3)
+        fail_msg("bad script line '%s'", line);
     uint64_t weight = 0;
-    if (n == 2) {
+    unsigned how = 0;
+    const char *opts[2] = {opt1, opt2};
+    for (int i = 0; i + 1 < n; i++) {
+        const char *opt = opts[i];
+        if (strcmp(opt, "waited") == 0) {
+            how |= FO_SAMPLE_WAITED;
+            continue;
+        }
+        if (strcmp(opt, "leading") == 0) {
+            how |= FO_SAMPLE_LEADING;
+            continue;
+        }
         char *end = NULL;
-        if (strncmp(weight_text, "w=", 2) != 0 || weight_text[2] == '\0' || weight_text[2] == '-')
-            fail_msg("bad sample weight in '%s' (want w=N)", line);
-        weight = strtoull(weight_text + 2, &end, 10);
+        if (strncmp(opt, "w=", 2) != 0 || opt[2] == '\0' || opt[2] == '-')
+            fail_msg("bad sample option in '%s' (want w=N or waited)", line);
+        weight = strtoull(opt + 2, &end, 10);
         if (*end != '\0')
             fail_msg("bad sample weight in '%s' (want w=N)", line);
-    } else if (n > 2) {
-        fail_msg("bad script line '%s'", line);
     }
-    run_sample(s, pid, ts, stack, weight);
+    run_sample(s, pid, ts, stack, weight, how);
 }
 
 void ts_run_line(fo_session *s, const char *line)

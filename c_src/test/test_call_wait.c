@@ -43,6 +43,31 @@ static const ts_case call_wait_cases[] = {
            "attribute 1 45", "close 70"),
      LINES("1 m:a/0 20", "1 m:a/0;WAITING 5", "1 m:a/0;ATTRIBUTED 45"), "events=5"},
 
+    {"a call's wait split by a sample is attributed in full", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0;m:s/0",     /* a stale stack: the burst before the call */
+           "call_started 1",
+           "1 100 out_call",              /* a;s: 100 */
+           "1 600 in",                    /* a;s;WAITING: 500 (a signal wakes it) */
+           "1 610 out_call",              /* a;s: 10 */
+           "1 650 sample m:a/0;m:r/0",    /* a;s;WAITING: 40; the 540 move under a;r */
+           "1 1100 in",                   /* a;r;WAITING: 450 */
+           "attribute 1 900",             /* 900 of 990 explained */
+           "close 1100"),
+     LINES("1 m:a/0;m:s/0 110", "1 m:a/0;m:r/0;WAITING 90", "1 m:a/0;m:r/0;ATTRIBUTED 900",
+           "1 m:a/0;m:s/0 samples=1 weight=0", "1 m:a/0;m:r/0;WAITING samples=1 weight=0"),
+     "events=6 samples=2"},
+
+    {"a new call does not take the previous call's wait along", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0",
+           "call_started 1", "1 10 out_call", "1 30 in",   /* a;WAITING: 20, first call */
+           "call_started 1", "1 40 out_call",              /* a: 10 (0-10 was a too) */
+           "1 50 sample m:a/0;m:r/0",                      /* a;WAITING: 10, moved */
+           "1 70 in",                                      /* a;r;WAITING: 20 */
+           "attribute 1 1000", "close 70"),
+     LINES("1 m:a/0 20", "1 m:a/0;WAITING 20", "1 m:a/0;m:r/0;ATTRIBUTED 30",
+           "1 m:a/0 samples=1 weight=0", "1 m:a/0;m:r/0;WAITING samples=1 weight=0"),
+     "events=6 samples=2"},
+
     {"plain out stays SLEEP and is never attributed", DEFAULT_LIMITS,
      LINES("1 0 call m:a/0", "call_started 1", "1 10 out", "1 20 in", "attribute 1 5", "close 20"),
      LINES("1 m:a/0 10", "1 m:a/0;SLEEP 10"), "events=3"},

@@ -92,14 +92,131 @@ static const ts_case sample_cases[] = {
            "1 m:a/0;m:b/0 samples=1 weight=3", "1 m:a/0;m:w/0;SLEEP samples=1 weight=2"),
      "events=4 samples=2"},
 
-    {"a_wait_in_a_call_stays_waiting_after_a_sample", DEFAULT_LIMITS,
+    {"a_wait_in_a_call_stays_waiting_after_a_sample_and_moves_under_it", DEFAULT_LIMITS,
      LINES("1 0 sample m:a/0",
            "1 10 out_call",           /* a: 10 */
-           "1 30 sample m:a/0;m:r/0", /* a;WAITING: 20 */
+           "1 30 sample m:a/0;m:r/0", /* a;WAITING: 20, moved under a;r */
            "1 60 in",                 /* a;r;WAITING: 30 */
            "close 60"),
-     LINES("1 m:a/0 10", "1 m:a/0;WAITING 20", "1 m:a/0;m:r/0;WAITING 30",
+     LINES("1 m:a/0 10", "1 m:a/0;m:r/0;WAITING 50",
            "1 m:a/0 samples=1 weight=0", "1 m:a/0;m:r/0;WAITING samples=1 weight=0"),
+     "events=4 samples=2"},
+
+    {"a_same_sample_is_a_sample_of_the_stack_the_process_has", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0;m:b/0 w=1",
+           "1 10 out",                /* a;b: 10 */
+           "1 30 sample = w=2",       /* a;b;SLEEP: 20, counted there */
+           "1 40 sample = w=3",       /* a;b;SLEEP: 10 */
+           "1 50 in",                 /* a;b;SLEEP: 10 */
+           "1 60 sample = w=4",       /* the burst since in stays on a;b */
+           "close 70"),               /* a;b: 10 */
+     LINES("1 m:a/0;m:b/0 30", "1 m:a/0;m:b/0;SLEEP 40",
+           "1 m:a/0;m:b/0 samples=2 weight=5", "1 m:a/0;m:b/0;SLEEP samples=2 weight=5"),
+     "events=6 samples=4"},
+
+    {"a_same_sample_of_a_wait_in_a_call_keeps_the_call_on_its_leaf", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0;m:r/0",
+           "1 10 out_call",           /* a;r: 10 */
+           "1 30 sample =",           /* a;r;WAITING: 20 */
+           "1 50 in",                 /* a;r;WAITING: 20 */
+           "close 50"),
+     LINES("1 m:a/0;m:r/0 10", "1 m:a/0;m:r/0;WAITING 40",
+           "1 m:a/0;m:r/0 samples=1 weight=0", "1 m:a/0;m:r/0;WAITING samples=1 weight=0"),
+     "events=4 samples=2"},
+
+    {"a_same_sample_may_stand_for_several", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0 w=1", "1 10 out", "1 50 sample =4 w=2", "1 60 sample =0",
+           "close 70"),
+     LINES("1 m:a/0 10", "1 m:a/0;SLEEP 60", "1 m:a/0 samples=1 weight=1",
+           "1 m:a/0;SLEEP samples=4 weight=2"),
+     "events=3 samples=5 dropped_events=1"},
+
+    {"a_same_sample_of_a_process_never_sampled_lands_on_its_root", DEFAULT_LIMITS,
+     LINES("2 0 sample = w=9", "2 10 sample =", "close 20"),
+     LINES("2 (root) 20", "2 (root) samples=2 weight=9"), "events=2 samples=2"},
+
+    {"a_waited_sample_takes_the_whole_wait_it_found_under_its_stack", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0;m:b/0",
+           "1 10 out",                        /* a;b: 10 */
+           "1 50 sample m:a/0;m:w/0 waited",  /* the 40 of this wait move under a;w */
+           "1 90 in",                         /* a;w;SLEEP: 40 */
+           "close 100"),                      /* a;w: 10 */
+     LINES("1 m:a/0;m:b/0 10", "1 m:a/0;m:w/0;SLEEP 80", "1 m:a/0;m:w/0 10",
+           "1 m:a/0;m:b/0 samples=1 weight=0", "1 m:a/0;m:w/0;SLEEP samples=1 weight=0"),
+     "events=4 samples=2"},
+
+    {"the_in_out_pair_that_answered_does_not_split_a_waited_wait", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0;m:b/0",
+           "1 10 out",                        /* a;b: 10 */
+           "1 50 in",                         /* a;b;SLEEP: 40 (then asked for its stack) */
+           "1 52 out",                        /* a;b: 2, answering */
+           "1 55 sample m:a/0;m:w/0 waited",  /* a;b;SLEEP: 3; 40 + 3 move under a;w */
+           "1 90 in",                         /* a;w;SLEEP: 35 */
+           "close 100"),                      /* a;w: 10 */
+     LINES("1 m:a/0;m:b/0 12", "1 m:a/0;m:w/0;SLEEP 78", "1 m:a/0;m:w/0 10",
+           "1 m:a/0;m:b/0 samples=1 weight=0", "1 m:a/0;m:w/0;SLEEP samples=1 weight=0"),
+     "events=6 samples=2"},
+
+    {"a_waited_sample_that_comes_before_the_answering_out_takes_the_wait_before_it", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0;m:b/0",
+           "1 10 out",                        /* a;b: 10 */
+           "1 50 in",                         /* a;b;SLEEP: 40, moved under a;w */
+           "1 52 sample m:a/0;m:w/0 waited",  /* a;w: 2 (the answering burst) */
+           "1 53 out",                        /* a;w: 1 */
+           "1 90 in",                         /* a;w;SLEEP: 37 */
+           "close 100"),                      /* a;w: 10 */
+     LINES("1 m:a/0;m:b/0 10", "1 m:a/0;m:w/0;SLEEP 77", "1 m:a/0;m:w/0 13",
+           "1 m:a/0;m:b/0 samples=1 weight=0", "1 m:a/0;m:w/0 samples=1 weight=0"),
+     "events=6 samples=2"},
+
+    {"an_unwaited_sample_in_a_burst_keeps_the_wait_before_it", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0;m:b/0",
+           "1 10 out", "1 50 in",
+           "1 52 sample m:a/0;m:w/0",         /* may be a real wake-up: the wait stays */
+           "1 53 out", "1 90 in", "close 100"),
+     LINES("1 m:a/0;m:b/0 10", "1 m:a/0;m:b/0;SLEEP 40", "1 m:a/0;m:w/0;SLEEP 37",
+           "1 m:a/0;m:w/0 13", "1 m:a/0;m:b/0 samples=1 weight=0", "1 m:a/0;m:w/0 samples=1 weight=0"),
+     "events=6 samples=2"},
+
+    {"a_pair_that_ran_code_keeps_the_wait_before_it", DEFAULT_LIMITS,
+     LINES("1 0 call m:a/0",
+           "1 10 out",                        /* a: 10 */
+           "1 50 in",                         /* a;SLEEP: 40 */
+           "1 51 call m:c/0 from m:a/0",      /* a: 1, it ran: the wait before was elsewhere */
+           "1 52 out",                        /* a;c: 1 */
+           "1 55 sample m:a/0;m:w/0 waited",  /* a;c;SLEEP: 3, moved */
+           "1 90 in",                         /* a;w;SLEEP: 35 */
+           "close 100"),                      /* a;w: 10 */
+     LINES("1 m:a/0 11", "1 m:a/0;SLEEP 40", "1 m:a/0;m:c/0 1", "1 m:a/0;m:w/0;SLEEP 38",
+           "1 m:a/0;m:w/0 10", "1 m:a/0;m:w/0;SLEEP samples=1 weight=0"),
+     "events=7 samples=1"},
+
+    {"an_unwaited_sample_moves_only_the_rest_of_the_wait", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0;m:b/0",
+           "1 10 out",
+           "1 50 in", "1 52 out",
+           "1 55 sample m:a/0;m:w/0",         /* may have run meanwhile: only the rest moves */
+           "1 90 in",
+           "close 100"),
+     LINES("1 m:a/0;m:b/0 12", "1 m:a/0;m:b/0;SLEEP 43", "1 m:a/0;m:w/0;SLEEP 35",
+           "1 m:a/0;m:w/0 10", "1 m:a/0;m:b/0 samples=1 weight=0",
+           "1 m:a/0;m:w/0;SLEEP samples=1 weight=0"),
+     "events=6 samples=2"},
+
+    {"a_leading_sample_gives_the_time_after_it_to_the_next_sample", DEFAULT_LIMITS,
+     LINES("1 0 sample m:p/0 leading",  /* taken before the work started */
+           "1 50 sample m:p/0;m:w/0",   /* p;w: 50, where the work went */
+           "1 80 sample m:p/0",         /* p;w: 30 (a plain sample holds) */
+           "close 100"),                /* p: 20 */
+     LINES("1 m:p/0;m:w/0 80", "1 m:p/0 20", "1 m:p/0 samples=2 weight=0",
+           "1 m:p/0;m:w/0 samples=1 weight=0"),
+     "events=3 samples=3"},
+
+    {"a_leading_sample_then_a_wait_keeps_the_wait_under_it", DEFAULT_LIMITS,
+     LINES("1 0 sample m:p/0 leading", "1 10 out", "1 40 in", "1 60 sample m:p/0;m:w/0",
+           "close 70"),
+     LINES("1 m:p/0 10", "1 m:p/0;SLEEP 30", "1 m:p/0;m:w/0 30", "1 m:p/0 samples=1 weight=0",
+           "1 m:p/0;m:w/0 samples=1 weight=0"),
      "events=4 samples=2"},
 
     {"an_empty_stack_charges_the_process_root", DEFAULT_LIMITS,
@@ -177,11 +294,11 @@ static const ts_case sample_cases[] = {
      LINES("1 0 sample m:a/0 w=1",
            "1 10 out_call",             /* a: 10 */
            "1 20 sample m:a/0 w=2",     /* a;WAITING: 10; same stack, same leaf */
-           "1 30 sample m:a/0;m:r/0 w=3", /* a;WAITING: 10 */
+           "1 30 sample m:a/0;m:r/0 w=3", /* a;WAITING: 10; the call's 20 move under a;r */
            "1 40 in",                   /* a;r;WAITING: 10 */
            "1 50 sample m:a/0;m:r/0 w=4", /* a;r: 10 */
            "close 50"),
-     LINES("1 m:a/0 10", "1 m:a/0;WAITING 20", "1 m:a/0;m:r/0;WAITING 10", "1 m:a/0;m:r/0 10",
+     LINES("1 m:a/0 10", "1 m:a/0;m:r/0;WAITING 30", "1 m:a/0;m:r/0 10",
            "1 m:a/0 samples=1 weight=1", "1 m:a/0;WAITING samples=1 weight=2",
            "1 m:a/0;m:r/0;WAITING samples=1 weight=3", "1 m:a/0;m:r/0 samples=1 weight=4"),
      "events=6 samples=4"},

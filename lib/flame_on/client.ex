@@ -186,9 +186,11 @@ defmodule FlameOn.Client do
     capture = module.start(opts)
 
     # The flags go on and the function runs right here, so every stack
-    # starts at this function in every mode.
-    capture = module.begin(capture)
+    # starts at this function in every mode. The trace's time starts
+    # before begin/1: a sampler takes its first sample there, and the
+    # stacks must fit in the trace's wall time.
     started_ts = :erlang.monotonic_time()
+    capture = module.begin(capture)
 
     outcome =
       try do
@@ -230,6 +232,20 @@ defmodule FlameOn.Client do
   defdelegate stop_trace(ref), to: FlameOn.Client.Tracing
 
   @doc """
+  Waits for the next call of `{module, function, arity}` by any process and
+  profiles that one call, from its entry to its return or exception.
+  Returns `{:ok, profile}`, or `{:error, :timeout}` when no process called
+  it within `:timeout` (30 s). See `FlameOn.Client.NextCall` for how it
+  works, its options and its cost.
+
+      task = Task.async(fn -> FlameOn.Client.capture_next({MyApp.Orders, :checkout, 2}) end)
+      # ... some process calls MyApp.Orders.checkout/2 ...
+      {:ok, profile} = Task.await(task, :infinity)
+  """
+  @spec capture_next(mfa(), keyword()) :: {:ok, Profile.t()} | {:error, term()}
+  defdelegate capture_next(mfa, opts \\ []), to: FlameOn.Client.NextCall, as: :capture
+
+  @doc """
   What the profiler holds on this node right now.
 
       iex> %{breaker: :closed, sessions: sessions} = FlameOn.Client.status()
@@ -240,8 +256,13 @@ defmodule FlameOn.Client do
   `FlameOn.Client.Breaker`), `:sessions` (live session resources),
   `:sessions_memory_bytes` (their tables), `:node_memory_bytes`,
   `:pattern_users` (traces holding the call patterns), `:sample_traces`
-  (sampling processes and sessions holding a raised `backtrace_depth`) and
-  `:session_processes` (`:process`-mode sessions running).
+  (sampling processes and sessions holding a raised `backtrace_depth`),
+  `:active_samplers` and `:sample_budget` (the samplers sampling now, and
+  the node's samples per second they share, see
+  `FlameOn.Client.SampleBudget`), `:session_processes` (`:process`-mode
+  sessions running), `:captures_waiting` (`capture_next/2` calls waiting
+  for their call: `[{mfa, pid}]`) and `:trace_store` (the recent traces
+  kept, their size and bounds, see `FlameOn.Client.TraceStore`).
   """
   @spec status() :: map()
   def status do
@@ -254,7 +275,12 @@ defmodule FlameOn.Client do
       node_memory_bytes: :erlang.memory(:total),
       pattern_users: Patterns.users(),
       sample_traces: Patterns.depth_users(),
-      session_processes: DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active
+      active_samplers: FlameOn.Client.SampleBudget.active(),
+      sample_budget: FlameOn.Client.SampleBudget.budget(),
+      session_processes:
+        DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active,
+      captures_waiting: FlameOn.Client.NextCall.Pattern.waiting(),
+      trace_store: FlameOn.Client.TraceStore.stats()
     }
   end
 
@@ -262,6 +288,12 @@ defmodule FlameOn.Client do
   # The limit options, as the NIF's session takes them.
   @spec limit_keys() :: [atom()]
   def limit_keys, do: @limit_keys
+
+  @doc false
+  # profile/2's options, validated, with their defaults, as a map (also
+  # the capture options of capture_next/2).
+  @spec options!(keyword()) :: map()
+  def options!(opts), do: validate_options!(opts)
 
   defp validate_options!(opts) when is_list(opts) do
     opts = opts |> Keyword.validate!(@defaults) |> FlameOn.Client.Sampler.check_options!()

@@ -43,6 +43,15 @@ defmodule FlameOn.Client.Test.Workloads do
   def deep_odd(0, fun), do: fun.()
   def deep_odd(n, fun), do: 1 + deep_even(n - 1, fun)
 
+  @doc "Tells `parent` `{:waiting, self()}`, then waits in a receive here until `:go`."
+  def wait_here(parent) do
+    send(parent, {:waiting, self()})
+
+    receive do
+      :go -> :ok
+    end
+  end
+
   @doc "Raises from a known frame."
   def boom!, do: raise(RuntimeError, "boom")
 end

@@ -71,12 +71,17 @@ static void check_tree(const fo_session *s)
 static void sample(fo_session *s, reader *r, uint64_t pid, int64_t ts)
 {
     fo_mfa frames[8];
-    uint32_t count = byte(r) % 9u;
-    for (uint32_t i = 0; i < count; i++)
+    uint32_t count = byte(r) % 10u;
+    for (uint32_t i = 0; i < count && i < 8u; i++)
         frames[i] = mfa(r);
     uint8_t w = byte(r);
     uint64_t weight = w >= 0xf0 ? UINT64_MAX - w : w;
-    fo_session_sample(s, pid, ts, frames, count, weight);
+    /* 9: a sample that repeats the stack the process has; an odd weight:
+     * a sample of a process seen waiting */
+    if (count == 9u)
+        fo_session_sample_same(s, pid, ts, weight, w % 4u);
+    else
+        fo_session_sample_as(s, pid, ts, frames, count, weight, w & 3u);
 }
 
 static void check_graph(const fo_graph *g)

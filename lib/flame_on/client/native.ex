@@ -79,8 +79,11 @@ defmodule FlameOn.Client.Native do
       third element, `%{spans: [span_map], stats: map, clock_offset_ns: n}`.
     * `sample(session, pid, stack, weight)` – a stack sample of `pid`, as
       `Process.info(pid, :current_stacktrace)` gives it (innermost first,
-      `{m, f, arity_or_args}` or `{m, f, arity_or_args, location}`),
-      stamped on the tracer clock: the process's stack is the sampled one
+      `{m, f, arity_or_args}` or `{m, f, arity_or_args, location}`; or
+      `:same`, the stack the process already has, for a process the sampler
+      knows has not run since; `{:same, n}` counts that as n samples, n in
+      1..2^32-1), stamped on the tracer clock: the process's
+      stack is the sampled one
       until its next event (`in`/`out` from the tracer callbacks split it
       into on- and off-CPU time) or sample. Counted in `stats.samples`, and
       on the stack it lands on (the sampled stack, or its `:sleep` /
@@ -89,7 +92,27 @@ defmodule FlameOn.Client.Native do
       reductions since its previous sample). Returns `:stopped` (and
       applies nothing) once the session is stopped, and `:idle` (applies
       nothing) for a cross-process trace's callee between the trace's
-      requests.
+      requests. `sample(session, pid, stack, weight, how)` says what the
+      sampler knows: `:plain` (as `sample/4`), `:waited` (it saw `pid`
+      waiting when it asked and `pid` ran no code until it answered: the
+      whole wait it is in, not only the rest of it, goes under the sampled
+      stack, although answering woke it for a moment) or `:leading` (the
+      stack was taken just before the traced work starts: the next sample
+      takes the time since).
+    * `next_new(session, owner, excluded)` – the gate of
+      `FlameOn.Client.NextCall`: with the meta pattern
+      `{:meta, FlameOn.Client.Native, {:next, gate}}` on one function, the
+      first process to call it (not one of `excluded`, at most 8 pids)
+      claims the gate in `enabled/3`, before the VM runs the pattern's
+      match spec, so the match spec turns tracing on in that process only.
+      The gate then adds the call to `session` and sends `owner`
+      `{:flame_on_next, gate, :fired, pid, caller, native_ts}`; at the
+      call's return or exception it stops `session` (as `stop/1`), in the
+      caller's own context, and sends `{:flame_on_next, gate, :returned,
+      native_ts, :ok, nil}` or `{:flame_on_next, gate, :raised, native_ts,
+      {class, reason}, nil}`. `next_cancel(gate)` closes it: `:cancelled`,
+      or `:fired` when a caller claimed it first; `next_state(gate)` is
+      `:armed`, `:cancelled`, `{:fired, pid}` or `{:done, pid}`.
     * `tracer_state(session)` – the session's tracer state: pass
       `{:tracer, FlameOn.Client.Native, tracer_state(session)}` to
       `:erlang.trace/3`. A small integer (the key of the session's slot in
@@ -172,8 +195,19 @@ defmodule FlameOn.Client.Native do
   @spec graph_watch_callees(session(), pid()) :: :ok
   def graph_watch_callees(_session, _pid), do: :erlang.nif_error(:nif_not_loaded)
 
-  @spec sample(session(), pid(), list(), non_neg_integer()) :: :ok | :stopped | :idle
+  @spec sample(session(), pid(), list() | :same | {:same, pos_integer()}, non_neg_integer()) ::
+          :ok | :stopped | :idle
   def sample(_session, _pid, _stack, _weight), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec sample(
+          session(),
+          pid(),
+          list() | :same | {:same, pos_integer()},
+          non_neg_integer(),
+          :plain | :waited | :leading
+        ) ::
+          :ok | :stopped | :idle
+  def sample(_session, _pid, _stack, _weight, _how), do: :erlang.nif_error(:nif_not_loaded)
 
   @typedoc """
   The finished tree as the core holds it (`finish/2`): `{frames, pids,
@@ -189,6 +223,18 @@ defmodule FlameOn.Client.Native do
            %{pid() => [{String.t(), pos_integer(), non_neg_integer()}]}, %{pid() => binary()},
            tuple(), non_neg_integer()}
   def render(_tree, _names), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec next_new(session(), pid(), [pid()]) :: reference()
+  def next_new(_session, _owner, _excluded), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec next_cancel(reference()) :: :cancelled | :fired
+  def next_cancel(_gate), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec next_state(reference()) :: :armed | :cancelled | {:fired | :done, pid()}
+  def next_state(_gate), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
   @spec enabled(atom(), session() | non_neg_integer(), pid() | port() | term()) ::

@@ -9,7 +9,9 @@ defmodule FlameOn.Client.Patterns do
     * the first `acquire/1` sets the local call pattern on every loaded
       function (`{:_, :_, :_}`) and on modules loaded later (`:on_load`),
       with the match spec `[{:_, [], [{:message, {:caller}}]}]` so that call
-      events carry their caller;
+      events carry their caller, except on the raising BIFs
+      (`erlang:error/1,2,3`, `exit/1`, `throw/1`: traced, they change the
+      stacktrace of an exception on OTP 27);
     * the last `release/0`, or the death of the last user (each user is
       monitored), clears them again with
       `:erlang.trace_pattern({:_, :_, :_}, false, [:local])`.
@@ -400,14 +402,16 @@ defmodule FlameOn.Client.Patterns do
   # call tracing on in the receiver before the request is delivered; `:send`
   # in the flags makes the receiver's own requests do the same (A -> B -> C).
   # Only processes with the :send flag run it, so untraced senders pay
-  # nothing. One clause per running trace first: a root whose token was
-  # cleared (a reply came back without one) gets it back before its next
-  # request goes out, so its later calls are still followed.
+  # nothing. One clause per running trace first: a root gets its own label
+  # back before each request goes out, so its later calls are still
+  # followed in its own trace when its token was cleared (a reply came back
+  # without one) or replaced (it received a message from a process of
+  # another trace: a notification, a broadcast, a concurrent test). A guard
+  # cannot read the label, so the clause sets it whether it changed or not.
   defp set_graph_patterns(graph) do
     restore =
       for {_owner, %{root: root, label: label}} <- graph, is_pid(root) do
-        {[:"$1", {:"$gen_call", :_, :_}],
-         [{:is_pid, :"$1"}, {:"=:=", {:self}, root}, {:not, {:is_seq_trace}}],
+        {[:"$1", {:"$gen_call", :_, :_}], [{:is_pid, :"$1"}, {:"=:=", {:self}, root}],
          [
            {:set_seq_token, :label, label},
            {:set_seq_token, :send, true},
@@ -443,9 +447,18 @@ defmodule FlameOn.Client.Patterns do
     :ok
   end
 
+  @raising_bifs [{:erlang, :error, :_}, {:erlang, :exit, 1}, {:erlang, :throw, 1}]
+
   defp set_patterns do
     :erlang.trace_pattern(:on_load, @match_spec, [:local])
     :erlang.trace_pattern({:_, :_, :_}, @match_spec, [:local])
+    # On OTP 27, an exception raised by a traced erlang:error/1,2,3, exit/1
+    # or throw/1 called in tail position (Elixir's `raise` is one) can name
+    # the wrong function as its raiser: its location is taken from the
+    # return address past the call, which may lie in the next function of
+    # the module. A profiled function would raise with another stacktrace
+    # than unprofiled; leaving these out costs the leaf frame of a raise.
+    for mfa <- @raising_bifs, do: :erlang.trace_pattern(mfa, false, [:local])
   end
 
   defp clear_patterns do

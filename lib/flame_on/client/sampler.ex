@@ -9,14 +9,23 @@ defmodule FlameOn.Client.Sampler do
     1. `Process.info(pid, [:status, :message_queue_len, :reductions])`: read
        without a signal, so the status is the truth (asked together with the
        stack, the target answers itself and always says `running`);
-    2. `Process.info(pid, [:current_stacktrace, :memory])`: one signal the
-       target answers at its next safe point (about 1.5 µs when it waits,
-       16-100 µs when it is busy on a loaded node);
-    3. `FlameOn.Client.Native.sample/4` folds the stack into the session's
+    2. if the process waits and has done nothing since its last answered
+       stack request (its reductions moved by exactly the one that answering
+       costs), its stack cannot have changed: the sample repeats it, with
+       no signal and without waking the process;
+    3. otherwise `Process.info(pid, [:current_stacktrace, :memory,
+       :reductions])`: one signal the target answers at its next safe point
+       (about 1.5 µs when it waits, 16-100 µs when it is busy on a loaded
+       node);
+    4. `FlameOn.Client.Native.sample/4` folds the stack into the session's
        calling-context tree, weighted by the reductions the process did
        since the previous sample (0 for the first); the `:running` trace
        flag (no breakpoint) gives the exact on- and off-CPU intervals
        around it.
+
+  Samplers share the node's sample budget (`FlameOn.Client.SampleBudget`):
+  when the active ones would take more samples a second than it allows,
+  each samples less often (`throttled_ticks`).
 
   The stack depth is capped by the node's `backtrace_depth`, which
   `FlameOn.Client.Patterns.acquire_depth/1` raises while samplers run.
@@ -29,7 +38,7 @@ defmodule FlameOn.Client.Sampler do
   metrics are dropped and counted (`dropped_metrics`).
   """
 
-  alias FlameOn.Client.Native
+  alias FlameOn.Client.{Native, SampleBudget}
 
   @status_module :"$status"
   # The sampling options of every entry point, with their defaults.
@@ -38,6 +47,15 @@ defmodule FlameOn.Client.Sampler do
   @max_backtrace_depth 64
   # The root of a stack the VM cut at backtrace_depth.
   @cut_frame {:"$cut", :"…", 0}
+  # The counters of a sampler that took no sample.
+  @no_samples %{
+    metrics: [],
+    samples: 0,
+    same_samples: 0,
+    late_ticks: 0,
+    throttled_ticks: 0,
+    dropped_metrics: 0
+  }
 
   @typedoc "One sample's metrics."
   @type metric :: %{
@@ -52,7 +70,9 @@ defmodule FlameOn.Client.Sampler do
   @type result :: %{
           metrics: [metric()],
           samples: non_neg_integer(),
+          same_samples: non_neg_integer(),
           late_ticks: non_neg_integer(),
+          throttled_ticks: non_neg_integer(),
           dropped_metrics: non_neg_integer()
         }
 
@@ -71,48 +91,66 @@ defmodule FlameOn.Client.Sampler do
   def start(native, target, opts) do
     interval_us = Keyword.fetch!(opts, :interval_us)
 
-    state = %{
-      native: native,
-      target: target,
-      interval_us: interval_us,
-      split_status: Keyword.get(opts, :split_status, false),
-      root: Keyword.get(opts, :root),
-      depth: Keyword.get(opts, :depth, @max_backtrace_depth),
-      own: false,
-      idle: false,
-      max_samples: Keyword.get(opts, :max_samples, 100_000),
-      metrics: [],
-      # the target's reductions at the previous sample (nil before the first)
-      last_reductions: nil,
-      kept: 0,
-      samples: 0,
-      late_ticks: 0,
-      dropped_metrics: 0
-    }
+    state =
+      %{
+        native: native,
+        target: target,
+        interval_us: interval_us,
+        split_status: Keyword.get(opts, :split_status, false),
+        root: Keyword.get(opts, :root),
+        depth: Keyword.get(opts, :depth, @max_backtrace_depth),
+        own: false,
+        idle: false,
+        max_samples: Keyword.get(opts, :max_samples, 100_000),
+        metrics: [],
+        # the target's reductions at the previous sample (nil before the first)
+        last_reductions: nil,
+        # what its reductions read while it waits where the last answered
+        # stack request found it (nil: no such stack to repeat)
+        idle_reductions: nil,
+        last_status: nil,
+        last_memory: 0,
+        budget: SampleBudget.budget(),
+        kept: 0
+      }
+      |> Map.merge(@no_samples)
 
-    # Sampling itself is free of signals: the first stack is known before
-    # the caller's first traced event.
-    # Its own frames (this function and below) are left out of it.
-    {state, first} =
+    owner = Keyword.get(opts, :owner, self())
+    spawner = self()
+
+    sampler =
+      spawn_beside(fn ->
+        # Normal priority: on its own scheduler it ticks on time anyway, and
+        # at :high it took that scheduler from other processes (measured:
+        # no better fidelity, more cost to the traced process).
+        SampleBudget.join()
+        ref = Process.monitor(target)
+        # Nobody can stop a sampler whose owner is gone: it ends with it.
+        owner_ref = Process.monitor(owner)
+        spawner_ref = Process.monitor(spawner)
+
+        receive do
+          {:begin, ^spawner, state, deadline} ->
+            Process.demonitor(spawner_ref, [:flush])
+            wait(Map.merge(state, %{ref: ref, owner_ref: owner_ref}), deadline)
+
+          # the caller died before it handed over
+          {:DOWN, ^spawner_ref, :process, _, _} ->
+            SampleBudget.leave()
+        end
+      end)
+
+    # A process sampling itself samples its first stack right here, signal
+    # free, with its own frames (this function and below) left out: the
+    # last thing before its first traced event, so the profile's time
+    # starts there and not before the sampler's spawn.
+    {state, {deadline, _late}} =
       if target == self(),
         do: {tick(%{state | own: true}), next_deadline(now_us(), interval_us)},
         else: {state, {now_us(), 0}}
 
-    state = %{state | own: false}
-
-    owner = Keyword.get(opts, :owner, self())
-
-    spawn_beside(fn ->
-      # Normal priority: on its own scheduler it ticks on time anyway, and
-      # at :high it took that scheduler from other processes (measured:
-      # no better fidelity, more cost to the traced process).
-      ref = Process.monitor(target)
-      # Nobody can stop a sampler whose owner is gone: it ends with it.
-      owner_ref = Process.monitor(owner)
-      {deadline, _late} = first
-      state = Map.merge(state, %{ref: ref, owner_ref: owner_ref})
-      wait(state, deadline)
-    end)
+    send(sampler, {:begin, spawner, %{state | own: false}, deadline})
+    sampler
   end
 
   # On the caller's scheduler (where a process sampling itself runs) the
@@ -156,22 +194,28 @@ defmodule FlameOn.Client.Sampler do
         result
 
       {:DOWN, ^ref, :process, _, _} ->
-        %{metrics: [], samples: 0, late_ticks: 0, dropped_metrics: 0}
+        @no_samples
     end
   end
 
   @doc """
   What the stopped samplers of one trace (`[{pid, result}]`) add to its
   profile: `metrics` by pid (processes with none left out) and the `stats`
-  counters `late_ticks`, `dropped_metrics` and `sampled_processes`.
+  counters `late_ticks`, `throttled_ticks`, `same_samples` (samples of a
+  waiting process that repeated its stack without asking it),
+  `dropped_metrics` and `sampled_processes`.
   """
   @spec summarize([{pid(), result()}]) :: %{metrics: map(), stats: map()}
   def summarize(results) do
+    sum = fn key -> Enum.sum(for {_, r} <- results, do: Map.fetch!(r, key)) end
+
     %{
       metrics: for({pid, %{metrics: [_ | _] = m}} <- results, into: %{}, do: {pid, m}),
       stats: %{
-        late_ticks: Enum.sum(for {_, r} <- results, do: r.late_ticks),
-        dropped_metrics: Enum.sum(for {_, r} <- results, do: r.dropped_metrics),
+        late_ticks: sum.(:late_ticks),
+        throttled_ticks: sum.(:throttled_ticks),
+        same_samples: sum.(:same_samples),
+        dropped_metrics: sum.(:dropped_metrics),
         sampled_processes: length(results)
       }
     }
@@ -217,21 +261,38 @@ defmodule FlameOn.Client.Sampler do
   defp loop(state, deadline) do
     case tick(state) do
       %{idle: true} = state ->
+        SampleBudget.leave()
         idle(%{state | idle: false})
 
       state ->
-        {deadline, late} = next_deadline(deadline, state.interval_us)
-        state = %{state | late_ticks: state.late_ticks + late}
+        interval = SampleBudget.interval(state.interval_us, SampleBudget.active(), state.budget)
+        {deadline, late} = next_deadline(deadline, interval)
+
+        state = %{
+          state
+          | late_ticks: state.late_ticks + late,
+            throttled_ticks:
+              state.throttled_ticks + if(interval > state.interval_us, do: 1, else: 0)
+        }
+
         wait(state, deadline)
     end
   end
 
   defp idle(state) do
     receive do
-      :wake -> loop(state, now_us())
-      {:stop, from, stop_ref} -> send(from, {stop_ref, result(state)})
-      {:DOWN, ref, :process, _, _} when ref == state.ref -> wait_for_stop(state)
-      {:DOWN, ref, :process, _, _} when ref == state.owner_ref -> :ok
+      :wake ->
+        SampleBudget.join()
+        loop(state, now_us())
+
+      {:stop, from, stop_ref} ->
+        send(from, {stop_ref, result(state)})
+
+      {:DOWN, ref, :process, _, _} when ref == state.ref ->
+        wait_for_stop(state)
+
+      {:DOWN, ref, :process, _, _} when ref == state.owner_ref ->
+        :ok
     end
   end
 
@@ -254,6 +315,7 @@ defmodule FlameOn.Client.Sampler do
 
       # The target is gone: nothing more to sample.
       {:DOWN, ^ref, :process, _, _} ->
+        SampleBudget.leave()
         wait_for_stop(state)
 
       {:DOWN, owner_ref, :process, _, _} when owner_ref == state.owner_ref ->
@@ -283,43 +345,87 @@ defmodule FlameOn.Client.Sampler do
   end
 
   defp tick(%{target: target} = state) do
-    with [status: status, message_queue_len: mql, reductions: reds] <-
-           Process.info(target, [:status, :message_queue_len, :reductions]),
-         [current_stacktrace: stack, memory: memory] <-
-           Process.info(target, [:current_stacktrace, :memory]) do
-      stack =
-        stack
-        |> drop_own(state)
-        |> trim(state.root, state.depth)
-        |> with_status(status, state.split_status)
+    case Process.info(target, [:status, :message_queue_len, :reductions]) do
+      [status: status, message_queue_len: mql, reductions: reds] ->
+        if unchanged?(state, status, reds),
+          do: fold(state, :same, status, mql, state.last_memory, reds),
+          else: ask(state, status, mql, reds)
 
-      weight = reductions_since(state.last_reductions, reds)
-      state = %{state | last_reductions: reds}
-
-      case Native.sample(state.native, target, stack, weight) do
-        :ok ->
-          metric = %{
-            t_us: now_us(),
-            status: status,
-            message_queue_len: mql,
-            memory: memory,
-            reductions: reds
-          }
-
-          keep(%{state | samples: state.samples + 1}, metric)
-
-        :stopped ->
-          state
-
-        # A callee between requests of the trace: nothing to sample until
-        # the trace's owner wakes us for its next one. Its work meanwhile
-        # is no part of the trace: the first sample after waking weighs 0.
-        :idle ->
-          %{state | idle: true, last_reductions: nil}
-      end
-    else
       # the target exited
-      _ -> state
+      nil ->
+        state
+    end
+  end
+
+  # Waiting where the last answered request found it, and it has run no
+  # code since: answering cost it one reduction, anything else more. With
+  # split_status the repeated stack also repeats its status frame.
+  defp unchanged?(state, status, reds) do
+    status == :waiting and reds == state.idle_reductions and
+      (not state.split_status or state.last_status == :waiting)
+  end
+
+  defp ask(%{target: target} = state, status, mql, reds) do
+    case Process.info(target, [:current_stacktrace, :memory, :reductions]) do
+      [current_stacktrace: stack, memory: memory, reductions: answered] ->
+        stack =
+          stack
+          |> drop_own(state)
+          |> trim(state.root, state.depth)
+          |> with_status(status, state.split_status)
+
+        # A process sampling itself answers without a signal.
+        idle = if state.own, do: nil, else: answered + 1
+        # Seen waiting, and it answered before running anything: the stack
+        # is where the whole wait it is in was spent. A process sampling
+        # itself does so as its trace begins: its work comes after.
+        how =
+          cond do
+            state.own -> :leading
+            status == :waiting and answered == reds -> :waited
+            true -> :plain
+          end
+
+        state = %{state | idle_reductions: idle, last_memory: memory}
+        fold(state, {stack, how}, status, mql, memory, reds)
+
+      nil ->
+        state
+    end
+  end
+
+  # sampled: :same, or {stack, how}
+  defp fold(%{target: target} = state, sampled, status, mql, memory, reds) do
+    weight = reductions_since(state.last_reductions, reds)
+    state = %{state | last_reductions: reds, last_status: status}
+    {stack, how} = with :same <- sampled, do: {:same, :plain}
+
+    case Native.sample(state.native, target, stack, weight, how) do
+      :ok ->
+        metric = %{
+          t_us: now_us(),
+          status: status,
+          message_queue_len: mql,
+          memory: memory,
+          reductions: reds
+        }
+
+        same = if stack == :same, do: 1, else: 0
+
+        keep(
+          %{state | samples: state.samples + 1, same_samples: state.same_samples + same},
+          metric
+        )
+
+      :stopped ->
+        state
+
+      # A callee between requests of the trace: nothing to sample until
+      # the trace's owner wakes us for its next one. Its work meanwhile
+      # is no part of the trace: the first sample after waking weighs 0,
+      # and its stack is asked for again.
+      :idle ->
+        %{state | idle: true, last_reductions: nil, idle_reductions: nil}
     end
   end
 
@@ -355,12 +461,11 @@ defmodule FlameOn.Client.Sampler do
   defp with_status(stack, status, true), do: stack ++ [status_frame(status)]
 
   defp result(state) do
-    %{
-      metrics: Enum.reverse(state.metrics),
-      samples: state.samples,
-      late_ticks: state.late_ticks,
-      dropped_metrics: state.dropped_metrics
-    }
+    SampleBudget.leave()
+
+    state
+    |> Map.take(Map.keys(@no_samples))
+    |> Map.put(:metrics, Enum.reverse(state.metrics))
   end
 
   defp now_us, do: System.monotonic_time(:microsecond)

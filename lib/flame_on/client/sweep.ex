@@ -12,7 +12,10 @@ defmodule FlameOn.Client.Sweep do
   #   * a send pattern whose clauses turn on tracing with our tracer module;
   #   * the local call patterns, when the `:on_load` pattern is ours: it is
   #     set first and cleared last (`FlameOn.Client.Patterns`), so it marks
-  #     that ours may be set on any function.
+  #     that ours may be set on any function;
+  #   * capture_next's meta patterns on the functions the application
+  #     environment lists, when their meta tracer is ours
+  #     (`FlameOn.Client.NextCall.Pattern.sweep/0`).
   #
   # It runs where a previous owner's leftovers can first be seen: when
   # `Patterns` starts (a restart after a crash), when it terminates, and in
@@ -33,7 +36,7 @@ defmodule FlameOn.Client.Sweep do
   @doc """
   Clears every trace flag, pattern and system tracer of ours on the node.
   Returns what it undid: `%{processes: n, system_tracer: bool,
-  send_pattern: bool, call_patterns: bool}`.
+  send_pattern: bool, call_patterns: bool, next_call_patterns: n}`.
   """
   @spec run() :: %{atom() => non_neg_integer() | boolean()}
   def run do
@@ -42,6 +45,7 @@ defmodule FlameOn.Client.Sweep do
     send_pattern = clear_send_pattern()
     system_tracer = clear_system_tracer()
     call_patterns = clear_call_patterns()
+    next_call_patterns = FlameOn.Client.NextCall.Pattern.sweep()
     processes = untrace_processes()
     backtrace_depth = restore_backtrace_depth()
 
@@ -50,7 +54,8 @@ defmodule FlameOn.Client.Sweep do
       backtrace_depth: backtrace_depth,
       system_tracer: system_tracer,
       send_pattern: send_pattern,
-      call_patterns: call_patterns
+      call_patterns: call_patterns,
+      next_call_patterns: next_call_patterns
     }
   end
 

@@ -78,8 +78,9 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   @doc """
   Finishes the trace and returns its profile. Options: `:started_ts` and
-  `:end_ts` (native monotonic time of the traced function's start and end)
-  and `:timeout` (mode `:process`: time for queued trace messages).
+  `:end_ts` (native monotonic time of the traced function's start and end),
+  `:timeout` (mode `:process`: time for queued trace messages) and `:root`
+  (the root process, for a trace started with `root: nil`).
   """
   @spec finish(pid(), keyword()) :: {:ok, Profile.t()} | {:error, term()}
   def finish(session, opts) do
@@ -93,6 +94,9 @@ defmodule FlameOn.Client.TraceGraphSession do
   @impl GenServer
   def init(opts) do
     Process.flag(:trap_exit, true)
+    # nil: the root is not known yet (FlameOn.Client.NextCall: the NIF
+    # makes the process that makes the captured call the root when it
+    # makes it)
     root = Keyword.fetch!(opts, :root)
     mode = Keyword.get(opts, :mode, :nif)
     label = System.unique_integer([:positive])
@@ -109,7 +113,7 @@ defmodule FlameOn.Client.TraceGraphSession do
         native: native,
         label: label,
         root: root,
-        root_ref: Process.monitor(root),
+        root_ref: root && Process.monitor(root),
         mode: mode,
         timeline: nil,
         names: names,
@@ -201,6 +205,12 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   # Registered first: the VM asks the tracer (enabled/3, trace_status)
   # whether it is live when it becomes the system tracer.
+  # Root not known yet: the session is registered with this process
+  # standing in for it (the VM asks whether the tracer is live when it
+  # becomes the system tracer); the NIF's capture_next gate puts the
+  # real root in its place when the captured call starts.
+  defp register(native, nil), do: register(native, self())
+
   defp register(native, root) do
     Native.graph_start(native, root)
   rescue
@@ -256,6 +266,7 @@ defmodule FlameOn.Client.TraceGraphSession do
   end
 
   defp finish_trace(%{mode: mode} = state, opts) when mode in [:nif, :sample] do
+    state = %{state | root: Keyword.get(opts, :root, state.root)}
     started_ts = Keyword.fetch!(opts, :started_ts)
     end_ts = Keyword.fetch!(opts, :end_ts)
     sampled = stop_samplers(state, Keyword.get(opts, :root_sampled))

@@ -164,31 +164,38 @@ defmodule FlameOn.Client.NifFuzzTest do
     end
   end
 
-  test "sample/4 takes well-formed stacks in every session state and rejects malformed ones" do
+  test "sample/4,5 take well-formed stacks in every session state and reject malformed ones" do
     w = world()
     tally = tally()
 
     assert_forall(
       sample_case(w),
-      fn {kind, pid, stack, weight} ->
+      fn {kind, pid, stack, weight, waited} ->
         with_case_sessions([], fn ->
           {session, stack} = {materialize(kind), materialize(stack)}
           before = samples(session)
 
           result =
             try do
-              Native.sample(session, pid, stack, weight)
+              case waited do
+                :none -> Native.sample(session, pid, stack, weight)
+                waited -> Native.sample(session, pid, stack, weight, waited)
+              end
             rescue
               ArgumentError -> :badarg
             end
 
-          expected = expected_sample(kind, session, pid, stack, weight)
+          expected =
+            if waited in [:none, :plain, :waited, :leading],
+              do: expected_sample(kind, session, pid, stack, weight),
+              else: [:badarg]
 
           assert result in expected,
                  "returned #{inspect(result)}, not one of #{inspect(expected)}"
 
-          # Only a taken sample counts.
-          if before, do: assert(samples(session) - before == if(result == :ok, do: 1, else: 0))
+          # Only a taken sample counts, {:same, n} as n.
+          taken = if result == :ok, do: with({:same, n} <- stack, do: n, else: (_ -> 1)), else: 0
+          if before, do: assert(samples(session) - before == taken)
 
           bump(tally, result)
 
@@ -423,7 +430,7 @@ defmodule FlameOn.Client.NifFuzzTest do
   end
 
   # What sample/4 answers (the rules of fo_sample_nif): ArgumentError for
-  # anything but a session, a local pid, a stack whose first
+  # anything but a session, a local pid, :same or a stack whose first
   # @sample_max_frames cells are well-formed frames ending in [] (the rest
   # of a deeper stack is not read) and a weight in 0..2^64-1; then :stopped
   # once the session is stopped or finished; a cross-process trace answers
@@ -446,6 +453,8 @@ defmodule FlameOn.Client.NifFuzzTest do
   defp sample_taken({:session, {:native_per_second, _}}), do: [:ok]
   defp sample_taken({:session, {_graph, _label}}), do: [:ok, :idle]
 
+  defp stack_ok?(:same, _n), do: true
+  defp stack_ok?({:same, times}, _n), do: is_integer(times) and times in 1..(2 ** 32 - 1)
   defp stack_ok?(_stack, 0), do: true
   defp stack_ok?([], _n), do: true
   defp stack_ok?([frame | rest], n), do: frame_ok?(frame) and stack_ok?(rest, n - 1)
@@ -737,7 +746,8 @@ defmodule FlameOn.Client.NifFuzzTest do
   end
 
   defp sample_case(w) do
-    {T.frequency([{9, session()}, {1, term(w, 1)}]), sample_pid(w), stack(w), weight(w)}
+    {T.frequency([{9, session()}, {1, term(w, 1)}]), sample_pid(w), stack(w), weight(w),
+     T.frequency([{4, :none}, {6, T.elements([:plain, :waited, :leading])}, {1, term(w, 0)}])}
   end
 
   # Reductions since the previous sample: mostly fine, at the edges of
@@ -755,7 +765,8 @@ defmodule FlameOn.Client.NifFuzzTest do
   end
 
   # Stacks as process_info(Pid, current_stacktrace) gives them, made when
-  # the case runs (see realize_stack/4): mostly a few frames, sometimes
+  # the case runs (see realize_stack/4), or :same / {:same, times} (the
+  # stack the process has): mostly a few frames, sometimes
   # around 64 or around and past the @sample_max_frames that sample/4
   # reads; with a bad frame somewhere or an improper tail now and then; or
   # any term.
@@ -778,7 +789,14 @@ defmodule FlameOn.Client.NifFuzzTest do
         ])
 
       tail = T.frequency([{8, []}, {1, T.union([:tail, term(w, 0)])}])
-      T.frequency([{12, {:stack, frames, depth, bad, tail}}, {1, term(w, 2)}])
+      same = {:same, T.union([T.integer(0, 5), T.elements([2 ** 32 - 1, 2 ** 32, -1, :x])])}
+
+      T.frequency([
+        {12, {:stack, frames, depth, bad, tail}},
+        {1, :same},
+        {1, same},
+        {1, term(w, 2)}
+      ])
     end)
   end
 
