@@ -115,7 +115,9 @@ defmodule FlameOn.Client.Native do
       `:armed`, `:cancelled`, `{:fired, pid}` or `{:done, pid}`.
     * `tracer_state(session)` – the session's tracer state: pass
       `{:tracer, FlameOn.Client.Native, tracer_state(session)}` to
-      `:erlang.trace/3`. A small integer (the key of the session's slot in
+      `:erlang.trace/3` (or, OTP 27+, make `{FlameOn.Client.Native,
+      tracer_state(session)}` a trace session's tracer, see
+      `FlameOn.Client.TraceBackend`). A small integer (the key of the session's slot in
       a node-wide table of at most 16384 tracing sessions; raises
       `:system_limit` past it), so the callbacks reach the session without a
       resource lookup. Once the session is stopped or finished the key
@@ -141,10 +143,17 @@ defmodule FlameOn.Client.Native do
 
   @doc false
   def load_nif do
+    # The application's priv, else the source tree's: Elixir 1.15+ loads
+    # modules while compiling, before Mix links priv into _build.
+    source_priv = Path.expand(Path.join([__DIR__, "..", "..", "..", "priv"]))
+
     path =
       case :code.priv_dir(:flame_on_client) do
-        {:error, _} -> Path.join([__DIR__, "..", "..", "..", "priv"]) |> Path.expand()
-        dir -> dir
+        {:error, _} ->
+          source_priv
+
+        dir ->
+          if File.exists?(Path.join(dir, "#{@nif_name}.so")), do: dir, else: source_priv
       end
 
     # FLAME_ON_NIF: another build of the library (the sanitizer build the

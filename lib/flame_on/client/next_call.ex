@@ -80,10 +80,12 @@ defmodule FlameOn.Client.NextCall do
   (as while any sample trace runs, see `FlameOn.Client.Patterns`): the
   first sample comes right at the call.
 
-  **Limitation (OTP 25 and 26: one tracer per process).** A process that
-  already has a tracer when it makes the call (another trace of that
-  process, or another tool's) gets the capture's tracer for the call: the
-  other trace loses the call's events. OTP 27's trace sessions remove this.
+  **Limitation (one tracer per process).** Captures work in the legacy
+  trace session on every release (`FlameOn.Client.NextCall.Pattern`),
+  OTP 27 included, unlike FlameOn's other traces there. A process that
+  already has a tracer in the legacy session when it makes the call
+  (another tool's trace of that process) gets the capture's tracer for the
+  call: the other trace loses the call's events.
 
   With `cross_process: true` the captured process keeps
   its seq_trace token after the call until its next receive of a message
@@ -383,7 +385,10 @@ defmodule FlameOn.Client.NextCall do
       # the graph owner's lifetime runs from now; the call's from its entry
       max_duration_ms: min(opts.max_duration_ms + wait_bound(timeout), @max_timeout),
       limits: Map.take(opts, FlameOn.Client.limit_keys()),
-      sampler: sampler && Keyword.delete(sampler, :root)
+      sampler: sampler && Keyword.delete(sampler, :root),
+      # the gate turns the caller's flags on in the legacy session, where
+      # its :send flag runs the send pattern
+      legacy: true
     ]
 
     owner =
@@ -414,7 +419,7 @@ defmodule FlameOn.Client.NextCall do
     gate(%{
       native: native,
       label: nil,
-      flags: [{:tracer, Native, native} | @sample_flags],
+      flags: [{:tracer, Native, Native.tracer_state(native)} | @sample_flags],
       sampler_opts: sampler_opts
     })
   end
@@ -434,7 +439,7 @@ defmodule FlameOn.Client.NextCall do
     gate(%{
       native: native,
       label: nil,
-      flags: [{:tracer, Native, native} | @nif_flags],
+      flags: [{:tracer, Native, Native.tracer_state(native)} | @nif_flags],
       sampler_opts: nil
     })
   end

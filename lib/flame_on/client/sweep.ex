@@ -5,7 +5,10 @@ defmodule FlameOn.Client.Sweep do
   # memory may have been killed.
   #
   # What is ours:
-  #   * a process whose tracer is the tracer module `FlameOn.Client.Native`
+  #   * a trace session named as ours (OTP 27+, see
+  #     FlameOn.Client.TraceBackend): destroying it removes every flag and
+  #     pattern it set, and nothing of another tool's;
+  #   * in the legacy session: a process whose tracer is the tracer module `FlameOn.Client.Native`
   #     (any state), or a `FlameOn.Client.TraceSession` process, or a dead
   #     process (a trace nobody receives);
   #   * the seq_trace system tracer `{FlameOn.Client.Native, _}`;
@@ -22,12 +25,15 @@ defmodule FlameOn.Client.Sweep do
   # the application's `stop/1` (the whole tree is gone). `run/0` is cheap
   # when nothing is set except for the process scan (about 3 µs a process).
 
-  alias FlameOn.Client.Native
+  alias FlameOn.Client.{Native, TraceBackend}
 
   # The match spec of our local call patterns (FlameOn.Client.Patterns).
   @call_match_spec [{:_, [], [{:message, {:caller}}]}]
   # Where the node's backtrace_depth is kept while samplers raised it.
   @saved_depth_key :"$saved_backtrace_depth"
+  # The counter patterns (call_time, call_memory) a summary set in the
+  # legacy session, where nothing tells them from another profiler's.
+  @counters_key :"$legacy_counters"
 
   @doc "The match spec of our local call patterns."
   @spec call_match_spec() :: [tuple()]
@@ -35,23 +41,28 @@ defmodule FlameOn.Client.Sweep do
 
   @doc """
   Clears every trace flag, pattern and system tracer of ours on the node.
-  Returns what it undid: `%{processes: n, system_tracer: bool,
-  send_pattern: bool, call_patterns: bool, next_call_patterns: n}`.
+  Returns what it undid: `%{sessions: n, processes: n, system_tracer: bool,
+  send_pattern: bool, call_patterns: bool, next_call_patterns: n,
+  backtrace_depth: bool, counters: bool}`.
   """
   @spec run() :: %{atom() => non_neg_integer() | boolean()}
   def run do
     # The send pattern and the system tracer first: they are what turns
     # tracing on in more processes.
+    sessions = TraceBackend.destroy_our_sessions()
     send_pattern = clear_send_pattern()
     system_tracer = clear_system_tracer()
     call_patterns = clear_call_patterns()
     next_call_patterns = FlameOn.Client.NextCall.Pattern.sweep()
     processes = untrace_processes()
     backtrace_depth = restore_backtrace_depth()
+    counters = clear_counters()
 
     %{
+      sessions: sessions,
       processes: processes,
       backtrace_depth: backtrace_depth,
+      counters: counters,
       system_tracer: system_tracer,
       send_pattern: send_pattern,
       call_patterns: call_patterns,
@@ -86,6 +97,31 @@ defmodule FlameOn.Client.Sweep do
         Application.delete_env(:flame_on_client, @saved_depth_key)
         true
     end
+  end
+
+  @doc """
+  Notes that the `kind` counter patterns (`:call_time` or `:call_memory`)
+  of the legacy session are ours (`true`, before they are set) or not any
+  more (`false`, after they are cleared), in the application environment:
+  nothing else tells them from another profiler's, and a sweep after a
+  crash clears them.
+  """
+  @spec note_legacy_counters(:call_time | :call_memory, boolean()) :: :ok
+  def note_legacy_counters(kind, ours?) do
+    kinds = Application.get_env(:flame_on_client, @counters_key, [])
+    kinds = if ours?, do: Enum.uniq([kind | kinds]), else: List.delete(kinds, kind)
+    Application.put_env(:flame_on_client, @counters_key, kinds)
+  end
+
+  defp clear_counters do
+    kinds = Application.get_env(:flame_on_client, @counters_key, [])
+
+    for kind <- kinds, target <- [{:_, :_, :_}, :on_load] do
+      TraceBackend.pattern(TraceBackend.legacy(), target, false, [kind])
+    end
+
+    Application.delete_env(:flame_on_client, @counters_key)
+    kinds != []
   end
 
   @doc "Whether `tracer` (as `:erlang.trace_info(pid, :tracer)` gives it) is ours."
@@ -132,7 +168,7 @@ defmodule FlameOn.Client.Sweep do
 
   defp clear_send_pattern do
     if our_send_pattern?(:erlang.trace_info(:send, :match_spec)) do
-      :erlang.trace_pattern(:send, true, [])
+      TraceBackend.pattern(TraceBackend.legacy(), :send, true, [])
       true
     else
       false
@@ -155,8 +191,8 @@ defmodule FlameOn.Client.Sweep do
   # should be there.
   defp clear_call_patterns do
     if call_patterns_ours?() do
-      :erlang.trace_pattern({:_, :_, :_}, false, [:local])
-      :erlang.trace_pattern(:on_load, false, [:local])
+      TraceBackend.pattern(TraceBackend.legacy(), {:_, :_, :_}, false, [:local])
+      TraceBackend.pattern(TraceBackend.legacy(), :on_load, false, [:local])
       true
     else
       false
@@ -177,7 +213,7 @@ defmodule FlameOn.Client.Sweep do
   end
 
   defp untrace(pid) do
-    :erlang.trace(pid, false, [:all])
+    TraceBackend.trace(TraceBackend.legacy(), pid, false, [:all])
     true
   rescue
     # It died in between.

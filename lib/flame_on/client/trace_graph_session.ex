@@ -35,7 +35,8 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   use GenServer, restart: :temporary
 
-  alias FlameOn.Client.{Graph, Native, Patterns, Profile, Sampler, Shipper, TraceSession}
+  alias FlameOn.Client.{Graph, Native, Patterns, Profile, Sampler, Shipper}
+  alias FlameOn.Client.{TraceBackend, TraceSession}
 
   @typedoc "Options of `start/1`."
   @type option ::
@@ -47,6 +48,7 @@ defmodule FlameOn.Client.TraceGraphSession do
           | {:max_duration_ms, pos_integer()}
           | {:limits, map()}
           | {:shipper, term()}
+          | {:legacy, boolean()}
 
   @doc """
   Starts the owner of a graph trace of `opts[:root]`. Returns
@@ -64,11 +66,18 @@ defmodule FlameOn.Client.TraceGraphSession do
   def start_link(opts), do: GenServer.start_link(__MODULE__, opts)
 
   @doc """
-  What the root is traced with: `%{native: session, label: label,
-  timeline: TraceSession pid | nil}`.
+  What the root is traced with: `%{native: session, label: label, handle:
+  graph tracing handle, timeline: TraceSession pid | nil}` (the handle is a
+  `FlameOn.Client.TraceBackend` handle).
   """
   @spec info(pid()) ::
-          {:ok, %{native: Native.session(), label: pos_integer(), timeline: pid() | nil}}
+          {:ok,
+           %{
+             native: Native.session(),
+             label: pos_integer(),
+             handle: TraceBackend.t(),
+             timeline: pid() | nil
+           }}
           | {:error, term()}
   def info(session) do
     {:ok, GenServer.call(session, :info)}
@@ -106,11 +115,12 @@ defmodule FlameOn.Client.TraceGraphSession do
     with {:ok, native} <- new_native(limits, label),
          :ok <- register(native, root),
          :ok <- watch_callees(native, mode),
-         :ok <- take_graph_tracing(native, root, label, mode) do
+         {:ok, handle} <- take_graph_tracing(native, root, label, mode, opts[:legacy]) do
       timer = Process.send_after(self(), :lifetime, Keyword.get(opts, :max_duration_ms, 60_000))
 
       state = %{
         native: native,
+        handle: handle,
         label: label,
         root: root,
         root_ref: root && Process.monitor(root),
@@ -143,7 +153,14 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   @impl GenServer
   def handle_call(:info, _from, state) do
-    {:reply, %{native: state.native, label: state.label, timeline: state.timeline}, state}
+    info = %{
+      native: state.native,
+      label: state.label,
+      handle: state.handle,
+      timeline: state.timeline
+    }
+
+    {:reply, info, state}
   end
 
   def handle_call({:finish, opts}, _from, state) do
@@ -221,10 +238,13 @@ defmodule FlameOn.Client.TraceGraphSession do
   defp watch_callees(_native, _mode), do: :ok
 
   # A sample trace sets no call patterns: its callees are sampled.
-  defp take_graph_tracing(native, root, label, mode) do
-    case Patterns.acquire_graph(native, root, label, call_patterns: mode != :sample) do
-      :ok ->
-        :ok
+  # legacy: true (capture_next/2): in the legacy session on every release.
+  defp take_graph_tracing(native, root, label, mode, legacy?) do
+    opts = [call_patterns: mode != :sample, legacy: legacy? == true]
+
+    case Patterns.acquire_graph(native, root, label, opts) do
+      {:ok, handle} ->
+        {:ok, handle}
 
       {:error, reason} ->
         Native.stop(native)

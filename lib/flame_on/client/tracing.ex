@@ -419,14 +419,11 @@ defmodule FlameOn.Client.Tracing do
   def sampled?(rate), do: :rand.uniform() < rate
 
   @doc false
-  # Whether the calling process has a tracer (ours or another tool's).
+  # Whether the calling process is traced in a way that keeps FlameOn from
+  # tracing it (FlameOn.Client.TraceBackend.check_tracee/1: any tracer in
+  # the legacy session, a trace of ours where the VM has trace sessions).
   @spec traced?() :: boolean()
-  def traced? do
-    case :erlang.trace_info(self(), :tracer) do
-      {:tracer, []} -> false
-      _ -> true
-    end
-  end
+  def traced?, do: FlameOn.Client.TraceBackend.check_tracee(self()) != :ok
 
   @doc false
   # Ships `profile` if it is long enough, and keeps it in the

@@ -11,6 +11,7 @@ defmodule Mix.Tasks.Profile.Flame do
       mix profile.flame -e "MyApp.work()"
       mix profile.flame --cross-process --format folded,perfetto -e "MyApp.handle(:req)"
       mix profile.flame my_script.exs arg1 arg2 arg3
+      mix profile.flame --summary call_time -e "MyApp.work()"
 
   Options go before the script's name; what follows the script is its
   `System.argv/0`. The task starts the application first (`app.start`),
@@ -24,6 +25,13 @@ defmodule Mix.Tasks.Profile.Flame do
     * the total, and with `--cross-process` the spans of the graph (the
       process, its self time, and its wait on callees split into
       attributed and unattributed wait).
+
+  With `--summary call_time` or `--summary call_memory` it runs
+  `FlameOn.Client.summary/2` instead (no flame graph): the VM counts calls
+  and time (µs) or heap memory (words) per function, as `mix
+  profile.tprof` does; the task prints the top functions with their calls,
+  time or words, per call and share, and writes every function to
+  `OUT/NAME.summary.csv`. `call_memory` needs Erlang/OTP 26 or later.
 
   This task is automatically re-enabled, so it can run several times in one
   Mix invocation.
@@ -82,6 +90,9 @@ defmodule Mix.Tasks.Profile.Flame do
     * `--sleep default|raw` – `raw` keeps every scheduled-out interval as
       `SLEEP` in cross-process traces
     * `--max-nodes N`, `--max-depth N` – limits (see `FlameOn.Client`)
+    * `--summary call_time|call_memory` – per-function counters instead of
+      a flame graph (see above); `--mode`, `--cross-process`, `--format` and
+      the other capture options do not go with it
     * `--top N` – how many functions to list (default 10)
     * `--next FUNCTION` – profile the next call of `FUNCTION` instead
       (see above); `-e`/`FILE` become optional: the code that makes the call
@@ -138,6 +149,7 @@ defmodule Mix.Tasks.Profile.Flame do
     max_nodes: :integer,
     max_depth: :integer,
     top: :integer,
+    summary: :string,
     next: :string,
     timeout: :integer,
     node: :string,
@@ -167,6 +179,7 @@ defmodule Mix.Tasks.Profile.Flame do
         --split-status     --mode sample: stacks split by process status
         --cross-process    follow GenServer calls, print the span graph
         --sleep default|raw
+        --summary call_time|call_memory  per-function counters, written as CSV
         --max-nodes N, --max-depth N, --top N
         --next MODULE.FUN/ARITY  profile the next call of it, by any process
         --timeout MS       --next: wait at most this long (default 30000)
@@ -200,14 +213,24 @@ defmodule Mix.Tasks.Profile.Flame do
     start_apps(opts)
     require_files(Keyword.get_values(opts, :require))
 
-    profile = profile!(code, file, argv, config)
-    paths = write!(profile, config)
-    summary(profile, paths, config)
+    case config.summary do
+      nil ->
+        profile = profile!(code, file, argv, config)
+        paths = write!(profile, config)
+        summary(profile, paths, config)
+
+      type ->
+        counters = profile!(code, file, argv, config)
+        path = write_csv!(counters, config)
+        print_counters(counters, path, config, type)
+    end
   end
 
   # --- --next -------------------------------------------------------------------
 
   defp run_next(opts, rest) do
+    if opts[:summary], do: usage!("--summary does not go with --next")
+
     source = if opts[:eval] == nil and rest == [], do: nil, else: source!(opts, rest)
     config = next_config!(opts, source)
     shell = Mix.shell()
@@ -431,12 +454,46 @@ defmodule Mix.Tasks.Profile.Flame do
         positive!(opts, :max_nodes) ++ positive!(opts, :max_depth)
 
     %{
+      summary: summary_type!(opts),
       profile_opts: profile_opts,
       out: opts[:out] || "flame_on_out",
       formats: formats!(opts[:format]),
       top: opts |> positive!(:top) |> Keyword.get(:top, 10),
       warmup: Keyword.get(opts, :warmup, true)
     }
+  end
+
+  # The capture options that only go with a flame graph.
+  @profile_only [
+    :mode,
+    :cross_process,
+    :format,
+    :split_status,
+    :interval_us,
+    :sleep,
+    :max_nodes,
+    :max_depth
+  ]
+
+  defp summary_type!(opts) do
+    case choice!(opts, :summary, %{"call_time" => :call_time, "call_memory" => :call_memory}, nil) do
+      nil ->
+        nil
+
+      type ->
+        case Enum.filter(@profile_only, &Keyword.has_key?(opts, &1)) do
+          [] -> :ok
+          [key | _] -> usage!("--#{dashed(key)} does not go with --summary")
+        end
+
+        try do
+          FlameOn.Client.Capture.Counters.check_release!(type)
+        rescue
+          error in ArgumentError -> Mix.raise(Exception.message(error))
+        end
+
+        type
+    end
   end
 
   defp default_name(nil), do: "eval"
@@ -572,9 +629,41 @@ defmodule Mix.Tasks.Profile.Flame do
 
     shell.info("Profiling...")
     started = System.monotonic_time(:millisecond)
-    {_result, profile} = FlameOn.Client.profile(fun, config.profile_opts)
+
+    {_result, profile} =
+      case config.summary do
+        nil -> FlameOn.Client.profile(fun, config.profile_opts)
+        type -> FlameOn.Client.summary(fun, type: type, name: config.profile_opts[:name])
+      end
+
     shell.info("Profiled in #{System.monotonic_time(:millisecond) - started} ms.")
     Process.put(@result_key, profile)
+  end
+
+  defp write_csv!(summary, %{out: out}) do
+    path = Path.join(out, "#{Directory.safe_name(summary.name)}.summary.csv")
+
+    with :ok <- File.mkdir_p(out),
+         :ok <- File.write(path, FlameOn.Client.Summary.csv(summary)) do
+      path
+    else
+      {:error, reason} -> Mix.raise("could not write #{path}: #{inspect(reason)}")
+    end
+  end
+
+  defp print_counters(summary, path, config, type) do
+    shell = Mix.shell()
+    shell.info("  #{path} (csv, every function)")
+
+    what = if type == :call_time, do: "time", else: "memory"
+
+    shell.info(
+      "\nTop #{config.top} functions by #{what} (#{inspect(summary.name)}, #{type}, " <>
+        "#{map_size(summary.by_process)} #{plural(map_size(summary.by_process), "process", "processes")}, " <>
+        "#{summary.duration_us} µs wall):"
+    )
+
+    shell.info(FlameOn.Client.Summary.table(summary, top: config.top))
   end
 
   defp write!(profile, %{out: out, formats: formats}) do

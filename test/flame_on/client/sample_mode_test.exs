@@ -32,7 +32,7 @@ defmodule FlameOn.Client.SampleModeTest do
     old
   end
 
-  defp untraced_probes, do: Enum.map(@probes, &{&1, :erlang.trace_info(&1, :traced)})
+  defp untraced_probes, do: Enum.map(@probes, &{&1, patterns_on?(&1)})
 
   test "no call pattern is ever set, and backtrace_depth is raised only while it runs" do
     before = depth()
@@ -47,7 +47,7 @@ defmodule FlameOn.Client.SampleModeTest do
       )
 
     {probes, during, patterns?} = seen
-    assert Enum.all?(probes, fn {_mfa, traced} -> traced == {:traced, false} end), inspect(probes)
+    assert Enum.all?(probes, fn {_mfa, traced} -> traced == false end), inspect(probes)
     refute patterns?
     assert during == FlameOn.Client.Capture.Sample.backtrace_depth(%{max_depth: 512})
     assert during == 64
@@ -346,13 +346,13 @@ defmodule FlameOn.Client.SampleGraphTest do
         fn ->
           GenServer.call(a, {:spin, 30})
           GenServer.call(a, {:forward, 10, b, {:spin, 20}})
-          {:erlang.trace_info({Server, :handle_call, 3}, :traced), patterns_set?()}
+          {patterns_on?({Server, :handle_call, 3}), patterns_set?()}
         end,
         mode: :sample,
         cross_process: true
       )
 
-    assert traced == {{:traced, false}, false}
+    assert traced == {false, false}
     assert profile.mode == :sample
     spans = profile.graph.spans
     root = Enum.find(spans, &(&1.pid == self()))
@@ -590,7 +590,7 @@ defmodule FlameOn.Client.SampleDefaultsTest do
     refute patterns?
     assert_received {:flame_on_profile, %Profile{mode: :sample, name: "job"} = profile}
     assert time_where(profile, self(), &(&1 =~ "Workloads.fib/1")) >= 15_000
-    assert :erlang.trace_info(self(), :flags) == {:flags, []}
+    assert our_flags(self()) == []
     assert_node_clean()
   end
 end

@@ -38,7 +38,7 @@ defmodule FlameOn.Client.Capture.Graph do
         {:error, reason} -> Capture.raise_start_error!(reason, "a cross-process trace")
       end
 
-    %{native: native, label: label, timeline: timeline} =
+    %{native: native, label: label, handle: handle, timeline: timeline} =
       case TraceGraphSession.info(owner) do
         {:ok, info} -> info
         # the root's timeline could not start (mode :process)
@@ -49,16 +49,24 @@ defmodule FlameOn.Client.Capture.Graph do
     # Only once the trace started: a refused start keeps nothing raised.
     if sampler, do: :ok = Patterns.acquire_depth(sampler[:depth])
 
+    # mode :process: the root's own events go to its timeline, and its
+    # :send flag runs the graph handle's send pattern.
+    flags =
+      case opts.mode do
+        :nif ->
+          [{handle, @nif_flags}]
+
+        :sample ->
+          [{handle, @sample_flags}]
+
+        :process ->
+          [{TraceSession.handle(timeline), TraceSession.trace_flags()}, {handle, [:send]}]
+      end
+
+    # Last: nothing of the setup carries the token.
     :seq_trace.set_token(:label, label)
     :seq_trace.set_token(:send, true)
     :seq_trace.set_token(:receive, true)
-
-    flags =
-      case opts.mode do
-        :nif -> [{:tracer, Native, :graph} | @nif_flags]
-        :sample -> [{:tracer, Native, :graph} | @sample_flags]
-        :process -> [{:tracer, timeline}, :send | TraceSession.trace_flags()]
-      end
 
     %{
       module: __MODULE__,

@@ -2,6 +2,12 @@ defmodule FlameOn.Client.NextCall.Pattern do
   @moduledoc """
   Owner of the one-function meta patterns of `FlameOn.Client.capture_next/2`.
 
+  Captures work in the legacy trace session on every release (set through
+  `FlameOn.Client.TraceBackend.legacy/1`): the gate is the function's meta
+  tracer and the match spec turns tracing on in the caller with the
+  capture's own tracer, which a trace session (one tracer per session)
+  cannot express without the NIF routing the gate's events.
+
   A capture waiting for the next call of `{m, f, a}` sets one **meta** call
   pattern on that function, whose meta tracer is the NIF's gate
   (`{:meta, FlameOn.Client.Native, {:next, gate}}`, see
@@ -34,7 +40,7 @@ defmodule FlameOn.Client.NextCall.Pattern do
 
   require Logger
 
-  alias FlameOn.Client.Native
+  alias FlameOn.Client.{Native, TraceBackend}
 
   @env_key :"$next_call_patterns"
   @call_timeout 60_000
@@ -108,7 +114,10 @@ defmodule FlameOn.Client.NextCall.Pattern do
   @doc "Whether `mfa`'s meta pattern is one of ours (a capture's gate)."
   @spec ours?(mfa()) :: boolean()
   def ours?(mfa) do
-    match?({:meta, {Native, {:next, _gate}}}, :erlang.trace_info(mfa, :meta))
+    match?(
+      {:meta, {Native, {:next, _gate}}},
+      TraceBackend.info(TraceBackend.legacy(), mfa, :meta)
+    )
   end
 
   # --- server ---------------------------------------------------------------
@@ -205,7 +214,7 @@ defmodule FlameOn.Client.NextCall.Pattern do
   # --- internals --------------------------------------------------------------
 
   defp set(mfa, gate, match_spec) do
-    case :erlang.trace_info(mfa, :meta) do
+    case TraceBackend.info(TraceBackend.legacy(), mfa, :meta) do
       {:meta, false} -> put(mfa, gate, match_spec)
       # a function with another kind of breakpoint (a local call pattern)
       {:meta, []} -> put(mfa, gate, match_spec)
@@ -220,7 +229,9 @@ defmodule FlameOn.Client.NextCall.Pattern do
   defp put(mfa, gate, match_spec) do
     remember(mfa)
 
-    case :erlang.trace_pattern(mfa, match_spec, [{:meta, Native, {:next, gate}}]) do
+    case TraceBackend.pattern(TraceBackend.legacy(), mfa, match_spec, [
+           {:meta, Native, {:next, gate}}
+         ]) do
       0 ->
         forget(mfa)
         {:error, :not_traceable}
@@ -269,20 +280,19 @@ defmodule FlameOn.Client.NextCall.Pattern do
   # Turns the capture's flags off on `pid` if its tracer is still ours.
   @spec untrace(pid(), list()) :: :ok
   def untrace(pid, [{:tracer, Native, tracer_state} | flags]) do
-    case :erlang.trace_info(pid, :tracer) do
-      {:tracer, {Native, ^tracer_state}} -> :erlang.trace(pid, false, flags)
-      _ -> 0
-    end
+    handle = TraceBackend.legacy({Native, tracer_state})
 
-    :ok
-  rescue
-    # it exited meanwhile
-    ArgumentError -> :ok
+    # only while its tracer is still the capture's (untrace/3 also takes a
+    # process with no live tracer; a capture's process always has one)
+    case TraceBackend.tracer(handle, pid) do
+      {:ok, {Native, ^tracer_state}} -> TraceBackend.untrace(handle, pid, flags)
+      _ -> :ok
+    end
   end
 
   defp clear_if_ours(mfa) do
     if ours?(mfa) do
-      :erlang.trace_pattern(mfa, false, [:meta])
+      TraceBackend.pattern(TraceBackend.legacy(), mfa, false, [:meta])
       true
     else
       false
