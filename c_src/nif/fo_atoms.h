@@ -67,6 +67,7 @@
     A(timestamp)                                                                               \
     A(replay)                                                                                  \
     A(true)                                                                                    \
+    A(false)                                                                                   \
     A(stop)                                                                                    \
     A(stopped)                                                                                 \
     A(graph)                                                                                   \
@@ -107,6 +108,35 @@
     A(buffer_bytes)                                                                            \
     A(max_stack_bytes)                                                                         \
     A(attributed)                                                                              \
+    A(spawned)                                                                                 \
+    A(flame_on_left)                                                                           \
+    A(timeout)                                                                                 \
+    A(kind)                                                                                    \
+    A(opener_pid)                                                                              \
+    A(unattributed_by)                                                                         \
+    A(port)                                                                                    \
+    A(timer)                                                                                   \
+    A(other)                                                                                   \
+    A(edges)                                                                                   \
+    A(waiter_span_id)                                                                          \
+    A(waker_span_id)                                                                           \
+    A(attributed_ns)                                                                           \
+    A(wakes)                                                                                   \
+    A(root)                                                                                    \
+    A(request)                                                                                 \
+    A(work)                                                                                    \
+    A(continuation)                                                                            \
+    A(joins)                                                                                   \
+    A(leaves)                                                                                  \
+    A(continuations)                                                                           \
+    A(dropped_continuations)                                                                   \
+    A(edge_limit_hits)                                                                         \
+    A(attributed_wakes)                                                                        \
+    A(followers)                                                                               \
+    A(spawn_request)                                                                           \
+    A(spawn_reply)                                                                             \
+    A(follower)                                                                                \
+    A(note_overflows)                                                                          \
     A(next)                                                                                    \
     A(flame_on_next)                                                                           \
     A(armed)                                                                                   \

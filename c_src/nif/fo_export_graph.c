@@ -27,6 +27,20 @@ static ERL_NIF_TERM status_term(ErlNifEnv *env, const fo_session_res *res, const
     }
 }
 
+static ERL_NIF_TERM kind_term(const fo_span_info *span)
+{
+    switch (span->kind) {
+    case FO_SPAN_REQUEST:
+        return fo_atom_request;
+    case FO_SPAN_WORK:
+        return fo_atom_work;
+    case FO_SPAN_CONTINUATION:
+        return fo_atom_continuation;
+    default:
+        return fo_atom_root;
+    }
+}
+
 static ERL_NIF_TERM children_term(ErlNifEnv *env, const fo_graph *g, const fo_span_info *span)
 {
     ERL_NIF_TERM list = enif_make_list(env, 0);
@@ -48,12 +62,25 @@ static ERL_NIF_TERM children_term(ErlNifEnv *env, const fo_graph *g, const fo_sp
     return list;
 }
 
+static ERL_NIF_TERM causes_term(ErlNifEnv *env, const fo_span_info *s)
+{
+    ERL_NIF_TERM keys[] = {fo_atom_process, fo_atom_port, fo_atom_timer, fo_atom_other};
+    ERL_NIF_TERM values[FO_CAUSE_COUNT];
+    for (uint32_t c = 0; c < FO_CAUSE_COUNT; c++)
+        values[c] = enif_make_uint64(env, s->unattributed_by[c]);
+    ERL_NIF_TERM map;
+    enif_make_map_from_arrays(env, keys, values, FO_CAUSE_COUNT, &map);
+    return map;
+}
+
 static ERL_NIF_TERM span_term(ErlNifEnv *env, const fo_session_res *res, const fo_span_info *s)
 {
     ERL_NIF_TERM keys[] = {fo_atom_span_id,        fo_atom_parent_span_id,     fo_atom_pid,
                            fo_atom_started_ns,     fo_atom_ended_ns,           fo_atom_self_ns,
                            fo_atom_wait_ns,        fo_atom_attributed_wait_ns, fo_atom_unattributed_wait_ns,
-                           fo_atom_waiting_on_pid, fo_atom_children,           fo_atom_status};
+                           fo_atom_waiting_on_pid, fo_atom_children,           fo_atom_status,
+                           fo_atom_kind,           fo_atom_opener_pid,         fo_atom_unattributed_by,
+                           fo_atom_wakes};
     ERL_NIF_TERM values[] = {
         enif_make_uint(env, s->span_id),
         s->parent_span_id == FO_NONE ? fo_atom_nil : enif_make_uint(env, s->parent_span_id),
@@ -66,7 +93,23 @@ static ERL_NIF_TERM span_term(ErlNifEnv *env, const fo_session_res *res, const f
         enif_make_uint64(env, s->unattributed_wait_ns),
         pid_term(env, s->waiting_on_pid),
         children_term(env, res->graph, s),
-        status_term(env, res, s)};
+        status_term(env, res, s),
+        kind_term(s),
+        pid_term(env, s->opener_pid),
+        causes_term(env, s),
+        enif_make_uint(env, s->wakes)};
+    ERL_NIF_TERM map;
+    enif_make_map_from_arrays(env, keys, values, sizeof(keys) / sizeof(keys[0]), &map);
+    return map;
+}
+
+static ERL_NIF_TERM edge_term(ErlNifEnv *env, const fo_edge_info *e)
+{
+    ERL_NIF_TERM keys[] = {fo_atom_waiter_span_id, fo_atom_waker_span_id, fo_atom_started_ns,
+                           fo_atom_ended_ns,       fo_atom_attributed_ns, fo_atom_wakes};
+    ERL_NIF_TERM values[] = {enif_make_uint(env, e->waiter_span_id), enif_make_uint(env, e->waker_span_id),
+                             enif_make_int64(env, e->started_ns),    enif_make_int64(env, e->ended_ns),
+                             enif_make_uint64(env, e->attributed_ns), enif_make_uint(env, e->wakes)};
     ERL_NIF_TERM map;
     enif_make_map_from_arrays(env, keys, values, sizeof(keys) / sizeof(keys[0]), &map);
     return map;
@@ -74,16 +117,37 @@ static ERL_NIF_TERM span_term(ErlNifEnv *env, const fo_session_res *res, const f
 
 static ERL_NIF_TERM stats_term(ErlNifEnv *env, const fo_graph_stats *st)
 {
-    ERL_NIF_TERM keys[] = {fo_atom_spans,           fo_atom_dropped_spans,     fo_atom_orphan_requests,
-                           fo_atom_unmatched_replies, fo_atom_late_replies,    fo_atom_delegated_replies,
-                           fo_atom_processes};
+    ERL_NIF_TERM keys[] = {fo_atom_spans,           fo_atom_dropped_spans,        fo_atom_orphan_requests,
+                           fo_atom_unmatched_replies, fo_atom_late_replies,       fo_atom_delegated_replies,
+                           fo_atom_processes,       fo_atom_wakes,                fo_atom_attributed_wakes,
+                           fo_atom_joins,           fo_atom_leaves,               fo_atom_continuations,
+                           fo_atom_dropped_continuations, fo_atom_edges,          fo_atom_edge_limit_hits,
+                           fo_atom_note_overflows};
     ERL_NIF_TERM values[] = {enif_make_uint64(env, st->spans),           enif_make_uint64(env, st->dropped_spans),
                              enif_make_uint64(env, st->orphan_requests), enif_make_uint64(env, st->unmatched_replies),
                              enif_make_uint64(env, st->late_replies),    enif_make_uint64(env, st->delegated_replies),
-                             enif_make_uint64(env, st->processes)};
+                             enif_make_uint64(env, st->processes),       enif_make_uint64(env, st->wakes),
+                             enif_make_uint64(env, st->attributed_wakes), enif_make_uint64(env, st->joins),
+                             enif_make_uint64(env, st->leaves),          enif_make_uint64(env, st->continuations),
+                             enif_make_uint64(env, st->dropped_continuations), enif_make_uint64(env, st->edges),
+                             enif_make_uint64(env, st->edge_limit_hits), enif_make_uint64(env, st->note_overflows)};
     ERL_NIF_TERM map;
     enif_make_map_from_arrays(env, keys, values, sizeof(keys) / sizeof(keys[0]), &map);
     return map;
+}
+
+static ERL_NIF_TERM followers_term(ErlNifEnv *env, const fo_graph *g)
+{
+    ERL_NIF_TERM list = enif_make_list(env, 0);
+    uint32_t n = fo_graph_followers(g, NULL, 0);
+    uint64_t *pids = n > 0 ? enif_alloc(sizeof(uint64_t) * n) : NULL;
+    if (pids == NULL)
+        return list;
+    fo_graph_followers(g, pids, n);
+    for (uint32_t i = n; i-- > 0;)
+        list = enif_make_list_cell(env, pid_term(env, pids[i]), list);
+    enif_free(pids);
+    return list;
 }
 
 ERL_NIF_TERM fo_export_graph(ErlNifEnv *env, const fo_session_res *res)
@@ -95,10 +159,17 @@ ERL_NIF_TERM fo_export_graph(ErlNifEnv *env, const fo_session_res *res)
         if (fo_graph_span(g, id, &info))
             spans = enif_make_list_cell(env, span_term(env, res, &info), spans);
     }
+    ERL_NIF_TERM edges = enif_make_list(env, 0);
+    for (uint32_t id = fo_graph_edge_count(g); id-- > 0;) {
+        fo_edge_info info;
+        if (fo_graph_edge(g, id, &info))
+            edges = enif_make_list_cell(env, edge_term(env, &info), edges);
+    }
     int64_t offset = (int64_t)enif_monotonic_time(ERL_NIF_NSEC) - fo_tracer_clock_ns();
-    ERL_NIF_TERM keys[] = {fo_atom_spans, fo_atom_stats, fo_atom_clock_offset_ns};
-    ERL_NIF_TERM values[] = {spans, stats_term(env, fo_graph_get_stats(g)), enif_make_int64(env, offset)};
+    ERL_NIF_TERM keys[] = {fo_atom_spans, fo_atom_stats, fo_atom_clock_offset_ns, fo_atom_edges, fo_atom_followers};
+    ERL_NIF_TERM values[] = {spans, stats_term(env, fo_graph_get_stats(g)), enif_make_int64(env, offset), edges,
+                             followers_term(env, g)};
     ERL_NIF_TERM map;
-    enif_make_map_from_arrays(env, keys, values, 3, &map);
+    enif_make_map_from_arrays(env, keys, values, sizeof(keys) / sizeof(keys[0]), &map);
     return map;
 }

@@ -1,9 +1,12 @@
+/* Tracer callbacks of graph traces: decode, route to the session, and hand
+ * the event to the core (fo_follow), which owns every rule. */
 #include "fo_graph_tracer.h"
 
 #include <string.h>
 
 #include "fo_atoms.h"
 #include "fo_decode.h"
+#include "fo_follow.h"
 #include "fo_router.h"
 #include "fo_seq.h"
 
@@ -14,101 +17,188 @@ ERL_NIF_TERM fo_graph_tracer_enabled(ErlNifEnv *env, ERL_NIF_TERM tag)
         return fo_router_sessions() > 0 ? fo_atom_trace : fo_atom_remove;
     if (tag == fo_atom_call || tag == fo_atom_return_to || tag == fo_atom_in || tag == fo_atom_out ||
         tag == fo_atom_exit || tag == fo_atom_in_exiting || tag == fo_atom_out_exiting ||
-        tag == fo_atom_seq_trace)
+        tag == fo_atom_seq_trace || tag == fo_atom_receive || tag == fo_atom_spawned)
         return fo_atom_trace;
     /* send events only exist so the send match spec runs; spawn, link... */
     return fo_atom_discard;
 }
 
-/* A callee's part of the trace ended (its span replied): close its stack
- * timeline there, so work it does later under a stale label is not
- * charged. Its next span starts a fresh timeline. */
-static void pause_timeline(fo_session_res *res, uint64_t pid, int64_t ts)
-{
-    if (pid == res->root_pid || fo_graph_active(res->graph, pid))
-        return;
-    fo_event ev;
-    memset(&ev, 0, sizeof(ev));
-    ev.kind = FO_EV_EXIT;
-    ev.pid = pid;
-    ev.ts_ns = ts;
-    fo_session_apply(res->core, &ev);
-}
+/* What the core said about processes joining or leaving, acted on once the
+ * session's lock is released (messages are not sent under a spinlock). */
+#define MAX_CHANGES 8
 
-/* What the caller's current span has had explained so far. */
-static uint64_t attributed_so_far(const fo_graph *g, uint64_t pid)
-{
-    fo_span_info span;
-    uint32_t id = fo_graph_current_span(g, pid);
-    return id != FO_NONE && fo_graph_span(g, id, &span) ? span.attributed_wait_ns : 0;
-}
+typedef struct {
+    fo_session_res *res;
+    uint32_t count;
+    uint64_t pids[MAX_CHANGES];
+    uint8_t left[MAX_CHANGES];
+} changes;
 
-static void apply_seq(fo_session_res *res, const fo_seq_event *e, int64_t ts)
+/* Routing changes at once, under the session's lock: a process that just
+ * joined may run its first events on another scheduler right away. */
+static void on_change(void *arg, uint64_t pid, fo_follow_change change)
 {
-    fo_graph *g = res->graph;
-    if (e->kind == FO_SEQ_REQUEST) {
-        if (e->is_send) {
-            fo_graph_request_sent(g, e->from, e->to, e->tag, ts);
-            fo_session_call_started(res->core, e->from);
-        } else
-            fo_graph_request_received(g, e->to, e->from, e->tag, ts);
-    } else if (e->is_send) {
-        fo_graph_reply_sent(g, e->from, e->tag, ts);
-        pause_timeline(res, e->from, ts);
-    } else if (e->to != 0) {
-        /* the part of this call's wait the callee explains leaves the
-         * caller's WAITING leaf */
-        uint64_t before = attributed_so_far(g, e->to);
-        fo_graph_reply_received(g, e->to, e->tag, ts);
-        uint64_t after = attributed_so_far(g, e->to);
-        if (after > before)
-            fo_session_attribute_wait(res->core, e->to, after - before);
+    changes *c = arg;
+    if (change == FO_FOLLOW_JOINED)
+        fo_router_map_pid(pid, c->res);
+    else
+        fo_router_unmap_pid(pid, c->res);
+    if (c->count < MAX_CHANGES) {
+        c->pids[c->count] = pid;
+        c->left[c->count] = change == FO_FOLLOW_LEFT;
+        c->count++;
     }
 }
 
-/* Sample traces have no call events for a callee: its owner samples it
- * instead, so it is told of each request a callee takes (one message per
- * request, not per event). */
-static void tell_watcher(ErlNifEnv *env, fo_session_res *res, uint64_t callee)
+static void send_pid(ErlNifEnv *env, const ErlNifPid *to, ERL_NIF_TERM tag, uint64_t key)
 {
     ErlNifEnv *msg_env = enif_alloc_env();
     if (msg_env == NULL)
         return;
     ErlNifPid pid;
-    pid.pid = (ERL_NIF_TERM)callee;
-    ERL_NIF_TERM msg = enif_make_tuple2(msg_env, fo_atom_flame_on_callee, enif_make_pid(msg_env, &pid));
-    enif_send(env, &res->watcher, msg_env, msg);
+    pid.pid = (ERL_NIF_TERM)key;
+    enif_send(env, to, msg_env, enif_make_tuple2(msg_env, tag, enif_make_pid(msg_env, &pid)));
     enif_free_env(msg_env);
+}
+
+/* Sample traces have no call events for a follower: its owner samples it
+ * instead, so it is told of each span a follower starts (one message per
+ * span, not per event). Every trace's owner is told of followers that
+ * left: it turns their trace flags off. */
+static void tell(ErlNifEnv *env, const changes *c, int watch, ErlNifPid watcher, int has_owner,
+                 ErlNifPid owner)
+{
+    for (uint32_t i = 0; i < c->count; i++) {
+        if (c->left[i] && has_owner)
+            send_pid(env, &owner, fo_atom_flame_on_left, c->pids[i]);
+        else if (!c->left[i] && watch && c->pids[i] != c->res->root_pid)
+            send_pid(env, &watcher, fo_atom_flame_on_callee, c->pids[i]);
+    }
+}
+
+/* Runs fn on the session's core when it is live, then tells who must know. */
+typedef void (*follow_fn)(const fo_follow *f, void *data);
+
+static void with_follow(ErlNifEnv *env, fo_session_res *res, follow_fn fn, void *data)
+{
+    changes c;
+    c.res = res;
+    c.count = 0;
+    fo_spin_lock(&res->lock);
+    int live = res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed);
+    if (live) {
+        fo_follow f = {res->core, res->graph, on_change, &c};
+        fn(&f, data);
+        fo_resource_account_sometimes(res);
+    }
+    int watch = res->watch_callees, has_owner = res->has_owner;
+    ErlNifPid watcher = res->watcher, owner = res->owner;
+    fo_spin_unlock(&res->lock);
+    tell(env, &c, watch, watcher, has_owner, owner);
+}
+
+/* --- seq_trace ------------------------------------------------------------ */
+
+typedef struct {
+    fo_corr corr;
+    int64_t ts;
+} seq_data;
+
+static void apply_seq(const fo_follow *f, void *data)
+{
+    const seq_data *d = data;
+    fo_follow_correlation(f, &d->corr, d->ts);
 }
 
 // trace(seq_trace, graph, Label, Info, Opts)
 static void on_seq_trace(ErlNifEnv *env, ERL_NIF_TERM label_term, ERL_NIF_TERM info)
 {
     ErlNifUInt64 label;
-    fo_seq_event e;
-    if (!enif_get_uint64(env, label_term, &label) || !fo_seq_decode(env, info, &e))
+    seq_data d;
+    if (!enif_get_uint64(env, label_term, &label) || !fo_seq_decode(env, info, &d.corr))
         return;
     fo_session_res *res = fo_router_by_label(label);
     if (res == NULL)
         return; /* a stale label: its trace is over */
-    int64_t ts = fo_tracer_clock_ns();
-    /* A request received makes the receiver work for this trace: its call
-     * events are routed here from now on (it got these flags from the send
-     * match spec). */
-    int taken = e.kind == FO_SEQ_REQUEST && !e.is_send;
-    if (taken)
-        fo_router_map_pid(e.to, res);
-    fo_spin_lock(&res->lock);
-    int live = res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed);
-    if (live)
-        apply_seq(res, &e, ts);
-    int tell = live && taken && res->watch_callees && e.to != res->root_pid;
-    fo_spin_unlock(&res->lock);
-    if (tell)
-        tell_watcher(env, res, e.to);
+    d.ts = fo_tracer_clock_ns();
+    with_follow(env, res, apply_seq, &d);
     /* a root that served this request goes back to its own trace */
-    if (e.kind == FO_SEQ_REPLY && e.is_send && e.from != res->root_pid)
-        fo_router_restore_root(e.from);
+    if (d.corr.kind == FO_CORR_REPLY && d.corr.is_send && d.corr.from != res->root_pid)
+        fo_router_restore_root(d.corr.from);
+    enif_release_resource(res);
+}
+
+/* --- a follower's own events ------------------------------------------------ */
+
+/* Who ended a wait, from a receive event: the sender (the receive match
+ * spec's result), a port (its messages carry it: {tcp, Port, Data},
+ * {Port, {data, D}}, ...) or, with no sender, a timer (receive ... after
+ * is a receive of `timeout`; send_after and start_timer have no sender). */
+fo_waker_kind fo_graph_waker(ErlNifEnv *env, ERL_NIF_TERM msg, const ERL_NIF_TERM *sender, uint64_t *key)
+{
+    ErlNifPid pid;
+    *key = 0;
+    if (sender != NULL && enif_get_local_pid(env, *sender, &pid)) {
+        *key = (uint64_t)pid.pid;
+        return FO_WAKER_PROCESS;
+    }
+    int arity;
+    const ERL_NIF_TERM *items;
+    if (enif_get_tuple(env, msg, &arity, &items) && arity >= 2 &&
+        (enif_is_port(env, items[0]) || enif_is_port(env, items[1])))
+        return FO_WAKER_PORT;
+    if (sender != NULL && *sender == fo_atom_undefined)
+        return FO_WAKER_TIMER;
+    if (msg == fo_atom_timeout)
+        return FO_WAKER_TIMER;
+    if (enif_get_tuple(env, msg, &arity, &items) && arity == 3 && items[0] == fo_atom_timeout &&
+        enif_is_ref(env, items[1]))
+        return FO_WAKER_TIMER;
+    return FO_WAKER_PROCESS; /* a process, not known which (a remote one, or no match spec) */
+}
+
+typedef struct {
+    fo_event ev;
+    uint64_t reason;
+    fo_waker_kind waker;
+    uint64_t sender;
+    int receive;
+} own_data;
+
+static void apply_own(const fo_follow *f, void *data)
+{
+    const own_data *d = data;
+    if (d->receive)
+        fo_follow_received(f, d->ev.pid, d->ev.ts_ns, d->waker, d->sender);
+    else if (d->ev.kind == FO_EV_EXIT)
+        fo_follow_exit(f, d->ev.pid, d->ev.ts_ns, d->reason);
+    else
+        fo_follow_event(f, &d->ev);
+}
+
+typedef struct {
+    uint64_t parent;
+    uint64_t child;
+    int64_t ts;
+} spawn_data;
+
+static void apply_spawned(const fo_follow *f, void *data)
+{
+    const spawn_data *d = data;
+    fo_follow_spawned(f, d->parent, d->child, d->ts);
+}
+
+// trace(spawned, graph, Child, Parent, Opts): the parent's trace, if any
+static void on_spawned(ErlNifEnv *env, const ERL_NIF_TERM argv[])
+{
+    ErlNifPid child, parent;
+    if (!enif_get_local_pid(env, argv[2], &child) || !enif_get_local_pid(env, argv[3], &parent))
+        return;
+    fo_session_res *res = fo_router_by_pid((uint64_t)parent.pid);
+    if (res == NULL)
+        return;
+    spawn_data d = {(uint64_t)parent.pid, (uint64_t)child.pid, fo_tracer_clock_ns()};
+    with_follow(env, res, apply_spawned, &d);
     enif_release_resource(res);
 }
 
@@ -121,27 +211,31 @@ static void on_process_event(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     fo_session_res *res = fo_router_by_pid((uint64_t)pid.pid);
     if (res == NULL)
         return;
+    own_data d;
+    memset(&d, 0, sizeof(d));
     int64_t ts = fo_tracer_clock_ns();
-    fo_event ev;
-    memset(&ev, 0, sizeof(ev));
-    ERL_NIF_TERM caller;
-    int has_caller = argv[0] == fo_atom_call && enif_is_map(env, argv[4]) &&
-                     enif_get_map_value(env, argv[4], fo_atom_match_spec_result, &caller);
-    fo_decode_result decoded = fo_decode_event(env, argv[0], argv[3], has_caller ? &caller : NULL, &ev);
-    ev.pid = (uint64_t)pid.pid;
-    ev.ts_ns = ts;
-    int ours = decoded == FO_DECODED && ev.kind == FO_EV_CALL && ev.mfa.module == (uint64_t)fo_atom_native_module;
-    fo_spin_lock(&res->lock);
-    if (!ours && res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed) &&
-        fo_graph_active(res->graph, ev.pid)) {
-        if (decoded == FO_DECODED && ev.kind == FO_EV_OUT && fo_graph_waiting_call(res->graph, ev.pid, NULL) > 0)
-            ev.flags |= FO_EVF_IN_CALL;
-        fo_decode_apply(res->core, decoded, &ev);
-        fo_resource_account_sometimes(res);
-        if (decoded == FO_DECODED && ev.kind == FO_EV_EXIT)
-            fo_graph_exit(res->graph, ev.pid, ts, fo_resource_reason_key(env, res, argv[3]));
+    ERL_NIF_TERM extra;
+    int has_extra = enif_is_map(env, argv[4]) && enif_get_map_value(env, argv[4], fo_atom_match_spec_result, &extra);
+    if (argv[0] == fo_atom_receive) {
+        d.receive = 1;
+        d.waker = fo_graph_waker(env, argv[3], has_extra ? &extra : NULL, &d.sender);
+    } else {
+        fo_decode_result decoded =
+            fo_decode_event(env, argv[0], argv[3], argv[0] == fo_atom_call && has_extra ? &extra : NULL, &d.ev);
+        /* our own NIF calls (stopping the trace) are not the trace's work */
+        if (decoded != FO_DECODED || (d.ev.kind == FO_EV_CALL && d.ev.mfa.module == (uint64_t)fo_atom_native_module)) {
+            enif_release_resource(res);
+            return;
+        }
+        if (d.ev.kind == FO_EV_EXIT) {
+            fo_spin_lock(&res->lock);
+            d.reason = res->reasons != NULL ? fo_resource_reason_key(env, res, argv[3]) : 0;
+            fo_spin_unlock(&res->lock);
+        }
     }
-    fo_spin_unlock(&res->lock);
+    d.ev.pid = (uint64_t)pid.pid;
+    d.ev.ts_ns = ts;
+    with_follow(env, res, apply_own, &d);
     enif_release_resource(res);
 }
 
@@ -149,7 +243,38 @@ ERL_NIF_TERM fo_graph_tracer_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[])
 {
     if (argv[0] == fo_atom_seq_trace)
         on_seq_trace(env, argv[2], argv[3]);
+    else if (argv[0] == fo_atom_spawned)
+        on_spawned(env, argv);
     else
         on_process_event(env, argv);
     return fo_atom_ok;
+}
+
+/* --- mode :process: the root's trace messages ------------------------------ */
+
+void fo_graph_ingest(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM msg)
+{
+    fo_follow f = {res->core, res->graph, NULL, NULL};
+    fo_event ev;
+    memset(&ev, 0, sizeof(ev));
+    fo_decode_result decoded =
+        fo_decode_trace_msg(env, msg, res->native_per_second, res->ingest_offset_ns, &ev);
+    int arity;
+    const ERL_NIF_TERM *items;
+    if (decoded == FO_DECODE_IGNORED && enif_get_tuple(env, msg, &arity, &items) && (arity == 5 || arity == 6) &&
+        items[2] == fo_atom_receive) {
+        /* {trace_ts, Pid, receive, Msg, Sender, Ts} with the receive
+         * pattern; without it no sender (the core then asks the tokened
+         * messages the root took) */
+        uint64_t sender;
+        fo_waker_kind kind = fo_graph_waker(env, items[3], arity == 6 ? &items[4] : NULL, &sender);
+        fo_session_count_ignored(res->core, 1);
+        fo_follow_received(&f, ev.pid, ev.ts_ns, kind, sender);
+        return;
+    }
+    /* The stacks take the messages as they are, as a single-process
+     * session does; the graph then catches up with the process. */
+    fo_decode_apply(res->core, decoded, &ev);
+    if (decoded == FO_DECODED && fo_graph_following(res->graph, ev.pid))
+        fo_follow_late_event(&f, &ev, 0);
 }

@@ -9,6 +9,8 @@
 #include "fo_drainer.h"
 #include "fo_export.h"
 #include "fo_export_graph.h"
+#include "fo_follow.h"
+#include "fo_graph_tracer.h"
 #include "fo_next.h"
 #include "fo_router.h"
 #include "fo_resource.h"
@@ -118,9 +120,13 @@ static int ingest_chunk(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM list, 
         memset(&ev, 0, sizeof(ev));
         /* graph sessions take trace messages to the tracer clock; a
          * timestamp that overflows int64 on the way is malformed */
-        fo_decode_result decoded =
-            fo_decode_trace_msg(env, head, res->native_per_second, res->ingest_offset_ns, &ev);
-        fo_decode_apply(res->core, decoded, &ev);
+        if (res->graph != NULL) {
+            fo_graph_ingest(env, res, head); /* a graph trace's root, mode :process */
+        } else {
+            fo_decode_result decoded =
+                fo_decode_trace_msg(env, head, res->native_per_second, res->ingest_offset_ns, &ev);
+            fo_decode_apply(res->core, decoded, &ev);
+        }
         n++;
     }
     fo_resource_account(res);
@@ -226,6 +232,44 @@ static ERL_NIF_TERM nif_graph_watch_callees(ErlNifEnv *env, int argc, const ERL_
     return fo_atom_ok;
 }
 
+// graph_owner(Session, Pid, FollowMessages) -> ok: Pid gets {flame_on_left,
+// P} for each process that leaves the trace (it turns P's trace flags off).
+// FollowMessages false: the trace follows GenServer calls only, and its
+// processes have no receive events.
+static ERL_NIF_TERM nif_graph_owner(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid pid;
+    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->graph == NULL ||
+        (argv[2] != fo_atom_true && argv[2] != fo_atom_false))
+        return enif_make_badarg(env);
+    fo_spin_lock(&res->lock);
+    res->owner = pid;
+    res->has_owner = 1;
+    fo_graph_follow_messages(res->graph, argv[2] == fo_atom_true);
+    fo_spin_unlock(&res->lock);
+    return fo_atom_ok;
+}
+
+// graph_role(Pid) -> root | follower | nil: Pid is the root of a running
+// graph trace, or works for one (its trace flags must stay), or neither.
+static ERL_NIF_TERM nif_graph_role(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    ErlNifPid pid;
+    if (!enif_get_local_pid(env, argv[0], &pid))
+        return enif_make_badarg(env);
+    switch (fo_router_role((uint64_t)pid.pid)) {
+    case 2:
+        return fo_atom_root;
+    case 1:
+        return fo_atom_follower;
+    default:
+        return fo_atom_nil;
+    }
+}
+
 // graph_begin(Session) -> ok: the root span starts now.
 static ERL_NIF_TERM nif_graph_begin(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
@@ -275,12 +319,14 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         close_ns = res->stopped_ns;
     else
         close = 0;
-    if (close)
-        fo_session_close(core, close_ns);
     ERL_NIF_TERM graph = fo_atom_nil;
     if (res->graph != NULL) {
-        fo_graph_close(res->graph, close ? close_ns : fo_tracer_clock_ns());
+        /* the graph first: it says where each follower's stacks stop */
+        fo_follow f = {core, res->graph, NULL, NULL};
+        fo_follow_close(&f, close ? close_ns : fo_tracer_clock_ns(), close);
         graph = fo_export_graph(env, res);
+    } else if (close) {
+        fo_session_close(core, close_ns);
     }
     ERL_NIF_TERM stacks = fo_export_tree(env, core, res->max_text_bytes);
     ERL_NIF_TERM stats = stats_term(env, res);
@@ -353,6 +399,8 @@ static ErlNifFunc nif_funcs[] = {
     {"graph_start", 2, nif_graph_start, 0},
     {"graph_begin", 1, nif_graph_begin, 0},
     {"graph_watch_callees", 2, nif_graph_watch_callees, 0},
+    {"graph_owner", 3, nif_graph_owner, 0},
+    {"graph_role", 1, nif_graph_role, 0},
     {"finish", 2, finish_nif, 0},
     {"render", 2, fo_render_nif, 0},
     {"sample", 4, fo_sample_nif, 0},

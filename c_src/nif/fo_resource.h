@@ -40,6 +40,8 @@ struct fo_session_res {
                                  events on one clock; 0 otherwise */
     int watch_callees;     /* graph traces: tell watcher of each request a callee takes */
     ErlNifPid watcher;     /* (the trace's owner starts a sampler for the callee) */
+    int has_owner;         /* graph traces: tell owner of each process that left */
+    ErlNifPid owner;       /* (it turns the process's trace flags off) */
     ErlNifEnv *reasons;    /* graph traces: copies of callee exit reasons */
     ERL_NIF_TERM reason_terms[16];
     uint64_t reason_keys[16];

@@ -252,10 +252,50 @@ void fo_router_restore_root(uint64_t pid)
     enif_rwlock_rwunlock(lock);
 }
 
+void fo_router_unmap_pid(uint64_t pid, const fo_session_res *res)
+{
+    enif_rwlock_rwlock(lock);
+    if (pid_count > 0) {
+        uint32_t i = pid_slot(pid);
+        if (pids[i].pid == pid && pids[i].res == res) {
+            fo_session_res *home_session = session_rooted_at(pid, res);
+            if (home_session != NULL)
+                pids[i].res = home_session;
+            else
+                delete_slot(i);
+        }
+    }
+    enif_rwlock_rwunlock(lock);
+}
+
 uint32_t fo_router_sessions(void)
 {
     enif_rwlock_rlock(lock);
     uint32_t n = session_count;
     enif_rwlock_runlock(lock);
     return n;
+}
+
+int fo_router_role(uint64_t pid)
+{
+    /* The sessions are kept and looked at after the router's lock is
+     * released: tracer callbacks take a session's lock, then the router's. */
+    fo_session_res *sessions[FO_ROUTER_MAX_SESSIONS];
+    uint32_t n = 0;
+    enif_rwlock_rlock(lock);
+    int role = session_rooted_at(pid, NULL) != NULL ? 2 : (pid_count > 0 && pids[pid_slot(pid)].pid == pid);
+    for (uint32_t i = 0; i < FO_ROUTER_MAX_SESSIONS && role == 0; i++) {
+        if (labels[i].res != NULL)
+            sessions[n++] = kept(labels[i].res);
+    }
+    enif_rwlock_runlock(lock);
+    for (uint32_t i = 0; i < n; i++) {
+        fo_session_res *res = sessions[i];
+        fo_spin_lock(&res->lock);
+        if (res->graph != NULL && res->core != NULL && fo_graph_following(res->graph, pid))
+            role = 1;
+        fo_spin_unlock(&res->lock);
+        enif_release_resource(res);
+    }
+    return role;
 }

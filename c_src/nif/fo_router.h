@@ -40,6 +40,15 @@ int fo_router_map_pid(uint64_t pid, fo_session_res *res);
  * again (after it served a request of another trace). */
 void fo_router_restore_root(uint64_t pid);
 
+/* pid left res's trace: its events go nowhere unless it is a session's
+ * root (then back to that session) or already works for another one. */
+void fo_router_unmap_pid(uint64_t pid, const fo_session_res *res);
+
+/* 2 when pid is a registered session's root, 1 when it works for one or
+ * one's graph still follows it (its trace flags must stay), 0 otherwise.
+ * Takes each session's lock in turn: not for tracer callbacks. */
+int fo_router_role(uint64_t pid);
+
 /* Sessions registered now. */
 uint32_t fo_router_sessions(void);
 

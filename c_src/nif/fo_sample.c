@@ -4,6 +4,7 @@
 
 #include "fo_atoms.h"
 #include "fo_decode.h"
+#include "fo_follow.h"
 #include "fo_resource.h"
 
 /* Deeper stacks are cut at their root end (the VM's backtrace_depth caps
@@ -29,9 +30,10 @@ static ERL_NIF_TERM apply(ErlNifEnv *env, fo_session_res *res, uint64_t pid, int
     fo_spin_lock(&res->lock);
     if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed)) {
         fo_resource_fold(res, env); /* the in/out events before this sample */
-        /* A cross-process trace counts a callee only while it serves one
-         * of the trace's requests, as its events are (fo_graph_tracer.c). */
-        if (res->graph != NULL && !fo_graph_active(res->graph, pid)) {
+        /* A cross-process trace counts a follower only inside its spans,
+         * as its events are (fo_follow.h). */
+        fo_follow f = {res->core, res->graph, NULL, NULL};
+        if (res->graph != NULL && !fo_follow_before_sample(&f, pid)) {
             result = fo_atom_idle;
         } else {
             if (frames == NULL)

@@ -23,7 +23,7 @@ static uint64_t pid_key(ErlNifEnv *env, ERL_NIF_TERM term)
     return enif_get_local_pid(env, term, &pid) ? (uint64_t)pid.pid : 0;
 }
 
-int fo_seq_decode(ErlNifEnv *env, ERL_NIF_TERM info, fo_seq_event *out)
+int fo_seq_decode(ErlNifEnv *env, ERL_NIF_TERM info, fo_corr *out)
 {
     int arity;
     const ERL_NIF_TERM *items;
@@ -39,23 +39,31 @@ int fo_seq_decode(ErlNifEnv *env, ERL_NIF_TERM info, fo_seq_event *out)
     out->to = pid_key(env, items[3]);
     if (out->from == 0)
         return 0;
+    out->kind = FO_CORR_MESSAGE;
+    out->tag = 0;
     const ERL_NIF_TERM *msg;
     int msg_arity;
     if (!enif_get_tuple(env, items[4], &msg_arity, &msg))
-        return 0;
+        return 1;
     if (msg_arity == 3 && msg[0] == fo_atom_gen_call) {
         const ERL_NIF_TERM *from;
         int from_arity;
-        if (out->to == 0 || !enif_get_tuple(env, msg[1], &from_arity, &from) || from_arity != 2)
-            return 0;
-        out->kind = FO_SEQ_REQUEST;
-        out->tag = tag_key(from[1]);
+        if (out->to != 0 && enif_get_tuple(env, msg[1], &from_arity, &from) && from_arity == 2) {
+            out->kind = FO_CORR_REQUEST;
+            out->tag = tag_key(from[1]);
+        }
+        return 1;
+    }
+    if (msg_arity >= 4 && (msg[0] == fo_atom_spawn_request || msg[0] == fo_atom_spawn_reply)) {
+        /* spawn_reply: the child answering its spawner, not its work */
+        out->kind = FO_CORR_SPAWN;
+        if (msg[0] == fo_atom_spawn_reply)
+            out->to = 0;
         return 1;
     }
     if (msg_arity == 2 && is_call_tag(env, msg[0])) {
-        out->kind = FO_SEQ_REPLY;
+        out->kind = FO_CORR_REPLY;
         out->tag = tag_key(msg[0]);
-        return 1;
     }
-    return 0;
+    return 1;
 }

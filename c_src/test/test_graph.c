@@ -1,8 +1,8 @@
-/* The span graph of c_src/core/GRAPH.md: correlation events in, the exact
- * spans (times in ns, waits split into attributed and unattributed) and
- * the exact counters out. Then bounds without growth, a seeded model of
- * well-formed nested calls with noise, and seeded garbage streams checked
- * against the graph invariants.
+/* The span graph of c_src/core/GRAPH.md: correlation and wake-up events
+ * in, the exact spans (times in ns, waits split into attributed and
+ * unattributed by cause), edges, notes and counters out. Then bounds
+ * without growth, a seeded model of well-formed nested calls with noise,
+ * and seeded garbage streams checked against the graph invariants.
  *
  * Scripts, one event or check per line (names are pids and tags; they get
  * large 64-bit keys from ts_name_key):
@@ -11,15 +11,33 @@
  *     "recv CALLEE CALLER TAG TS"     fo_graph_request_received
  *     "reply SENDER TAG TS"           fo_graph_reply_sent
  *     "resume CALLER TAG TS"          fo_graph_reply_received
+ *     "msgsent FROM TO TS"            fo_graph_message_sent (TO "-": an alias)
+ *     "msg TO FROM TS"                fo_graph_message_received
+ *     "spawn PARENT CHILD TS"         fo_graph_spawned
+ *     "out P TS" / "in P TS"          fo_graph_out / fo_graph_in
+ *     "rcv P TS WAKER"                fo_graph_received; WAKER a name, port,
+ *                                     timer or ? (a process, not known which)
+ *     "ran P TS"                      fo_graph_ran
  *     "exit P TS REASON"              fo_graph_exit ("normal" is key 0)
+ *     "late P"                        fo_graph_set_late
  *     "close TS"                      fo_graph_close
  *     "active P 0|1"                  assert fo_graph_active
+ *     "following P 0|1"               assert fo_graph_following
  *     "waiting P N CALLEE|-"          assert fo_graph_waiting_call
  *     "current P ID|-"                assert fo_graph_current_span
+ *     "note KIND P TS [NS]"           assert the next note (joined, left,
+ *                                     pause, resume, in, attribute)
+ *     "notes 0"                       assert no note is left
+ * Notes not asserted are dropped at the end of each line unless the case
+ * asks for them (NOTES).
  *
  * Spans render one line each, in id order:
- *     "ID PID PARENT|- START..END self=S wait=W/ATTRIBUTED/UNATTRIBUTED on=P|- STATUS"
- * STATUS is open, ok, at_close or exit:REASON. */
+ *     "ID PID PARENT START..END self=S wait=W/ATTRIBUTED/UNATTRIBUTED[(CAUSES)]
+ *      on=P|- STATUS KIND"
+ * CAUSES lists the unattributed wait's non-zero causes (p process, o port,
+ * t timer, x other); STATUS is open, ok, at_close or exit:REASON; KIND is
+ * root, req, work or cont. Edges render as "WAITER->WAKER FROM..TO ns=N
+ * wakes=W". */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -68,6 +86,36 @@ static int64_t num(const char *text, const char *line)
 
 #define MAX_WORDS 6
 
+static const char *const note_names[] = {"?", "joined", "left", "pause", "resume", "in", "attribute"};
+
+static void check_note(fo_graph *g, char *const *w, int n, const char *line)
+{
+    fo_graph_note got;
+    if (!fo_graph_next_note(g, &got))
+        fail_msg("'%s': no note left", line);
+    if (got.kind >= sizeof note_names / sizeof note_names[0] || strcmp(note_names[got.kind], w[1]) != 0 ||
+        got.pid != key(w[2]) || got.ts != num(w[3], line) || (n == 5 && (int64_t)got.ns != num(w[4], line))) {
+        char name[32];
+        fail_msg("'%s': got note %s %s %" PRId64 " %" PRIu64, line,
+                 got.kind < sizeof note_names / sizeof note_names[0] ? note_names[got.kind] : "?",
+                 name_of(got.pid, name, sizeof name), got.ts, got.ns);
+    }
+}
+
+static fo_waker_kind waker_of(const char *word, uint64_t *sender)
+{
+    *sender = 0;
+    if (strcmp(word, "port") == 0)
+        return FO_WAKER_PORT;
+    if (strcmp(word, "timer") == 0)
+        return FO_WAKER_TIMER;
+    if (strcmp(word, "none") == 0)
+        return FO_WAKER_NONE;
+    if (strcmp(word, "?") != 0)
+        *sender = key(word);
+    return FO_WAKER_PROCESS;
+}
+
 static void check_waiting(const fo_graph *g, char *const *w, const char *line)
 {
     uint64_t callee = 0;
@@ -86,7 +134,48 @@ static void check_current(const fo_graph *g, char *const *w, const char *line)
         fail_msg("'%s': current span is %" PRIu32, line, s);
 }
 
-static void run_line(fo_graph *g, const char *line)
+static int run_event(fo_graph *g, char *const *w, int n, const char *line)
+{
+    uint64_t sender = 0;
+    if (n == 3 && strcmp(w[0], "root") == 0)
+        fo_graph_root(g, key(w[1]), num(w[2], line));
+    else if (n == 5 && strcmp(w[0], "send") == 0)
+        fo_graph_request_sent(g, key(w[1]), key(w[2]), key(w[3]), num(w[4], line));
+    else if (n == 5 && strcmp(w[0], "recv") == 0)
+        fo_graph_request_received(g, key(w[1]), key(w[2]), key(w[3]), num(w[4], line));
+    else if (n == 4 && strcmp(w[0], "reply") == 0)
+        fo_graph_reply_sent(g, key(w[1]), key(w[2]), num(w[3], line));
+    else if (n == 4 && strcmp(w[0], "resume") == 0)
+        fo_graph_reply_received(g, key(w[1]), key(w[2]), num(w[3], line));
+    else if (n == 4 && strcmp(w[0], "msgsent") == 0)
+        fo_graph_message_sent(g, key(w[1]), strcmp(w[2], "-") == 0 ? 0 : key(w[2]), num(w[3], line));
+    else if (n == 4 && strcmp(w[0], "msg") == 0)
+        fo_graph_message_received(g, key(w[1]), key(w[2]), num(w[3], line));
+    else if (n == 4 && strcmp(w[0], "spawn") == 0)
+        fo_graph_spawned(g, key(w[1]), key(w[2]), num(w[3], line));
+    else if (n == 3 && strcmp(w[0], "out") == 0)
+        fo_graph_out(g, key(w[1]), num(w[2], line));
+    else if (n == 3 && strcmp(w[0], "in") == 0)
+        fo_graph_in(g, key(w[1]), num(w[2], line));
+    else if (n == 4 && strcmp(w[0], "rcv") == 0) {
+        fo_waker_kind kind = waker_of(w[3], &sender);
+        fo_graph_received(g, key(w[1]), num(w[2], line), kind, sender);
+    }
+    else if (n == 3 && strcmp(w[0], "ran") == 0)
+        fo_graph_ran(g, key(w[1]), num(w[2], line));
+    else if (n == 4 && strcmp(w[0], "exit") == 0)
+        fo_graph_exit(g, key(w[1]), num(w[2], line), key(w[3]));
+    else if (n == 2 && strcmp(w[0], "late") == 0)
+        fo_graph_set_late(g, key(w[1]));
+    else if (n == 2 && strcmp(w[0], "close") == 0)
+        fo_graph_close(g, num(w[1], line));
+    else
+        return 0;
+    return 1;
+}
+
+/* Returns 1 when the line was an event (its notes are then pending). */
+static int run_line(fo_graph *g, const char *line)
 {
     char copy[160];
     char *w[MAX_WORDS] = {NULL};
@@ -99,35 +188,39 @@ static void run_line(fo_graph *g, const char *line)
             fail_msg("too many words in script line '%s'", line);
         w[n++] = tok;
     }
-    if (n == 3 && strcmp(w[0], "root") == 0)
-        fo_graph_root(g, key(w[1]), num(w[2], line));
-    else if (n == 5 && strcmp(w[0], "send") == 0)
-        fo_graph_request_sent(g, key(w[1]), key(w[2]), key(w[3]), num(w[4], line));
-    else if (n == 5 && strcmp(w[0], "recv") == 0)
-        fo_graph_request_received(g, key(w[1]), key(w[2]), key(w[3]), num(w[4], line));
-    else if (n == 4 && strcmp(w[0], "reply") == 0)
-        fo_graph_reply_sent(g, key(w[1]), key(w[2]), num(w[3], line));
-    else if (n == 4 && strcmp(w[0], "resume") == 0)
-        fo_graph_reply_received(g, key(w[1]), key(w[2]), num(w[3], line));
-    else if (n == 4 && strcmp(w[0], "exit") == 0)
-        fo_graph_exit(g, key(w[1]), num(w[2], line), key(w[3]));
-    else if (n == 2 && strcmp(w[0], "close") == 0)
-        fo_graph_close(g, num(w[1], line));
-    else if (n == 3 && strcmp(w[0], "active") == 0) {
+    if (run_event(g, w, n, line))
+        return 1;
+    if (n == 3 && strcmp(w[0], "active") == 0) {
         if (fo_graph_active(g, key(w[1])) != num(w[2], line))
             fail_msg("'%s' does not hold", line);
-    } else if (n == 4 && strcmp(w[0], "waiting") == 0)
+    } else if (n == 3 && strcmp(w[0], "following") == 0) {
+        if (fo_graph_following(g, key(w[1])) != num(w[2], line))
+            fail_msg("'%s' does not hold", line);
+    } else if (n == 4 && strcmp(w[0], "waiting") == 0) {
         check_waiting(g, w, line);
-    else if (n == 3 && strcmp(w[0], "current") == 0)
+    } else if (n == 3 && strcmp(w[0], "current") == 0) {
         check_current(g, w, line);
-    else
+    } else if ((n == 4 || n == 5) && strcmp(w[0], "note") == 0) {
+        check_note(g, w, n, line);
+    } else if (n == 2 && strcmp(w[0], "notes") == 0) {
+        fo_graph_note left;
+        if (fo_graph_next_note(g, &left))
+            fail_msg("'%s': a %s note is left", line, note_names[left.kind]);
+    } else {
         fail_msg("bad script line '%s'", line);
+    }
+    return 0;
 }
 
-static void run_script(fo_graph *g, const char *const *lines)
+/* keep_notes: notes stay for "note" lines; else each event's are dropped. */
+static void run_script(fo_graph *g, const char *const *lines, int keep_notes)
 {
-    for (size_t i = 0; lines[i] != NULL; i++)
-        run_line(g, lines[i]);
+    fo_graph_note dropped;
+    for (size_t i = 0; lines[i] != NULL; i++) {
+        if (run_line(g, lines[i]) && !keep_notes)
+            while (fo_graph_next_note(g, &dropped))
+                ;
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -164,6 +257,32 @@ static const char *status_text(const fo_span_info *si, char *buf, size_t size)
     }
 }
 
+static const char *kind_text(uint32_t kind)
+{
+    static const char *const kinds[] = {"root", "req", "work", "cont"};
+    return kind < 4 ? kinds[kind] : "?";
+}
+
+static void causes_text(const fo_span_info *si, char *buf, size_t size)
+{
+    static const char letters[FO_CAUSE_COUNT] = {'p', 'o', 't', 'x'};
+    size_t len = 0;
+    buf[0] = '\0';
+    for (uint32_t c = 0; c < FO_CAUSE_COUNT; c++) {
+        if (si->unattributed_by[c] == 0)
+            continue;
+        int w = snprintf(buf + len, size - len, "%s%c%" PRIu64, len == 0 ? "(" : " ", letters[c],
+                         si->unattributed_by[c]);
+        assert_true(w > 0 && (size_t)w < size - len);
+        len += (size_t)w;
+    }
+    if (len > 0) {
+        assert_true(len + 1 < size);
+        buf[len] = ')';
+        buf[len + 1] = '\0';
+    }
+}
+
 static char *render_spans(const fo_graph *g)
 {
     char *text = NULL;
@@ -171,34 +290,58 @@ static char *render_spans(const fo_graph *g)
     for (uint32_t id = 0; id < n; id++) {
         fo_span_info si;
         assert_int_equal(fo_graph_span(g, id, &si), 1);
-        char pid[32], on[32], parent[16], status[48], line[256];
+        char pid[32], on[32], parent[16], status[48], causes[96], line[320];
         if (si.parent_span_id == FO_NONE)
             strcpy(parent, "-");
         else
             snprintf(parent, sizeof parent, "%" PRIu32, si.parent_span_id);
+        causes_text(&si, causes, sizeof causes);
         snprintf(line, sizeof line,
                  "%" PRIu32 " %s %s %" PRId64 "..%" PRId64 " self=%" PRIu64 " wait=%" PRIu64
-                 "/%" PRIu64 "/%" PRIu64 " on=%s %s",
+                 "/%" PRIu64 "/%" PRIu64 "%s on=%s %s %s",
                  id, name_of(si.pid, pid, sizeof pid), parent, si.started_ns, si.ended_ns,
-                 si.self_ns, si.wait_ns, si.attributed_wait_ns, si.unattributed_wait_ns,
-                 name_of(si.waiting_on_pid, on, sizeof on),
-                 status_text(&si, status, sizeof status));
+                 si.self_ns, si.wait_ns, si.attributed_wait_ns, si.unattributed_wait_ns, causes,
+                 name_of(si.waiting_on_pid, on, sizeof on), status_text(&si, status, sizeof status),
+                 kind_text(si.kind));
         text = append(text, line);
     }
     return text != NULL ? text : append(NULL, "(no spans)");
 }
 
-static void assert_spans(const fo_graph *g, const char *const *expected)
+static char *render_edges(const fo_graph *g)
+{
+    char *text = NULL;
+    for (uint32_t id = 0; id < fo_graph_edge_count(g); id++) {
+        fo_edge_info e;
+        assert_int_equal(fo_graph_edge(g, id, &e), 1);
+        char line[160];
+        snprintf(line, sizeof line, "%" PRIu32 "->%" PRIu32 " %" PRId64 "..%" PRId64 " ns=%" PRIu64 " wakes=%" PRIu32,
+                 e.waiter_span_id, e.waker_span_id, e.started_ns, e.ended_ns, e.attributed_ns, e.wakes);
+        text = append(text, line);
+    }
+    return text != NULL ? text : append(NULL, "(no edges)");
+}
+
+static void assert_lines(char *actual, const char *const *expected, const char *empty, const char *what)
 {
     char *want = NULL;
-    for (size_t i = 0; expected[i] != NULL; i++)
+    for (size_t i = 0; expected != NULL && expected[i] != NULL; i++)
         want = append(want, expected[i]);
     if (want == NULL)
-        want = append(NULL, "(no spans)");
-    char *actual = render_spans(g);
-    ts_assert_text(actual, want, "spans");
+        want = append(NULL, empty);
+    ts_assert_text(actual, want, what);
     free(actual);
     free(want);
+}
+
+static void assert_spans(const fo_graph *g, const char *const *expected)
+{
+    assert_lines(render_spans(g), expected, "(no spans)", "spans");
+}
+
+static void assert_edges(const fo_graph *g, const char *const *expected)
+{
+    assert_lines(render_edges(g), expected, "(no edges)", "edges");
 }
 
 #define GRAPH_STATS(X)                                                                             \
@@ -220,7 +363,16 @@ static void assert_spans(const fo_graph *g, const char *const *expected)
     X(duplicate_events)                                                                            \
     X(events_after_close)                                                                          \
     X(clock_skews)                                                                                 \
-    X(alloc_failures)
+    X(alloc_failures)                                                                              \
+    X(wakes)                                                                                       \
+    X(attributed_wakes)                                                                            \
+    X(joins)                                                                                       \
+    X(leaves)                                                                                      \
+    X(continuations)                                                                               \
+    X(dropped_continuations)                                                                       \
+    X(edges)                                                                                       \
+    X(edge_limit_hits)                                                                             \
+    X(note_overflows)
 
 #define COUNT_STAT(f) +1
 /* A counter added to fo_graph_stats must be added here too. */
@@ -271,17 +423,23 @@ static void check_span(const fo_graph *g, const fo_graph_limits *l, uint32_t id,
                  si.parent_span_id);
     assert_true(si.attributed_wait_ns <= si.wait_ns);
     assert_true(si.attributed_wait_ns + si.unattributed_wait_ns == si.wait_ns);
-    if (si.calls == 0) {
+    uint64_t causes = 0;
+    for (uint32_t c = 0; c < FO_CAUSE_COUNT; c++)
+        causes += si.unattributed_by[c];
+    assert_true(causes == si.unattributed_wait_ns);
+    if (si.wakes == 0) {
         assert_true(si.wait_ns == 0);
         assert_true(si.waiting_on_pid == 0);
     }
+    assert_true(si.kind <= FO_SPAN_CONTINUATION);
+    assert_true((si.kind == FO_SPAN_ROOT) == (si.parent_span_id == FO_NONE));
+    /* the span arithmetic: on-CPU and off-CPU time make up the span */
+    assert_true(si.ended_ns >= si.started_ns);
+    uint64_t duration = (uint64_t)si.ended_ns - (uint64_t)si.started_ns;
+    assert_true(si.self_ns + si.wait_ns == duration);
     if (si.status == FO_SPAN_OPEN) {
         assert_false(closed);
         assert_true(si.ended_ns == si.started_ns && si.self_ns == 0);
-    } else {
-        assert_true(si.ended_ns >= si.started_ns);
-        uint64_t duration = (uint64_t)si.ended_ns - (uint64_t)si.started_ns;
-        assert_true(si.self_ns == (si.wait_ns <= duration ? duration - si.wait_ns : 0));
     }
     assert_true(si.status <= FO_SPAN_OPEN_AT_CLOSE);
     assert_true(si.child_count <= l->max_fanout);
@@ -312,20 +470,50 @@ static void check_graph(const fo_graph *g, const fo_graph_limits *l, const uint6
     const fo_graph_stats *st = fo_graph_get_stats(g);
     int closed = fo_graph_closed(g);
     assert_true(n <= l->max_spans);
-    assert_true(st->spans == n);
+    /* dropped continuations are gone once closed */
+    assert_true(st->spans == n + (closed ? st->dropped_continuations : 0));
     assert_true(st->processes <= l->max_processes);
     uint32_t *kids_seen = calloc(n + 1, sizeof *kids_seen);
     assert_non_null(kids_seen);
     for (uint32_t id = 0; id < n; id++)
         check_span(g, l, id, closed, kids_seen);
-    for (uint32_t id = 1; id < n; id++)
-        assert_int_equal(kids_seen[id], 1); /* in exactly its parent's list */
+    /* in exactly its parent's list; before close, a dropped continuation
+     * still has its id but left the list */
+    uint64_t unlisted = 0;
+    for (uint32_t id = 1; id < n; id++) {
+        assert_true(kids_seen[id] <= 1);
+        unlisted += kids_seen[id] == 0;
+    }
+    assert_true(unlisted <= (closed ? 0 : st->dropped_continuations));
     if (n > 0)
         assert_int_equal(kids_seen[0], 0);
     free(kids_seen);
     fo_span_info none;
     assert_int_equal(fo_graph_span(g, n, &none), 0);
     assert_int_equal(fo_graph_children(g, n, NULL, 0), 0);
+    /* edges join two spans that exist; a span's edges explain at most its
+     * attributed wait (all of it when no edge was refused) */
+    uint32_t ne = fo_graph_edge_count(g);
+    assert_true(ne <= l->max_spans);
+    uint64_t *explained = calloc(n + 1, sizeof *explained);
+    assert_non_null(explained);
+    for (uint32_t e = 0; e < ne; e++) {
+        fo_edge_info ei;
+        assert_int_equal(fo_graph_edge(g, e, &ei), 1);
+        assert_true(ei.waiter_span_id < n && ei.waker_span_id < n);
+        assert_true(ei.waiter_span_id != ei.waker_span_id);
+        assert_true(ei.ended_ns >= ei.started_ns && ei.wakes >= 1 && ei.attributed_ns > 0);
+        explained[ei.waiter_span_id] += ei.attributed_ns;
+    }
+    fo_edge_info no_edge;
+    assert_int_equal(fo_graph_edge(g, ne, &no_edge), 0);
+    for (uint32_t id = 0; id < n && closed; id++) {
+        fo_span_info si;
+        assert_int_equal(fo_graph_span(g, id, &si), 1);
+        if (st->edge_limit_hits == 0 && st->alloc_failures == 0 && st->clock_skews == 0)
+            assert_true(explained[id] == si.attributed_wait_ns);
+    }
+    free(explained);
     for (size_t i = 0; i < npids; i++) {
         uint32_t cur = fo_graph_current_span(g, pids[i]);
         assert_int_equal(fo_graph_active(g, pids[i]), !closed && cur != FO_NONE);
@@ -350,6 +538,9 @@ typedef struct {
     const char *const *script;
     const char *const *expect; /* span lines in id order */
     const char *stats;         /* the non-zero counters, in GRAPH_STATS order */
+    const char *const *edges;  /* edge lines in order; NULL: none */
+    int notes;                 /* the script asserts notes ("note" lines) */
+    int calls_only;            /* fo_graph_follow_messages(g, 0) */
 } graph_case;
 
 static fo_graph_limits limits_of(fo_graph_limits l)
@@ -371,9 +562,9 @@ static const graph_case graph_cases[] = {
     {"single_call_attributed_exactly", DEFAULTS,
      LINES("root A 0", "send A B t1 10", "recv B A t1 10", "reply B t1 40", "resume A t1 40",
            "close 100"),
-     LINES("0 A - 0..100 self=70 wait=30/30/0 on=B ok",
-           "1 B 0 10..40 self=30 wait=0/0/0 on=- ok"),
-     "spans=2 processes=2 calls=1"},
+     LINES("0 A - 0..100 self=100 wait=0/0/0 on=- ok root",
+           "1 B 0 10..40 self=30 wait=0/0/0 on=- ok req"),
+     "spans=2 processes=2 calls=1", NULL, 0, 0},
 
     {"queueing_delay_and_reply_transit_are_unattributed", DEFAULTS,
      LINES("root A 0",
@@ -382,9 +573,9 @@ static const graph_case graph_cases[] = {
            "reply B t1 40",
            "resume A t1 45",   /* 5 in transit */
            "close 100"),
-     LINES("0 A - 0..100 self=65 wait=35/15/20 on=B ok",
-           "1 B 0 25..40 self=15 wait=0/0/0 on=- ok"),
-     "spans=2 processes=2 calls=1"},
+     LINES("0 A - 0..100 self=100 wait=0/0/0 on=- ok root",
+           "1 B 0 25..40 self=15 wait=0/0/0 on=- ok req"),
+     "spans=2 processes=2 calls=1", NULL, 0, 0},
 
     {"nested_a_b_c_attributes_at_each_level", DEFAULTS,
      LINES("root A 0",
@@ -396,20 +587,20 @@ static const graph_case graph_cases[] = {
            "resume B t2 33",
            "reply B t1 50", "resume A t1 52",
            "close 60"),
-     LINES("0 A - 0..60 self=18 wait=42/38/4 on=B ok",   /* B's 38 includes its wait on C */
-           "1 B 0 12..50 self=25 wait=13/10/3 on=C ok",
-           "2 C 1 21..31 self=10 wait=0/0/0 on=- ok"),
-     "spans=3 processes=3 calls=2"},
+     LINES("0 A - 0..60 self=60 wait=0/0/0 on=- ok root",   /* B's 38 includes its wait on C */
+           "1 B 0 12..50 self=38 wait=0/0/0 on=- ok req",
+           "2 C 1 21..31 self=10 wait=0/0/0 on=- ok req"),
+     "spans=3 processes=3 calls=2", NULL, 0, 0},
 
     {"two_sequential_calls_to_the_same_server", DEFAULTS,
      LINES("root A 0",
            "send A B t1 10", "recv B A t1 11", "reply B t1 20", "resume A t1 21",
            "send A B t2 30", "recv B A t2 30", "reply B t2 50", "resume A t2 52",
            "close 60"),
-     LINES("0 A - 0..60 self=27 wait=33/29/4 on=B ok",
-           "1 B 0 11..20 self=9 wait=0/0/0 on=- ok",
-           "2 B 0 30..50 self=20 wait=0/0/0 on=- ok"),
-     "spans=3 processes=2 calls=2"},
+     LINES("0 A - 0..60 self=60 wait=0/0/0 on=- ok root",
+           "1 B 0 11..20 self=9 wait=0/0/0 on=- ok req",
+           "2 B 0 30..50 self=20 wait=0/0/0 on=- ok req"),
+     "spans=3 processes=2 calls=2", NULL, 0, 0},
 
     {"waiting_on_is_the_callee_of_the_longest_wait", DEFAULTS,
      LINES("root A 0",
@@ -417,11 +608,11 @@ static const graph_case graph_cases[] = {
            "send A C t2 30", "recv C A t2 30", "reply C t2 60", "resume A t2 60",
            "send A B t3 70", "recv B A t3 70", "reply B t3 75", "resume A t3 75",
            "close 80"),
-     LINES("0 A - 0..80 self=35 wait=45/45/0 on=C ok",
-           "1 B 0 10..20 self=10 wait=0/0/0 on=- ok",
-           "2 C 0 30..60 self=30 wait=0/0/0 on=- ok",
-           "3 B 0 70..75 self=5 wait=0/0/0 on=- ok"),
-     "spans=4 processes=3 calls=3"},
+     LINES("0 A - 0..80 self=80 wait=0/0/0 on=- ok root",
+           "1 B 0 10..20 self=10 wait=0/0/0 on=- ok req",
+           "2 C 0 30..60 self=30 wait=0/0/0 on=- ok req",
+           "3 B 0 70..75 self=5 wait=0/0/0 on=- ok req"),
+     "spans=4 processes=3 calls=3", NULL, 0, 0},
 
     /* A has two requests out at once (send_request), so B and C call S
      * concurrently; S serves them one after the other. A's waits overlap:
@@ -438,12 +629,12 @@ static const graph_case graph_cases[] = {
            "reply B t1 45", "reply C t2 46",
            "resume A t1 47", "resume A t2 48",
            "close 50"),
-     LINES("0 A - 0..50 self=0 wait=74/66/8 on=B ok",
-           "1 B 0 12..45 self=22 wait=11/8/3 on=S ok",
-           "2 C 0 13..46 self=13 wait=20/8/12 on=S ok",
-           "3 S 1 22..30 self=8 wait=0/0/0 on=- ok",
-           "4 S 2 32..40 self=8 wait=0/0/0 on=- ok"),
-     "spans=5 processes=4 calls=4"},
+     LINES("0 A - 0..50 self=50 wait=0/0/0 on=- ok root",
+           "1 B 0 12..45 self=33 wait=0/0/0 on=- ok req",
+           "2 C 0 13..46 self=33 wait=0/0/0 on=- ok req",
+           "3 S 1 22..30 self=8 wait=0/0/0 on=- ok req",
+           "4 S 2 32..40 self=8 wait=0/0/0 on=- ok req"),
+     "spans=5 processes=4 calls=4", NULL, 0, 0},
 
     /* S defers the first reply (:noreply), takes the second request, then
      * replies to the first: a span below the top of S's stack ends. */
@@ -457,10 +648,10 @@ static const graph_case graph_cases[] = {
            "reply S t2 30", "current S -", "active S 0",
            "resume A t2 31",
            "close 40"),
-     LINES("0 A - 0..40 self=9 wait=31/24/7 on=S ok",
-           "1 S 0 12..20 self=8 wait=0/0/0 on=- ok",
-           "2 S 0 14..30 self=16 wait=0/0/0 on=- ok"),
-     "spans=3 processes=2 calls=2"},
+     LINES("0 A - 0..40 self=40 wait=0/0/0 on=- ok root",
+           "1 S 0 12..20 self=8 wait=0/0/0 on=- ok req",
+           "2 S 0 14..30 self=16 wait=0/0/0 on=- ok req"),
+     "spans=3 processes=2 calls=2", NULL, 0, 0},
 
     {"callee_crash_explains_the_wait_up_to_its_exit", DEFAULTS,
      LINES("root A 0",
@@ -468,9 +659,9 @@ static const graph_case graph_cases[] = {
            "exit B 30 crash",
            "active B 0", "waiting A 1 B",
            "close 50"),
-     LINES("0 A - 0..50 self=10 wait=40/18/22 on=B ok",
-           "1 B 0 12..30 self=18 wait=0/0/0 on=- exit:crash"),
-     "spans=2 processes=2 calls=1"},
+     LINES("0 A - 0..50 self=50 wait=0/0/0 on=- ok root",
+           "1 B 0 12..30 self=18 wait=0/0/0 on=- exit:crash req"),
+     "spans=2 processes=2 calls=1", NULL, 0, 0},
 
     {"callee_crash_then_caller_resumes", DEFAULTS,
      LINES("root A 0",
@@ -478,9 +669,9 @@ static const graph_case graph_cases[] = {
            "exit B 30 normal",
            "resume A t1 35",
            "close 50"),
-     LINES("0 A - 0..50 self=25 wait=25/18/7 on=B ok",
-           "1 B 0 12..30 self=18 wait=0/0/0 on=- exit:normal"),
-     "spans=2 processes=2 calls=1"},
+     LINES("0 A - 0..50 self=50 wait=0/0/0 on=- ok root",
+           "1 B 0 12..30 self=18 wait=0/0/0 on=- exit:normal req"),
+     "spans=2 processes=2 calls=1", NULL, 0, 0},
 
     {"nested_crash_ends_only_the_crashed_span", DEFAULTS,
      LINES("root A 0",
@@ -490,21 +681,21 @@ static const graph_case graph_cases[] = {
            "resume B t2 22",
            "reply B t1 30", "resume A t1 31",
            "close 40"),
-     LINES("0 A - 0..40 self=19 wait=21/19/2 on=B ok",
-           "1 B 0 11..30 self=9 wait=10/7/3 on=C ok",
-           "2 C 1 13..20 self=7 wait=0/0/0 on=- exit:boom"),
-     "spans=3 processes=3 calls=2"},
+     LINES("0 A - 0..40 self=40 wait=0/0/0 on=- ok root",
+           "1 B 0 11..30 self=19 wait=0/0/0 on=- ok req",
+           "2 C 1 13..20 self=7 wait=0/0/0 on=- exit:boom req"),
+     "spans=3 processes=3 calls=2", NULL, 0, 0},
 
     {"reply_never_arrives_is_unattributed_at_close", DEFAULTS,
      LINES("root A 0", "send A B t1 10", "recv B A t1 15", "close 100"),
-     LINES("0 A - 0..100 self=10 wait=90/0/90 on=B ok",
-           "1 B 0 15..100 self=85 wait=0/0/0 on=- at_close"),
-     "spans=2 processes=2 calls=1"},
+     LINES("0 A - 0..100 self=100 wait=0/0/0 on=- ok root",
+           "1 B 0 15..100 self=85 wait=0/0/0 on=- at_close req"),
+     "spans=2 processes=2 calls=1", NULL, 0, 0},
 
     {"request_never_received_is_unattributed_at_close", DEFAULTS,
      LINES("root A 0", "send A B t1 10", "active B 0", "close 100"),
-     LINES("0 A - 0..100 self=10 wait=90/0/90 on=B ok"),
-     "spans=1 processes=1 calls=1"},
+     LINES("0 A - 0..100 self=100 wait=0/0/0 on=- ok root"),
+     "spans=1 processes=1 calls=1", NULL, 0, 0},
 
     {"late_reply_after_close_is_counted", DEFAULTS,
      LINES("root A 0", "send A B t1 10", "recv B A t1 15",
@@ -514,46 +705,63 @@ static const graph_case graph_cases[] = {
            "resume A t1 105",   /* late */
            "reply B t2 110", "send A B t3 111", "exit B 120 crash", "root A 121",
            "close 130"),
-     LINES("0 A - 0..100 self=10 wait=90/75/15 on=B ok",
-           "1 B 0 15..90 self=75 wait=0/0/0 on=- ok"),
-     "spans=2 processes=2 calls=1 late_replies=1 duplicate_events=1 events_after_close=4"},
+     LINES("0 A - 0..100 self=100 wait=0/0/0 on=- ok root",
+           "1 B 0 15..90 self=75 wait=0/0/0 on=- ok req"),
+     "spans=2 processes=2 calls=1 late_replies=1 duplicate_events=1 events_after_close=4", NULL, 0, 0},
 
     {"unknown_tags_are_counted_and_ignored", DEFAULTS,
      LINES("root A 0",
            "resume A zz 5", "reply B zz 6", "recv B A zz 7",
            "close 10"),
-     LINES("0 A - 0..10 self=10 wait=0/0/0 on=- ok"),
-     "spans=1 processes=1 unmatched_requests=1 unmatched_replies=1 unmatched_reply_sends=1"},
+     LINES("0 A - 0..10 self=10 wait=0/0/0 on=- ok root"),
+     "spans=1 processes=1 unmatched_requests=1 unmatched_replies=1 unmatched_reply_sends=1", NULL, 0, 0},
 
-    /* B keeps its token after replying: its later call is a stale label. */
+    /* A request from a process that never held a span is an orphan. B
+     * keeps its token after replying: its own later call goes on with the
+     * trace's work (a continuation, from where its reply left it), and C
+     * serves it. Following calls only, B's call is an orphan (next case). */
     {"request_from_a_process_without_open_span_is_ignored", DEFAULTS,
      LINES("send X B t0 1",    /* before any root */
            "root A 0",
+           "send A B t1 10", "recv B A t1 11", "reply B t1 20", "resume A t1 21",
+           "active B 0",
+           "send B C t2 25", "active B 1",
+           "recv C B t2 26", "reply C t2 30", "resume B t2 31",
+           "active C 0", "waiting B 0 -",
+           "close 40"),
+     LINES("0 A - 0..40 self=40 wait=0/0/0 on=- ok root",
+           "1 B 0 11..20 self=9 wait=0/0/0 on=- ok req",
+           "2 B 1 20..40 self=20 wait=0/0/0 on=- at_close cont",
+           "3 C 2 26..30 self=4 wait=0/0/0 on=- ok req"),
+     "spans=4 processes=3 calls=2 orphan_requests=1 continuations=1", NULL, 0, 0},
+
+    {"following_calls_only_a_dormant_servers_call_is_an_orphan", DEFAULTS,
+     LINES("root A 0",
            "send A B t1 10", "recv B A t1 11", "reply B t1 20", "resume A t1 21",
            "send B C t2 25",
            "recv C B t2 26", "reply C t2 30", "resume B t2 31",
            "active B 0", "active C 0", "waiting B 0 -",
            "close 40"),
-     LINES("0 A - 0..40 self=29 wait=11/9/2 on=B ok",
-           "1 B 0 11..20 self=9 wait=0/0/0 on=- ok"),
-     "spans=2 processes=2 calls=1 orphan_requests=2 unmatched_requests=1 unmatched_replies=1 "
-     "unmatched_reply_sends=1"},
+     LINES("0 A - 0..40 self=40 wait=0/0/0 on=- ok root",
+           "1 B 0 11..20 self=9 wait=0/0/0 on=- ok req"),
+     "spans=2 processes=2 calls=1 orphan_requests=1 unmatched_requests=1 unmatched_replies=1 "
+     "unmatched_reply_sends=1", NULL, 0, 1},
 
     {"reply_delegated_to_another_process_ends_the_span", DEFAULTS,
      LINES("root A 0", "send A B t1 10", "recv B A t1 12",
            "reply W t1 30",
            "active B 0", "active W 0",
            "resume A t1 32", "close 40"),
-     LINES("0 A - 0..40 self=18 wait=22/18/4 on=B ok",
-           "1 B 0 12..30 self=18 wait=0/0/0 on=- ok"),
-     "spans=2 processes=2 calls=1 delegated_replies=1"},
+     LINES("0 A - 0..40 self=40 wait=0/0/0 on=- ok root",
+           "1 B 0 12..30 self=18 wait=0/0/0 on=- ok req"),
+     "spans=2 processes=2 calls=1 delegated_replies=1", NULL, 0, 0},
 
     {"reply_send_unseen_ends_the_callee_at_resume", DEFAULTS,
      LINES("root A 0", "send A B t1 10", "recv B A t1 12", "resume A t1 30", "active B 0",
            "close 40"),
-     LINES("0 A - 0..40 self=20 wait=20/18/2 on=B ok",
-           "1 B 0 12..30 self=18 wait=0/0/0 on=- ok"),
-     "spans=2 processes=2 calls=1 unseen_replies=1"},
+     LINES("0 A - 0..40 self=40 wait=0/0/0 on=- ok root",
+           "1 B 0 12..30 self=18 wait=0/0/0 on=- ok req"),
+     "spans=2 processes=2 calls=1 unseen_replies=1", NULL, 0, 0},
 
     /* The root dies while blocked: its wait ends with it; B's work goes on
      * and its reply still ends its span. */
@@ -563,9 +771,9 @@ static const graph_case graph_cases[] = {
            "active A 0", "waiting A 0 -", "active B 1",
            "reply B t1 30", "active B 0",
            "close 40"),
-     LINES("0 A - 0..20 self=10 wait=10/0/10 on=B exit:crash",
-           "1 B 0 12..30 self=18 wait=0/0/0 on=- ok"),
-     "spans=2 processes=2 calls=1"},
+     LINES("0 A - 0..20 self=20 wait=0/0/0 on=- exit:crash root",
+           "1 B 0 12..30 self=18 wait=0/0/0 on=- ok req"),
+     "spans=2 processes=2 calls=1", NULL, 0, 0},
 
     /* A worker replies for B while B is blocked on C: B's span ends there
      * and so does its wait on C; C's later reply still ends C's span. */
@@ -579,10 +787,10 @@ static const graph_case graph_cases[] = {
            "reply C t2 25",
            "resume B t2 26",   /* the call is forgotten: unmatched */
            "close 30"),
-     LINES("0 A - 0..30 self=19 wait=11/9/2 on=B ok",
-           "1 B 0 11..20 self=1 wait=8/0/8 on=C ok",
-           "2 C 1 13..25 self=12 wait=0/0/0 on=- ok"),
-     "spans=3 processes=3 calls=2 unmatched_replies=1 delegated_replies=1"},
+     LINES("0 A - 0..30 self=30 wait=0/0/0 on=- ok root",
+           "1 B 0 11..20 self=9 wait=0/0/0 on=- ok req",
+           "2 C 1 13..25 self=12 wait=0/0/0 on=- ok req"),
+     "spans=3 processes=3 calls=2 unmatched_replies=1 delegated_replies=1", NULL, 0, 0},
 
     {"reply_for_a_settled_call_before_its_send_is_late", DEFAULTS,
      LINES("root A 0",
@@ -593,19 +801,19 @@ static const graph_case graph_cases[] = {
            "active C 0",
            "reply C t2 25",    /* the call is forgotten by now */
            "close 30"),
-     LINES("0 A - 0..30 self=19 wait=11/9/2 on=B ok",
-           "1 B 0 11..20 self=1 wait=8/0/8 on=C ok",
-           "2 C 1 13..24 self=11 wait=0/0/0 on=- ok"),
+     LINES("0 A - 0..30 self=30 wait=0/0/0 on=- ok root",
+           "1 B 0 11..20 self=9 wait=0/0/0 on=- ok req",
+           "2 C 1 13..24 self=11 wait=0/0/0 on=- ok req"),
      "spans=3 processes=3 calls=2 unmatched_reply_sends=1 late_replies=1 delegated_replies=1 "
-     "unseen_replies=1"},
+     "unseen_replies=1", NULL, 0, 0},
 
     /* The receive was never seen: nobody to compare the sender with, so no
      * delegation; a receive after the reply is a duplicate. */
     {"reply_before_any_receive_opens_no_span", DEFAULTS,
      LINES("root A 0", "send A B t1 10", "reply W t1 15", "recv B A t1 16", "active B 0",
            "resume A t1 20", "close 30"),
-     LINES("0 A - 0..30 self=20 wait=10/0/10 on=B ok"),
-     "spans=1 processes=1 calls=1 duplicate_events=1"},
+     LINES("0 A - 0..30 self=30 wait=0/0/0 on=- ok root"),
+     "spans=1 processes=1 calls=1 duplicate_events=1", NULL, 0, 0},
 
     {"active_only_inside_spans", DEFAULTS,
      LINES("active A 0",
@@ -615,9 +823,9 @@ static const graph_case graph_cases[] = {
            "reply B t1 20", "active B 0", "waiting A 1 B",
            "resume A t1 22", "waiting A 0 -", "active A 1",
            "close 30", "active A 0", "current A -"),
-     LINES("0 A - 0..30 self=18 wait=12/8/4 on=B ok",
-           "1 B 0 12..20 self=8 wait=0/0/0 on=- ok"),
-     "spans=2 processes=2 calls=1"},
+     LINES("0 A - 0..30 self=30 wait=0/0/0 on=- ok root",
+           "1 B 0 12..20 self=8 wait=0/0/0 on=- ok req"),
+     "spans=2 processes=2 calls=1", NULL, 0, 0},
 
     {"duplicates_are_counted_and_ignored", DEFAULTS,
      LINES("root A 0", "root B 1",
@@ -626,20 +834,247 @@ static const graph_case graph_cases[] = {
            "reply B t1 20", "reply B t1 21",
            "resume A t1 22", "resume A t1 23",
            "close 30", "close 31"),
-     LINES("0 A - 0..30 self=18 wait=12/8/4 on=B ok",
-           "1 B 0 12..20 self=8 wait=0/0/0 on=- ok"),
-     "spans=2 processes=2 calls=1 unmatched_replies=1 duplicate_events=5"},
+     LINES("0 A - 0..30 self=30 wait=0/0/0 on=- ok root",
+           "1 B 0 12..20 self=8 wait=0/0/0 on=- ok req"),
+     "spans=2 processes=2 calls=1 unmatched_replies=1 duplicate_events=5", NULL, 0, 0},
 
     {"clock_skew_clamps_to_zero_length", DEFAULTS,
      LINES("root A 100",
            "send A B t1 90",    /* before A's span: clamped to 100 */
            "recv B A t1 120",
            "reply B t1 110",    /* before B's start: B lasts 0 */
-           "resume A t1 95",    /* before the send: wait 0 */
+           "resume A t1 95",    /* before the send */
            "close 50"),         /* before A's start: A lasts 0 */
-     LINES("0 A - 100..100 self=0 wait=0/0/0 on=B ok",
-           "1 B 0 120..120 self=0 wait=0/0/0 on=- ok"),
-     "spans=2 processes=2 calls=1 clock_skews=4"},
+     LINES("0 A - 100..100 self=0 wait=0/0/0 on=- ok root",
+           "1 B 0 120..120 self=0 wait=0/0/0 on=- ok req"),
+     "spans=2 processes=2 calls=1 clock_skews=3", NULL, 0, 0},
+
+    /* --- wake-ups: who ended each off-CPU interval -------------------- */
+
+    {"sleep_is_unattributed_timer_wait", DEFAULTS,
+     LINES("root A 0", "out A 10", "in A 40", "rcv A 40 timer", "ran A 41", "close 50"),
+     LINES("0 A - 0..50 self=20 wait=30/0/30(t30) on=- ok root"),
+     "spans=1 processes=1 wakes=1", NULL, 0, 0},
+
+    /* Preempted (no message before it ran on): its own time. A signal
+     * (a stack sample) wakes it without a message and it goes out again:
+     * the same wait goes on. */
+    {"runnable_is_self_and_signals_do_not_end_a_wait", DEFAULTS,
+     LINES("root A 0",
+           "out A 10", "in A 12", "ran A 12",
+           "out A 20", "in A 25", "out A 26", "in A 30", "rcv A 30 port",
+           "close 40"),
+     LINES("0 A - 0..40 self=31 wait=9/0/9(o9) on=- ok root"),
+     "spans=1 processes=1 wakes=2", NULL, 0, 0},
+
+    {"task_wait_is_attributed_to_the_spawned_work", DEFAULTS,
+     LINES("root A 0", "spawn A T 5", "active T 1",
+           "out A 6",
+           "msgsent T A 36",   /* the result: T answered its spawner */
+           "active T 0", "following T 1",
+           "in A 38", "rcv A 38 T",
+           "exit T 39 normal", "following T 0",
+           "close 50"),
+     LINES("0 A - 0..50 self=18 wait=32/30/2(p2) on=T ok root",
+           "1 T 0 5..36 self=31 wait=0/0/0 on=- ok work"),
+     "spans=2 processes=2 wakes=1 attributed_wakes=1 joins=1 edges=1",
+     LINES("0->1 6..36 ns=30 wakes=1"), 0, 0},
+
+    /* The answer's send was not seen (an untokened one): the waiter's
+     * receive event ends the work span; a spawner waiting on a child that
+     * exited meanwhile is still explained by it. */
+    {"answer_seen_only_at_the_receiver", DEFAULTS,
+     LINES("root A 0", "spawn A T 5", "out A 6", "exit T 30 normal", "in A 32", "rcv A 32 T",
+           "close 40"),
+     LINES("0 A - 0..40 self=14 wait=26/24/2(p2) on=T ok root",
+           "1 T 0 5..30 self=25 wait=0/0/0 on=- exit:normal work"),
+     "spans=2 processes=2 wakes=1 attributed_wakes=1 joins=1 edges=1",
+     LINES("0->1 6..30 ns=24 wakes=1"), 0, 0},
+
+    /* mnesia_tm-like: a plain tokened request and a plain answer. */
+    {"plain_message_request_and_answer_make_a_work_span", DEFAULTS,
+     LINES("root A 0",
+           "msgsent A S 10", "out A 11",
+           "msg S A 12", "active S 1", "current S 1",
+           "msgsent S A 20", "active S 0",
+           "in A 22", "rcv A 22 S",
+           "msgsent A S 24", "out A 25", "msg S A 26", "current S 2",
+           "msgsent S A 30", "in A 31", "rcv A 31 S",
+           "close 40"),
+     LINES("0 A - 0..40 self=23 wait=17/12/5(p5) on=S ok root",
+           "1 S 0 12..20 self=8 wait=0/0/0 on=- ok work",
+           "2 S 0 26..30 self=4 wait=0/0/0 on=- ok work"),
+     "spans=3 processes=2 wakes=2 attributed_wakes=2 joins=2 edges=2",
+     LINES("0->1 12..20 ns=8 wakes=1", "0->2 26..30 ns=4 wakes=1"), 0, 0},
+
+    /* httpc-like: the handler replies to the manager's call, then goes on
+     * with the HTTP exchange (a port wakes it) and sends the result. */
+    {"continuation_after_the_reply_explains_the_wait_on_its_result", DEFAULTS,
+     LINES("root A 0",
+           "send A B t1 10", "out A 11", "recv B A t1 12", "reply B t1 15",
+           "out B 16", "in A 16", "rcv A 16 B", "resume A t1 16",
+           "out A 18",
+           "in B 50", "rcv B 50 port", "active B 1", "current B 2",
+           "msgsent B A 55", "out B 56",
+           "in A 57", "rcv A 57 B",
+           "close 60"),
+     LINES("0 A - 0..60 self=16 wait=44/42/2(p2) on=B ok root",
+           "1 B 0 12..15 self=3 wait=0/0/0 on=- ok req",
+           "2 B 1 16..56 self=6 wait=34/0/34(o34) on=- ok cont"),
+     "spans=3 processes=2 calls=1 wakes=3 attributed_wakes=2 continuations=1 edges=2",
+     LINES("0->1 12..15 ns=3 wakes=1", "0->2 18..57 ns=39 wakes=1"), 0, 0},
+
+    /* httpc-like, a fresh connection: S (the manager) spawns H (a new
+     * handler), H acknowledges its start to S and, still holding the
+     * token, asks G (the resolver) for an address, then sends A the
+     * answer. H's continuation brings G in; A's wait is on the
+     * continuation, the span H's answer came from. */
+    {"dormant_follower_that_sends_goes_on_and_brings_its_receiver_in", DEFAULTS,
+     LINES("root A 0",
+           "send A S t1 5", "out A 6", "recv S A t1 7",
+           "spawn S H 8", "msgsent H S 9", "active H 0",
+           "reply S t1 10",
+           "msgsent H G 12", "active H 1", "msg G H 13", "msgsent G H 20", "active G 0",
+           "msgsent H A 30",
+           "in A 31", "rcv A 31 H", "resume A t1 31",
+           "close 40"),
+     LINES("0 A - 0..40 self=15 wait=25/22/3(p3) on=H ok root",
+           "1 S 0 7..10 self=3 wait=0/0/0 on=- ok req",
+           "2 H 1 8..9 self=1 wait=0/0/0 on=- ok work",
+           "3 H 2 9..40 self=31 wait=0/0/0 on=- at_close cont",
+           "4 G 3 13..20 self=7 wait=0/0/0 on=- ok work"),
+     "spans=5 processes=4 calls=1 wakes=1 attributed_wakes=1 joins=2 continuations=1 edges=1",
+     LINES("0->3 9..31 ns=22 wakes=1"), 0, 0},
+
+    /* A server's own timer after its reply, with nothing sent to the
+     * trace: no span (its stacks were charged meanwhile). */
+    {"continuation_that_never_tells_the_trace_is_dropped", DEFAULTS,
+     LINES("root A 0",
+           "send A B t1 10", "out A 11", "recv B A t1 12", "reply B t1 15",
+           "in A 16", "rcv A 16 B", "resume A t1 16",
+           "out B 16", "in B 30", "rcv B 30 timer", "active B 1", "out B 33",
+           "msgsent A B 35", "msg B A 36",   /* a new job: the dropped span is no parent */
+           "msgsent B A 38",
+           "close 40"),
+     LINES("0 A - 0..40 self=35 wait=5/3/2(p2) on=B ok root",
+           "1 B 0 12..15 self=3 wait=0/0/0 on=- ok req",
+           "2 B 0 36..38 self=2 wait=0/0/0 on=- ok work"),
+     "spans=4 processes=2 calls=1 wakes=3 attributed_wakes=1 joins=1 dropped_continuations=1 edges=1",
+     LINES("0->1 12..15 ns=3 wakes=1"), 0, 0},
+
+    {"server_after_reply_leaves_when_woken_from_outside", DEFAULTS,
+     LINES("root A 0",
+           "send A B t1 10",
+           "out A 11", "recv B A t1 12", "note joined B 12",
+           "reply B t1 15", "note pause B 15",
+           "in A 16", "rcv A 16 B", "note in A 16", "note attribute A 16 3",
+           "resume A t1 16",
+           "out B 20", "in B 30", "rcv B 30 X", "note left B 30", "following B 0",
+           "out B 31", "in B 32", "rcv B 32 port",   /* gone: nothing more */
+           "notes 0",
+           "close 40"),
+     LINES("0 A - 0..40 self=35 wait=5/3/2(p2) on=B ok root",
+           "1 B 0 12..15 self=3 wait=0/0/0 on=- ok req"),
+     "spans=2 processes=2 calls=1 wakes=2 attributed_wakes=1 leaves=1 edges=1",
+     LINES("0->1 12..15 ns=3 wakes=1"), 1, 0},
+
+    /* A process outside the trace messages a follower busy with a request
+     * while it was scheduled out: it was runnable meanwhile. */
+    {"foreign_message_mid_request_is_runnable", DEFAULTS,
+     LINES("root A 0",
+           "send A B t1 10", "out A 11", "recv B A t1 12",
+           "out B 13", "in B 14", "rcv B 14 X", "following B 1",
+           "out B 16", "in B 26", "rcv B 26 timer",
+           "reply B t1 30", "in A 31", "rcv A 31 B", "resume A t1 31",
+           "close 40"),
+     LINES("0 A - 0..40 self=20 wait=20/18/2(p2) on=B ok root",
+           "1 B 0 12..30 self=8 wait=10/0/10(t10) on=- ok req"),
+     "spans=2 processes=2 calls=1 wakes=3 attributed_wakes=1 edges=1",
+     LINES("0->1 12..30 ns=18 wakes=1"), 0, 0},
+
+    /* A forwards to F, F to G, G answers A: F's work ends where it went
+     * idle for good, when a process outside the trace wakes it. */
+    {"forwarder_leaves_on_a_foreign_wake_after_its_part", DEFAULTS,
+     LINES("root A 0",
+           "msgsent A F 5", "out A 5", "msg F A 6",
+           "msgsent F G 8", "msg G F 9", "out F 10",
+           "msgsent G A 20", "in A 21", "rcv A 21 G", "out G 21",
+           "in F 25", "rcv F 25 X", "following F 0", "active F 0",
+           "close 40"),
+     LINES("0 A - 0..40 self=24 wait=16/12/4(p4) on=G ok root",
+           "1 F 0 6..10 self=4 wait=0/0/0 on=- ok work",
+           "2 G 1 9..21 self=12 wait=0/0/0 on=- ok work"),
+     "spans=3 processes=3 wakes=2 attributed_wakes=1 joins=2 leaves=1 edges=1",
+     LINES("0->2 9..21 ns=12 wakes=1"), 0, 0},
+
+    /* B forwards to C and exits before C takes the message: the message
+     * was sent from B's span, so C still joins under it. Following calls
+     * only, plain messages bring nobody in (next case). */
+    {"message_sent_from_a_span_that_ended_since_still_brings_in", DEFAULTS,
+     LINES("root A 0", "msgsent A B 5", "msg B A 6",
+           "msgsent B C 10", "exit B 11 normal", "following B 0",
+           "msg C B 12", "active C 1",
+           "close 20"),
+     LINES("0 A - 0..20 self=20 wait=0/0/0 on=- ok root",
+           "1 B 0 6..11 self=5 wait=0/0/0 on=- exit:normal work",
+           "2 C 1 12..20 self=8 wait=0/0/0 on=- at_close work"),
+     "spans=3 processes=3 joins=2", NULL, 0, 0},
+
+    {"following_calls_only_plain_messages_and_spawns_bring_nobody_in", DEFAULTS,
+     LINES("root A 0", "msgsent A B 5", "msg B A 6", "spawn A T 7", "active B 0", "active T 0",
+           "close 20"),
+     LINES("0 A - 0..20 self=20 wait=0/0/0 on=- ok root"),
+     "spans=1 processes=1", NULL, 0, 1},
+
+    /* A child of a process with no open span is not the trace's. */
+    {"spawn_by_a_dormant_or_unknown_process_does_not_join", DEFAULTS,
+     LINES("root A 0", "send A B t1 1", "recv B A t1 2", "reply B t1 3", "resume A t1 4",
+           "spawn B T 5", "spawn X T 6", "active T 0", "close 10"),
+     LINES("0 A - 0..10 self=10 wait=0/0/0 on=- ok root",
+           "1 B 0 2..3 self=1 wait=0/0/0 on=- ok req"),
+     "spans=2 processes=2 calls=1", NULL, 0, 0},
+
+    {"exit_while_waiting_cuts_the_wait", DEFAULTS,
+     LINES("root A 0", "spawn A T 1", "out T 5", "exit T 20 crash", "close 30"),
+     LINES("0 A - 0..30 self=30 wait=0/0/0 on=- ok root",
+           "1 T 0 1..20 self=4 wait=15/0/15(x15) on=- exit:crash work"),
+     "spans=2 processes=2 wakes=1 joins=1", NULL, 0, 0},
+
+    /* Followers idle at the end stop where their last idle began; one
+     * still busy is open at close; the root's wait is cut at close. */
+    {"close_ends_idle_work_at_its_last_idle", DEFAULTS,
+     LINES("root A 0", "spawn A T 1", "spawn A U 2", "out T 5", "out A 6", "close 30"),
+     LINES("0 A - 0..30 self=6 wait=24/0/24(x24) on=- ok root",
+           "1 T 0 1..5 self=4 wait=0/0/0 on=- ok work",
+           "2 U 0 2..30 self=28 wait=0/0/0 on=- at_close work"),
+     "spans=3 processes=3 wakes=1 joins=2", NULL, 0, 0},
+
+    /* follow: :calls: no receive events; a tokened reply says who woke
+     * the caller, and a wake nothing tells of is other wait. */
+    {"calls_only_wakes_settle_on_tokened_messages", DEFAULTS,
+     LINES("root A 0",
+           "send A B t1 5", "out A 6", "recv B A t1 7", "reply B t1 15",
+           "in A 16", "resume A t1 16",
+           "out A 20", "in A 50", "ran A 50",
+           "close 60"),
+     LINES("0 A - 0..60 self=20 wait=40/8/32(p2 x30) on=- ok root",
+           "1 B 0 7..15 self=8 wait=0/0/0 on=- ok req"),
+     "spans=2 processes=2 calls=1 wakes=2 attributed_wakes=1 edges=1",
+     LINES("0->1 7..15 ns=8 wakes=1"), 0, 1},
+
+    /* mode :process: the root's own events come after its correlation
+     * events; its wake finds the sender in what it took meanwhile. Its
+     * stacks take its events as they come: no in or attribute note. */
+    {"late_root_settles_from_the_messages_it_took", DEFAULTS,
+     LINES("root A 0", "late A",
+           "send A B t1 5", "recv B A t1 7", "note joined B 7", "reply B t1 15", "note pause B 15",
+           "resume A t1 16", "notes 0",
+           "out A 6", "in A 16", "rcv A 16 ?", "ran A 17", "notes 0",
+           "close 20"),
+     LINES("0 A - 0..20 self=10 wait=10/8/2(p2) on=B ok root",
+           "1 B 0 7..15 self=8 wait=0/0/0 on=- ok req"),
+     "spans=2 processes=2 calls=1 wakes=1 attributed_wakes=1 edges=1",
+     LINES("0->1 7..15 ns=8 wakes=1"), 1, 0},
 
     /* --- bounds --------------------------------------------------------- */
 
@@ -650,9 +1085,9 @@ static const graph_case graph_cases[] = {
            "send C D t3 32",   /* not followed: an orphan */
            "reply C t2 40", "resume A t2 41",
            "close 50"),
-     LINES("0 A - 0..50 self=29 wait=21/10/11 on=C ok",
-           "1 B 0 10..20 self=10 wait=0/0/0 on=- ok"),
-     "spans=2 processes=2 calls=2 dropped_spans=1 span_limit_hits=1 orphan_requests=1"},
+     LINES("0 A - 0..50 self=50 wait=0/0/0 on=- ok root",
+           "1 B 0 10..20 self=10 wait=0/0/0 on=- ok req"),
+     "spans=2 processes=2 calls=2 dropped_spans=1 span_limit_hits=1 orphan_requests=1", NULL, 0, 0},
 
     {"max_fanout_limits_children_per_span", {0, 0, 0, 1},
      LINES("root A 0",
@@ -661,10 +1096,10 @@ static const graph_case graph_cases[] = {
            "reply B t1 20", "resume A t1 20",
            "send A B t3 30", "recv B A t3 30", "active B 0", "reply B t3 40", "resume A t3 40",
            "close 50"),
-     LINES("0 A - 0..50 self=30 wait=20/10/10 on=B ok",
-           "1 B 0 10..20 self=8 wait=2/2/0 on=C ok",
-           "2 C 1 12..14 self=2 wait=0/0/0 on=- ok"),
-     "spans=3 processes=3 calls=3 dropped_spans=1 fanout_hits=1"},
+     LINES("0 A - 0..50 self=50 wait=0/0/0 on=- ok root",
+           "1 B 0 10..20 self=10 wait=0/0/0 on=- ok req",
+           "2 C 1 12..14 self=2 wait=0/0/0 on=- ok req"),
+     "spans=3 processes=3 calls=3 dropped_spans=1 fanout_hits=1", NULL, 0, 0},
 
     {"max_processes_limits_distinct_pids", {0, 0, 2, 0},
      LINES("root A 0",
@@ -672,10 +1107,10 @@ static const graph_case graph_cases[] = {
            "send A C t2 30", "recv C A t2 30", "active C 0", "reply C t2 40", "resume A t2 40",
            "send A B t3 50", "recv B A t3 50", "reply B t3 55", "resume A t3 55",
            "close 60"),
-     LINES("0 A - 0..60 self=35 wait=25/15/10 on=B ok",
-           "1 B 0 10..20 self=10 wait=0/0/0 on=- ok",
-           "2 B 0 50..55 self=5 wait=0/0/0 on=- ok"),
-     "spans=3 processes=2 calls=3 dropped_spans=1 process_limit_hits=1"},
+     LINES("0 A - 0..60 self=60 wait=0/0/0 on=- ok root",
+           "1 B 0 10..20 self=10 wait=0/0/0 on=- ok req",
+           "2 B 0 50..55 self=5 wait=0/0/0 on=- ok req"),
+     "spans=3 processes=2 calls=3 dropped_spans=1 process_limit_hits=1", NULL, 0, 0},
 
     {"max_pending_calls_drops_requests_visibly", {0, 1, 0, 0},
      LINES("root A 0",
@@ -688,11 +1123,11 @@ static const graph_case graph_cases[] = {
            "send A C t3 30",   /* room again */
            "recv C A t3 31", "reply C t3 35", "resume A t3 36",
            "close 40"),
-     LINES("0 A - 0..40 self=22 wait=18/12/6 on=B ok",
-           "1 B 0 12..20 self=8 wait=0/0/0 on=- ok",
-           "2 C 0 31..35 self=4 wait=0/0/0 on=- ok"),
+     LINES("0 A - 0..40 self=40 wait=0/0/0 on=- ok root",
+           "1 B 0 12..20 self=8 wait=0/0/0 on=- ok req",
+           "2 C 0 31..35 self=4 wait=0/0/0 on=- ok req"),
      "spans=3 processes=3 calls=2 pending_limit_hits=1 unmatched_requests=1 unmatched_replies=1 "
-     "unmatched_reply_sends=1"},
+     "unmatched_reply_sends=1", NULL, 0, 0},
 };
 // clang-format on
 
@@ -731,13 +1166,16 @@ static int case_teardown(void **state)
 static void case_test(void **state)
 {
     const case_run *run = *state;
-    static const char *const names[] = {"A", "B", "C", "D", "S", "W", "X"};
+    static const char *const names[] = {"A", "B", "C", "D", "S", "T", "W", "X"};
     uint64_t pids[sizeof names / sizeof names[0]];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         pids[i] = key(names[i]);
-    run_script(run->g, run->c->script);
+    if (run->c->calls_only)
+        fo_graph_follow_messages(run->g, 0);
+    run_script(run->g, run->c->script, run->c->notes);
     check_graph(run->g, &run->limits, pids, sizeof pids / sizeof pids[0]);
     assert_spans(run->g, run->c->expect);
+    assert_edges(run->g, run->c->edges);
     assert_stats(run->g, run->c->stats);
     assert_int_equal(fo_graph_trace_id(run->g), 7);
 }
@@ -877,6 +1315,7 @@ typedef struct {
     uint64_t longest;
     uint64_t on;
     uint32_t calls;
+    uint32_t wakes;
 } mspan;
 
 typedef struct {
@@ -904,13 +1343,24 @@ static uint32_t idle_pid(model *m)
     return 0;
 }
 
+/* The front end drains the notes after every event; the model after each
+ * call (fewer than FO_GRAPH_NOTES come of one). */
+static void drain_notes(fo_graph *g)
+{
+    fo_graph_note n;
+    while (fo_graph_next_note(g, &n))
+        ;
+}
+
 static void model_noise(model *m, int64_t t)
 {
     uint64_t tag = m->next_noise_tag++;
     uint64_t any = m->pids[ts_rng_below(&m->rng, MODEL_PIDS)];
     switch (ts_rng_below(&m->rng, 8)) {
     case 0:
-        fo_graph_request_sent(m->g, m->pids[idle_pid(m)], any, tag, t);
+        /* from a process that holds no span and never did (a follower
+         * without a span would go on with the trace's work) */
+        fo_graph_request_sent(m->g, HELPER_PID, any, tag, t);
         m->want.orphan_requests++;
         break;
     case 1:
@@ -943,6 +1393,7 @@ static int64_t model_span(model *m, uint32_t s, uint32_t pi, int64_t t, int dept
         uint64_t tag = m->next_tag++;
         int64_t sent = t;
         fo_graph_request_sent(m->g, m->pids[pi], m->pids[ci], tag, sent);
+        fo_graph_out(m->g, m->pids[pi], sent);
         uint64_t callee = 0;
         assert_int_equal(fo_graph_waiting_call(m->g, m->pids[pi], &callee), 1);
         assert_true(callee == m->pids[ci]);
@@ -970,19 +1421,33 @@ static int64_t model_span(model *m, uint32_t s, uint32_t pi, int64_t t, int dept
         fo_graph_reply_sent(m->g, sender, tag, end);
         assert_int_equal(fo_graph_active(m->g, m->pids[ci]), 0);
         m->spans[child].ended = end;
+        /* the caller was out from its send to its wake by the reply */
         int64_t resume = end + ts_rng_below(&m->rng, 6);
+        fo_graph_in(m->g, m->pids[pi], resume);
+        fo_graph_received(m->g, m->pids[pi], resume, FO_WAKER_PROCESS, sender);
         fo_graph_reply_received(m->g, m->pids[pi], tag, resume);
         mspan *me = &m->spans[s];
         uint64_t wait = (uint64_t)(resume - sent);
-        me->wait += wait;
-        me->attributed += (uint64_t)(end - recv);
-        if (me->calls == 0 || wait > me->longest) {
-            me->longest = wait;
-            me->on = m->pids[ci];
-        }
-        me->calls++;
+        m->want.wakes++;
         m->want.calls++;
+        me->calls++;
         t = resume;
+        drain_notes(m->g);
+        if ((sender == HELPER_PID && s != 0) || wait == 0)
+            continue; /* woken from outside mid-request: taken as runnable */
+        me->wait += wait;
+        me->wakes++;
+        if (sender != HELPER_PID) {
+            me->attributed += (uint64_t)(end - recv);
+            if (end > recv) {
+                m->want.attributed_wakes++;
+                m->want.edges++;
+            }
+        }
+        if (me->wakes == 1 || wait > me->longest) {
+            me->longest = wait;
+            me->on = sender;
+        }
     }
     return t + ts_rng_below(&m->rng, 20);
 }
@@ -998,18 +1463,19 @@ static void model_compare(const model *m)
         if (si.pid != e->pid || si.parent_span_id != e->parent || si.started_ns != e->started ||
             si.ended_ns != e->ended || si.wait_ns != e->wait ||
             si.attributed_wait_ns != e->attributed || si.waiting_on_pid != e->on ||
-            si.calls != e->calls || si.status != FO_SPAN_OK || si.self_ns != duration - e->wait)
+            si.calls != e->calls || si.wakes != e->wakes || si.status != FO_SPAN_OK ||
+            si.self_ns != duration - e->wait)
             fail_msg("model span %" PRIu32 " differs:\n"
                      "  got  pid %" PRIx64 " parent %" PRIu32 " %" PRId64 "..%" PRId64
-                     " wait %" PRIu64 "/%" PRIu64 " on %" PRIx64 " calls %" PRIu32
+                     " wait %" PRIu64 "/%" PRIu64 " on %" PRIx64 " calls %" PRIu32 " wakes %" PRIu32
                      " status %" PRIu32 " self %" PRIu64 "\n"
                      "  want pid %" PRIx64 " parent %" PRIu32 " %" PRId64 "..%" PRId64
-                     " wait %" PRIu64 "/%" PRIu64 " on %" PRIx64 " calls %" PRIu32
+                     " wait %" PRIu64 "/%" PRIu64 " on %" PRIx64 " calls %" PRIu32 " wakes %" PRIu32
                      " status 1 self %" PRIu64,
                      id, si.pid, si.parent_span_id, si.started_ns, si.ended_ns, si.wait_ns,
-                     si.attributed_wait_ns, si.waiting_on_pid, si.calls, si.status, si.self_ns,
+                     si.attributed_wait_ns, si.waiting_on_pid, si.calls, si.wakes, si.status, si.self_ns,
                      e->pid, e->parent, e->started, e->ended, e->wait, e->attributed, e->on,
-                     e->calls, duration - e->wait);
+                     e->calls, e->wakes, duration - e->wait);
     }
     const fo_graph_stats *st = fo_graph_get_stats(m->g);
     assert_memory_equal(st, &m->want, sizeof *st);
@@ -1139,6 +1605,56 @@ static void fuzz_step(fuzz *f, fo_graph *g, uint32_t i)
     f->stage[i] = (f->stage[i] + (roll == 0 ? 0 : roll == 1 ? 2 : 1)) % 4;
 }
 
+/* A follower's own events and plain messages, in no particular order. */
+static uint64_t fuzz_caller(fuzz *f, const fo_graph *g);
+
+static void fuzz_wake(fuzz *f, fo_graph *g, uint32_t roll)
+{
+    static const fo_waker_kind kinds[] = {FO_WAKER_NONE, FO_WAKER_PROCESS, FO_WAKER_PORT, FO_WAKER_TIMER};
+    int64_t ts;
+    switch (roll % 10) {
+    case 0:
+    case 1:
+        fo_graph_out(g, fuzz_pid(f), f->t);
+        break;
+    case 2:
+    case 3:
+        fo_graph_in(g, fuzz_pid(f), f->t);
+        break;
+    case 4:
+        /* often a wake by a follower working right now */
+        fo_graph_received(g, fuzz_pid(f), f->t, kinds[ts_rng_below(&f->r, 4)],
+                          ts_rng_below(&f->r, 4) == 0 ? 0 : fuzz_caller(f, g));
+        break;
+    case 5:
+        fo_graph_ran(g, fuzz_pid(f), f->t);
+        break;
+    case 6:
+        fo_graph_message_sent(g, fuzz_pid(f), ts_rng_below(&f->r, 5) == 0 ? 0 : fuzz_pid(f), f->t);
+        break;
+    case 7:
+        fo_graph_message_received(g, fuzz_pid(f), fuzz_pid(f), f->t);
+        break;
+    case 8:
+        fo_graph_spawned(g, fuzz_pid(f), fuzz_pid(f), f->t);
+        break;
+    default:
+        if (ts_rng_below(&f->r, 2) == 0) {
+            /* a whole wait of a follower, woken by another one */
+            uint64_t p = fuzz_caller(f, g);
+            int64_t t = f->t > INT64_MAX - 30 ? INT64_MAX - 30 : f->t;
+            fo_graph_out(g, p, t);
+            fo_graph_in(g, p, t + (int64_t)ts_rng_below(&f->r, 30));
+            fo_graph_received(g, p, t + 30, FO_WAKER_PROCESS, fuzz_caller(f, g));
+        } else if (ts_rng_below(&f->r, 20) == 0)
+            fo_graph_set_late(g, fuzz_pid(f));
+        else
+            (void)fo_graph_take_in(g, fuzz_pid(f), &ts);
+        (void)fo_graph_following(g, fuzz_pid(f));
+        break;
+    }
+}
+
 static void fuzz_event(fuzz *f, fo_graph *g, int late)
 {
     uint32_t roll = ts_rng_below(&f->r, 1000);
@@ -1164,8 +1680,19 @@ static void fuzz_event(fuzz *f, fo_graph *g, int late)
             fo_graph_reply_received(g, fuzz_pid(f), tag, f->t);
             break;
         }
-    } else
+    } else if (roll < 450)
+        fuzz_wake(f, g, roll);
+    else
         fuzz_step(f, g, ts_rng_below(&f->r, FUZZ_TAGS));
+    /* the front end drains the notes; now and then it lags */
+    fo_graph_note n;
+    while (ts_rng_below(&f->r, 50) != 0 && fo_graph_next_note(g, &n)) {
+        assert_true(n.kind >= FO_NOTE_JOINED && n.kind <= FO_NOTE_ATTRIBUTE);
+        int known = 0;
+        for (uint32_t i = 0; i < FUZZ_PIDS; i++)
+            known |= f->pids[i] == n.pid;
+        assert_true(known);
+    }
 }
 
 static uint32_t fuzz_bound(ts_rng *r)
@@ -1176,7 +1703,7 @@ static uint32_t fuzz_bound(ts_rng *r)
 static void test_random_streams_keep_invariants(void **state)
 {
     (void)state;
-    uint64_t spans = 0, nested = 0, calls = 0;
+    uint64_t spans = 0, nested = 0, calls = 0, wakes = 0, edges = 0, joins = 0;
     for (uint64_t seed = 1; seed <= 60; seed++) {
         fuzz f;
         memset(&f, 0, sizeof f);
@@ -1189,6 +1716,7 @@ static void test_random_streams_keep_invariants(void **state)
                              fuzz_bound(&f.r)};
         fo_graph *g = fo_graph_new(&l, seed);
         assert_non_null(g);
+        fo_graph_follow_messages(g, seed % 3 != 0);
         f.t = (int64_t)ts_rng_below(&f.r, 1000);
         fo_graph_root(g, fuzz_pid(&f), f.t);
         for (int i = 0; i < 4000; i++) {
@@ -1203,6 +1731,9 @@ static void test_random_streams_keep_invariants(void **state)
         uint32_t n = fo_graph_span_count(g);
         spans += n;
         calls += fo_graph_get_stats(g)->calls;
+        wakes += fo_graph_get_stats(g)->wakes;
+        edges += fo_graph_get_stats(g)->edges;
+        joins += fo_graph_get_stats(g)->joins;
         for (uint32_t id = 0; id < n; id++) {
             fo_span_info si;
             assert_int_equal(fo_graph_span(g, id, &si), 1);
@@ -1210,8 +1741,11 @@ static void test_random_streams_keep_invariants(void **state)
         }
         fo_graph_free(g);
     }
-    /* the streams did make calls, spans past the root, and nested spans */
+    /* the streams did make calls, spans past the root, nested spans, and
+     * wakes some of which a span explained */
     assert_true(calls > 1000 && spans > 300 && nested > 50);
+    if (!(wakes > 1000 && edges > 20 && joins > 50))
+        fail_msg("wakes %" PRIu64 " edges %" PRIu64 " joins %" PRIu64, wakes, edges, joins);
 }
 
 int main(void)

@@ -37,13 +37,23 @@ defmodule FlameOn.Client do
       `stats.stacks_without_text` (`profile.tree` and every exporter but
       the folded text keep them).
     * `:cross_process` (`false`, or `config :flame_on_client, cross_process:
-      true`) – also follow `GenServer.call`s into the processes that serve
-      them, with `:seq_trace`, and build `profile.graph`, a
-      `FlameOn.Client.Graph` of linked spans: the caller's wait becomes wait
-      on a known callee, and the callee's own stacks join the profile under
+      true`) – also follow, with `:seq_trace`, the processes the function's
+      work reaches (the servers it calls, the processes it messages or
+      spawns, and so on from them), and build `profile.graph`, a
+      `FlameOn.Client.Graph` of linked spans and wait edges: every wait of a
+      process of the trace is attributed to the process whose message ended
+      it (or says what ended it: a port, a timer, a process outside the
+      trace), and each followed process's own stacks join the profile under
       its pid. Needs the node's seq_trace system tracer. With `mode:
       :process` the root's attributed wait stays a `WAITING` leaf in its
       stacks (the spans still split it).
+    * `:follow` (`:messages`) – cross-process traces: what makes a process
+      join the trace and who explains a wait. `:messages`: any message a
+      process of the trace sends (tokened), and any process it spawns, brings
+      the receiver in; every wait of a process of the trace is attributed to
+      the follower whose message ended it (see "Cross-process spans" in the
+      README). `:calls`: only `GenServer.call`s are followed (cheaper: no
+      receive events), and a wait is explained only by a tokened message.
     * `:sleep` (`:default`) – cross-process traces: by default a caller's
       wait that a traced callee explains leaves the caller's stacks (the
       span graph links it to the callee's span) and the wait nothing
@@ -131,6 +141,7 @@ defmodule FlameOn.Client do
               mode: :nif,
               timeout: 30_000,
               cross_process: nil,
+              follow: :messages,
               sleep: :default,
               max_duration_ms: @graph_lifetime_default
             ] ++
@@ -152,6 +163,8 @@ defmodule FlameOn.Client do
           | {:interval_us, pos_integer()}
           | {:split_status, boolean()}
           | {:max_samples, pos_integer()}
+          | {:cross_process, boolean()}
+          | {:follow, :messages | :calls}
           | {:timeout, timeout()}
 
   @doc """
@@ -384,6 +397,8 @@ defmodule FlameOn.Client do
       {:sleep, other} -> invalid!(:sleep, ":default or :raw", other)
       {:cross_process, flag} when is_boolean(flag) or is_nil(flag) -> :ok
       {:cross_process, other} -> invalid!(:cross_process, "a boolean", other)
+      {:follow, follow} when follow in [:messages, :calls] -> :ok
+      {:follow, other} -> invalid!(:follow, ":messages or :calls", other)
       {:mode, mode} when mode in [:nif, :process, :sample] -> :ok
       {:mode, other} -> invalid!(:mode, ":nif, :process or :sample", other)
       # checked by Sampler.check_options!/1 below

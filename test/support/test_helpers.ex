@@ -227,11 +227,12 @@ defmodule FlameOn.Client.TestHelpers do
           traced != {:traced, false},
           do: {:pattern, mfa, traced}
 
-    # Cross-process traces: the seq_trace system tracer and the send
-    # pattern are back to the node's defaults.
+    # Cross-process traces: the seq_trace system tracer, the send and
+    # receive patterns are back to the node's defaults.
     graph =
-      case {:seq_trace.get_system_tracer(), :erlang.trace_info(:send, :match_spec)} do
-        {false, {:match_spec, true}} -> []
+      case {:seq_trace.get_system_tracer(), :erlang.trace_info(:send, :match_spec),
+            :erlang.trace_info(:receive, :match_spec)} do
+        {false, {:match_spec, true}, {:match_spec, true}} -> []
         other -> [{:graph_tracing, other}]
       end
 
@@ -249,6 +250,29 @@ defmodule FlameOn.Client.TestHelpers do
     if :erlang.system_info(:otp_release) >= ~c"26",
       do: [:call_time, :call_memory],
       else: [:call_time]
+  end
+
+  @doc """
+  Asserts that no process holds a seq_trace token (the last graph trace
+  resets them; polls like `assert_node_clean/1`). Not part of
+  `assert_node_clean/1`: while another tool owns the seq_trace system
+  tracer, tokens may be its own.
+  """
+  def assert_no_tokens(timeout \\ 1_000) do
+    deadline = System.monotonic_time(:millisecond) + timeout
+
+    holders =
+      wait_for(
+        fn ->
+          for pid <- Process.list(),
+              {:sequential_trace_token, token} <- [Process.info(pid, :sequential_trace_token)],
+              token != [],
+              do: {pid, token}
+        end,
+        deadline
+      )
+
+    assert holders == [], "processes hold seq_trace tokens: #{inspect(holders)}"
   end
 
   defp loaded?({module, _f, _a}), do: match?({:module, _}, Code.ensure_loaded(module))

@@ -1,7 +1,8 @@
 /* libFuzzer target for the whole C core: arbitrary bytes become a stream
- * of timeline events (fo_session) and span-graph events (fo_graph) under
- * small random bounds, and the finished tree is rendered (fo_render). The
- * core must never crash, leak or break its tree invariants, whatever the
+ * of timeline events (fo_session), span-graph events (fo_graph) and
+ * followed-trace events that drive both (fo_follow), under small random
+ * bounds, and the finished tree is rendered (fo_render). The core must
+ * never crash, leak or break its tree and graph invariants, whatever the
  * stream, and the rendered stacks must come out in text order. Build and
  * run: `make fuzz-run`. */
 #include <stddef.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fo_follow.h"
 #include "fo_graph.h"
 #include "fo_render.h"
 #include "fo_session.h"
@@ -95,6 +97,67 @@ static void check_graph(const fo_graph *g)
             abort();
         if (span.attributed_wait_ns > span.wait_ns)
             abort();
+        /* the span arithmetic */
+        uint64_t duration = (uint64_t)span.ended_ns - (uint64_t)span.started_ns;
+        if (span.ended_ns < span.started_ns || span.self_ns + span.wait_ns != duration)
+            abort();
+        uint64_t causes = 0;
+        for (uint32_t c = 0; c < FO_CAUSE_COUNT; c++)
+            causes += span.unattributed_by[c];
+        if (causes != span.unattributed_wait_ns)
+            abort();
+    }
+    for (uint32_t e = 0; e < fo_graph_edge_count(g); e++) {
+        fo_edge_info edge;
+        if (!fo_graph_edge(g, e, &edge) || edge.waiter_span_id >= spans || edge.waker_span_id >= spans ||
+            edge.ended_ns < edge.started_ns)
+            abort();
+    }
+}
+
+static void correlation(const fo_follow *f, reader *r, int64_t ts)
+{
+    fo_corr c;
+    c.kind = (fo_corr_kind)(byte(r) % 5u); /* 0: not a kind */
+    c.is_send = byte(r) & 1u;
+    c.from = small_key(r);
+    c.to = byte(r) & 7u ? small_key(r) : 0;
+    c.tag = small_key(r);
+    fo_follow_correlation(f, &c, ts);
+}
+
+/* Through fo_follow: the graph decides, the session follows. */
+static void follow_op(const fo_follow *f, reader *r, fo_event *ev)
+{
+    static const fo_event_kind kinds[] = {FO_EV_CALL, FO_EV_RETURN_TO, FO_EV_IN, FO_EV_OUT, FO_EV_GC_START};
+    switch (byte(r) % 7u) {
+    case 0:
+    case 1:
+        ev->kind = kinds[byte(r) % 5u];
+        ev->flags = FO_EVF_HAS_MFA | (byte(r) & 1u ? FO_EVF_HAS_CALLER : 0u);
+        ev->mfa = mfa(r);
+        ev->caller = mfa(r);
+        fo_follow_event(f, ev);
+        break;
+    case 2:
+        fo_follow_received(f, ev->pid, ev->ts_ns, (fo_waker_kind)(byte(r) % 4u),
+                           byte(r) & 3u ? small_key(r) : 0);
+        break;
+    case 3:
+        correlation(f, r, ev->ts_ns);
+        break;
+    case 4:
+        fo_follow_spawned(f, small_key(r), ev->pid, ev->ts_ns);
+        break;
+    case 5:
+        fo_follow_exit(f, ev->pid, ev->ts_ns, byte(r));
+        break;
+    default:
+        if (fo_follow_before_sample(f, ev->pid))
+            sample(f->session, r, ev->pid, ev->ts_ns);
+        if (byte(r) == 0xee)
+            fo_graph_set_late(f->graph, ev->pid);
+        break;
     }
 }
 
@@ -182,9 +245,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (s == NULL || g == NULL)
         abort();
     int64_t clock = 0;
+    fo_graph_follow_messages(g, byte(&r) & 1u);
     fo_graph_root(g, 1, 0);
+    fo_follow f = {s, g, NULL, NULL};
+    fo_graph_note note;
     while (r.pos < r.size) {
-        uint8_t op = byte(&r) % 16u;
+        uint8_t op = byte(&r) % 20u;
         fo_event ev;
         memset(&ev, 0, sizeof(ev));
         ev.pid = small_key(&r);
@@ -246,13 +312,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 14:
             sample(s, &r, ev.pid, ev.ts_ns);
             break;
+        case 15:
+        case 16:
+        case 17:
+        case 18:
+            follow_op(&f, &r, &ev);
+            break;
+        case 19:
+            /* the graph on its own: notes pile up until drained */
+            /* wraps on purpose, no UB: skew paths */
+            fo_graph_out(g, ev.pid, ev.ts_ns);
+            fo_graph_in(g, ev.pid, (int64_t)((uint64_t)ev.ts_ns + byte(&r)));
+            fo_graph_ran(g, ev.pid, (int64_t)((uint64_t)ev.ts_ns + 300u));
+            fo_graph_message_received(g, ev.pid, small_key(&r), ev.ts_ns);
+            if (byte(&r) & 1u)
+                while (fo_graph_next_note(g, &note))
+                    ;
+            break;
         default:
             fo_session_apply(s, &ev); /* kind 0: not a valid event */
             break;
         }
     }
-    fo_session_close(s, clock);
-    fo_graph_close(g, clock);
+    if (byte(&r) & 1u) {
+        fo_follow_close(&f, clock, 1);
+    } else {
+        fo_session_close(s, clock);
+        fo_graph_close(g, clock);
+    }
     check_tree(s);
     check_graph(g);
     check_render(s, size % 4 == 0 ? UINT64_MAX : (uint64_t)(size % 200));

@@ -44,13 +44,34 @@ defmodule FlameOn.Client.Capture do
   def module_for(%{mode: :process}), do: FlameOn.Client.Capture.Process
   def module_for(%{mode: :sample}), do: FlameOn.Client.Capture.Sample
 
-  @doc "Raises unless FlameOn can trace the calling process (`TraceBackend.check_tracee/1`)."
+  @doc """
+  Raises unless FlameOn can trace the calling process
+  (`TraceBackend.check_tracee/1`). A process that only follows another
+  cross-process trace (a message of that trace reached it) leaves it: it
+  starts a trace of its own.
+  """
   @spec ensure_untraced!() :: :ok
-  def ensure_untraced! do
+  def ensure_untraced!, do: ensure_untraced!(true)
+
+  defp ensure_untraced!(leave?) do
     case FlameOn.Client.TraceBackend.check_tracee(self()) do
-      :ok -> :ok
-      {:error, {:already_traced, tracer}} -> already_traced!(tracer)
+      :ok ->
+        :ok
+
+      {:error, {:already_traced, tracer}} ->
+        if leave? and follower_only?(tracer) do
+          FlameOn.Client.TraceBackend.untrace_graph(self())
+          :seq_trace.set_token([])
+          ensure_untraced!(false)
+        else
+          already_traced!(tracer)
+        end
     end
+  end
+
+  defp follower_only?(tracer) do
+    tracer in [{FlameOn.Client.Native, :graph}, {:trace_session, :flame_on_client_graph}] and
+      FlameOn.Client.Native.graph_role(self()) != :root
   end
 
   @doc "A native session with the limits of `opts` (and its extra keys), or raises."

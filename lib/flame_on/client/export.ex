@@ -123,13 +123,22 @@ defmodule FlameOn.Client.Export do
     * one complete slice (`ph: "X"`, `cat: "span"`) per span on its
       process's track, named after the process (the root span after the
       profile), with `self_us`, `wait_us`, `attributed_wait_us`,
-      `unattributed_wait_us`, `status`, `span_id`, ... in `args`;
-    * for each span with a parent, a `"wait"` slice (`cat: "wait"`) on the
-      caller's track over the callee span's interval (clipped to the
-      caller's span);
-    * a flow arrow from that wait slice to the callee's span slice, as
-      flow events v2: both are `ph: "X"` with the same `bind_id`, the wait
-      with `flow_out: true` and the span with `flow_in: true`.
+      `unattributed_wait_us`, `unattributed_by`, `kind`, `status`,
+      `span_id`, ... in `args`;
+    * for each request span (a call the parent made), a `"wait"` slice
+      (`cat: "wait"`) on the caller's track over the callee span's interval
+      (clipped to the caller's span), and a flow arrow from that wait slice
+      to the callee's span slice, as flow events v2: both are `ph: "X"` with
+      the same `bind_id`, the wait with `flow_out: true` and the span with
+      `flow_in: true`;
+    * for each other wait edge of the graph (`profile.graph.edges`: a wait
+      ended by another span's work, a `Task.await` say), a `"wait"` slice on
+      the waiter's track over the explained interval (`args`: `waker`,
+      `waker_span_id`, `attributed_us`, `wakes`), and a flow arrow from it
+      to the waker's span as flow events v1 (`ph: "s"` and `ph: "f"` with
+      `bp: "e"`, `cat: "wake"`, one `id`; a span can end several waits);
+    * for each work span a message or a spawn brought in, a flow (`cat:
+      "join"`) from its parent's track to its start.
 
   Without a graph (and for processes with stacks but no span), one slice
   per process over the whole trace, with its total and its ten largest

@@ -76,7 +76,15 @@ defmodule FlameOn.Client.Native do
       tracer state `:graph` (`{:tracer, FlameOn.Client.Native, :graph}`,
       also the seq_trace system tracer) routes seq_trace events by label
       and process events by pid. `finish/2` of a graph session returns a
-      third element, `%{spans: [span_map], stats: map, clock_offset_ns: n}`.
+      third element, `%{spans: [span_map], edges: [edge_map], followers:
+      [pid], stats: map, clock_offset_ns: n}` (`followers`: the processes
+      still following the trace when it closed, the root aside).
+      `graph_owner(session, owner, follow_messages)` names the process told
+      `{:flame_on_left, pid}` when a follower leaves the trace, and whether
+      the trace follows every message (its processes have receive events)
+      or GenServer calls only; `graph_role(pid)` says whether `pid` is the
+      root of a running graph trace (`:root`), works for one (`:follower`)
+      or neither (`nil`).
     * `sample(session, pid, stack, weight)` – a stack sample of `pid`, as
       `Process.info(pid, :current_stacktrace)` gives it (innermost first,
       `{m, f, arity_or_args}` or `{m, f, arity_or_args, location}`; or
@@ -203,6 +211,12 @@ defmodule FlameOn.Client.Native do
   # receives a request of this graph trace (sample traces sample callees).
   @spec graph_watch_callees(session(), pid()) :: :ok
   def graph_watch_callees(_session, _pid), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec graph_owner(session(), pid(), boolean()) :: :ok
+  def graph_owner(_session, _owner, _follow_messages), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec graph_role(pid()) :: :root | :follower | nil
+  def graph_role(_pid), do: :erlang.nif_error(:nif_not_loaded)
 
   @spec sample(session(), pid(), list() | :same | {:same, pos_integer()}, non_neg_integer()) ::
           :ok | :stopped | :idle

@@ -382,6 +382,10 @@ defmodule FlameOn.Client.NextCall do
       mode: opts.mode,
       name: opts.name,
       sleep: opts.sleep,
+      # GenServer calls only, as before wake-up attribution: following
+      # every message would also follow what the gate's caller tells the
+      # capture itself (a span of the capture's own process)
+      follow: :calls,
       # the graph owner's lifetime runs from now; the call's from its entry
       max_duration_ms: min(opts.max_duration_ms + wait_bound(timeout), @max_timeout),
       limits: Map.take(opts, FlameOn.Client.limit_keys()),

@@ -74,11 +74,21 @@ defmodule FlameOn.Client.Patterns do
 
   @match_spec Sweep.call_match_spec()
   @graph_tracer {Native, :graph}
-  # A tokened process sending a GenServer request turns call tracing on in
-  # the receiver before the request is delivered; `:send` in the list makes
-  # the receiver's own requests do the same (A -> B -> C). Only processes
-  # with the :send flag run this, so untraced senders pay nothing.
-  @callee_flags [:call, :arity, :return_to, :running, :send, :procs]
+  # What graph tracing sets, in one place (see set_graph_patterns/2):
+  #
+  # The flags a process gets when a tokened follower sends it a message
+  # (the send pattern turns them on before the message is delivered, in the
+  # graph handle's session). `:send` makes its own messages do the same
+  # (A -> B -> C); only processes with the :send flag run the send pattern,
+  # so untraced senders pay nothing.
+  @follower_flags_calls [:call, :arity, :return_to, :running, :send, :procs]
+  # Following every message: receive events (with the receive pattern,
+  # carrying the sender) say who woke a waiting follower, and processes a
+  # follower spawns start with its flags.
+  @follower_flags_messages [:receive, :set_on_spawn | @follower_flags_calls]
+  # The receive pattern: a receive event's match-spec result is the sender
+  # (a pid, or `undefined` for timers and ports).
+  @receive_match_spec Sweep.receive_match_spec()
   @call_timeout 60_000
   @kinds [:calls, :call_time, :call_memory]
 
@@ -123,35 +133,58 @@ defmodule FlameOn.Client.Patterns do
   seq_trace system tracer (`{FlameOn.Client.Native, :graph}`), opens the
   graph tracing handle (a trace session of its own where the VM has them,
   with the tracer `{FlameOn.Client.Native, :graph}`) and sets there the
-  send pattern that turns call tracing on in every process that receives a
-  tokened `GenServer.call` request. Returns `{:error,
+  send pattern that turns tracing on in every process a tokened follower
+  sends a message to (following GenServer calls only: a `$gen_call`
+  request), and, following every message, the receive pattern whose result
+  is each received message's sender. Returns `{:error,
   {:system_tracer_taken, tracer}}` when another tool owns the seq_trace
   system tracer (one per node, sessions or not). It also takes the graph
   handle's call patterns for the caller (as `acquire/2` with the caller as
   the traced process); `release_graph/0` gives both back.
 
-  The last graph user (by `release_graph/0` or by dying) puts the system
-  tracer and the send pattern back, turns tracing off on every process that
-  still has the graph tracer and closes the graph handle. A graph user that
-  dies mid-trace has its session stopped. `call_patterns: false` (sample
+  The last graph user of a handle (by `release_graph/0` or by dying) puts
+  the send and receive patterns back, turns tracing off on every process
+  that still has the graph tracer there and closes the handle; the last
+  graph user of all gives the system tracer back and clears every
+  process's seq_trace token (`:seq_trace.reset_trace/0`: no other tool uses
+  tokens, it would need the system tracer). A graph user that dies
+  mid-trace has its session stopped. `call_patterns: false` (sample
   traces) takes graph tracing only: no call pattern is set for it.
-  `legacy: true` puts the trace's graph tracing in the legacy session even
-  where the VM has trace sessions (`FlameOn.Client.capture_next/2`, whose
-  caller gets its flags there); the legacy graph tracing and the session's
-  live side by side, each with its own users, and share the system tracer.
+  `follow: :messages` (the default) follows every message and spawn of the
+  trace's processes (the receive pattern is set too); `follow: :calls` only
+  GenServer calls. `legacy: true` puts the trace's graph tracing in the
+  legacy session even where the VM has trace sessions
+  (`FlameOn.Client.capture_next/2`, whose caller gets its flags there); the
+  legacy graph tracing and the session's live side by side, each with its
+  own users, and share the system tracer.
   """
   @spec acquire_graph(reference(), pid() | nil, pos_integer() | nil, keyword()) ::
           {:ok, TraceBackend.t()} | {:error, term()}
   def acquire_graph(native, root \\ nil, label \\ nil, opts \\ []) do
     patterns? = Keyword.get(opts, :call_patterns, true)
+    follow = Keyword.get(opts, :follow, :messages)
     where = if Keyword.get(opts, :legacy, false), do: :legacy, else: :own
 
     GenServer.call(
       __MODULE__,
-      {:acquire_graph, native, root, label, patterns?, where},
+      {:acquire_graph, native, root, label, patterns?, follow, where},
       @call_timeout
     )
   end
+
+  @doc """
+  The trace flags a process gets when it joins a graph trace that follows
+  `follow` (`:messages` or `:calls`): the flags the send pattern turns on
+  (set them with `FlameOn.Client.TraceBackend` and the trace's graph
+  handle, which adds its tracer where needed).
+  """
+  @spec follower_flags(:messages | :calls) :: [atom()]
+  def follower_flags(:messages), do: @follower_flags_messages
+  def follower_flags(:calls), do: @follower_flags_calls
+
+  @doc "The receive pattern of graph traces that follow every message."
+  @spec receive_match_spec() :: [tuple()]
+  def receive_match_spec, do: @receive_match_spec
 
   @doc "Ends the calling process's graph trace registration (see `acquire_graph/4`)."
   @spec release_graph() :: :ok
@@ -213,7 +246,7 @@ defmodule FlameOn.Client.Patterns do
   # two calls to this server, not four: it is the one serialization point
   # of concurrent traces).
   def handle_call(
-        {:acquire_graph, native, root, label, patterns?, where},
+        {:acquire_graph, native, root, label, patterns?, follow, where},
         {pid, _tag},
         %{graph: graph} = state
       ) do
@@ -241,7 +274,16 @@ defmodule FlameOn.Client.Patterns do
           {:ok, state} ->
             # A graph user without call patterns is watched on its own.
             ref = if patterns?, do: nil, else: Process.monitor(pid)
-            trace = %{native: native, root: root, label: label, ref: ref, handle: handle}
+
+            trace = %{
+              native: native,
+              root: root,
+              label: label,
+              ref: ref,
+              handle: handle,
+              follow: follow
+            }
+
             graph = Map.put(graph, pid, trace)
             set_graph_patterns(handle, graph)
             handles = Map.put(state.graph_handles, where, handle)
@@ -511,45 +553,118 @@ defmodule FlameOn.Client.Patterns do
     end
   end
 
-  # The send pattern. A tokened process sending a GenServer request turns
-  # call tracing on in the receiver before the request is delivered; `:send`
-  # in the flags makes the receiver's own requests do the same (A -> B -> C).
-  # Only processes with the :send flag run it, so untraced senders pay
-  # nothing. One clause per running trace first: a root gets its own label
-  # back before each request goes out, so its later calls are still
-  # followed in its own trace when its token was cleared (a reply came back
-  # without one) or replaced (it received a message from a process of
-  # another trace: a notification, a broadcast, a concurrent test). A guard
-  # cannot read the label, so the clause sets it whether it changed or not.
+  # The send pattern of the graph traces running through `handle`, in its
+  # session. A tokened follower sending a message turns tracing on in the
+  # receiver before the message is delivered (following GenServer calls
+  # only: a `$gen_call` request). First, for each trace, clauses for its
+  # root when its token was cleared (a reply came back without one) or
+  # replaced (it received a message from a process of another trace): its
+  # own label is set back before the message goes out, so what the root
+  # sends later is still followed in its own trace (a guard cannot read the
+  # label, so the clause sets it whether it changed or not). Following
+  # every message also sets the receive pattern.
   defp set_graph_patterns(handle, graph) do
-    enable = {:trace, :"$1", [], {:const, TraceBackend.enable_flags(handle, @callee_flags)}}
+    traces = for {_owner, %{handle: ^handle} = t} <- graph, do: t
+    follow = if Enum.any?(traces, &(&1.follow == :messages)), do: :messages, else: :calls
+    flags = TraceBackend.enable_flags(handle, follower_flags(follow))
 
     restore =
-      for {_owner, %{root: root, label: label, handle: ^handle}} <- graph, is_pid(root) do
-        {[:"$1", {:"$gen_call", :_, :_}], [{:is_pid, :"$1"}, {:"=:=", {:self}, root}],
-         [
-           {:set_seq_token, :label, label},
-           {:set_seq_token, :send, true},
-           {:set_seq_token, :receive, true},
-           enable
-         ]}
-      end
+      for %{root: root, label: label} <- traces,
+          is_pid(root),
+          clause <- restore_token_clauses(follow, root, label, flags),
+          do: clause
 
-    callee = {[:"$1", {:"$gen_call", :_, :_}], [{:is_pid, :"$1"}, {:is_seq_trace}], [enable]}
-    TraceBackend.pattern(handle, :send, restore ++ [callee], [])
+    TraceBackend.pattern(handle, :send, restore ++ enable_clauses(follow, flags), [])
+    receive_pattern = if follow == :messages, do: @receive_match_spec, else: true
+    TraceBackend.pattern(handle, :receive, receive_pattern, [])
+  end
+
+  # Destinations a send can name, as {head, guards, process to trace}: a pid
+  # (not the sender: a root traced by a trace session keeps that tracer), a
+  # registered name, {name, node()}.
+  defp destinations do
+    [
+      {:"$1", [{:is_pid, :"$1"}, {:"=/=", :"$1", {:self}}], :"$1"},
+      {:"$1", [{:is_atom, :"$1"}], :"$1"},
+      {{:"$1", :"$2"}, [{:is_atom, :"$1"}, {:"=:=", :"$2", {:node}}], :"$1"}
+    ]
+  end
+
+  defp enable(target, flags), do: {:trace, target, [], {:const, flags}}
+
+  defp enable_clauses(:calls, flags) do
+    [
+      {[:"$1", {:"$gen_call", :_, :_}],
+       [{:is_pid, :"$1"}, {:"=/=", :"$1", {:self}}, {:is_seq_trace}], [enable(:"$1", flags)]}
+    ]
+  end
+
+  defp enable_clauses(:messages, flags) do
+    for {dest, guards, target} <- destinations(),
+        do: {[dest, :_], [{:is_seq_trace} | guards], [enable(target, flags)]}
+  end
+
+  defp restore_token_clauses(:calls, root, label, flags) do
+    [
+      {[:"$1", {:"$gen_call", :_, :_}],
+       [{:is_pid, :"$1"}, {:"=/=", :"$1", root}, {:"=:=", {:self}, root}],
+       set_token(label) ++ [enable(:"$1", flags)]}
+    ]
+  end
+
+  # Following every message, a request goes out in the root's own trace
+  # whatever token it holds (as with :calls); any other message only when
+  # the root's token was cleared: a reply to another trace's request keeps
+  # that trace's token, which is what tells the router the root served it
+  # and goes back to its own trace.
+  defp restore_token_clauses(:messages, root, label, flags) do
+    self_root = {:"=:=", {:self}, root}
+    cleared = [self_root, {:not, {:is_seq_trace}}]
+    restore = set_token(label)
+
+    requests =
+      for {dest, dest_guards, target} <- destinations(),
+          do:
+            {[dest, {:"$gen_call", :_, :_}], [self_root | dest_guards],
+             restore ++ [enable(target, flags)]}
+
+    others =
+      for {dest, dest_guards, target} <- destinations(),
+          do: {[dest, :_], cleared ++ dest_guards, restore ++ [enable(target, flags)]}
+
+    requests ++ others ++ [{[:_, :_], cleared, restore}]
+  end
+
+  defp set_token(label) do
+    [
+      {:set_seq_token, :label, label},
+      {:set_seq_token, :send, true},
+      {:set_seq_token, :receive, true}
+    ]
   end
 
   defp clear_graph_patterns(handle) do
     TraceBackend.pattern(handle, :send, true, [])
-    # Callees got the graph tracer from the send pattern; with no graph
+    TraceBackend.pattern(handle, :receive, true, [])
+    # Followers got the graph tracer from the send pattern; with no graph
     # trace left here, none of them is ours to keep.
     TraceBackend.untrace_all(handle)
     TraceBackend.close(handle)
   end
 
   defp release_system_tracer do
-    if :seq_trace.get_system_tracer() == @graph_tracer do
-      :seq_trace.set_system_tracer(false)
+    case :seq_trace.get_system_tracer() do
+      tracer when tracer in [@graph_tracer, false] ->
+        # (The VM drops our tracer by itself once it says no trace is live.)
+        :seq_trace.set_system_tracer(false)
+        # Followers keep the token of the last message they took until they
+        # take an untokened one; with no graph trace left, none is ours to
+        # keep, and no other tool uses tokens: it would need the system
+        # tracer, which we refuse to share. About 0.1 µs a process.
+        :seq_trace.reset_trace()
+
+      _another_tools ->
+        :ok
     end
   end
 

@@ -13,6 +13,7 @@ defmodule FlameOn.Client.Sweep do
   #     process (a trace nobody receives);
   #   * the seq_trace system tracer `{FlameOn.Client.Native, _}`;
   #   * a send pattern whose clauses turn on tracing with our tracer module;
+  #   * the receive pattern of graph traces (its exact match spec);
   #   * the local call patterns, when the `:on_load` pattern is ours: it is
   #     set first and cleared last (`FlameOn.Client.Patterns`), so it marks
   #     that ours may be set on any function;
@@ -29,6 +30,8 @@ defmodule FlameOn.Client.Sweep do
 
   # The match spec of our local call patterns (FlameOn.Client.Patterns).
   @call_match_spec [{:_, [], [{:message, {:caller}}]}]
+  # The receive pattern of graph traces: the sender as the match-spec result.
+  @receive_match_spec [{[:_, :"$1", :_], [], [{:message, :"$1"}]}]
   # Where the node's backtrace_depth is kept while samplers raised it.
   @saved_depth_key :"$saved_backtrace_depth"
   # The counter patterns (call_time, call_memory) a summary set in the
@@ -39,11 +42,15 @@ defmodule FlameOn.Client.Sweep do
   @spec call_match_spec() :: [tuple()]
   def call_match_spec, do: @call_match_spec
 
+  @doc "The match spec of our receive pattern (graph traces)."
+  @spec receive_match_spec() :: [tuple()]
+  def receive_match_spec, do: @receive_match_spec
+
   @doc """
   Clears every trace flag, pattern and system tracer of ours on the node.
   Returns what it undid: `%{sessions: n, processes: n, system_tracer: bool,
-  send_pattern: bool, call_patterns: bool, next_call_patterns: n,
-  backtrace_depth: bool, counters: bool}`.
+  send_pattern: bool, receive_pattern: bool, call_patterns: bool,
+  next_call_patterns: n, backtrace_depth: bool, counters: bool}`.
   """
   @spec run() :: %{atom() => non_neg_integer() | boolean()}
   def run do
@@ -51,6 +58,7 @@ defmodule FlameOn.Client.Sweep do
     # tracing on in more processes.
     sessions = TraceBackend.destroy_our_sessions()
     send_pattern = clear_send_pattern()
+    receive_pattern = clear_receive_pattern()
     system_tracer = clear_system_tracer()
     call_patterns = clear_call_patterns()
     next_call_patterns = FlameOn.Client.NextCall.Pattern.sweep()
@@ -65,6 +73,7 @@ defmodule FlameOn.Client.Sweep do
       counters: counters,
       system_tracer: system_tracer,
       send_pattern: send_pattern,
+      receive_pattern: receive_pattern,
       call_patterns: call_patterns,
       next_call_patterns: next_call_patterns
     }
@@ -175,10 +184,22 @@ defmodule FlameOn.Client.Sweep do
     end
   end
 
+  defp clear_receive_pattern do
+    if TraceBackend.info(TraceBackend.legacy(), :receive, :match_spec) ==
+         {:match_spec, @receive_match_spec} do
+      TraceBackend.pattern(TraceBackend.legacy(), :receive, true, [])
+      true
+    else
+      false
+    end
+  end
+
   defp clear_system_tracer do
     case :seq_trace.get_system_tracer() do
       {Native, _state} ->
         :seq_trace.set_system_tracer(false)
+        # the tokens our traces left in processes go with it
+        :seq_trace.reset_trace()
         true
 
       _other ->

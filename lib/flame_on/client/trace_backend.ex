@@ -190,6 +190,24 @@ defmodule FlameOn.Client.TraceBackend do
   end
 
   @doc """
+  Turns off every flag `pid` has from our graph tracing, whoever holds the
+  handle: in each graph session of ours it is in, and in the legacy
+  session while its tracer is the graph tracer (a follower of another
+  cross-process trace that starts a trace of its own).
+  """
+  @spec untrace_graph(pid()) :: :ok
+  def untrace_graph(pid) do
+    if sessions?() do
+      name = Map.fetch!(@session_names, :graph)
+
+      for {^name, _id} = weak <- apply(:trace, :session_info, [pid]) || [],
+          do: untrace(%__MODULE__{session: weak}, pid)
+    end
+
+    untrace(legacy({FlameOn.Client.Native, :graph}), pid)
+  end
+
+  @doc """
   Turns off every flag of every process traced through this handle (a
   session: all of its processes; legacy: those whose tracer is the
   handle's, found by a scan of the processes).
@@ -210,14 +228,18 @@ defmodule FlameOn.Client.TraceBackend do
 
   @doc """
   Sets a trace pattern in the handle's session: `target` is an MFA pattern,
-  `:on_load` or `:send` (whose flag list must be `[]`).
+  `:on_load`, `:send` or `:receive` (whose flag lists must be `[]`).
   """
-  @spec pattern(t(), tuple() | :on_load | :send, term(), list()) :: non_neg_integer()
+  @spec pattern(t(), tuple() | :on_load | :send | :receive, term(), list()) ::
+          non_neg_integer()
   def pattern(%__MODULE__{session: nil}, target, match_spec, flags),
     do: :erlang.trace_pattern(target, match_spec, flags)
 
   def pattern(%__MODULE__{session: session}, :send, match_spec, []),
     do: apply(:trace, :send, [session, match_spec, []])
+
+  def pattern(%__MODULE__{session: session}, :receive, match_spec, []),
+    do: apply(:trace, :recv, [session, match_spec, []])
 
   def pattern(%__MODULE__{session: session}, target, match_spec, flags),
     do: apply(:trace, :function, [session, target, match_spec, flags])

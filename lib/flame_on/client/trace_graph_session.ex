@@ -25,6 +25,11 @@ defmodule FlameOn.Client.TraceGraphSession do
       trace with.
     * Past its lifetime the trace stops following anything
       (`stats.lifetime_exceeded`); the traced function goes on.
+    * A follower that leaves the trace (a process outside the trace woke it
+      with nothing of the trace left to do; the NIF says
+      `{:flame_on_left, pid}`) has its trace flags turned off, unless
+      another running graph trace follows it; so do the followers still
+      there when the trace finishes.
     * `finish/2` closes the graph, builds the `FlameOn.Client.Profile` with
       its `FlameOn.Client.Graph`, ships it to the `:shipper`s given at start,
       gives graph tracing back and stops.
@@ -34,6 +39,8 @@ defmodule FlameOn.Client.TraceGraphSession do
   """
 
   use GenServer, restart: :temporary
+
+  @leave_grace_ms 5
 
   alias FlameOn.Client.{Graph, Native, Patterns, Profile, Sampler, Shipper}
   alias FlameOn.Client.{TraceBackend, TraceSession}
@@ -45,6 +52,7 @@ defmodule FlameOn.Client.TraceGraphSession do
           | {:sampler, keyword()}
           | {:name, String.t()}
           | {:sleep, :default | :raw}
+          | {:follow, :messages | :calls}
           | {:max_duration_ms, pos_integer()}
           | {:limits, map()}
           | {:shipper, term()}
@@ -111,16 +119,19 @@ defmodule FlameOn.Client.TraceGraphSession do
     label = System.unique_integer([:positive])
     names = wait_view(Keyword.get(opts, :sleep, :default))
     limits = Keyword.get(opts, :limits, %{})
+    follow = Keyword.get(opts, :follow, :messages)
 
     with {:ok, native} <- new_native(limits, label),
          :ok <- register(native, root),
+         :ok <- Native.graph_owner(native, self(), follow == :messages),
          :ok <- watch_callees(native, mode),
-         {:ok, handle} <- take_graph_tracing(native, root, label, mode, opts[:legacy]) do
+         {:ok, handle} <- take_graph_tracing(native, root, label, mode, follow, opts[:legacy]) do
       timer = Process.send_after(self(), :lifetime, Keyword.get(opts, :max_duration_ms, 60_000))
 
       state = %{
         native: native,
         handle: handle,
+        follow: follow,
         label: label,
         root: root,
         root_ref: root && Process.monitor(root),
@@ -134,7 +145,9 @@ defmodule FlameOn.Client.TraceGraphSession do
         lifetime_exceeded: false,
         # mode :sample: a FlameOn.Client.Sampler per callee, by pid
         samplers: %{},
-        sampler_opts: Keyword.get(opts, :sampler, [])
+        sampler_opts: Keyword.get(opts, :sampler, []),
+        # followers that left, their flags to turn off after @leave_grace_ms
+        leaving: []
       }
 
       # The root's TraceSession (mode :process) starts under the same
@@ -166,6 +179,12 @@ defmodule FlameOn.Client.TraceGraphSession do
   def handle_call({:finish, opts}, _from, state) do
     Process.cancel_timer(state.timer)
     finished = finish_trace(state, opts)
+
+    # The trace is over for its followers too (the last graph trace also
+    # clears every flag and token of ours, in Patterns).
+    with {:ok, %Profile{graph: %Graph{followers: followers}}} <- finished,
+         do: unfollow(Enum.uniq(followers ++ state.leaving), state)
+
     Patterns.release_graph()
 
     with {:ok, profile} when state.shippers != [] <- finished do
@@ -197,6 +216,20 @@ defmodule FlameOn.Client.TraceGraphSession do
         sampler = Sampler.start(native, pid, state.sampler_opts)
         {:noreply, %{state | samplers: Map.put(samplers, pid, sampler)}}
     end
+  end
+
+  # A follower left the trace (a process outside it woke it): it keeps no
+  # trace flag of ours unless another graph trace follows it. After a short
+  # grace, in one batch: a shared server often comes back with the trace's
+  # next message, and then keeps its flags.
+  def handle_info({:flame_on_left, pid}, %{leaving: leaving} = state) do
+    if leaving == [], do: Process.send_after(self(), :unfollow_left, @leave_grace_ms)
+    {:noreply, %{state | leaving: [pid | leaving]}}
+  end
+
+  def handle_info(:unfollow_left, state) do
+    unfollow(Enum.uniq(state.leaving), state)
+    {:noreply, %{state | leaving: []}}
   end
 
   def handle_info(_msg, state), do: {:noreply, state}
@@ -239,8 +272,8 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   # A sample trace sets no call patterns: its callees are sampled.
   # legacy: true (capture_next/2): in the legacy session on every release.
-  defp take_graph_tracing(native, root, label, mode, legacy?) do
-    opts = [call_patterns: mode != :sample, legacy: legacy? == true]
+  defp take_graph_tracing(native, root, label, mode, follow, legacy?) do
+    opts = [call_patterns: mode != :sample, follow: follow, legacy: legacy? == true]
 
     case Patterns.acquire_graph(native, root, label, opts) do
       {:ok, handle} ->
@@ -321,6 +354,33 @@ defmodule FlameOn.Client.TraceGraphSession do
 
     # exact graph traces have no samplers and no sampling counters
     if by_pid == [], do: %{metrics: %{}, stats: %{}}, else: Sampler.summarize(by_pid)
+  end
+
+  # Off in a process of its own: turning another process's flags off waits
+  # until that process is scheduled out, tens of milliseconds for a busy
+  # one, and this owner must stay free for the trace's other messages.
+  # A trace that brought the process back meanwhile (its message turned the
+  # flags on again, and the process took it) gets them back at once; a
+  # message not yet taken by then finds the process untraced (its spans
+  # stay right, its stacks for that message are missing).
+  defp unfollow(pids, %{handle: handle, follow: follow}) do
+    spawn(fn ->
+      Enum.each(pids, fn pid ->
+        with nil <- Native.graph_role(pid),
+             {:ok, {Native, :graph}} <- TraceBackend.tracer(handle, pid),
+             :ok <- TraceBackend.untrace(handle, pid),
+             role when role != nil <- Native.graph_role(pid) do
+          retrace(handle, pid, follow)
+        end
+      end)
+    end)
+  end
+
+  defp retrace(handle, pid, follow) do
+    TraceBackend.trace(handle, pid, true, Patterns.follower_flags(follow))
+  rescue
+    # it exited in between
+    ArgumentError -> :gone
   end
 
   defp lifetime(profile, state) do

@@ -23,8 +23,10 @@ defmodule Mix.Tasks.Profile.Flame do
       the stacks it is the leaf of, summed over stacks and processes
       (`SLEEP` and `WAITING` are the time processes spent scheduled out);
     * the total, and with `--cross-process` the spans of the graph (the
-      process, its self time, and its wait on callees split into
-      attributed and unattributed wait).
+      process and what it did for the trace, its self time, its wait split
+      into attributed and unattributed wait, and what ended the
+      unattributed wait) and the waits explained by other spans (the
+      graph's edges, largest first).
 
   With `--summary call_time` or `--summary call_memory` it runs
   `FlameOn.Client.summary/2` instead (no flame graph): the VM counts calls
@@ -85,8 +87,11 @@ defmodule Mix.Tasks.Profile.Flame do
       (default 1000, at least 1000)
     * `--split-status` – `--mode sample`: put each sample's process status
       (`[running]`, `[runnable]`, `[waiting]`, ...) at the root of its stack
-    * `--cross-process` – follow `GenServer.call`s into the servers and
-      build the span graph
+    * `--cross-process` – follow the processes the code sends messages to
+      or spawns (GenServer calls, tasks, plain messages) and build the span
+      graph
+    * `--follow messages|calls` – with `--cross-process`: follow every
+      message (default) or `GenServer.call`s only
     * `--sleep default|raw` – `raw` keeps every scheduled-out interval as
       `SLEEP` in cross-process traces
     * `--max-nodes N`, `--max-depth N` – limits (see `FlameOn.Client`)
@@ -145,6 +150,7 @@ defmodule Mix.Tasks.Profile.Flame do
     interval_us: :integer,
     split_status: :boolean,
     cross_process: :boolean,
+    follow: :string,
     sleep: :string,
     max_nodes: :integer,
     max_depth: :integer,
@@ -177,7 +183,8 @@ defmodule Mix.Tasks.Profile.Flame do
         --mode nif|process|sample  capture mode (default nif)
         --interval-us N    sampling interval of --mode sample (default 1000)
         --split-status     --mode sample: stacks split by process status
-        --cross-process    follow GenServer calls, print the span graph
+        --cross-process    follow messages and calls, print the span graph
+        --follow messages|calls
         --sleep default|raw
         --summary call_time|call_memory  per-function counters, written as CSV
         --max-nodes N, --max-depth N, --top N
@@ -446,7 +453,8 @@ defmodule Mix.Tasks.Profile.Flame do
         name: opts[:name] || default_name(file),
         mode:
           choice!(opts, :mode, %{"nif" => :nif, "process" => :process, "sample" => :sample}, :nif),
-        sleep: choice!(opts, :sleep, %{"default" => :default, "raw" => :raw}, :default)
+        sleep: choice!(opts, :sleep, %{"default" => :default, "raw" => :raw}, :default),
+        follow: choice!(opts, :follow, %{"messages" => :messages, "calls" => :calls}, :messages)
       ] ++
         if(opts[:cross_process], do: [cross_process: true], else: []) ++
         if(opts[:split_status], do: [split_status: true], else: []) ++
@@ -747,10 +755,12 @@ defmodule Mix.Tasks.Profile.Flame do
     for span <- shown do
       indent = String.duplicate("  ", Map.get(depth, span.span_id, 0))
       status = if span.status == :ok, do: "", else: "  #{inspect(span.status)}"
+      kind = if span.kind == :root, do: "", else: " (#{span.kind})"
 
       shell.info(
         "  #{pad(span.self_us, 9)}  #{pad(span.attributed_wait_us, 13)}  " <>
-          "#{pad(span.unattributed_wait_us, 15)}  #{indent}#{span.name || inspect(span.pid)}#{status}"
+          "#{pad(span.unattributed_wait_us, 15)}  #{indent}#{span_label(span)}#{kind}" <>
+          "#{causes(span)}#{status}"
       )
     end
 
@@ -758,10 +768,50 @@ defmodule Mix.Tasks.Profile.Flame do
       shell.info("  ... #{length(rest)} more spans (write --format perfetto to see them all)")
     end
 
+    edges(graph)
+
     if graph.stats != %{} do
       counters = for {key, n} <- Enum.sort(graph.stats), n != 0, do: "#{key}: #{n}"
       if counters != [], do: shell.info("Graph: " <> Enum.join(counters, ", "))
     end
+  end
+
+  defp span_label(span), do: span.name || inspect(span.pid)
+
+  # What ended the unattributed wait, when there is any.
+  defp causes(%{unattributed_by: by}) do
+    case for {cause, us} <- Enum.sort_by(by, fn {_, us} -> -us end), us > 0, do: "#{cause} #{us}" do
+      [] -> ""
+      parts -> "  [" <> Enum.join(parts, ", ") <> "]"
+    end
+  end
+
+  @max_edges_shown 10
+
+  # The waits other spans explained, largest first.
+  defp edges(%{edges: []}), do: :ok
+
+  defp edges(%{edges: edges, spans: spans}) do
+    shell = Mix.shell()
+    by_id = Map.new(spans, &{&1.span_id, &1})
+    shell.info("\nWaits explained by other spans (#{length(edges)}):")
+    shell.info("         µs  WAKES  WAITER -> WAKER")
+
+    edges
+    |> Enum.sort_by(&{-&1.attributed_us, &1.waiter_span_id})
+    |> Enum.take(@max_edges_shown)
+    |> Enum.each(fn edge ->
+      waiter = by_id[edge.waiter_span_id]
+      waker = by_id[edge.waker_span_id]
+
+      shell.info(
+        "  #{pad(edge.attributed_us, 9)}  #{pad(edge.wakes, 5)}  " <>
+          "#{edge.waiter_span_id} #{span_label(waiter)} -> #{edge.waker_span_id} #{span_label(waker)}"
+      )
+    end)
+
+    if length(edges) > @max_edges_shown,
+      do: shell.info("  ... #{length(edges) - @max_edges_shown} more")
   end
 
   defp span_depths(spans) do

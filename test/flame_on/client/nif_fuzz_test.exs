@@ -300,6 +300,7 @@ defmodule FlameOn.Client.NifFuzzTest do
   defp flush_callees do
     receive do
       {:flame_on_callee, _} -> flush_callees()
+      {:flame_on_left, _} -> flush_callees()
     after
       0 -> :ok
     end
@@ -410,6 +411,7 @@ defmodule FlameOn.Client.NifFuzzTest do
   defp result_ok?({:tracer_state, _}, r), do: is_integer(r) and r > 0
   defp result_ok?({:enabled, _, _, _}, r), do: r in [:trace, :discard, :remove]
   defp result_ok?({:sample, _, _, _, _}, r), do: r in [:ok, :stopped, :idle]
+  defp result_ok?({:graph_role, _}, r), do: r in [:root, :follower, nil]
   defp result_ok?(_ingest_graph_or_trace, r), do: r == :ok
 
   ## Samples
@@ -674,6 +676,9 @@ defmodule FlameOn.Client.NifFuzzTest do
       {:graph_start, s, T.union([T.elements(w.pids), term(w, 0)])},
       {:graph_begin, s},
       {:graph_watch_callees, s, T.union([T.elements(w.pids ++ [w.remote]), term(w, 0)])},
+      {:graph_owner, s, T.union([T.elements(w.pids ++ [w.remote]), term(w, 0)]),
+       T.union([T.elements([true, false]), term(w, 0)])},
+      {:graph_role, T.union([T.elements(w.pids ++ [w.remote]), term(w, 0)])},
       {:sample, s, sample_pid(w), stack(w), weight(w)},
       {:enabled,
        T.union([T.elements([:call, :trace_status, :seq_trace, :send, :spawn]), term(w, 0)]),
@@ -741,7 +746,11 @@ defmodule FlameOn.Client.NifFuzzTest do
        T.union([mfa(), term(w, 1)]), opts},
       {:trace, :seq_trace, state, T.union([T.elements(@labels), term(w, 0)]), seq_info, opts},
       {:trace, T.union([T.elements([:call, :return_to, :seq_trace, :in]), term(w, 0)]), state,
-       T.union([pid, term(w, 0), 7]), term(w, 2), T.union([opts, term(w, 1)])}
+       T.union([pid, term(w, 0), 7]), term(w, 2), T.union([opts, term(w, 1)])},
+      # a follower's receive (the match-spec result is the sender) and a
+      # child's start (the parent in the payload)
+      {:trace, T.elements([:receive, :spawned]), state, pid, T.union([pid, term(w, 1)]),
+       T.union([opts, %{match_spec_result: T.union([pid, :undefined])}])}
     ])
   end
 

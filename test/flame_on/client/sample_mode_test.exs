@@ -400,15 +400,40 @@ defmodule FlameOn.Client.SampleGraphTest do
     assert_node_clean()
   end
 
+  # A process outside the trace that calls `server` once the trace's first
+  # request got the server working: started before the trace and polling the
+  # server's reductions, so nothing of the trace reaches it (a process the
+  # traced function spawns or messages joins the trace) and a slow trace
+  # start cannot move its call before the trace's first request.
+  defp foreign_call_once_busy(server, request) do
+    {:reductions, before} = Process.info(server, :reductions)
+
+    spawn(fn ->
+      wait_busy(server, before + 2_000)
+      GenServer.call(server, request)
+    end)
+  end
+
+  defp wait_busy(server, reductions) do
+    case Process.info(server, :reductions) do
+      {:reductions, now} when now >= reductions ->
+        :ok
+
+      _ ->
+        Process.sleep(1)
+        wait_busy(server, reductions)
+    end
+  end
+
   test "a callee idle between the trace's requests is not sampled" do
     {:ok, a} = Server.start()
+    # the server works for someone else meanwhile: not this trace
+    foreign_call_once_busy(a, {:spin, 30})
 
     {_, profile} =
       FlameOn.Client.profile(
         fn ->
           GenServer.call(a, {:spin, 10})
-          # the server works for someone else meanwhile: not this trace
-          spawn(fn -> GenServer.call(a, {:spin, 30}) end)
           Workloads.busy(40)
           GenServer.call(a, {:spin, 10})
         end,
@@ -428,13 +453,13 @@ defmodule FlameOn.Client.SampleGraphTest do
 
   test "a callee's samples weigh only its reductions while it serves the trace" do
     {:ok, a} = Server.start()
+    # 30 ms of work for someone else between the trace's requests
+    foreign_call_once_busy(a, {:spin, 30})
 
     {_, profile} =
       FlameOn.Client.profile(
         fn ->
           GenServer.call(a, {:spin, 15})
-          # 30 ms of work for someone else between the trace's requests
-          spawn(fn -> GenServer.call(a, {:spin, 30}) end)
           Workloads.busy(40)
           GenServer.call(a, {:spin, 15})
         end,

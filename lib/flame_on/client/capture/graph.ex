@@ -8,13 +8,18 @@ defmodule FlameOn.Client.Capture.Graph do
   # every event to this trace's session.
   @behaviour FlameOn.Client.Capture
 
-  alias FlameOn.Client.{Capture, Native, Patterns, Sampler, TraceGraphSession, TraceSession}
+  alias FlameOn.Client.{Capture, Native, Patterns, Sampler, TraceBackend}
+  alias FlameOn.Client.{TraceGraphSession, TraceSession}
   alias FlameOn.Client.Capture.Sample
 
   # :send runs the send pattern; :procs sees exits.
   @nif_flags [:call, :return_to, :running, :arity, :send, :procs]
   # mode :sample: no call events; the root and each callee are sampled.
   @sample_flags [:running, :send, :procs]
+  # follow: :messages: receive events say who woke the root, and processes
+  # it spawns start traced (mode :process: its tracer, a TraceSession,
+  # would be theirs too, so spawns are not followed there).
+  @follow_flags [:receive, :set_on_spawn]
 
   @impl Capture
   def start(opts) do
@@ -27,6 +32,7 @@ defmodule FlameOn.Client.Capture.Graph do
       mode: opts.mode,
       name: opts.name,
       sleep: opts.sleep,
+      follow: opts.follow,
       max_duration_ms: opts.max_duration_ms,
       limits: Map.take(opts, FlameOn.Client.limit_keys()),
       sampler: sampler && Keyword.delete(sampler, :root)
@@ -49,18 +55,26 @@ defmodule FlameOn.Client.Capture.Graph do
     # Only once the trace started: a refused start keeps nothing raised.
     if sampler, do: :ok = Patterns.acquire_depth(sampler[:depth])
 
-    # mode :process: the root's own events go to its timeline, and its
-    # :send flag runs the graph handle's send pattern.
+    follow = if opts.follow == :messages, do: @follow_flags, else: []
+
+    # mode :process: the root's own events go to its timeline (its receive
+    # events too), and its :send flag runs the graph handle's send pattern.
     flags =
       case opts.mode do
         :nif ->
-          [{handle, @nif_flags}]
+          [{handle, @nif_flags ++ follow}]
 
         :sample ->
-          [{handle, @sample_flags}]
+          [{handle, @sample_flags ++ follow}]
 
         :process ->
-          [{TraceSession.handle(timeline), TraceSession.trace_flags()}, {handle, [:send]}]
+          timeline_handle = TraceSession.handle(timeline)
+          if follow != [], do: receive_pattern(timeline_handle)
+
+          [
+            {timeline_handle, TraceSession.trace_flags() ++ (follow -- [:set_on_spawn])},
+            {handle, [:send]}
+          ]
       end
 
     # Last: nothing of the setup carries the token.
@@ -78,13 +92,25 @@ defmodule FlameOn.Client.Capture.Graph do
     }
   end
 
+  # A trace session of the timeline's own needs the receive pattern too, for
+  # the root's receive events to name their sender (in the legacy session
+  # Patterns set it for every graph trace).
+  defp receive_pattern(handle) do
+    unless TraceBackend.shared?(handle),
+      do: TraceBackend.pattern(handle, :receive, Patterns.receive_match_spec(), [])
+  end
+
   @impl Capture
   def begin(%{native: native} = capture) do
     Native.graph_begin(native)
 
     case capture do
       %{mode: :sample, sampler_opts: opts} ->
-        Map.put(capture, :sampler, Sampler.start(native, self(), opts))
+        # the sampler is ours, not the trace's: it must not inherit the token
+        token = :seq_trace.set_token([])
+        sampler = Sampler.start(native, self(), opts)
+        :seq_trace.set_token(token)
+        Map.put(capture, :sampler, sampler)
 
       _ ->
         capture
