@@ -102,8 +102,14 @@ defmodule FlameOn.Client.Export do
       true
       iex> json =~ ~S("type":"evented") and json =~ ~S("endValue":5)
       true
-      iex> json =~ ~S({"at":0,"frame":0,"type":"O"},{"at":0,"frame":1,"type":"O"},{"at":3,"frame":1,"type":"C"},{"at":5,"frame":0,"type":"C"})
-      true
+      iex> # the events in order, as "type frame at" (a map's keys may come in any order)
+      iex> for [event] <- Regex.scan(~r/[{][^{}]*"type":"[OC]"[^{}]*[}]/, json) do
+      ...>   Enum.map_join(["type", "frame", "at"], " ", fn key ->
+      ...>     [_, value] = Regex.run(Regex.compile!(~s(") <> key <> ~S|":"?([A-Z0-9]+)|), event)
+      ...>     value
+      ...>   end)
+      ...> end
+      ["O 0 0", "O 1 0", "C 1 3", "C 0 5"]
   """
   @spec speedscope(Profile.t()) :: iodata()
   def speedscope(%Profile{} = profile), do: Speedscope.encode(profile)
