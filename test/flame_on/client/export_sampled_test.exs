@@ -75,7 +75,9 @@ defmodule FlameOn.Client.ExportSampledTest do
         pprof.samples |> Enum.map(& &1.values) |> Enum.zip_with(&Enum.sum/1)
 
       assert wall == total_us(profile)
-      assert samples == profile.stats.samples and samples > 10
+      # (~60 ms traced at 1 kHz; a sampler starved on a loaded machine takes fewer)
+      assert samples == profile.stats.samples
+      assert samples > 3, inspect(profile.stats)
       series = profile.metrics[profile.pid]
       assert reductions == List.last(series).reductions - hd(series).reductions
       assert reductions > 0
@@ -115,8 +117,9 @@ defmodule FlameOn.Client.ExportSampledTest do
         ts = Enum.map(counters, & &1["ts"])
         assert ts == Enum.sort(ts), "#{name}: timestamps go back"
         assert Enum.all?(ts, &(&1 >= slice["ts"] and &1 <= slice["ts"] + slice["dur"]))
-        # the samples are spread over the trace, not piled at one edge
-        assert List.last(ts) - hd(ts) >= div(slice["dur"], 2)
+        # the samples are spread over the trace, not piled at one edge (a
+        # quarter of it: a sampler starved on a loaded machine skips ticks)
+        assert List.last(ts) - hd(ts) >= div(slice["dur"], 4), inspect({ts, slice})
 
         values = Enum.map(counters, & &1["args"][me])
 
@@ -170,7 +173,8 @@ defmodule FlameOn.Client.ExportSampledTest do
         mine = for s <- pprof.samples, s.labels == [{"pid", text}], do: s.values
         [wall, samples, reductions] = Enum.zip_with(mine, &Enum.sum/1)
         assert wall == Profile.total_us(profile, pid)
-        assert samples == length(profile.metrics[pid]) and samples > 5
+        assert samples == length(profile.metrics[pid])
+        assert samples > 3, inspect({pid, profile.stats})
         assert reductions == profile.samples[pid] |> Enum.map(&elem(&1, 2)) |> Enum.sum()
       end
     end
