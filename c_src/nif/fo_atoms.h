@@ -129,7 +129,12 @@
     A(spawn_request)                                                                         \
     A(spawn_reply)                                                                           \
     A(follower)                                                                              \
-    A(note_overflows)
+    A(note_overflows)                                                                          \
+    A(remote)                                                                                  \
+    A(remote_calls)                                                                            \
+    A(remote_requests)                                                                         \
+    A(remote_limit_hits)                                                                       \
+    A(wire)
 
 #define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;
 FO_ATOMS(FO_ATOM_DECLARE)

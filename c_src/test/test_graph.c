@@ -372,7 +372,9 @@ static void assert_edges(const fo_graph *g, const char *const *expected)
     X(dropped_continuations)                                                                       \
     X(edges)                                                                                       \
     X(edge_limit_hits)                                                                             \
-    X(note_overflows)
+    X(note_overflows)                                                                              \
+    X(remote_calls)                                                                                \
+    X(remote_requests)
 
 #define COUNT_STAT(f) +1
 /* A counter added to fo_graph_stats must be added here too. */
@@ -418,7 +420,7 @@ static void check_span(const fo_graph *g, const fo_graph_limits *l, uint32_t id,
     assert_int_equal(si.span_id, id);
     if (id == 0)
         assert_int_equal(si.parent_span_id, FO_NONE);
-    else if (si.parent_span_id >= id)
+    else if (si.parent_span_id != FO_NONE && si.parent_span_id >= id)
         fail_msg("span %" PRIu32 " has parent %" PRIu32 " (must be smaller)", id,
                  si.parent_span_id);
     assert_true(si.attributed_wait_ns <= si.wait_ns);
@@ -431,8 +433,15 @@ static void check_span(const fo_graph *g, const fo_graph_limits *l, uint32_t id,
         assert_true(si.wait_ns == 0);
         assert_true(si.waiting_on_pid == 0);
     }
-    assert_true(si.kind <= FO_SPAN_CONTINUATION);
-    assert_true((si.kind == FO_SPAN_ROOT) == (si.parent_span_id == FO_NONE));
+    assert_true(si.kind <= FO_SPAN_REMOTE);
+    /* no parent: the root, or a request a process on another node made */
+    if (si.kind == FO_SPAN_ROOT)
+        assert_true(si.parent_span_id == FO_NONE);
+    else if (si.parent_span_id == FO_NONE)
+        assert_true(si.kind == FO_SPAN_REQUEST && (si.opener_pid & FO_GRAPH_REMOTE_BIT) != 0);
+    /* a REMOTE span is a process of another node */
+    if (si.kind == FO_SPAN_REMOTE)
+        assert_true((si.pid & FO_GRAPH_REMOTE_BIT) != 0);
     /* the span arithmetic: on-CPU and off-CPU time make up the span */
     assert_true(si.ended_ns >= si.started_ns);
     uint64_t duration = (uint64_t)si.ended_ns - (uint64_t)si.started_ns;
@@ -481,8 +490,11 @@ static void check_graph(const fo_graph *g, const fo_graph_limits *l, const uint6
      * still has its id but left the list */
     uint64_t unlisted = 0;
     for (uint32_t id = 1; id < n; id++) {
+        fo_span_info si;
+        assert_int_equal(fo_graph_span(g, id, &si), 1);
         assert_true(kids_seen[id] <= 1);
-        unlisted += kids_seen[id] == 0;
+        /* requests from other nodes have no parent here */
+        unlisted += kids_seen[id] == 0 && si.parent_span_id != FO_NONE;
     }
     assert_true(unlisted <= (closed ? 0 : st->dropped_continuations));
     if (n > 0)
