@@ -154,6 +154,9 @@ fo_waker_kind fo_graph_waker(ErlNifEnv *env, ERL_NIF_TERM msg, const ERL_NIF_TER
         *key = (uint64_t)pid.pid;
         return FO_WAKER_PROCESS;
     }
+    /* a message from another node: the receive pattern gives its node */
+    if (sender != NULL && enif_is_atom(env, *sender) && *sender != fo_atom_undefined)
+        return FO_WAKER_PROCESS;
     int arity;
     const ERL_NIF_TERM *items;
     if (enif_get_tuple(env, msg, &arity, &items) && arity >= 2 &&

@@ -1,0 +1,287 @@
+defmodule FlameOn.Client.ClusterTest do
+  # Cross-node traces with real nodes: peers on 127.0.0.1 (long names, no
+  # host name to resolve), each with this project's code paths. B and C run
+  # the application; D has the code but not the application.
+  use ExUnit.Case, async: false
+
+  import FlameOn.Client.TestHelpers
+
+  alias FlameOn.Client.{Graph, Profile, Span}
+  alias FlameOn.Client.Test.Server
+
+  @moduletag timeout: 120_000
+
+  setup_all do
+    {_, 0} = System.cmd("epmd", ["-daemon"])
+    started_here = not Node.alive?()
+
+    if started_here do
+      {:ok, _} =
+        Node.start(
+          :"flame_on_cluster_#{System.unique_integer([:positive])}@127.0.0.1",
+          :longnames
+        )
+    end
+
+    args = peer_args()
+
+    peers =
+      for name <- [:b, :c, :d], into: %{} do
+        {:ok, peer, node} =
+          :peer.start(%{
+            name: :"flame_on_#{name}_#{System.unique_integer([:positive])}",
+            host: ~c"127.0.0.1",
+            longnames: true,
+            args: args
+          })
+
+        if name != :d,
+          do: {:ok, _} = :erpc.call(node, Application, :ensure_all_started, [:flame_on_client])
+
+        {name, %{peer: peer, node: node}}
+      end
+
+    on_exit(fn ->
+      for {_, %{peer: peer}} <- peers, do: quietly(fn -> :peer.stop(peer) end)
+      if started_here, do: Node.stop()
+    end)
+
+    %{peers: peers}
+  end
+
+  setup %{peers: peers} do
+    ensure_app_started()
+    assert_node_clean()
+    for name <- [:b, :c], do: assert_peer_clean(peers[name].node)
+    :ok
+  end
+
+  # A server on node, registered there under name.
+  defp server(node, name) do
+    {:ok, pid} = :erpc.call(node, Server, :start, [[]])
+    true = :erpc.call(node, Process, :register, [pid, name])
+    on_exit(fn -> quietly(fn -> :erpc.call(node, Process, :exit, [pid, :kill]) end) end)
+    pid
+  end
+
+  # the project's code, this node's cookie; no partition checks by global
+  # (a test stops a peer on purpose)
+  defp peer_args do
+    Enum.flat_map(:code.get_path(), &[~c"-pa", &1]) ++
+      [~c"-setcookie", Atom.to_charlist(Node.get_cookie())] ++
+      [~c"-kernel", ~c"prevent_overlapping_partitions", ~c"false"]
+  end
+
+  # the peer may be gone already
+  defp quietly(fun) do
+    fun.()
+  catch
+    _, _ -> :ok
+  end
+
+  defp assert_peer_clean(node) do
+    problems = :erpc.call(node, FlameOn.Client.Test.ClusterPeer, :leftovers, [2_000])
+    assert problems == [], "#{node} is not clean: #{inspect(problems)}"
+  end
+
+  defp profile(fun, opts \\ []),
+    do: FlameOn.Client.profile(fun, [cross_process: true, mode: :nif] ++ opts)
+
+  defp span_of(%Graph{spans: spans}, pid), do: Enum.find(spans, &(&1.pid == pid))
+
+  test "A -> B: the root's wait is B's span on B, B's stacks are under its remote pid", %{
+    peers: peers
+  } do
+    b = peers.b.node
+    b_pid = server(b, :fo_cluster_b)
+
+    {result, %Profile{graph: graph} = profile} =
+      profile(fn -> GenServer.call({:fo_cluster_b, b}, {:spin, 40}) end)
+
+    assert result == :done
+    [root | _] = graph.spans
+    assert root.kind == :root and root.node == node()
+
+    b_span = span_of(graph, b_pid)
+    assert %Span{kind: :request, node: ^b, parent_span_id: 0, opener_pid: opener} = b_span
+    assert opener == self()
+    assert b_span.span_id in root.children
+    # the work took about 40 ms on B
+    assert (b_span.ended_at - b_span.started_at) in 39_000..60_000
+
+    # the root's wait is B's work, within 10%
+    assert root.attributed_wait_us >= 0.9 * root.wait_us,
+           "root waited #{root.wait_us} µs, #{root.attributed_wait_us} µs attributed"
+
+    assert [edge] = Enum.filter(graph.edges, &(&1.waiter_span_id == 0))
+    assert edge.waker_span_id == b_span.span_id
+    assert edge.attributed_us == root.attributed_wait_us
+
+    # no :remote span is left: B's part answered it
+    refute Enum.any?(graph.spans, &(&1.kind == :remote))
+
+    # B's stacks, under B's pid: its spin, on a CPU
+    b_stacks = Map.fetch!(profile.stacks, b_pid)
+
+    spin =
+      time_where(profile, b_pid, &String.contains?(&1, "FlameOn.Client.Test.Server.spin_until/1"))
+
+    assert spin >= 30_000, "B's stacks: #{inspect(b_stacks, limit: 5)}"
+
+    assert %{^b => %{clock_uncertainty_us: u, bytes: bytes}} = graph.stats.nodes
+    assert u >= 0 and u < 5_000 and bytes > 0
+    assert graph.stats.joined_remote_calls == 1
+    assert graph.stats.lost_parts == 0
+    assert {peers.d.node, :not_running} in graph.stats.unreachable_nodes
+
+    assert_node_clean()
+    assert_peer_clean(b)
+    assert_peer_clean(peers.c.node)
+  end
+
+  test "A -> B -> C: each hop's span is a child of its caller's, waits explained hop by hop", %{
+    peers: peers
+  } do
+    {b, c} = {peers.b.node, peers.c.node}
+    b_pid = server(b, :fo_cluster_b)
+    c_pid = server(c, :fo_cluster_c)
+
+    {result, %Profile{graph: graph} = profile} =
+      profile(fn ->
+        GenServer.call({:fo_cluster_b, b}, {:forward, 20, {:fo_cluster_c, c}, {:spin, 30}})
+      end)
+
+    assert result == {:forwarded, :done}
+    [root | _] = graph.spans
+    b_span = span_of(graph, b_pid)
+    c_span = span_of(graph, c_pid)
+    assert %Span{node: ^b, parent_span_id: 0} = b_span
+    assert %Span{node: ^c, kind: :request, opener_pid: ^b_pid} = c_span
+    assert c_span.parent_span_id == b_span.span_id
+    assert c_span.span_id in b_span.children
+    # parents before children
+    assert b_span.span_id < c_span.span_id
+
+    # B waited for C (30 ms), the root for B (50 ms)
+    assert b_span.attributed_wait_us >= 0.9 * b_span.wait_us
+    assert b_span.wait_us >= 25_000
+    assert root.attributed_wait_us >= 0.9 * root.wait_us
+
+    assert Enum.any?(
+             graph.edges,
+             &(&1.waiter_span_id == b_span.span_id and &1.waker_span_id == c_span.span_id)
+           )
+
+    # times on the origin's clock: C's span inside B's, B's inside the root
+    slack =
+      graph.stats.nodes[b].clock_uncertainty_us + graph.stats.nodes[c].clock_uncertainty_us +
+        1_000
+
+    assert c_span.started_at >= b_span.started_at - slack
+    assert c_span.ended_at <= b_span.ended_at + slack
+    assert b_span.started_at >= root.started_at - slack
+
+    assert Map.has_key?(profile.stacks, b_pid) and Map.has_key?(profile.stacks, c_pid)
+    assert graph.stats.joined_remote_calls == 2
+
+    # folded lines: one per stack, the remote ones too
+    folded = profile |> Profile.folded() |> IO.iodata_to_binary()
+    assert folded =~ "FlameOn.Client.Test.Server.spin_until/1"
+
+    assert_node_clean()
+    assert_peer_clean(b)
+    assert_peer_clean(c)
+  end
+
+  test "a node that goes away mid-trace costs its part, not the trace", %{peers: peers} do
+    b = peers.b.node
+    # a node of its own, to lose
+    args = peer_args()
+
+    {:ok, peer, e} =
+      :peer.start(%{
+        name: :"flame_on_e_#{System.unique_integer([:positive])}",
+        host: ~c"127.0.0.1",
+        longnames: true,
+        args: args
+      })
+
+    {:ok, _} = :erpc.call(e, Application, :ensure_all_started, [:flame_on_client])
+    b_pid = server(b, :fo_cluster_b)
+    _ = server(e, :fo_cluster_e)
+
+    {result, %Profile{graph: graph}} =
+      profile(fn ->
+        GenServer.call({:fo_cluster_b, b}, {:spin, 10})
+        test = self()
+        spawn(fn -> Process.sleep(50) && :peer.stop(peer) && send(test, :stopped) end)
+        catch_exit(GenServer.call({:fo_cluster_e, e}, {:spin, 2_000}))
+      end)
+
+    assert {{:nodedown, ^e}, _} = result
+    assert graph.stats.lost_parts == 1
+    assert [{^e, _reason}] = graph.stats.lost_nodes
+    # B's part made it
+    assert %Span{node: ^b} = span_of(graph, b_pid)
+    # the call to E: the caller's view of it, the only one left
+    assert %Span{kind: :remote, node: ^e, pid: {:fo_cluster_e, ^e}} =
+             Enum.find(graph.spans, &(&1.kind == :remote))
+
+    assert_node_clean()
+    assert_peer_clean(b)
+  end
+
+  test "the origin dying mid-trace: every node cleans up by itself", %{peers: peers} do
+    b = peers.b.node
+    _ = server(b, :fo_cluster_b)
+    test = self()
+
+    root =
+      spawn(fn ->
+        profile(fn ->
+          send(test, :calling)
+          GenServer.call({:fo_cluster_b, b}, {:spin, 300})
+        end)
+      end)
+
+    assert_receive :calling, 5_000
+    # B's part is running
+    assert :erpc.call(b, FlameOn.Client.Test.ClusterPeer, :parts, []) == 1
+    Process.sleep(50)
+    Process.exit(root, :kill)
+
+    assert_node_clean()
+    assert_peer_clean(b)
+    assert :erpc.call(b, FlameOn.Client.Test.ClusterPeer, :parts, []) == 0
+  end
+
+  test "a node without the application is listed, and the trace goes on", %{peers: peers} do
+    d = peers.d.node
+    b = peers.b.node
+    b_pid = server(b, :fo_cluster_b)
+
+    {_, %Profile{graph: graph}} =
+      profile(fn -> GenServer.call({:fo_cluster_b, b}, {:spin, 5}) end)
+
+    assert {d, :not_running} in graph.stats.unreachable_nodes
+    refute Map.has_key?(graph.stats.nodes, d)
+    assert %Span{node: ^b} = span_of(graph, b_pid)
+    # D was never touched
+    assert :erpc.call(d, :seq_trace, :get_system_tracer, []) == false
+  end
+
+  test "cluster: false arms no node: a call to B is a :remote span", %{peers: peers} do
+    b = peers.b.node
+    _ = server(b, :fo_cluster_b)
+
+    {_, %Profile{graph: graph}} =
+      profile(fn -> GenServer.call({:fo_cluster_b, b}, {:spin, 20}) end, cluster: false)
+
+    [root | _] = graph.spans
+    assert [%Span{kind: :remote, node: ^b, parent_span_id: 0} = remote] = tl(graph.spans)
+    assert remote.pid == {:fo_cluster_b, b}
+    # the wait for B is still the call's
+    assert root.attributed_wait_us >= 0.9 * root.wait_us
+    assert graph.stats.nodes == %{}
+  end
+end
