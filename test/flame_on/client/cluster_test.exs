@@ -87,6 +87,8 @@ defmodule FlameOn.Client.ClusterTest do
   defp profile(fun, opts \\ []),
     do: FlameOn.Client.profile(fun, [cross_process: true, mode: :nif] ++ opts)
 
+  defp duration(%Span{started_at: s, ended_at: e}), do: e - s
+
   defp span_of(%Graph{spans: spans}, pid), do: Enum.find(spans, &(&1.pid == pid))
 
   test "A -> B: the root's wait is B's span on B, B's stacks are under its remote pid", %{
@@ -106,12 +108,13 @@ defmodule FlameOn.Client.ClusterTest do
     assert %Span{kind: :request, node: ^b, parent_span_id: 0, opener_pid: opener} = b_span
     assert opener == self()
     assert b_span.span_id in root.children
-    # the work took about 40 ms on B
-    assert (b_span.ended_at - b_span.started_at) in 39_000..60_000
+    # the work took 40 ms on B (more when B's schedulers are busy)
+    assert duration(b_span) >= 39_000
 
-    # the root's wait is B's work, within 10%
-    assert root.attributed_wait_us >= 0.9 * root.wait_us,
-           "root waited #{root.wait_us} µs, #{root.attributed_wait_us} µs attributed"
+    # the root's wait is attributed to B's span, within 10% (what the root
+    # waited beyond it is the network and the queues of a loaded machine)
+    assert_in_delta root.attributed_wait_us, duration(b_span), 0.1 * duration(b_span)
+    assert root.wait_us >= root.attributed_wait_us
 
     assert [edge] = Enum.filter(graph.edges, &(&1.waiter_span_id == 0))
     assert edge.waker_span_id == b_span.span_id
@@ -162,10 +165,13 @@ defmodule FlameOn.Client.ClusterTest do
     # parents before children
     assert b_span.span_id < c_span.span_id
 
-    # B waited for C (30 ms), the root for B (50 ms)
-    assert b_span.attributed_wait_us >= 0.9 * b_span.wait_us
-    assert b_span.wait_us >= 25_000
-    assert root.attributed_wait_us >= 0.9 * root.wait_us
+    # B waited for C (30 ms), the root for B (50 ms): each wait is
+    # attributed to the next hop's span, within 10%
+    assert duration(c_span) >= 29_000
+    assert_in_delta b_span.attributed_wait_us, duration(c_span), 0.1 * duration(c_span)
+    assert_in_delta root.attributed_wait_us, duration(b_span), 0.1 * duration(b_span)
+    # B's own 20 ms spin is not wait
+    assert b_span.self_us >= 19_000
 
     assert Enum.any?(
              graph.edges,
@@ -280,8 +286,9 @@ defmodule FlameOn.Client.ClusterTest do
     [root | _] = graph.spans
     assert [%Span{kind: :remote, node: ^b, parent_span_id: 0} = remote] = tl(graph.spans)
     assert remote.pid == {:fo_cluster_b, b}
-    # the wait for B is still the call's
-    assert root.attributed_wait_us >= 0.9 * root.wait_us
+    # the wait for B is still the call's: the :remote span explains it
+    assert_in_delta root.attributed_wait_us, duration(remote), 0.1 * duration(remote)
+    assert duration(remote) >= 20_000
     assert graph.stats.nodes == %{}
   end
 end
