@@ -48,7 +48,8 @@ defmodule FlameOn.Client.MixProject do
 
   def application do
     [
-      extra_applications: [:logger],
+      # crypto: random tokens of the web UI (FlameOn.Client.Web)
+      extra_applications: [:logger, :crypto],
       mod: {FlameOn.Client.Application, []}
     ]
   end

@@ -1,6 +1,10 @@
 # PropEr's helpers, and PropEr on the code path (Elixir 1.15+ prunes it).
 Code.require_file("support/proper_helpers.exs", __DIR__)
 FlameOn.Client.ProperHelpers.add_code_path()
+# The OTP tools some tests drive (:dbg, :tprof, :eprof), on the code path
+# before the test files compile, so calls to them compile without warnings;
+# a test that needs one fails with its package when it is missing.
+Enum.each([:runtime_tools, :tools], &FlameOn.Client.Test.Tools.otp_lib/1)
 
 # A loaded 2-core CI machine can take well over the default 100 ms to
 # deliver a message; assertions that a message comes wait up to 5 s.

@@ -242,15 +242,17 @@ static void charge(fo_session *s, fo_proc *p, int64_t ts)
     }
 }
 
-/* Moves up to ns of from's time to to (what from holds caps it). */
-static void move_time(fo_session *s, uint32_t from, uint32_t to, uint64_t ns)
+/* Moves up to ns of from's time to to (what from holds caps it); returns
+ * what moved. */
+static uint64_t move_time(fo_session *s, uint32_t from, uint32_t to, uint64_t ns)
 {
     if (from == FO_NONE || from == to)
-        return;
+        return 0;
     if (ns > s->tree.nodes[from].self_ns)
         ns = s->tree.nodes[from].self_ns;
     s->tree.nodes[from].self_ns -= ns;
     fo_tree_charge(&s->tree, to, ns);
+    return ns;
 }
 
 /* A call's wait is kept on one WAITING leaf, the newest: when the process
@@ -346,8 +348,9 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
  * the sample was charged to where the previous event left the process.
  * frames == NULL keeps the stack the process has. */
 static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
-                         uint64_t weight, int waited, uint32_t times)
+                         uint64_t weight, unsigned how, uint32_t times)
 {
+    int waited = (how & FO_SAMPLE_WAITED) != 0;
     s->stats.events++;
     s->stats.samples += times;
     if (p->state == FO_PROC_EXITED) {
@@ -415,7 +418,7 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
     }
     if (backfill)
         charge(s, p, ts_ns);
-    p->unseen = 0;
+    p->unseen = (how & FO_SAMPLE_LEADING) != 0;
     if (!p->sampled) {
         /* Its first sample: what it ran before, with no stack known, was
          * this work too (a sampler starts a little after its process). */
@@ -433,8 +436,8 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
     fo_tree_count_samples(&s->tree, p->state == FO_PROC_OUT ? p->sleep_node : current_node(p), times, weight);
 }
 
-void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
-                       uint64_t weight)
+void fo_session_sample_as(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
+                          uint64_t weight, unsigned how)
 {
     fo_proc *p = proc_for(s, pid);
     if (p == NULL) {
@@ -444,19 +447,13 @@ void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa 
     /* a NULL frames pointer is how apply_sample keeps the stack: an empty
      * sample must still replace it */
     static const fo_mfa no_frames[1];
-    apply_sample(s, p, ts_ns, count == 0 ? no_frames : frames, count, weight, 0, 1);
+    apply_sample(s, p, ts_ns, count == 0 ? no_frames : frames, count, weight, how, 1);
 }
 
-void fo_session_sample_waited(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames,
-                              uint32_t count, uint64_t weight)
+void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
+                       uint64_t weight)
 {
-    fo_proc *p = proc_for(s, pid);
-    if (p == NULL) {
-        s->stats.dropped_events++;
-        return;
-    }
-    static const fo_mfa no_frames[1];
-    apply_sample(s, p, ts_ns, count == 0 ? no_frames : frames, count, weight, 1, 1);
+    fo_session_sample_as(s, pid, ts_ns, frames, count, weight, 0);
 }
 
 void fo_session_sample_same(fo_session *s, uint64_t pid, int64_t ts_ns, uint64_t weight, uint32_t times)
@@ -502,15 +499,13 @@ uint64_t fo_session_attribute_wait(fo_session *s, uint64_t pid, uint64_t ns)
     uint32_t waiting = p->call_wait_node;
     if (p->root == FO_NONE || waiting == FO_NONE || s->tree.nodes[waiting].frame != FO_FRAME_WAITING)
         return 0;
-    uint64_t moved = ns < p->call_wait_ns ? ns : p->call_wait_ns;
-    if (moved > s->tree.nodes[waiting].self_ns)
-        moved = s->tree.nodes[waiting].self_ns;
-    uint32_t parent = s->tree.nodes[waiting].parent;
-    uint32_t attributed = moved == 0 ? FO_NONE : regular_child(s, parent, FO_FRAME_ATTRIBUTED);
+    uint64_t wanted = ns < p->call_wait_ns ? ns : p->call_wait_ns;
+    if (wanted == 0 || s->tree.nodes[waiting].self_ns == 0)
+        return 0;
+    uint32_t attributed = regular_child(s, s->tree.nodes[waiting].parent, FO_FRAME_ATTRIBUTED);
     if (attributed == FO_NONE)
         return 0; /* tree full: the wait stays WAITING, still counted in time */
-    s->tree.nodes[waiting].self_ns -= moved;
-    fo_tree_charge(&s->tree, attributed, moved);
+    uint64_t moved = move_time(s, waiting, attributed, wanted);
     p->call_wait_ns -= moved;
     return moved;
 }

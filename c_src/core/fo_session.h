@@ -61,14 +61,22 @@ void fo_session_apply(fo_session *s, const fo_event *ev);
 void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
                        uint64_t weight);
 
-/* The same, for a sample of a process the front end saw waiting when it
- * asked for the stack and that ran no code until it answered: the stack is
- * where it has waited since its last real `out`, so that whole wait (also
- * what came before the in/out pair in which it answered) moves to the
- * sampled stack's wait leaf, not only the rest of it. Waits in a call
- * always move whole (see fo_session_call_started). */
-void fo_session_sample_waited(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames,
-                              uint32_t count, uint64_t weight);
+/* What the front end knows about a sample (fo_session_sample_as):
+ * - WAITED: it saw the process waiting when it asked for the stack, and the
+ *   process ran no code until it answered: the stack is where it has waited
+ *   since its last real `out`, so that whole wait (also what came before
+ *   the in/out pair in which it answered) moves to the sampled stack's wait
+ *   leaf, not only the rest of it. Waits in a call always move whole (see
+ *   fo_session_call_started).
+ * - LEADING: the stack was taken just before the process's traced work
+ *   starts (a process sampling itself as its trace begins): it only holds
+ *   until the next sample shows where the work went, which takes the time
+ *   since, as a sample after an `in` does. */
+enum { FO_SAMPLE_WAITED = 1u, FO_SAMPLE_LEADING = 2u };
+
+/* fo_session_sample with what the front end knows (FO_SAMPLE_* bits). */
+void fo_session_sample_as(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
+                          uint64_t weight, unsigned how);
 
 /* `times` samples of pid that found it where the previous one left it (the
  * front end knows it has not run since: it waits, and its reductions did

@@ -31,6 +31,9 @@
     A(node_cap)                                                                                \
     A(waiting)                                                                                 \
     A(same)                                                                                    \
+    A(plain)                                                                                   \
+    A(waited)                                                                                  \
+    A(leading)                                                                                 \
     A(gc)                                                                                      \
     A(process)                                                                                 \
     A(max_nodes)                                                                               \
@@ -100,40 +103,50 @@
     A(dropped_spans)                                                                          \
     A(delegated_replies)                                                                       \
     A(stats)                                                                                   \
-    A(attributed)                                                                            \
-    A(spawned)                                                                               \
-    A(flame_on_left)                                                                         \
-    A(timeout)                                                                               \
-    A(kind)                                                                                  \
-    A(opener_pid)                                                                            \
-    A(unattributed_by)                                                                       \
-    A(port)                                                                                  \
-    A(timer)                                                                                 \
-    A(other)                                                                                 \
-    A(edges)                                                                                 \
-    A(waiter_span_id)                                                                        \
-    A(waker_span_id)                                                                         \
-    A(attributed_ns)                                                                         \
-    A(wakes)                                                                                 \
-    A(root)                                                                                  \
-    A(request)                                                                               \
-    A(work)                                                                                  \
-    A(continuation)                                                                          \
-    A(joins)                                                                                 \
-    A(leaves)                                                                                \
-    A(continuations)                                                                         \
-    A(dropped_continuations)                                                                 \
-    A(edge_limit_hits)                                                                       \
-    A(attributed_wakes)                                                                      \
-    A(followers)                                                                             \
-    A(spawn_request)                                                                         \
-    A(spawn_reply)                                                                           \
-    A(follower)                                                                              \
+    A(attributed)                                                                              \
+    A(spawned)                                                                                 \
+    A(flame_on_left)                                                                           \
+    A(timeout)                                                                                 \
+    A(kind)                                                                                    \
+    A(opener_pid)                                                                              \
+    A(unattributed_by)                                                                         \
+    A(port)                                                                                    \
+    A(timer)                                                                                   \
+    A(other)                                                                                   \
+    A(edges)                                                                                   \
+    A(waiter_span_id)                                                                          \
+    A(waker_span_id)                                                                           \
+    A(attributed_ns)                                                                           \
+    A(wakes)                                                                                   \
+    A(root)                                                                                    \
+    A(request)                                                                                 \
+    A(work)                                                                                    \
+    A(continuation)                                                                            \
+    A(joins)                                                                                   \
+    A(leaves)                                                                                  \
+    A(continuations)                                                                           \
+    A(dropped_continuations)                                                                   \
+    A(edge_limit_hits)                                                                         \
+    A(attributed_wakes)                                                                        \
+    A(followers)                                                                               \
+    A(spawn_request)                                                                           \
+    A(spawn_reply)                                                                             \
+    A(follower)                                                                                \
     A(note_overflows)                                                                          \
-    A(remote)                                                                                  \
-    A(remote_calls)                                                                            \
-    A(remote_requests)                                                                         \
-    A(remote_limit_hits)                                                                       \
+    A(next)                                                                                    \
+    A(flame_on_next)                                                                           \
+    A(armed)                                                                                   \
+    A(fired)                                                                                   \
+    A(done)                                                                                    \
+    A(cancelled)                                                                               \
+    A(returned)                                                                                \
+    A(raised)                                                                                  \
+    A(return_from)                                                                             \
+    A(exception_from)                                                                              \
+    A(remote)                                                                                      \
+    A(remote_calls)                                                                                \
+    A(remote_requests)                                                                             \
+    A(remote_limit_hits)                                                                           \
     A(wire)
 
 #define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;

@@ -10,6 +10,7 @@
 #include "fo_export_graph.h"
 #include "fo_follow.h"
 #include "fo_graph_tracer.h"
+#include "fo_next.h"
 #include "fo_router.h"
 #include "fo_resource.h"
 #include "fo_sample.h"
@@ -163,13 +164,7 @@ static ERL_NIF_TERM nif_stop(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     fo_session_res *res;
     if (!fo_resource_get(env, argv[0], &res))
         return enif_make_badarg(env);
-    fo_spin_lock(&res->lock);
-    if (res->stopped_ns == 0)
-        res->stopped_ns = fo_tracer_clock_ns();
-    fo_spin_unlock(&res->lock);
-    atomic_store(&res->active, 0);
-    if (res->graph != NULL)
-        fo_router_unregister(res);
+    fo_resource_stop(res);
     return enif_make_int64(env, fo_ns_to_native(enif_monotonic_time(ERL_NIF_NSEC), res->native_per_second));
 }
 
@@ -183,12 +178,7 @@ static ERL_NIF_TERM nif_graph_start(ErlNifEnv *env, int argc, const ERL_NIF_TERM
     ErlNifPid pid;
     if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->graph == NULL)
         return enif_make_badarg(env);
-    fo_spin_lock(&res->lock);
-    int fresh = res->root_pid == 0 && res->core != NULL && atomic_load(&res->active);
-    if (fresh)
-        res->root_pid = (uint64_t)pid.pid;
-    fo_spin_unlock(&res->lock);
-    if (!fresh || !fo_router_register(res, res->label, (uint64_t)pid.pid))
+    if (!fo_resource_graph_start(res, (uint64_t)pid.pid))
         return enif_make_badarg(env);
     return fo_atom_ok;
 }
@@ -255,12 +245,7 @@ static ERL_NIF_TERM nif_graph_begin(ErlNifEnv *env, int argc, const ERL_NIF_TERM
     fo_session_res *res;
     if (!fo_resource_get(env, argv[0], &res) || res->graph == NULL)
         return enif_make_badarg(env);
-    fo_spin_lock(&res->lock);
-    uint32_t root = res->root_pid == 0 || res->core == NULL
-                        ? FO_NONE
-                        : fo_graph_root(res->graph, res->root_pid, fo_tracer_clock_ns());
-    fo_spin_unlock(&res->lock);
-    return root == FO_NONE ? enif_make_badarg(env) : fo_atom_ok;
+    return fo_resource_graph_begin(res, fo_tracer_clock_ns()) ? fo_atom_ok : enif_make_badarg(env);
 }
 
 // finish(Session, End :: integer() | nil | stop) -> {#{pid() => [{Frames, Ns}]}, Stats}
@@ -357,6 +342,9 @@ static ErlNifFunc nif_funcs[] = {
     {"finish", 2, nif_finish, ERL_NIF_DIRTY_JOB_CPU_BOUND},
     {"sample", 4, fo_sample_nif, 0},
     {"sample", 5, fo_sample_nif, 0},
+    {"next_new", 3, fo_next_new_nif, 0},
+    {"next_cancel", 1, fo_next_cancel_nif, 0},
+    {"next_state", 1, fo_next_state_nif, 0},
     {"enabled", 3, fo_tracer_enabled, 0},
     {"trace", 5, fo_tracer_trace, 0},
 };
@@ -366,7 +354,7 @@ static int on_load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
     (void)priv;
     (void)info;
     fo_atoms_init(env);
-    return fo_resource_open(env) && fo_router_init() ? 0 : 1;
+    return fo_resource_open(env) && fo_next_open(env) && fo_router_init() ? 0 : 1;
 }
 
 static int on_upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM info)

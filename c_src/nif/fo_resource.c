@@ -3,6 +3,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "fo_router.h"
+
 static ErlNifResourceType *session_type;
 /* Sessions alive in this VM, for leak checks (`Native.live_sessions/0`). */
 static atomic_long live_sessions;
@@ -87,6 +89,51 @@ ERL_NIF_TERM fo_resource_reason_term(ErlNifEnv *env, const fo_session_res *res, 
             return enif_make_copy(env, res->reason_terms[i]);
     }
     return enif_make_atom(env, "unknown");
+}
+
+void fo_resource_stop(fo_session_res *res)
+{
+    fo_spin_lock(&res->lock);
+    if (res->stopped_ns == 0)
+        res->stopped_ns = fo_tracer_clock_ns();
+    fo_spin_unlock(&res->lock);
+    atomic_store(&res->active, 0);
+    if (res->graph != NULL)
+        fo_router_unregister(res);
+}
+
+int fo_resource_graph_start(fo_session_res *res, uint64_t root)
+{
+    if (res->graph == NULL)
+        return 0;
+    fo_spin_lock(&res->lock);
+    int fresh = res->root_pid == 0 && res->core != NULL && atomic_load(&res->active);
+    if (fresh)
+        res->root_pid = root;
+    fo_spin_unlock(&res->lock);
+    return fresh && fo_router_register(res, res->label, root);
+}
+
+int fo_resource_graph_reroot(fo_session_res *res, uint64_t root)
+{
+    if (res->graph == NULL)
+        return 0;
+    fo_spin_lock(&res->lock);
+    int live = res->root_pid != 0 && res->core != NULL && atomic_load(&res->active);
+    if (live)
+        res->root_pid = root;
+    fo_spin_unlock(&res->lock);
+    return live && fo_router_map_pid(root, res);
+}
+
+int fo_resource_graph_begin(fo_session_res *res, int64_t ts)
+{
+    if (res->graph == NULL)
+        return 0;
+    fo_spin_lock(&res->lock);
+    uint32_t root = res->root_pid == 0 || res->core == NULL ? FO_NONE : fo_graph_root(res->graph, res->root_pid, ts);
+    fo_spin_unlock(&res->lock);
+    return root != FO_NONE;
 }
 
 int fo_resource_get(ErlNifEnv *env, ERL_NIF_TERM term, fo_session_res **out)

@@ -56,6 +56,24 @@ uint64_t fo_resource_reason_key(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TER
 /* The reason term of key, in env; `unknown` when it was not kept. */
 ERL_NIF_TERM fo_resource_reason_term(ErlNifEnv *env, const fo_session_res *res, uint64_t key);
 
+/* The tracer callbacks take no more events (stop/1); the first call notes
+ * when, on the tracer clock. A graph trace leaves the router. */
+void fo_resource_stop(fo_session_res *res);
+
+/* Graph traces: root is the trace's root process, registered with the
+ * router under the trace's label (graph_start/2). 0 when the session is
+ * finished, already has a root, or the router refuses. */
+int fo_resource_graph_start(fo_session_res *res, uint64_t root);
+
+/* Graph traces registered with a stand-in root (capture_next: the trace
+ * owner, until a process makes the captured call): root becomes the
+ * root process and is routed to res. 0 once finished or unregistered. */
+int fo_resource_graph_reroot(fo_session_res *res, uint64_t root);
+
+/* Graph traces: the root span starts at ts (graph_begin/1). 0 without a
+ * root or once finished. */
+int fo_resource_graph_begin(fo_session_res *res, int64_t ts);
+
 /* 1 and *out when term is one of our session resources. */
 int fo_resource_get(ErlNifEnv *env, ERL_NIF_TERM term, fo_session_res **out);
 

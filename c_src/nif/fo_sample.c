@@ -24,7 +24,7 @@ static int decode_frame(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
 
 /* frames == NULL: the stack the process already has, `times` times. */
 static ERL_NIF_TERM apply(fo_session_res *res, uint64_t pid, int64_t ts, const fo_mfa *frames, uint32_t count,
-                          uint64_t weight, int waited, uint32_t times)
+                          uint64_t weight, unsigned how, uint32_t times)
 {
     ERL_NIF_TERM result = fo_atom_stopped;
     fo_spin_lock(&res->lock);
@@ -37,10 +37,8 @@ static ERL_NIF_TERM apply(fo_session_res *res, uint64_t pid, int64_t ts, const f
         } else {
             if (frames == NULL)
                 fo_session_sample_same(res->core, pid, ts, weight, times);
-            else if (waited)
-                fo_session_sample_waited(res->core, pid, ts, frames, count, weight);
             else
-                fo_session_sample(res->core, pid, ts, frames, count, weight);
+                fo_session_sample_as(res->core, pid, ts, frames, count, weight, how);
             fo_resource_account_sometimes(res);
             result = fo_atom_ok;
         }
@@ -54,11 +52,13 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     fo_session_res *res;
     ErlNifPid pid;
     ErlNifUInt64 weight;
-    int waited = 0;
+    unsigned how = 0;
     if (argc == 5) {
-        if (argv[4] == fo_atom_true)
-            waited = 1;
-        else if (argv[4] != fo_atom_false)
+        if (argv[4] == fo_atom_waited)
+            how = FO_SAMPLE_WAITED;
+        else if (argv[4] == fo_atom_leading)
+            how = FO_SAMPLE_LEADING;
+        else if (argv[4] != fo_atom_plain)
             return enif_make_badarg(env);
     }
     if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) ||
@@ -94,7 +94,7 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
             return enif_make_badarg(env);
         }
     }
-    ERL_NIF_TERM result = apply(res, (uint64_t)pid.pid, ts, frames, count, (uint64_t)weight, waited, 1);
+    ERL_NIF_TERM result = apply(res, (uint64_t)pid.pid, ts, frames, count, (uint64_t)weight, how, 1);
     enif_free(frames);
     return result;
 }

@@ -12,10 +12,11 @@
 // {same, N} (N in 1..2^32-1): that, counted as N samples. Weight is
 // a non-negative integer below 2^64 added to the stack the sample lands on
 // (the sampler passes the reductions since its previous sample).
-// sample(Session, Pid, Stack, Weight, Waited): Waited = true says the
-// sampler saw the process waiting when it asked and it ran no code until it
-// answered, so its whole current wait belongs to the stack (false: as
-// sample/4).
+// sample(Session, Pid, Stack, Weight, How): How is `plain` (as sample/4),
+// `waited` (the sampler saw the process waiting when it asked and it ran no
+// code until it answered, so its whole current wait belongs to the stack)
+// or `leading` (taken just before the process's traced work starts: the
+// next sample takes the time since). See fo_session_sample_as.
 ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 #endif

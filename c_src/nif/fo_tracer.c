@@ -5,6 +5,7 @@
 #include "fo_atoms.h"
 #include "fo_decode.h"
 #include "fo_graph_tracer.h"
+#include "fo_next.h"
 #include "fo_resource.h"
 
 static int is_our_tag(ERL_NIF_TERM tag)
@@ -25,6 +26,8 @@ ERL_NIF_TERM fo_tracer_enabled(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     ERL_NIF_TERM tag = argv[0];
     if (argv[1] == fo_atom_graph)
         return fo_graph_tracer_enabled(env, tag);
+    if (fo_next_is_state(env, argv[1]))
+        return fo_next_enabled(env, argv);
     if (tag != fo_atom_trace_status)
         return is_our_tag(tag) ? fo_atom_trace : fo_atom_discard;
     fo_session_res *res;
@@ -62,6 +65,8 @@ ERL_NIF_TERM fo_tracer_trace(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     ErlNifPid pid;
     if (argv[1] == fo_atom_graph)
         return fo_graph_tracer_trace(env, argv);
+    if (fo_next_is_state(env, argv[1]))
+        return fo_next_trace(env, argv);
     if (!fo_resource_get(env, argv[1], &res) || !enif_is_map(env, argv[4]))
         return enif_make_badarg(env);
     if (!enif_get_local_pid(env, argv[2], &pid))

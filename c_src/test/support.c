@@ -183,7 +183,7 @@ fo_session *ts_new_session(const fo_limits *limits)
  * is an empty stack; "=" is the stack the process has
  * (fo_session_sample_same), "=N" that N times. waited:
  * fo_session_sample_waited. */
-static void run_sample(fo_session *s, uint64_t pid, int64_t ts, const char *stack, uint64_t weight, int waited)
+static void run_sample(fo_session *s, uint64_t pid, int64_t ts, const char *stack, uint64_t weight, unsigned how)
 {
     if (stack[0] == '=') {
         char *end = NULL;
@@ -204,13 +204,11 @@ static void run_sample(fo_session *s, uint64_t pid, int64_t ts, const char *stac
         assert_true(count < 64);
         frames[count++] = ts_mfa(part);
     }
-    if (waited)
-        fo_session_sample_waited(s, pid, ts, frames, count, weight);
-    else
-        fo_session_sample(s, pid, ts, frames, count, weight);
+    fo_session_sample_as(s, pid, ts, frames, count, weight, how);
 }
 
-/* The rest of a sample line: " STACK", then " w=N" and/or " waited". */
+/* The rest of a sample line: " STACK", then " w=N" and/or " waited" or
+ * " leading". */
 static void run_sample_line(fo_session *s, uint64_t pid, int64_t ts, const char *rest, const char *line)
 {
     char stack[512] = "";
@@ -221,12 +219,16 @@ static void run_sample_line(fo_session *s, uint64_t pid, int64_t ts, const char 
     if (n < 1 || n > 3)
         fail_msg("bad script line '%s'", line);
     uint64_t weight = 0;
-    int waited = 0;
+    unsigned how = 0;
     const char *opts[2] = {opt1, opt2};
     for (int i = 0; i + 1 < n; i++) {
         const char *opt = opts[i];
         if (strcmp(opt, "waited") == 0) {
-            waited = 1;
+            how |= FO_SAMPLE_WAITED;
+            continue;
+        }
+        if (strcmp(opt, "leading") == 0) {
+            how |= FO_SAMPLE_LEADING;
             continue;
         }
         char *end = NULL;
@@ -236,7 +238,7 @@ static void run_sample_line(fo_session *s, uint64_t pid, int64_t ts, const char 
         if (*end != '\0')
             fail_msg("bad sample weight in '%s' (want w=N)", line);
     }
-    run_sample(s, pid, ts, stack, weight, waited);
+    run_sample(s, pid, ts, stack, weight, how);
 }
 
 void ts_run_line(fo_session *s, const char *line)

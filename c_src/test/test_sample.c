@@ -203,6 +203,22 @@ static const ts_case sample_cases[] = {
            "1 m:a/0;m:w/0;SLEEP samples=1 weight=0"),
      "events=6 samples=2"},
 
+    {"a_leading_sample_gives_the_time_after_it_to_the_next_sample", DEFAULT_LIMITS,
+     LINES("1 0 sample m:p/0 leading",  /* taken before the work started */
+           "1 50 sample m:p/0;m:w/0",   /* p;w: 50, where the work went */
+           "1 80 sample m:p/0",         /* p;w: 30 (a plain sample holds) */
+           "close 100"),                /* p: 20 */
+     LINES("1 m:p/0;m:w/0 80", "1 m:p/0 20", "1 m:p/0 samples=2 weight=0",
+           "1 m:p/0;m:w/0 samples=1 weight=0"),
+     "events=3 samples=3"},
+
+    {"a_leading_sample_then_a_wait_keeps_the_wait_under_it", DEFAULT_LIMITS,
+     LINES("1 0 sample m:p/0 leading", "1 10 out", "1 40 in", "1 60 sample m:p/0;m:w/0",
+           "close 70"),
+     LINES("1 m:p/0 10", "1 m:p/0;SLEEP 30", "1 m:p/0;m:w/0 30", "1 m:p/0 samples=1 weight=0",
+           "1 m:p/0;m:w/0 samples=1 weight=0"),
+     "events=4 samples=2"},
+
     {"an_empty_stack_charges_the_process_root", DEFAULT_LIMITS,
      LINES("1 0 sample m:a/0", "1 10 sample -", "close 30"),
      LINES("1 m:a/0 10", "1 (root) 20", "1 m:a/0 samples=1 weight=0",

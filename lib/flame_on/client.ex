@@ -102,7 +102,10 @@ defmodule FlameOn.Client do
   breakpoint check on each call**, not only the traced one (see
   `FlameOn.Client.Patterns`; measured 1.2x on untraced Enum/Map code and
   3-4x on untraced tight recursion). Use them on a development machine, or
-  where exact call counts and every frame matter.
+  where exact call counts and every frame matter. On OTP 27+ each trace has
+  its patterns in a trace session of its own (see
+  `FlameOn.Client.TraceBackend`): other tracing tools are left alone, but
+  concurrent exact traces each add their breakpoint check.
 
   Mode `:sample` sets no pattern: other processes pay nothing. The traced
   process pays one stack read (a signal it answers at its next safe point,
@@ -117,7 +120,7 @@ defmodule FlameOn.Client do
   the last one.
   """
 
-  alias FlameOn.Client.{Breaker, Capture, Native, Patterns, Profile}
+  alias FlameOn.Client.{Breaker, Capture, Native, Patterns, Profile, TraceBackend}
 
   @limit_defaults [
     max_nodes: 200_000,
@@ -195,13 +198,15 @@ defmodule FlameOn.Client do
     capture = module.start(opts)
 
     # The flags go on and the function runs right here, so every stack
-    # starts at this function in every mode.
-    capture = module.begin(capture)
+    # starts at this function in every mode. The trace's time starts
+    # before begin/1: a sampler takes its first sample there, and the
+    # stacks must fit in the trace's wall time.
     started_ts = :erlang.monotonic_time()
+    capture = module.begin(capture)
 
     outcome =
       try do
-        :erlang.trace(self(), true, capture.flags)
+        TraceBackend.set_flags(self(), capture.flags)
         {:ok, fun.()}
       catch
         kind, reason -> {kind, reason, __STACKTRACE__}
@@ -229,6 +234,77 @@ defmodule FlameOn.Client do
     raise ArgumentError, "expected a function of arity 0, got: #{inspect(fun)}"
   end
 
+  @doc """
+  Runs `fun` and returns `{result, summary}`: for every function it called,
+  how many calls and how much time or memory, and its share, as `tprof`
+  reports it (a `FlameOn.Client.Summary`; print it with
+  `FlameOn.Client.Summary.table/2`, write it with
+  `FlameOn.Client.Summary.csv/1`).
+
+  As `tprof` does, `fun` runs in a new process (linked to the caller, like
+  a `Task`, with the caller in its `:"$callers"`), so the counts do not
+  depend on the caller's heap: the time a function spends collecting
+  garbage is its own. `summary.pid` is that process.
+
+      iex> {result, summary} = FlameOn.Client.summary(fn -> Enum.sum(1..100) end)
+      iex> result
+      5050
+      iex> summary.type
+      :call_time
+      iex> Enum.any?(summary.entries, &(&1.function == "Enum.sum/1" and &1.calls == 1))
+      true
+
+  The VM counts (`call_time` or `call_memory` trace patterns on every
+  function, read back per function): no stacks and no events, so it costs
+  less than `profile/2` while it runs, but says nothing of who called
+  whom. Each function's time or memory is its own (its callees are
+  traced too).
+
+  Options:
+
+    * `:type` (`:call_time`) – `:call_time`: microseconds; `:call_memory`:
+      words allocated on the process heap (Erlang/OTP 26 or later; an
+      `ArgumentError` on OTP 25).
+    * `:set_on_spawn` (`true`) – also count the processes `fun` spawns
+      (and theirs), as `tprof` does.
+    * `:name` (`"flame_on"`) – the summary's name.
+
+  On OTP 27+ the counters live in a trace session of their own: other
+  tools' tracing (`tprof` included) and our other traces are untouched.
+  Before OTP 27 they are node-global, so a summary refuses to start
+  (`ArgumentError`) while anything else call-traces on the node, ours
+  included. If `fun` raises, throws or exits, the counters are cleared and
+  the exception is raised again in the caller.
+  """
+  @spec summary((() -> result), keyword()) :: {result, FlameOn.Client.Summary.t()}
+        when result: term()
+  def summary(fun, opts \\ [])
+
+  def summary(fun, opts) when is_function(fun, 0) and is_list(opts) do
+    opts =
+      opts
+      |> Keyword.validate!(type: :call_time, set_on_spawn: true, name: "flame_on")
+      |> Map.new()
+
+    case opts do
+      %{type: type} when type not in [:call_time, :call_memory] ->
+        invalid!(:type, ":call_time or :call_memory", type)
+
+      %{set_on_spawn: flag} when not is_boolean(flag) ->
+        invalid!(:set_on_spawn, "a boolean", flag)
+
+      %{name: name} when not is_binary(name) ->
+        invalid!(:name, "a string", name)
+
+      opts ->
+        Capture.Counters.run(fun, opts)
+    end
+  end
+
+  def summary(fun, _opts) do
+    raise ArgumentError, "expected a function of arity 0, got: #{inspect(fun)}"
+  end
+
   @doc "See `FlameOn.Client.Tracing.trace/3`: trace app code, sampled, shipped above a threshold."
   defdelegate trace(name, fun, opts \\ []), to: FlameOn.Client.Tracing
 
@@ -237,6 +313,20 @@ defmodule FlameOn.Client do
 
   @doc "See `FlameOn.Client.Tracing.stop_trace/1`."
   defdelegate stop_trace(ref), to: FlameOn.Client.Tracing
+
+  @doc """
+  Waits for the next call of `{module, function, arity}` by any process and
+  profiles that one call, from its entry to its return or exception.
+  Returns `{:ok, profile}`, or `{:error, :timeout}` when no process called
+  it within `:timeout` (30 s). See `FlameOn.Client.NextCall` for how it
+  works, its options and its cost.
+
+      task = Task.async(fn -> FlameOn.Client.capture_next({MyApp.Orders, :checkout, 2}) end)
+      # ... some process calls MyApp.Orders.checkout/2 ...
+      {:ok, profile} = Task.await(task, :infinity)
+  """
+  @spec capture_next(mfa(), keyword()) :: {:ok, Profile.t()} | {:error, term()}
+  defdelegate capture_next(mfa, opts \\ []), to: FlameOn.Client.NextCall, as: :capture
 
   @doc """
   What the profiler holds on this node right now.
@@ -248,12 +338,16 @@ defmodule FlameOn.Client do
   Keys: `:breaker` (`:closed` or `{:open, reason}`, see
   `FlameOn.Client.Breaker`), `:sessions` (live session resources),
   `:sessions_memory_bytes` (their tables), `:node_memory_bytes`,
-  `:pattern_users` (traces holding the call patterns), `:sample_traces`
+  `:pattern_users` (traces holding the call patterns), `:trace_sessions`
+  (the VM's trace sessions of ours, OTP 27+; see
+  `FlameOn.Client.TraceBackend`), `:sample_traces`
   (sampling processes and sessions holding a raised `backtrace_depth`),
   `:active_samplers` and `:sample_budget` (the samplers sampling now, and
   the node's samples per second they share, see
-  `FlameOn.Client.SampleBudget`) and `:session_processes` (`:process`-mode
-  sessions running).
+  `FlameOn.Client.SampleBudget`), `:session_processes` (`:process`-mode
+  sessions running), `:captures_waiting` (`capture_next/2` calls waiting
+  for their call: `[{mfa, pid}]`) and `:trace_store` (the recent traces
+  kept, their size and bounds, see `FlameOn.Client.TraceStore`).
   """
   @spec status() :: map()
   def status do
@@ -265,10 +359,14 @@ defmodule FlameOn.Client do
       sessions_memory_bytes: Native.session_bytes(),
       node_memory_bytes: :erlang.memory(:total),
       pattern_users: Patterns.users(),
+      trace_sessions: length(TraceBackend.our_sessions()),
       sample_traces: Patterns.depth_users(),
       active_samplers: FlameOn.Client.SampleBudget.active(),
       sample_budget: FlameOn.Client.SampleBudget.budget(),
-      session_processes: DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active
+      session_processes:
+        DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active,
+      captures_waiting: FlameOn.Client.NextCall.Pattern.waiting(),
+      trace_store: FlameOn.Client.TraceStore.stats()
     }
   end
 
@@ -276,6 +374,12 @@ defmodule FlameOn.Client do
   # The limit options, as the NIF's session takes them.
   @spec limit_keys() :: [atom()]
   def limit_keys, do: @limit_keys
+
+  @doc false
+  # profile/2's options, validated, with their defaults, as a map (also
+  # the capture options of capture_next/2).
+  @spec options!(keyword()) :: map()
+  def options!(opts), do: validate_options!(opts)
 
   defp validate_options!(opts) when is_list(opts) do
     opts = opts |> Keyword.validate!(@defaults) |> FlameOn.Client.Sampler.check_options!()

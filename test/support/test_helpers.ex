@@ -2,7 +2,7 @@ defmodule FlameOn.Client.TestHelpers do
   @moduledoc false
   import ExUnit.Assertions
 
-  alias FlameOn.Client.Patterns
+  alias FlameOn.Client.{Patterns, TraceBackend}
 
   # MFAs whose trace patterns must be off once no trace runs.
   @probe_mfas [
@@ -91,10 +91,13 @@ defmodule FlameOn.Client.TestHelpers do
   end
 
   @doc """
-  Trace flags, call patterns, the send pattern and the seq_trace system
-  tracer left on the node, as a list of findings.
+  Trace sessions of ours (OTP 27+), and in the legacy session trace flags,
+  call patterns, the send pattern, and the seq_trace system tracer left on
+  the node, as a list of findings.
   """
   def trace_leftovers do
+    sessions = for session <- TraceBackend.our_sessions(), do: {:trace_session, session}
+
     traced_processes =
       for pid <- Process.list(),
           flags = :erlang.trace_info(pid, :flags),
@@ -118,7 +121,20 @@ defmodule FlameOn.Client.TestHelpers do
         other -> [{:graph_tracing, other}]
       end
 
-    traced_processes ++ patterns ++ graph
+    # Counter patterns (summary/2) in the legacy session.
+    counters =
+      for item <- counter_items(),
+          mfa <- [:on_load, {:lists, :reverse, 1}],
+          (found = :erlang.trace_info(mfa, item)) not in [{item, false}, {item, :undefined}],
+          do: {:counters, mfa, found}
+
+    sessions ++ traced_processes ++ patterns ++ graph ++ counters
+  end
+
+  defp counter_items do
+    if :erlang.system_info(:otp_release) >= ~c"26",
+      do: [:call_time, :call_memory],
+      else: [:call_time]
   end
 
   @doc """
@@ -147,8 +163,67 @@ defmodule FlameOn.Client.TestHelpers do
   defp loaded?({module, _f, _a}), do: match?({:module, _}, Code.ensure_loaded(module))
   defp loaded?(:on_load), do: true
 
-  @doc "Whether the local call pattern is currently set (probed on `:lists.reverse/1`)."
-  def patterns_set?, do: :erlang.trace_info({:lists, :reverse, 1}, :traced) == {:traced, :local}
+  @doc """
+  Whether a local call pattern of ours is currently set (probed on
+  `:lists.reverse/1`): in the legacy session or in a trace session of ours.
+  """
+  def patterns_set? do
+    probe = {:lists, :reverse, 1}
+
+    :erlang.trace_info(probe, :traced) == {:traced, :local} or
+      Enum.any?(TraceBackend.our_sessions(), fn session ->
+        TraceBackend.info(%TraceBackend{session: session}, probe, :traced) == {:traced, :local}
+      end)
+  end
+
+  @doc """
+  Whether `mfa` has a call pattern (any kind) in the legacy session or in a
+  trace session of ours.
+  """
+  def patterns_on?(mfa) do
+    handles = [
+      TraceBackend.legacy() | for(s <- TraceBackend.our_sessions(), do: %TraceBackend{session: s})
+    ]
+
+    Enum.any?(
+      handles,
+      &(TraceBackend.info(&1, mfa, :traced) not in [{:traced, false}, {:traced, :undefined}])
+    )
+  end
+
+  @doc """
+  `pid`'s flags in FlameOn's tracing: the legacy session's, plus, with trace
+  sessions, those of every session of ours.
+  """
+  def our_flags(pid) do
+    legacy =
+      case :erlang.trace_info(pid, :flags) do
+        {:flags, flags} -> flags
+        _ -> []
+      end
+
+    sessions =
+      Enum.flat_map(TraceBackend.our_sessions(), fn session ->
+        TraceBackend.flags(%TraceBackend{session: session}, pid)
+      end)
+
+    Enum.uniq(legacy ++ sessions)
+  end
+
+  @doc """
+  `pid`'s tracers in FlameOn's tracing (the legacy session's, then those of
+  the sessions of ours that trace it), `[]` when none.
+  """
+  def our_tracers(pid) do
+    handles = [
+      TraceBackend.legacy() | for(s <- TraceBackend.our_sessions(), do: %TraceBackend{session: s})
+    ]
+
+    for handle <- handles,
+        TraceBackend.flags(handle, pid) != [],
+        {:ok, tracer} <- [TraceBackend.tracer(handle, pid)],
+        do: tracer
+  end
 
   @doc "How many times `frame` occurs in the stack string (frames split on `;`)."
   def frame_count(stack, frame), do: stack |> String.split(";") |> Enum.count(&(&1 == frame))

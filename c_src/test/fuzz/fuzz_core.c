@@ -79,10 +79,8 @@ static void sample(fo_session *s, reader *r, uint64_t pid, int64_t ts)
      * a sample of a process seen waiting */
     if (count == 9u)
         fo_session_sample_same(s, pid, ts, weight, w % 4u);
-    else if (w & 1u)
-        fo_session_sample_waited(s, pid, ts, frames, count, weight);
     else
-        fo_session_sample(s, pid, ts, frames, count, weight);
+        fo_session_sample_as(s, pid, ts, frames, count, weight, w & 3u);
 }
 
 static void check_graph(const fo_graph *g)

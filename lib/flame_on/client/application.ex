@@ -1,7 +1,8 @@
 defmodule FlameOn.Client.Application do
   @moduledoc false
-  # Starts the node-global pattern owner, the supervisor of trace sessions
-  # and the sample budget's table owner. `:rest_for_one` with `Patterns` first: if the pattern owner
+  # Starts the node-global pattern owner, the supervisor of trace sessions,
+  # the sample budget's table owner, capture_next's pattern owner, and
+  # (apart) the trace store and the web UIs' supervisor. `:rest_for_one` with `Patterns` first: if the pattern owner
   # dies, every session (whose patterns it counted) is stopped with it, and
   # on shutdown sessions stop before the patterns are released.
   use Application
@@ -9,13 +10,34 @@ defmodule FlameOn.Client.Application do
   @impl Application
   def start(_type, _args) do
     children = [
+      # first, and apart: the recent traces and the web UIs outlive a
+      # restart of the tracing processes below
+      ui_supervisor(),
       FlameOn.Client.Patterns,
       {DynamicSupervisor, name: FlameOn.Client.SessionSupervisor, strategy: :one_for_one},
-      # last: if it restarts, nothing else has to (samplers outlive it)
-      FlameOn.Client.SampleBudget
+      # if it restarts, nothing else has to (samplers outlive it)
+      FlameOn.Client.SampleBudget,
+      # capture_next's one-function patterns; restarted (and swept) with
+      # the pattern owner
+      FlameOn.Client.NextCall.Pattern
     ]
 
     Supervisor.start_link(children, strategy: :rest_for_one, name: FlameOn.Client.Supervisor)
+  end
+
+  defp ui_supervisor do
+    children = [
+      FlameOn.Client.TraceStore,
+      {DynamicSupervisor, name: FlameOn.Client.Web.Supervisor, strategy: :one_for_one}
+    ]
+
+    %{
+      id: FlameOn.Client.UISupervisor,
+      type: :supervisor,
+      start:
+        {Supervisor, :start_link,
+         [children, [strategy: :one_for_one, name: FlameOn.Client.UISupervisor]]}
+    }
   end
 
   # Called by the application master once the tree is gone, however it

@@ -6,7 +6,7 @@ defmodule FlameOn.Client.Capture do
   # path and no case per mode:
   #
   #   capture = module.start(opts)       # session, patterns, sampler, ...
-  #   :erlang.trace(self(), true, capture.flags)
+  #   TraceBackend.set_flags(self(), capture.flags)
   #   ... fun runs ...
   #   end_ts = module.stop(capture)      # nothing after this is profiled
   #   untrace, then module.finish(capture, started_ts, end_ts, opts)
@@ -20,7 +20,7 @@ defmodule FlameOn.Client.Capture do
 
   @type t :: %{
           required(:module) => module(),
-          required(:flags) => list(),
+          required(:flags) => [{FlameOn.Client.TraceBackend.t(), [atom()]}],
           optional(atom()) => term()
         }
 
@@ -45,25 +45,33 @@ defmodule FlameOn.Client.Capture do
   def module_for(%{mode: :sample}), do: FlameOn.Client.Capture.Sample
 
   @doc """
-  Raises unless the calling process is untraced. A process that only
-  follows another cross-process trace (a message of that trace reached it)
-  leaves it: it starts a trace of its own.
+  Raises unless FlameOn can trace the calling process
+  (`TraceBackend.check_tracee/1`). A process that only follows another
+  cross-process trace (a message of that trace reached it) leaves it: it
+  starts a trace of its own.
   """
   @spec ensure_untraced!() :: :ok
-  def ensure_untraced! do
-    case :erlang.trace_info(self(), :tracer) do
-      {:tracer, []} ->
+  def ensure_untraced!, do: ensure_untraced!(true)
+
+  defp ensure_untraced!(leave?) do
+    case FlameOn.Client.TraceBackend.check_tracee(self()) do
+      :ok ->
         :ok
 
-      {:tracer, {FlameOn.Client.Native, :graph} = tracer} ->
-        if FlameOn.Client.Native.graph_role(self()) == :root, do: already_traced!(tracer)
-        :erlang.trace(self(), false, [:all])
-        :seq_trace.set_token([])
-        :ok
-
-      {:tracer, tracer} ->
-        already_traced!(tracer)
+      {:error, {:already_traced, tracer}} ->
+        if leave? and follower_only?(tracer) do
+          FlameOn.Client.TraceBackend.untrace_graph(self())
+          :seq_trace.set_token([])
+          ensure_untraced!(false)
+        else
+          already_traced!(tracer)
+        end
     end
+  end
+
+  defp follower_only?(tracer) do
+    tracer in [{FlameOn.Client.Native, :graph}, {:trace_session, :flame_on_client_graph}] and
+      FlameOn.Client.Native.graph_role(self()) != :root
   end
 
   @doc "A native session with the limits of `opts` (and its extra keys), or raises."
@@ -80,20 +88,23 @@ defmodule FlameOn.Client.Capture do
     ArgumentError -> limits_out_of_range!(Map.take(opts, limit_keys))
   end
 
-  @doc "Turns the trace flags of `capture` off on the calling process, if still ours."
-  @spec untrace_self(t()) :: non_neg_integer()
-  def untrace_self(%{flags: [_tracer | flags]}) do
-    case :erlang.trace_info(self(), :tracer) do
-      {:tracer, []} -> 0
-      {:tracer, _ours} -> :erlang.trace(self(), false, flags)
-    end
-  end
+  @doc "Turns the trace flags of `capture` off on the calling process, where still ours."
+  @spec untrace_self(t()) :: :ok
+  def untrace_self(%{flags: flags}), do: FlameOn.Client.TraceBackend.clear_flags(self(), flags)
 
   @doc "The common error of a front end that could not start, raised."
   @spec raise_start_error!(term(), String.t()) :: no_return()
   def raise_start_error!({:invalid_limits, limits}, _what), do: limits_out_of_range!(limits)
   def raise_start_error!({:already_traced, tracer}, _what), do: already_traced!(tracer)
   def raise_start_error!({:call_tracing_in_use, what}, _), do: call_tracing_in_use!(what)
+
+  def raise_start_error!({:tracing_in_use, what}, _what) do
+    raise ArgumentError,
+          "another tool is tracing on this node (#{what}); in the legacy trace session " <>
+            "(OTP 25-26) a process has one tracer, and cross_process: true would take " <>
+            "over any process that serves one of our requests, so no cross-process trace " <>
+            "starts until it stops (on OTP 27+ our traces run in trace sessions of their own)"
+  end
 
   def raise_start_error!({:system_tracer_taken, tracer}, _what) do
     raise ArgumentError,

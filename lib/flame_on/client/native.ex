@@ -69,14 +69,33 @@ defmodule FlameOn.Client.Native do
       reductions since its previous sample). Returns `:stopped` (and
       applies nothing) once the session is stopped, and `:idle` (applies
       nothing) for a cross-process trace's callee between the trace's
-      requests. `sample(session, pid, stack, weight, true)` says the sampler
-      saw `pid` waiting when it asked and it ran no code until it answered:
-      then the whole wait it is in (not only the rest of it) goes under the
-      sampled stack, although answering woke it for a moment.
+      requests. `sample(session, pid, stack, weight, how)` says what the
+      sampler knows: `:plain` (as `sample/4`), `:waited` (it saw `pid`
+      waiting when it asked and `pid` ran no code until it answered: the
+      whole wait it is in, not only the rest of it, goes under the sampled
+      stack, although answering woke it for a moment) or `:leading` (the
+      stack was taken just before the traced work starts: the next sample
+      takes the time since).
+    * `next_new(session, owner, excluded)` – the gate of
+      `FlameOn.Client.NextCall`: with the meta pattern
+      `{:meta, FlameOn.Client.Native, {:next, gate}}` on one function, the
+      first process to call it (not one of `excluded`, at most 8 pids)
+      claims the gate in `enabled/3`, before the VM runs the pattern's
+      match spec, so the match spec turns tracing on in that process only.
+      The gate then adds the call to `session` and sends `owner`
+      `{:flame_on_next, gate, :fired, pid, caller, native_ts}`; at the
+      call's return or exception it stops `session` (as `stop/1`), in the
+      caller's own context, and sends `{:flame_on_next, gate, :returned,
+      native_ts, :ok, nil}` or `{:flame_on_next, gate, :raised, native_ts,
+      {class, reason}, nil}`. `next_cancel(gate)` closes it: `:cancelled`,
+      or `:fired` when a caller claimed it first; `next_state(gate)` is
+      `:armed`, `:cancelled`, `{:fired, pid}` or `{:done, pid}`.
     * `enabled/3` and `trace/5` – the `:erl_tracer` behaviour: pass
-      `{:tracer, FlameOn.Client.Native, session}` to `:erlang.trace/3` and
-      the VM calls these in the traced process, folding each event into the
-      session with no message. Events are stamped with the tracer's clock
+      `{:tracer, FlameOn.Client.Native, session}` to `:erlang.trace/3` (or,
+      OTP 27+, make `{FlameOn.Client.Native, session}` a trace session's
+      tracer, see `FlameOn.Client.TraceBackend`) and the VM calls these in
+      the traced process, folding each event into the session with no
+      message. Events are stamped with the tracer's clock
       (`CLOCK_MONOTONIC`, nanoseconds); in a `replay: true` session an
       integer `:timestamp` in `opts` (a recorded event) is used instead.
   """
@@ -86,10 +105,17 @@ defmodule FlameOn.Client.Native do
 
   @doc false
   def load_nif do
+    # The application's priv, else the source tree's: Elixir 1.15+ loads
+    # modules while compiling, before Mix links priv into _build.
+    source_priv = Path.expand(Path.join([__DIR__, "..", "..", "..", "priv"]))
+
     path =
       case :code.priv_dir(:flame_on_client) do
-        {:error, _} -> Path.join([__DIR__, "..", "..", "..", "priv"]) |> Path.expand()
-        dir -> dir
+        {:error, _} ->
+          source_priv
+
+        dir ->
+          if File.exists?(Path.join(dir, "#{@nif_name}.so")), do: dir, else: source_priv
       end
 
     # FLAME_ON_NIF: another build of the library (the sanitizer build the
@@ -152,13 +178,25 @@ defmodule FlameOn.Client.Native do
           pid(),
           list() | :same | {:same, pos_integer()},
           non_neg_integer(),
-          boolean()
+          :plain | :waited | :leading
         ) ::
           :ok | :stopped | :idle
-  def sample(_session, _pid, _stack, _weight, _waited), do: :erlang.nif_error(:nif_not_loaded)
+  def sample(_session, _pid, _stack, _weight, _how), do: :erlang.nif_error(:nif_not_loaded)
 
   @spec finish(session(), integer() | :stop | nil) :: {map(), map()} | {map(), map(), map()}
   def finish(_session, _end_ts), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec next_new(session(), pid(), [pid()]) :: reference()
+  def next_new(_session, _owner, _excluded), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec next_cancel(reference()) :: :cancelled | :fired
+  def next_cancel(_gate), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec next_state(reference()) :: :armed | :cancelled | {:fired | :done, pid()}
+  def next_state(_gate), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
   @spec enabled(atom(), session(), pid() | port() | term()) :: :trace | :discard | :remove

@@ -1,23 +1,28 @@
 defmodule FlameOn.Client.Patterns do
   @moduledoc """
-  Owner of the node-global local call trace patterns.
+  Owner of the local call trace patterns that exact traces need.
 
-  Call tracing needs a trace pattern on every function, and trace patterns
-  are **global to the node**: `:erlang.trace_pattern/3` has no notion of a
-  session. This server counts the sessions that need the patterns:
+  Call tracing needs a trace pattern on every function. Where a trace's
+  patterns go is its `FlameOn.Client.TraceBackend` handle: with trace
+  sessions (OTP 27+) each trace has its own session and its own patterns;
+  in the legacy session (OTP 25–26) patterns are **global to the node**,
+  so this server shares them between our traces. It counts the users of
+  each place patterns go (the handle's scope):
 
-    * the first `acquire/1` sets the local call pattern on every loaded
-      function (`{:_, :_, :_}`) and on modules loaded later (`:on_load`),
-      with the match spec `[{:_, [], [{:message, {:caller}}]}]` so that call
-      events carry their caller;
-    * the last `release/0`, or the death of the last user (each user is
-      monitored), clears them again with
-      `:erlang.trace_pattern({:_, :_, :_}, false, [:local])`.
+    * the first `acquire/2` of a scope sets the local call pattern on every
+      loaded function (`{:_, :_, :_}`) and on modules loaded later
+      (`:on_load`), with the match spec `[{:_, [], [{:message, {:caller}}]}]`
+      so that call events carry their caller, except on the raising BIFs
+      (`erlang:error/1,2,3`, `exit/1`, `throw/1`: traced, they change the
+      stacktrace of an exception on OTP 27);
+    * the last `release/0` of the scope, or the death of its last user (each
+      user is monitored), clears them again.
 
   When a user dies without releasing (a crashed or killed trace session),
   this server also turns the trace flags off on the process that session
-  was tracing, if that process is still alive and still has the dead session
-  (or no live tracer) as its tracer, so nothing of the trace is left behind.
+  was tracing, if that process is still alive and still has the dead
+  session (or no live tracer) as its tracer, and ends the dead user's trace
+  session, so nothing of the trace is left behind.
 
   ## Cost for the whole node
 
@@ -29,19 +34,24 @@ defmodule FlameOn.Client.Patterns do
   recursive one 2.5x–5.7x slower. The patterns are
   therefore kept only while some trace is active. Setting and clearing them
   costs milliseconds on a small node and grows with the amount of loaded
-  code.
+  code. Trace sessions (OTP 27+) isolate, they do not cheapen: the
+  breakpoint is in the code, and each session with patterns adds its own
+  check (`mix run bench/sessions.exs`).
 
   ## Other tracing tools
 
-  Setting the patterns replaces every local or global call pattern on the
-  node (`:erlang.trace_pattern/3` with `{:_, :_, :_}`), and clearing them
-  removes every local one (meta and global patterns set later stay). So the
-  first `acquire/1` **refuses** (`{:error, {:call_tracing_in_use, what}}`)
-  while another tool call-traces: when the `:on_load` pattern is not ours,
-  when new processes get the `call` flag, or when some process has the
-  `call` flag with a tracer that is not ours (a scan of the processes, about
-  3 µs each, only when the patterns go from off to on). A tool's patterns on
-  functions that no process is call traced for are replaced without notice.
+  With trace sessions nothing of ours touches another tool's patterns or
+  flags, and another tool's tracing does not stop ours. In the legacy
+  session, setting the patterns replaces every local or global call pattern
+  on the node (`:erlang.trace_pattern/3` with `{:_, :_, :_}`), and clearing
+  them removes every local one (meta and global patterns set later stay).
+  So there the first `acquire/2` **refuses**
+  (`{:error, {:call_tracing_in_use, what}}`) while another tool call-traces:
+  when the `:on_load` pattern is not ours, when new processes get the `call`
+  flag, or when some process has the `call` flag with a tracer that is not
+  ours (a scan of the processes, about 3 µs each, only when the patterns go
+  from off to on). A tool's patterns on functions that no process is call
+  traced for are replaced without notice.
 
   ## Leftovers of a dead owner
 
@@ -60,25 +70,18 @@ defmodule FlameOn.Client.Patterns do
 
   require Logger
 
-  alias FlameOn.Client.{Native, Sweep, TraceSession}
+  alias FlameOn.Client.{Native, Sweep, TraceBackend}
 
   @match_spec Sweep.call_match_spec()
   @graph_tracer {Native, :graph}
-  # What graph tracing sets, in one place (see set_graph_patterns/1):
+  # What graph tracing sets, in one place (see set_graph_patterns/2):
   #
   # The flags a process gets when a tokened follower sends it a message
-  # (the send pattern turns them on before the message is delivered). `:send`
-  # makes its own messages do the same (A -> B -> C); only processes with
-  # the :send flag run the send pattern, so untraced senders pay nothing.
-  @follower_flags_calls [
-    :call,
-    :arity,
-    :return_to,
-    :running,
-    :send,
-    :procs,
-    {:tracer, Native, :graph}
-  ]
+  # (the send pattern turns them on before the message is delivered, in the
+  # graph handle's session). `:send` makes its own messages do the same
+  # (A -> B -> C); only processes with the :send flag run the send pattern,
+  # so untraced senders pay nothing.
+  @follower_flags_calls [:call, :arity, :return_to, :running, :send, :procs]
   # Following every message: receive events (with the receive pattern,
   # carrying the sender) say who woke a waiting follower, and processes a
   # follower spawns start with its flags.
@@ -87,69 +90,95 @@ defmodule FlameOn.Client.Patterns do
   # (a pid, or `undefined` for timers and ports).
   @receive_match_spec Sweep.receive_match_spec()
   @call_timeout 60_000
+  @kinds [:calls, :call_time, :call_memory]
+
+  @typedoc "What a user's patterns do (see `acquire/3`)."
+  @type kind :: :calls | :call_time | :call_memory
 
   @doc false
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(_opts \\ []), do: GenServer.start_link(__MODULE__, :ok, name: __MODULE__)
 
   @doc """
-  Registers the calling process as a user of the patterns, setting them if
-  it is the first one. `tracee` is the process the caller traces (or `nil`):
-  if the caller dies without `release/0`, that process's trace flags are
-  cleared. Acquiring twice from one process counts once.
+  Registers the calling process as a user of the call patterns of `handle`
+  (a `FlameOn.Client.TraceBackend` handle; default: the legacy session),
+  setting them if it is the first user of where they go. `tracee` is the
+  process the caller traces (or `nil`): if the caller dies without
+  `release/0`, that process's trace flags are cleared and the handle is
+  closed. Acquiring twice from one process counts once.
+
+  `kind` is what the patterns do: `:calls` (call events, the default) or
+  `:call_time` / `:call_memory` (counters, `FlameOn.Client.summary/2`, set
+  with that flag on every function). Counters are restarted when set, so
+  in the legacy session a summary has the patterns to itself: it refuses
+  while anything else of ours or another tool's call-traces there.
   """
-  @spec acquire(pid() | nil) :: :ok
-  def acquire(tracee \\ nil) when is_pid(tracee) or is_nil(tracee) do
-    GenServer.call(__MODULE__, {:acquire, tracee}, @call_timeout)
+  @spec acquire(pid() | nil, TraceBackend.t(), kind()) :: :ok | {:error, term()}
+  def acquire(tracee \\ nil, handle \\ TraceBackend.legacy(), kind \\ :calls)
+      when (is_pid(tracee) or is_nil(tracee)) and kind in @kinds do
+    GenServer.call(__MODULE__, {:acquire, tracee, handle, kind}, @call_timeout)
   end
 
   @doc """
-  Unregisters the calling process; the last user clears the patterns.
-  Releasing without having acquired is a no-op.
+  Unregisters the calling process; the last user of its patterns' scope
+  clears them. Releasing without having acquired is a no-op.
   """
   @spec release() :: :ok
   def release, do: GenServer.call(__MODULE__, :release, @call_timeout)
 
   @doc """
   Registers the calling process as running a cross-process (graph) trace
-  with the native session `native`. The first graph user makes the NIF the
-  seq_trace system tracer (`{FlameOn.Client.Native, :graph}`) and sets the
+  with the native session `native`, and returns the handle the trace's
+  processes are traced through. The first graph user makes the NIF the
+  seq_trace system tracer (`{FlameOn.Client.Native, :graph}`), opens the
+  graph tracing handle (a trace session of its own where the VM has them,
+  with the tracer `{FlameOn.Client.Native, :graph}`) and sets there the
   send pattern that turns tracing on in every process a tokened follower
   sends a message to (following GenServer calls only: a `$gen_call`
   request), and, following every message, the receive pattern whose result
-  is each received message's sender. Returns `{:error, {:system_tracer_taken,
-  tracer}}` when another tool owns the seq_trace system tracer. It also
-  takes the call patterns for the caller (as `acquire/1` with the caller as
+  is each received message's sender. Returns `{:error,
+  {:system_tracer_taken, tracer}}` when another tool owns the seq_trace
+  system tracer (one per node, sessions or not). It also takes the graph
+  handle's call patterns for the caller (as `acquire/2` with the caller as
   the traced process); `release_graph/0` gives both back.
 
-  The last graph user (by `release_graph/0` or by dying) puts the system
-  tracer and the send and receive patterns back, turns tracing off on every
-  process that still has the graph tracer and clears every process's
-  seq_trace token (`:seq_trace.reset_trace/0`: no other tool uses tokens,
-  it would need the system tracer). A graph user that dies mid-trace has its
-  session stopped. `call_patterns: false` (sample traces) takes graph
-  tracing only: no call pattern is set for it. `follow: :messages` (the
-  default) follows every message and spawn of the trace's processes (the
-  receive pattern is set too); `follow: :calls` only GenServer calls.
+  The last graph user of a handle (by `release_graph/0` or by dying) puts
+  the send and receive patterns back, turns tracing off on every process
+  that still has the graph tracer there and closes the handle; the last
+  graph user of all gives the system tracer back and clears every
+  process's seq_trace token (`:seq_trace.reset_trace/0`: no other tool uses
+  tokens, it would need the system tracer). A graph user that dies
+  mid-trace has its session stopped. `call_patterns: false` (sample
+  traces) takes graph tracing only: no call pattern is set for it.
+  `follow: :messages` (the default) follows every message and spawn of the
+  trace's processes (the receive pattern is set too); `follow: :calls` only
+  GenServer calls. `legacy: true` puts the trace's graph tracing in the
+  legacy session even where the VM has trace sessions
+  (`FlameOn.Client.capture_next/2`, whose caller gets its flags there); the
+  legacy graph tracing and the session's live side by side, each with its
+  own users, and share the system tracer.
   """
   @spec acquire_graph(reference(), pid() | nil, pos_integer() | nil, keyword()) ::
-          :ok | {:error, term()}
+          {:ok, TraceBackend.t()} | {:error, term()}
   def acquire_graph(native, root \\ nil, label \\ nil, opts \\ []) do
     patterns? = Keyword.get(opts, :call_patterns, true)
     follow = Keyword.get(opts, :follow, :messages)
+    where = if Keyword.get(opts, :legacy, false), do: :legacy, else: :own
 
     GenServer.call(
       __MODULE__,
-      {:acquire_graph, native, root, label, patterns?, follow},
+      {:acquire_graph, native, root, label, patterns?, follow, where},
       @call_timeout
     )
   end
 
   @doc """
   The trace flags a process gets when it joins a graph trace that follows
-  `follow` (`:messages` or `:calls`): the flags the send pattern turns on.
+  `follow` (`:messages` or `:calls`): the flags the send pattern turns on
+  (set them with `FlameOn.Client.TraceBackend` and the trace's graph
+  handle, which adds its tracer where needed).
   """
-  @spec follower_flags(:messages | :calls) :: [term()]
+  @spec follower_flags(:messages | :calls) :: [atom()]
   def follower_flags(:messages), do: @follower_flags_messages
   def follower_flags(:calls), do: @follower_flags_calls
 
@@ -157,7 +186,7 @@ defmodule FlameOn.Client.Patterns do
   @spec receive_match_spec() :: [tuple()]
   def receive_match_spec, do: @receive_match_spec
 
-  @doc "Ends the calling process's graph trace registration (see `acquire_graph/1`)."
+  @doc "Ends the calling process's graph trace registration (see `acquire_graph/4`)."
   @spec release_graph() :: :ok
   def release_graph, do: GenServer.call(__MODULE__, :release_graph, @call_timeout)
 
@@ -182,7 +211,7 @@ defmodule FlameOn.Client.Patterns do
   @spec depth_users() :: non_neg_integer()
   def depth_users, do: GenServer.call(__MODULE__, :depth_users, @call_timeout)
 
-  @doc "The number of processes currently holding the patterns."
+  @doc "The number of processes currently holding call patterns."
   @spec users() :: non_neg_integer()
   def users, do: GenServer.call(__MODULE__, :users, @call_timeout)
 
@@ -190,20 +219,20 @@ defmodule FlameOn.Client.Patterns do
   def init(:ok) do
     Process.flag(:trap_exit, true)
     # A previous owner killed before it could clean up left its patterns,
-    # flags and system tracer behind; its users are gone (the supervisor
-    # stops the sessions with it), so none of it is anyone's now.
+    # flags, sessions and system tracer behind; its users are gone (the
+    # supervisor stops the sessions with it), so none of it is anyone's now.
     swept = Sweep.run()
 
     if Enum.any?(swept, fn {_what, n} -> n not in [0, false] end) do
       Logger.warning("FlameOn: cleared what a previous trace owner left set: #{inspect(swept)}")
     end
 
-    {:ok, %{users: %{}, graph: %{}, depth_users: %{}}}
+    {:ok, %{users: %{}, graph: %{}, graph_handles: %{}, depth_users: %{}}}
   end
 
   @impl GenServer
-  def handle_call({:acquire, tracee}, {pid, _tag}, state) do
-    case add_user(state, pid, tracee) do
+  def handle_call({:acquire, tracee, handle, kind}, {pid, _tag}, state) do
+    case add_user(state, pid, tracee, handle, kind) do
       {:ok, state} -> {:reply, :ok, state}
       {:error, _} = error -> {:reply, error, state}
     end
@@ -217,40 +246,61 @@ defmodule FlameOn.Client.Patterns do
   # two calls to this server, not four: it is the one serialization point
   # of concurrent traces).
   def handle_call(
-        {:acquire_graph, native, root, label, patterns?, follow},
+        {:acquire_graph, native, root, label, patterns?, follow, where},
         {pid, _tag},
         %{graph: graph} = state
       ) do
     taken = if graph == %{}, do: take_system_tracer(), else: :ok
+    where = if TraceBackend.sessions?(), do: where, else: :legacy
 
     cond do
       Map.has_key?(graph, pid) ->
-        {:reply, :ok, state}
+        {:reply, {:ok, graph[pid].handle}, state}
 
       taken != :ok ->
         {:reply, taken, state}
 
       true ->
-        added = if patterns?, do: add_user(state, pid, pid), else: {:ok, state}
+        handle = state.graph_handles[where] || open_graph(where)
+
+        added =
+          cond do
+            (in_use = foreign_tracing(state.users, handle, patterns?)) != nil -> {:error, in_use}
+            patterns? -> add_user(state, pid, pid, handle, :calls)
+            true -> {:ok, state}
+          end
 
         case added do
           {:ok, state} ->
             # A graph user without call patterns is watched on its own.
             ref = if patterns?, do: nil, else: Process.monitor(pid)
-            trace = %{native: native, root: root, label: label, ref: ref, follow: follow}
+
+            trace = %{
+              native: native,
+              root: root,
+              label: label,
+              ref: ref,
+              handle: handle,
+              follow: follow
+            }
+
             graph = Map.put(graph, pid, trace)
-            set_graph_patterns(graph)
-            {:reply, :ok, %{state | graph: graph}}
+            set_graph_patterns(handle, graph)
+            handles = Map.put(state.graph_handles, where, handle)
+            {:reply, {:ok, handle}, %{state | graph: graph, graph_handles: handles}}
 
           {:error, _} = error ->
-            if graph == %{}, do: clear_graph_patterns()
+            unless Map.has_key?(state.graph_handles, where), do: clear_graph_patterns(handle)
+            if graph == %{}, do: release_system_tracer()
             {:reply, error, state}
         end
     end
   end
 
+  # The call patterns first: the last graph user of a graph handle closes
+  # the handle they are set through.
   def handle_call(:release_graph, {pid, _tag}, state) do
-    {:reply, :ok, state |> drop_graph_user(pid) |> remove_user(pid)}
+    {:reply, :ok, state |> remove_user(pid) |> drop_graph_user(pid)}
   end
 
   def handle_call(:users, _from, state), do: {:reply, map_size(state.users), state}
@@ -287,16 +337,19 @@ defmodule FlameOn.Client.Patterns do
 
   def handle_info({:DOWN, ref, :process, pid, _reason}, %{users: users} = state) do
     case Map.pop(users, pid) do
-      {{^ref, tracee}, rest} ->
-        if tracee, do: TraceSession.untrace(tracee, pid)
+      {{^ref, tracee, handle, kind}, rest} ->
+        if tracee, do: TraceBackend.untrace(handle, tracee)
 
         case state.graph do
           %{^pid => %{native: native}} -> Native.stop(native)
           _ -> :ok
         end
 
-        state = drop_graph_user(state, pid)
-        {:noreply, drop_user(state, rest)}
+        state = drop_user(state, rest, handle, kind)
+        # A graph handle is closed with its last graph user; any other is
+        # the dead user's own.
+        if handle not in Map.values(state.graph_handles), do: TraceBackend.close(handle)
+        {:noreply, drop_graph_user(state, pid)}
 
       _ ->
         {:noreply, state}
@@ -324,8 +377,9 @@ defmodule FlameOn.Client.Patterns do
     end
   end
 
-  defp add_user(%{users: users} = state, pid, tracee) do
-    in_use = if users == %{}, do: foreign_call_tracing()
+  defp add_user(%{users: users} = state, pid, tracee, handle, kind) do
+    first? = not in_scope?(users, handle, kind)
+    in_use = if TraceBackend.shared?(handle), do: legacy_conflict(users, kind, first?)
 
     cond do
       Map.has_key?(users, pid) ->
@@ -335,14 +389,42 @@ defmodule FlameOn.Client.Patterns do
         {:error, {:call_tracing_in_use, in_use}}
 
       true ->
-        if users == %{}, do: set_patterns()
+        if first?, do: set_patterns(handle, kind)
         ref = Process.monitor(pid)
-        {:ok, %{state | users: Map.put(users, pid, {ref, tracee})}}
+        {:ok, %{state | users: Map.put(users, pid, {ref, tracee, handle, kind})}}
     end
   end
 
-  # Another tool's call tracing that setting ours would break, described,
-  # or nil. Only asked when ours are off, so whatever is set is not ours.
+  defp in_scope?(users, handle, kind) do
+    scope = TraceBackend.scope(handle)
+
+    Enum.any?(users, fn {_pid, {_ref, _tracee, h, k}} ->
+      k == kind and TraceBackend.scope(h) == scope
+    end)
+  end
+
+  # What setting `kind` patterns in the legacy session would break, or nil.
+  defp legacy_conflict(_users, :calls, first?), do: if(first?, do: foreign_call_tracing())
+
+  defp legacy_conflict(users, kind, _first?) do
+    cond do
+      Enum.any?(users, fn {_pid, {_ref, _tracee, h, _k}} -> TraceBackend.shared?(h) end) ->
+        "another trace of ours call-traces in the legacy session"
+
+      (what = foreign_call_tracing()) != nil ->
+        what
+
+      :erlang.trace_info(:on_load, kind) not in [{kind, false}, {kind, :undefined}] ->
+        "#{kind} is measured on this node (another profiler's :on_load pattern)"
+
+      true ->
+        nil
+    end
+  end
+
+  # Another tool's call tracing that setting ours in the legacy session
+  # would break, described, or nil. Only asked when ours are off there, so
+  # whatever is set is not ours.
   defp foreign_call_tracing do
     cond do
       :erlang.trace_info(:on_load, :traced) not in [{:traced, false}, {:traced, :undefined}] ->
@@ -351,12 +433,31 @@ defmodule FlameOn.Client.Patterns do
       (flags = new_process_call_flags()) != nil ->
         "new processes are call traced (#{flags})"
 
-      (pid = foreign_call_traced_process()) != nil ->
+      (pid = foreign_traced_process(:call)) != nil ->
         {:tracer, tracer} = :erlang.trace_info(pid, :tracer)
         "#{inspect(pid)} is call traced by #{inspect(tracer)}"
 
       true ->
         nil
+    end
+  end
+
+  # In the legacy session a process has one tracer, and the send pattern's
+  # {trace, ...} action gives a callee ours even when another tool traces
+  # it (then clearing ours leaves it untraced): graph tracing there refuses
+  # while another tool traces any process. The call tracing check comes
+  # first when call patterns are wanted too, for its clearer message.
+  defp foreign_tracing(users, handle, patterns?) do
+    call_check? = patterns? and not in_scope?(users, handle, :calls)
+
+    with true <- TraceBackend.shared?(handle),
+         nil <- if(call_check?, do: foreign_call_tracing()),
+         pid when pid != nil <- foreign_traced_process(nil) do
+      {:tracer, tracer} = :erlang.trace_info(pid, :tracer)
+      {:tracing_in_use, "#{inspect(pid)} is traced by #{inspect(tracer)}"}
+    else
+      what when is_binary(what) -> {:call_tracing_in_use, what}
+      _ -> nil
     end
   end
 
@@ -380,10 +481,12 @@ defmodule FlameOn.Client.Patterns do
     end
   end
 
-  defp foreign_call_traced_process do
+  # A process with trace flags (`flag` among them, unless nil) and a live
+  # tracer in the legacy session that is not ours.
+  defp foreign_traced_process(flag) do
     Enum.find(Process.list(), fn pid ->
-      with {:flags, flags} when is_list(flags) <- :erlang.trace_info(pid, :flags),
-           true <- :call in flags,
+      with {:flags, [_ | _] = flags} <- :erlang.trace_info(pid, :flags),
+           true <- flag == nil or flag in flags,
            {:tracer, tracer} when tracer != [] <- :erlang.trace_info(pid, :tracer) do
         not Sweep.our_tracer?(tracer)
       else
@@ -397,14 +500,14 @@ defmodule FlameOn.Client.Patterns do
       {nil, _} ->
         state
 
-      {{ref, _tracee}, rest} ->
+      {{ref, _tracee, handle, kind}, rest} ->
         Process.demonitor(ref, [:flush])
-        drop_user(state, rest)
+        drop_user(state, rest, handle, kind)
     end
   end
 
-  defp drop_user(state, rest) do
-    if rest == %{}, do: clear_patterns()
+  defp drop_user(state, rest, handle, kind) do
+    unless in_scope?(rest, handle, kind), do: clear_patterns(handle, kind)
     %{state | users: rest}
   end
 
@@ -415,13 +518,27 @@ defmodule FlameOn.Client.Patterns do
 
       {trace, rest} ->
         if trace.ref, do: Process.demonitor(trace.ref, [:flush])
-        if rest == %{}, do: clear_graph_patterns(), else: set_graph_patterns(rest)
-        %{state | graph: rest}
+        handle = trace.handle
+
+        handles =
+          if Enum.any?(rest, fn {_owner, t} -> t.handle == handle end) do
+            set_graph_patterns(handle, rest)
+            state.graph_handles
+          else
+            clear_graph_patterns(handle)
+            Map.reject(state.graph_handles, fn {_where, h} -> h == handle end)
+          end
+
+        if rest == %{}, do: release_system_tracer()
+        %{state | graph: rest, graph_handles: handles}
     end
   end
 
-  # One seq_trace system tracer per node: ours while graph traces run,
-  # refused when another tool has it.
+  defp open_graph(:own), do: TraceBackend.open(:graph, @graph_tracer)
+  defp open_graph(:legacy), do: TraceBackend.legacy(@graph_tracer)
+
+  # One seq_trace system tracer per node (sessions or not): ours while
+  # graph traces run, refused when another tool has it.
   defp take_system_tracer do
     case :seq_trace.get_system_tracer() do
       false ->
@@ -436,30 +553,30 @@ defmodule FlameOn.Client.Patterns do
     end
   end
 
-  # The send pattern, from the graph traces running. A tokened follower
-  # sending a message turns tracing on in the receiver before the message
-  # is delivered (following GenServer calls only: a `$gen_call` request).
-  # First, for each trace, a clause for its root when its token was cleared
-  # (a reply came back without one): the token is set back before the
-  # message goes out, so what the root sends later is still followed.
-  # Following every message also sets the receive pattern.
-  defp set_graph_patterns(graph) do
-    follow =
-      if Enum.any?(graph, fn {_owner, t} -> t.follow == :messages end),
-        do: :messages,
-        else: :calls
-
-    flags = follower_flags(follow)
+  # The send pattern of the graph traces running through `handle`, in its
+  # session. A tokened follower sending a message turns tracing on in the
+  # receiver before the message is delivered (following GenServer calls
+  # only: a `$gen_call` request). First, for each trace, clauses for its
+  # root when its token was cleared (a reply came back without one) or
+  # replaced (it received a message from a process of another trace): its
+  # own label is set back before the message goes out, so what the root
+  # sends later is still followed in its own trace (a guard cannot read the
+  # label, so the clause sets it whether it changed or not). Following
+  # every message also sets the receive pattern.
+  defp set_graph_patterns(handle, graph) do
+    traces = for {_owner, %{handle: ^handle} = t} <- graph, do: t
+    follow = if Enum.any?(traces, &(&1.follow == :messages)), do: :messages, else: :calls
+    flags = TraceBackend.enable_flags(handle, follower_flags(follow))
 
     restore =
-      for {_owner, %{root: root, label: label}} <- graph,
+      for %{root: root, label: label} <- traces,
           is_pid(root),
           clause <- restore_token_clauses(follow, root, label, flags),
           do: clause
 
-    :erlang.trace_pattern(:send, restore ++ enable_clauses(follow, flags), [])
+    TraceBackend.pattern(handle, :send, restore ++ enable_clauses(follow, flags), [])
     receive_pattern = if follow == :messages, do: @receive_match_spec, else: true
-    :erlang.trace_pattern(:receive, receive_pattern, [])
+    TraceBackend.pattern(handle, :receive, receive_pattern, [])
   end
 
   # Destinations a send can name, as {head, guards, process to trace}: a pid
@@ -490,23 +607,32 @@ defmodule FlameOn.Client.Patterns do
   defp restore_token_clauses(:calls, root, label, flags) do
     [
       {[:"$1", {:"$gen_call", :_, :_}],
-       [
-         {:is_pid, :"$1"},
-         {:"=/=", :"$1", root},
-         {:"=:=", {:self}, root},
-         {:not, {:is_seq_trace}}
-       ], set_token(label) ++ [enable(:"$1", flags)]}
+       [{:is_pid, :"$1"}, {:"=/=", :"$1", root}, {:"=:=", {:self}, root}],
+       set_token(label) ++ [enable(:"$1", flags)]}
     ]
   end
 
+  # Following every message, a request goes out in the root's own trace
+  # whatever token it holds (as with :calls); any other message only when
+  # the root's token was cleared: a reply to another trace's request keeps
+  # that trace's token, which is what tells the router the root served it
+  # and goes back to its own trace.
   defp restore_token_clauses(:messages, root, label, flags) do
-    guards = [{:"=:=", {:self}, root}, {:not, {:is_seq_trace}}]
+    self_root = {:"=:=", {:self}, root}
+    cleared = [self_root, {:not, {:is_seq_trace}}]
+    restore = set_token(label)
 
-    for(
-      {dest, dest_guards, target} <- destinations(),
-      do: {[dest, :_], guards ++ dest_guards, set_token(label) ++ [enable(target, flags)]}
-    ) ++
-      [{[:_, :_], guards, set_token(label)}]
+    requests =
+      for {dest, dest_guards, target} <- destinations(),
+          do:
+            {[dest, {:"$gen_call", :_, :_}], [self_root | dest_guards],
+             restore ++ [enable(target, flags)]}
+
+    others =
+      for {dest, dest_guards, target} <- destinations(),
+          do: {[dest, :_], cleared ++ dest_guards, restore ++ [enable(target, flags)]}
+
+    requests ++ others ++ [{[:_, :_], cleared, restore}]
   end
 
   defp set_token(label) do
@@ -517,10 +643,16 @@ defmodule FlameOn.Client.Patterns do
     ]
   end
 
-  defp clear_graph_patterns do
-    :erlang.trace_pattern(:send, true, [])
-    :erlang.trace_pattern(:receive, true, [])
+  defp clear_graph_patterns(handle) do
+    TraceBackend.pattern(handle, :send, true, [])
+    TraceBackend.pattern(handle, :receive, true, [])
+    # Followers got the graph tracer from the send pattern; with no graph
+    # trace left here, none of them is ours to keep.
+    TraceBackend.untrace_all(handle)
+    TraceBackend.close(handle)
+  end
 
+  defp release_system_tracer do
     case :seq_trace.get_system_tracer() do
       tracer when tracer in [@graph_tracer, false] ->
         # (The VM drops our tracer by itself once it says no trace is live.)
@@ -534,28 +666,36 @@ defmodule FlameOn.Client.Patterns do
       _another_tools ->
         :ok
     end
-
-    # Callees got the graph tracer from the send pattern; with no graph
-    # trace left, none of them is ours to keep.
-    for pid <- Process.list(),
-        :erlang.trace_info(pid, :tracer) == {:tracer, @graph_tracer} do
-      try do
-        :erlang.trace(pid, false, [:all])
-      rescue
-        ArgumentError -> :ok
-      end
-    end
-
-    :ok
   end
 
-  defp set_patterns do
-    :erlang.trace_pattern(:on_load, @match_spec, [:local])
-    :erlang.trace_pattern({:_, :_, :_}, @match_spec, [:local])
+  @raising_bifs [{:erlang, :error, :_}, {:erlang, :exit, 1}, {:erlang, :throw, 1}]
+
+  defp set_patterns(handle, :calls) do
+    TraceBackend.pattern(handle, :on_load, @match_spec, [:local])
+    TraceBackend.pattern(handle, {:_, :_, :_}, @match_spec, [:local])
+    # On OTP 27, an exception raised by a traced erlang:error/1,2,3, exit/1
+    # or throw/1 called in tail position (Elixir's `raise` is one) can name
+    # the wrong function as its raiser: its location is taken from the
+    # return address past the call, which may lie in the next function of
+    # the module. A profiled function would raise with another stacktrace
+    # than unprofiled; leaving these out costs the leaf frame of a raise.
+    for mfa <- @raising_bifs, do: TraceBackend.pattern(handle, mfa, false, [:local])
   end
 
-  defp clear_patterns do
-    :erlang.trace_pattern({:_, :_, :_}, false, [:local])
-    :erlang.trace_pattern(:on_load, false, [:local])
+  defp set_patterns(handle, counter) do
+    if TraceBackend.shared?(handle), do: Sweep.note_legacy_counters(counter, true)
+    TraceBackend.pattern(handle, :on_load, true, [counter])
+    TraceBackend.pattern(handle, {:_, :_, :_}, true, [counter])
+  end
+
+  defp clear_patterns(handle, :calls) do
+    TraceBackend.pattern(handle, {:_, :_, :_}, false, [:local])
+    TraceBackend.pattern(handle, :on_load, false, [:local])
+  end
+
+  defp clear_patterns(handle, counter) do
+    TraceBackend.pattern(handle, {:_, :_, :_}, false, [counter])
+    TraceBackend.pattern(handle, :on_load, false, [counter])
+    if TraceBackend.shared?(handle), do: Sweep.note_legacy_counters(counter, false)
   end
 end

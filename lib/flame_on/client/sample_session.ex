@@ -19,7 +19,7 @@ defmodule FlameOn.Client.SampleSession do
 
   use GenServer, restart: :temporary
 
-  alias FlameOn.Client.{Native, Patterns, Profile, Sampler, TraceSession}
+  alias FlameOn.Client.{Native, Patterns, Profile, Sampler, TraceBackend}
 
   @flags [:running]
 
@@ -64,11 +64,12 @@ defmodule FlameOn.Client.SampleSession do
     pids = List.wrap(Keyword.fetch!(opts, :pid))
     limits = Keyword.get(opts, :limits, %{})
     depth = Sampler.backtrace_depth(Map.get(limits, :max_depth, 512))
-    checked = Enum.map(pids, &{&1, TraceSession.check_tracee(&1)})
+    checked = Enum.map(pids, &{&1, TraceBackend.check_tracee(&1)})
 
     with {:ok, native} <- new_native(limits),
          [_ | _] = ok <- for({pid, :ok} <- checked, do: pid) do
       :ok = Patterns.acquire_depth(depth)
+      handle = TraceBackend.open(:trace, {Native, native})
       started_ts = :erlang.monotonic_time()
 
       sampler_opts =
@@ -77,7 +78,7 @@ defmodule FlameOn.Client.SampleSession do
         |> Keyword.put(:depth, depth)
 
       samplers =
-        for pid <- ok, trace(pid, native), into: %{} do
+        for pid <- ok, trace(handle, pid), into: %{} do
           {pid, Sampler.start(native, pid, sampler_opts)}
         end
 
@@ -86,6 +87,7 @@ defmodule FlameOn.Client.SampleSession do
          pid: if(is_list(Keyword.fetch!(opts, :pid)), do: nil, else: hd(pids)),
          pid_ref: if(length(pids) == 1, do: Process.monitor(hd(pids))),
          native: native,
+         handle: handle,
          samplers: samplers,
          skipped: length(pids) - map_size(samplers),
          name: Keyword.get(opts, :name, "flame_on"),
@@ -99,8 +101,8 @@ defmodule FlameOn.Client.SampleSession do
     end
   end
 
-  defp trace(pid, native) do
-    :erlang.trace(pid, true, [{:tracer, Native, native} | @flags])
+  defp trace(handle, pid) do
+    TraceBackend.trace(handle, pid, true, @flags)
     true
   rescue
     # it exited in between
@@ -121,9 +123,9 @@ defmodule FlameOn.Client.SampleSession do
 
   @impl GenServer
   def terminate(_reason, %{profile: nil} = state) do
-    Enum.each(Map.keys(state.samplers), &untrace(&1, state.native))
+    Enum.each(Map.keys(state.samplers), &TraceBackend.untrace(state.handle, &1, @flags))
     Native.stop(state.native)
-    :ok
+    TraceBackend.close(state.handle)
   end
 
   def terminate(_reason, _state), do: :ok
@@ -137,7 +139,8 @@ defmodule FlameOn.Client.SampleSession do
     sampled =
       Sampler.summarize(Enum.map(state.samplers, fn {pid, s} -> {pid, Sampler.stop(s)} end))
 
-    Enum.each(Map.keys(state.samplers), &untrace(&1, state.native))
+    Enum.each(Map.keys(state.samplers), &TraceBackend.untrace(state.handle, &1, @flags))
+    TraceBackend.close(state.handle)
     Patterns.release_depth()
     {raw, stats} = Native.finish(state.native, :stop)
 
@@ -157,16 +160,6 @@ defmodule FlameOn.Client.SampleSession do
       )
 
     %{state | profile: %{profile | metrics: sampled.metrics}}
-  end
-
-  # Only our own flags, and only if they are still ours.
-  defp untrace(pid, native) do
-    case :erlang.trace_info(pid, :tracer) do
-      {:tracer, {Native, ^native}} -> :erlang.trace(pid, false, @flags)
-      _ -> 0
-    end
-  rescue
-    ArgumentError -> 0
   end
 
   defp new_native(limits) do

@@ -47,6 +47,15 @@ defmodule FlameOn.Client.Sampler do
   @max_backtrace_depth 64
   # The root of a stack the VM cut at backtrace_depth.
   @cut_frame {:"$cut", :"…", 0}
+  # The counters of a sampler that took no sample.
+  @no_samples %{
+    metrics: [],
+    samples: 0,
+    same_samples: 0,
+    late_ticks: 0,
+    throttled_ticks: 0,
+    dropped_metrics: 0
+  }
 
   @typedoc "One sample's metrics."
   @type metric :: %{
@@ -82,57 +91,66 @@ defmodule FlameOn.Client.Sampler do
   def start(native, target, opts) do
     interval_us = Keyword.fetch!(opts, :interval_us)
 
-    state = %{
-      native: native,
-      target: target,
-      interval_us: interval_us,
-      split_status: Keyword.get(opts, :split_status, false),
-      root: Keyword.get(opts, :root),
-      depth: Keyword.get(opts, :depth, @max_backtrace_depth),
-      own: false,
-      idle: false,
-      max_samples: Keyword.get(opts, :max_samples, 100_000),
-      metrics: [],
-      # the target's reductions at the previous sample (nil before the first)
-      last_reductions: nil,
-      # what its reductions read while it waits where the last answered
-      # stack request found it (nil: no such stack to repeat)
-      idle_reductions: nil,
-      last_status: nil,
-      last_memory: 0,
-      budget: SampleBudget.budget(),
-      kept: 0,
-      samples: 0,
-      same_samples: 0,
-      late_ticks: 0,
-      throttled_ticks: 0,
-      dropped_metrics: 0
-    }
+    state =
+      %{
+        native: native,
+        target: target,
+        interval_us: interval_us,
+        split_status: Keyword.get(opts, :split_status, false),
+        root: Keyword.get(opts, :root),
+        depth: Keyword.get(opts, :depth, @max_backtrace_depth),
+        own: false,
+        idle: false,
+        max_samples: Keyword.get(opts, :max_samples, 100_000),
+        metrics: [],
+        # the target's reductions at the previous sample (nil before the first)
+        last_reductions: nil,
+        # what its reductions read while it waits where the last answered
+        # stack request found it (nil: no such stack to repeat)
+        idle_reductions: nil,
+        last_status: nil,
+        last_memory: 0,
+        budget: SampleBudget.budget(),
+        kept: 0
+      }
+      |> Map.merge(@no_samples)
 
-    # Sampling itself is free of signals: the first stack is known before
-    # the caller's first traced event.
-    # Its own frames (this function and below) are left out of it.
-    {state, first} =
+    owner = Keyword.get(opts, :owner, self())
+    spawner = self()
+
+    sampler =
+      spawn_beside(fn ->
+        # Normal priority: on its own scheduler it ticks on time anyway, and
+        # at :high it took that scheduler from other processes (measured:
+        # no better fidelity, more cost to the traced process).
+        SampleBudget.join()
+        ref = Process.monitor(target)
+        # Nobody can stop a sampler whose owner is gone: it ends with it.
+        owner_ref = Process.monitor(owner)
+        spawner_ref = Process.monitor(spawner)
+
+        receive do
+          {:begin, ^spawner, state, deadline} ->
+            Process.demonitor(spawner_ref, [:flush])
+            wait(Map.merge(state, %{ref: ref, owner_ref: owner_ref}), deadline)
+
+          # the caller died before it handed over
+          {:DOWN, ^spawner_ref, :process, _, _} ->
+            SampleBudget.leave()
+        end
+      end)
+
+    # A process sampling itself samples its first stack right here, signal
+    # free, with its own frames (this function and below) left out: the
+    # last thing before its first traced event, so the profile's time
+    # starts there and not before the sampler's spawn.
+    {state, {deadline, _late}} =
       if target == self(),
         do: {tick(%{state | own: true}), next_deadline(now_us(), interval_us)},
         else: {state, {now_us(), 0}}
 
-    state = %{state | own: false}
-
-    owner = Keyword.get(opts, :owner, self())
-
-    spawn_beside(fn ->
-      # Normal priority: on its own scheduler it ticks on time anyway, and
-      # at :high it took that scheduler from other processes (measured:
-      # no better fidelity, more cost to the traced process).
-      SampleBudget.join()
-      ref = Process.monitor(target)
-      # Nobody can stop a sampler whose owner is gone: it ends with it.
-      owner_ref = Process.monitor(owner)
-      {deadline, _late} = first
-      state = Map.merge(state, %{ref: ref, owner_ref: owner_ref})
-      wait(state, deadline)
-    end)
+    send(sampler, {:begin, spawner, %{state | own: false}, deadline})
+    sampler
   end
 
   # On the caller's scheduler (where a process sampling itself runs) the
@@ -176,14 +194,7 @@ defmodule FlameOn.Client.Sampler do
         result
 
       {:DOWN, ^ref, :process, _, _} ->
-        %{
-          metrics: [],
-          samples: 0,
-          same_samples: 0,
-          late_ticks: 0,
-          throttled_ticks: 0,
-          dropped_metrics: 0
-        }
+        @no_samples
     end
   end
 
@@ -366,23 +377,30 @@ defmodule FlameOn.Client.Sampler do
         # A process sampling itself answers without a signal.
         idle = if state.own, do: nil, else: answered + 1
         # Seen waiting, and it answered before running anything: the stack
-        # is where the whole wait it is in was spent.
-        waited = status == :waiting and answered == reds
+        # is where the whole wait it is in was spent. A process sampling
+        # itself does so as its trace begins: its work comes after.
+        how =
+          cond do
+            state.own -> :leading
+            status == :waiting and answered == reds -> :waited
+            true -> :plain
+          end
+
         state = %{state | idle_reductions: idle, last_memory: memory}
-        fold(state, {stack, waited}, status, mql, memory, reds)
+        fold(state, {stack, how}, status, mql, memory, reds)
 
       nil ->
         state
     end
   end
 
-  # sampled: :same, or {stack, waited}
+  # sampled: :same, or {stack, how}
   defp fold(%{target: target} = state, sampled, status, mql, memory, reds) do
     weight = reductions_since(state.last_reductions, reds)
     state = %{state | last_reductions: reds, last_status: status}
-    {stack, waited} = with :same <- sampled, do: {:same, false}
+    {stack, how} = with :same <- sampled, do: {:same, :plain}
 
-    case Native.sample(state.native, target, stack, weight, waited) do
+    case Native.sample(state.native, target, stack, weight, how) do
       :ok ->
         metric = %{
           t_us: now_us(),
@@ -445,14 +463,9 @@ defmodule FlameOn.Client.Sampler do
   defp result(state) do
     SampleBudget.leave()
 
-    %{
-      metrics: Enum.reverse(state.metrics),
-      samples: state.samples,
-      same_samples: state.same_samples,
-      late_ticks: state.late_ticks,
-      throttled_ticks: state.throttled_ticks,
-      dropped_metrics: state.dropped_metrics
-    }
+    state
+    |> Map.take(Map.keys(@no_samples))
+    |> Map.put(:metrics, Enum.reverse(state.metrics))
   end
 
   defp now_us, do: System.monotonic_time(:microsecond)

@@ -18,7 +18,9 @@ defmodule FlameOn.Client.Shipper do
         ]
       )
 
-  With no shipper configured, profiles are discarded (with a debug log).
+  With no shipper configured, profiles are not shipped (a debug log says
+  so); they still go to `FlameOn.Client.TraceStore`, the recent traces of
+  the web UI.
 
   Built-in shippers:
 
@@ -104,7 +106,8 @@ defmodule FlameOn.Client.Shipper do
   @spec ship_all(Profile.t(), [{module(), keyword()}]) :: :ok
   def ship_all(%Profile{} = profile, []) do
     Logger.debug(fn ->
-      "FlameOn: no shipper configured, discarding trace #{label(profile)}"
+      "FlameOn: no shipper configured, trace #{label(profile)} is not shipped " <>
+        "(the trace store keeps the recent ones)"
     end)
 
     :ok

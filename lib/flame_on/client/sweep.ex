@@ -5,7 +5,10 @@ defmodule FlameOn.Client.Sweep do
   # memory may have been killed.
   #
   # What is ours:
-  #   * a process whose tracer is the tracer module `FlameOn.Client.Native`
+  #   * a trace session named as ours (OTP 27+, see
+  #     FlameOn.Client.TraceBackend): destroying it removes every flag and
+  #     pattern it set, and nothing of another tool's;
+  #   * in the legacy session: a process whose tracer is the tracer module `FlameOn.Client.Native`
   #     (any state), or a `FlameOn.Client.TraceSession` process, or a dead
   #     process (a trace nobody receives);
   #   * the seq_trace system tracer `{FlameOn.Client.Native, _}`;
@@ -13,14 +16,17 @@ defmodule FlameOn.Client.Sweep do
   #   * the receive pattern of graph traces (its exact match spec);
   #   * the local call patterns, when the `:on_load` pattern is ours: it is
   #     set first and cleared last (`FlameOn.Client.Patterns`), so it marks
-  #     that ours may be set on any function.
+  #     that ours may be set on any function;
+  #   * capture_next's meta patterns on the functions the application
+  #     environment lists, when their meta tracer is ours
+  #     (`FlameOn.Client.NextCall.Pattern.sweep/0`).
   #
   # It runs where a previous owner's leftovers can first be seen: when
   # `Patterns` starts (a restart after a crash), when it terminates, and in
   # the application's `stop/1` (the whole tree is gone). `run/0` is cheap
   # when nothing is set except for the process scan (about 3 µs a process).
 
-  alias FlameOn.Client.Native
+  alias FlameOn.Client.{Native, TraceBackend}
 
   # The match spec of our local call patterns (FlameOn.Client.Patterns).
   @call_match_spec [{:_, [], [{:message, {:caller}}]}]
@@ -33,6 +39,9 @@ defmodule FlameOn.Client.Sweep do
   ]
   # Where the node's backtrace_depth is kept while samplers raised it.
   @saved_depth_key :"$saved_backtrace_depth"
+  # The counter patterns (call_time, call_memory) a summary set in the
+  # legacy session, where nothing tells them from another profiler's.
+  @counters_key :"$legacy_counters"
 
   @doc "The match spec of our local call patterns."
   @spec call_match_spec() :: [tuple()]
@@ -44,27 +53,34 @@ defmodule FlameOn.Client.Sweep do
 
   @doc """
   Clears every trace flag, pattern and system tracer of ours on the node.
-  Returns what it undid: `%{processes: n, system_tracer: bool,
-  send_pattern: bool, receive_pattern: bool, call_patterns: bool}`.
+  Returns what it undid: `%{sessions: n, processes: n, system_tracer: bool,
+  send_pattern: bool, receive_pattern: bool, call_patterns: bool,
+  next_call_patterns: n, backtrace_depth: bool, counters: bool}`.
   """
   @spec run() :: %{atom() => non_neg_integer() | boolean()}
   def run do
     # The send pattern and the system tracer first: they are what turns
     # tracing on in more processes.
+    sessions = TraceBackend.destroy_our_sessions()
     send_pattern = clear_send_pattern()
     receive_pattern = clear_receive_pattern()
     system_tracer = clear_system_tracer()
     call_patterns = clear_call_patterns()
+    next_call_patterns = FlameOn.Client.NextCall.Pattern.sweep()
     processes = untrace_processes()
     backtrace_depth = restore_backtrace_depth()
+    counters = clear_counters()
 
     %{
+      sessions: sessions,
       processes: processes,
       backtrace_depth: backtrace_depth,
+      counters: counters,
       system_tracer: system_tracer,
       send_pattern: send_pattern,
       receive_pattern: receive_pattern,
-      call_patterns: call_patterns
+      call_patterns: call_patterns,
+      next_call_patterns: next_call_patterns
     }
   end
 
@@ -95,6 +111,31 @@ defmodule FlameOn.Client.Sweep do
         Application.delete_env(:flame_on_client, @saved_depth_key)
         true
     end
+  end
+
+  @doc """
+  Notes that the `kind` counter patterns (`:call_time` or `:call_memory`)
+  of the legacy session are ours (`true`, before they are set) or not any
+  more (`false`, after they are cleared), in the application environment:
+  nothing else tells them from another profiler's, and a sweep after a
+  crash clears them.
+  """
+  @spec note_legacy_counters(:call_time | :call_memory, boolean()) :: :ok
+  def note_legacy_counters(kind, ours?) do
+    kinds = Application.get_env(:flame_on_client, @counters_key, [])
+    kinds = if ours?, do: Enum.uniq([kind | kinds]), else: List.delete(kinds, kind)
+    Application.put_env(:flame_on_client, @counters_key, kinds)
+  end
+
+  defp clear_counters do
+    kinds = Application.get_env(:flame_on_client, @counters_key, [])
+
+    for kind <- kinds, target <- [{:_, :_, :_}, :on_load] do
+      TraceBackend.pattern(TraceBackend.legacy(), target, false, [kind])
+    end
+
+    Application.delete_env(:flame_on_client, @counters_key)
+    kinds != []
   end
 
   @doc "Whether `tracer` (as `:erlang.trace_info(pid, :tracer)` gives it) is ours."
@@ -141,7 +182,7 @@ defmodule FlameOn.Client.Sweep do
 
   defp clear_send_pattern do
     if our_send_pattern?(:erlang.trace_info(:send, :match_spec)) do
-      :erlang.trace_pattern(:send, true, [])
+      TraceBackend.pattern(TraceBackend.legacy(), :send, true, [])
       true
     else
       false
@@ -149,8 +190,9 @@ defmodule FlameOn.Client.Sweep do
   end
 
   defp clear_receive_pattern do
-    if :erlang.trace_info(:receive, :match_spec) == {:match_spec, @receive_match_spec} do
-      :erlang.trace_pattern(:receive, true, [])
+    if TraceBackend.info(TraceBackend.legacy(), :receive, :match_spec) ==
+         {:match_spec, @receive_match_spec} do
+      TraceBackend.pattern(TraceBackend.legacy(), :receive, true, [])
       true
     else
       false
@@ -175,8 +217,8 @@ defmodule FlameOn.Client.Sweep do
   # should be there.
   defp clear_call_patterns do
     if call_patterns_ours?() do
-      :erlang.trace_pattern({:_, :_, :_}, false, [:local])
-      :erlang.trace_pattern(:on_load, false, [:local])
+      TraceBackend.pattern(TraceBackend.legacy(), {:_, :_, :_}, false, [:local])
+      TraceBackend.pattern(TraceBackend.legacy(), :on_load, false, [:local])
       true
     else
       false
@@ -197,7 +239,7 @@ defmodule FlameOn.Client.Sweep do
   end
 
   defp untrace(pid) do
-    :erlang.trace(pid, false, [:all])
+    TraceBackend.trace(TraceBackend.legacy(), pid, false, [:all])
     true
   rescue
     # It died in between.

@@ -239,7 +239,12 @@ defmodule FlameOn.Client.Telemetry do
   defp attach_self(%{module: SampleSession}), do: :ok
 
   defp attach_self(%{session: session}) do
-    :erlang.trace(self(), true, [{:tracer, session} | TraceSession.trace_flags()])
+    FlameOn.Client.TraceBackend.trace(
+      TraceSession.handle(session),
+      self(),
+      true,
+      TraceSession.trace_flags()
+    )
   end
 
   defp stop(prefix) do

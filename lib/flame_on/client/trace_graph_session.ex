@@ -42,7 +42,8 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   @leave_grace_ms 5
 
-  alias FlameOn.Client.{Cluster, Graph, Native, Patterns, Profile, Sampler, Shipper, TraceSession}
+  alias FlameOn.Client.{Cluster, Graph, Native, Patterns, Profile, Sampler, Shipper}
+  alias FlameOn.Client.{TraceBackend, TraceSession}
 
   @typedoc "Options of `start/1`."
   @type option ::
@@ -55,6 +56,7 @@ defmodule FlameOn.Client.TraceGraphSession do
           | {:max_duration_ms, pos_integer()}
           | {:limits, map()}
           | {:shipper, term()}
+          | {:legacy, boolean()}
           | {:cluster, false | keyword()}
 
   @doc """
@@ -73,11 +75,18 @@ defmodule FlameOn.Client.TraceGraphSession do
   def start_link(opts), do: GenServer.start_link(__MODULE__, opts)
 
   @doc """
-  What the root is traced with: `%{native: session, label: label,
-  timeline: TraceSession pid | nil}`.
+  What the root is traced with: `%{native: session, label: label, handle:
+  graph tracing handle, timeline: TraceSession pid | nil}` (the handle is a
+  `FlameOn.Client.TraceBackend` handle).
   """
   @spec info(pid()) ::
-          {:ok, %{native: Native.session(), label: pos_integer(), timeline: pid() | nil}}
+          {:ok,
+           %{
+             native: Native.session(),
+             label: pos_integer(),
+             handle: TraceBackend.t(),
+             timeline: pid() | nil
+           }}
           | {:error, term()}
   def info(session) do
     {:ok, GenServer.call(session, :info)}
@@ -87,8 +96,9 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   @doc """
   Finishes the trace and returns its profile. Options: `:started_ts` and
-  `:end_ts` (native monotonic time of the traced function's start and end)
-  and `:timeout` (mode `:process`: time for queued trace messages).
+  `:end_ts` (native monotonic time of the traced function's start and end),
+  `:timeout` (mode `:process`: time for queued trace messages) and `:root`
+  (the root process, for a trace started with `root: nil`).
   """
   @spec finish(pid(), keyword()) :: {:ok, Profile.t()} | {:error, term()}
   def finish(session, opts) do
@@ -102,6 +112,9 @@ defmodule FlameOn.Client.TraceGraphSession do
   @impl GenServer
   def init(opts) do
     Process.flag(:trap_exit, true)
+    # nil: the root is not known yet (FlameOn.Client.NextCall: the NIF
+    # makes the process that makes the captured call the root when it
+    # makes it)
     root = Keyword.fetch!(opts, :root)
     mode = Keyword.get(opts, :mode, :nif)
     label = System.unique_integer([:positive])
@@ -113,7 +126,7 @@ defmodule FlameOn.Client.TraceGraphSession do
          :ok <- register(native, root),
          :ok <- Native.graph_owner(native, self(), follow == :messages),
          :ok <- watch_callees(native, mode),
-         :ok <- take_graph_tracing(native, root, label, mode, follow) do
+         {:ok, handle} <- take_graph_tracing(native, root, label, mode, follow, opts[:legacy]) do
       max_duration_ms = Keyword.get(opts, :max_duration_ms, 60_000)
       timer = Process.send_after(self(), :lifetime, max_duration_ms)
 
@@ -132,9 +145,11 @@ defmodule FlameOn.Client.TraceGraphSession do
 
       state = %{
         native: native,
+        handle: handle,
+        follow: follow,
         label: label,
         root: root,
-        root_ref: Process.monitor(root),
+        root_ref: root && Process.monitor(root),
         mode: mode,
         timeline: nil,
         names: names,
@@ -167,7 +182,14 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   @impl GenServer
   def handle_call(:info, _from, state) do
-    {:reply, %{native: state.native, label: state.label, timeline: state.timeline}, state}
+    info = %{
+      native: state.native,
+      label: state.label,
+      handle: state.handle,
+      timeline: state.timeline
+    }
+
+    {:reply, info, state}
   end
 
   def handle_call({:finish, opts}, _from, state) do
@@ -180,7 +202,7 @@ defmodule FlameOn.Client.TraceGraphSession do
     # The trace is over for its followers too (the last graph trace also
     # clears every flag and token of ours, in Patterns).
     with {:ok, %Profile{graph: %Graph{followers: followers}}} <- finished,
-         do: unfollow(Enum.uniq(followers ++ state.leaving))
+         do: unfollow(Enum.uniq(followers ++ state.leaving), state)
 
     Patterns.release_graph()
 
@@ -225,7 +247,7 @@ defmodule FlameOn.Client.TraceGraphSession do
   end
 
   def handle_info(:unfollow_left, state) do
-    unfollow(Enum.uniq(state.leaving))
+    unfollow(Enum.uniq(state.leaving), state)
     {:noreply, %{state | leaving: []}}
   end
 
@@ -252,6 +274,12 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   # Registered first: the VM asks the tracer (enabled/3, trace_status)
   # whether it is live when it becomes the system tracer.
+  # Root not known yet: the session is registered with this process
+  # standing in for it (the VM asks whether the tracer is live when it
+  # becomes the system tracer); the NIF's capture_next gate puts the
+  # real root in its place when the captured call starts.
+  defp register(native, nil), do: register(native, self())
+
   defp register(native, root) do
     Native.graph_start(native, root)
   rescue
@@ -262,13 +290,13 @@ defmodule FlameOn.Client.TraceGraphSession do
   defp watch_callees(_native, _mode), do: :ok
 
   # A sample trace sets no call patterns: its callees are sampled.
-  defp take_graph_tracing(native, root, label, mode, follow) do
-    case Patterns.acquire_graph(native, root, label,
-           call_patterns: mode != :sample,
-           follow: follow
-         ) do
-      :ok ->
-        :ok
+  # legacy: true (capture_next/2): in the legacy session on every release.
+  defp take_graph_tracing(native, root, label, mode, follow, legacy?) do
+    opts = [call_patterns: mode != :sample, follow: follow, legacy: legacy? == true]
+
+    case Patterns.acquire_graph(native, root, label, opts) do
+      {:ok, handle} ->
+        {:ok, handle}
 
       {:error, reason} ->
         Native.stop(native)
@@ -310,6 +338,7 @@ defmodule FlameOn.Client.TraceGraphSession do
   end
 
   defp finish_trace(%{mode: mode} = state, opts) when mode in [:nif, :sample] do
+    state = %{state | root: Keyword.get(opts, :root, state.root)}
     started_ts = Keyword.fetch!(opts, :started_ts)
     end_ts = Keyword.fetch!(opts, :end_ts)
     sampled = stop_samplers(state, Keyword.get(opts, :root_sampled))
@@ -354,31 +383,24 @@ defmodule FlameOn.Client.TraceGraphSession do
   # message not yet taken by then finds the process untraced (its spans
   # stay right, its stacks for that message are missing).
   @doc false
-  @spec unfollow([pid()]) :: pid()
-  def unfollow(pids) do
+  @spec unfollow([pid()], %{handle: TraceBackend.t(), follow: :messages | :calls}) :: pid()
+  def unfollow(pids, %{handle: handle, follow: follow}) do
     spawn(fn ->
       Enum.each(pids, fn pid ->
         with nil <- Native.graph_role(pid),
-             {:tracer, {Native, :graph}} <- :erlang.trace_info(pid, :tracer),
-             :ok <- untrace(pid),
+             {:ok, {Native, :graph}} <- TraceBackend.tracer(handle, pid),
+             :ok <- TraceBackend.untrace(handle, pid),
              role when role != nil <- Native.graph_role(pid) do
-          retrace(pid)
+          retrace(handle, pid, follow)
         end
       end)
     end)
   end
 
-  defp untrace(pid) do
-    :erlang.trace(pid, false, [:all])
-    :ok
+  defp retrace(handle, pid, follow) do
+    TraceBackend.trace(handle, pid, true, Patterns.follower_flags(follow))
   rescue
     # it exited in between
-    ArgumentError -> :gone
-  end
-
-  defp retrace(pid) do
-    :erlang.trace(pid, true, Patterns.follower_flags(:messages))
-  rescue
     ArgumentError -> :gone
   end
 

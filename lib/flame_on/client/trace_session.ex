@@ -15,12 +15,14 @@ defmodule FlameOn.Client.TraceSession do
   ## Life cycle
 
     * `start/1` starts the session under `FlameOn.Client.SessionSupervisor`.
-      It creates the native session, takes the node's call patterns from
+      It creates the native session, opens its trace handle (a trace
+      session of the VM with this process as the tracer, OTP 27+; see
+      `FlameOn.Client.TraceBackend`), takes the call patterns from
       `FlameOn.Client.Patterns` and, with `attach: :session` (the default),
-      sets the trace flags `trace_flags/0` on the traced process with itself
-      as the tracer. With `attach: :tracee` the traced process sets them on
-      itself (this is what `FlameOn.Client.profile/2` does, so that nothing
-      of the wrapper ends up in the profile).
+      sets the trace flags `trace_flags/0` on the traced process. With
+      `attach: :tracee` the traced process sets them on itself through
+      `handle/1` (this is what `FlameOn.Client.profile/2` does, so that
+      nothing of the wrapper ends up in the profile).
     * While tracing, the session takes trace messages out of its mailbox in
       batches of up to 2000 and hands each batch to one
       `FlameOn.Client.Native.ingest/2` call.
@@ -32,7 +34,8 @@ defmodule FlameOn.Client.TraceSession do
     * `finish/2` turns the flags off on the traced process (if it is still
       alive and still ours), waits until every trace message is delivered
       (`:erlang.trace_delivered/1`), drains them, finishes the native
-      session, releases the patterns, replies with the profile and stops.
+      session, releases the patterns and closes the trace handle, replies
+      with the profile and stops.
     * If the traced process dies, the session finishes on its own and keeps
       the profile for its owner (the process that called `start/1`), which
       can still call `finish/2`. If the owner is the traced process itself,
@@ -44,7 +47,7 @@ defmodule FlameOn.Client.TraceSession do
 
   use GenServer, restart: :temporary
 
-  alias FlameOn.Client.{Native, Patterns, Profile}
+  alias FlameOn.Client.{Native, Patterns, Profile, TraceBackend}
 
   @flags [:call, :return_to, :running, :arity, :monotonic_timestamp]
   @batch_size 2000
@@ -85,7 +88,10 @@ defmodule FlameOn.Client.TraceSession do
   `:limits`, a map given to `FlameOn.Client.Native.new/1`.
 
   Returns `{:error, :noproc}` if the process is not alive,
-  `{:error, {:already_traced, tracer}}` if another tracer traces it and
+  `{:error, {:already_traced, tracer}}` if it cannot be traced beside its
+  current tracing (`FlameOn.Client.TraceBackend.check_tracee/1`),
+  `{:error, {:call_tracing_in_use, what}}` if another tool call-traces in
+  the legacy session (`FlameOn.Client.Patterns`) and
   `{:error, {:invalid_limits, limits}}` if the NIF rejects the limits.
   """
   @spec start([option()]) :: {:ok, pid()} | {:error, term()}
@@ -144,27 +150,13 @@ defmodule FlameOn.Client.TraceSession do
   @spec end_mark() :: integer()
   def end_mark, do: :erlang.monotonic_time()
 
-  @doc false
-  # Turns our trace flags off on `pid` if it is alive and traced by
-  # `tracer` or by no live tracer (a dead tracer reads as `[]`). Another
-  # tool's trace is left alone.
-  @spec untrace(pid(), pid()) :: :ok
-  def untrace(pid, tracer) do
-    case :erlang.trace_info(pid, :tracer) do
-      {:tracer, current} when current == tracer or current == [] ->
-        try do
-          :erlang.trace(pid, false, @flags)
-        rescue
-          # It died in between.
-          ArgumentError -> :ok
-        end
-
-        :ok
-
-      _ ->
-        :ok
-    end
-  end
+  @doc """
+  The `FlameOn.Client.TraceBackend` handle the traced process is traced
+  through (with `attach: :tracee` it sets `trace_flags/0` on itself with
+  `FlameOn.Client.TraceBackend.trace/4`).
+  """
+  @spec handle(pid()) :: TraceBackend.t()
+  def handle(session), do: GenServer.call(session, :handle)
 
   # --- server ---------------------------------------------------------------
 
@@ -181,16 +173,19 @@ defmodule FlameOn.Client.TraceSession do
     # A cross-process trace hands its graph session in (`native:`): the
     # session ingests the traced process's own events into it, next to the
     # callees' and the correlation events the NIF tracer folds there.
+    handle = TraceBackend.open(:trace, self())
+
     with {:ok, native} <- given_or_new_native(opts[:native], limits),
-         :ok <- check_tracee(tracee),
-         :ok <- Patterns.acquire(tracee),
-         {:ok, started_ts} <- attach(attach, tracee) do
+         :ok <- TraceBackend.check_tracee(tracee),
+         :ok <- Patterns.acquire(tracee, handle),
+         {:ok, started_ts} <- attach(attach, handle, tracee) do
       tracee_ref = Process.monitor(tracee)
       if owner != tracee, do: Process.monitor(owner)
 
       {:ok,
        %{
          native: native,
+         handle: handle,
          tracee: tracee,
          tracee_ref: tracee_ref,
          owner: owner,
@@ -204,11 +199,15 @@ defmodule FlameOn.Client.TraceSession do
          profile: nil
        }}
     else
-      {:error, reason} -> {:stop, reason}
+      {:error, reason} ->
+        TraceBackend.close(handle)
+        {:stop, reason}
     end
   end
 
   @impl GenServer
+  def handle_call(:handle, _from, state), do: {:reply, state.handle, state}
+
   def handle_call({:finish, _opts}, _from, %{profile: %Profile{} = profile} = state) do
     {:stop, :normal, {:ok, profile}, state}
   end
@@ -243,9 +242,9 @@ defmodule FlameOn.Client.TraceSession do
   @impl GenServer
   def terminate(_reason, %{native: nil}), do: :ok
 
-  def terminate(_reason, %{tracee: tracee}) do
+  def terminate(_reason, %{tracee: tracee, handle: handle}) do
     # Stopped before finishing (owner gone, shutdown): leave nothing behind.
-    untrace(tracee, self())
+    TraceBackend.untrace(handle, tracee, @flags)
 
     try do
       Patterns.release()
@@ -253,7 +252,7 @@ defmodule FlameOn.Client.TraceSession do
       :exit, _ -> :ok
     end
 
-    :ok
+    TraceBackend.close(handle)
   end
 
   # --- internals --------------------------------------------------------------
@@ -264,25 +263,11 @@ defmodule FlameOn.Client.TraceSession do
     ArgumentError -> {:error, {:invalid_limits, Map.delete(limits, :native_per_second)}}
   end
 
-  @doc false
-  # :ok when `pid` is a live local process with no tracer (also used by
-  # FlameOn.Client.SampleSession).
-  @spec check_tracee(term()) :: :ok | {:error, term()}
-  def check_tracee(pid) when is_pid(pid) and node(pid) == node() do
-    case :erlang.trace_info(pid, :tracer) do
-      :undefined -> {:error, :noproc}
-      {:tracer, []} -> :ok
-      {:tracer, other} -> {:error, {:already_traced, other}}
-    end
-  end
+  defp attach(:tracee, _handle, _tracee), do: {:ok, :erlang.monotonic_time()}
 
-  def check_tracee(pid), do: {:error, {:not_a_local_pid, pid}}
-
-  defp attach(:tracee, _tracee), do: {:ok, :erlang.monotonic_time()}
-
-  defp attach(:session, tracee) do
+  defp attach(:session, handle, tracee) do
     started_ts = :erlang.monotonic_time()
-    :erlang.trace(tracee, true, [{:tracer, self()} | @flags])
+    TraceBackend.trace(handle, tracee, true, @flags)
     {:ok, started_ts}
   rescue
     ArgumentError ->
@@ -291,8 +276,8 @@ defmodule FlameOn.Client.TraceSession do
   end
 
   defp finish_trace(state, opts) do
-    %{native: native, tracee: tracee} = state
-    untrace(tracee, self())
+    %{native: native, tracee: tracee, handle: handle} = state
+    TraceBackend.untrace(handle, tracee, @flags)
     now = :erlang.monotonic_time()
     # `end_ts: nil` (the traced process died) charges nothing past each
     # process's last event.
@@ -300,7 +285,7 @@ defmodule FlameOn.Client.TraceSession do
     started_ts = Keyword.get(opts, :started_ts, state.started_ts)
     deadline = deadline(Keyword.get(opts, :timeout, @default_timeout))
 
-    ref = :erlang.trace_delivered(tracee)
+    ref = TraceBackend.delivered(handle, tracee)
 
     receive do
       {:trace_delivered, ^tracee, ^ref} -> :ok
@@ -311,6 +296,7 @@ defmodule FlameOn.Client.TraceSession do
     {state, unprocessed} = drain(state, deadline)
     {raw, stats, graph} = finish_native(native, end_ts, state.graph)
     Patterns.release()
+    TraceBackend.close(handle)
 
     stats =
       stats

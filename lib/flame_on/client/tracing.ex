@@ -43,7 +43,10 @@ defmodule FlameOn.Client.Tracing do
       `duration_us` is at least `threshold_ms * 1000`.
     * `:shipper` (none) – `{module, opts}`, `module` or a list of them: where
       profiles go (see `FlameOn.Client.Shipper`). With none, profiles are
-      discarded with a debug log.
+      not shipped (a debug log says so). Either way, a profile that passes
+      its threshold is kept among the node's recent traces
+      (`FlameOn.Client.TraceStore`, what the web UI `FlameOn.Client.Web`
+      shows).
 
   An option left out is read from the application environment, so one
   configuration serves every call site:
@@ -408,20 +411,19 @@ defmodule FlameOn.Client.Tracing do
   def sampled?(rate), do: :rand.uniform() < rate
 
   @doc false
-  # Whether the calling process has a tracer (ours or another tool's).
+  # Whether the calling process is traced in a way that keeps FlameOn from
+  # tracing it (FlameOn.Client.TraceBackend.check_tracee/1: any tracer in
+  # the legacy session, a trace of ours where the VM has trace sessions).
   @spec traced?() :: boolean()
-  def traced? do
-    case :erlang.trace_info(self(), :tracer) do
-      {:tracer, []} -> false
-      _ -> true
-    end
-  end
+  def traced?, do: FlameOn.Client.TraceBackend.check_tracee(self()) != :ok
 
   @doc false
-  # Ships `profile` if it is long enough.
+  # Ships `profile` if it is long enough, and keeps it in the
+  # FlameOn.Client.TraceStore (the web UI's recent traces).
   @spec maybe_ship(Profile.t(), map()) :: :ok
   def maybe_ship(%Profile{} = profile, %{threshold_ms: threshold_ms, shippers: shippers}) do
     if profile.duration_us >= threshold_ms * 1000 do
+      FlameOn.Client.TraceStore.put(profile)
       Shipper.ship_all(profile, shippers)
     else
       Logger.debug(fn ->

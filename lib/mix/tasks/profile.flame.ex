@@ -11,6 +11,7 @@ defmodule Mix.Tasks.Profile.Flame do
       mix profile.flame -e "MyApp.work()"
       mix profile.flame --cross-process --format folded,perfetto -e "MyApp.handle(:req)"
       mix profile.flame my_script.exs arg1 arg2 arg3
+      mix profile.flame --summary call_time -e "MyApp.work()"
 
   Options go before the script's name; what follows the script is its
   `System.argv/0`. The task starts the application first (`app.start`),
@@ -27,8 +28,46 @@ defmodule Mix.Tasks.Profile.Flame do
       unattributed wait) and the waits explained by other spans (the
       graph's edges, largest first).
 
+  With `--summary call_time` or `--summary call_memory` it runs
+  `FlameOn.Client.summary/2` instead (no flame graph): the VM counts calls
+  and time (µs) or heap memory (words) per function, as `mix
+  profile.tprof` does; the task prints the top functions with their calls,
+  time or words, per call and share, and writes every function to
+  `OUT/NAME.summary.csv`. `call_memory` needs Erlang/OTP 26 or later.
+
   This task is automatically re-enabled, so it can run several times in one
   Mix invocation.
+
+  ## The next call of a function
+
+  `--next Module.fun/arity` (or `module:fun/arity`) waits for the next call
+  of that function by any process and profiles that one call, from its
+  entry to its return (`FlameOn.Client.capture_next/2`), then writes and
+  prints it like any profile:
+
+      # the application is started by the task; hit the endpoint meanwhile
+      mix profile.flame --next MyAppWeb.PageController.index/2 --timeout 60000
+
+      # or give the code that makes the call: it runs once the capture waits
+      mix profile.flame --next MyApp.Orders.checkout/2 -e "MyApp.Demo.place_orders(10)"
+
+  `--mode` defaults to capture_next's (`sample`: nothing but the one
+  function's pattern is set while waiting); `--cross-process`, limits and
+  `--name` apply.
+
+  **On a running node.** `--node NAME` captures on another node of a
+  cluster instead (its code must include flame_on_client, and its
+  application must run there); this task joins the cluster as `--sname
+  NAME` (short names) or `--longname NAME@HOST` (long names; default: a
+  random short name) with `--cookie` (default: `~/.erlang.cookie`), calls `FlameOn.Client.capture_next/2` there with
+  `:erpc`, and writes the profile here:
+
+      mix profile.flame --next MyApp.Orders.checkout/2 --timeout 60000 \\
+        --node myapp@myhost --sname flame --cookie "$COOKIE"
+
+  The project is compiled but not started with `--node`. Nothing is left on
+  the remote node after the call, a timeout, or the end of this task
+  (the capture there is owned by the `:erpc` call's process).
 
   ## Command line options
 
@@ -56,7 +95,16 @@ defmodule Mix.Tasks.Profile.Flame do
     * `--sleep default|raw` – `raw` keeps every scheduled-out interval as
       `SLEEP` in cross-process traces
     * `--max-nodes N`, `--max-depth N` – limits (see `FlameOn.Client`)
+    * `--summary call_time|call_memory` – per-function counters instead of
+      a flame graph (see above); `--mode`, `--cross-process`, `--format` and
+      the other capture options do not go with it
     * `--top N` – how many functions to list (default 10)
+    * `--next FUNCTION` – profile the next call of `FUNCTION` instead
+      (see above); `-e`/`FILE` become optional: the code that makes the call
+    * `--timeout MS` – `--next`: how long to wait for the call (default
+      30000)
+    * `--node NODE`, `--sname NAME`, `--longname NAME@HOST`, `--cookie
+      COOKIE` – `--next` on another node (see above)
     * `--no-warmup` – skips the warmup run
     * `--no-compile` – does not compile even if files require compilation
     * `--no-deps-check` – does not check dependencies
@@ -106,6 +154,13 @@ defmodule Mix.Tasks.Profile.Flame do
     max_nodes: :integer,
     max_depth: :integer,
     top: :integer,
+    summary: :string,
+    next: :string,
+    timeout: :integer,
+    node: :string,
+    sname: :string,
+    longname: :string,
+    cookie: :string,
     warmup: :boolean,
     start: :boolean,
     compile: :boolean,
@@ -117,6 +172,7 @@ defmodule Mix.Tasks.Profile.Flame do
 
   @usage """
   usage: mix profile.flame [OPTIONS] (-e CODE | FILE [ARGS])
+         mix profile.flame --next MODULE.FUN/ARITY [--timeout MS] [OPTIONS] [-e CODE | FILE [ARGS]]
 
     -e, --eval CODE        the code to profile (or give a FILE)
     -r, --require PATTERN  files to require first
@@ -129,7 +185,11 @@ defmodule Mix.Tasks.Profile.Flame do
         --cross-process    follow messages and calls, print the span graph
         --follow messages|calls
         --sleep default|raw
+        --summary call_time|call_memory  per-function counters, written as CSV
         --max-nodes N, --max-depth N, --top N
+        --next MODULE.FUN/ARITY  profile the next call of it, by any process
+        --timeout MS       --next: wait at most this long (default 30000)
+        --node NODE        --next on that node (with --sname/--longname, --cookie)
         --no-warmup, --no-start, --no-compile, --no-deps-check,
         --no-archives-check, --no-elixir-version-check\
   """
@@ -144,16 +204,227 @@ defmodule Mix.Tasks.Profile.Flame do
       usage!("invalid option(s): #{bad}")
     end
 
+    if opts[:next], do: run_next(opts, rest), else: run_profile(opts, rest)
+    :ok
+  end
+
+  defp run_profile(opts, rest) do
+    for key <- [:timeout, :node, :sname, :longname, :cookie], Keyword.has_key?(opts, key) do
+      usage!("--#{dashed(key)} goes with --next")
+    end
+
     {code, file, argv} = source!(opts, rest)
     config = config!(opts, file)
 
     start_apps(opts)
     require_files(Keyword.get_values(opts, :require))
 
-    profile = profile!(code, file, argv, config)
+    case config.summary do
+      nil ->
+        profile = profile!(code, file, argv, config)
+        paths = write!(profile, config)
+        summary(profile, paths, config)
+
+      type ->
+        counters = profile!(code, file, argv, config)
+        path = write_csv!(counters, config)
+        print_counters(counters, path, config, type)
+    end
+  end
+
+  # --- --next -------------------------------------------------------------------
+
+  defp run_next(opts, rest) do
+    if opts[:summary], do: usage!("--summary does not go with --next")
+
+    source = if opts[:eval] == nil and rest == [], do: nil, else: source!(opts, rest)
+    config = next_config!(opts, source)
+    shell = Mix.shell()
+
+    profile =
+      case opts[:node] do
+        nil ->
+          start_apps(opts)
+          require_files(Keyword.get_values(opts, :require))
+          capture_here!(opts[:next], config)
+
+        node ->
+          if source, do: usage!("--node captures a call the remote node makes: no -e or FILE")
+          Mix.Task.run("app.config", [])
+          capture_on!(node, opts, config)
+      end
+
+    shell.info(
+      "Captured the call of #{profile.name} by #{inspect(profile.pid)} (#{profile.duration_us} µs)."
+    )
+
     paths = write!(profile, config)
     summary(profile, paths, config)
-    :ok
+  end
+
+  defp next_config!(opts, source) do
+    timeout =
+      case opts[:timeout] do
+        nil -> 30_000
+        ms when ms > 0 -> ms
+        ms -> usage!("--timeout must be a positive integer of milliseconds, got: #{ms}")
+      end
+
+    profile_opts =
+      Enum.flat_map([:name, :mode, :sleep], fn key ->
+        case {key, opts[key]} do
+          {_, nil} ->
+            []
+
+          {:name, name} ->
+            [name: name]
+
+          {:mode, _} ->
+            [
+              mode:
+                choice!(
+                  opts,
+                  :mode,
+                  %{"nif" => :nif, "process" => :process, "sample" => :sample},
+                  nil
+                )
+            ]
+
+          {:sleep, _} ->
+            [sleep: choice!(opts, :sleep, %{"default" => :default, "raw" => :raw}, nil)]
+        end
+      end) ++
+        if(opts[:cross_process], do: [cross_process: true], else: []) ++
+        if(opts[:split_status], do: [split_status: true], else: []) ++
+        positive!(opts, :interval_us) ++
+        positive!(opts, :max_nodes) ++ positive!(opts, :max_depth)
+
+    %{
+      capture_opts: [timeout: timeout] ++ profile_opts,
+      timeout: timeout,
+      out: opts[:out] || "flame_on_out",
+      formats: formats!(opts[:format]),
+      top: opts |> positive!(:top) |> Keyword.get(:top, 10),
+      source: source
+    }
+  end
+
+  defp capture_here!(text, config) do
+    mfa =
+      case FlameOn.Client.NextCall.parse(text) do
+        {:ok, mfa} -> mfa
+        {:error, message} -> Mix.raise("--next: #{message}")
+      end
+
+    name = FlameOn.Client.Profile.frame_name(mfa)
+    Mix.shell().info("Waiting up to #{config.timeout} ms for the next call of #{name}...")
+    task = Task.async(fn -> FlameOn.Client.capture_next(mfa, config.capture_opts) end)
+
+    # the code that makes the call runs once the capture waits
+    if config.source do
+      await_armed(mfa, task)
+      {code, file, argv} = config.source
+      run_code(code, file, argv)
+    end
+
+    case Task.await(task, :infinity) do
+      {:ok, profile} -> profile
+      {:error, :timeout} -> Mix.raise("no process called #{name} within #{config.timeout} ms")
+      {:error, reason} -> Mix.raise("could not capture #{name}: #{inspect(reason)}")
+    end
+  end
+
+  defp await_armed(mfa, task, tries \\ 500) do
+    cond do
+      Enum.any?(FlameOn.Client.NextCall.Pattern.waiting(), &match?({^mfa, _}, &1)) -> :ok
+      Task.yield(task, 0) != nil -> Mix.raise("the capture ended before the code ran")
+      tries == 0 -> Mix.raise("the capture did not start")
+      true -> Process.sleep(10) && await_armed(mfa, task, tries - 1)
+    end
+  end
+
+  defp run_code(code, file, argv) do
+    previous_argv = System.argv()
+    System.argv(argv)
+
+    try do
+      Code.eval_string(code, [], file: file || "nofile")
+    after
+      System.argv(previous_argv)
+    end
+  end
+
+  defp capture_on!(node_text, opts, config) do
+    node = String.to_atom(node_text)
+    start_distribution!(node, opts)
+
+    unless Node.connect(node) do
+      Mix.raise("could not connect to #{node} (is it running, with the same cookie?)")
+    end
+
+    remote = fn module, fun, args, timeout ->
+      try do
+        :erpc.call(node, module, fun, args, timeout)
+      catch
+        :error, {:erpc, reason} -> Mix.raise("#{node}: #{inspect(reason)}")
+        kind, reason -> Mix.raise("#{node}: #{Exception.format(kind, reason)}")
+      end
+    end
+
+    unless remote.(Code, :ensure_loaded?, [FlameOn.Client.NextCall], 10_000) do
+      Mix.raise("#{node} does not have flame_on_client (FlameOn.Client.NextCall is not loaded)")
+    end
+
+    mfa =
+      case remote.(FlameOn.Client.NextCall, :parse, [opts[:next]], 10_000) do
+        {:ok, mfa} -> mfa
+        {:error, message} -> Mix.raise("--next on #{node}: #{message}")
+      end
+
+    name = FlameOn.Client.Profile.frame_name(mfa)
+
+    Mix.shell().info(
+      "Waiting up to #{config.timeout} ms for the next call of #{name} on #{node}..."
+    )
+
+    # the call's own time limit (max_duration_ms) plus the wait, and slack
+    erpc_timeout = config.timeout + 70_000
+
+    case remote.(FlameOn.Client, :capture_next, [mfa, config.capture_opts], erpc_timeout) do
+      {:ok, profile} ->
+        profile
+
+      {:error, :timeout} ->
+        Mix.raise("no process on #{node} called #{name} within #{config.timeout} ms")
+
+      {:error, reason} ->
+        Mix.raise("could not capture #{name} on #{node}: #{inspect(reason)}")
+    end
+  end
+
+  defp start_distribution!(node, opts) do
+    {name, type} =
+      case {opts[:sname], opts[:longname]} do
+        {nil, nil} -> {:"flame_on_#{System.unique_integer([:positive])}", :shortnames}
+        {sname, nil} -> {String.to_atom(sname), :shortnames}
+        {nil, name} -> {String.to_atom(name), :longnames}
+        _ -> usage!("give --sname or --longname, not both")
+      end
+
+    unless Node.alive?() do
+      case Node.start(name, type) do
+        {:ok, _} ->
+          :ok
+
+        {:error, reason} ->
+          Mix.raise(
+            "could not start distribution as #{name} (#{inspect(reason)}; is epmd running? " <>
+              "`epmd -daemon` starts it)"
+          )
+      end
+    end
+
+    if cookie = opts[:cookie], do: Node.set_cookie(node, String.to_atom(cookie))
   end
 
   # --- options ----------------------------------------------------------------
@@ -190,12 +461,46 @@ defmodule Mix.Tasks.Profile.Flame do
         positive!(opts, :max_nodes) ++ positive!(opts, :max_depth)
 
     %{
+      summary: summary_type!(opts),
       profile_opts: profile_opts,
       out: opts[:out] || "flame_on_out",
       formats: formats!(opts[:format]),
       top: opts |> positive!(:top) |> Keyword.get(:top, 10),
       warmup: Keyword.get(opts, :warmup, true)
     }
+  end
+
+  # The capture options that only go with a flame graph.
+  @profile_only [
+    :mode,
+    :cross_process,
+    :format,
+    :split_status,
+    :interval_us,
+    :sleep,
+    :max_nodes,
+    :max_depth
+  ]
+
+  defp summary_type!(opts) do
+    case choice!(opts, :summary, %{"call_time" => :call_time, "call_memory" => :call_memory}, nil) do
+      nil ->
+        nil
+
+      type ->
+        case Enum.filter(@profile_only, &Keyword.has_key?(opts, &1)) do
+          [] -> :ok
+          [key | _] -> usage!("--#{dashed(key)} does not go with --summary")
+        end
+
+        try do
+          FlameOn.Client.Capture.Counters.check_release!(type)
+        rescue
+          error in ArgumentError -> Mix.raise(Exception.message(error))
+        end
+
+        type
+    end
   end
 
   defp default_name(nil), do: "eval"
@@ -331,9 +636,41 @@ defmodule Mix.Tasks.Profile.Flame do
 
     shell.info("Profiling...")
     started = System.monotonic_time(:millisecond)
-    {_result, profile} = FlameOn.Client.profile(fun, config.profile_opts)
+
+    {_result, profile} =
+      case config.summary do
+        nil -> FlameOn.Client.profile(fun, config.profile_opts)
+        type -> FlameOn.Client.summary(fun, type: type, name: config.profile_opts[:name])
+      end
+
     shell.info("Profiled in #{System.monotonic_time(:millisecond) - started} ms.")
     Process.put(@result_key, profile)
+  end
+
+  defp write_csv!(summary, %{out: out}) do
+    path = Path.join(out, "#{Directory.safe_name(summary.name)}.summary.csv")
+
+    with :ok <- File.mkdir_p(out),
+         :ok <- File.write(path, FlameOn.Client.Summary.csv(summary)) do
+      path
+    else
+      {:error, reason} -> Mix.raise("could not write #{path}: #{inspect(reason)}")
+    end
+  end
+
+  defp print_counters(summary, path, config, type) do
+    shell = Mix.shell()
+    shell.info("  #{path} (csv, every function)")
+
+    what = if type == :call_time, do: "time", else: "memory"
+
+    shell.info(
+      "\nTop #{config.top} functions by #{what} (#{inspect(summary.name)}, #{type}, " <>
+        "#{map_size(summary.by_process)} #{plural(map_size(summary.by_process), "process", "processes")}, " <>
+        "#{summary.duration_us} µs wall):"
+    )
+
+    shell.info(FlameOn.Client.Summary.table(summary, top: config.top))
   end
 
   defp write!(profile, %{out: out, formats: formats}) do

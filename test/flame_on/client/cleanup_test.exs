@@ -8,7 +8,7 @@ defmodule FlameOn.Client.CleanupTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Native, Patterns, Sweep}
+  alias FlameOn.Client.{Native, Patterns, Sweep, TraceBackend}
   alias FlameOn.Client.Test.Workloads
 
   @captures [
@@ -45,11 +45,11 @@ defmodule FlameOn.Client.CleanupTest do
 
     assert_receive :tracing
     assert patterns_set?() == (opts[:mode] != :sample)
-    assert match?({:flags, [_ | _]}, :erlang.trace_info(root, :flags))
+    assert our_flags(root) != []
 
     if opts[:cross_process] do
       # The send pattern turned tracing on in the Agent with its request.
-      wait_until(fn -> match?({:flags, [_ | _]}, :erlang.trace_info(agent, :flags)) end)
+      wait_until(fn -> our_flags(agent) != [] end)
       assert {Native, :graph} = :seq_trace.get_system_tracer()
     end
 
@@ -217,23 +217,29 @@ defmodule FlameOn.Client.CleanupTest do
 
   describe "another tool's call tracing" do
     setup do
+      FlameOn.Client.Test.Tools.otp_lib!(:runtime_tools, "erlang-runtime-tools")
       on_exit(fn -> :dbg.stop() end)
     end
 
-    test "is refused with a clear error, and its pattern and process flags are kept" do
+    test "in the legacy session: refused with a clear error (OTP 25), or traced beside in a session of ours (OTP 27+); its pattern and process flags are kept" do
       tool = spawn(fn -> receive do: (:never -> :ok) end)
       traced = spawn(fn -> receive do: (:never -> :ok) end)
       :erlang.trace_pattern({Workloads, :loop, 2}, true, [:local])
       :erlang.trace(traced, true, [:call, {:tracer, tool}])
 
       for opts <- [[mode: :nif], [mode: :process], [cross_process: true]] do
-        error =
-          assert_raise ArgumentError, fn ->
-            FlameOn.Client.profile(fn -> Workloads.fib(5) end, opts)
-          end
+        if TraceBackend.sessions?() do
+          assert {5, profile} = FlameOn.Client.profile(fn -> Workloads.fib(5) end, opts)
+          assert max_frame_count(profile, self(), "FlameOn.Client.Test.Workloads.fib/1") >= 4
+        else
+          error =
+            assert_raise ArgumentError, fn ->
+              FlameOn.Client.profile(fn -> Workloads.fib(5) end, opts)
+            end
 
-        assert error.message =~ "another tool is call tracing"
-        assert error.message =~ inspect(traced)
+          assert error.message =~ "another tool is call tracing"
+          assert error.message =~ inspect(traced)
+        end
       end
 
       # Still theirs, and nothing of ours is set.
@@ -249,12 +255,17 @@ defmodule FlameOn.Client.CleanupTest do
       assert_node_clean()
     end
 
-    test "for new processes (dbg's p(new, c)) is refused too" do
+    test "for new processes (dbg's p(new, c)): refused in the legacy session (OTP 25), traced beside (dbg has a session of its own on OTP 27+)" do
       {:ok, _} = :dbg.tracer(:process, {fn _msg, acc -> acc end, nil})
       {:ok, _} = :dbg.p(:new, [:c])
 
-      assert_raise ArgumentError, ~r/new processes are call traced/, fn ->
-        FlameOn.Client.profile(fn -> Workloads.fib(5) end)
+      if TraceBackend.sessions?() do
+        assert {5, _profile} = FlameOn.Client.profile(fn -> Workloads.fib(5) end)
+        assert :dbg in Keyword.keys(apply(:trace, :session_info, [:new]))
+      else
+        assert_raise ArgumentError, ~r/new processes are call traced/, fn ->
+          FlameOn.Client.profile(fn -> Workloads.fib(5) end)
+        end
       end
 
       :dbg.stop()

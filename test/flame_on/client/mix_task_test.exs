@@ -149,6 +149,40 @@ defmodule FlameOn.Client.MixTaskTest do
            ]
   end
 
+  test "--summary call_time prints the top functions and writes every one as CSV", %{out: out} do
+    code = "FlameOn.Client.Test.Workloads.fib(15)"
+    output = run_task(["--summary", "call_time", "--top", "3", "--out", out, "-e", code])
+    csv = Path.join(out, "eval.summary.csv")
+    assert output =~ "#{csv} (csv, every function)"
+    assert output =~ ~r/Top 3 functions by time \("eval", call_time, 1 process, \d+ µs wall\):/
+    assert output =~ ~r/^FUNCTION +CALLS +TIME \(µs\) +PER CALL +\[ +%\]$/m
+    # fib(15) makes 1973 calls of fib/1
+    assert output =~ ~r/^FlameOn\.Client\.Test\.Workloads\.fib\/1 +1973 +\d+ /m
+    [header | rows] = csv |> File.read!() |> String.split("\n", trim: true)
+    assert header == "function,calls,time_us,per_call,percent"
+    assert Enum.any?(rows, &String.starts_with?(&1, "FlameOn.Client.Test.Workloads.fib/1,1973,"))
+    assert_node_clean()
+  end
+
+  test "--summary call_memory: words on OTP 26+, a clear error before", %{out: out} do
+    args = ["--summary", "call_memory", "--no-warmup", "--out", out, "-e", "Enum.to_list(1..100)"]
+
+    if :erlang.system_info(:otp_release) >= ~c"26" do
+      output = run_task(args)
+      assert output =~ ~r/^FUNCTION +CALLS +WORDS +PER CALL/m
+      assert File.read!(Path.join(out, "eval.summary.csv")) =~ "function,calls,words,"
+    else
+      assert_raise Mix.Error, ~r/OTP 26/, fn -> run_task(args) end
+    end
+
+    assert_raise Mix.Error, ~r/--mode does not go with --summary/, fn ->
+      run_task(["--summary", "call_time", "--mode", "nif", "-e", "1"])
+    end
+
+    assert_raise Mix.Error, ~r/usage/, fn -> run_task(["--summary", "calls", "-e", "1"]) end
+    assert_node_clean()
+  end
+
   test "bad options raise Mix.Error with the usage" do
     for args <- [
           ["--bogus"],

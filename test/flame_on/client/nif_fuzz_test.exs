@@ -183,7 +183,7 @@ defmodule FlameOn.Client.NifFuzzTest do
             end
 
           expected =
-            if waited in [:none, true, false],
+            if waited in [:none, :plain, :waited, :leading],
               do: expected_sample(kind, session, pid, stack, weight),
               else: [:badarg]
 
@@ -691,7 +691,7 @@ defmodule FlameOn.Client.NifFuzzTest do
 
   defp sample_case(w) do
     {T.frequency([{9, session()}, {1, term(w, 1)}]), sample_pid(w), stack(w), weight(w),
-     T.frequency([{4, :none}, {3, true}, {3, false}, {1, term(w, 0)}])}
+     T.frequency([{4, :none}, {6, T.elements([:plain, :waited, :leading])}, {1, term(w, 0)}])}
   end
 
   # Reductions since the previous sample: mostly fine, at the edges of

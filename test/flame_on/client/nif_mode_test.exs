@@ -122,7 +122,7 @@ defmodule FlameOn.Client.NifModeTest do
 
     assert_receive {:tracing, ^pid}, 5_000
     Process.sleep(20)
-    assert {:tracer, {Native, _session}} = :erlang.trace_info(pid, :tracer)
+    assert [{Native, _session}] = our_tracers(pid)
     Process.exit(pid, :kill)
     assert_node_clean()
   end

@@ -256,12 +256,20 @@ for mode <- [:nif, :process] do
       end
     end
 
-    test "a process traced by another tracer is refused" do
+    test "a process traced by another tracer: refused (legacy), traced beside it (sessions)" do
       other = spawn(fn -> receive do: (:stop -> :ok) end)
       :erlang.trace(self(), true, [:send, {:tracer, other}])
 
       try do
-        assert_raise ArgumentError, ~r/already traced/, fn -> profile(fn -> :ok end) end
+        if FlameOn.Client.TraceBackend.sessions?() do
+          # Our trace has a session of its own: the other trace is kept.
+          assert {55, profile} = profile(fn -> Workloads.fib(10) end)
+          assert max_frame_count(profile, self(), @fib) >= 9
+          assert {:tracer, ^other} = :erlang.trace_info(self(), :tracer)
+          assert :erlang.trace_info(self(), :flags) == {:flags, [:send]}
+        else
+          assert_raise ArgumentError, ~r/already traced/, fn -> profile(fn -> :ok end) end
+        end
       after
         :erlang.trace(self(), false, [:send])
         send(other, :stop)

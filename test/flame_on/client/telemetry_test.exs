@@ -52,7 +52,7 @@ defmodule FlameOn.Client.TelemetryTest do
     # Nothing of the stop handler after its first call.
     refute Enum.any?(profile.stacks[self()], fn {stack, _} -> stack =~ "GenServer.call" end)
     refute Process.get({Telemetry, @prefix})
-    assert :erlang.trace_info(self(), :flags) == {:flags, []}
+    assert our_flags(self()) == []
     assert_node_clean()
   end
 

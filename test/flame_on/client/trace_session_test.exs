@@ -43,7 +43,7 @@ defmodule FlameOn.Client.TraceSessionTest do
   end
 
   defp session_of(pid) do
-    {:tracer, session} = :erlang.trace_info(pid, :tracer)
+    [session] = our_tracers(pid)
     assert is_pid(session)
     session
   end
@@ -64,7 +64,7 @@ defmodule FlameOn.Client.TraceSessionTest do
 
     # The worker is still alive and no longer traced.
     assert Process.alive?(pid)
-    assert :erlang.trace_info(pid, :flags) == {:flags, []}
+    assert our_flags(pid) == []
     assert_node_clean()
     send(pid, :stop)
   end
@@ -78,7 +78,14 @@ defmodule FlameOn.Client.TraceSessionTest do
     assert {:error, {:invalid_limits, _}} = TraceSession.start(pid: pid, limits: %{max_nodes: 0})
 
     {:ok, session} = TraceSession.start(pid: pid)
-    assert TraceSession.start(pid: pid) == {:error, {:already_traced, session}}
+    # Legacy session: the tracer is the session process; with trace
+    # sessions, a trace session of ours traces it.
+    by =
+      if FlameOn.Client.TraceBackend.sessions?(),
+        do: {:trace_session, :flame_on_client},
+        else: session
+
+    assert TraceSession.start(pid: pid) == {:error, {:already_traced, by}}
     assert {:ok, _} = TraceSession.finish(session)
     send(pid, :stop)
     assert_node_clean()

@@ -8,7 +8,8 @@ defmodule FlameOn.Client.Capture.Graph do
   # every event to this trace's session.
   @behaviour FlameOn.Client.Capture
 
-  alias FlameOn.Client.{Capture, Native, Patterns, Sampler, TraceGraphSession, TraceSession}
+  alias FlameOn.Client.{Capture, Native, Patterns, Sampler, TraceBackend}
+  alias FlameOn.Client.{TraceGraphSession, TraceSession}
   alias FlameOn.Client.Capture.Sample
 
   # :send runs the send pattern; :procs sees exits.
@@ -44,7 +45,7 @@ defmodule FlameOn.Client.Capture.Graph do
         {:error, reason} -> Capture.raise_start_error!(reason, "a cross-process trace")
       end
 
-    %{native: native, label: label, timeline: timeline} =
+    %{native: native, label: label, handle: handle, timeline: timeline} =
       case TraceGraphSession.info(owner) do
         {:ok, info} -> info
         # the root's timeline could not start (mode :process)
@@ -55,23 +56,32 @@ defmodule FlameOn.Client.Capture.Graph do
     # Only once the trace started: a refused start keeps nothing raised.
     if sampler, do: :ok = Patterns.acquire_depth(sampler[:depth])
 
-    :seq_trace.set_token(:label, label)
-    :seq_trace.set_token(:send, true)
-    :seq_trace.set_token(:receive, true)
-
     follow = if opts.follow == :messages, do: @follow_flags, else: []
 
+    # mode :process: the root's own events go to its timeline (its receive
+    # events too), and its :send flag runs the graph handle's send pattern.
     flags =
       case opts.mode do
         :nif ->
-          [{:tracer, Native, :graph} | @nif_flags ++ follow]
+          [{handle, @nif_flags ++ follow}]
 
         :sample ->
-          [{:tracer, Native, :graph} | @sample_flags ++ follow]
+          [{handle, @sample_flags ++ follow}]
 
         :process ->
-          [{:tracer, timeline}, :send | TraceSession.trace_flags() ++ (follow -- [:set_on_spawn])]
+          timeline_handle = TraceSession.handle(timeline)
+          if follow != [], do: receive_pattern(timeline_handle)
+
+          [
+            {timeline_handle, TraceSession.trace_flags() ++ (follow -- [:set_on_spawn])},
+            {handle, [:send]}
+          ]
       end
+
+    # Last: nothing of the setup carries the token.
+    :seq_trace.set_token(:label, label)
+    :seq_trace.set_token(:send, true)
+    :seq_trace.set_token(:receive, true)
 
     %{
       module: __MODULE__,
@@ -81,6 +91,14 @@ defmodule FlameOn.Client.Capture.Graph do
       flags: flags,
       sampler_opts: sampler
     }
+  end
+
+  # A trace session of the timeline's own needs the receive pattern too, for
+  # the root's receive events to name their sender (in the legacy session
+  # Patterns set it for every graph trace).
+  defp receive_pattern(handle) do
+    unless TraceBackend.shared?(handle),
+      do: TraceBackend.pattern(handle, :receive, Patterns.receive_match_spec(), [])
   end
 
   @impl Capture

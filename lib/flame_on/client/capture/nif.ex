@@ -6,7 +6,7 @@ defmodule FlameOn.Client.Capture.Nif do
   # clears the patterns and the session resource is garbage collected.
   @behaviour FlameOn.Client.Capture
 
-  alias FlameOn.Client.{Capture, Native, Patterns, Profile}
+  alias FlameOn.Client.{Capture, Native, Patterns, Profile, TraceBackend}
 
   # Mode :nif stamps events itself, so no :monotonic_timestamp flag.
   @flags [:call, :return_to, :running, :arity]
@@ -15,12 +15,14 @@ defmodule FlameOn.Client.Capture.Nif do
   def start(opts) do
     Capture.ensure_untraced!()
     native = Capture.new_native!(opts, FlameOn.Client.limit_keys())
+    handle = TraceBackend.open(:trace, {Native, native})
 
-    with {:error, reason} <- Patterns.acquire(self()) do
+    with {:error, reason} <- Patterns.acquire(self(), handle) do
+      TraceBackend.close(handle)
       Capture.raise_start_error!(reason, "a trace")
     end
 
-    %{module: __MODULE__, native: native, flags: [{:tracer, Native, native} | @flags]}
+    %{module: __MODULE__, native: native, handle: handle, flags: [{handle, @flags}]}
   end
 
   @impl Capture
@@ -33,8 +35,9 @@ defmodule FlameOn.Client.Capture.Nif do
   def stop(%{native: native}), do: Native.stop(native)
 
   @impl Capture
-  def finish(%{native: native}, started_ts, end_ts, opts) do
+  def finish(%{native: native, handle: handle}, started_ts, end_ts, opts) do
     Patterns.release()
+    TraceBackend.close(handle)
     # The tracer stamps events on its own clock; stop/1 noted when it ended.
     {raw, stats} = Native.finish(native, :stop)
 

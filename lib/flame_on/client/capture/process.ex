@@ -22,7 +22,7 @@ defmodule FlameOn.Client.Capture.Process do
         %{
           module: __MODULE__,
           session: session,
-          flags: [{:tracer, session} | TraceSession.trace_flags()]
+          flags: [{TraceSession.handle(session), TraceSession.trace_flags()}]
         }
 
       {:error, reason} ->

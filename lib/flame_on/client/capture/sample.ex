@@ -7,7 +7,7 @@ defmodule FlameOn.Client.Capture.Sample do
   # on the code, so other processes pay nothing.
   @behaviour FlameOn.Client.Capture
 
-  alias FlameOn.Client.{Capture, Native, Patterns, Profile, Sampler}
+  alias FlameOn.Client.{Capture, Native, Patterns, Profile, Sampler, TraceBackend}
   alias FlameOn.Client.Capture.Nif
 
   @flags [:running]
@@ -19,10 +19,13 @@ defmodule FlameOn.Client.Capture.Sample do
     sampler_opts = sampler_opts(opts)
     :ok = Patterns.acquire_depth(sampler_opts[:depth])
 
+    handle = TraceBackend.open(:trace, {Native, native})
+
     %{
       module: __MODULE__,
       native: native,
-      flags: [{:tracer, Native, native} | @flags],
+      handle: handle,
+      flags: [{handle, @flags}],
       sampler_opts: sampler_opts
     }
   end
@@ -52,7 +55,8 @@ defmodule FlameOn.Client.Capture.Sample do
   def stop(%{native: native}), do: Native.stop(native)
 
   @impl Capture
-  def finish(%{native: native, sampler: sampler}, started_ts, end_ts, opts) do
+  def finish(%{native: native, sampler: sampler, handle: handle}, started_ts, end_ts, opts) do
+    TraceBackend.close(handle)
     sampled = Sampler.summarize([{self(), Sampler.stop(sampler)}])
     Patterns.release_depth()
     {raw, stats} = Native.finish(native, :stop)

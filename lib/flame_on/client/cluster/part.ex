@@ -20,7 +20,7 @@ defmodule FlameOn.Client.Cluster.Part do
 
   use GenServer, restart: :temporary
 
-  alias FlameOn.Client.{Graph, Native, Patterns, Profile, TraceGraphSession}
+  alias FlameOn.Client.{Graph, Native, Patterns, Profile, TraceBackend, TraceGraphSession}
 
   @doc false
   # On the remote node: starts the part under the session supervisor.
@@ -53,6 +53,10 @@ defmodule FlameOn.Client.Cluster.Part do
   @impl GenServer
   def init(opts) do
     Process.flag(:trap_exit, true)
+    # A process brought in from another node runs untraced until this part
+    # turns its flags on: on a busy node that must not wait in the queue
+    # (each message here is handled in microseconds).
+    Process.flag(:priority, :high)
     native_per_second = System.convert_time_unit(1, :second, :native)
     limits = Map.merge(opts.limits, %{label: opts.label, native_per_second: native_per_second})
 
@@ -60,12 +64,13 @@ defmodule FlameOn.Client.Cluster.Part do
          :ok <- Native.graph_start(native, self()),
          :ok <- Native.graph_owner(native, self(), opts.follow == :messages),
          :ok <- Native.graph_watch_callees(native, self()),
-         :ok <- acquire(native, opts) do
+         {:ok, handle} <- acquire(native, opts) do
       Process.send_after(self(), :lifetime, opts.lifetime_ms)
 
       {:ok,
        %{
          native: native,
+         handle: handle,
          label: opts.label,
          follow: opts.follow,
          names: opts.names,
@@ -85,8 +90,8 @@ defmodule FlameOn.Client.Cluster.Part do
 
   defp acquire(native, opts) do
     case Patterns.acquire_graph(native, nil, opts.label, follow: opts.follow) do
-      :ok ->
-        :ok
+      {:ok, handle} ->
+        {:ok, handle}
 
       {:error, _} = error ->
         Native.stop(native)
@@ -100,7 +105,7 @@ defmodule FlameOn.Client.Cluster.Part do
     {raw, stats, graph} = Native.finish(state.native, :stop)
     graph = Graph.build(graph, state.label)
     stacks = Profile.build(raw, stats, [], state.names).stacks
-    TraceGraphSession.unfollow(Enum.uniq(graph.followers ++ MapSet.to_list(state.flagged)))
+    TraceGraphSession.unfollow(Enum.uniq(graph.followers ++ MapSet.to_list(state.flagged)), state)
     Patterns.release_graph()
     part = bound(%{node: node(), graph: %{graph | followers: []}, stacks: stacks}, max_bytes)
     {:stop, :normal, {:ok, part}, %{state | native: nil}}
@@ -111,9 +116,9 @@ defmodule FlameOn.Client.Cluster.Part do
   # (or joined otherwise): it follows the trace with the flags the send
   # pattern would have given it.
   def handle_info({:flame_on_callee, pid}, %{native: native} = state) when native != nil do
-    case :erlang.trace_info(pid, :tracer) do
-      {:tracer, []} ->
-        flag(pid, state.follow)
+    case TraceBackend.tracer(state.handle, pid) do
+      {:ok, []} ->
+        flag(pid, state)
         {:noreply, %{state | flagged: MapSet.put(state.flagged, pid)}}
 
       _ours_or_gone ->
@@ -122,7 +127,7 @@ defmodule FlameOn.Client.Cluster.Part do
   end
 
   def handle_info({:flame_on_left, pid}, state) do
-    TraceGraphSession.unfollow([pid])
+    TraceGraphSession.unfollow([pid], state)
     {:noreply, %{state | flagged: MapSet.delete(state.flagged, pid)}}
   end
 
@@ -140,12 +145,12 @@ defmodule FlameOn.Client.Cluster.Part do
     # The origin is gone or the lifetime is over: nothing of the trace is
     # kept. Patterns gives graph tracing back when it sees us go.
     Native.stop(state.native)
-    TraceGraphSession.unfollow(MapSet.to_list(state.flagged))
+    TraceGraphSession.unfollow(MapSet.to_list(state.flagged), state)
     :ok
   end
 
-  defp flag(pid, follow) do
-    :erlang.trace(pid, true, Patterns.follower_flags(follow))
+  defp flag(pid, %{handle: handle, follow: follow}) do
+    TraceBackend.trace(handle, pid, true, Patterns.follower_flags(follow))
   rescue
     ArgumentError -> 0
   end

@@ -1,0 +1,226 @@
+defmodule FlameOn.Client.TraceStore do
+  @moduledoc """
+  The last traces of this node, in memory: what the web UI
+  (`FlameOn.Client.Web`) lists and shows.
+
+  Every trace that passes its threshold comes here, whatever its shippers
+  (and there are none by default): `FlameOn.Client.Tracing.trace/3`,
+  `FlameOn.Client.Tracing.start_trace/2`, the `FlameOn.Client.Telemetry`
+  handler and `FlameOn.Client.capture_next/2`. `FlameOn.Client.profile/2`
+  hands its profile to its caller only.
+
+  Bounded, by configuration:
+
+      config :flame_on_client, trace_store: [max_traces: 50, max_memory_mb: 64]
+
+    * `:max_traces` (`50`) – traces kept; the oldest goes first. `0` keeps
+      none (the store is off).
+    * `:max_memory_mb` (`64`) – the traces' size (their external term
+      size, which counts the stack strings' bytes) kept under it, oldest
+      out first; a single trace larger than that is not kept
+      (`stats/0`'s `too_large`).
+
+  A trace is copied into an ETS table by the process that finished it;
+  trimming happens right after, in the store's process, so for a moment
+  the store may hold one trace per concurrent writer more than its bounds.
+
+      iex> FlameOn.Client.TraceStore.max_traces() >= 0
+      true
+  """
+
+  use GenServer
+
+  require Logger
+
+  alias FlameOn.Client.Profile
+
+  @table __MODULE__
+  @defaults [max_traces: 50, max_memory_mb: 64]
+
+  @typedoc "What the list of recent traces shows of one trace."
+  @type summary :: %{
+          trace_id: pos_integer(),
+          name: String.t(),
+          mode: atom(),
+          pid: pid() | nil,
+          started_at_system_us: integer() | nil,
+          duration_us: non_neg_integer(),
+          processes: non_neg_integer(),
+          spans: non_neg_integer(),
+          bytes: non_neg_integer()
+        }
+
+  @doc false
+  @spec start_link(keyword()) :: GenServer.on_start()
+  def start_link(_opts \\ []), do: GenServer.start_link(__MODULE__, :ok, name: __MODULE__)
+
+  @doc """
+  Keeps `profile`. Returns `{:ok, trace_id}` (a profile without a
+  `trace_id` gets one), `{:error, :too_large}` for a trace past
+  `:max_memory_mb`, and `{:error, :disabled}` when the store keeps nothing
+  (`max_traces: 0`, or the application is not running). Never raises.
+  """
+  @spec put(Profile.t()) :: {:ok, pos_integer()} | {:error, :too_large | :disabled}
+  def put(%Profile{} = profile) do
+    {max_traces, max_bytes} = limits()
+
+    if max_traces == 0 or :ets.whereis(@table) == :undefined do
+      {:error, :disabled}
+    else
+      profile = %{profile | trace_id: profile.trace_id || System.unique_integer([:positive])}
+      bytes = :erlang.external_size(profile)
+
+      if bytes > max_bytes do
+        :ets.update_counter(@table, :too_large, 1, {:too_large, 0})
+        {:error, :too_large}
+      else
+        seq = System.unique_integer([:positive, :monotonic])
+
+        :ets.insert(
+          @table,
+          {{:trace, profile.trace_id}, seq, bytes, summary(profile, bytes), profile}
+        )
+
+        GenServer.cast(__MODULE__, :trim)
+        {:ok, profile.trace_id}
+      end
+    end
+  rescue
+    # a bad :trace_store configuration, or the table went away between the
+    # check and the insert: the traced code must not fail for it
+    error in ArgumentError ->
+      Logger.warning(
+        "FlameOn: a trace was not kept in the trace store: #{Exception.message(error)}"
+      )
+
+      {:error, :disabled}
+  end
+
+  @doc "The kept traces' summaries, newest first."
+  @spec list() :: [summary()]
+  def list do
+    @table
+    |> select([{{{:trace, :_}, :"$1", :_, :"$2", :_}, [], [{{:"$1", :"$2"}}]}])
+    |> Enum.sort(:desc)
+    |> Enum.map(&elem(&1, 1))
+  end
+
+  @doc "The kept trace `trace_id`: `{:ok, profile}` or `:error`."
+  @spec get(pos_integer()) :: {:ok, Profile.t()} | :error
+  def get(trace_id) do
+    case :ets.lookup(@table, {:trace, trace_id}) do
+      [{_, _seq, _bytes, _summary, profile}] -> {:ok, profile}
+      [] -> :error
+    end
+  rescue
+    ArgumentError -> :error
+  end
+
+  @doc "Forgets every trace."
+  @spec clear() :: :ok
+  def clear, do: GenServer.call(__MODULE__, :clear)
+
+  @doc """
+  `%{traces: n, bytes: size of the kept traces, too_large: traces not kept
+  for their size, max_traces: ..., max_bytes: ...}`.
+  """
+  @spec stats() :: map()
+  def stats do
+    {max_traces, max_bytes} = limits()
+    entries = select(@table, [{{{:trace, :_}, :_, :"$1", :_, :_}, [], [:"$1"]}])
+
+    too_large =
+      case :ets.whereis(@table) != :undefined and :ets.lookup(@table, :too_large) do
+        [{:too_large, n}] -> n
+        _ -> 0
+      end
+
+    %{
+      traces: length(entries),
+      bytes: Enum.sum(entries),
+      too_large: too_large,
+      max_traces: max_traces,
+      max_bytes: max_bytes
+    }
+  end
+
+  @doc "The configured `:max_traces`."
+  @spec max_traces() :: non_neg_integer()
+  def max_traces, do: elem(limits(), 0)
+
+  defp select(table, spec) do
+    :ets.select(table, spec)
+  rescue
+    ArgumentError -> []
+  end
+
+  defp limits do
+    config = Keyword.merge(@defaults, Application.get_env(:flame_on_client, :trace_store, []))
+    max_traces = config[:max_traces]
+    max_mb = config[:max_memory_mb]
+
+    unless is_integer(max_traces) and max_traces >= 0 and is_number(max_mb) and max_mb > 0 do
+      raise ArgumentError,
+            "config :flame_on_client, :trace_store: expected max_traces: a non-negative " <>
+              "integer and max_memory_mb: a positive number, got: #{inspect(config)}"
+    end
+
+    {max_traces, trunc(max_mb * 1024 * 1024)}
+  end
+
+  defp summary(%Profile{} = profile, bytes) do
+    %{
+      trace_id: profile.trace_id,
+      name: profile.name,
+      mode: profile.mode,
+      pid: profile.pid,
+      started_at_system_us:
+        profile.started_at && profile.started_at + System.time_offset(:microsecond),
+      duration_us: profile.duration_us,
+      processes: map_size(profile.stacks),
+      spans: if(profile.graph, do: length(profile.graph.spans), else: 0),
+      bytes: bytes
+    }
+  end
+
+  # --- server ---------------------------------------------------------------
+
+  @impl GenServer
+  def init(:ok) do
+    :ets.new(@table, [:named_table, :public, :set, read_concurrency: true])
+    {:ok, %{}}
+  end
+
+  @impl GenServer
+  def handle_cast(:trim, state) do
+    trim()
+    {:noreply, state}
+  end
+
+  @impl GenServer
+  def handle_call(:clear, _from, state) do
+    :ets.delete_all_objects(@table)
+    {:reply, :ok, state}
+  end
+
+  # Oldest out until both bounds hold.
+  defp trim do
+    {max_traces, max_bytes} = limits()
+
+    entries =
+      @table
+      |> :ets.select([{{{:trace, :"$1"}, :"$2", :"$3", :_, :_}, [], [{{:"$2", :"$1", :"$3"}}]}])
+      |> Enum.sort()
+
+    total = Enum.reduce(entries, 0, fn {_, _, bytes}, acc -> acc + bytes end)
+    drop(entries, length(entries), total, max_traces, max_bytes)
+  end
+
+  defp drop([{_seq, id, bytes} | rest], count, total, max_traces, max_bytes)
+       when count > max_traces or total > max_bytes do
+    :ets.delete(@table, {:trace, id})
+    drop(rest, count - 1, total - bytes, max_traces, max_bytes)
+  end
+
+  defp drop(_entries, _count, _total, _max_traces, _max_bytes), do: :ok
+end

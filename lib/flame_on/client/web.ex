@@ -1,0 +1,193 @@
+defmodule FlameOn.Client.Web do
+  @moduledoc """
+  A small web UI, built into the library: the node's recent traces, their
+  interactive flame graphs and span graphs, and a form to capture the next
+  call of any function. On OTP's `:gen_tcp`, no dependency.
+
+      {:ok, url} = FlameOn.Client.Web.start(port: 4040)
+      # => {:ok, "http://127.0.0.1:4040/"}
+
+  Pages:
+
+    * `/` – the recent traces, newest first (from `FlameOn.Client.TraceStore`:
+      every trace of `FlameOn.Client.Tracing.trace/3`,
+      `FlameOn.Client.Tracing.start_trace/2`, `FlameOn.Client.Telemetry` and
+      `FlameOn.Client.capture_next/2` that passed its threshold): name, when,
+      duration, processes, spans, mode. And a form: type a function as in
+      Elixir (`MyApp.Orders.checkout/2`) or Erlang (`orders:checkout/2`),
+      and it waits for the next call of it by any process
+      (`FlameOn.Client.capture_next/2`); the page opens the call's trace
+      when the call returns.
+    * `/traces/ID` – the interactive SVG flame graph (hover, click to zoom,
+      Ctrl-F or `/` to search), a selector for one process's stacks, the
+      span graph as a table (parents and the callee of the longest wait are
+      links; self, attributed and unattributed wait), the stats, and
+      downloads: folded, speedscope, Perfetto, pprof and SVG.
+
+  ## Security
+
+  Starting a trace is an admin action. By default the UI listens on
+  `127.0.0.1` only, answers only requests whose `Host` is a loopback name
+  (so a web page cannot reach it through DNS rebinding), and every form
+  carries a CSRF token that the POST must send back (and a browser's
+  cross-site POST is refused). On any other address it **refuses to start
+  without a `:token`**, and then every request must carry it: as
+  `Authorization: Bearer TOKEN`, or open `URL?token=TOKEN` once (the token
+  goes to an HTTP-only, same-site cookie and out of the address bar).
+  Pages send a strict Content-Security-Policy (the flame graph's own inline
+  script is the only script) and may not be framed.
+
+  Bad input (a module that does not exist, an arity out of range, a timeout
+  past `:max_timeout_ms`, a malformed request) is answered with an error
+  page; it never crashes the server nor leaves a trace on.
+
+  ## Options of `start/1`
+
+    * `:port` (`4040`) – TCP port; `0` picks a free one (see the URL).
+    * `:ip` (`{127, 0, 0, 1}`) – the address to listen on, a tuple or a
+      string (`"0.0.0.0"`, `"::1"`).
+    * `:token` (none) – required unless `:ip` is a loopback address; a
+      string (use a long random one: shorter than 16 characters is logged
+      as a warning).
+    * `:max_timeout_ms` (`600_000`) – the longest wait the capture form
+      accepts.
+    * `:max_captures` (`8`) – captures waiting at once.
+    * `:max_connections` (`32`) – connections served at once (more get a
+      503).
+
+  Returns `{:ok, url}`, `{:error, :token_required}` for a non-loopback
+  address without a token, or `{:error, reason}` when the port cannot be
+  opened (`{:listen, :eaddrinuse}`). Several UIs can run at once.
+  """
+
+  require Logger
+
+  alias FlameOn.Client.Web.Server
+
+  @defaults [
+    port: 4040,
+    ip: {127, 0, 0, 1},
+    token: nil,
+    max_timeout_ms: 600_000,
+    max_captures: 8,
+    max_connections: 32
+  ]
+  @min_token 16
+
+  @doc """
+  Starts a web UI under the application's supervisor. See the module
+  documentation for the options.
+
+      iex> {:ok, url} = FlameOn.Client.Web.start(port: 0)
+      iex> String.starts_with?(url, "http://127.0.0.1:")
+      true
+      iex> FlameOn.Client.Web.stop(url)
+      :ok
+      iex> FlameOn.Client.Web.start(ip: {0, 0, 0, 0}, port: 0)
+      {:error, :token_required}
+  """
+  @spec start(keyword()) :: {:ok, String.t()} | {:error, term()}
+  def start(opts \\ []) do
+    opts = Keyword.validate!(opts, @defaults)
+    ip = ip!(opts[:ip])
+    loopback = loopback?(ip)
+
+    cond do
+      not loopback and opts[:token] == nil ->
+        {:error, :token_required}
+
+      true ->
+        config = %{
+          ip: ip,
+          port: port!(opts[:port]),
+          loopback: loopback,
+          token: token!(opts[:token]),
+          csrf: Base.url_encode64(:crypto.strong_rand_bytes(24), padding: false),
+          max_timeout_ms: positive!(opts, :max_timeout_ms),
+          max_captures: positive!(opts, :max_captures),
+          max_connections: positive!(opts, :max_connections),
+          url: nil
+        }
+
+        with {:ok, pid} <-
+               DynamicSupervisor.start_child(FlameOn.Client.Web.Supervisor, {Server, config}) do
+          {:ok, Server.config(pid).url}
+        end
+    end
+  end
+
+  @doc "Stops the UI serving `url` (as `start/1` returned it). `:ok` or `{:error, :not_found}`."
+  @spec stop(String.t()) :: :ok | {:error, :not_found}
+  def stop(url) when is_binary(url) do
+    case Enum.find(servers(), fn {_pid, u} -> u == url end) do
+      {pid, _} -> DynamicSupervisor.terminate_child(FlameOn.Client.Web.Supervisor, pid)
+      nil -> {:error, :not_found}
+    end
+  end
+
+  @doc "The URLs of the UIs running on this node."
+  @spec urls() :: [String.t()]
+  def urls, do: Enum.map(servers(), &elem(&1, 1))
+
+  defp servers do
+    for {_, pid, _, _} <- DynamicSupervisor.which_children(FlameOn.Client.Web.Supervisor),
+        is_pid(pid),
+        url = safe_url(pid),
+        url != nil,
+        do: {pid, url}
+  end
+
+  defp safe_url(pid) do
+    Server.config(pid).url
+  catch
+    :exit, _ -> nil
+  end
+
+  defp ip!(ip) when is_tuple(ip) do
+    case :inet.ntoa(ip) do
+      {:error, _} -> invalid!(:ip, "an IP address", ip)
+      _ -> ip
+    end
+  end
+
+  defp ip!(text) when is_binary(text) do
+    case :inet.parse_address(String.to_charlist(text)) do
+      {:ok, ip} -> ip
+      {:error, _} -> invalid!(:ip, "an IP address", text)
+    end
+  end
+
+  defp ip!(other), do: invalid!(:ip, "an IP address", other)
+
+  defp loopback?({127, _, _, _}), do: true
+  defp loopback?({0, 0, 0, 0, 0, 0, 0, 1}), do: true
+  defp loopback?(_ip), do: false
+
+  defp port!(port) when is_integer(port) and port in 0..65_535, do: port
+  defp port!(other), do: invalid!(:port, "an integer from 0 to 65535", other)
+
+  defp token!(nil), do: nil
+
+  defp token!(token) when is_binary(token) and token != "" do
+    if byte_size(token) < @min_token do
+      Logger.warning(
+        "FlameOn web UI: a token shorter than #{@min_token} characters is easy to guess"
+      )
+    end
+
+    token
+  end
+
+  defp token!(other), do: invalid!(:token, "a non-empty string", other)
+
+  defp positive!(opts, key) do
+    case opts[key] do
+      n when is_integer(n) and n > 0 -> n
+      other -> invalid!(key, "a positive integer", other)
+    end
+  end
+
+  defp invalid!(key, expected, got) do
+    raise ArgumentError, "expected #{inspect(key)} to be #{expected}, got: #{inspect(got)}"
+  end
+end

@@ -1,0 +1,299 @@
+defmodule FlameOn.Client.Web.Server do
+  @moduledoc false
+  # One web UI: the listening socket, an acceptor, a process per
+  # connection (at most :max_connections at once; past it a 503), and the
+  # captures started from its form (at most :max_captures waiting at once;
+  # the last @kept_captures finished ones are remembered for their pages).
+  # Runs under FlameOn.Client.Web.Supervisor; see FlameOn.Client.Web.
+
+  use GenServer, restart: :temporary
+
+  require Logger
+
+  alias FlameOn.Client.{NextCall, TraceStore}
+  alias FlameOn.Client.Web.{HTTP, Router}
+
+  @kept_captures 50
+
+  @doc false
+  def start_link(config), do: GenServer.start_link(__MODULE__, config)
+
+  @doc "This server's configuration (what the router needs)."
+  @spec config(pid()) :: map()
+  def config(server), do: GenServer.call(server, :config)
+
+  @doc """
+  Starts capturing the next call of `mfa` with capture_next `opts`.
+  `{:ok, id}`, or `{:error, reason}`: `:too_many_captures`,
+  `{:already_waiting, pid}`.
+  """
+  @spec start_capture(pid(), mfa(), keyword()) :: {:ok, String.t()} | {:error, term()}
+  def start_capture(server, mfa, opts), do: GenServer.call(server, {:start_capture, mfa, opts})
+
+  @doc "A capture's state: `{:ok, capture}` or `:error`."
+  @spec capture(pid(), String.t()) :: {:ok, map()} | :error
+  def capture(server, id), do: GenServer.call(server, {:capture, id})
+
+  @doc "The captures still waiting, oldest first."
+  @spec waiting(pid()) :: [map()]
+  def waiting(server), do: GenServer.call(server, :waiting)
+
+  @doc "Cancels a waiting capture (its runner is stopped; the pattern owner cleans up)."
+  @spec cancel(pid(), String.t()) :: :ok | :error
+  def cancel(server, id), do: GenServer.call(server, {:cancel, id})
+
+  # --- server ---------------------------------------------------------------
+
+  @impl GenServer
+  def init(config) do
+    Process.flag(:trap_exit, true)
+
+    listen_opts =
+      HTTP.socket_options() ++
+        [ip: config.ip, reuseaddr: true, backlog: 128] ++
+        if(tuple_size(config.ip) == 8, do: [:inet6], else: [])
+
+    case :gen_tcp.listen(config.port, listen_opts) do
+      {:ok, listen} ->
+        {:ok, port} = :inet.port(listen)
+        config = %{config | port: port, url: url(config.ip, port)}
+        server = self()
+        acceptor = spawn_link(fn -> accept_loop(listen, server) end)
+
+        {:ok,
+         %{
+           config: Map.put(config, :server, server),
+           listen: listen,
+           acceptor: acceptor,
+           connections: %{},
+           captures: %{},
+           finished: []
+         }}
+
+      {:error, reason} ->
+        {:stop, {:listen, reason}}
+    end
+  end
+
+  @impl GenServer
+  def handle_call(:config, _from, state), do: {:reply, state.config, state}
+
+  # The acceptor asks before it hands a connection over: a process per
+  # connection, watched here so the count stays right however it ends.
+  def handle_call(:connection, _from, state) do
+    if map_size(state.connections) >= state.config.max_connections do
+      {:reply, :busy, state}
+    else
+      config = state.config
+
+      {pid, ref} =
+        spawn_monitor(fn ->
+          receive do
+            {:socket, socket} -> handle(socket, config)
+          after
+            5_000 -> :ok
+          end
+        end)
+
+      {:reply, {:ok, pid}, %{state | connections: Map.put(state.connections, ref, pid)}}
+    end
+  end
+
+  def handle_call({:start_capture, mfa, opts}, _from, state) do
+    waiting = Enum.count(state.captures, fn {_, c} -> c.status == :waiting end)
+
+    cond do
+      waiting >= state.config.max_captures ->
+        {:reply, {:error, :too_many_captures}, state}
+
+      (other = waiting_on(state, mfa)) != nil ->
+        {:reply, {:error, {:already_waiting, other}}, state}
+
+      true ->
+        id = random_id()
+        server = self()
+
+        {runner, _ref} =
+          spawn_monitor(fn ->
+            result =
+              try do
+                summarize(NextCall.capture(mfa, opts))
+              rescue
+                # e.g. call patterns refused: another tool call-traces
+                error -> {:error, {:refused, Exception.message(error)}}
+              end
+
+            send(server, {:capture_done, id, self(), result})
+          end)
+
+        capture = %{
+          id: id,
+          mfa: mfa,
+          opts: opts,
+          runner: runner,
+          status: :waiting,
+          started_at: System.system_time(:millisecond),
+          timeout_ms: Keyword.fetch!(opts, :timeout)
+        }
+
+        {:reply, {:ok, id}, %{state | captures: Map.put(state.captures, id, capture)}}
+    end
+  end
+
+  def handle_call({:capture, id}, _from, state) do
+    {:reply, Map.fetch(state.captures, id), state}
+  end
+
+  def handle_call(:waiting, _from, state) do
+    waiting =
+      state.captures
+      |> Map.values()
+      |> Enum.filter(&(&1.status == :waiting))
+      |> Enum.sort_by(& &1.started_at)
+
+    {:reply, waiting, state}
+  end
+
+  def handle_call({:cancel, id}, _from, state) do
+    case state.captures do
+      %{^id => %{status: :waiting, runner: runner}} ->
+        Process.exit(runner, :kill)
+        {:reply, :ok, finish(state, id, {:error, :cancelled})}
+
+      _ ->
+        {:reply, :error, state}
+    end
+  end
+
+  @impl GenServer
+  def handle_info({:capture_done, id, _runner, result}, state) do
+    {:noreply, finish(state, id, result)}
+  end
+
+  def handle_info({:DOWN, ref, :process, pid, reason}, state) do
+    case Map.pop(state.connections, ref) do
+      {^pid, connections} ->
+        {:noreply, %{state | connections: connections}}
+
+      {nil, _} ->
+        case Enum.find(state.captures, fn {_, c} -> c.runner == pid and c.status == :waiting end) do
+          {id, _} when reason != :normal ->
+            {:noreply, finish(state, id, {:error, {:crashed, reason}})}
+
+          _ ->
+            {:noreply, state}
+        end
+    end
+  end
+
+  def handle_info({:EXIT, pid, reason}, %{acceptor: pid} = state) do
+    {:stop, {:acceptor, reason}, state}
+  end
+
+  def handle_info(_msg, state), do: {:noreply, state}
+
+  @impl GenServer
+  def terminate(_reason, state) do
+    :gen_tcp.close(state.listen)
+
+    for {_, %{status: :waiting, runner: runner}} <- state.captures,
+        do: Process.exit(runner, :kill)
+
+    :ok
+  end
+
+  # Who waits for mfa already: one of our captures (its runner may not
+  # have set its pattern yet), or any capture on the node.
+  defp waiting_on(state, mfa) do
+    Enum.find_value(state.captures, fn {_, c} ->
+      c.status == :waiting and c.mfa == mfa and c.runner
+    end) ||
+      case List.keyfind(FlameOn.Client.NextCall.Pattern.waiting(), mfa, 0) do
+        {_, pid} -> pid
+        nil -> nil
+      end
+  end
+
+  # A finished capture keeps its result for its page; only the last few.
+  defp finish(state, id, result) do
+    case state.captures do
+      %{^id => %{status: :waiting} = capture} ->
+        captures = Map.put(state.captures, id, %{capture | status: result})
+        finished = [id | state.finished]
+        {keep, drop} = Enum.split(finished, @kept_captures)
+        %{state | captures: Map.drop(captures, drop), finished: keep}
+
+      _ ->
+        state
+    end
+  end
+
+  # What the capture's page needs: the trace's id in the store, not the
+  # profile (the store holds it).
+  defp summarize({:ok, profile}) do
+    case TraceStore.get(profile.trace_id) do
+      {:ok, _} -> {:ok, profile.trace_id}
+      :error -> {:error, :not_stored}
+    end
+  end
+
+  defp summarize({:error, reason}), do: {:error, reason}
+
+  defp random_id, do: Base.url_encode64(:crypto.strong_rand_bytes(12), padding: false)
+
+  defp url({0, 0, 0, 0}, port), do: "http://#{hostname()}:#{port}/"
+  defp url({0, 0, 0, 0, 0, 0, 0, 0}, port), do: "http://#{hostname()}:#{port}/"
+  defp url({_, _, _, _, _, _, _, _} = ip, port), do: "http://[#{:inet.ntoa(ip)}]:#{port}/"
+  defp url(ip, port), do: "http://#{:inet.ntoa(ip)}:#{port}/"
+
+  defp hostname do
+    {:ok, name} = :inet.gethostname()
+    to_string(name)
+  end
+
+  # --- connections --------------------------------------------------------------
+
+  defp accept_loop(listen, server) do
+    case :gen_tcp.accept(listen) do
+      {:ok, socket} ->
+        serve(socket, server)
+        accept_loop(listen, server)
+
+      {:error, :closed} ->
+        :ok
+
+      {:error, reason} ->
+        Logger.warning("FlameOn web UI: accept failed: #{inspect(reason)}")
+        Process.sleep(100)
+        accept_loop(listen, server)
+    end
+  end
+
+  defp serve(socket, server) do
+    case GenServer.call(server, :connection) do
+      {:ok, handler} ->
+        case :gen_tcp.controlling_process(socket, handler) do
+          :ok -> send(handler, {:socket, socket})
+          {:error, _} -> :gen_tcp.close(socket)
+        end
+
+      :busy ->
+        HTTP.send_response(socket, Router.error(503, "too many connections, try again"))
+    end
+  end
+
+  defp handle(socket, config) do
+    response =
+      case HTTP.read(socket) do
+        {:ok, request} -> Router.handle(request, config)
+        {:error, :closed} -> nil
+        {:error, {status, message}} -> Router.error(status, message)
+      end
+
+    if response, do: HTTP.send_response(socket, response), else: :gen_tcp.close(socket)
+  catch
+    kind, reason ->
+      Logger.error("FlameOn web UI: " <> Exception.format(kind, reason, __STACKTRACE__))
+      HTTP.send_response(socket, Router.error(500, "internal error (see the node's log)"))
+  end
+end
