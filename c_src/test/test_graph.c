@@ -59,13 +59,21 @@
 /* ------------------------------------------------------------------------
  * Names and scripts */
 
+/* "@B" is process B of another node. */
 static uint64_t key(const char *name)
 {
+    if (name[0] == '@')
+        return ts_name_key(name + 1) | FO_GRAPH_REMOTE_BIT;
     return strcmp(name, "normal") == 0 ? 0 : ts_name_key(name);
 }
 
 static const char *name_of(uint64_t k, char *buf, size_t size)
 {
+    if (k & FO_GRAPH_REMOTE_BIT) {
+        const char *local = ts_key_name(k & ~FO_GRAPH_REMOTE_BIT);
+        snprintf(buf, size, "@%s", local != NULL ? local : "?");
+        return buf;
+    }
     const char *n = ts_key_name(k);
     if (k == 0)
         return "-";
@@ -143,6 +151,12 @@ static int run_event(fo_graph *g, char *const *w, int n, const char *line)
         fo_graph_request_sent(g, key(w[1]), key(w[2]), key(w[3]), num(w[4], line));
     else if (n == 5 && strcmp(w[0], "recv") == 0)
         fo_graph_request_received(g, key(w[1]), key(w[2]), key(w[3]), num(w[4], line));
+    else if (n == 6 && strcmp(w[0], "rsend") == 0)
+        fo_graph_remote_request_sent(g, key(w[1]), key(w[2]), key(w[3]), (uint32_t)num(w[4], line),
+                                     num(w[5], line));
+    else if (n == 6 && strcmp(w[0], "rrecv") == 0)
+        fo_graph_remote_request_received(g, key(w[1]), key(w[2]), key(w[3]), (uint32_t)num(w[4], line),
+                                         num(w[5], line));
     else if (n == 4 && strcmp(w[0], "reply") == 0)
         fo_graph_reply_sent(g, key(w[1]), key(w[2]), num(w[3], line));
     else if (n == 4 && strcmp(w[0], "resume") == 0)
@@ -259,8 +273,8 @@ static const char *status_text(const fo_span_info *si, char *buf, size_t size)
 
 static const char *kind_text(uint32_t kind)
 {
-    static const char *const kinds[] = {"root", "req", "work", "cont"};
-    return kind < 4 ? kinds[kind] : "?";
+    static const char *const kinds[] = {"root", "req", "work", "cont", "remote"};
+    return kind < 5 ? kinds[kind] : "?";
 }
 
 static void causes_text(const fo_span_info *si, char *buf, size_t size)
@@ -860,6 +874,31 @@ static const graph_case graph_cases[] = {
      LINES("0 A - 100..100 self=0 wait=0/0/0 on=- ok root",
            "1 B 0 120..120 self=0 wait=0/0/0 on=- ok req"),
      "spans=2 processes=2 calls=1 clock_skews=3", NULL, 0, 0},
+
+    /* --- processes on other nodes ------------------------------------- */
+
+    /* The caller's side: a REMOTE span of the callee from the send to the
+     * reply, no note for it; the caller's wait (the reply's sender is not
+     * known here: "a process") is attributed to it. */
+    {"call_to_another_node_is_a_remote_span_that_explains_the_wait", DEFAULTS,
+     LINES("root A 0", "rsend A @B t1 7 10", "notes x", "out A 11", "in A 50", "rcv A 50 ?",
+           "resume A t1 50", "following A 1", "close 60"),
+     LINES("0 A - 0..60 self=21 wait=39/39/0 on=@B ok root",
+           "1 @B 0 10..50 self=40 wait=0/0/0 on=- ok remote"),
+     "spans=2 processes=2 calls=1 wakes=1 attributed_wakes=1 edges=1 remote_calls=1",
+     LINES("0->1 11..50 ns=39 wakes=1"), 0, 0},
+
+    /* The callee's side: a request span without a parent, opened by the
+     * remote caller, ended by its reply; the callee's own call to a third
+     * node nests under it. */
+    {"request_from_another_node_has_no_parent_here", DEFAULTS,
+     LINES("rrecv B @A t1 7 10", "active B 1",
+           "rsend B @C t2 9 15", "out B 16", "in B 40", "rcv B 40 ?", "resume B t2 40",
+           "reply B t1 45", "active B 0", "close 60"),
+     LINES("0 B - 10..45 self=11 wait=24/24/0 on=@C ok req",
+           "1 @C 0 15..40 self=25 wait=0/0/0 on=- ok remote"),
+     "spans=2 processes=2 calls=1 wakes=1 attributed_wakes=1 edges=1 remote_calls=1 remote_requests=1",
+     LINES("0->1 16..40 ns=24 wakes=1"), 0, 0},
 
     /* --- wake-ups: who ended each off-CPU interval -------------------- */
 
