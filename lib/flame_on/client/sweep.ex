@@ -32,9 +32,11 @@ defmodule FlameOn.Client.Sweep do
   @call_match_spec [{:_, [], [{:message, {:caller}}]}]
   # The receive pattern of graph traces: the sender as the match-spec result
   # (`undefined` for timers and ports), or, for a message from another node
-  # (whose sender the VM does not give), that node.
+  # (whose sender the VM does not give), that node. (A timer's message
+  # comes from the node `clock_service`.)
   @receive_match_spec [
-    {[:"$1", :undefined, :_], [{:"=/=", :"$1", {:node}}], [{:message, :"$1"}]},
+    {[:"$1", :undefined, :_], [{:"=/=", :"$1", {:node}}, {:"=/=", :"$1", :clock_service}],
+     [{:message, :"$1"}]},
     {[:_, :"$1", :_], [], [{:message, :"$1"}]}
   ]
   # Where the node's backtrace_depth is kept while samplers raised it.
