@@ -906,6 +906,34 @@ static uint32_t call_alloc(fo_graph *g)
     return g->call_used++;
 }
 
+/* A live call of tag (no caller span, no callee span yet); FO_NONE, and
+ * counted, when a bound or memory says no. */
+static uint32_t new_call(fo_graph *g, uint64_t tag)
+{
+    if (g->call_live >= g->limits.max_pending_calls) {
+        g->stats.pending_limit_hits++;
+        return FO_NONE;
+    }
+    uint32_t c = call_alloc(g);
+    if (c == FO_NONE || !index_put(&g->call_index, tag, c)) {
+        if (c != FO_NONE) {
+            g->calls[c].live = 0; /* a fresh entry is uninitialized */
+            g->calls[c].next_free = g->free_call;
+            g->free_call = c;
+        }
+        g->stats.alloc_failures++;
+        return FO_NONE;
+    }
+    gcall *call = &g->calls[c];
+    memset(call, 0, sizeof(*call));
+    call->tag = tag;
+    call->caller_span = FO_NONE;
+    call->callee_span = FO_NONE;
+    call->live = 1;
+    g->call_live++;
+    return c;
+}
+
 static void call_release(fo_graph *g, uint32_t c)
 {
     index_remove(&g->call_index, g->calls[c].tag);
@@ -987,20 +1015,9 @@ static void request_sent(fo_graph *g, uint64_t caller, uint64_t callee, uint64_t
         g->stats.duplicate_events++;
         return;
     }
-    if (g->call_live >= g->limits.max_pending_calls) {
-        g->stats.pending_limit_hits++;
+    uint32_t c = new_call(g, tag);
+    if (c == FO_NONE)
         return;
-    }
-    uint32_t c = call_alloc(g);
-    if (c == FO_NONE || !index_put(&g->call_index, tag, c)) {
-        if (c != FO_NONE) {
-            g->calls[c].live = 0; /* a fresh entry is uninitialized */
-            g->calls[c].next_free = g->free_call;
-            g->free_call = c;
-        }
-        g->stats.alloc_failures++;
-        return;
-    }
     gspan *sp = &g->spans[s];
     show(g, &g->procs[sp->proc], ts);
     if (ts < sp->started) {
@@ -1008,14 +1025,9 @@ static void request_sent(fo_graph *g, uint64_t caller, uint64_t callee, uint64_t
         ts = sp->started;
     }
     gcall *call = &g->calls[c];
-    memset(call, 0, sizeof(*call));
-    call->tag = tag;
     call->callee = callee;
     call->sent = ts;
     call->caller_span = s;
-    call->callee_span = FO_NONE;
-    call->live = 1;
-    g->call_live++;
     sp->open_calls++;
     sp->calls++;
     gproc *p = &g->procs[sp->proc];
@@ -1049,30 +1061,14 @@ void fo_graph_remote_request_sent(fo_graph *g, uint64_t caller, uint64_t callee,
 static void remote_request_received(fo_graph *g, uint64_t callee, uint64_t caller, uint64_t tag, uint32_t wire,
                                     int64_t ts)
 {
-    if (g->call_live >= g->limits.max_pending_calls) {
-        g->stats.pending_limit_hits++;
+    uint32_t c = new_call(g, tag);
+    if (c == FO_NONE)
         return;
-    }
-    uint32_t c = call_alloc(g);
-    if (c == FO_NONE || !index_put(&g->call_index, tag, c)) {
-        if (c != FO_NONE) {
-            g->calls[c].live = 0;
-            g->calls[c].next_free = g->free_call;
-            g->free_call = c;
-        }
-        g->stats.alloc_failures++;
-        return;
-    }
     gcall *call = &g->calls[c];
-    memset(call, 0, sizeof(*call));
-    call->tag = tag;
     call->callee = callee;
     call->sent = ts;
-    call->caller_span = FO_NONE;
-    call->live = 1;
     call->received = 1;
     call->settled = 1;
-    g->call_live++;
     g->stats.remote_requests++;
     drop_provisional(g, find_proc(g, callee), ts);
     uint32_t s = open_span(g, FO_NONE, callee, ts, ts, FO_SPAN_REQUEST, caller);
