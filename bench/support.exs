@@ -98,6 +98,27 @@ defmodule FlameOn.Bench.Work do
     {total, map_size(groups), lines}
   end
 
+  # (c) a pipeline: Enum/Map/sort over `keys` keys; the second Enum.map is
+  # :lists.map, body recursive, `keys` frames deep.
+  def pipeline(keys) do
+    Enum.to_list(1..keys)
+    |> Enum.map(fn k -> {k, rem(k * 7919, keys)} end)
+    |> Map.new()
+    |> Enum.sort_by(fn {_k, v} -> v end)
+    |> Enum.map(fn {k, v} -> k * v end)
+    |> Enum.sum()
+  end
+
+  # (d) body recursion n deep: a chain of n frames, and the same with a
+  # leaf call at every level (a stack branching off at every depth).
+  def deep(0), do: 0
+  def deep(n), do: 1 + deep(n - 1)
+
+  def deep_with_leaves(0), do: 0
+  def deep_with_leaves(n), do: leaf(n) + deep_with_leaves(n - 1)
+
+  def leaf(n), do: rem(n, 2)
+
   # Memory workload: few distinct stacks, 9 events per round
   # (call a, call c, return_to a, return_to loop, call b, ..., call loop).
   def loop(0), do: :ok

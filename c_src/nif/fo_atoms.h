@@ -103,6 +103,10 @@
     A(dropped_spans)                                                                          \
     A(delegated_replies)                                                                       \
     A(stats)                                                                                   \
+    A(buffer_events)                                                                           \
+    A(producer_folds)                                                                          \
+    A(buffer_bytes)                                                                            \
+    A(max_stack_bytes)                                                                         \
     A(attributed)                                                                              \
     A(spawned)                                                                                 \
     A(flame_on_left)                                                                           \

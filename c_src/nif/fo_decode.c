@@ -59,13 +59,15 @@ int64_t fo_ns_to_native(int64_t ns, int64_t native_per_second)
     return (int64_t)wide;
 }
 
-int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
+/* check_atoms = 0 leaves module and function unchecked (they may be any
+ * term): the caller checks them before a core sees them. */
+static int decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out, int check_atoms)
 {
     int arity;
     const ERL_NIF_TERM *items;
     if (!enif_get_tuple(env, term, &arity, &items) || arity != 3)
         return 0;
-    if (!enif_is_atom(env, items[0]) || !enif_is_atom(env, items[1]))
+    if (check_atoms && (!enif_is_atom(env, items[0]) || !enif_is_atom(env, items[1])))
         return 0;
     unsigned int n;
     if (!enif_get_uint(env, items[2], &n)) {
@@ -80,6 +82,11 @@ int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
     out->function = (uint64_t)items[1];
     out->arity = n;
     return 1;
+}
+
+int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
+{
+    return decode_mfa(env, term, out, 1);
 }
 
 /* Integer native time, or an erlang:now()-style {Mega, Sec, Micro}, to
@@ -111,22 +118,22 @@ static int decode_ts(ErlNifEnv *env, ERL_NIF_TERM term, int64_t native_per_secon
 /* The part shared by trace messages and tracer-module callbacks: a tag,
  * its payload (the 4th element of a trace tuple) and, for calls, the
  * match-spec result carrying the caller (NULL when absent). */
-fo_decode_result fo_decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM payload,
-                                 const ERL_NIF_TERM *caller, fo_event *out)
+static fo_decode_result decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM payload,
+                                     const ERL_NIF_TERM *caller, fo_event *out, int check_atoms)
 {
     out->flags = 0;
     if (tag == fo_atom_call) {
-        if (!fo_decode_mfa(env, payload, &out->mfa))
+        if (!decode_mfa(env, payload, &out->mfa, check_atoms))
             return FO_DECODE_MALFORMED;
         out->kind = FO_EV_CALL;
         out->flags = FO_EVF_HAS_MFA;
         /* the {message, {caller}} result: an MFA or `undefined`; any other
          * message leaves the caller unknown */
-        if (caller != NULL && fo_decode_mfa(env, *caller, &out->caller))
+        if (caller != NULL && decode_mfa(env, *caller, &out->caller, check_atoms))
             out->flags |= FO_EVF_HAS_CALLER;
     } else if (tag == fo_atom_return_to) {
         out->kind = FO_EV_RETURN_TO;
-        if (fo_decode_mfa(env, payload, &out->mfa))
+        if (decode_mfa(env, payload, &out->mfa, check_atoms))
             out->flags = FO_EVF_HAS_MFA;
         else if (payload != fo_atom_undefined)
             return FO_DECODE_MALFORMED;
@@ -143,6 +150,31 @@ fo_decode_result fo_decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM 
     } else {
         return FO_DECODE_IGNORED;
     }
+    return FO_DECODED;
+}
+
+fo_decode_result fo_decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM payload,
+                                 const ERL_NIF_TERM *caller, fo_event *out)
+{
+    return decode_event(env, tag, payload, caller, out, 1);
+}
+
+fo_decode_result fo_decode_event_deferred(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM payload,
+                                          const ERL_NIF_TERM *caller, fo_event *out)
+{
+    return decode_event(env, tag, payload, caller, out, 0);
+}
+
+fo_decode_result fo_decode_check_atoms(ErlNifEnv *env, fo_event *ev)
+{
+    if ((ev->flags & FO_EVF_HAS_MFA) &&
+        (!enif_is_atom(env, (ERL_NIF_TERM)ev->mfa.module) || !enif_is_atom(env, (ERL_NIF_TERM)ev->mfa.function))) {
+        /* a return_to into something that is not an MFA is malformed too */
+        return FO_DECODE_MALFORMED;
+    }
+    if ((ev->flags & FO_EVF_HAS_CALLER) && (!enif_is_atom(env, (ERL_NIF_TERM)ev->caller.module) ||
+                                             !enif_is_atom(env, (ERL_NIF_TERM)ev->caller.function)))
+        ev->flags &= ~FO_EVF_HAS_CALLER; /* as a caller that does not decode: unknown */
     return FO_DECODED;
 }
 

@@ -21,6 +21,20 @@ fo_decode_result fo_decode_trace_msg(ErlNifEnv *env, ERL_NIF_TERM msg, int64_t n
 fo_decode_result fo_decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM payload,
                                  const ERL_NIF_TERM *caller, fo_event *out);
 
+/* fo_decode_event, but module and function of the MFAs are left
+ * unchecked (any term): the tracer callbacks append events as they come
+ * and the fold checks them with fo_decode_check_atoms before a core sees
+ * them, off the traced process. The terms are only compared and tested,
+ * never followed, so they need not outlive the callback. */
+fo_decode_result fo_decode_event_deferred(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM payload,
+                                          const ERL_NIF_TERM *caller, fo_event *out);
+
+/* The check fo_decode_event_deferred left out: FO_DECODE_MALFORMED when
+ * the event's own MFA is not one; a caller that is not one is dropped
+ * (unknown caller), as fo_decode_event does. Any env will do (atoms are
+ * immediates). */
+fo_decode_result fo_decode_check_atoms(ErlNifEnv *env, fo_event *ev);
+
 /* {M, F, Arity} or {M, F, Args} into an fo_mfa; 0 when it is neither. */
 int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out);
 

@@ -4,17 +4,24 @@
 
 #include <erl_nif.h>
 
+#include "fo_ring.h"
 #include "fo_session.h"
 
-/* #{pid => [Entry]}, one entry per node with time or samples: {FramesLeafFirst,
- * Ns}, or {FramesLeafFirst, Ns, Samples, Weight} for a node stack samples
- * landed on (Samples > 0; Ns may be 0). The badarg or enomem exception term
- * on failure. */
-ERL_NIF_TERM fo_export_stacks(ErlNifEnv *env, const fo_session *s);
+/* The finished tree as the core holds it, in one piece whatever its depth:
+ * {Frames, Pids, Nodes, MaxTextBytes}. Frames: a tuple indexed by frame id
+ * (reserved ids are atoms: process, sleep, depth_cap, node_cap, waiting,
+ * gc, attributed; real ones {M, F, Arity}). Pids: a tuple indexed by
+ * process. Nodes: a binary of FO_EXPORT_NODE_BYTES per node, parents
+ * first (see put_node). MaxTextBytes: the budget render/3 gives the stack
+ * texts. The enomem exception term on failure. */
+#define FO_EXPORT_NODE_BYTES 36u
+ERL_NIF_TERM fo_export_tree(ErlNifEnv *env, const fo_session *s, uint64_t max_text_bytes);
 
 /* The counters as a map. nodes/processes/frames/memory are passed in so a
- * finished session (core freed) can still answer. */
+ * finished session (core freed) can still answer; memory is the core's
+ * tables. From the ring: producer_folds, the times a traced process found
+ * it full and folded it, and buffer_bytes, the most it held. */
 ERL_NIF_TERM fo_export_stats(ErlNifEnv *env, const fo_stats *stats, size_t memory, uint32_t nodes,
-                             uint32_t processes, uint32_t frames);
+                             uint32_t processes, uint32_t frames, const fo_ring *ring);
 
 #endif

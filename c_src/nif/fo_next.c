@@ -183,7 +183,7 @@ static int64_t native_now(const fo_session_res *res)
 static void fire(ErlNifEnv *env, fo_next_gate *gate, ErlNifPid pid, ERL_NIF_TERM mfa, ERL_NIF_TERM opts)
 {
     fo_session_res *res = gate->session;
-    int64_t ts = fo_tracer_clock_ns();
+    int64_t ts = fo_clock_now(&res->clock);
     int64_t started = native_now(res);
     ERL_NIF_TERM caller = fo_atom_undefined;
     if (enif_is_map(env, opts))
@@ -196,8 +196,10 @@ static void fire(ErlNifEnv *env, fo_next_gate *gate, ErlNifPid pid, ERL_NIF_TERM
     ev.pid = (uint64_t)pid.pid;
     ev.ts_ns = ts;
     fo_spin_lock(&res->lock);
-    if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed))
+    if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed)) {
+        fo_resource_fold(res, env); /* in order with the tracer callbacks' events */
         fo_decode_apply(res->core, decoded, &ev);
+    }
     fo_spin_unlock(&res->lock);
     ErlNifEnv *msg_env = enif_alloc_env();
     if (msg_env == NULL)

@@ -6,6 +6,7 @@
 
 #include "fo_atoms.h"
 #include "fo_decode.h"
+#include "fo_drainer.h"
 #include "fo_export.h"
 #include "fo_export_graph.h"
 #include "fo_follow.h"
@@ -13,7 +14,9 @@
 #include "fo_next.h"
 #include "fo_router.h"
 #include "fo_resource.h"
+#include "fo_render_nif.h"
 #include "fo_sample.h"
+#include "fo_slot.h"
 #include "fo_tracer.h"
 
 /* Messages applied per slice before yielding back to the scheduler; a
@@ -55,6 +58,15 @@ static ERL_NIF_TERM nif_new(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
          native_per_second > 1000000000000LL))
         return enif_make_badarg(env);
     int replay = enif_get_map_value(env, argv[0], fo_atom_replay, &value) && value == fo_atom_true;
+    uint32_t ring_records = FO_RING_DEFAULT_RECORDS;
+    if (!get_limit(env, argv[0], fo_atom_buffer_events, &ring_records) || ring_records == 0 ||
+        ring_records > FO_RING_MAX_RECORDS)
+        return enif_make_badarg(env);
+    ErlNifUInt64 max_text_bytes = FO_DEFAULT_MAX_STACK_BYTES;
+    if (enif_get_map_value(env, argv[0], fo_atom_max_stack_bytes, &value) && value != fo_atom_nil &&
+        (!enif_get_uint64(env, value, &max_text_bytes) || max_text_bytes == 0 ||
+         max_text_bytes > FO_CEIL_MAX_STACK_BYTES))
+        return enif_make_badarg(env);
     /* graph traces: a seq_trace label (a small positive integer) and the
      * span graph's bounds */
     ErlNifUInt64 label = 0;
@@ -74,9 +86,27 @@ static ERL_NIF_TERM nif_new(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         enif_release_resource(res);
         return enif_raise_exception(env, enif_make_atom(env, "enomem"));
     }
-    ERL_NIF_TERM term = enif_make_resource(env, res);
+    res->ring_request = ring_records;
+    res->max_text_bytes = max_text_bytes;
+    ERL_NIF_TERM term = fo_resource_make_handle(env, res);
     enif_release_resource(res);
     return term;
+}
+
+// tracer_state(Session) -> non_neg_integer(): what to pass as the state of
+// {tracer, FlameOn.Client.Native, State}: the session's slot key, an
+// immediate the callbacks turn into the session without a resource
+// lookup. Raises system_limit when every slot is taken.
+static ERL_NIF_TERM nif_tracer_state(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    if (!fo_resource_get(env, argv[0], &res) || res->graph != NULL || res->core == NULL ||
+        !atomic_load(&res->active))
+        return enif_make_badarg(env);
+    if (!fo_slot_register(env, res))
+        return enif_raise_exception(env, enif_make_atom(env, "system_limit"));
+    return atomic_load(&res->slot_term);
 }
 
 /* Apply up to INGEST_CHUNK messages of list; *rest gets what is left.
@@ -119,6 +149,7 @@ static ERL_NIF_TERM nif_ingest(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         return enif_make_badarg(env);
     }
     ERL_NIF_TERM rest;
+    fo_resource_fold(res, env);
     int proper = ingest_chunk(env, res, argv[1], &rest);
     fo_spin_unlock(&res->lock);
     if (!proper)
@@ -136,10 +167,11 @@ static ERL_NIF_TERM stats_term(ErlNifEnv *env, fo_session_res *res)
 {
     if (res->core == NULL)
         return fo_export_stats(env, &res->final_stats, 0, res->final_nodes, res->final_processes,
-                               res->final_frames);
+                               res->final_frames, &res->ring);
+    fo_resource_fold(res, env);
     return fo_export_stats(env, fo_session_stats(res->core), fo_session_memory(res->core),
                            fo_session_node_count(res->core), fo_session_process_count(res->core),
-                           fo_session_frame_count(res->core));
+                           fo_session_frame_count(res->core), &res->ring);
 }
 
 // stats(Session) -> map()
@@ -248,7 +280,8 @@ static ERL_NIF_TERM nif_graph_begin(ErlNifEnv *env, int argc, const ERL_NIF_TERM
     return fo_resource_graph_begin(res, fo_tracer_clock_ns()) ? fo_atom_ok : enif_make_badarg(env);
 }
 
-// finish(Session, End :: integer() | nil | stop) -> {#{pid() => [{Frames, Ns}]}, Stats}
+// finish(Session, End :: integer() | nil | stop) -> {Tree, Stats} (graph
+// sessions: {Tree, Stats, Graph}); Tree as fo_export_tree makes it.
 // End: native monotonic time (trace messages), nil (no closing charge) or
 // `stop` (when stop/1 ran, on the tracer clock: tracer-module sessions).
 static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -267,12 +300,17 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     int64_t end_ns = 0;
     if (has_end && !fo_native_to_ns(end_ts, res->native_per_second, res->ingest_offset_ns, &end_ns))
         return enif_make_badarg(env);
+    /* No callback appends once the slot is gone, so the fold below sees
+     * the last event. */
+    fo_slot_unregister(res);
     fo_spin_lock(&res->lock);
     fo_session *core = res->core;
     if (core == NULL) {
         fo_spin_unlock(&res->lock);
         return enif_make_badarg(env);
     }
+    fo_resource_fold(res, env);
+    fo_ring_free(&res->ring);
     int64_t close_ns = 0;
     int close = 1;
     if (has_end)
@@ -290,7 +328,7 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     } else if (close) {
         fo_session_close(core, close_ns);
     }
-    ERL_NIF_TERM stacks = fo_export_stacks(env, core);
+    ERL_NIF_TERM stacks = fo_export_tree(env, core, res->max_text_bytes);
     ERL_NIF_TERM stats = stats_term(env, res);
     res->final_stats = *fo_session_stats(core);
     fo_resource_unaccount(res);
@@ -309,6 +347,29 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     if (res->graph != NULL)
         return enif_make_tuple3(env, stacks, stats, graph);
     return enif_make_tuple2(env, stacks, stats);
+}
+
+/* Sessions up to this many nodes finish on the calling scheduler (well
+ * under a millisecond, even with a full event ring to fold); bigger ones,
+ * and graph sessions, on a dirty scheduler. Hopping to a dirty scheduler
+ * and back costs tens of microseconds on a quiet machine and milliseconds
+ * on a loaded one: most profiles are small. */
+#define FINISH_INLINE_NODES 20000u
+
+static ERL_NIF_TERM finish_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    fo_session_res *res;
+    if (!fo_resource_get(env, argv[0], &res))
+        return enif_make_badarg(env);
+    fo_spin_lock(&res->lock);
+    int small = res->core != NULL && res->graph == NULL &&
+                fo_session_node_count(res->core) <= FINISH_INLINE_NODES;
+    fo_spin_unlock(&res->lock);
+    if (!small)
+        return enif_schedule_nif(env, "finish", ERL_NIF_DIRTY_JOB_CPU_BOUND, nif_finish, argc, argv);
+    ERL_NIF_TERM result = nif_finish(env, argc, argv);
+    enif_consume_timeslice(env, 10);
+    return result;
 }
 
 // session_bytes() -> integer(): bytes held by all live sessions' tables.
@@ -331,6 +392,7 @@ static ErlNifFunc nif_funcs[] = {
     {"live_sessions", 0, nif_live_sessions, 0},
     {"session_bytes", 0, nif_session_bytes, 0},
     {"new", 1, nif_new, 0},
+    {"tracer_state", 1, nif_tracer_state, 0},
     {"ingest", 2, nif_ingest, 0},
     {"stats", 1, nif_stats, 0},
     {"stop", 1, nif_stop, 0},
@@ -339,7 +401,8 @@ static ErlNifFunc nif_funcs[] = {
     {"graph_watch_callees", 2, nif_graph_watch_callees, 0},
     {"graph_owner", 3, nif_graph_owner, 0},
     {"graph_role", 1, nif_graph_role, 0},
-    {"finish", 2, nif_finish, ERL_NIF_DIRTY_JOB_CPU_BOUND},
+    {"finish", 2, finish_nif, 0},
+    {"render", 2, fo_render_nif, 0},
     {"sample", 4, fo_sample_nif, 0},
     {"sample", 5, fo_sample_nif, 0},
     {"next_new", 3, fo_next_new_nif, 0},
@@ -349,12 +412,23 @@ static ErlNifFunc nif_funcs[] = {
     {"trace", 5, fo_tracer_trace, 0},
 };
 
+/* Loaded instances of this library (an upgrade loads a second one into
+ * the same statics until the old code is purged): the drainer thread runs
+ * while any is loaded, and must be gone before the code is unmapped. */
+static int instances;
+
 static int on_load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
 {
     (void)priv;
     (void)info;
     fo_atoms_init(env);
-    return fo_resource_open(env) && fo_next_open(env) && fo_router_init() ? 0 : 1;
+    if (!fo_resource_open(env) || !fo_next_open(env) || !fo_router_init() || !fo_slot_init())
+        return 1;
+    fo_clock_init();
+    /* without the thread, producers fold their own rings when full */
+    fo_drainer_start();
+    instances++;
+    return 0;
 }
 
 static int on_upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM info)
@@ -363,4 +437,12 @@ static int on_upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM
     return on_load(env, priv, info);
 }
 
-ERL_NIF_INIT(Elixir.FlameOn.Client.Native, nif_funcs, on_load, NULL, on_upgrade, NULL)
+static void on_unload(ErlNifEnv *env, void *priv)
+{
+    (void)env;
+    (void)priv;
+    if (--instances == 0)
+        fo_drainer_stop();
+}
+
+ERL_NIF_INIT(Elixir.FlameOn.Client.Native, nif_funcs, on_load, NULL, on_upgrade, on_unload)

@@ -4,8 +4,14 @@
 #include <time.h>
 
 #include "fo_router.h"
+#include "fo_slot.h"
 
 static ErlNifResourceType *session_type;
+static ErlNifResourceType *handle_type;
+
+typedef struct {
+    fo_session_res *res;
+} handle;
 /* Sessions alive in this VM, for leak checks (`Native.live_sessions/0`). */
 static atomic_long live_sessions;
 static atomic_long session_bytes;
@@ -24,6 +30,21 @@ static void session_dtor(ErlNifEnv *env, void *obj)
         enif_free_env(res->reasons);
     fo_remote_free(res->remote);
     res->remote = NULL;
+    fo_ring_free(&res->ring);
+}
+
+/* The owner's last reference is gone: no callback may reach the session
+ * through its slot from now on (the slot lock makes sure none is inside),
+ * then the handle's own reference goes. */
+static void handle_dtor(ErlNifEnv *env, void *obj)
+{
+    (void)env;
+    handle *h = obj;
+    if (h->res != NULL) {
+        fo_slot_unregister(h->res);
+        enif_release_resource(h->res);
+        h->res = NULL;
+    }
 }
 
 int fo_resource_open(ErlNifEnv *env)
@@ -31,7 +52,9 @@ int fo_resource_open(ErlNifEnv *env)
     ErlNifResourceFlags tried;
     session_type = enif_open_resource_type(env, NULL, "flame_on_session", session_dtor,
                                            ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER, &tried);
-    return session_type != NULL;
+    handle_type = enif_open_resource_type(env, NULL, "flame_on_session_handle", handle_dtor,
+                                          ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER, &tried);
+    return session_type != NULL && handle_type != NULL;
 }
 
 fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_second, int replay)
@@ -42,6 +65,9 @@ fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_seco
     memset(res, 0, sizeof(*res));
     atomic_fetch_add(&live_sessions, 1);
     res->native_per_second = native_per_second;
+    res->ring_request = FO_RING_DEFAULT_RECORDS;
+    res->max_text_bytes = FO_DEFAULT_MAX_STACK_BYTES;
+    fo_clock_start(&res->clock, !replay);
     res->replay = replay;
     fo_spin_init(&res->lock);
     res->core = fo_session_new(limits);
@@ -59,6 +85,7 @@ int fo_resource_add_graph(fo_session_res *res, const fo_graph_limits *limits, ui
     res->reasons = enif_alloc_env();
     res->remote = fo_remote_new();
     res->label = label;
+    fo_clock_start(&res->clock, 0); /* the router's clock: CLOCK_MONOTONIC */
     res->ingest_offset_ns = (int64_t)enif_monotonic_time(ERL_NIF_NSEC) - fo_tracer_clock_ns();
     return res->graph != NULL && res->reasons != NULL && res->remote != NULL;
 }
@@ -91,13 +118,27 @@ ERL_NIF_TERM fo_resource_reason_term(ErlNifEnv *env, const fo_session_res *res, 
     return enif_make_atom(env, "unknown");
 }
 
+ERL_NIF_TERM fo_resource_make_handle(ErlNifEnv *env, fo_session_res *res)
+{
+    handle *h = enif_alloc_resource(handle_type, sizeof(handle));
+    if (h == NULL)
+        return enif_raise_exception(env, enif_make_atom(env, "enomem"));
+    enif_keep_resource(res);
+    h->res = res;
+    ERL_NIF_TERM term = enif_make_resource(env, h);
+    enif_release_resource(h);
+    return term;
+}
+
 void fo_resource_stop(fo_session_res *res)
 {
     fo_spin_lock(&res->lock);
     if (res->stopped_ns == 0)
-        res->stopped_ns = fo_tracer_clock_ns();
+        res->stopped_ns = fo_clock_now(&res->clock);
     fo_spin_unlock(&res->lock);
     atomic_store(&res->active, 0);
+    /* the callbacks drop every event from here on */
+    fo_slot_unregister(res);
     if (res->graph != NULL)
         fo_router_unregister(res);
 }
@@ -139,17 +180,10 @@ int fo_resource_graph_begin(fo_session_res *res, int64_t ts)
 int fo_resource_get(ErlNifEnv *env, ERL_NIF_TERM term, fo_session_res **out)
 {
     void *obj;
-    if (!enif_get_resource(env, term, session_type, &obj))
+    if (!enif_get_resource(env, term, handle_type, &obj) || ((handle *)obj)->res == NULL)
         return 0;
-    *out = obj;
+    *out = ((handle *)obj)->res;
     return 1;
-}
-
-int64_t fo_tracer_clock_ns(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 }
 
 long fo_resource_live_sessions(void)
@@ -161,7 +195,8 @@ void fo_resource_account(fo_session_res *res)
 {
     if (res->core == NULL)
         return;
-    size_t now = fo_session_memory(res->core) + (res->graph != NULL ? fo_graph_memory(res->graph) : 0);
+    size_t now = fo_session_memory(res->core) + (res->graph != NULL ? fo_graph_memory(res->graph) : 0) +
+                 fo_ring_memory(&res->ring);
     if (now != res->accounted) {
         atomic_fetch_add(&session_bytes, (long)now - (long)res->accounted);
         res->accounted = now;

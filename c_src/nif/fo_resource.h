@@ -1,25 +1,38 @@
 /* The session resource: a core session behind a lock, so any process
- * holding the reference (and, later, tracer callbacks on any scheduler)
- * can use it safely. Freed by the destructor when the last reference
- * goes, even if its owner died. */
+ * holding the reference and tracer callbacks on any scheduler can use it
+ * safely. Erlang code holds it through a handle (a second, tiny resource):
+ * when the last handle reference goes, even if its owner died, the handle's
+ * destructor takes the session out of its tracer slot and lets it go, and
+ * the session's destructor frees it once the router or the drainer (which
+ * keep references of their own while they use it) are done. */
 #ifndef FO_RESOURCE_H
 #define FO_RESOURCE_H
 
 #include <erl_nif.h>
 #include <stdatomic.h>
 
+#include "fo_clock.h"
 #include "fo_graph.h"
 #include "fo_remote.h"
+#include "fo_ring.h"
 #include "fo_session.h"
 #include "fo_spinlock.h"
 
-typedef struct {
+/* Bytes of stack texts ("a;b;c") render/2 writes at most (new/1's
+ * max_stack_bytes). */
+#define FO_DEFAULT_MAX_STACK_BYTES (64ull << 20)
+#define FO_CEIL_MAX_STACK_BYTES (16ull << 30)
+
+typedef struct fo_session_res fo_session_res;
+
+struct fo_session_res {
     fo_spinlock lock;
     atomic_int active;     /* 0 once finished: tracer callbacks read it unlocked */
     fo_session *core;      /* NULL once finished */
     int64_t native_per_second;
     int replay;            /* trace/5 takes recorded timestamps from Opts */
-    int64_t stopped_ns;    /* tracer clock when stop/1 ran; 0 before */
+    fo_clock clock;        /* the session's tracer clock (fo_clock.h) */
+    int64_t stopped_ns;    /* its time when stop/1 ran; 0 before */
     fo_graph *graph;       /* graph traces only: the span graph */
     uint64_t label;        /* graph traces: the seq_trace label */
     uint64_t root_pid;     /* graph traces: the process that started it */
@@ -39,12 +52,23 @@ typedef struct {
     uint32_t final_nodes, final_processes, final_frames;
     size_t accounted;      /* bytes of this session in the node-wide sum */
     uint32_t since_account; /* events since the last accounting */
-} fo_session_res;
+    /* Tracer-module sessions (not graph ones): the tracer state is the
+     * slot key (fo_slot.h), and the callbacks append to the ring. */
+    _Atomic ERL_NIF_TERM slot_term; /* the tracer state (fo_slot.h); 0: no slot (yet, or any more) */
+    uint32_t ring_request;     /* the most records the ring grows to */
+    uint64_t max_text_bytes;   /* render/2's budget for the stack texts */
+    fo_ring ring;
+    fo_session_res *drain_next; /* the drainer's queue (its mutex) */
+};
 
 int fo_resource_open(ErlNifEnv *env);
 
 /* A new, unlinked resource; NULL on failure. Release with enif_release_resource. */
 fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_second, int replay);
+
+/* The term Erlang code holds: a handle keeping res (res itself is left
+ * to the caller to release). */
+ERL_NIF_TERM fo_resource_make_handle(ErlNifEnv *env, fo_session_res *res);
 
 /* Makes res a graph trace with this seq_trace label. 0 on failure. */
 int fo_resource_add_graph(fo_session_res *res, const fo_graph_limits *limits, uint64_t label);
@@ -56,8 +80,9 @@ uint64_t fo_resource_reason_key(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TER
 /* The reason term of key, in env; `unknown` when it was not kept. */
 ERL_NIF_TERM fo_resource_reason_term(ErlNifEnv *env, const fo_session_res *res, uint64_t key);
 
-/* The tracer callbacks take no more events (stop/1); the first call notes
- * when, on the tracer clock. A graph trace leaves the router. */
+/* The tracer callbacks take no more events (stop/1): the session leaves
+ * its tracer slot; the first call notes when, on the session's clock. A
+ * graph trace leaves the router. */
 void fo_resource_stop(fo_session_res *res);
 
 /* Graph traces: root is the trace's root process, registered with the
@@ -74,8 +99,19 @@ int fo_resource_graph_reroot(fo_session_res *res, uint64_t root);
  * root or once finished. */
 int fo_resource_graph_begin(fo_session_res *res, int64_t ts);
 
-/* 1 and *out when term is one of our session resources. */
+/* 1 and *out when term is one of our session handles. */
 int fo_resource_get(ErlNifEnv *env, ERL_NIF_TERM term, fo_session_res **out);
+
+/* Folds what the tracer callbacks appended to the ring (caller holds the
+ * lock, core not NULL; env: any environment the caller may use): anything
+ * that reads or feeds the core does this first, so the core sees every
+ * event in order. */
+static inline void fo_resource_fold(fo_session_res *res, ErlNifEnv *env)
+{
+    if (fo_ring_pending(&res->ring) > 0 || atomic_load_explicit(&res->ring.ignored, memory_order_relaxed) > 0 ||
+        atomic_load_explicit(&res->ring.malformed, memory_order_relaxed) > 0)
+        fo_ring_fold(&res->ring, res->core, &res->clock, env);
+}
 
 /* Brings this session's share of the node-wide memory sum up to date
  * (caller holds the lock); cheap enough per batch, done every
@@ -98,8 +134,5 @@ static inline void fo_resource_account_sometimes(fo_session_res *res)
 /* Session resources not yet destroyed, node-wide. */
 long fo_resource_live_sessions(void);
 
-/* The clock of tracer-module events: CLOCK_MONOTONIC in nanoseconds. Read
- * directly, it costs a fraction of enif_monotonic_time. */
-int64_t fo_tracer_clock_ns(void);
 
 #endif

@@ -23,12 +23,13 @@ static int decode_frame(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
 }
 
 /* frames == NULL: the stack the process already has, `times` times. */
-static ERL_NIF_TERM apply(fo_session_res *res, uint64_t pid, int64_t ts, const fo_mfa *frames, uint32_t count,
-                          uint64_t weight, unsigned how, uint32_t times)
+static ERL_NIF_TERM apply(ErlNifEnv *env, fo_session_res *res, uint64_t pid, int64_t ts, const fo_mfa *frames,
+                          uint32_t count, uint64_t weight, unsigned how, uint32_t times)
 {
     ERL_NIF_TERM result = fo_atom_stopped;
     fo_spin_lock(&res->lock);
     if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed)) {
+        fo_resource_fold(res, env); /* the in/out events before this sample */
         /* A cross-process trace counts a follower only inside its spans,
          * as its events are (fo_follow.h). */
         fo_follow f = {res->core, res->graph, NULL, NULL};
@@ -65,17 +66,17 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         !enif_get_uint64(env, argv[3], &weight))
         return enif_make_badarg(env);
     /* Stamped before decoding: the stack was taken just before this call. */
-    int64_t ts = fo_tracer_clock_ns();
+    int64_t ts = fo_clock_now(&res->clock);
     unsigned int times = 1;
     int arity;
     const ERL_NIF_TERM *same;
     if (enif_get_tuple(env, argv[2], &arity, &same) && arity == 2 && same[0] == fo_atom_same) {
         if (!enif_get_uint(env, same[1], &times) || times == 0)
             return enif_make_badarg(env);
-        return apply(res, (uint64_t)pid.pid, ts, NULL, 0, (uint64_t)weight, 0, times);
+        return apply(env, res, (uint64_t)pid.pid, ts, NULL, 0, (uint64_t)weight, 0, times);
     }
     if (argv[2] == fo_atom_same)
-        return apply(res, (uint64_t)pid.pid, ts, NULL, 0, (uint64_t)weight, 0, 1);
+        return apply(env, res, (uint64_t)pid.pid, ts, NULL, 0, (uint64_t)weight, 0, 1);
     uint32_t count = 0;
     ERL_NIF_TERM list = argv[2], head;
     while (count < FO_SAMPLE_MAX_FRAMES && enif_get_list_cell(env, list, &head, &list))
@@ -94,7 +95,7 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
             return enif_make_badarg(env);
         }
     }
-    ERL_NIF_TERM result = apply(res, (uint64_t)pid.pid, ts, frames, count, (uint64_t)weight, how, 1);
+    ERL_NIF_TERM result = apply(env, res, (uint64_t)pid.pid, ts, frames, count, (uint64_t)weight, how, 1);
     enif_free(frames);
     return result;
 }

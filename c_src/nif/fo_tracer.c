@@ -4,9 +4,11 @@
 
 #include "fo_atoms.h"
 #include "fo_decode.h"
+#include "fo_drainer.h"
 #include "fo_graph_tracer.h"
 #include "fo_next.h"
 #include "fo_resource.h"
+#include "fo_slot.h"
 
 static int is_our_tag(ERL_NIF_TERM tag)
 {
@@ -14,9 +16,28 @@ static int is_our_tag(ERL_NIF_TERM tag)
            tag == fo_atom_exit || tag == fo_atom_in_exiting || tag == fo_atom_out_exiting;
 }
 
+/* The key of a tracer state that is not a live key: a stale key (or any
+ * non-negative integer), which reaches nothing, or a session handle
+ * (accepted too: the session takes a slot on first use, and its key is
+ * 0 once it no longer takes events). 0 when the state is neither. */
+static int state_key(ErlNifEnv *env, ERL_NIF_TERM state, ERL_NIF_TERM *key)
+{
+    ErlNifUInt64 value;
+    if (enif_get_uint64(env, state, &value)) {
+        *key = state;
+        return 1;
+    }
+    fo_session_res *res;
+    if (!fo_resource_get(env, state, &res))
+        return 0;
+    if (atomic_load_explicit(&res->slot_term, memory_order_relaxed) == 0 && res->graph == NULL)
+        fo_slot_register(env, res); /* refused once stopped: the key stays 0 */
+    *key = atomic_load_explicit(&res->slot_term, memory_order_relaxed);
+    return 1;
+}
+
 /* enabled/3 runs before every event, maybe several times, on any scheduler
- * thread (dirty ones included). For event tags it only looks at the tag:
- * the resource lookup costs as much as the rest of our per-event work, and
+ * thread (dirty ones included). For event tags it only looks at the tag;
  * trace/5 checks the session anyway (a stopped one drops the event). The
  * VM's trace_status check gets the full answer, so a tracer whose session
  * is stopped or gone is removed from the process. */
@@ -26,28 +47,21 @@ ERL_NIF_TERM fo_tracer_enabled(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     ERL_NIF_TERM tag = argv[0];
     if (argv[1] == fo_atom_graph)
         return fo_graph_tracer_enabled(env, tag);
+    /* a live key, the common case: no other test */
+    if (fo_slot_live(argv[1]))
+        return tag == fo_atom_trace_status || is_our_tag(tag) ? fo_atom_trace : fo_atom_discard;
     if (fo_next_is_state(env, argv[1]))
         return fo_next_enabled(env, argv);
     if (tag != fo_atom_trace_status)
         return is_our_tag(tag) ? fo_atom_trace : fo_atom_discard;
-    fo_session_res *res;
-    if (!fo_resource_get(env, argv[1], &res) || !atomic_load_explicit(&res->active, memory_order_relaxed))
-        return fo_atom_remove;
-    return fo_atom_trace;
-}
-
-/* The call's caller, from the {message, {caller}} match-spec result. */
-static const ERL_NIF_TERM *caller_of(ErlNifEnv *env, ERL_NIF_TERM opts, ERL_NIF_TERM *slot)
-{
-    if (enif_get_map_value(env, opts, fo_atom_match_spec_result, slot) ||
-        enif_get_map_value(env, opts, fo_atom_extra, slot))
-        return slot;
-    return NULL;
+    ERL_NIF_TERM key;
+    return state_key(env, argv[1], &key) && fo_slot_live(key) ? fo_atom_trace : fo_atom_remove;
 }
 
 /* Real tracing passes the timestamp *kind* in Opts, so events are stamped
- * here, on the tracer clock. A session made for replay takes the recorded
- * integer timestamp (nanoseconds) from Opts instead. */
+ * here, on the session's clock (a raw reading: the fold scales it). A
+ * session made for replay takes the recorded integer timestamp
+ * (nanoseconds) from Opts instead. */
 static int64_t stamp(ErlNifEnv *env, const fo_session_res *res, ERL_NIF_TERM opts)
 {
     ERL_NIF_TERM value;
@@ -55,39 +69,103 @@ static int64_t stamp(ErlNifEnv *env, const fo_session_res *res, ERL_NIF_TERM opt
     if (res->replay && enif_get_map_value(env, opts, fo_atom_timestamp, &value) &&
         enif_get_int64(env, value, &recorded))
         return recorded;
-    return fo_tracer_clock_ns();
+    return fo_clock_read(&res->clock);
+}
+
+/* The ring is full: the drainer fell behind (or there is none), so this
+ * process folds it, and the ring doubles (up to its limit) so that the
+ * drainer has longer to keep up next time. Under the slot lock, so the session is alive and its
+ * core too (finish takes the slot first). */
+static fo_rec *fold_here(fo_session_res *res, ErlNifEnv *env)
+{
+    fo_spin_lock(&res->lock);
+    if (res->core != NULL) {
+        fo_resource_fold(res, env);
+        res->ring.producer_folds++;
+        fo_ring_grow(&res->ring);
+        fo_resource_account(res);
+    }
+    fo_spin_unlock(&res->lock);
+    return fo_ring_next(&res->ring);
+}
+
+static void put_mfa(const fo_mfa *mfa, uint64_t *module, uint64_t *function, uint16_t *arity)
+{
+    *module = mfa->module;
+    *function = mfa->function;
+    *arity = (uint16_t)mfa->arity;
+}
+
+/* Caller holds res's slot: stamp, decode, append. 0 when opts is not a
+ * map (a call made by hand: badarg). */
+static int record(ErlNifEnv *env, fo_session_res *res, const ERL_NIF_TERM argv[], uint64_t pid)
+{
+    fo_ring *ring = &res->ring;
+    fo_rec *rec = fo_ring_next(ring);
+    if (rec == NULL && (rec = fold_here(res, env)) == NULL)
+        return 1;
+    /* read first: the counter's latency overlaps the decoding below */
+    int64_t ts = stamp(env, res, argv[4]);
+    fo_event ev;
+    ERL_NIF_TERM caller = 0;
+    int has_caller = 0;
+    if (argv[0] == fo_atom_call) {
+        /* the {message, {caller}} match-spec result, when it is there */
+        has_caller = enif_get_map_value(env, argv[4], fo_atom_match_spec_result, &caller) ||
+                     enif_get_map_value(env, argv[4], fo_atom_extra, &caller);
+        if (!has_caller && !enif_is_map(env, argv[4]))
+            return 0;
+    } else if (!enif_is_map(env, argv[4])) {
+        return 0;
+    }
+    /* the atoms are checked by the fold, off this process */
+    fo_decode_result decoded = fo_decode_event_deferred(env, argv[0], argv[3], has_caller ? &caller : NULL, &ev);
+    if (decoded != FO_DECODED) {
+        atomic_fetch_add_explicit(decoded == FO_DECODE_IGNORED ? &ring->ignored : &ring->malformed, 1,
+                                  memory_order_relaxed);
+        return 1;
+    }
+    if (ev.kind == FO_EV_CALL && ev.mfa.module == (uint64_t)fo_atom_native_module)
+        return 1; /* our own NIFs (stop/1 ending the trace) */
+    rec->ts = ts;
+    rec->pid = pid;
+    rec->kind = (uint8_t)ev.kind;
+    rec->flags = (uint8_t)ev.flags;
+    if (ev.flags & FO_EVF_HAS_MFA)
+        put_mfa(&ev.mfa, &rec->module, &rec->function, &rec->arity);
+    if (ev.flags & FO_EVF_HAS_CALLER)
+        put_mfa(&ev.caller, &rec->caller_module, &rec->caller_function, &rec->caller_arity);
+    if (fo_ring_publish(ring) >= ring->capacity / 2 &&
+        !atomic_load_explicit(&ring->drain_queued, memory_order_relaxed) &&
+        !atomic_exchange(&ring->drain_queued, 1) && !fo_drainer_request(res))
+        atomic_store(&ring->drain_queued, 0);
+    return 1;
 }
 
 ERL_NIF_TERM fo_tracer_trace(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    fo_session_res *res;
-    ErlNifPid pid;
     if (argv[1] == fo_atom_graph)
         return fo_graph_tracer_trace(env, argv);
-    if (fo_next_is_state(env, argv[1]))
-        return fo_next_trace(env, argv);
-    if (!fo_resource_get(env, argv[1], &res) || !enif_is_map(env, argv[4]))
-        return enif_make_badarg(env);
-    if (!enif_get_local_pid(env, argv[2], &pid))
-        return fo_atom_ok; /* ports and seq_trace labels are not ours here */
-    if (!atomic_load_explicit(&res->active, memory_order_relaxed))
-        return fo_atom_ok; /* stopped: finish/2 may hold the lock for long */
-    int64_t ts = stamp(env, res, argv[4]);
-    fo_event ev;
-    memset(&ev, 0, sizeof(ev));
-    ERL_NIF_TERM slot;
-    fo_decode_result decoded =
-        fo_decode_event(env, argv[0], argv[3], argv[0] == fo_atom_call ? caller_of(env, argv[4], &slot) : NULL, &ev);
-    if (decoded == FO_DECODED && ev.kind == FO_EV_CALL && ev.mfa.module == (uint64_t)fo_atom_native_module)
-        return fo_atom_ok; /* our own NIFs (stop/1 ending the trace) */
-    ev.pid = (uint64_t)pid.pid;
-    ev.ts_ns = ts;
-    fo_spin_lock(&res->lock);
-    if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed)) {
-        fo_decode_apply(res->core, decoded, &ev);
-        fo_resource_account_sometimes(res);
+    ErlNifPid pid;
+    ERL_NIF_TERM key = argv[1];
+    /* The common case, a live key, is looked up without decoding it. A
+     * stopped or finished session left its slot: the event is dropped. */
+    fo_session_res *res = fo_slot_acquire(key);
+    if (res == NULL) {
+        if (fo_next_is_state(env, argv[1]))
+            return fo_next_trace(env, argv);
+        if (!state_key(env, argv[1], &key))
+            return enif_make_badarg(env);
+        res = fo_slot_acquire(key);
     }
-    fo_spin_unlock(&res->lock);
-    return fo_atom_ok;
+    if (res == NULL || !enif_get_local_pid(env, argv[2], &pid)) {
+        /* ports and seq_trace labels are not ours here */
+        if (res != NULL)
+            fo_slot_release(key);
+        return enif_is_map(env, argv[4]) ? fo_atom_ok : enif_make_badarg(env);
+    }
+    int ok = record(env, res, argv, (uint64_t)pid.pid);
+    fo_slot_release(key);
+    return ok ? fo_atom_ok : enif_make_badarg(env);
 }

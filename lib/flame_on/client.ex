@@ -28,6 +28,14 @@ defmodule FlameOn.Client do
       frames.
     * `:max_stack_frames` (`100_000`) – real stack depth tracked per process
       to match returns.
+    * `:max_stack_bytes` (`67_108_864`, 64 MiB) – bytes of stack texts
+      (`"a;b;c"`) in `profile.stacks`. Each text is written once for the
+      deepest stack of a chain and shared by the stacks above it, but
+      stacks that branch at every level of a deep recursion still add up
+      to depth² frames; past the budget stacks are left out of
+      `profile.stacks` and `profile.samples` and counted in
+      `stats.stacks_without_text` (`profile.tree` and every exporter but
+      the folded text keep them).
     * `:cross_process` (`false`, or `config :flame_on_client, cross_process:
       true`) – also follow, with `:seq_trace`, the processes the function's
       work reaches (the servers it calls, the processes it messages or
@@ -64,9 +72,10 @@ defmodule FlameOn.Client do
       `false` arms no node; a keyword list may give `:nodes`,
       `:arm_timeout_ms` (`1_000`) and `:max_part_bytes` (`4_000_000`).
     * `:mode` (`:nif`) – how the profile is captured. `:nif`: the NIF is
-      the tracer module (`{:tracer, FlameOn.Client.Native, session}`), so
-      the VM folds each call event into the session inside the traced
-      process, with no message, copy or mailbox. `:process`: a
+      the tracer module (`{:tracer, FlameOn.Client.Native, key}`), so the
+      VM hands each call event to the NIF inside the traced process, which
+      appends it to the session's bounded buffer (no message, copy or
+      mailbox) for a native thread to fold into the session. `:process`: a
       `FlameOn.Client.TraceSession` process is the tracer and ingests trace
       messages in batches (portable baseline; a burst of events queues in
       its mailbox). Both give the same exact stacks for the same events.
@@ -127,7 +136,8 @@ defmodule FlameOn.Client do
     max_depth: 512,
     max_processes: 10_000,
     max_frames: 100_000,
-    max_stack_frames: 100_000
+    max_stack_frames: 100_000,
+    max_stack_bytes: 64 * 1024 * 1024
   ]
   @graph_defaults [max_spans: 10_000, max_pending_calls: 4_096, max_fanout: 1_000]
   @graph_lifetime_default 60_000
@@ -154,6 +164,7 @@ defmodule FlameOn.Client do
           | {:max_processes, pos_integer()}
           | {:max_frames, pos_integer()}
           | {:max_stack_frames, pos_integer()}
+          | {:max_stack_bytes, pos_integer()}
           | {:mode, :nif | :process | :sample}
           | {:interval_us, pos_integer()}
           | {:split_status, boolean()}

@@ -6,6 +6,8 @@ defmodule FlameOn.Client.Test.ExportHelpers do
 
   require Record
 
+  import ExUnit.Assertions
+
   alias FlameOn.Client.Test.Tools
 
   # Found under the OTP root too: newer Mix prunes the code path to the
@@ -409,6 +411,43 @@ defmodule FlameOn.Client.Test.ExportHelpers do
   @doc "Total microseconds of all stacks of a profile."
   def total_us(%Profile{stacks: stacks}) do
     for {_pid, entries} <- stacks, {_stack, us} <- entries, reduce: 0, do: (acc -> acc + us)
+  end
+
+  @doc """
+  The stacks an evented speedscope profile draws, `[{stack, self_us}]`:
+  its O/C events replayed (a frame's self time is its span less its
+  children's), plus the process's own time (`endValue` less the top
+  frames) as `""`. Checks the events nest and never go back in time.
+  """
+  def speedscope_stacks(profile_json, frame_names) do
+    {open, done, top, _at} =
+      Enum.reduce(profile_json["events"], {[], [], 0, 0}, fn event, {open, done, top, at} ->
+        assert event["at"] >= at, "events go back in time"
+        name = Enum.at(frame_names, event["frame"])
+
+        case {event["type"], open} do
+          {"O", _} ->
+            {[{name, event["at"], 0} | open], done, top, event["at"]}
+
+          {"C", [{^name, opened, children} | rest]} ->
+            span = event["at"] - opened
+            stack = rest |> Enum.map(&elem(&1, 0)) |> Enum.reverse() |> Kernel.++([name])
+            done = [{Enum.join(stack, ";"), span - children} | done]
+
+            case rest do
+              [{parent, popened, pchildren} | up] ->
+                {[{parent, popened, pchildren + span} | up], done, top, event["at"]}
+
+              [] ->
+                {[], done, top + span, event["at"]}
+            end
+        end
+      end)
+
+    assert open == [], "frames left open"
+    root = profile_json["endValue"] - top
+    done = if root > 0, do: [{"", root} | done], else: done
+    for {stack, us} <- done, us > 0, do: {stack, us}
   end
 
   @doc "A stack's frames, root first."

@@ -12,6 +12,121 @@ defmodule FlameOn.Client.TestHelpers do
     {FlameOn.Client.Test.Workloads, :fib, 1}
   ]
 
+  @reserved_frames [
+    :process,
+    :sleep,
+    :depth_cap,
+    :node_cap,
+    :waiting,
+    :gc,
+    :attributed,
+    :undefined
+  ]
+
+  @doc """
+  The stacks of a `FlameOn.Client.Native.finish/2` tree, one entry per
+  node with time or samples: `%{pid => [{frames_leaf_first, ns}]}`, or
+  `{frames, ns, samples, weight}` for a node samples landed on.
+  """
+  def raw_stacks({frames, pids, nodes, _max_bytes}) do
+    rows =
+      for <<parent::32-native, frame::32-native, proc::32-native, ns::64-native,
+            samples::64-native, weight::64-native <- nodes>>,
+          do: {parent, frame, proc, ns, samples, weight}
+
+    {paths, _} =
+      Enum.map_reduce(rows, %{}, fn {parent, frame, _proc, _ns, _s, _w}, paths ->
+        id = map_size(paths)
+
+        path =
+          if parent == 0xFFFFFFFF, do: [], else: [elem(frames, frame) | Map.fetch!(paths, parent)]
+
+        {path, Map.put(paths, id, path)}
+      end)
+
+    rows
+    |> Enum.zip(paths)
+    |> Enum.filter(fn {{_, _, _, ns, samples, _}, _} -> ns > 0 or samples > 0 end)
+    |> Enum.group_by(
+      fn {{_, _, proc, _, _, _}, _} -> elem(pids, proc) end,
+      fn
+        {{_, _, _, ns, 0, _}, path} -> {path, ns}
+        {{_, _, _, ns, samples, weight}, path} -> {path, ns, samples, weight}
+      end
+    )
+  end
+
+  @doc """
+  A `FlameOn.Client.Native.finish/2` tree from stacks written as
+  `%{pid => [{frames_leaf_first, ns}]}` (or `{frames, ns, samples,
+  weight}`), for `FlameOn.Client.Profile.build/4` tests.
+  """
+  def raw_tree(stacks, max_stack_bytes \\ 64 * 1024 * 1024) do
+    pids = Map.keys(stacks)
+
+    {frames, ids} =
+      stacks
+      |> Enum.flat_map(fn {_pid, entries} -> Enum.flat_map(entries, &elem(&1, 0)) end)
+      |> Enum.reject(&(&1 in @reserved_frames))
+      |> Enum.uniq()
+      |> then(fn real ->
+        {@reserved_frames ++ real, Map.new(Enum.with_index(@reserved_frames ++ real))}
+      end)
+
+    {rows, _} =
+      pids
+      |> Enum.with_index()
+      |> Enum.reduce({[], %{}}, fn {pid, proc}, acc ->
+        Enum.reduce(Map.fetch!(stacks, pid), add_row(acc, {proc, []}, nil), fn entry, acc ->
+          {path, ns, samples, weight} =
+            case entry do
+              {path, ns} -> {path, ns, 0, 0}
+              full -> full
+            end
+
+          path = Enum.reverse(path)
+          acc = add_path(acc, proc, path)
+          bump(acc, {proc, path}, ns, samples, weight)
+        end)
+      end)
+
+    rows = Enum.reverse(rows)
+
+    nodes =
+      for {{proc, path}, parent, ns, samples, weight} <- rows, into: <<>> do
+        frame = if path == [], do: 0, else: Map.fetch!(ids, List.last(path))
+
+        <<parent || 0xFFFFFFFF::32-native, frame::32-native, proc::32-native, ns::64-native,
+          samples::64-native, weight::64-native>>
+      end
+
+    {List.to_tuple(frames), List.to_tuple(pids), nodes, max_stack_bytes}
+  end
+
+  # rows: newest first, {key, parent_id, ns, samples, weight}; index: key => id
+  defp add_row({rows, index} = acc, key, parent) do
+    if Map.has_key?(index, key),
+      do: acc,
+      else: {[{key, parent, 0, 0, 0} | rows], Map.put(index, key, map_size(index))}
+  end
+
+  defp add_path(acc, proc, path) do
+    Enum.reduce(1..length(path)//1, acc, fn n, {_rows, index} = acc ->
+      prefix = Enum.take(path, n)
+      add_row(acc, {proc, prefix}, Map.fetch!(index, {proc, Enum.take(path, n - 1)}))
+    end)
+  end
+
+  defp bump({rows, index}, key, ns, samples, weight) do
+    rows =
+      Enum.map(rows, fn
+        {^key, parent, a, b, c} -> {key, parent, a + ns, b + samples, c + weight}
+        row -> row
+      end)
+
+    {rows, index}
+  end
+
   @doc """
   Asserts that no trace is left on the node: no process has trace flags, no
   call pattern is set (on a few probe MFAs and for modules loaded later), the

@@ -1,8 +1,10 @@
 /* libFuzzer target for the whole C core: arbitrary bytes become a stream
  * of timeline events (fo_session), span-graph events (fo_graph) and
  * followed-trace events that drive both (fo_follow), under small random
- * bounds. The core must never crash, leak or break its tree and graph
- * invariants, whatever the stream. Build and run: `make fuzz-run`. */
+ * bounds, and the finished tree is rendered (fo_render). The core must
+ * never crash, leak or break its tree and graph invariants, whatever the
+ * stream, and the rendered stacks must come out in text order. Build and
+ * run: `make fuzz-run`. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -10,6 +12,7 @@
 
 #include "fo_follow.h"
 #include "fo_graph.h"
+#include "fo_render.h"
 #include "fo_session.h"
 
 typedef struct {
@@ -165,6 +168,76 @@ static void follow_op(const fo_follow *f, reader *r, fo_event *ev)
     }
 }
 
+/* fo_render over the finished tree: names from a pool where some read the
+ * same, some are prefixes of others ("f/1", "f/10") and some are dropped;
+ * a budget from the input. Every stack's text must come out, in strictly
+ * increasing byte order, as a prefix of its terminal's text. */
+typedef struct {
+    char **texts; /* by render node id: terminal texts */
+    uint32_t count;
+} texts;
+
+static int keep(void *ctx, uint32_t terminal, const char *text, uint32_t len)
+{
+    texts *t = ctx;
+    if (terminal >= t->count || t->texts[terminal] != NULL)
+        abort();
+    t->texts[terminal] = malloc((size_t)len + 1);
+    if (t->texts[terminal] == NULL)
+        abort();
+    memcpy(t->texts[terminal], text, len);
+    t->texts[terminal][len] = '\0';
+    return 1;
+}
+
+static void check_render(const fo_session *s, uint64_t budget)
+{
+    static const char *pool[] = {"f/1", "f/10", "f/1-x", "g", NULL, "f/1", "g.h", "\xe2\x80\xa6"};
+    uint32_t nodes = fo_session_node_count(s), frames = FO_FRAME_FIRST_REAL + fo_session_frame_count(s);
+    fo_node_info *in = malloc(sizeof(fo_node_info) * ((size_t)nodes + 1));
+    fo_render_name *names = malloc(sizeof(fo_render_name) * ((size_t)frames + 1));
+    if (in == NULL || names == NULL)
+        abort();
+    for (uint32_t id = 0; id < nodes; id++)
+        fo_session_node(s, id, &in[id]);
+    for (uint32_t f = 0; f < frames; f++) {
+        const char *text = pool[f % (sizeof(pool) / sizeof(pool[0]))];
+        names[f] = (fo_render_name){text, text == NULL ? 0 : (uint32_t)strlen(text)};
+    }
+    fo_render *r = fo_render_new(in, nodes, fo_session_process_count(s), names, frames, budget);
+    if (r == NULL)
+        abort();
+    texts t = {calloc((size_t)fo_render_node_count(r) + 1, sizeof(char *)), fo_render_node_count(r)};
+    if (t.texts == NULL || !fo_render_texts(r, keep, &t) || fo_render_text_bytes(r) > budget)
+        abort();
+    for (uint32_t p = 0; p < fo_session_process_count(s); p++) {
+        uint32_t count;
+        const uint32_t *ids = fo_render_stacks(r, p, &count);
+        const char *prev = NULL;
+        uint32_t prev_len = 0;
+        for (uint32_t i = 0; i < count; i++) {
+            const fo_render_node *n = fo_render_node_at(r, ids[i]);
+            const char *text = t.texts[n->owner];
+            if (n->proc != p || text == NULL || strlen(text) < n->text_len)
+                abort();
+            if (prev != NULL) {
+                uint32_t common = prev_len < n->text_len ? prev_len : n->text_len;
+                int c = memcmp(prev, text, common);
+                if (c > 0 || (c == 0 && prev_len >= n->text_len))
+                    abort();
+            }
+            prev = text;
+            prev_len = n->text_len;
+        }
+    }
+    for (uint32_t i = 0; i < t.count; i++)
+        free(t.texts[i]);
+    free(t.texts);
+    fo_render_free(r);
+    free(in);
+    free(names);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -276,6 +349,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     check_tree(s);
     check_graph(g);
+    check_render(s, size % 4 == 0 ? UINT64_MAX : (uint64_t)(size % 200));
     fo_session_free(s);
     fo_graph_free(g);
     return 0;

@@ -41,7 +41,9 @@ defmodule FlameOn.Client.Breaker do
     readings = [
       {:sessions_memory, FlameOn.Client.Native.session_bytes(),
        mb(config[:max_sessions_memory_mb])},
-      {:node_memory, :erlang.memory(:total), mb(config[:max_node_memory_mb])}
+      # :erlang.memory/1 walks every allocator (hundreds of µs): only when
+      # a node limit is set
+      {:node_memory, node_memory(config[:max_node_memory_mb]), mb(config[:max_node_memory_mb])}
     ]
 
     case {state(), over(readings, 1.0)} do
@@ -70,6 +72,9 @@ defmodule FlameOn.Client.Breaker do
     config = Application.get_env(:flame_on_client, :breaker, [])
     Keyword.merge(@defaults, config)
   end
+
+  defp node_memory(nil), do: 0
+  defp node_memory(_limit), do: :erlang.memory(:total)
 
   defp over(readings, ratio) do
     Enum.find_value(readings, fn

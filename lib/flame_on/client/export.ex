@@ -86,18 +86,30 @@ defmodule FlameOn.Client.Export do
   (`"$schema": "https://www.speedscope.app/file-format-schema.json"`).
 
   `shared.frames` holds each distinct frame name once; `profiles` has one
-  `"sampled"` profile per process, named `"<name> <pid>"`, in microseconds,
-  with one sample per distinct stack (frame indexes, root first) whose weight
-  is the stack's microseconds. `startValue` is 0 and `endValue` the process's
-  total. The stack `""` (no traced function) is an empty sample.
+  `"evented"` profile per process, named `"<name> <pid>"`, in microseconds,
+  written from the profile's tree (`FlameOn.Client.Profile.Tree`): each
+  node opens (`"O"`) where its previous sibling closed and closes (`"C"`)
+  after its total time, children in name order, so the file grows with the
+  number of distinct stacks, not with their depth (a recursion 10 000
+  frames deep is 20 000 events). `startValue` is 0 and `endValue` the
+  process's total; the time of the stack `""` (no traced function) is the
+  part of the timeline after the last top frame.
 
       iex> pid = :c.pid(0, 4242, 0)
       iex> profile = %FlameOn.Client.Profile{name: "demo", pid: pid, stacks: %{pid => [{"a", 2}, {"a;b", 3}]}}
       iex> json = profile |> FlameOn.Client.Export.speedscope() |> IO.iodata_to_binary()
       iex> json =~ ~S("frames":[{"name":"a"},{"name":"b"}])
       true
-      iex> json =~ ~S("samples":[[0],[0,1]]) and json =~ ~S("weights":[2,3]) and json =~ ~S("endValue":5)
+      iex> json =~ ~S("type":"evented") and json =~ ~S("endValue":5)
       true
+      iex> # the events in order, as "type frame at" (a map's keys may come in any order)
+      iex> for [event] <- Regex.scan(~r/[{][^{}]*"type":"[OC]"[^{}]*[}]/, json) do
+      ...>   Enum.map_join(["type", "frame", "at"], " ", fn key ->
+      ...>     [_, value] = Regex.run(Regex.compile!(~s(") <> key <> ~S|":"?([A-Z0-9]+)|), event)
+      ...>     value
+      ...>   end)
+      ...> end
+      ["O 0 0", "O 1 0", "C 1 3", "C 0 5"]
   """
   @spec speedscope(Profile.t()) :: iodata()
   def speedscope(%Profile{} = profile), do: Speedscope.encode(profile)

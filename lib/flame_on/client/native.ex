@@ -12,14 +12,25 @@ defmodule FlameOn.Client.Native do
       integer keys `:max_nodes`, `:max_depth`, `:max_processes`,
       `:max_frames`, `:max_stack_frames` and `:native_per_second`
       (`System.convert_time_unit(1, :second, :native)`, to turn
-      `:monotonic_timestamp` values into nanoseconds), and `replay: true`
-      for a session whose `trace/5` calls replay recorded events.
+      `:monotonic_timestamp` values into nanoseconds), `replay: true`
+      for a session whose `trace/5` calls replay recorded events, and
+      `:buffer_events` (4096, rounded up to a power of two, at most 2^22):
+      the most records the tracer callbacks buffer before the core folds
+      them (56 bytes each; the buffer starts at 1024 and doubles as it
+      fills up to this size: bigger buffers spare the traced process folds
+      on a busy machine but cost it cache misses),
+      and `:max_stack_bytes` (64 MiB, at most 16 GiB): the bytes of stack
+      texts `render/2` writes at most.
     * `ingest(session, messages)` – applies a list of
       `{:trace_ts, pid, tag, ..., ts}` messages. Returns `:ok`. A `ts`
       (native units, or `{mega, sec, micro}`) whose nanoseconds (moved to
       the tracer clock in a graph session) fall outside a signed 64-bit
       integer makes its message malformed.
-    * `stats(session)` – the counters, a map.
+    * `stats(session)` – the counters, a map. `:memory_bytes` is what the
+      core's tables hold; `:buffer_bytes` the most the event buffer of the
+      tracer callbacks held, and `:producer_folds` the times a traced
+      process found it full and folded it itself (the drainer thread fell
+      behind).
     * `stop(session)` – the tracer callbacks take no more events (they
       discard them); the result waits for `finish/2`. Returns the native
       monotonic time at which it stopped. The tracer never folds calls into
@@ -29,13 +40,33 @@ defmodule FlameOn.Client.Native do
       `:stop` (when `stop/1` ran, on the tracer's clock: sessions fed by the
       tracer callbacks) or `nil` (no closing charge); an integer `end`
       whose nanoseconds fall outside a signed 64-bit integer raises
-      `ArgumentError` and leaves the session open. Returns
-      `{%{pid => [entry]}, stats}`, one entry per distinct stack with time or
-      samples: `{frames, ns}`, or `{frames, ns, samples, weight}` for a stack
-      that `sample/4` samples landed on (`samples > 0`, `ns` may be 0).
-      `frames` is leaf first, each `{module, function, arity}` or one of
-      `:sleep`, `:depth_cap`, `:node_cap`, `:waiting`, `:gc`. Runs on a
-      dirty scheduler.
+      `ArgumentError` and leaves the session open. Returns `{tree, stats}`:
+      the calling-context tree as the core holds it, whatever its depth in
+      one compact piece, `{frames, pids, nodes, max_stack_bytes}`. `frames`
+      is a tuple indexed by frame id: `{module, function, arity}`, or for
+      the reserved ids 0..7 `:process` (a process root), `:sleep`,
+      `:depth_cap`, `:node_cap`, `:waiting`, `:gc`, `:attributed`,
+      `:undefined`. `pids` is a tuple indexed by process. `nodes` is a
+      binary of 36 bytes per node, parents before children:
+      `<<parent::32-native, frame::32-native, process::32-native,
+      self_ns::64-native, samples::64-native, weight::64-native>>`
+      (`parent` is `0xFFFFFFFF` for a process root; `samples` and `weight`
+      count the `sample/4` samples that landed on the node). A session of
+      up to 20 000 nodes finishes on the calling scheduler (well under a
+      millisecond); bigger ones and graph sessions on a dirty scheduler.
+    * `render(tree, names)` – the views of a finished tree, built in C in
+      time linear in what they hold (`FlameOn.Client.Profile.build/4` calls
+      it). `names` is a tuple as long as `frames`: each frame's text, or
+      `nil` to drop the time and samples of the stacks that end in it;
+      frames that read the same are merged. Returns `{stacks, samples,
+      trees, tree_names, stacks_without_text}`: the `stacks` and `samples`
+      fields of `FlameOn.Client.Profile` (each text is a slice of the text
+      of a stack below it, so a chain of frames costs one text), the
+      per-process tree binaries and names of `FlameOn.Client.Profile.Tree`,
+      and how many stacks were left out because their texts passed
+      `max_stack_bytes` (a `new/1` option, default 64 MiB; the trees keep
+      them). Trees of up to 5 000 nodes with up to 512 KiB of texts render
+      on the calling scheduler, bigger ones on a dirty scheduler.
     * `new(%{label: label, ...})` makes a cross-process (graph) session:
       `label` is its seq_trace label (a positive integer), with the span
       graph's bounds `:max_spans`, `:max_pending_calls`, `:max_fanout`
@@ -90,14 +121,29 @@ defmodule FlameOn.Client.Native do
       {class, reason}, nil}`. `next_cancel(gate)` closes it: `:cancelled`,
       or `:fired` when a caller claimed it first; `next_state(gate)` is
       `:armed`, `:cancelled`, `{:fired, pid}` or `{:done, pid}`.
-    * `enabled/3` and `trace/5` – the `:erl_tracer` behaviour: pass
-      `{:tracer, FlameOn.Client.Native, session}` to `:erlang.trace/3` (or,
-      OTP 27+, make `{FlameOn.Client.Native, session}` a trace session's
-      tracer, see `FlameOn.Client.TraceBackend`) and the VM calls these in
-      the traced process, folding each event into the session with no
-      message. Events are stamped with the tracer's clock
-      (`CLOCK_MONOTONIC`, nanoseconds); in a `replay: true` session an
+    * `tracer_state(session)` – the session's tracer state: pass
+      `{:tracer, FlameOn.Client.Native, tracer_state(session)}` to
+      `:erlang.trace/3` (or, OTP 27+, make `{FlameOn.Client.Native,
+      tracer_state(session)}` a trace session's tracer, see
+      `FlameOn.Client.TraceBackend`). A small integer (the key of the session's slot in
+      a node-wide table of at most 16384 tracing sessions; raises
+      `:system_limit` past it), so the callbacks reach the session without a
+      resource lookup. Once the session is stopped or finished the key
+      reaches nothing: the callbacks drop the events and the VM removes the
+      tracer at its next `trace_status` check.
+    * `enabled/3` and `trace/5` – the `:erl_tracer` behaviour. The VM
+      calls them in the traced process: `trace/5` stamps the event, decodes
+      it and appends it to the session's bounded buffer, with no message.
+      A drainer thread folds the buffer into the session as it fills, off
+      the traced process; a buffer found full is folded by the process
+      itself, and whatever reads the session (`stats/1`, `sample/4`,
+      `finish/2`, ...) folds what is left first, so nothing is lost or
+      reordered. Events are stamped with the session's clock (nanoseconds
+      on `CLOCK_MONOTONIC`, read through the CPU's time-stamp counter where
+      the kernel keeps time with it); in a `replay: true` session an
       integer `:timestamp` in `opts` (a recorded event) is used instead.
+      The session itself (the `new/1` reference) is accepted as the state
+      too.
   """
 
   @on_load :load_nif
@@ -133,6 +179,9 @@ defmodule FlameOn.Client.Native do
 
   @spec new(map()) :: session()
   def new(_opts), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec tracer_state(session()) :: non_neg_integer()
+  def tracer_state(_session), do: :erlang.nif_error(:nif_not_loaded)
 
   @spec ingest(session(), [tuple()]) :: :ok
   def ingest(_session, _messages), do: :erlang.nif_error(:nif_not_loaded)
@@ -183,8 +232,20 @@ defmodule FlameOn.Client.Native do
           :ok | :stopped | :idle
   def sample(_session, _pid, _stack, _weight, _how), do: :erlang.nif_error(:nif_not_loaded)
 
-  @spec finish(session(), integer() | :stop | nil) :: {map(), map()} | {map(), map(), map()}
+  @typedoc """
+  The finished tree as the core holds it (`finish/2`): `{frames, pids,
+  nodes, max_stack_bytes}`, see the module documentation.
+  """
+  @type tree :: {tuple(), tuple(), binary(), pos_integer()}
+
+  @spec finish(session(), integer() | :stop | nil) :: {tree(), map()} | {tree(), map(), map()}
   def finish(_session, _end_ts), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec render(tree(), tuple()) ::
+          {%{pid() => [{String.t(), pos_integer()}]},
+           %{pid() => [{String.t(), pos_integer(), non_neg_integer()}]}, %{pid() => binary()},
+           tuple(), non_neg_integer()}
+  def render(_tree, _names), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
   @spec next_new(session(), pid(), [pid()]) :: reference()
@@ -199,10 +260,11 @@ defmodule FlameOn.Client.Native do
   def next_state(_gate), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
-  @spec enabled(atom(), session(), pid() | port() | term()) :: :trace | :discard | :remove
+  @spec enabled(atom(), session() | non_neg_integer(), pid() | port() | term()) ::
+          :trace | :discard | :remove
   def enabled(_tag, _state, _tracee), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
-  @spec trace(atom(), session(), term(), term(), map()) :: :ok
+  @spec trace(atom(), session() | non_neg_integer(), term(), term(), map()) :: :ok
   def trace(_tag, _state, _tracee, _term, _opts), do: :erlang.nif_error(:nif_not_loaded)
 end

@@ -423,7 +423,7 @@ defmodule FlameOn.Client.NextCall do
     gate(%{
       native: native,
       label: nil,
-      flags: [{:tracer, Native, native} | @sample_flags],
+      flags: [{:tracer, Native, Native.tracer_state(native)} | @sample_flags],
       sampler_opts: sampler_opts
     })
   end
@@ -443,7 +443,7 @@ defmodule FlameOn.Client.NextCall do
     gate(%{
       native: native,
       label: nil,
-      flags: [{:tracer, Native, native} | @nif_flags],
+      flags: [{:tracer, Native, Native.tracer_state(native)} | @nif_flags],
       sampler_opts: nil
     })
   end

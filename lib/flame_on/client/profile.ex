@@ -33,7 +33,14 @@ defmodule FlameOn.Client.Profile do
     * `stats` – the native session's counters (`:events`,
       `:dropped_events`, `:truncated_stacks`, ... see
       `FlameOn.Client.Native.stats/1`) plus `:unprocessed_events`, the trace
-      messages dropped because the session's finish timeout ran out.
+      messages dropped because the session's finish timeout ran out, and
+      `:stacks_without_text`, the stacks left out of `stacks` and `samples`
+      because their texts passed `:max_stack_bytes` (see
+      `FlameOn.Client.profile/2`; `tree` keeps them).
+    * `tree` – the same stacks as a `FlameOn.Client.Profile.Tree`, one
+      calling-context tree per process, which the exporters walk; `nil` in
+      a profile made by hand (`FlameOn.Client.Profile.Tree.of/1` builds it
+      from `stacks`).
 
   ## Frame names
 
@@ -58,7 +65,8 @@ defmodule FlameOn.Client.Profile do
             graph: nil,
             samples: %{},
             metrics: %{},
-            stats: %{}
+            stats: %{},
+            tree: nil
 
   @type stack :: String.t()
 
@@ -73,11 +81,23 @@ defmodule FlameOn.Client.Profile do
           graph: FlameOn.Client.Graph.t() | nil,
           samples: %{pid() => [{stack(), pos_integer(), non_neg_integer()}]},
           metrics: %{pid() => [FlameOn.Client.Sampler.metric()]},
-          stats: %{atom() => non_neg_integer()}
+          stats: %{atom() => non_neg_integer()},
+          tree: Tree.t() | nil
         }
 
+  alias FlameOn.Client.Profile.Tree
+
   @typedoc "A frame as `FlameOn.Client.Native.finish/2` returns it."
-  @type frame :: {module(), atom(), arity()} | :sleep | :depth_cap | :node_cap | :waiting | :gc
+  @type frame ::
+          {module(), atom(), arity()}
+          | :process
+          | :sleep
+          | :depth_cap
+          | :node_cap
+          | :waiting
+          | :gc
+          | :attributed
+          | :undefined
 
   @reserved %{
     sleep: "SLEEP",
@@ -154,92 +174,64 @@ defmodule FlameOn.Client.Profile do
   def frame_name(frame) when is_map_key(@reserved, frame), do: Map.fetch!(@reserved, frame)
   def frame_name(other), do: sanitize(inspect(other))
 
-  @typedoc """
-  One entry of `FlameOn.Client.Native.finish/2`'s stacks: leaf-first frames
-  and nanoseconds, plus the sample count and weight (reductions) for a
-  stack that samples landed on.
-  """
-  @type raw_entry ::
-          {[frame()], non_neg_integer()}
-          | {[frame()], non_neg_integer(), pos_integer(), non_neg_integer()}
-
   @doc false
-  # Builds a profile from `FlameOn.Client.Native.finish/2`'s stacks
-  # (`%{pid => [raw_entry]}`), its stats and the metadata fields in
-  # `fields`. Frame names are computed once per frame. `names` overrides
-  # the text of some frames; a frame named `nil` drops the time (and the
-  # samples) of every stack that ends in it (views of cross-process traces).
-  @spec build(%{pid() => [raw_entry()]}, map(), keyword(), map()) :: t()
-  def build(raw_stacks, stats, fields, names \\ %{}) do
-    {stacks, samples, _names} =
-      Enum.reduce(raw_stacks, {%{}, %{}, names}, fn {pid, entries}, {stacks, samples, names} ->
-        {ns_by_stack, sampled, names} = merge_entries(entries, names)
+  # Builds a profile from `FlameOn.Client.Native.finish/2`'s tree, its
+  # stats and the metadata fields in `fields`. Each frame is named once
+  # here; the C core does the rest (`FlameOn.Client.Native.render/2`):
+  # merging the stacks whose frames read the same (a status frame, a
+  # renamed or cut frame), rounding, ordering, and the stack texts, each a
+  # slice of the text of a stack below it. `names` overrides the text of
+  # some frames; a frame named `nil` drops the time (and the samples) of
+  # every stack that ends in it (views of cross-process traces).
+  @spec build(FlameOn.Client.Native.tree(), map(), keyword(), map()) :: t()
+  def build({frames, _pids, _nodes, _max_bytes} = tree, stats, fields, names \\ %{}) do
+    texts = frames |> Tuple.to_list() |> Enum.map(&text_of(&1, names)) |> List.to_tuple()
+    {stacks, samples, trees, tree_names, without_text} = FlameOn.Client.Native.render(tree, texts)
 
-        {put_non_empty(stacks, pid, to_microseconds(ns_by_stack)),
-         put_non_empty(samples, pid, sample_entries(sampled)), names}
-      end)
-
-    struct!(__MODULE__, [stacks: stacks, samples: samples, stats: stats] ++ fields)
+    struct!(
+      __MODULE__,
+      [
+        stacks: stacks,
+        samples: samples,
+        tree: %Tree{names: tree_names, nodes: trees},
+        stats: Map.put(stats, :stacks_without_text, without_text)
+      ] ++ fields
+    )
   end
 
-  defp put_non_empty(map, _pid, []), do: map
-  defp put_non_empty(map, pid, entries), do: Map.put(map, pid, entries)
+  defp text_of(:process, _names), do: ""
 
-  # Nodes whose frames read the same (a status frame, a renamed or cut
-  # frame) are one stack: their time and their samples add up.
-  defp merge_entries(entries, names) do
-    Enum.reduce(entries, {%{}, %{}, names}, fn entry, {ns_acc, sampled, names} ->
-      frames = elem(entry, 0)
-
-      if dropped?(frames, names) do
-        {ns_acc, sampled, names}
-      else
-        {stack, names} = stack_text(frames, names)
-        ns = elem(entry, 1)
-        {Map.update(ns_acc, stack, ns, &(&1 + ns)), add_samples(sampled, stack, entry), names}
-      end
-    end)
+  defp text_of(frame, names) do
+    case names do
+      %{^frame => text} -> text
+      _ -> frame_name(frame)
+    end
   end
 
-  defp add_samples(sampled, stack, {_frames, _ns, count, weight}) when count > 0,
-    do: Map.update(sampled, stack, {count, weight}, fn {c, w} -> {c + count, w + weight} end)
-
-  defp add_samples(sampled, _stack, _entry), do: sampled
-
-  defp sample_entries(sampled) do
-    sampled |> Enum.map(fn {stack, {count, weight}} -> {stack, count, weight} end) |> Enum.sort()
+  # Most names need no change, and the regex costs ~10x a byte search: only
+  # names with a ';', an ASCII space or the first byte of a multi-byte one
+  # (U+0085, U+00A0, U+1680, U+2000-U+205F, U+3000) go through it.
+  defp sanitize(text) do
+    case :binary.match(text, unsafe_bytes()) do
+      :nomatch -> text
+      _ -> String.replace(text, ~r/[;\s]/u, "_")
+    end
   end
 
-  defp dropped?([leaf | _], names), do: is_map_key(names, leaf) and names[leaf] == nil
-  defp dropped?([], _names), do: false
+  defp unsafe_bytes do
+    case :persistent_term.get({__MODULE__, :unsafe_bytes}, nil) do
+      nil ->
+        pattern =
+          :binary.compile_pattern(
+            [";", " ", "\t", "\n", "\v", "\f", "\r"] ++
+              for(byte <- [0xC2, 0xE1, 0xE2, 0xE3], do: <<byte>>)
+          )
 
-  # Leaf-first frames in, root-first text out.
-  defp stack_text(frames, names) do
-    {texts, names} =
-      Enum.reduce(frames, {[], names}, fn frame, {texts, names} ->
-        case names do
-          %{^frame => text} ->
-            {[text | texts], names}
+        :persistent_term.put({__MODULE__, :unsafe_bytes}, pattern)
+        pattern
 
-          _ ->
-            text = frame_name(frame)
-            {[text | texts], Map.put(names, frame, text)}
-        end
-      end)
-
-    {Enum.join(texts, ";"), names}
+      pattern ->
+        pattern
+    end
   end
-
-  defp to_microseconds(ns_by_stack) do
-    ns_by_stack
-    |> Enum.flat_map(fn {stack, ns} ->
-      case div(ns + 500, 1000) do
-        0 -> []
-        us -> [{stack, us}]
-      end
-    end)
-    |> Enum.sort()
-  end
-
-  defp sanitize(text), do: String.replace(text, ~r/[;\s]/u, "_")
 end

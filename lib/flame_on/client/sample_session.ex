@@ -69,7 +69,8 @@ defmodule FlameOn.Client.SampleSession do
     with {:ok, native} <- new_native(limits),
          [_ | _] = ok <- for({pid, :ok} <- checked, do: pid) do
       :ok = Patterns.acquire_depth(depth)
-      handle = TraceBackend.open(:trace, {Native, native})
+      # the callbacks find the session by a small integer, its tracer state
+      handle = TraceBackend.open(:trace, {Native, Native.tracer_state(native)})
       started_ts = :erlang.monotonic_time()
 
       sampler_opts =

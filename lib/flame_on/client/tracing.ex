@@ -78,7 +78,14 @@ defmodule FlameOn.Client.Tracing do
   alias FlameOn.Client.Tracing.{Controller, Ref}
 
   @trace_keys [:sample_rate, :threshold_ms, :shipper]
-  @limit_keys [:max_nodes, :max_depth, :max_processes, :max_frames, :max_stack_frames]
+  @limit_keys [
+    :max_nodes,
+    :max_depth,
+    :max_processes,
+    :max_frames,
+    :max_stack_frames,
+    :max_stack_bytes
+  ]
   # start_trace/2 accepts :sample_rate (shared option lists) and ignores it.
   @start_defaults [
                     name: "flame_on",
@@ -253,7 +260,8 @@ defmodule FlameOn.Client.Tracing do
     * `:timeout` (`30_000`) – milliseconds the session may spend on queued
       trace messages when the trace stops.
     * `:max_nodes`, `:max_depth`, `:max_processes`, `:max_frames`,
-      `:max_stack_frames` – limits, as for `FlameOn.Client.profile/2`.
+      `:max_stack_frames`, `:max_stack_bytes` – limits, as for
+      `FlameOn.Client.profile/2`.
 
   **Whole node:** `start_trace({:top, n}, opts)` picks the `n` processes
   that did the most reductions during `:window_ms` (default 1000; the call

@@ -134,6 +134,7 @@ defmodule Mix.Tasks.Profile.Flame do
   use Mix.Task
 
   alias FlameOn.Client.Profile
+  alias FlameOn.Client.Profile.Tree
   alias FlameOn.Client.Shipper.Directory
 
   @formats [:folded, :speedscope, :perfetto, :svg, :pprof]
@@ -720,19 +721,24 @@ defmodule Mix.Tasks.Profile.Flame do
   # `[{frame, self_us}]`, largest first: the time of the stacks each frame
   # is the leaf of, over every process of the profile.
   @spec self_times(Profile.t()) :: [{String.t(), non_neg_integer()}]
-  def self_times(%Profile{stacks: stacks}) do
+  def self_times(%Profile{stacks: stacks} = profile) do
+    tree = Tree.of(profile)
+
     stacks
-    |> Enum.reduce(%{}, fn {_pid, entries}, acc ->
-      Enum.reduce(entries, acc, fn {stack, us}, acc ->
-        Map.update(acc, leaf(stack), us, &(&1 + us))
+    |> Map.keys()
+    |> Enum.reduce(%{}, fn pid, acc ->
+      Tree.reduce(tree, pid, acc, fn
+        {_depth, _name, 0, _total, _s, _w}, acc ->
+          acc
+
+        {_depth, name, us, _total, _s, _w}, acc ->
+          Map.update(acc, leaf(tree, name), us, &(&1 + us))
       end)
     end)
     |> Enum.sort_by(fn {frame, us} -> {-us, frame} end)
   end
 
-  defp leaf(""), do: "(no traced function)"
-
-  defp leaf(stack), do: stack |> String.split(";") |> List.last()
+  defp leaf(tree, name), do: Tree.name(tree, name) || "(no traced function)"
 
   @max_spans_shown 20
 

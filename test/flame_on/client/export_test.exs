@@ -77,7 +77,7 @@ defmodule FlameOn.Client.ExportTest do
       assert names == Enum.uniq(names)
     end
 
-    test "one sampled profile per process, traced process first, registered names from the graph" do
+    test "one evented profile per process, traced process first, registered names from the graph" do
       {a, b, c} = pids()
       profile = fixture_profile()
       json = profile |> Export.speedscope() |> json_decode!()
@@ -89,39 +89,36 @@ defmodule FlameOn.Client.ExportTest do
              ]
 
       for {p, pid} <- Enum.zip(json["profiles"], [a, b, c]) do
-        assert p["type"] == "sampled"
+        assert p["type"] == "evented"
         assert p["unit"] == "microseconds"
         assert p["startValue"] == 0
         assert p["endValue"] == Profile.total_us(profile, pid)
       end
     end
 
-    test "samples and weights: equal lengths, valid indexes, the same stacks and times" do
+    test "open and close events: valid indexes, nested, the same stacks and times" do
       profile = fixture_profile()
       json = profile |> Export.speedscope() |> json_decode!()
       frames = Enum.map(json["shared"]["frames"], & &1["name"])
 
       for {p, pid} <- Enum.zip(json["profiles"], Client.Export.Util.pids(profile)) do
-        assert length(p["samples"]) == length(p["weights"])
-
-        assert Enum.all?(p["samples"], fn s ->
-                 Enum.all?(s, &(is_integer(&1) and &1 >= 0 and &1 < length(frames)))
+        assert Enum.all?(p["events"], fn e ->
+                 e["type"] in ["O", "C"] and is_integer(e["frame"]) and e["frame"] >= 0 and
+                   e["frame"] < length(frames)
                end)
 
-        assert Enum.all?(p["weights"], &(is_integer(&1) and &1 > 0))
-        assert Enum.sum(p["weights"]) == Profile.total_us(profile, pid)
-
-        # Root first: joining the names gives the stack back.
-        stacks =
-          Enum.zip(
-            Enum.map(p["samples"], fn s -> Enum.map_join(s, ";", &Enum.at(frames, &1)) end),
-            p["weights"]
-          )
-
-        assert Enum.sort(stacks) == Enum.sort(profile.stacks[pid])
+        assert Enum.sort(speedscope_stacks(p, frames)) == Enum.sort(profile.stacks[pid])
       end
+    end
 
-      assert Enum.sum(Enum.flat_map(json["profiles"], & &1["weights"])) == total_us(profile)
+    test "a recursion 10 000 frames deep is 20 000 events" do
+      pid = self()
+      deep = Enum.map_join(1..10_000, ";", fn _ -> "f" end)
+      stacks = %{pid => for(n <- 1..10_000, do: {binary_part(deep, 0, 2 * n - 1), 1})}
+      profile = %Profile{name: "deep", pid: pid, stacks: stacks}
+      [p] = json_decode!(Export.speedscope(profile))["profiles"]
+      assert length(p["events"]) == 20_000
+      assert p["endValue"] == 10_000
     end
 
     test "frame names that need escaping survive" do
@@ -251,7 +248,7 @@ defmodule FlameOn.Client.ExportTest do
       assert length(written) == 5
 
       speedscope = json_decode!(File.read!(written[:speedscope]))
-      assert Enum.sum(Enum.flat_map(speedscope["profiles"], & &1["weights"])) == total
+      assert speedscope["profiles"] |> Enum.map(& &1["endValue"]) |> Enum.sum() == total
 
       perfetto = json_decode!(File.read!(written[:perfetto]))
       assert [slice] = Enum.filter(perfetto["traceEvents"], &(&1["ph"] == "X"))
@@ -298,7 +295,9 @@ defmodule FlameOn.Client.ExportTest do
 
       speedscope = json_decode!(File.read!(written[:speedscope]))
       assert length(speedscope["profiles"]) == 2
-      assert Enum.sum(Enum.flat_map(speedscope["profiles"], & &1["weights"])) == total_us(profile)
+
+      assert speedscope["profiles"] |> Enum.map(& &1["endValue"]) |> Enum.sum() ==
+               total_us(profile)
 
       server_label = List.to_string(:erlang.pid_to_list(server))
       frames = svg_frames(svg_parse!(File.read!(written[:svg])))

@@ -38,7 +38,7 @@ defmodule FlameOn.Client.FoldedTest do
     assert_node_clean()
   end
 
-  describe "build/3 from the NIF's stacks" do
+  describe "build/4 from the NIF's tree" do
     setup do
       {:ok, pid: :c.pid(0, 4242, 0)}
     end
@@ -53,7 +53,7 @@ defmodule FlameOn.Client.FoldedTest do
         ]
       }
 
-      profile = Profile.build(raw, %{events: 1}, name: "t", trace_id: 1)
+      profile = Profile.build(raw_tree(raw), %{events: 1}, name: "t", trace_id: 1)
 
       assert profile.stacks == %{
                pid => [
@@ -64,7 +64,7 @@ defmodule FlameOn.Client.FoldedTest do
                ]
              }
 
-      assert profile.stats == %{events: 1}
+      assert profile.stats == %{events: 1, stacks_without_text: 0}
       assert profile.name == "t"
       assert Profile.total_us(profile, pid) == 1512
       assert Profile.total_us(profile, self()) == 0
@@ -86,7 +86,7 @@ defmodule FlameOn.Client.FoldedTest do
         other => [{[{:a, :f, 0}], 10}, {[], 0}]
       }
 
-      profile = Profile.build(raw, %{}, [])
+      profile = Profile.build(raw_tree(raw), %{}, [])
       assert profile.stacks == %{pid => [{"b:f/0", 1}, {"c:f/0", 1}]}
     end
 
@@ -99,7 +99,7 @@ defmodule FlameOn.Client.FoldedTest do
         ]
       }
 
-      profile = Profile.build(raw, %{}, name: "my name;x")
+      profile = Profile.build(raw_tree(raw), %{}, name: "my name;x")
 
       assert profile.stacks == %{pid => [{"a_b:f_g/1", 3}, {"m:-test_some_thing/1-fun-0-/0", 3}]}
 

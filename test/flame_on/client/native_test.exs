@@ -1,6 +1,8 @@
 defmodule FlameOn.Client.NativeTest do
   use ExUnit.Case, async: false
 
+  import FlameOn.Client.TestHelpers, only: [raw_stacks: 1]
+
   alias FlameOn.Client.Native
 
   @limits [:max_nodes, :max_depth, :max_processes, :max_frames, :max_stack_frames]
@@ -50,13 +52,13 @@ defmodule FlameOn.Client.NativeTest do
         assert_raise ArgumentError, fn -> Native.finish(session, bad) end
       end
 
-      assert {%{}, %{}} = Native.finish(session, nil)
+      assert {{_, _, _, _}, %{}} = Native.finish(session, nil)
     end
 
     test "a finished session" do
       session = Native.new(%{})
-      assert {stacks, stats} = Native.finish(session, 0)
-      assert stacks == %{}
+      assert {tree, stats} = Native.finish(session, 0)
+      assert raw_stacks(tree) == %{}
       assert stats.events == 0
 
       assert_raise ArgumentError, fn -> Native.ingest(session, []) end
@@ -108,7 +110,8 @@ defmodule FlameOn.Client.NativeTest do
     assert stats.malformed_events == 3
     assert stats.ignored_events == 1
 
-    {stacks, final} = Native.finish(session, 10_000)
+    {tree, final} = Native.finish(session, 10_000)
+    stacks = raw_stacks(tree)
     assert final.events == 3
     assert final.malformed_events == 3
 
@@ -134,7 +137,8 @@ defmodule FlameOn.Client.NativeTest do
 
     Native.stop(session)
     assert Native.sample(session, pid, [{M, :h, 0}], 100) == :stopped
-    {stacks, stats} = Native.finish(session, :stop)
+    {tree, stats} = Native.finish(session, :stop)
+    stacks = raw_stacks(tree)
     assert stats.samples == 3
 
     entries = Map.new(Map.fetch!(stacks, pid), &{elem(&1, 0), Tuple.delete_at(&1, 0)})
@@ -144,6 +148,65 @@ defmodule FlameOn.Client.NativeTest do
     assert {_ns, 1, 0} = entries[[f]]
     assert Enum.all?(Map.fetch!(stacks, pid), &(tuple_size(&1) == 4))
     assert [{[], _ns}] = Map.fetch!(stacks, other)
+  end
+
+  # The seam between the tracer callbacks' ring and samples: in/out events
+  # wait in the session's ring (the drainer folds them later), while a
+  # sample is applied at once. A sample must fold the ring first, and be
+  # stamped on the session's clock, or the time since the previous sample
+  # goes on-CPU and the waits land under the wrong stack.
+  test "samples and the callbacks' in/out events stay in order: waits sit under the stack that waited" do
+    session = Native.new(%{})
+    key = Native.tracer_state(session)
+    pid = spawn(fn -> Process.sleep(:infinity) end)
+    f = {M, :f, 0}
+    g = {M, :g, 0}
+    switch = fn tag -> assert Native.trace(tag, key, pid, g, %{}) == :ok end
+    spin = fn ms -> spin_until(System.monotonic_time(:microsecond) + ms * 1_000) end
+
+    t0 = System.monotonic_time(:nanosecond)
+
+    for _round <- 1..3 do
+      assert Native.sample(session, pid, [g, f], 0) == :ok
+      spin.(2)
+      switch.(:out)
+      Process.sleep(10)
+      switch.(:in)
+      spin.(2)
+      # the in/out above are still in the ring when this lands
+      assert Native.sample(session, pid, [f], 0) == :ok
+      spin.(2)
+      switch.(:out)
+      Process.sleep(5)
+      switch.(:in)
+    end
+
+    Native.stop(session)
+    wall = System.monotonic_time(:nanosecond) - t0
+    {tree, stats} = Native.finish(session, :stop)
+    assert stats.samples == 6
+    entries = Map.new(Map.fetch!(raw_stacks(tree), pid), &{elem(&1, 0), elem(&1, 1)})
+    waited_gf = Map.get(entries, [:sleep, g, f], 0)
+    waited_f = Map.get(entries, [:sleep, f], 0)
+    ran_gf = Map.get(entries, [g, f], 0)
+    ran_f = Map.get(entries, [f], 0)
+    # three waits of 10 ms under g, three of 5 ms under f
+    assert waited_gf >= 30_000_000, inspect(entries)
+    assert waited_f >= 15_000_000, inspect(entries)
+    # g ran 2 ms after each of its samples; f as long after its own, and
+    # the burst after g's wait (run since an `in`, no call in it) is f's
+    # too: the next sample shows where it ran. None of the waiting is here.
+    assert ran_gf >= 6_000_000, inspect(entries)
+    assert ran_f >= 12_000_000, inspect(entries)
+    # every nanosecond from the first sample to stop/1 is somewhere, once
+    total = entries |> Map.values() |> Enum.sum()
+    assert total <= wall and total >= ran_gf + ran_f + waited_gf + waited_f
+    assert Map.keys(entries) -- [[g, f], [f], [:sleep, g, f], [:sleep, f]] == []
+    Process.exit(pid, :kill)
+  end
+
+  defp spin_until(deadline) do
+    if System.monotonic_time(:microsecond) < deadline, do: spin_until(deadline)
   end
 
   test "a batch longer than one slice is applied in full, across rescheduled calls" do
@@ -166,8 +229,8 @@ defmodule FlameOn.Client.NativeTest do
     :ok = Native.ingest(session, messages)
     assert Native.stats(session).events == 10_003
 
-    {stacks, _} = Native.finish(session, nil)
-    entries = Map.new(Map.fetch!(stacks, pid))
+    {tree, _} = Native.finish(session, nil)
+    entries = Map.new(Map.fetch!(raw_stacks(tree), pid))
     # g runs 1000 ns per call, f the rest.
     assert entries[[g, f]] == 5_001 * 1_000
     assert entries[[f]] == 1_000 + 5_000 * 1_000
@@ -240,7 +303,7 @@ defmodule FlameOn.Client.NativeTest do
         assert_raise ArgumentError, fn -> Native.finish(session, bad) end
       end
 
-      assert {%{}, %{events: 1}} = Native.finish(session, 9_223_372_036)
+      assert {{_, _, _, _}, %{events: 1}} = Native.finish(session, 9_223_372_036)
     end
 
     test "a graph session's times, moved to the tracer clock, past int64 are malformed or raise" do
@@ -259,7 +322,7 @@ defmodule FlameOn.Client.NativeTest do
       assert %{events: 1, malformed_events: 1} = Native.stats(session)
 
       assert_raise ArgumentError, fn -> Native.finish(session, overflows) end
-      assert {%{}, %{events: 1}, %{spans: _}} = Native.finish(session, fits)
+      assert {{_, _, _, _}, %{events: 1}, %{spans: _}} = Native.finish(session, fits)
     end
 
     test "stop/1 in a native unit finer than a nanosecond saturates" do

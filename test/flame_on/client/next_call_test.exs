@@ -370,7 +370,9 @@ defmodule FlameOn.Client.NextCallTest do
   describe "beside exact traces (their {:_, :_, :_} local patterns)" do
     test "an exact trace starts and ends while a capture waits: the capture's pattern stays" do
       task = capture_async(@busy, mode: :sample)
-      {_, exact} = FlameOn.Client.profile(fn -> Work.step(3) end, mode: :nif)
+      # 2 ms of step/1 calls: one call alone may round to 0 µs
+      spin = fn -> Work.spin(System.monotonic_time(:microsecond) + 2_000, 0) end
+      {_, exact} = FlameOn.Client.profile(spin, mode: :nif)
 
       assert exact.stacks
              |> Map.values()

@@ -7,6 +7,8 @@ defmodule FlameOn.Client.NextGateTest do
   # ArgumentError or are ignored, never crash.
   use ExUnit.Case, async: false
 
+  import FlameOn.Client.TestHelpers, only: [raw_stacks: 1]
+
   alias FlameOn.Client.Native
 
   defp session,
@@ -73,8 +75,8 @@ defmodule FlameOn.Client.NextGateTest do
     assert Native.next_state(gate) == {:done, caller}
     # the session took no more: stopped, and its root is the captured call
     assert Native.sample(native, caller, [{:m, :f, 0}], 0) == :stopped
-    {stacks, _stats} = Native.finish(native, :stop)
-    assert [{frames, _ns} | _] = Map.fetch!(stacks, caller)
+    {tree, _stats} = Native.finish(native, :stop)
+    assert [{frames, _ns} | _] = Map.fetch!(raw_stacks(tree), caller)
     assert List.last(frames) == {:some, :caller, 0}
     assert {__MODULE__, :captured, 2} in frames
     Process.exit(caller, :kill)

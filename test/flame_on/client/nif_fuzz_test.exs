@@ -135,9 +135,12 @@ defmodule FlameOn.Client.NifFuzzTest do
             nil
           end
 
-        # A finished session returns its stacks and takes no more messages.
+        # A finished session returns its tree, which renders, and takes no
+        # more messages.
         result = Native.finish(session, end_ts)
-        assert is_map(elem(result, 0)) and tuple_size(result) == if(label, do: 3, else: 2)
+        assert {_, _, _, _} = elem(result, 0)
+        assert tuple_size(result) == if(label, do: 3, else: 2)
+        assert %{} = FlameOn.Client.Profile.build(elem(result, 0), %{}, []).stacks
         assert_raise ArgumentError, fn -> Native.ingest(session, []) end
         true
       end,
@@ -339,7 +342,55 @@ defmodule FlameOn.Client.NifFuzzTest do
   defp materialize({:stack, frames, depth, bad, tail}),
     do: realize_stack(frames, depth, bad, tail)
 
+  # render/2's arguments: a real tree (of a session that took a few
+  # events) whole or with one byte changed or cut short, then names for
+  # it, fitting or not.
+  defp materialize({:tree, kind, pos, byte}) do
+    s = Native.new(%{})
+
+    :ok =
+      Native.ingest(s, [
+        {:trace_ts, self(), :call, {:m, :f, 0}, :undefined, 1},
+        {:trace_ts, self(), :call, {:m, :g, 1}, {:m, :f, 0}, 2_000},
+        {:trace_ts, self(), :out, {:m, :g, 1}, 5_000},
+        {:trace_ts, self(), :in, {:m, :g, 1}, 9_000},
+        {:trace_ts, self(), :return_to, {:m, :f, 0}, 12_000}
+      ])
+
+    {{frames, pids, nodes, max} = tree, _} = Native.finish(s, 20_000)
+    pos = rem(pos, max(byte_size(nodes), 1))
+
+    tree =
+      case kind do
+        :valid -> tree
+        :flipped -> {frames, pids, flip(nodes, pos, byte), max}
+        :cut -> {frames, pids, binary_part(nodes, 0, pos), max}
+        :tiny_budget -> {frames, pids, nodes, 1 + rem(byte, 4)}
+      end
+
+    Process.put(:fuzz_tree, tree)
+    tree
+  end
+
+  defp materialize({:names, kind}) do
+    frames = :fuzz_tree |> Process.get({{}, {}, <<>>, 1}) |> elem(0) |> Tuple.to_list()
+
+    case kind do
+      :valid -> frames |> Enum.map(&FlameOn.Client.Profile.frame_name/1) |> List.to_tuple()
+      :nils -> frames |> Enum.map(fn _ -> nil end) |> List.to_tuple()
+      :short -> frames |> Enum.drop(1) |> Enum.map(fn _ -> "x" end) |> List.to_tuple()
+      :atoms -> List.to_tuple(frames)
+    end
+  end
+
   defp materialize(other), do: other
+
+  defp flip(<<>>, _pos, _byte), do: <<>>
+
+  defp flip(bin, pos, byte) do
+    <<before::binary-size(pos), old, rest::binary>> = bin
+    <<before::binary, Bitwise.bxor(old, byte)::8, rest::binary>>
+  end
 
   defp badarg_ok(fun) do
     fun.()
@@ -350,7 +401,14 @@ defmodule FlameOn.Client.NifFuzzTest do
   defp result_ok?({:new, _}, r), do: is_reference(r)
   defp result_ok?({:stats, _}, r), do: is_map(r)
   defp result_ok?({:stop, _}, r), do: is_integer(r)
-  defp result_ok?({:finish, _, _}, r), do: match?({%{}, %{}}, r) or match?({%{}, %{}, %{}}, r)
+
+  defp result_ok?({:finish, _, _}, r),
+    do: match?({{_, _, _, _}, %{}}, r) or match?({{_, _, _, _}, %{}, %{}}, r)
+
+  defp result_ok?({:render, _, _}, r),
+    do: match?({%{}, %{}, %{}, names, n} when is_tuple(names) and n >= 0, r)
+
+  defp result_ok?({:tracer_state, _}, r), do: is_integer(r) and r > 0
   defp result_ok?({:enabled, _, _, _}, r), do: r in [:trace, :discard, :remove]
   defp result_ok?({:sample, _, _, _, _}, r), do: r in [:ok, :stopped, :idle]
   defp result_ok?({:graph_role, _}, r), do: r in [:root, :follower, nil]
@@ -608,6 +666,13 @@ defmodule FlameOn.Client.NifFuzzTest do
       {:stats, s},
       {:finish, s, T.union([nil, :stop, 5, timestamp(), term(w, 0)])},
       {:stop, s},
+      {:tracer_state, s},
+      {:render,
+       T.union([
+         {:tree, T.elements([:valid, :flipped, :cut, :tiny_budget]), T.integer(0, 400),
+          T.integer(1, 255)},
+         term(w, 1)
+       ]), T.union([{:names, T.elements([:valid, :nils, :short, :atoms])}, term(w, 1)])},
       {:graph_start, s, T.union([T.elements(w.pids), term(w, 0)])},
       {:graph_begin, s},
       {:graph_watch_callees, s, T.union([T.elements(w.pids ++ [w.remote]), term(w, 0)])},

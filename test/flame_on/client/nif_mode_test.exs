@@ -75,13 +75,20 @@ defmodule FlameOn.Client.NifModeTest do
     by_callback = Native.new(%{replay: true})
     Enum.each(messages, &replay_as_callback(by_callback, &1))
 
-    {stacks_a, stats_a} = Native.finish(by_ingest, nil)
-    {stacks_b, stats_b} = Native.finish(by_callback, nil)
+    {tree_a, stats_a} = Native.finish(by_ingest, nil)
+    {tree_b, stats_b} = Native.finish(by_callback, nil)
+    # the same trees, so the same stacks
+    assert tree_a == tree_b
+    stacks_a = raw_stacks(tree_a)
+    stacks_b = raw_stacks(tree_b)
 
     assert stacks_a == stacks_b
     assert stats_a.events == stats_b.events
     assert stats_a.events > 1_000
-    assert Map.drop(stats_a, [:memory_bytes]) == Map.drop(stats_b, [:memory_bytes])
+    # producer_folds, buffer_bytes: whether the drainer thread kept up with
+    # the replay (trace/5 buffers, ingest/2 does not)
+    volatile = [:memory_bytes, :producer_folds, :buffer_bytes]
+    assert Map.drop(stats_a, volatile) == Map.drop(stats_b, volatile)
 
     # And the replay is a real profile: fib frames, deep.
     [{_pid, entries}] = Map.to_list(stacks_a)
@@ -145,8 +152,8 @@ defmodule FlameOn.Client.NifModeTest do
     assert :ok = Native.trace(:call, session, self(), {:m, :g, 0}, %{timestamp: 6_000})
     assert %{events: 2} = Native.stats(session)
 
-    {stacks, _stats} = Native.finish(session, nil)
-    assert stacks == %{self() => [{[{:m, :f, 0}], 2_000}]}
+    {tree, _stats} = Native.finish(session, nil)
+    assert raw_stacks(tree) == %{self() => [{[{:m, :f, 0}], 2_000}]}
   end
 
   test "without replay: true, trace/5 stamps events itself and ignores a timestamp in opts" do
@@ -154,8 +161,8 @@ defmodule FlameOn.Client.NifModeTest do
     Native.trace(:call, session, self(), {:m, :f, 0}, %{timestamp: 1})
     Process.sleep(5)
     Native.stop(session)
-    {%{} = stacks, _} = Native.finish(session, :stop)
-    [{[{:m, :f, 0}], ns}] = stacks[self()]
+    {tree, _} = Native.finish(session, :stop)
+    [{[{:m, :f, 0}], ns}] = raw_stacks(tree)[self()]
     # charged from the call up to stop/1, on the tracer clock: about 5 ms
     assert ns in 4_000_000..500_000_000
   end
@@ -168,5 +175,88 @@ defmodule FlameOn.Client.NifModeTest do
     end
 
     assert_raise ArgumentError, fn -> Native.stop(:nope) end
+  end
+
+  describe "the tracer state is a slot key" do
+    test "a session's key takes events until stop/1, then reaches nothing" do
+      session = Native.new(%{replay: true})
+      key = Native.tracer_state(session)
+      assert is_integer(key) and key > 0
+      assert Native.tracer_state(session) == key
+      assert Native.enabled(:trace_status, key, self()) == :trace
+
+      assert :ok = Native.trace(:call, key, self(), {:m, :f, 0}, %{timestamp: 1_000})
+      assert %{events: 1} = Native.stats(session)
+
+      Native.stop(session)
+      assert Native.enabled(:trace_status, key, self()) == :remove
+      assert :ok = Native.trace(:call, key, self(), {:m, :g, 0}, %{timestamp: 2_000})
+      assert %{events: 1} = Native.stats(session)
+      assert_raise ArgumentError, fn -> Native.tracer_state(session) end
+
+      # a graph session has no key: its tracer state is :graph
+      assert_raise ArgumentError, fn -> Native.tracer_state(Native.new(%{label: 77_001})) end
+    end
+
+    test "keys are never handed out twice, and a session dropped unfinished frees its slot" do
+      keys =
+        for _ <- 1..200 do
+          session = Native.new(%{})
+          key = Native.tracer_state(session)
+          Native.finish(session, nil)
+          key
+        end
+
+      assert length(Enum.uniq(keys)) == 200
+      assert Enum.all?(keys, &(Native.enabled(:trace_status, &1, self()) == :remove))
+
+      parent = self()
+
+      holder =
+        spawn(fn ->
+          session = Native.new(%{})
+          send(parent, {:key, Native.tracer_state(session)})
+          receive do: (:stop -> :ok)
+        end)
+
+      assert_receive {:key, key}
+      assert Native.enabled(:trace_status, key, self()) == :trace
+      send(holder, :stop)
+      # the holder's exit frees the session handle: its destructor frees the slot
+      assert wait_until(fn -> Native.enabled(:trace_status, key, self()) == :remove end)
+    end
+
+    test "a buffer smaller than a burst is folded as it fills: the same stacks" do
+      messages = record(fn -> Workloads.fib(14) end)
+
+      trees =
+        for buffer <- [64, 65_536] do
+          session = Native.new(%{replay: true, buffer_events: buffer})
+          key = Native.tracer_state(session)
+          Enum.each(messages, &replay_as_callback(key, &1))
+          {tree, stats} = Native.finish(session, nil)
+          assert stats.buffer_bytes <= buffer * 56
+          assert stats.events > 1_000
+          tree
+        end
+
+      assert [same, same] = trees
+      assert_raise ArgumentError, fn -> Native.new(%{buffer_events: 0}) end
+      assert_raise ArgumentError, fn -> Native.new(%{buffer_events: 2 ** 23}) end
+    end
+  end
+
+  defp wait_until(fun, tries \\ 100) do
+    cond do
+      fun.() ->
+        true
+
+      tries == 0 ->
+        false
+
+      true ->
+        Process.sleep(10)
+        wait_until(fun, tries - 1)
+    end
   end
 end

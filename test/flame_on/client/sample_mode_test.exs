@@ -734,11 +734,15 @@ defmodule FlameOn.Client.SampleCostTest do
     profiles = for ref <- refs, do: elem(Tracing.stop_trace(ref), 1)
     for pid <- pids, do: Process.exit(pid, :kill)
 
-    # 400 samples/s shared by 4: 100 each, about 20 in 200 ms (not 200)
-    for p <- profiles do
-      allowed = 100 * p.duration_us / 1_000_000
-      assert p.stats.samples <= 1.5 * allowed + 3, inspect({p.duration_us, p.stats})
-    end
+    # 400 samples/s for the node, shared by the 4 (about 20 each in 200 ms,
+    # not 200). The traces stop one after the other, and each one stopped
+    # leaves the others a bigger part, so the bound is on the node's total
+    # over the longest trace, not on each trace.
+    longest_s = profiles |> Enum.map(& &1.duration_us) |> Enum.max() |> Kernel./(1_000_000)
+    total = profiles |> Enum.map(& &1.stats.samples) |> Enum.sum()
+
+    assert total <= 1.5 * 400 * longest_s + 4 * 3,
+           inspect(Enum.map(profiles, &{&1.duration_us, &1.stats.samples}))
 
     assert Enum.all?(profiles, &(&1.stats.throttled_ticks > 0))
     assert SampleBudget.active() == 0

@@ -15,7 +15,7 @@ defmodule FlameOn.Client.Capture.Nif do
   def start(opts) do
     Capture.ensure_untraced!()
     native = Capture.new_native!(opts, FlameOn.Client.limit_keys())
-    handle = TraceBackend.open(:trace, {Native, native})
+    handle = TraceBackend.open(:trace, {Native, Native.tracer_state(native)})
 
     with {:error, reason} <- Patterns.acquire(self(), handle) do
       TraceBackend.close(handle)

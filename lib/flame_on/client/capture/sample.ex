@@ -19,7 +19,7 @@ defmodule FlameOn.Client.Capture.Sample do
     sampler_opts = sampler_opts(opts)
     :ok = Patterns.acquire_depth(sampler_opts[:depth])
 
-    handle = TraceBackend.open(:trace, {Native, native})
+    handle = TraceBackend.open(:trace, {Native, Native.tracer_state(native)})
 
     %{
       module: __MODULE__,

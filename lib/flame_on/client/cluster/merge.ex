@@ -16,7 +16,8 @@ defmodule FlameOn.Client.Cluster.Merge do
   #     rest becomes the waiter's unattributed :process wait);
   #   * numbers the spans again, parents before children (the origin's root
   #     is 0), and rebuilds every children list;
-  #   * keys the part's stacks by their (remote) pids beside the origin's.
+  #   * keys the part's stacks by their (remote) pids beside the origin's
+  #     (the profile's `tree` then goes: exporters rebuild it from `stacks`).
   #
   # A :remote span no part answered stays: the time the caller waited for
   # a node whose part is missing.
@@ -61,10 +62,24 @@ defmodule FlameOn.Client.Cluster.Merge do
         nodes: Map.new(parts, fn {node, part} -> {node, node_stats(part)} end)
       })
 
-    %{profile | stacks: stacks, graph: %{graph | spans: spans, edges: edges, stats: stats}}
+    %{
+      profile
+      | stacks: stacks,
+        tree: tree(profile, parts),
+        graph: %{graph | spans: spans, edges: edges, stats: stats}
+    }
   end
 
   def merge(profile, _collected, _unreachable), do: profile
+
+  # The exporters walk the profile's tree: with the parts' stacks in
+  # `stacks`, it is rebuilt from them (`Profile.Tree.of/1`), at the cost of
+  # the origin's stacks without text (`stats.stacks_without_text`).
+  defp tree(profile, parts) do
+    if Enum.any?(parts, fn {_node, part} -> part.stacks != %{} end),
+      do: nil,
+      else: profile.tree
+  end
 
   defp node_stats(part) do
     %{

@@ -250,7 +250,8 @@ defmodule FlameOn.Client.ExUnit.TestRun do
         {pid, Enum.map(merged, fn {stack, {n, reds}} -> {stack, n, reds} end)}
       end)
 
-    %{profile | stacks: stacks, samples: samples}
+    # the exporters walk `tree`: rebuilt from the rewritten stacks
+    %{profile | stacks: stacks, samples: samples, tree: nil}
   end
 
   # The texts of the test's frames, as Profile names them.

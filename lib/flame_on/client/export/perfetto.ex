@@ -5,6 +5,7 @@ defmodule FlameOn.Client.Export.Perfetto do
 
   alias FlameOn.Client.{Graph, JSON, Profile, Span}
   alias FlameOn.Client.Export.Util
+  alias FlameOn.Client.Profile.Tree
 
   # The one trace-event process all BEAM processes are threads of.
   @pid 1
@@ -362,16 +363,31 @@ defmodule FlameOn.Client.Export.Perfetto do
 
   defp window(%Profile{}, _t0), do: {0, :infinity}
 
-  # A slice over the whole trace for a process the graph does not cover.
+  # A slice over the whole trace for a process the graph does not cover,
+  # with its largest stacks (ties in tree order), from the profile's tree:
+  # only those ten texts are written out.
   defp process_slice(profile, pid, tid, names, t0) do
-    entries = Map.fetch!(profile.stacks, pid)
+    tree = Tree.of(profile)
     ts = (profile.started_at || t0) - t0
 
+    {stacks, _path, total} =
+      Tree.reduce(tree, pid, {[], [], 0}, fn {depth, name, us, node_total, _s, _w},
+                                             {stacks, path, total} ->
+        path = Enum.drop_while(path, fn {d, _names} -> d >= depth end)
+        parent = with [{_d, names} | _] <- path, do: names
+        names = if depth == 0, do: [], else: [name | parent]
+        stacks = if us > 0, do: [{us, names} | stacks], else: stacks
+        {stacks, [{depth, names} | path], if(depth == 0, do: node_total, else: total)}
+      end)
+
     top =
-      entries
-      |> Enum.sort_by(fn {stack, us} -> {-us, stack} end)
+      stacks
+      |> Enum.reverse()
+      |> Enum.sort_by(fn {us, _names} -> -us end)
       |> Enum.take(@top_stacks)
-      |> Enum.map(fn {stack, us} -> %{us: us, stack: stack} end)
+      |> Enum.map(fn {us, names} ->
+        %{us: us, stack: names |> Enum.reverse() |> Enum.map_join(";", &Tree.name(tree, &1))}
+      end)
 
     slice = %{
       ph: "X",
@@ -381,7 +397,7 @@ defmodule FlameOn.Client.Export.Perfetto do
       tid: tid,
       ts: ts,
       dur: profile.duration_us,
-      args: %{pid: Util.pid_text(pid), total_us: Util.sum(entries), top_stacks: top}
+      args: %{pid: Util.pid_text(pid), total_us: total, top_stacks: top}
     }
 
     {{ts, 0, 0, -profile.duration_us}, slice}

@@ -16,34 +16,32 @@ defmodule FlameOn.Client.Export.Pprof do
 
   alias FlameOn.Client.Profile
   alias FlameOn.Client.Export.Util
+  alias FlameOn.Client.Profile.Tree
 
   @spec encode(Profile.t()) :: binary()
   def encode(%Profile{} = profile) do
     # Strings: "" must be index 0.
     strings = {%{"" => 0}, 1}
-    {wall, strings} = intern("wall", strings)
-    {microseconds, strings} = intern("microseconds", strings)
-    {pid_key, strings} = intern("pid", strings)
+    {wall, strings} = Util.intern("wall", strings)
+    {microseconds, strings} = Util.intern("microseconds", strings)
+    {pid_key, strings} = Util.intern("pid", strings)
     {sample_types, strings} = sample_types(profile, {wall, microseconds}, strings)
 
     {comment, strings} =
-      intern("flame_on_client trace #{profile.trace_id}: #{profile.name}", strings)
+      Util.intern("flame_on_client trace #{profile.trace_id}: #{profile.name}", strings)
 
     # Frame name => location id (== function id), assigned in order of appearance.
     acc = %{strings: strings, frames: %{}, next_frame: 1}
+    tree = Tree.of(profile)
+    sampled? = profile.samples != %{}
 
     {samples, acc} =
       profile
       |> pids()
       |> Enum.flat_map_reduce(acc, fn pid, acc ->
-        {pid_str, strings} = intern(Util.pid_text(pid), acc.strings)
-        acc = %{acc | strings: strings}
-
-        Enum.map_reduce(rows(profile, pid), acc, fn {stack, values}, acc ->
-          {ids, acc} = stack |> Util.frames() |> Enum.map_reduce(acc, &frame_id/2)
-          label = message([int(1, pid_key), int(2, pid_str)])
-          {message([packed(1, Enum.reverse(ids)), packed(2, values), bytes(3, label)]), acc}
-        end)
+        {pid_str, strings} = Util.intern(Util.pid_text(pid), acc.strings)
+        label = bytes(3, message([int(1, pid_key), int(2, pid_str)]))
+        rows(tree, pid, sampled?, label, %{acc | strings: strings})
       end)
 
     frames = Enum.sort_by(acc.frames, fn {_name, {id, _str}} -> id end)
@@ -90,9 +88,9 @@ defmodule FlameOn.Client.Export.Pprof do
     if samples == %{} do
       {[wall_type], strings}
     else
-      {count, strings} = intern("count", strings)
-      {samples_str, strings} = intern("samples", strings)
-      {reductions, strings} = intern("reductions", strings)
+      {count, strings} = Util.intern("count", strings)
+      {samples_str, strings} = Util.intern("samples", strings)
+      {reductions, strings} = Util.intern("reductions", strings)
 
       {[
          wall_type,
@@ -107,31 +105,42 @@ defmodule FlameOn.Client.Export.Pprof do
     Util.order(Map.keys(profile.stacks) ++ Map.keys(profile.samples), profile.pid)
   end
 
-  # `{stack, values}` per distinct stack of pid, values aligned with the
-  # sample types: `[us]`, or `[us, samples, reductions]` when the profile
-  # has samples (a stack with samples but under 0.5 µs gets its own row).
-  defp rows(%Profile{samples: samples} = profile, pid) when samples == %{} do
-    for {stack, us} <- Map.get(profile.stacks, pid, []), do: {stack, [us]}
+  # The samples of pid: one per node with time (or samples, when the profile
+  # has them), values aligned with the sample types: `[us]`, or `[us,
+  # samples, reductions]` (a stack with samples but under 0.5 µs has its own
+  # row). The preorder walk keeps each node's location ids, leaf first and
+  # already encoded, as one cons onto its parent's.
+  defp rows(tree, pid, sampled?, label, acc) do
+    {rows, _path, acc} =
+      Tree.reduce(tree, pid, {[], [], acc}, fn {depth, name, us, _total, n, r},
+                                               {rows, path, acc} ->
+        path = Enum.drop_while(path, fn {d, _ids} -> d >= depth end)
+        parent_ids = with [{_d, ids} | _] <- path, do: ids
+
+        {ids, acc} =
+          if depth == 0 do
+            {[], acc}
+          else
+            {id, acc} = frame_id(Tree.name(tree, name), acc)
+            {[varint(id) | parent_ids], acc}
+          end
+
+        rows =
+          cond do
+            us == 0 and (not sampled? or n == 0) -> rows
+            sampled? -> [sample(ids, [us, n, r], label) | rows]
+            true -> [sample(ids, [us], label) | rows]
+          end
+
+        {rows, [{depth, ids} | path], acc}
+      end)
+
+    {Enum.reverse(rows), acc}
   end
 
-  defp rows(%Profile{} = profile, pid) do
-    sampled = Map.new(Map.get(profile.samples, pid, []), fn {stack, n, r} -> {stack, {n, r}} end)
-    timed = Map.get(profile.stacks, pid, [])
-
-    with_time =
-      for {stack, us} <- timed do
-        {n, r} = Map.get(sampled, stack, {0, 0})
-        {stack, [us, n, r]}
-      end
-
-    has_time = MapSet.new(timed, &elem(&1, 0))
-
-    only_sampled =
-      for {stack, n, r} <- Map.get(profile.samples, pid, []),
-          not MapSet.member?(has_time, stack),
-          do: {stack, [0, n, r]}
-
-    with_time ++ only_sampled
+  defp sample(ids, values, label) do
+    ids = if ids == [], do: [], else: bytes(1, ids)
+    message([ids, packed(2, values), label])
   end
 
   # Wall-clock start: the monotonic start plus the node's current time offset.
@@ -147,18 +156,11 @@ defmodule FlameOn.Client.Export.Pprof do
         {id, acc}
 
       _ ->
-        {str, strings} = intern(name, acc.strings)
+        {str, strings} = Util.intern(name, acc.strings)
         id = acc.next_frame
 
         {id,
          %{acc | strings: strings, frames: Map.put(frames, name, {id, str}), next_frame: id + 1}}
-    end
-  end
-
-  defp intern(text, {index, next} = strings) do
-    case index do
-      %{^text => i} -> {i, strings}
-      _ -> {next, {Map.put(index, text, next), next + 1}}
     end
   end
 

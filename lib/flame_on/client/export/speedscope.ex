@@ -1,29 +1,34 @@
 defmodule FlameOn.Client.Export.Speedscope do
   @moduledoc false
   # speedscope's file format (https://www.speedscope.app/file-format-schema.json):
-  # one "sampled" profile per process, one sample per distinct stack weighted
-  # by its microseconds. See FlameOn.Client.Export.speedscope/1.
+  # one "evented" profile per process, written from the profile's tree: each
+  # node opens at the end of its previous sibling and closes after its total
+  # time, so the file grows with the tree, not with depth times stacks (a
+  # "sampled" profile would list every frame of every stack). See
+  # FlameOn.Client.Export.speedscope/1.
 
   alias FlameOn.Client.{JSON, Profile}
   alias FlameOn.Client.Export.Util
+  alias FlameOn.Client.Profile.Tree
 
   @schema "https://www.speedscope.app/file-format-schema.json"
 
   @spec encode(Profile.t()) :: iodata()
   def encode(%Profile{} = profile) do
     names = Util.registered_names(profile)
+    tree = Tree.of(profile)
 
     {profiles, {index, _next}} =
       profile
       |> Util.pids()
       |> Enum.map_reduce({%{}, 0}, fn pid, frames ->
-        sampled(profile, pid, names, frames)
+        evented(profile, tree, pid, names, frames)
       end)
 
     frames =
       index
       |> Enum.sort_by(fn {_name, i} -> i end)
-      |> Enum.map(fn {name, _i} -> %{name: name} end)
+      |> Enum.map(fn {name, _i} -> %{name: Tree.name(tree, name)} end)
 
     JSON.encode!(%{
       "$schema" => @schema,
@@ -35,33 +40,41 @@ defmodule FlameOn.Client.Export.Speedscope do
     })
   end
 
-  defp sampled(profile, pid, names, frames) do
-    entries = Map.fetch!(profile.stacks, pid)
+  # Open frames are kept as a stack of {depth, frame, ends_at, cursor}:
+  # cursor is where the next child opens.
+  defp evented(profile, tree, pid, names, frames) do
+    {events, open, frames, total} =
+      Tree.reduce(tree, pid, {[], [], frames, 0}, fn
+        {0, _name, _self, total, _s, _w}, {events, _open, frames, _} ->
+          {events, [{0, nil, total, 0}], frames, total}
 
-    {samples, frames} =
-      Enum.map_reduce(entries, frames, fn {stack, _us}, frames ->
-        stack |> Util.frames() |> Enum.map_reduce(frames, &intern/2)
+        {_depth, _name, _self, 0, _s, _w}, acc ->
+          acc
+
+        {depth, name, _self, us, _s, _w}, {events, open, frames, total} ->
+          {events, [{d, parent, ends, cursor} | open]} = close(events, open, depth)
+          {frame, frames} = Util.intern(name, frames)
+          open = [{depth, frame, cursor + us, cursor}, {d, parent, ends, cursor + us} | open]
+          {[%{type: "O", frame: frame, at: cursor} | events], open, frames, total}
       end)
 
-    total = Util.sum(entries)
+    {events, _} = close(events, open, 1)
 
     json = %{
-      "type" => "sampled",
+      "type" => "evented",
       "name" => "#{profile.name} #{Util.process_label(pid, names)}",
       "unit" => "microseconds",
       "startValue" => 0,
       "endValue" => total,
-      "samples" => samples,
-      "weights" => Enum.map(entries, fn {_stack, us} -> us end)
+      "events" => Enum.reverse(events)
     }
 
     {json, frames}
   end
 
-  defp intern(name, {index, next} = frames) do
-    case index do
-      %{^name => i} -> {i, frames}
-      _ -> {next, {Map.put(index, name, next), next + 1}}
-    end
-  end
+  # Closes the open frames at depth >= depth (not the process root).
+  defp close(events, [{d, frame, ends, _cursor} | open], depth) when d >= depth and d > 0,
+    do: close([%{type: "C", frame: frame, at: ends} | events], open, depth)
+
+  defp close(events, open, _depth), do: {events, open}
 end

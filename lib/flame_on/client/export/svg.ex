@@ -7,6 +7,7 @@ defmodule FlameOn.Client.Export.SVG do
 
   alias FlameOn.Client.Profile
   alias FlameOn.Client.Export.Util
+  alias FlameOn.Client.Profile.Tree
 
   @defaults [
     per_process: false,
@@ -28,19 +29,19 @@ defmodule FlameOn.Client.Export.SVG do
   def encode(%Profile{} = profile, opts) do
     opts = validate!(opts)
     names = Util.registered_names(profile)
+    tree = Tree.of(profile)
 
     if opts[:per_process] do
       Map.new(Util.pids(profile), fn pid ->
         label = Util.process_label(pid, names)
-        tree = Enum.reduce(Map.fetch!(profile.stacks, pid), new_node(), &insert/2)
         title = opts[:title] || "#{profile.name} #{label}"
-        {pid, render(profile, {"#{profile.name} #{label}", :root, tree}, title, 1, opts)}
+        root = nested(tree, pid)
+        {pid, render(profile, {"#{profile.name} #{label}", :root, root}, title, 1, opts)}
       end)
     else
       processes =
         for pid <- Util.pids(profile) do
-          tree = Enum.reduce(Map.fetch!(profile.stacks, pid), new_node(), &insert/2)
-          {Util.process_label(pid, names), :process, tree}
+          {Util.process_label(pid, names), :process, nested(tree, pid)}
         end
 
       root = %{
@@ -75,26 +76,38 @@ defmodule FlameOn.Client.Export.SVG do
 
   ## Call tree
 
-  # `kids` is a map name => node while building; the merged root's kids is
-  # a list of `{label, kind, node}` in process order.
-  defp new_node, do: %{us: 0, kids: %{}}
+  # A process's tree as nested nodes `%{us: total, kids: [{name, :frame,
+  # node}]}`, children in name order, from the profile's tree (preorder, so
+  # one descent); nodes without time are left out. The merged root's kids
+  # are `{label, :process, node}` in process order.
+  defp nested(tree, pid) do
+    records =
+      tree
+      |> Tree.reduce(pid, [], fn
+        {_depth, _name, _self, 0, _s, _w}, acc -> acc
+        {depth, name, _self, us, _s, _w}, acc -> [{depth, name, us} | acc]
+      end)
+      |> Enum.reverse()
 
-  defp insert({stack, us}, node), do: add(node, Util.frames(stack), us)
+    case records do
+      [{0, _root, us} | rest] ->
+        {kids, []} = kids_of(rest, 0, tree)
+        %{us: us, kids: kids}
 
-  defp add(node, [], us), do: %{node | us: node.us + us}
-
-  defp add(%{us: total, kids: kids}, [frame | rest], us) do
-    child = Map.get(kids, frame) || new_node()
-    %{us: total + us, kids: Map.put(kids, frame, add(child, rest, us))}
+      [] ->
+        %{us: 0, kids: []}
+    end
   end
 
-  defp children(%{kids: kids}) when is_list(kids), do: kids
-
-  defp children(%{kids: kids}) do
-    kids
-    |> Enum.sort_by(fn {name, _} -> name end)
-    |> Enum.map(fn {name, n} -> {name, :frame, n} end)
+  defp kids_of([{d, name, us} | rest], depth, tree) when d == depth + 1 do
+    {grandkids, rest} = kids_of(rest, d, tree)
+    {siblings, rest} = kids_of(rest, depth, tree)
+    {[{Tree.name(tree, name), :frame, %{us: us, kids: grandkids}} | siblings], rest}
   end
+
+  defp kids_of(rest, _depth, _tree), do: {[], rest}
+
+  defp children(%{kids: kids}), do: kids
 
   ## Layout: frames as {name, kind, x_us, w_us, depth, self_us}
 

@@ -57,6 +57,19 @@ defmodule FlameOn.Client.Export.Util do
   def frames(""), do: []
   def frames(stack), do: :binary.split(stack, ";", [:global])
 
+  @doc """
+  Numbers things in order of first sight: `{index, {map, next}}` for `key`
+  (a string table, a frame table).
+  """
+  @spec intern(term(), {map(), non_neg_integer()}) ::
+          {non_neg_integer(), {map(), non_neg_integer()}}
+  def intern(key, {index, next} = table) do
+    case index do
+      %{^key => i} -> {i, table}
+      _ -> {next, {Map.put(index, key, next), next + 1}}
+    end
+  end
+
   @doc "Total microseconds of a list of `{stack, us}`."
   @spec sum([{String.t(), non_neg_integer()}]) :: non_neg_integer()
   def sum(entries), do: Enum.reduce(entries, 0, fn {_stack, us}, acc -> acc + us end)

@@ -38,7 +38,9 @@ defmodule FlameOn.Client.NextCall.Stacks do
     %{
       profile
       | stacks: put_non_empty(profile.stacks, pid, stacks),
-        samples: put_non_empty(profile.samples, pid, samples)
+        samples: put_non_empty(profile.samples, pid, samples),
+        # the exporters walk `tree`: rebuilt from the rewritten stacks
+        tree: nil
     }
   end
 

@@ -197,6 +197,9 @@ defmodule FlameOn.Client.Web.Pages do
     ])
   end
 
+  defp only(nil, _pid), do: nil
+  defp only(tree, pid), do: %{tree | nodes: Map.take(tree.nodes, [pid])}
+
   @doc "One trace: facts, process selector, flame graph, spans, stats, downloads."
   @spec trace(Profile.t(), pid() | nil) :: iodata()
   def trace(%Profile{} = profile, pid) do
@@ -205,7 +208,7 @@ defmodule FlameOn.Client.Web.Pages do
 
     shown =
       if pid,
-        do: %{profile | stacks: Map.take(profile.stacks, [pid])},
+        do: %{profile | stacks: Map.take(profile.stacks, [pid]), tree: only(profile.tree, pid)},
         else: profile
 
     title = if pid, do: "#{profile.name} #{names[pid]}", else: profile.name

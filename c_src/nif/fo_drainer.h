@@ -1,0 +1,23 @@
+/* The drainer: one native thread that folds the tracer rings of busy
+ * sessions into their cores, so the traced process only appends (see
+ * fo_ring.h). A producer asks for it once its ring is half full. Without
+ * a drainer (the thread could not start) producers fold their own rings
+ * when full: slower, equally exact. */
+#ifndef FO_DRAINER_H
+#define FO_DRAINER_H
+
+#include "fo_resource.h"
+
+/* Starts the thread; 1 when it runs (or already ran). */
+int fo_drainer_start(void);
+
+/* Stops and joins the thread, giving back every queued session. */
+void fo_drainer_stop(void);
+
+/* Queues res for a fold, keeping a reference until it is done (the
+ * caller makes sure res is alive: it holds res's slot lock, and the
+ * handle owning res unregisters the slot before letting it go). 0 when
+ * there is no drainer: nothing was queued or kept. */
+int fo_drainer_request(fo_session_res *res);
+
+#endif
