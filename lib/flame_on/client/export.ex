@@ -335,7 +335,8 @@ defmodule FlameOn.Client.Export do
   end
 
   defp process_file(stem, pid, format) do
-    digits = pid |> Util.pid_text() |> String.trim_leading("<") |> String.trim_trailing(">")
+    # <0.96.0> is stem.0.96.0.folded, <0.96.0>@node stem.0.96.0@node.folded
+    digits = pid |> Util.pid_text() |> String.replace(["<", ">"], "")
     "#{stem}.#{digits}#{Map.fetch!(@extensions, format)}"
   end
 

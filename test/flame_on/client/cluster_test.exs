@@ -87,6 +87,49 @@ defmodule FlameOn.Client.ClusterTest do
   defp profile(fun, opts \\ []),
     do: FlameOn.Client.profile(fun, [cross_process: true, mode: :nif] ++ opts)
 
+  # every format writes the profile; each export has B's or the origin's
+  # processes
+  defp assert_exports(profile) do
+    for format <- FlameOn.Client.Export.formats() do
+      data =
+        case format do
+          :folded -> FlameOn.Client.Export.folded(profile)
+          :speedscope -> FlameOn.Client.Export.speedscope(profile)
+          :perfetto -> FlameOn.Client.Export.perfetto(profile)
+          :svg -> FlameOn.Client.Export.svg(profile)
+          :pprof -> FlameOn.Client.Export.pprof(profile)
+        end
+
+      assert IO.iodata_length(data) > 0, "#{format} is empty"
+    end
+  end
+
+  defp perfetto_events(profile) do
+    profile
+    |> FlameOn.Client.Export.perfetto()
+    |> FlameOn.Client.Test.ExportHelpers.json_decode!()
+    |> Map.fetch!("traceEvents")
+  end
+
+  defp perfetto_group(profile, %Span{span_id: id}) do
+    Enum.find_value(perfetto_events(profile), fn
+      %{"cat" => "span", "args" => %{"span_id" => ^id}, "pid" => pid} -> pid
+      _ -> nil
+    end)
+  end
+
+  defp node_group(profile, node) do
+    Enum.find_value(perfetto_events(profile), fn
+      %{"name" => "process_name", "pid" => pid, "args" => %{"name" => name}} ->
+        if String.ends_with?(name, " on #{node}"), do: pid
+
+      _ ->
+        nil
+    end)
+  end
+
+  defp inspect_pid(pid), do: List.to_string(:erlang.pid_to_list(pid))
+
   defp duration(%Span{started_at: s, ended_at: e}), do: e - s
 
   defp span_of(%Graph{spans: spans}, pid), do: Enum.find(spans, &(&1.pid == pid))
@@ -120,8 +163,11 @@ defmodule FlameOn.Client.ClusterTest do
     assert edge.waker_span_id == b_span.span_id
     assert edge.attributed_us == root.attributed_wait_us
 
-    # no :remote span is left: B's part answered it
+    # no :remote span is left: B's part answered it; the root waited on
+    # B's pid (not on the name it called)
     refute Enum.any?(graph.spans, &(&1.kind == :remote))
+    assert root.waiting_on_pid == b_pid
+    assert_exports(profile)
 
     # B's stacks, under B's pid: its spin, on a CPU
     b_stacks = Map.fetch!(profile.stacks, b_pid)
@@ -190,9 +236,46 @@ defmodule FlameOn.Client.ClusterTest do
     assert Map.has_key?(profile.stacks, b_pid) and Map.has_key?(profile.stacks, c_pid)
     assert graph.stats.joined_remote_calls == 2
 
-    # folded lines: one per stack, the remote ones too
+    # folded lines: one per stack, the remote ones too, each remote pid as
+    # its node prints it, then @node
     folded = profile |> Profile.folded() |> IO.iodata_to_binary()
-    assert folded =~ "FlameOn.Client.Test.Server.spin_until/1"
+    [_, number, serial] = Regex.run(~r/^<\d+\.(\d+)\.(\d+)>$/, inspect_pid(c_pid))
+    c_text = "<0.#{number}.#{serial}>@#{c}"
+    assert Profile.pid_text(c_pid) == c_text
+
+    assert folded
+           |> String.split("\n", trim: true)
+           |> Enum.any?(
+             &(String.starts_with?(&1, "flame_on;#{c_text};") and
+                 &1 =~ "FlameOn.Client.Test.Server.spin_until/1")
+           )
+
+    # that is how C itself prints it
+    assert :erpc.call(c, :erlang, :pid_to_list, [c_pid]) == ~c"<0.#{number}.#{serial}>"
+
+    # Perfetto: one process group per node, the origin's first; each span
+    # on its node's group; a flow from each caller's wait to its callee's
+    # span, across groups
+    events = perfetto_events(profile)
+
+    groups =
+      for %{"name" => "process_name", "pid" => pid, "args" => %{"name" => name}} <- events,
+          into: %{},
+          do: {name |> String.split(" on ") |> List.last() |> String.to_atom(), pid}
+
+    assert %{^b => gb, ^c => gc} = groups
+    assert groups[node()] == 1 and gb > 1 and gc > 1 and gb != gc
+
+    spans = for %{"cat" => "span"} = e <- events, into: %{}, do: {e["args"]["span_id"], e}
+    assert spans[b_span.span_id]["pid"] == gb and spans[c_span.span_id]["pid"] == gc
+    assert spans[0]["pid"] == 1
+
+    flows =
+      for %{"cat" => "wait", "flow_out" => true, "bind_id" => id} = w <- events,
+          %{"cat" => "span", "flow_in" => true, "bind_id" => ^id} = s <- events,
+          do: {w["pid"], s["pid"]}
+
+    assert {1, gb} in flows and {gb, gc} in flows
 
     assert_node_clean()
     assert_peer_clean(b)
@@ -216,7 +299,7 @@ defmodule FlameOn.Client.ClusterTest do
     b_pid = server(b, :fo_cluster_b)
     _ = server(e, :fo_cluster_e)
 
-    {result, %Profile{graph: graph}} =
+    {result, %Profile{graph: graph} = profile} =
       profile(fn ->
         GenServer.call({:fo_cluster_b, b}, {:spin, 10})
         test = self()
@@ -231,7 +314,12 @@ defmodule FlameOn.Client.ClusterTest do
     assert %Span{node: ^b} = span_of(graph, b_pid)
     # the call to E: the caller's view of it, the only one left
     assert %Span{kind: :remote, node: ^e, pid: {:fo_cluster_e, ^e}} =
-             Enum.find(graph.spans, &(&1.kind == :remote))
+             remote = Enum.find(graph.spans, &(&1.kind == :remote))
+
+    # every format takes the lost node's :remote span: Perfetto draws it in
+    # E's process group
+    assert_exports(profile)
+    assert perfetto_group(profile, remote) == node_group(profile, e)
 
     assert_node_clean()
     assert_peer_clean(b)
@@ -280,8 +368,10 @@ defmodule FlameOn.Client.ClusterTest do
     b = peers.b.node
     _ = server(b, :fo_cluster_b)
 
-    {_, %Profile{graph: graph}} =
+    {_, %Profile{graph: graph} = profile} =
       profile(fn -> GenServer.call({:fo_cluster_b, b}, {:spin, 20}) end, cluster: false)
+
+    assert_exports(profile)
 
     [root | _] = graph.spans
     assert [%Span{kind: :remote, node: ^b, parent_span_id: 0} = remote] = tl(graph.spans)

@@ -144,12 +144,16 @@ defmodule FlameOn.Client.Cluster.Merge do
 
     by_id = Map.new(spans, &{&1.span_id, &1})
 
-    # the callee's span hangs where the :remote span did
+    # the callee's span hangs where the :remote span did; the caller that
+    # waited on the callee as it named it ({name, node}) waited on its pid
     by_id =
       Enum.reduce(replaced, by_id, fn {proxy_id, callee}, acc ->
+        proxy = by_id[proxy_id]
+
         acc
         |> Map.delete(proxy_id)
-        |> Map.put(callee.span_id, %{callee | parent_span_id: by_id[proxy_id].parent_span_id})
+        |> Map.put(callee.span_id, %{callee | parent_span_id: proxy.parent_span_id})
+        |> rename_wait(proxy.parent_span_id, proxy.pid, callee.pid)
       end)
 
     {edges, by_id} =
@@ -172,6 +176,16 @@ defmodule FlameOn.Client.Cluster.Merge do
 
     kept = Enum.filter(spans, &Map.has_key?(by_id, &1.span_id)) |> Enum.map(&by_id[&1.span_id])
     {kept, Enum.filter(edges, &Map.has_key?(by_id, &1.waiter_span_id)), map_size(replaced)}
+  end
+
+  defp rename_wait(by_id, caller_id, named, pid) do
+    case by_id do
+      %{^caller_id => %Span{waiting_on_pid: ^named} = caller} ->
+        %{by_id | caller_id => %{caller | waiting_on_pid: pid}}
+
+      _ ->
+        by_id
+    end
   end
 
   defp overlap(a0, a1, b0, b1), do: max(min(a1, b1) - max(a0, b0), 0)
