@@ -24,7 +24,8 @@ defmodule FlameOn.Client.Cluster do
   fastest of a few `:erpc` calls; `graph.stats.nodes[node].clock_uncertainty_us`
   is half that round trip), stacks are keyed by the remote pids, spans carry
   their `node`, and a call to another node links the caller's span to the
-  callee's span there as a local call would.
+  callee's span there as a local call would. `graph.stats.collect_us` and
+  `merge_us` say what collecting the parts and merging them took.
 
   A node that disconnects or crashes mid-trace costs its part
   (`graph.stats.lost_parts`), never the trace. Each part monitors the
@@ -129,13 +130,24 @@ defmodule FlameOn.Client.Cluster do
   def finish(%{parts: parts} = cluster, profile) do
     nodes = Map.keys(parts)
 
-    collected =
-      nodes
-      |> Enum.map(fn node -> Task.async(fn -> collect(node, parts[node], cluster) end) end)
-      |> Enum.map(&Task.await(&1, :infinity))
+    {collect_us, collected} =
+      :timer.tc(fn ->
+        nodes
+        |> Enum.map(fn node -> Task.async(fn -> collect(node, parts[node], cluster) end) end)
+        |> Enum.map(&Task.await(&1, :infinity))
+      end)
 
-    Merge.merge(profile, Enum.zip(nodes, collected), cluster.unreachable)
+    {merge_us, merged} =
+      :timer.tc(fn -> Merge.merge(profile, Enum.zip(nodes, collected), cluster.unreachable) end)
+
+    timed(merged, %{collect_us: collect_us, merge_us: merge_us})
   end
+
+  # what the end of a trace across nodes cost the origin
+  defp timed(%Profile{graph: %{stats: stats} = graph} = profile, times) when is_map(stats),
+    do: %{profile | graph: %{graph | stats: Map.merge(stats, times)}}
+
+  defp timed(profile, _times), do: profile
 
   defp collect(node, part, cluster) do
     # the clock first: collecting stops the part

@@ -180,6 +180,7 @@ defmodule FlameOn.Client.ClusterTest do
     assert %{^b => %{clock_uncertainty_us: u, bytes: bytes}} = graph.stats.nodes
     assert u >= 0 and u < 5_000 and bytes > 0
     assert graph.stats.joined_remote_calls == 1
+    assert graph.stats.collect_us > 0 and graph.stats.merge_us > 0
     assert graph.stats.lost_parts == 0
     assert {peers.d.node, :not_running} in graph.stats.unreachable_nodes
 
