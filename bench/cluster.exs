@@ -1,6 +1,6 @@
 # What a trace across nodes costs beside a trace on one node.
 #
-#     mix run bench/cluster.exs            # ~40 s
+#     mix run bench/cluster.exs            # ~10 s
 #     FO_BENCH_REPS=11 mix run bench/cluster.exs
 #
 # Starts this node distributed (epmd, 127.0.0.1) and one peer, B, running
