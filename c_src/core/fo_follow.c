@@ -58,9 +58,9 @@ void fo_follow_correlation(const fo_follow *f, const fo_corr *c, int64_t ts)
     switch (c->kind) {
     case FO_CORR_REQUEST:
         if (c->is_send)
-            fo_graph_request_sent(g, c->from, c->to, c->tag, ts);
+            fo_graph_remote_request_sent(g, c->from, c->to, c->tag, c->wire, ts);
         else
-            fo_graph_request_received(g, c->to, c->from, c->tag, ts);
+            fo_graph_remote_request_received(g, c->to, c->from, c->tag, c->wire, ts);
         break;
     case FO_CORR_REPLY:
         /* {Ref, Result} is also what a Task sends: a plain message when

@@ -169,6 +169,7 @@ typedef struct {
     uint32_t calls;
     uint32_t wakes;
     uint32_t last_edge; /* newest edge with this span as the waiter */
+    uint32_t wire;      /* a call across nodes: its tag's hash on both nodes */
     uint8_t status;
     uint8_t kind;
     uint8_t has_resumed;
@@ -358,8 +359,15 @@ static uint64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1)
 
 /* --- notes for the front end ------------------------------------------- */
 
+static int remote(uint64_t pid)
+{
+    return (pid & FO_GRAPH_REMOTE_BIT) != 0;
+}
+
 static void note(fo_graph *g, uint32_t kind, uint64_t pid, int64_t ts, uint64_t ns)
 {
+    if (remote(pid))
+        return; /* nothing of it runs here */
     if (g->note_count == FO_GRAPH_NOTES) {
         g->stats.note_overflows++;
         return;
@@ -898,6 +906,34 @@ static uint32_t call_alloc(fo_graph *g)
     return g->call_used++;
 }
 
+/* A live call of tag (no caller span, no callee span yet); FO_NONE, and
+ * counted, when a bound or memory says no. */
+static uint32_t new_call(fo_graph *g, uint64_t tag)
+{
+    if (g->call_live >= g->limits.max_pending_calls) {
+        g->stats.pending_limit_hits++;
+        return FO_NONE;
+    }
+    uint32_t c = call_alloc(g);
+    if (c == FO_NONE || !index_put(&g->call_index, tag, c)) {
+        if (c != FO_NONE) {
+            g->calls[c].live = 0; /* a fresh entry is uninitialized */
+            g->calls[c].next_free = g->free_call;
+            g->free_call = c;
+        }
+        g->stats.alloc_failures++;
+        return FO_NONE;
+    }
+    gcall *call = &g->calls[c];
+    memset(call, 0, sizeof(*call));
+    call->tag = tag;
+    call->caller_span = FO_NONE;
+    call->callee_span = FO_NONE;
+    call->live = 1;
+    g->call_live++;
+    return c;
+}
+
 static void call_release(fo_graph *g, uint32_t c)
 {
     index_remove(&g->call_index, g->calls[c].tag);
@@ -961,7 +997,7 @@ uint32_t fo_graph_root(fo_graph *g, uint64_t pid, int64_t ts)
     return s;
 }
 
-void fo_graph_request_sent(fo_graph *g, uint64_t caller, uint64_t callee, uint64_t tag, int64_t ts)
+static void request_sent(fo_graph *g, uint64_t caller, uint64_t callee, uint64_t tag, uint32_t wire, int64_t ts)
 {
     if (refuse_after_close(g))
         return;
@@ -979,20 +1015,9 @@ void fo_graph_request_sent(fo_graph *g, uint64_t caller, uint64_t callee, uint64
         g->stats.duplicate_events++;
         return;
     }
-    if (g->call_live >= g->limits.max_pending_calls) {
-        g->stats.pending_limit_hits++;
+    uint32_t c = new_call(g, tag);
+    if (c == FO_NONE)
         return;
-    }
-    uint32_t c = call_alloc(g);
-    if (c == FO_NONE || !index_put(&g->call_index, tag, c)) {
-        if (c != FO_NONE) {
-            g->calls[c].live = 0; /* a fresh entry is uninitialized */
-            g->calls[c].next_free = g->free_call;
-            g->free_call = c;
-        }
-        g->stats.alloc_failures++;
-        return;
-    }
     gspan *sp = &g->spans[s];
     show(g, &g->procs[sp->proc], ts);
     if (ts < sp->started) {
@@ -1000,20 +1025,56 @@ void fo_graph_request_sent(fo_graph *g, uint64_t caller, uint64_t callee, uint64
         ts = sp->started;
     }
     gcall *call = &g->calls[c];
-    memset(call, 0, sizeof(*call));
-    call->tag = tag;
     call->callee = callee;
     call->sent = ts;
     call->caller_span = s;
-    call->callee_span = FO_NONE;
-    call->live = 1;
-    g->call_live++;
     sp->open_calls++;
     sp->calls++;
     gproc *p = &g->procs[sp->proc];
     p->calls_out++;
     p->last_callee = callee;
     g->stats.calls++;
+    if (remote(callee)) {
+        /* its work is on the other node: here it is the wait for it */
+        call->received = 1;
+        call->callee_span = open_span(g, s, callee, ts, ts, FO_SPAN_REMOTE, caller);
+        if (call->callee_span != FO_NONE)
+            g->spans[call->callee_span].wire = wire;
+        g->stats.remote_calls++;
+    }
+}
+
+void fo_graph_request_sent(fo_graph *g, uint64_t caller, uint64_t callee, uint64_t tag, int64_t ts)
+{
+    request_sent(g, caller, callee, tag, 0, ts);
+}
+
+void fo_graph_remote_request_sent(fo_graph *g, uint64_t caller, uint64_t callee, uint64_t tag, uint32_t wire,
+                                  int64_t ts)
+{
+    request_sent(g, caller, callee, tag, wire, ts);
+}
+
+/* A request from a process on another node: a call of its own here
+ * (settled from the start: its caller resumes over there), whose span has
+ * no parent on this node. */
+static void remote_request_received(fo_graph *g, uint64_t callee, uint64_t caller, uint64_t tag, uint32_t wire,
+                                    int64_t ts)
+{
+    uint32_t c = new_call(g, tag);
+    if (c == FO_NONE)
+        return;
+    gcall *call = &g->calls[c];
+    call->callee = callee;
+    call->sent = ts;
+    call->received = 1;
+    call->settled = 1;
+    g->stats.remote_requests++;
+    drop_provisional(g, find_proc(g, callee), ts);
+    uint32_t s = open_span(g, FO_NONE, callee, ts, ts, FO_SPAN_REQUEST, caller);
+    call->callee_span = s;
+    if (s != FO_NONE)
+        g->spans[s].wire = wire;
 }
 
 /* A follower that took a tokened message: a wake nothing else settled
@@ -1034,15 +1095,18 @@ static void took(fo_graph *g, uint64_t to, uint64_t from, int64_t ts)
     touch(g, p, ts);
 }
 
-void fo_graph_request_received(fo_graph *g, uint64_t callee, uint64_t caller, uint64_t tag,
-                               int64_t ts)
+static void request_received(fo_graph *g, uint64_t callee, uint64_t caller, uint64_t tag, uint32_t wire,
+                             int64_t ts)
 {
     /* The tag alone identifies the call; the caller in the request is
      * the one request_sent recorded. */
-    (void)caller;
     if (refuse_after_close(g))
         return;
     uint32_t c = index_find(&g->call_index, tag);
+    if (c == FO_NONE && remote(caller)) {
+        remote_request_received(g, callee, caller, tag, wire, ts);
+        return;
+    }
     if (c == FO_NONE) {
         g->stats.unmatched_requests++;
         return;
@@ -1060,6 +1124,17 @@ void fo_graph_request_received(fo_graph *g, uint64_t callee, uint64_t caller, ui
     g->calls[c].callee = callee;
     uint32_t s = open_span(g, parent, callee, ts, g->calls[c].sent, FO_SPAN_REQUEST, caller_pid);
     g->calls[c].callee_span = s;
+}
+
+void fo_graph_request_received(fo_graph *g, uint64_t callee, uint64_t caller, uint64_t tag, int64_t ts)
+{
+    request_received(g, callee, caller, tag, 0, ts);
+}
+
+void fo_graph_remote_request_received(fo_graph *g, uint64_t callee, uint64_t caller, uint64_t tag,
+                                      uint32_t wire, int64_t ts)
+{
+    request_received(g, callee, caller, tag, wire, ts);
 }
 
 int fo_graph_reply_sent(fo_graph *g, uint64_t sender, uint64_t tag, int64_t ts)
@@ -1115,8 +1190,10 @@ int fo_graph_reply_received(fo_graph *g, uint64_t caller, uint64_t tag, int64_t 
     took(g, caller, call->callee, ts);
     uint32_t callee = call->callee_span;
     if (callee != FO_NONE && g->spans[callee].status == FO_SPAN_OPEN) {
-        /* The reply was sent without a token we saw; it was sent by now. */
-        g->stats.unseen_replies++;
+        /* The reply was sent without a token we saw (or on another node,
+         * the end of a REMOTE span); it was sent by now. */
+        if (g->spans[callee].kind != FO_SPAN_REMOTE)
+            g->stats.unseen_replies++;
         end_span(g, callee, ts, FO_SPAN_OK, 0);
     }
     if (callee != FO_NONE) {
@@ -1394,7 +1471,7 @@ void fo_graph_close(fo_graph *g, int64_t end_ts)
     }
     for (uint32_t s = 0; s < g->span_count; s++) {
         /* the root finishing is the trace's normal end */
-        uint8_t status = g->spans[s].parent == FO_NONE ? FO_SPAN_OK : FO_SPAN_OPEN_AT_CLOSE;
+        uint8_t status = g->spans[s].kind == FO_SPAN_ROOT ? FO_SPAN_OK : FO_SPAN_OPEN_AT_CLOSE;
         end_span(g, s, end_ts, status, 0);
     }
     g->closed = 1;
@@ -1490,6 +1567,7 @@ int fo_graph_span(const fo_graph *g, uint32_t id, fo_span_info *out)
     out->child_count = sp->child_count;
     out->first_child = sp->first_child;
     out->next_sibling = sp->next_sibling;
+    out->wire = sp->wire;
     return 1;
 }
 
@@ -1509,7 +1587,7 @@ uint32_t fo_graph_followers(const fo_graph *g, uint64_t *out, uint32_t cap)
     uint32_t n = 0;
     for (uint32_t i = 0; i < g->proc_count; i++) {
         const gproc *p = &g->procs[i];
-        if (p->is_root || p->follow != FOLLOW_ON)
+        if (p->is_root || p->follow != FOLLOW_ON || remote(p->pid))
             continue;
         if (n < cap)
             out[n] = p->pid;

@@ -56,8 +56,15 @@ typedef enum {
     FO_SPAN_ROOT = 0,         /* the traced function's process, the whole trace */
     FO_SPAN_REQUEST = 1,      /* a $gen_call request served, until the reply */
     FO_SPAN_WORK = 2,         /* other work: a message taken from a follower, or a spawn */
-    FO_SPAN_CONTINUATION = 3  /* a server's work for the trace after its reply */
+    FO_SPAN_CONTINUATION = 3, /* a server's work for the trace after its reply */
+    FO_SPAN_REMOTE = 4        /* a call to a process on another node, from its send to its reply */
 } fo_span_kind;
+
+/* Pid keys with this bit set are processes on other nodes (named by the
+ * front end). They never run here: they get no notes, are nobody's
+ * follower to route, and a request to one is a REMOTE span on this node
+ * (its process's work is in that node's part of the trace). */
+#define FO_GRAPH_REMOTE_BIT (UINT64_C(1) << 63)
 
 /* What ended an off-CPU interval: the first message the process took
  * delivery of after it was scheduled in, as its receive event says. */
@@ -106,6 +113,8 @@ typedef struct {
     uint64_t edges;                 /* wait edges recorded (merged ones count once) */
     uint64_t edge_limit_hits;       /* attributed waits past max_spans edges: no edge */
     uint64_t note_overflows;        /* notes the front end did not drain in time */
+    uint64_t remote_calls;          /* requests sent to another node (REMOTE spans) */
+    uint64_t remote_requests;       /* requests taken from another node's process */
 } fo_graph_stats;
 
 typedef struct {
@@ -134,6 +143,7 @@ typedef struct {
     uint32_t child_count;
     uint32_t first_child;    /* FO_NONE when none; children in creation order */
     uint32_t next_sibling;   /* FO_NONE after the last child of the parent */
+    uint32_t wire;           /* a call across nodes: the tag's hash both nodes see (0: none) */
     uint8_t has_resumed;
 } fo_span_info;
 
@@ -189,6 +199,16 @@ uint32_t fo_graph_root(fo_graph *g, uint64_t pid, int64_t ts);
 void fo_graph_request_sent(fo_graph *g, uint64_t caller, uint64_t callee, uint64_t tag, int64_t ts);
 void fo_graph_request_received(fo_graph *g, uint64_t callee, uint64_t caller, uint64_t tag,
                                int64_t ts);
+/* Requests across nodes: wire is a hash of the call's tag that both
+ * nodes compute alike (their parts are joined by it). A request sent to a
+ * remote callee opens a REMOTE span of it, child of the caller's span,
+ * until the reply comes back; a request taken from a remote caller opens a
+ * REQUEST span without a parent (opener: the caller). Local pids go the
+ * usual way. */
+void fo_graph_remote_request_sent(fo_graph *g, uint64_t caller, uint64_t callee, uint64_t tag, uint32_t wire,
+                                  int64_t ts);
+void fo_graph_remote_request_received(fo_graph *g, uint64_t callee, uint64_t caller, uint64_t tag,
+                                      uint32_t wire, int64_t ts);
 /* 1 when tag was a pending call's; 0 (and counted) when it was not.
  * fo_follow asks fo_graph_call_pending first: a {Tag, Value} that answers
  * no call of the trace ({Ref, Result} of a Task) is a plain message. */

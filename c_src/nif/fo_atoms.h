@@ -146,7 +146,12 @@
     A(returned)                                                                                \
     A(raised)                                                                                  \
     A(return_from)                                                                             \
-    A(exception_from)
+    A(exception_from)                                                                              \
+    A(remote)                                                                                      \
+    A(remote_calls)                                                                                \
+    A(remote_requests)                                                                             \
+    A(remote_limit_hits)                                                                           \
+    A(wire)
 
 #define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;
 FO_ATOMS(FO_ATOM_DECLARE)

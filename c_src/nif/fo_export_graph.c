@@ -2,10 +2,12 @@
 
 #include "fo_atoms.h"
 
-static ERL_NIF_TERM pid_term(ErlNifEnv *env, uint64_t key)
+static ERL_NIF_TERM pid_term(ErlNifEnv *env, const fo_session_res *res, uint64_t key)
 {
     if (key == 0)
         return fo_atom_nil;
+    if (key & FO_GRAPH_REMOTE_BIT)
+        return fo_remote_term(res->remote, env, key);
     ErlNifPid pid;
     pid.pid = (ERL_NIF_TERM)key;
     return enif_make_pid(env, &pid);
@@ -36,6 +38,8 @@ static ERL_NIF_TERM kind_term(const fo_span_info *span)
         return fo_atom_work;
     case FO_SPAN_CONTINUATION:
         return fo_atom_continuation;
+    case FO_SPAN_REMOTE:
+        return fo_atom_remote;
     default:
         return fo_atom_root;
     }
@@ -80,24 +84,25 @@ static ERL_NIF_TERM span_term(ErlNifEnv *env, const fo_session_res *res, const f
                            fo_atom_wait_ns,        fo_atom_attributed_wait_ns, fo_atom_unattributed_wait_ns,
                            fo_atom_waiting_on_pid, fo_atom_children,           fo_atom_status,
                            fo_atom_kind,           fo_atom_opener_pid,         fo_atom_unattributed_by,
-                           fo_atom_wakes};
+                           fo_atom_wakes,          fo_atom_wire};
     ERL_NIF_TERM values[] = {
         enif_make_uint(env, s->span_id),
         s->parent_span_id == FO_NONE ? fo_atom_nil : enif_make_uint(env, s->parent_span_id),
-        pid_term(env, s->pid),
+        pid_term(env, res, s->pid),
         enif_make_int64(env, s->started_ns),
         enif_make_int64(env, s->ended_ns),
         enif_make_uint64(env, s->self_ns),
         enif_make_uint64(env, s->wait_ns),
         enif_make_uint64(env, s->attributed_wait_ns),
         enif_make_uint64(env, s->unattributed_wait_ns),
-        pid_term(env, s->waiting_on_pid),
+        pid_term(env, res, s->waiting_on_pid),
         children_term(env, res->graph, s),
         status_term(env, res, s),
         kind_term(s),
-        pid_term(env, s->opener_pid),
+        pid_term(env, res, s->opener_pid),
         causes_term(env, s),
-        enif_make_uint(env, s->wakes)};
+        enif_make_uint(env, s->wakes),
+        enif_make_uint(env, s->wire)};
     ERL_NIF_TERM map;
     enif_make_map_from_arrays(env, keys, values, sizeof(keys) / sizeof(keys[0]), &map);
     return map;
@@ -115,14 +120,15 @@ static ERL_NIF_TERM edge_term(ErlNifEnv *env, const fo_edge_info *e)
     return map;
 }
 
-static ERL_NIF_TERM stats_term(ErlNifEnv *env, const fo_graph_stats *st)
+static ERL_NIF_TERM stats_term(ErlNifEnv *env, const fo_graph_stats *st, uint64_t remote_limit_hits)
 {
     ERL_NIF_TERM keys[] = {fo_atom_spans,           fo_atom_dropped_spans,        fo_atom_orphan_requests,
                            fo_atom_unmatched_replies, fo_atom_late_replies,       fo_atom_delegated_replies,
                            fo_atom_processes,       fo_atom_wakes,                fo_atom_attributed_wakes,
                            fo_atom_joins,           fo_atom_leaves,               fo_atom_continuations,
                            fo_atom_dropped_continuations, fo_atom_edges,          fo_atom_edge_limit_hits,
-                           fo_atom_note_overflows};
+                           fo_atom_note_overflows,  fo_atom_remote_calls,         fo_atom_remote_requests,
+                           fo_atom_remote_limit_hits};
     ERL_NIF_TERM values[] = {enif_make_uint64(env, st->spans),           enif_make_uint64(env, st->dropped_spans),
                              enif_make_uint64(env, st->orphan_requests), enif_make_uint64(env, st->unmatched_replies),
                              enif_make_uint64(env, st->late_replies),    enif_make_uint64(env, st->delegated_replies),
@@ -130,13 +136,15 @@ static ERL_NIF_TERM stats_term(ErlNifEnv *env, const fo_graph_stats *st)
                              enif_make_uint64(env, st->attributed_wakes), enif_make_uint64(env, st->joins),
                              enif_make_uint64(env, st->leaves),          enif_make_uint64(env, st->continuations),
                              enif_make_uint64(env, st->dropped_continuations), enif_make_uint64(env, st->edges),
-                             enif_make_uint64(env, st->edge_limit_hits), enif_make_uint64(env, st->note_overflows)};
+                             enif_make_uint64(env, st->edge_limit_hits), enif_make_uint64(env, st->note_overflows),
+                             enif_make_uint64(env, st->remote_calls), enif_make_uint64(env, st->remote_requests),
+                             enif_make_uint64(env, remote_limit_hits)};
     ERL_NIF_TERM map;
     enif_make_map_from_arrays(env, keys, values, sizeof(keys) / sizeof(keys[0]), &map);
     return map;
 }
 
-static ERL_NIF_TERM followers_term(ErlNifEnv *env, const fo_graph *g)
+static ERL_NIF_TERM followers_term(ErlNifEnv *env, const fo_session_res *res, const fo_graph *g)
 {
     ERL_NIF_TERM list = enif_make_list(env, 0);
     uint32_t n = fo_graph_followers(g, NULL, 0);
@@ -145,7 +153,7 @@ static ERL_NIF_TERM followers_term(ErlNifEnv *env, const fo_graph *g)
         return list;
     fo_graph_followers(g, pids, n);
     for (uint32_t i = n; i-- > 0;)
-        list = enif_make_list_cell(env, pid_term(env, pids[i]), list);
+        list = enif_make_list_cell(env, pid_term(env, res, pids[i]), list);
     enif_free(pids);
     return list;
 }
@@ -167,8 +175,8 @@ ERL_NIF_TERM fo_export_graph(ErlNifEnv *env, const fo_session_res *res)
     }
     int64_t offset = (int64_t)enif_monotonic_time(ERL_NIF_NSEC) - fo_tracer_clock_ns();
     ERL_NIF_TERM keys[] = {fo_atom_spans, fo_atom_stats, fo_atom_clock_offset_ns, fo_atom_edges, fo_atom_followers};
-    ERL_NIF_TERM values[] = {spans, stats_term(env, fo_graph_get_stats(g)), enif_make_int64(env, offset), edges,
-                             followers_term(env, g)};
+    ERL_NIF_TERM values[] = {spans, stats_term(env, fo_graph_get_stats(g), res->remote != NULL ? res->remote->limit_hits : 0), enif_make_int64(env, offset), edges,
+                             followers_term(env, res, g)};
     ERL_NIF_TERM map;
     enif_make_map_from_arrays(env, keys, values, sizeof(keys) / sizeof(keys[0]), &map);
     return map;

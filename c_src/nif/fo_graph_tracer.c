@@ -100,14 +100,22 @@ static void with_follow(ErlNifEnv *env, fo_session_res *res, follow_fn fn, void 
 /* --- seq_trace ------------------------------------------------------------ */
 
 typedef struct {
+    ErlNifEnv *env;
+    ERL_NIF_TERM info;
+    fo_remote *remote;
+    int decoded;
     fo_corr corr;
     int64_t ts;
 } seq_data;
 
+/* Decoded under the session's lock: remote processes get keys of this
+ * trace's table. */
 static void apply_seq(const fo_follow *f, void *data)
 {
-    const seq_data *d = data;
-    fo_follow_correlation(f, &d->corr, d->ts);
+    seq_data *d = data;
+    d->decoded = fo_seq_decode(d->env, d->info, &d->corr, d->remote);
+    if (d->decoded)
+        fo_follow_correlation(f, &d->corr, d->ts);
 }
 
 // trace(seq_trace, graph, Label, Info, Opts)
@@ -115,15 +123,19 @@ static void on_seq_trace(ErlNifEnv *env, ERL_NIF_TERM label_term, ERL_NIF_TERM i
 {
     ErlNifUInt64 label;
     seq_data d;
-    if (!enif_get_uint64(env, label_term, &label) || !fo_seq_decode(env, info, &d.corr))
+    if (!enif_get_uint64(env, label_term, &label))
         return;
     fo_session_res *res = fo_router_by_label(label);
     if (res == NULL)
         return; /* a stale label: its trace is over */
+    d.env = env;
+    d.info = info;
+    d.remote = res->remote;
+    d.decoded = 0;
     d.ts = fo_tracer_clock_ns();
     with_follow(env, res, apply_seq, &d);
     /* a root that served this request goes back to its own trace */
-    if (d.corr.kind == FO_CORR_REPLY && d.corr.is_send && d.corr.from != res->root_pid)
+    if (d.decoded && d.corr.kind == FO_CORR_REPLY && d.corr.is_send && d.corr.from != res->root_pid)
         fo_router_restore_root(d.corr.from);
     enif_release_resource(res);
 }
@@ -142,6 +154,9 @@ fo_waker_kind fo_graph_waker(ErlNifEnv *env, ERL_NIF_TERM msg, const ERL_NIF_TER
         *key = (uint64_t)pid.pid;
         return FO_WAKER_PROCESS;
     }
+    /* a message from another node: the receive pattern gives its node */
+    if (sender != NULL && enif_is_atom(env, *sender) && *sender != fo_atom_undefined)
+        return FO_WAKER_PROCESS;
     int arity;
     const ERL_NIF_TERM *items;
     if (enif_get_tuple(env, msg, &arity, &items) && arity >= 2 &&

@@ -28,6 +28,8 @@ static void session_dtor(ErlNifEnv *env, void *obj)
     res->graph = NULL;
     if (res->reasons != NULL)
         enif_free_env(res->reasons);
+    fo_remote_free(res->remote);
+    res->remote = NULL;
     fo_ring_free(&res->ring);
 }
 
@@ -81,10 +83,11 @@ int fo_resource_add_graph(fo_session_res *res, const fo_graph_limits *limits, ui
 {
     res->graph = fo_graph_new(limits, label);
     res->reasons = enif_alloc_env();
+    res->remote = fo_remote_new();
     res->label = label;
     fo_clock_start(&res->clock, 0); /* the router's clock: CLOCK_MONOTONIC */
     res->ingest_offset_ns = (int64_t)enif_monotonic_time(ERL_NIF_NSEC) - fo_tracer_clock_ns();
-    return res->graph != NULL && res->reasons != NULL;
+    return res->graph != NULL && res->reasons != NULL && res->remote != NULL;
 }
 
 uint64_t fo_resource_reason_key(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM reason)

@@ -13,6 +13,7 @@
 
 #include "fo_clock.h"
 #include "fo_graph.h"
+#include "fo_remote.h"
 #include "fo_ring.h"
 #include "fo_session.h"
 #include "fo_spinlock.h"
@@ -46,6 +47,7 @@ struct fo_session_res {
     ERL_NIF_TERM reason_terms[16];
     uint64_t reason_keys[16];
     uint32_t reason_count;
+    fo_remote *remote;     /* graph traces: processes on other nodes met */
     fo_stats final_stats;  /* kept after finish frees the core */
     uint32_t final_nodes, final_processes, final_frames;
     size_t accounted;      /* bytes of this session in the node-wide sum */

@@ -17,13 +17,25 @@ static int is_call_tag(ErlNifEnv *env, ERL_NIF_TERM tag)
     return enif_get_list_cell(env, tag, &head, &tail) && head == fo_atom_alias && enif_is_ref(env, tail);
 }
 
-static uint64_t pid_key(ErlNifEnv *env, ERL_NIF_TERM term)
+static uint64_t pid_key(ErlNifEnv *env, ERL_NIF_TERM term, fo_remote *remote)
 {
     ErlNifPid pid;
-    return enif_get_local_pid(env, term, &pid) ? (uint64_t)pid.pid : 0;
+    if (enif_get_local_pid(env, term, &pid))
+        return (uint64_t)pid.pid;
+    if (remote != NULL && fo_remote_is_remote(env, term))
+        return fo_remote_key(remote, env, term);
+    return 0;
 }
 
-int fo_seq_decode(ErlNifEnv *env, ERL_NIF_TERM info, fo_corr *out)
+/* The same on every node (phash2 is portable): a request's two halves,
+ * seen on two nodes, are joined by it. Never 0. */
+static uint32_t wire_key(ErlNifEnv *env, ERL_NIF_TERM tag)
+{
+    (void)env;
+    return (uint32_t)enif_hash(ERL_NIF_PHASH2, tag, 0) | 1u;
+}
+
+int fo_seq_decode(ErlNifEnv *env, ERL_NIF_TERM info, fo_corr *out, fo_remote *remote)
 {
     int arity;
     const ERL_NIF_TERM *items;
@@ -35,8 +47,9 @@ int fo_seq_decode(ErlNifEnv *env, ERL_NIF_TERM info, fo_corr *out)
         out->is_send = 0;
     else
         return 0;
-    out->from = pid_key(env, items[2]);
-    out->to = pid_key(env, items[3]);
+    out->from = pid_key(env, items[2], remote);
+    out->to = pid_key(env, items[3], remote);
+    out->wire = 0;
     if (out->from == 0)
         return 0;
     out->kind = FO_CORR_MESSAGE;
@@ -51,6 +64,8 @@ int fo_seq_decode(ErlNifEnv *env, ERL_NIF_TERM info, fo_corr *out)
         if (out->to != 0 && enif_get_tuple(env, msg[1], &from_arity, &from) && from_arity == 2) {
             out->kind = FO_CORR_REQUEST;
             out->tag = tag_key(from[1]);
+            if ((out->from | out->to) & FO_GRAPH_REMOTE_BIT)
+                out->wire = wire_key(env, from[1]);
         }
         return 1;
     }

@@ -5,11 +5,14 @@
 #include <erl_nif.h>
 
 #include "fo_follow.h"
+#include "fo_remote.h"
 
 /* Info is {send | 'receive', Serial, From, To, Msg}: 1 and *out (a
  * request {'$gen_call', {Pid, Tag}, _}, something that looks like a reply
  * {Tag, _} with Tag a reference or [alias | Ref], or any other message),
- * 0 when Info is not that shape or From is not a local pid. */
-int fo_seq_decode(ErlNifEnv *env, ERL_NIF_TERM info, fo_corr *out);
+ * 0 when Info is not that shape or From is no process. With remote, pids
+ * of other nodes (and {Name, Node} destinations) get remote keys and a
+ * request to or from one its wire key; without, they are no process. */
+int fo_seq_decode(ErlNifEnv *env, ERL_NIF_TERM info, fo_corr *out, fo_remote *remote);
 
 #endif

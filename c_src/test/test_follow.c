@@ -82,7 +82,7 @@ static int teardown(void **state)
 
 static void corr(trace *t, fo_corr_kind kind, int is_send, uint64_t from, uint64_t to, uint64_t tag, int64_t ts)
 {
-    fo_corr c = {kind, is_send, from, to, tag};
+    fo_corr c = {kind, is_send, from, to, tag, 0};
     fo_follow_correlation(&t->f, &c, ts);
 }
 

@@ -59,13 +59,21 @@
 /* ------------------------------------------------------------------------
  * Names and scripts */
 
+/* "@B" is process B of another node. */
 static uint64_t key(const char *name)
 {
+    if (name[0] == '@')
+        return ts_name_key(name + 1) | FO_GRAPH_REMOTE_BIT;
     return strcmp(name, "normal") == 0 ? 0 : ts_name_key(name);
 }
 
 static const char *name_of(uint64_t k, char *buf, size_t size)
 {
+    if (k & FO_GRAPH_REMOTE_BIT) {
+        const char *local = ts_key_name(k & ~FO_GRAPH_REMOTE_BIT);
+        snprintf(buf, size, "@%s", local != NULL ? local : "?");
+        return buf;
+    }
     const char *n = ts_key_name(k);
     if (k == 0)
         return "-";
@@ -143,6 +151,12 @@ static int run_event(fo_graph *g, char *const *w, int n, const char *line)
         fo_graph_request_sent(g, key(w[1]), key(w[2]), key(w[3]), num(w[4], line));
     else if (n == 5 && strcmp(w[0], "recv") == 0)
         fo_graph_request_received(g, key(w[1]), key(w[2]), key(w[3]), num(w[4], line));
+    else if (n == 6 && strcmp(w[0], "rsend") == 0)
+        fo_graph_remote_request_sent(g, key(w[1]), key(w[2]), key(w[3]), (uint32_t)num(w[4], line),
+                                     num(w[5], line));
+    else if (n == 6 && strcmp(w[0], "rrecv") == 0)
+        fo_graph_remote_request_received(g, key(w[1]), key(w[2]), key(w[3]), (uint32_t)num(w[4], line),
+                                         num(w[5], line));
     else if (n == 4 && strcmp(w[0], "reply") == 0)
         fo_graph_reply_sent(g, key(w[1]), key(w[2]), num(w[3], line));
     else if (n == 4 && strcmp(w[0], "resume") == 0)
@@ -259,8 +273,8 @@ static const char *status_text(const fo_span_info *si, char *buf, size_t size)
 
 static const char *kind_text(uint32_t kind)
 {
-    static const char *const kinds[] = {"root", "req", "work", "cont"};
-    return kind < 4 ? kinds[kind] : "?";
+    static const char *const kinds[] = {"root", "req", "work", "cont", "remote"};
+    return kind < 5 ? kinds[kind] : "?";
 }
 
 static void causes_text(const fo_span_info *si, char *buf, size_t size)
@@ -372,7 +386,9 @@ static void assert_edges(const fo_graph *g, const char *const *expected)
     X(dropped_continuations)                                                                       \
     X(edges)                                                                                       \
     X(edge_limit_hits)                                                                             \
-    X(note_overflows)
+    X(note_overflows)                                                                              \
+    X(remote_calls)                                                                                \
+    X(remote_requests)
 
 #define COUNT_STAT(f) +1
 /* A counter added to fo_graph_stats must be added here too. */
@@ -418,7 +434,7 @@ static void check_span(const fo_graph *g, const fo_graph_limits *l, uint32_t id,
     assert_int_equal(si.span_id, id);
     if (id == 0)
         assert_int_equal(si.parent_span_id, FO_NONE);
-    else if (si.parent_span_id >= id)
+    else if (si.parent_span_id != FO_NONE && si.parent_span_id >= id)
         fail_msg("span %" PRIu32 " has parent %" PRIu32 " (must be smaller)", id,
                  si.parent_span_id);
     assert_true(si.attributed_wait_ns <= si.wait_ns);
@@ -431,8 +447,15 @@ static void check_span(const fo_graph *g, const fo_graph_limits *l, uint32_t id,
         assert_true(si.wait_ns == 0);
         assert_true(si.waiting_on_pid == 0);
     }
-    assert_true(si.kind <= FO_SPAN_CONTINUATION);
-    assert_true((si.kind == FO_SPAN_ROOT) == (si.parent_span_id == FO_NONE));
+    assert_true(si.kind <= FO_SPAN_REMOTE);
+    /* no parent: the root, or a request a process on another node made */
+    if (si.kind == FO_SPAN_ROOT)
+        assert_true(si.parent_span_id == FO_NONE);
+    else if (si.parent_span_id == FO_NONE)
+        assert_true(si.kind == FO_SPAN_REQUEST && (si.opener_pid & FO_GRAPH_REMOTE_BIT) != 0);
+    /* a REMOTE span is a process of another node */
+    if (si.kind == FO_SPAN_REMOTE)
+        assert_true((si.pid & FO_GRAPH_REMOTE_BIT) != 0);
     /* the span arithmetic: on-CPU and off-CPU time make up the span */
     assert_true(si.ended_ns >= si.started_ns);
     uint64_t duration = (uint64_t)si.ended_ns - (uint64_t)si.started_ns;
@@ -481,8 +504,11 @@ static void check_graph(const fo_graph *g, const fo_graph_limits *l, const uint6
      * still has its id but left the list */
     uint64_t unlisted = 0;
     for (uint32_t id = 1; id < n; id++) {
+        fo_span_info si;
+        assert_int_equal(fo_graph_span(g, id, &si), 1);
         assert_true(kids_seen[id] <= 1);
-        unlisted += kids_seen[id] == 0;
+        /* requests from other nodes have no parent here */
+        unlisted += kids_seen[id] == 0 && si.parent_span_id != FO_NONE;
     }
     assert_true(unlisted <= (closed ? 0 : st->dropped_continuations));
     if (n > 0)
@@ -848,6 +874,31 @@ static const graph_case graph_cases[] = {
      LINES("0 A - 100..100 self=0 wait=0/0/0 on=- ok root",
            "1 B 0 120..120 self=0 wait=0/0/0 on=- ok req"),
      "spans=2 processes=2 calls=1 clock_skews=3", NULL, 0, 0},
+
+    /* --- processes on other nodes ------------------------------------- */
+
+    /* The caller's side: a REMOTE span of the callee from the send to the
+     * reply, no note for it; the caller's wait (the reply's sender is not
+     * known here: "a process") is attributed to it. */
+    {"call_to_another_node_is_a_remote_span_that_explains_the_wait", DEFAULTS,
+     LINES("root A 0", "rsend A @B t1 7 10", "notes x", "out A 11", "in A 50", "rcv A 50 ?",
+           "resume A t1 50", "following A 1", "close 60"),
+     LINES("0 A - 0..60 self=21 wait=39/39/0 on=@B ok root",
+           "1 @B 0 10..50 self=40 wait=0/0/0 on=- ok remote"),
+     "spans=2 processes=2 calls=1 wakes=1 attributed_wakes=1 edges=1 remote_calls=1",
+     LINES("0->1 11..50 ns=39 wakes=1"), 0, 0},
+
+    /* The callee's side: a request span without a parent, opened by the
+     * remote caller, ended by its reply; the callee's own call to a third
+     * node nests under it. */
+    {"request_from_another_node_has_no_parent_here", DEFAULTS,
+     LINES("rrecv B @A t1 7 10", "active B 1",
+           "rsend B @C t2 9 15", "out B 16", "in B 40", "rcv B 40 ?", "resume B t2 40",
+           "reply B t1 45", "active B 0", "close 60"),
+     LINES("0 B - 10..45 self=11 wait=24/24/0 on=@C ok req",
+           "1 @C 0 15..40 self=25 wait=0/0/0 on=- ok remote"),
+     "spans=2 processes=2 calls=1 wakes=1 attributed_wakes=1 edges=1 remote_calls=1 remote_requests=1",
+     LINES("0->1 16..40 ns=24 wakes=1"), 0, 0},
 
     /* --- wake-ups: who ended each off-CPU interval -------------------- */
 

@@ -66,6 +66,11 @@ defmodule FlameOn.Client do
       trace captures; past it the trace stops following anything (the
       function still runs to its end) and `stats.lifetime_exceeded` is
       `true`.
+    * `:cluster` (`[]`) – cross-process traces in a distributed Erlang
+      cluster: the connected nodes that run `:flame_on_client` are armed
+      and the trace follows calls into them (see `FlameOn.Client.Cluster`).
+      `false` arms no node; a keyword list may give `:nodes`,
+      `:arm_timeout_ms` (`1_000`) and `:max_part_bytes` (`4_000_000`).
     * `:mode` (`:nif`) – how the profile is captured. `:nif`: the NIF is
       the tracer module (`{:tracer, FlameOn.Client.Native, key}`), so the
       VM hands each call event to the NIF inside the traced process, which
@@ -143,6 +148,7 @@ defmodule FlameOn.Client do
               cross_process: nil,
               follow: :messages,
               sleep: :default,
+              cluster: [],
               max_duration_ms: @graph_lifetime_default
             ] ++
               FlameOn.Client.Sampler.option_defaults() ++
@@ -165,6 +171,7 @@ defmodule FlameOn.Client do
           | {:max_samples, pos_integer()}
           | {:cross_process, boolean()}
           | {:follow, :messages | :calls}
+          | {:cluster, false | keyword()}
           | {:timeout, timeout()}
 
   @doc """
@@ -399,6 +406,9 @@ defmodule FlameOn.Client do
       {:cross_process, other} -> invalid!(:cross_process, "a boolean", other)
       {:follow, follow} when follow in [:messages, :calls] -> :ok
       {:follow, other} -> invalid!(:follow, ":messages or :calls", other)
+      {:cluster, false} -> :ok
+      {:cluster, config} when is_list(config) -> FlameOn.Client.Cluster.check_options!(config)
+      {:cluster, other} -> invalid!(:cluster, "false or a keyword list", other)
       {:mode, mode} when mode in [:nif, :process, :sample] -> :ok
       {:mode, other} -> invalid!(:mode, ":nif, :process or :sample", other)
       # checked by Sampler.check_options!/1 below

@@ -338,6 +338,16 @@ defmodule FlameOn.Client.Test.ExportHelpers do
   @doc "Three fixed pids (not looked up: the exporters never ask the VM about them)."
   def pids, do: {:c.pid(0, 9001, 0), :c.pid(0, 9002, 0), :c.pid(0, 9003, 0)}
 
+  @doc """
+  A pid of process `<0.id.0>` on `node`, a node this one need not know (made
+  from the external term format: exporters only print it).
+  """
+  def remote_pid(node, id) do
+    name = Atom.to_string(node)
+    # NEW_PID_EXT: node (SMALL_ATOM_UTF8_EXT), id, serial, creation
+    :erlang.binary_to_term(<<131, 88, 119, byte_size(name), name::binary, id::32, 0::32, 1::32>>)
+  end
+
   @doc "Frame names that need escaping in JSON and XML."
   def nasty_frames do
     [

@@ -123,6 +123,13 @@ static void correlation(const fo_follow *f, reader *r, int64_t ts)
     c.from = small_key(r);
     c.to = byte(r) & 7u ? small_key(r) : 0;
     c.tag = small_key(r);
+    /* now and then a process on another node, on either end */
+    uint8_t remote = byte(r);
+    if ((remote & 7u) == 1u)
+        c.from |= FO_GRAPH_REMOTE_BIT;
+    else if ((remote & 7u) == 2u && c.to != 0)
+        c.to |= FO_GRAPH_REMOTE_BIT;
+    c.wire = remote >> 4;
     fo_follow_correlation(f, &c, ts);
 }
 

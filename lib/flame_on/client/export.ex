@@ -122,6 +122,11 @@ defmodule FlameOn.Client.Export do
   with its own `tid` (1, 2, ... the traced process first) named by a
   `thread_name` metadata event (`"<0.96.0>"`, or `"my_server <0.96.0>"` when
   the graph recorded a registered name); `process_name` names the trace.
+  A trace across nodes has one trace-event process per node instead: the
+  origin's is `pid` 1, the other nodes' 2, 3, ... in name order, each named
+  `"<trace> on <node>"`; a process of another node is labelled
+  `"<0.96.0>@node"` (`FlameOn.Client.Profile.pid_text/1`), and the flows
+  between spans cross the groups. `tid`s are unique across them.
   Times are microseconds from the earliest slice drawn.
 
   With a span graph (`cross_process: true`):
@@ -335,7 +340,8 @@ defmodule FlameOn.Client.Export do
   end
 
   defp process_file(stem, pid, format) do
-    digits = pid |> Util.pid_text() |> String.trim_leading("<") |> String.trim_trailing(">")
+    # <0.96.0> is stem.0.96.0.folded, <0.96.0>@node stem.0.96.0@node.folded
+    digits = pid |> Util.pid_text() |> String.replace(["<", ">"], "")
     "#{stem}.#{digits}#{Map.fetch!(@extensions, format)}"
   end
 

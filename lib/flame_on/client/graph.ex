@@ -33,6 +33,13 @@ defmodule FlameOn.Client.Span do
     * `children` – the span ids of the spans it brought in.
     * `status` – `:ok`, `{:exit, reason}` when the process exited inside the
       span, or `:open_at_close` when the trace ended while it still worked.
+    * `node` – the node the process runs on (see `FlameOn.Client.Cluster`).
+      A `:remote` span is a call to a process of another node whose part of
+      the trace is missing (the node was not armed, or its part was lost):
+      its `pid` is the callee as the caller named it (a pid or
+      `{name, node}`), and it lasts from the request's send to the reply.
+    * `wire` – a call across nodes: the key that joins the caller's side
+      and the callee's (`nil` otherwise).
   """
 
   @enforce_keys [:trace_id, :span_id, :pid]
@@ -53,16 +60,18 @@ defmodule FlameOn.Client.Span do
     unattributed_by: %{process: 0, port: 0, timer: 0, other: 0},
     waiting_on_pid: nil,
     children: [],
-    status: :ok
+    status: :ok,
+    node: nil,
+    wire: nil
   ]
 
-  @type kind :: :root | :request | :work | :continuation
+  @type kind :: :root | :request | :work | :continuation | :remote
 
   @type t :: %__MODULE__{
           trace_id: integer(),
           span_id: non_neg_integer(),
           parent_span_id: non_neg_integer() | nil,
-          pid: pid(),
+          pid: pid() | {atom(), node()},
           name: String.t() | nil,
           started_at: integer(),
           ended_at: integer(),
@@ -80,7 +89,9 @@ defmodule FlameOn.Client.Span do
           },
           waiting_on_pid: pid() | nil,
           children: [non_neg_integer()],
-          status: :ok | :open_at_close | :open | {:exit, term()}
+          status: :ok | :open_at_close | :open | {:exit, term()},
+          node: node() | nil,
+          wire: pos_integer() | nil
         }
 end
 
@@ -179,7 +190,9 @@ defmodule FlameOn.Client.Graph do
       unattributed_by: causes(Map.get(raw, :unattributed_by, %{}), unattributed_us),
       waiting_on_pid: raw.waiting_on_pid,
       children: raw.children,
-      status: raw.status
+      status: raw.status,
+      node: node_of(raw.pid),
+      wire: if(Map.get(raw, :wire, 0) == 0, do: nil, else: raw.wire)
     }
   end
 
@@ -214,6 +227,12 @@ defmodule FlameOn.Client.Graph do
   end
 
   defp us(ns), do: div(ns + 500, 1000)
+
+  defp node_of({_name, node}), do: node
+  defp node_of(pid), do: node(pid)
+
+  # Names are read on the process's own node (a part names its own).
+  defp name(pid) when not is_pid(pid) or node(pid) != node(), do: inspect(pid)
 
   defp name(pid) do
     case Process.info(pid, :registered_name) do

@@ -125,7 +125,7 @@ defmodule FlameOn.Client.Profile do
     name = sanitize(name)
 
     for {pid, entries} <- Enum.sort(stacks),
-        prefix = [name, ?; | :erlang.pid_to_list(pid)],
+        prefix = [name, ?; | pid_text(pid)],
         {stack, us} <- entries do
       case stack do
         "" -> [prefix, ?\s, Integer.to_string(us), ?\n]
@@ -133,6 +133,30 @@ defmodule FlameOn.Client.Profile do
       end
     end
   end
+
+  @doc """
+  A process as folded lines and exporters write it: `"<0.42.0>"` for a
+  process of this node, and for one on another node (a trace across nodes)
+  the pid as that node prints it, then `@` and the node:
+  `"<0.42.0>@b@127.0.0.1"`. A `:remote` span's `{name, node}` is inspected.
+
+      iex> FlameOn.Client.Profile.pid_text(:c.pid(0, 42, 0))
+      "<0.42.0>"
+  """
+  @spec pid_text(pid() | {atom(), node()}) :: String.t()
+  def pid_text(pid) when is_pid(pid) and node(pid) == node(),
+    do: List.to_string(:erlang.pid_to_list(pid))
+
+  def pid_text(pid) when is_pid(pid) do
+    # `<N.42.0>` here, N the node's index on this node: `<0.42.0>` there
+    [_index, rest] =
+      pid |> :erlang.pid_to_list() |> List.to_string() |> String.split(".", parts: 2)
+
+    sanitize("<0.#{rest}@#{node(pid)}")
+  end
+
+  # a :remote span's callee as its caller named it (see FlameOn.Client.Graph)
+  def pid_text(other), do: inspect(other)
 
   @doc """
   Total microseconds in `pid`'s stacks (0 for a process not in the profile).

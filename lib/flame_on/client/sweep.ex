@@ -30,8 +30,15 @@ defmodule FlameOn.Client.Sweep do
 
   # The match spec of our local call patterns (FlameOn.Client.Patterns).
   @call_match_spec [{:_, [], [{:message, {:caller}}]}]
-  # The receive pattern of graph traces: the sender as the match-spec result.
-  @receive_match_spec [{[:_, :"$1", :_], [], [{:message, :"$1"}]}]
+  # The receive pattern of graph traces: the sender as the match-spec result
+  # (`undefined` for timers and ports), or, for a message from another node
+  # (whose sender the VM does not give), that node. (A timer's message
+  # comes from the node `clock_service`.)
+  @receive_match_spec [
+    {[:"$1", :undefined, :_], [{:"=/=", :"$1", {:node}}, {:"=/=", :"$1", :clock_service}],
+     [{:message, :"$1"}]},
+    {[:_, :"$1", :_], [], [{:message, :"$1"}]}
+  ]
   # Where the node's backtrace_depth is kept while samplers raised it.
   @saved_depth_key :"$saved_backtrace_depth"
   # The counter patterns (call_time, call_memory) a summary set in the

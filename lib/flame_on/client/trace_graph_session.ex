@@ -42,7 +42,7 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   @leave_grace_ms 5
 
-  alias FlameOn.Client.{Graph, Native, Patterns, Profile, Sampler, Shipper}
+  alias FlameOn.Client.{Cluster, Graph, Native, Patterns, Profile, Sampler, Shipper}
   alias FlameOn.Client.{TraceBackend, TraceSession}
 
   @typedoc "Options of `start/1`."
@@ -57,6 +57,7 @@ defmodule FlameOn.Client.TraceGraphSession do
           | {:limits, map()}
           | {:shipper, term()}
           | {:legacy, boolean()}
+          | {:cluster, false | keyword()}
 
   @doc """
   Starts the owner of a graph trace of `opts[:root]`. Returns
@@ -126,7 +127,21 @@ defmodule FlameOn.Client.TraceGraphSession do
          :ok <- Native.graph_owner(native, self(), follow == :messages),
          :ok <- watch_callees(native, mode),
          {:ok, handle} <- take_graph_tracing(native, root, label, mode, follow, opts[:legacy]) do
-      timer = Process.send_after(self(), :lifetime, Keyword.get(opts, :max_duration_ms, 60_000))
+      max_duration_ms = Keyword.get(opts, :max_duration_ms, 60_000)
+      timer = Process.send_after(self(), :lifetime, max_duration_ms)
+
+      # Before the root gets its token: no message of the trace can reach
+      # another node before that node is ready.
+      cluster =
+        Cluster.arm(
+          label: label,
+          origin: self(),
+          follow: follow,
+          names: names,
+          limits: limits,
+          max_duration_ms: max_duration_ms,
+          cluster: Keyword.get(opts, :cluster, [])
+        )
 
       state = %{
         native: native,
@@ -142,6 +157,7 @@ defmodule FlameOn.Client.TraceGraphSession do
         limits: limits,
         shippers: Shipper.normalize!(Keyword.get(opts, :shipper)),
         timer: timer,
+        cluster: cluster,
         lifetime_exceeded: false,
         # mode :sample: a FlameOn.Client.Sampler per callee, by pid
         samplers: %{},
@@ -178,7 +194,10 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   def handle_call({:finish, opts}, _from, state) do
     Process.cancel_timer(state.timer)
-    finished = finish_trace(state, opts)
+
+    finished =
+      with {:ok, profile} <- finish_trace(state, opts),
+           do: {:ok, Cluster.finish(state.cluster, profile)}
 
     # The trace is over for its followers too (the last graph trace also
     # clears every flag and token of ours, in Patterns).
@@ -363,7 +382,9 @@ defmodule FlameOn.Client.TraceGraphSession do
   # flags on again, and the process took it) gets them back at once; a
   # message not yet taken by then finds the process untraced (its spans
   # stay right, its stacks for that message are missing).
-  defp unfollow(pids, %{handle: handle, follow: follow}) do
+  @doc false
+  @spec unfollow([pid()], %{handle: TraceBackend.t(), follow: :messages | :calls}) :: pid()
+  def unfollow(pids, %{handle: handle, follow: follow}) do
     spawn(fn ->
       Enum.each(pids, fn pid ->
         with nil <- Native.graph_role(pid),

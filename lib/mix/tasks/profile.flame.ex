@@ -756,10 +756,12 @@ defmodule Mix.Tasks.Profile.Flame do
       indent = String.duplicate("  ", Map.get(depth, span.span_id, 0))
       status = if span.status == :ok, do: "", else: "  #{inspect(span.status)}"
       kind = if span.kind == :root, do: "", else: " (#{span.kind})"
+      # a span on another node (a trace across nodes) says which
+      on = if span.node in [nil, node()], do: "", else: " on #{span.node}"
 
       shell.info(
         "  #{pad(span.self_us, 9)}  #{pad(span.attributed_wait_us, 13)}  " <>
-          "#{pad(span.unattributed_wait_us, 15)}  #{indent}#{span_label(span)}#{kind}" <>
+          "#{pad(span.unattributed_wait_us, 15)}  #{indent}#{span_label(span)}#{kind}#{on}" <>
           "#{causes(span)}#{status}"
       )
     end
@@ -771,8 +773,26 @@ defmodule Mix.Tasks.Profile.Flame do
     edges(graph)
 
     if graph.stats != %{} do
-      counters = for {key, n} <- Enum.sort(graph.stats), n != 0, do: "#{key}: #{n}"
+      counters =
+        for {key, n} <- Enum.sort(graph.stats), is_integer(n) and n != 0, do: "#{key}: #{n}"
+
       if counters != [], do: shell.info("Graph: " <> Enum.join(counters, ", "))
+      nodes(graph.stats)
+    end
+  end
+
+  # A trace across nodes: the nodes that took part, and those that could not.
+  defp nodes(stats) do
+    for {node, n} <- Enum.sort(Map.get(stats, :nodes, %{})) do
+      Mix.shell().info(
+        "Node #{node}: #{n.spans} spans, clock offset #{n.clock_offset_us} µs " <>
+          "± #{n.clock_uncertainty_us} µs, #{n.bytes} bytes"
+      )
+    end
+
+    for {node, reason} <-
+          Map.get(stats, :unreachable_nodes, []) ++ Map.get(stats, :lost_nodes, []) do
+      Mix.shell().info("Node #{node}: not in the trace (#{inspect(reason)})")
     end
   end
 

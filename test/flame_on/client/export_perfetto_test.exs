@@ -159,6 +159,72 @@ defmodule FlameOn.Client.ExportPerfettoTest do
     end
   end
 
+  describe "a trace across nodes" do
+    # the fixture with the server (b) on node b and the leaf (c) on node c
+    setup do
+      {a, b, c} = pids()
+      [rb, rc] = [remote_pid(:"b@127.0.0.1", 9002), remote_pid(:"c@127.0.0.1", 9003)]
+      moved = %{a => a, b => rb, c => rc}
+      profile = fixture_profile()
+
+      spans =
+        for s <- profile.graph.spans,
+            do: %{s | pid: moved[s.pid], node: node(moved[s.pid])}
+
+      profile = %{
+        profile
+        | stacks: Map.new(profile.stacks, fn {pid, list} -> {moved[pid], list} end),
+          graph: %{profile.graph | spans: spans}
+      }
+
+      %{events: events(profile), nodes: %{a: node(), b: node(rb), c: node(rc)}}
+    end
+
+    test "one trace-event process per node, the origin's first, each named", %{
+      events: events,
+      nodes: nodes
+    } do
+      named =
+        for %{"ph" => "M", "name" => "process_name", "pid" => pid, "args" => %{"name" => n}} <-
+              events,
+            into: %{},
+            do: {pid, n}
+
+      assert named == %{
+               1 => "fixture (flame_on trace 7) on #{nodes.a}",
+               2 => "fixture (flame_on trace 7) on b@127.0.0.1",
+               3 => "fixture (flame_on trace 7) on c@127.0.0.1"
+             }
+
+      # each process's track is in its node's group, its pid as its node
+      # prints it, with the node
+      threads =
+        for %{"ph" => "M", "name" => "thread_name", "pid" => pid, "tid" => tid} = e <- events,
+            into: %{},
+            do: {tid, {pid, e["args"]["name"]}}
+
+      assert threads == %{
+               1 => {1, "<0.9001.0>"},
+               2 => {2, "my_server <0.9002.0>@b@127.0.0.1"},
+               3 => {3, "<0.9003.0>@c@127.0.0.1"}
+             }
+
+      for e <- events, e["ph"] != "M", do: assert(e["pid"] == elem(threads[e["tid"]], 0))
+    end
+
+    test "the flows cross from the caller's node to the callee's", %{events: events} do
+      flows = Enum.filter(slices(events), &Map.has_key?(&1, "bind_id"))
+
+      pairs =
+        for %{"flow_out" => true, "bind_id" => id} = wait <- flows,
+            %{"flow_in" => true, "bind_id" => ^id} = callee <- flows,
+            do: {wait["pid"], callee["pid"]}
+
+      # a -> b twice, b -> c once
+      assert Enum.sort(pairs) == [{1, 2}, {1, 2}, {2, 3}]
+    end
+  end
+
   test "a callee span that outlives its caller's gets a wait clipped to the caller" do
     profile = fixture_profile()
     [root, s1, s2, s3] = profile.graph.spans

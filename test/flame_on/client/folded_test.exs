@@ -38,6 +38,29 @@ defmodule FlameOn.Client.FoldedTest do
     assert_node_clean()
   end
 
+  test "a process on another node: its pid as its node prints it, then @node; files apart" do
+    local = :c.pid(0, 42, 0)
+    remote = FlameOn.Client.Test.ExportHelpers.remote_pid(:"b@127.0.0.1", 42)
+
+    profile = %Profile{
+      name: "t",
+      pid: local,
+      stacks: %{local => [{"f", 1}], remote => [{"g", 2}]}
+    }
+
+    lines = profile |> Profile.folded() |> IO.iodata_to_binary() |> String.split("\n", trim: true)
+    assert Enum.sort(lines) == ["t;<0.42.0>;f 1", "t;<0.42.0>@b@127.0.0.1;g 2"]
+
+    assert Profile.pid_text(remote) == "<0.42.0>@b@127.0.0.1"
+
+    tmp = Path.join(System.tmp_dir!(), "fo_folded_#{System.unique_integer([:positive])}")
+    on_exit(fn -> File.rm_rf(tmp) end)
+
+    paths = FlameOn.Client.Export.write(profile, tmp, [:folded], per_process: true)
+    names = paths |> Enum.map(fn {:folded, path} -> Path.basename(path) end) |> Enum.sort()
+    assert names == ["t.0.42.0.folded", "t.0.42.0@b@127.0.0.1.folded"]
+  end
+
   describe "build/4 from the NIF's tree" do
     setup do
       {:ok, pid: :c.pid(0, 4242, 0)}

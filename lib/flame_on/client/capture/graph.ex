@@ -34,6 +34,7 @@ defmodule FlameOn.Client.Capture.Graph do
       sleep: opts.sleep,
       follow: opts.follow,
       max_duration_ms: opts.max_duration_ms,
+      cluster: opts.cluster,
       limits: Map.take(opts, FlameOn.Client.limit_keys()),
       sampler: sampler && Keyword.delete(sampler, :root)
     ]

@@ -7,7 +7,9 @@ defmodule FlameOn.Client.Export.Perfetto do
   alias FlameOn.Client.Export.Util
   alias FlameOn.Client.Profile.Tree
 
-  # The one trace-event process all BEAM processes are threads of.
+  # The trace-event process of the origin node's BEAM processes (a trace
+  # across nodes gives each other node one of its own, 2, 3, ...). Events
+  # are written with it, then moved to their node's (groups/2).
   @pid 1
   # Stacks listed in the args of a process slice (profiles without a graph).
   @top_stacks 10
@@ -22,7 +24,8 @@ defmodule FlameOn.Client.Export.Perfetto do
     unspanned = Enum.reject(Util.pids(profile), &MapSet.member?(spanned, &1))
     t0 = origin(profile, spans, unspanned)
 
-    metadata = metadata(profile, tids, names)
+    groups = groups(profile, tids)
+    metadata = metadata(profile, tids, names, groups)
     slices = span_slices(profile, spans, tids, names, t0)
 
     process_slices =
@@ -34,7 +37,7 @@ defmodule FlameOn.Client.Export.Perfetto do
     events =
       (slices ++ process_slices ++ counters ++ wakes)
       |> Enum.sort_by(fn {key, _event} -> key end)
-      |> Enum.map(fn {_key, event} -> event end)
+      |> Enum.map(fn {_key, event} -> in_group(event, groups) end)
 
     JSON.encode!(%{
       "traceEvents" => metadata ++ events,
@@ -68,6 +71,29 @@ defmodule FlameOn.Client.Export.Perfetto do
     |> Map.new()
   end
 
+  # One trace-event process per node: the origin's (the traced process's
+  # node) is @pid, the other nodes follow in name order. `%{tid => pid}`
+  # (tids are unique across nodes) and `%{node => pid}`.
+  defp groups(profile, tids) do
+    origin = if profile.pid, do: node(profile.pid), else: node()
+    others = tids |> Map.keys() |> Enum.map(&node_of/1) |> Enum.uniq() |> Enum.sort()
+
+    by_node =
+      ([origin] ++ List.delete(others, origin))
+      |> Enum.with_index(@pid)
+      |> Map.new()
+
+    by_tid = Map.new(tids, fn {pid, tid} -> {tid, Map.fetch!(by_node, node_of(pid))} end)
+    %{by_tid: by_tid, by_node: by_node}
+  end
+
+  # a :remote span's callee may be {name, node}
+  defp node_of(pid) when is_pid(pid), do: node(pid)
+  defp node_of({_name, node}) when is_atom(node), do: node
+  defp node_of(_other), do: node()
+
+  defp in_group(%{tid: tid} = event, %{by_tid: by_tid}), do: %{event | pid: by_tid[tid]}
+
   # Timestamps are relative to the earliest start drawn.
   defp origin(profile, spans, unspanned) do
     trace_start = if unspanned != [] and profile.started_at, do: [profile.started_at], else: []
@@ -78,16 +104,30 @@ defmodule FlameOn.Client.Export.Perfetto do
     end
   end
 
-  defp metadata(profile, tids, names) do
-    process = [
-      %{
-        ph: "M",
-        name: "process_name",
-        pid: @pid,
-        tid: 0,
-        args: %{name: "#{profile.name} (flame_on trace #{profile.trace_id})"}
-      }
-    ]
+  # A trace on one node names its one process after the trace; across
+  # nodes, each node's process says its node.
+  defp metadata(profile, tids, names, %{by_node: by_node} = groups) do
+    trace = "#{profile.name} (flame_on trace #{profile.trace_id})"
+
+    process =
+      by_node
+      |> Enum.sort_by(fn {_node, pid} -> pid end)
+      |> Enum.flat_map(fn {node, pid} ->
+        if map_size(by_node) == 1 do
+          [%{ph: "M", name: "process_name", pid: pid, tid: 0, args: %{name: trace}}]
+        else
+          [
+            %{
+              ph: "M",
+              name: "process_name",
+              pid: pid,
+              tid: 0,
+              args: %{name: "#{trace} on #{node}"}
+            },
+            %{ph: "M", name: "process_sort_index", pid: pid, tid: 0, args: %{sort_index: pid}}
+          ]
+        end
+      end)
 
     threads =
       tids
@@ -104,6 +144,7 @@ defmodule FlameOn.Client.Export.Perfetto do
           %{ph: "M", name: "thread_sort_index", pid: @pid, tid: tid, args: %{sort_index: tid}}
         ]
       end)
+      |> Enum.map(&in_group(&1, groups))
 
     process ++ threads
   end

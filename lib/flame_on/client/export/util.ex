@@ -4,9 +4,9 @@ defmodule FlameOn.Client.Export.Util do
 
   alias FlameOn.Client.{Graph, Profile}
 
-  @doc "`\"<0.96.0>\"`."
+  @doc "`\"<0.96.0>\"` (`\"<0.96.0>@node\"` on another node): `Profile.pid_text/1`."
   @spec pid_text(pid()) :: String.t()
-  def pid_text(pid), do: List.to_string(:erlang.pid_to_list(pid))
+  defdelegate pid_text(pid), to: Profile
 
   @doc """
   The processes of the profile's stacks in export order: the traced process
@@ -34,9 +34,11 @@ defmodule FlameOn.Client.Export.Util do
   """
   @spec registered_names(Profile.t()) :: %{pid() => String.t()}
   def registered_names(%Profile{graph: %Graph{spans: spans}}) do
+    # a span unnamed is named after its pid, on its own node (a pid of
+    # another node prints another way there)
     for %{pid: pid, name: name} <- spans,
         is_binary(name),
-        name != inspect(pid),
+        not String.starts_with?(name, "#PID<"),
         into: %{},
         do: {pid, name}
   end

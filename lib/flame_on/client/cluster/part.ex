@@ -1,0 +1,190 @@
+defmodule FlameOn.Client.Cluster.Part do
+  @moduledoc false
+  # One node's part of a cross-node graph trace, on that node (started by
+  # the origin's `FlameOn.Client.Cluster.arm/2` over :erpc).
+  #
+  # It holds a graph session with the trace's seq_trace label and no root:
+  # a request of the trace that arrives from another node opens a span of
+  # its receiver (a REQUEST span without a parent here, see GRAPH.md), and
+  # from there the trace is followed on this node as on the origin (the send
+  # pattern, followers, work spans, wake-ups). The send pattern cannot turn
+  # tracing on in a process of another node, so a process brought in from
+  # another node gets its trace flags here, when the NIF says it joined
+  # ({:flame_on_callee, pid}): its first microseconds of work may be missed.
+  #
+  # It cleans up by itself: when the origin's trace owner goes (it finished
+  # without collecting, crashed, or its node went away: a monitor says so)
+  # and when the trace's lifetime is over, it stops; `Patterns` (which
+  # monitors every graph user) then gives graph tracing back, and the last
+  # graph trace on this node turns every flag of ours off.
+
+  use GenServer, restart: :temporary
+
+  alias FlameOn.Client.{Graph, Native, Patterns, Profile, TraceBackend, TraceGraphSession}
+
+  @doc false
+  # On the remote node: starts the part under the session supervisor.
+  # `{:error, :not_running}` when the application does not run here.
+  @spec start(map()) :: {:ok, pid()} | {:error, term()}
+  def start(opts) do
+    if Process.whereis(FlameOn.Client.SessionSupervisor) &&
+         Process.whereis(FlameOn.Client.Patterns) do
+      DynamicSupervisor.start_child(FlameOn.Client.SessionSupervisor, {__MODULE__, opts})
+    else
+      {:error, :not_running}
+    end
+  end
+
+  @doc false
+  @spec start_link(map()) :: GenServer.on_start()
+  def start_link(opts), do: GenServer.start_link(__MODULE__, opts)
+
+  @doc false
+  # On the remote node: stops the part's trace and returns its part of
+  # the profile (see `FlameOn.Client.Cluster.Merge`), at most about
+  # `max_bytes` in external format.
+  @spec collect(pid(), pos_integer()) :: {:ok, map()} | {:error, term()}
+  def collect(part, max_bytes) do
+    GenServer.call(part, {:collect, max_bytes}, 30_000)
+  catch
+    :exit, {reason, _} -> {:error, reason}
+  end
+
+  @impl GenServer
+  def init(opts) do
+    Process.flag(:trap_exit, true)
+    # A process brought in from another node runs untraced until this part
+    # turns its flags on: on a busy node that must not wait in the queue
+    # (each message here is handled in microseconds).
+    Process.flag(:priority, :high)
+    native_per_second = System.convert_time_unit(1, :second, :native)
+    limits = Map.merge(opts.limits, %{label: opts.label, native_per_second: native_per_second})
+
+    with {:ok, native} <- new_native(limits),
+         :ok <- Native.graph_start(native, self()),
+         :ok <- Native.graph_owner(native, self(), opts.follow == :messages),
+         :ok <- Native.graph_watch_callees(native, self()),
+         {:ok, handle} <- acquire(native, opts) do
+      Process.send_after(self(), :lifetime, opts.lifetime_ms)
+
+      {:ok,
+       %{
+         native: native,
+         handle: handle,
+         label: opts.label,
+         follow: opts.follow,
+         names: opts.names,
+         origin_ref: Process.monitor(opts.origin),
+         flagged: MapSet.new()
+       }}
+    else
+      {:error, reason} -> {:stop, reason}
+    end
+  end
+
+  defp new_native(limits) do
+    {:ok, Native.new(limits)}
+  rescue
+    ArgumentError -> {:error, {:invalid_limits, limits}}
+  end
+
+  defp acquire(native, opts) do
+    case Patterns.acquire_graph(native, nil, opts.label, follow: opts.follow) do
+      {:ok, handle} ->
+        {:ok, handle}
+
+      {:error, _} = error ->
+        Native.stop(native)
+        error
+    end
+  end
+
+  @impl GenServer
+  def handle_call({:collect, max_bytes}, _from, state) do
+    Native.stop(state.native)
+    {raw, stats, graph} = Native.finish(state.native, :stop)
+    graph = Graph.build(graph, state.label)
+    stacks = Profile.build(raw, stats, [], state.names).stacks
+    TraceGraphSession.unfollow(Enum.uniq(graph.followers ++ MapSet.to_list(state.flagged)), state)
+    Patterns.release_graph()
+    part = bound(%{node: node(), graph: %{graph | followers: []}, stacks: stacks}, max_bytes)
+    {:stop, :normal, {:ok, part}, %{state | native: nil}}
+  end
+
+  @impl GenServer
+  # A process of this node took a request of the trace from another node
+  # (or joined otherwise): it follows the trace with the flags the send
+  # pattern would have given it.
+  def handle_info({:flame_on_callee, pid}, %{native: native} = state) when native != nil do
+    case TraceBackend.tracer(state.handle, pid) do
+      {:ok, []} ->
+        flag(pid, state)
+        {:noreply, %{state | flagged: MapSet.put(state.flagged, pid)}}
+
+      _ours_or_gone ->
+        {:noreply, state}
+    end
+  end
+
+  def handle_info({:flame_on_left, pid}, state) do
+    TraceGraphSession.unfollow([pid], state)
+    {:noreply, %{state | flagged: MapSet.delete(state.flagged, pid)}}
+  end
+
+  def handle_info({:DOWN, ref, :process, _origin, _reason}, %{origin_ref: ref} = state) do
+    {:stop, :normal, state}
+  end
+
+  def handle_info(:lifetime, state), do: {:stop, :normal, state}
+  def handle_info(_msg, state), do: {:noreply, state}
+
+  @impl GenServer
+  def terminate(_reason, %{native: nil}), do: :ok
+
+  def terminate(_reason, state) do
+    # The origin is gone or the lifetime is over: nothing of the trace is
+    # kept. Patterns gives graph tracing back when it sees us go.
+    Native.stop(state.native)
+    TraceGraphSession.unfollow(MapSet.to_list(state.flagged), state)
+    :ok
+  end
+
+  defp flag(pid, %{handle: handle, follow: follow}) do
+    TraceBackend.trace(handle, pid, true, Patterns.follower_flags(follow))
+  rescue
+    ArgumentError -> 0
+  end
+
+  # The part, at most max_bytes in external format: past it, stack entries
+  # go, the smallest first (spans and edges stay: they are what links the
+  # nodes), and the part says how many went.
+  defp bound(part, max_bytes) do
+    size = :erlang.external_size(part)
+
+    if size <= max_bytes do
+      Map.merge(part, %{bytes: size, truncated_stacks: 0})
+    else
+      entries = for {pid, stacks} <- part.stacks, {stack, us} <- stacks, do: {us, pid, stack}
+
+      # about what each entry costs, from the whole
+      stacks_size = :erlang.external_size(part.stacks)
+      room = max(max_bytes - (size - stacks_size), 0)
+      per_entry = max(div(stacks_size, max(length(entries), 1)), 1)
+      keep = div(room, per_entry)
+      kept = entries |> Enum.sort(:desc) |> Enum.take(keep)
+
+      stacks =
+        Enum.reduce(kept, %{}, fn {us, pid, stack}, acc ->
+          Map.update(acc, pid, [{stack, us}], &[{stack, us} | &1])
+        end)
+        |> Map.new(fn {pid, list} -> {pid, Enum.sort(list)} end)
+
+      part = %{part | stacks: stacks}
+
+      Map.merge(part, %{
+        bytes: :erlang.external_size(part),
+        truncated_stacks: length(entries) - length(kept)
+      })
+    end
+  end
+end

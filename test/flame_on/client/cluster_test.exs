@@ -1,0 +1,385 @@
+defmodule FlameOn.Client.ClusterTest do
+  # Cross-node traces with real nodes: peers on 127.0.0.1 (long names, no
+  # host name to resolve), each with this project's code paths. B and C run
+  # the application; D has the code but not the application.
+  use ExUnit.Case, async: false
+
+  import FlameOn.Client.TestHelpers
+
+  alias FlameOn.Client.{Graph, Profile, Span}
+  alias FlameOn.Client.Test.Server
+
+  @moduletag timeout: 120_000
+
+  setup_all do
+    {_, 0} = System.cmd("epmd", ["-daemon"])
+    started_here = not Node.alive?()
+
+    if started_here do
+      {:ok, _} =
+        Node.start(
+          :"flame_on_cluster_#{System.unique_integer([:positive])}@127.0.0.1",
+          :longnames
+        )
+    end
+
+    args = peer_args()
+
+    peers =
+      for name <- [:b, :c, :d], into: %{} do
+        {:ok, peer, node} =
+          :peer.start(%{
+            name: :"flame_on_#{name}_#{System.unique_integer([:positive])}",
+            host: ~c"127.0.0.1",
+            longnames: true,
+            args: args
+          })
+
+        if name != :d,
+          do: {:ok, _} = :erpc.call(node, Application, :ensure_all_started, [:flame_on_client])
+
+        {name, %{peer: peer, node: node}}
+      end
+
+    on_exit(fn ->
+      for {_, %{peer: peer}} <- peers, do: quietly(fn -> :peer.stop(peer) end)
+      if started_here, do: Node.stop()
+    end)
+
+    %{peers: peers}
+  end
+
+  setup %{peers: peers} do
+    ensure_app_started()
+    assert_node_clean()
+    for name <- [:b, :c], do: assert_peer_clean(peers[name].node)
+    :ok
+  end
+
+  # A server on node, registered there under name.
+  defp server(node, name) do
+    {:ok, pid} = :erpc.call(node, Server, :start, [[]])
+    true = :erpc.call(node, Process, :register, [pid, name])
+    on_exit(fn -> quietly(fn -> :erpc.call(node, Process, :exit, [pid, :kill]) end) end)
+    pid
+  end
+
+  # the project's code, this node's cookie; no partition checks by global
+  # (a test stops a peer on purpose)
+  defp peer_args do
+    Enum.flat_map(:code.get_path(), &[~c"-pa", &1]) ++
+      [~c"-setcookie", Atom.to_charlist(Node.get_cookie())] ++
+      [~c"-kernel", ~c"prevent_overlapping_partitions", ~c"false"]
+  end
+
+  # the peer may be gone already
+  defp quietly(fun) do
+    fun.()
+  catch
+    _, _ -> :ok
+  end
+
+  defp assert_peer_clean(node) do
+    problems = :erpc.call(node, FlameOn.Client.Test.ClusterPeer, :leftovers, [2_000])
+    assert problems == [], "#{node} is not clean: #{inspect(problems)}"
+  end
+
+  defp profile(fun, opts \\ []),
+    do: FlameOn.Client.profile(fun, [cross_process: true, mode: :nif] ++ opts)
+
+  # every format writes the profile; each export has B's or the origin's
+  # processes
+  defp assert_exports(profile) do
+    for format <- FlameOn.Client.Export.formats() do
+      data =
+        case format do
+          :folded -> FlameOn.Client.Export.folded(profile)
+          :speedscope -> FlameOn.Client.Export.speedscope(profile)
+          :perfetto -> FlameOn.Client.Export.perfetto(profile)
+          :svg -> FlameOn.Client.Export.svg(profile)
+          :pprof -> FlameOn.Client.Export.pprof(profile)
+        end
+
+      assert IO.iodata_length(data) > 0, "#{format} is empty"
+    end
+  end
+
+  defp perfetto_events(profile) do
+    profile
+    |> FlameOn.Client.Export.perfetto()
+    |> FlameOn.Client.Test.ExportHelpers.json_decode!()
+    |> Map.fetch!("traceEvents")
+  end
+
+  defp perfetto_group(profile, %Span{span_id: id}) do
+    Enum.find_value(perfetto_events(profile), fn
+      %{"cat" => "span", "args" => %{"span_id" => ^id}, "pid" => pid} -> pid
+      _ -> nil
+    end)
+  end
+
+  defp node_group(profile, node) do
+    Enum.find_value(perfetto_events(profile), fn
+      %{"name" => "process_name", "pid" => pid, "args" => %{"name" => name}} ->
+        if String.ends_with?(name, " on #{node}"), do: pid
+
+      _ ->
+        nil
+    end)
+  end
+
+  defp inspect_pid(pid), do: List.to_string(:erlang.pid_to_list(pid))
+
+  defp duration(%Span{started_at: s, ended_at: e}), do: e - s
+
+  defp span_of(%Graph{spans: spans}, pid), do: Enum.find(spans, &(&1.pid == pid))
+
+  test "A -> B: the root's wait is B's span on B, B's stacks are under its remote pid", %{
+    peers: peers
+  } do
+    b = peers.b.node
+    b_pid = server(b, :fo_cluster_b)
+
+    {result, %Profile{graph: graph} = profile} =
+      profile(fn -> GenServer.call({:fo_cluster_b, b}, {:spin, 40}) end)
+
+    assert result == :done
+    [root | _] = graph.spans
+    assert root.kind == :root and root.node == node()
+
+    b_span = span_of(graph, b_pid)
+    assert %Span{kind: :request, node: ^b, parent_span_id: 0, opener_pid: opener} = b_span
+    assert opener == self()
+    assert b_span.span_id in root.children
+    # the work took 40 ms on B (more when B's schedulers are busy)
+    assert duration(b_span) >= 39_000
+
+    # the root's wait is attributed to B's span, within 10% (what the root
+    # waited beyond it is the network and the queues of a loaded machine)
+    assert_in_delta root.attributed_wait_us, duration(b_span), 0.1 * duration(b_span)
+    assert root.wait_us >= root.attributed_wait_us
+
+    assert [edge] = Enum.filter(graph.edges, &(&1.waiter_span_id == 0))
+    assert edge.waker_span_id == b_span.span_id
+    assert edge.attributed_us == root.attributed_wait_us
+
+    # no :remote span is left: B's part answered it; the root waited on
+    # B's pid (not on the name it called)
+    refute Enum.any?(graph.spans, &(&1.kind == :remote))
+    assert root.waiting_on_pid == b_pid
+    assert_exports(profile)
+
+    # B's stacks, under B's pid: its spin, on a CPU
+    b_stacks = Map.fetch!(profile.stacks, b_pid)
+
+    spin =
+      time_where(profile, b_pid, &String.contains?(&1, "FlameOn.Client.Test.Server.spin_until/1"))
+
+    assert spin >= 30_000, "B's stacks: #{inspect(b_stacks, limit: 5)}"
+
+    assert %{^b => %{clock_uncertainty_us: u, bytes: bytes}} = graph.stats.nodes
+    assert u >= 0 and u < 5_000 and bytes > 0
+    assert graph.stats.joined_remote_calls == 1
+    assert graph.stats.collect_us > 0 and graph.stats.merge_us > 0
+    assert graph.stats.lost_parts == 0
+    assert {peers.d.node, :not_running} in graph.stats.unreachable_nodes
+
+    assert_node_clean()
+    assert_peer_clean(b)
+    assert_peer_clean(peers.c.node)
+  end
+
+  test "A -> B -> C: each hop's span is a child of its caller's, waits explained hop by hop", %{
+    peers: peers
+  } do
+    {b, c} = {peers.b.node, peers.c.node}
+    b_pid = server(b, :fo_cluster_b)
+    c_pid = server(c, :fo_cluster_c)
+
+    {result, %Profile{graph: graph} = profile} =
+      profile(fn ->
+        GenServer.call({:fo_cluster_b, b}, {:forward, 20, {:fo_cluster_c, c}, {:spin, 30}})
+      end)
+
+    assert result == {:forwarded, :done}
+    [root | _] = graph.spans
+    b_span = span_of(graph, b_pid)
+    c_span = span_of(graph, c_pid)
+    assert %Span{node: ^b, parent_span_id: 0} = b_span
+    assert %Span{node: ^c, kind: :request, opener_pid: ^b_pid} = c_span
+    assert c_span.parent_span_id == b_span.span_id
+    assert c_span.span_id in b_span.children
+    # parents before children
+    assert b_span.span_id < c_span.span_id
+
+    # B waited for C (30 ms), the root for B (50 ms): each wait is
+    # attributed to the next hop's span, within 10%
+    assert duration(c_span) >= 29_000
+    assert_in_delta b_span.attributed_wait_us, duration(c_span), 0.1 * duration(c_span)
+    assert_in_delta root.attributed_wait_us, duration(b_span), 0.1 * duration(b_span)
+    # B's own 20 ms spin is not wait
+    assert b_span.self_us >= 19_000
+
+    assert Enum.any?(
+             graph.edges,
+             &(&1.waiter_span_id == b_span.span_id and &1.waker_span_id == c_span.span_id)
+           )
+
+    # times on the origin's clock: C's span inside B's, B's inside the root
+    slack =
+      graph.stats.nodes[b].clock_uncertainty_us + graph.stats.nodes[c].clock_uncertainty_us +
+        1_000
+
+    assert c_span.started_at >= b_span.started_at - slack
+    assert c_span.ended_at <= b_span.ended_at + slack
+    assert b_span.started_at >= root.started_at - slack
+
+    assert Map.has_key?(profile.stacks, b_pid) and Map.has_key?(profile.stacks, c_pid)
+    assert graph.stats.joined_remote_calls == 2
+
+    # folded lines: one per stack, the remote ones too, each remote pid as
+    # its node prints it, then @node
+    folded = profile |> Profile.folded() |> IO.iodata_to_binary()
+    [_, number, serial] = Regex.run(~r/^<\d+\.(\d+)\.(\d+)>$/, inspect_pid(c_pid))
+    c_text = "<0.#{number}.#{serial}>@#{c}"
+    assert Profile.pid_text(c_pid) == c_text
+
+    assert folded
+           |> String.split("\n", trim: true)
+           |> Enum.any?(
+             &(String.starts_with?(&1, "flame_on;#{c_text};") and
+                 &1 =~ "FlameOn.Client.Test.Server.spin_until/1")
+           )
+
+    # that is how C itself prints it
+    assert :erpc.call(c, :erlang, :pid_to_list, [c_pid]) == ~c"<0.#{number}.#{serial}>"
+
+    # Perfetto: one process group per node, the origin's first; each span
+    # on its node's group; a flow from each caller's wait to its callee's
+    # span, across groups
+    events = perfetto_events(profile)
+
+    groups =
+      for %{"name" => "process_name", "pid" => pid, "args" => %{"name" => name}} <- events,
+          into: %{},
+          do: {name |> String.split(" on ") |> List.last() |> String.to_atom(), pid}
+
+    assert %{^b => gb, ^c => gc} = groups
+    assert groups[node()] == 1 and gb > 1 and gc > 1 and gb != gc
+
+    spans = for %{"cat" => "span"} = e <- events, into: %{}, do: {e["args"]["span_id"], e}
+    assert spans[b_span.span_id]["pid"] == gb and spans[c_span.span_id]["pid"] == gc
+    assert spans[0]["pid"] == 1
+
+    flows =
+      for %{"cat" => "wait", "flow_out" => true, "bind_id" => id} = w <- events,
+          %{"cat" => "span", "flow_in" => true, "bind_id" => ^id} = s <- events,
+          do: {w["pid"], s["pid"]}
+
+    assert {1, gb} in flows and {gb, gc} in flows
+
+    assert_node_clean()
+    assert_peer_clean(b)
+    assert_peer_clean(c)
+  end
+
+  test "a node that goes away mid-trace costs its part, not the trace", %{peers: peers} do
+    b = peers.b.node
+    # a node of its own, to lose
+    args = peer_args()
+
+    {:ok, peer, e} =
+      :peer.start(%{
+        name: :"flame_on_e_#{System.unique_integer([:positive])}",
+        host: ~c"127.0.0.1",
+        longnames: true,
+        args: args
+      })
+
+    {:ok, _} = :erpc.call(e, Application, :ensure_all_started, [:flame_on_client])
+    b_pid = server(b, :fo_cluster_b)
+    _ = server(e, :fo_cluster_e)
+
+    {result, %Profile{graph: graph} = profile} =
+      profile(fn ->
+        GenServer.call({:fo_cluster_b, b}, {:spin, 10})
+        test = self()
+        spawn(fn -> Process.sleep(50) && :peer.stop(peer) && send(test, :stopped) end)
+        catch_exit(GenServer.call({:fo_cluster_e, e}, {:spin, 2_000}))
+      end)
+
+    assert {{:nodedown, ^e}, _} = result
+    assert graph.stats.lost_parts == 1
+    assert [{^e, _reason}] = graph.stats.lost_nodes
+    # B's part made it
+    assert %Span{node: ^b} = span_of(graph, b_pid)
+    # the call to E: the caller's view of it, the only one left
+    assert %Span{kind: :remote, node: ^e, pid: {:fo_cluster_e, ^e}} =
+             remote = Enum.find(graph.spans, &(&1.kind == :remote))
+
+    # every format takes the lost node's :remote span: Perfetto draws it in
+    # E's process group
+    assert_exports(profile)
+    assert perfetto_group(profile, remote) == node_group(profile, e)
+
+    assert_node_clean()
+    assert_peer_clean(b)
+  end
+
+  test "the origin dying mid-trace: every node cleans up by itself", %{peers: peers} do
+    b = peers.b.node
+    _ = server(b, :fo_cluster_b)
+    test = self()
+
+    root =
+      spawn(fn ->
+        profile(fn ->
+          send(test, :calling)
+          GenServer.call({:fo_cluster_b, b}, {:spin, 300})
+        end)
+      end)
+
+    assert_receive :calling, 5_000
+    # B's part is running
+    assert :erpc.call(b, FlameOn.Client.Test.ClusterPeer, :parts, []) == 1
+    Process.sleep(50)
+    Process.exit(root, :kill)
+
+    assert_node_clean()
+    assert_peer_clean(b)
+    assert :erpc.call(b, FlameOn.Client.Test.ClusterPeer, :parts, []) == 0
+  end
+
+  test "a node without the application is listed, and the trace goes on", %{peers: peers} do
+    d = peers.d.node
+    b = peers.b.node
+    b_pid = server(b, :fo_cluster_b)
+
+    {_, %Profile{graph: graph}} =
+      profile(fn -> GenServer.call({:fo_cluster_b, b}, {:spin, 5}) end)
+
+    assert {d, :not_running} in graph.stats.unreachable_nodes
+    refute Map.has_key?(graph.stats.nodes, d)
+    assert %Span{node: ^b} = span_of(graph, b_pid)
+    # D was never touched
+    assert :erpc.call(d, :seq_trace, :get_system_tracer, []) == false
+  end
+
+  test "cluster: false arms no node: a call to B is a :remote span", %{peers: peers} do
+    b = peers.b.node
+    _ = server(b, :fo_cluster_b)
+
+    {_, %Profile{graph: graph} = profile} =
+      profile(fn -> GenServer.call({:fo_cluster_b, b}, {:spin, 20}) end, cluster: false)
+
+    assert_exports(profile)
+
+    [root | _] = graph.spans
+    assert [%Span{kind: :remote, node: ^b, parent_span_id: 0} = remote] = tl(graph.spans)
+    assert remote.pid == {:fo_cluster_b, b}
+    # the wait for B is still the call's: the :remote span explains it
+    assert_in_delta root.attributed_wait_us, duration(remote), 0.1 * duration(remote)
+    assert duration(remote) >= 20_000
+    assert graph.stats.nodes == %{}
+  end
+end
