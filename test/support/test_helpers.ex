@@ -252,29 +252,6 @@ defmodule FlameOn.Client.TestHelpers do
       else: [:call_time]
   end
 
-  @doc """
-  Asserts that no process holds a seq_trace token (the last graph trace
-  resets them; polls like `assert_node_clean/1`). Not part of
-  `assert_node_clean/1`: while another tool owns the seq_trace system
-  tracer, tokens may be its own.
-  """
-  def assert_no_tokens(timeout \\ 1_000) do
-    deadline = System.monotonic_time(:millisecond) + timeout
-
-    holders =
-      wait_for(
-        fn ->
-          for pid <- Process.list(),
-              {:sequential_trace_token, token} <- [Process.info(pid, :sequential_trace_token)],
-              token != [],
-              do: {pid, token}
-        end,
-        deadline
-      )
-
-    assert holders == [], "processes hold seq_trace tokens: #{inspect(holders)}"
-  end
-
   defp loaded?({module, _f, _a}), do: match?({:module, _}, Code.ensure_loaded(module))
   defp loaded?(:on_load), do: true
 

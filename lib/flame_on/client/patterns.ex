@@ -145,9 +145,9 @@ defmodule FlameOn.Client.Patterns do
   The last graph user of a handle (by `release_graph/0` or by dying) puts
   the send and receive patterns back, turns tracing off on every process
   that still has the graph tracer there and closes the handle; the last
-  graph user of all gives the system tracer back and clears every
-  process's seq_trace token (`:seq_trace.reset_trace/0`: no other tool uses
-  tokens, it would need the system tracer). A graph user that dies
+  graph user of all gives the system tracer back (processes keep their
+  seq_trace tokens until they take an untokened message:
+  `:seq_trace.reset_trace/0` can abort an OTP 25 VM). A graph user that dies
   mid-trace has its session stopped. `call_patterns: false` (sample
   traces) takes graph tracing only: no call pattern is set for it.
   `follow: :messages` (the default) follows every message and spawn of the
@@ -656,12 +656,14 @@ defmodule FlameOn.Client.Patterns do
     case :seq_trace.get_system_tracer() do
       tracer when tracer in [@graph_tracer, false] ->
         # (The VM drops our tracer by itself once it says no trace is live.)
-        :seq_trace.set_system_tracer(false)
         # Followers keep the token of the last message they took until they
-        # take an untokened one; with no graph trace left, none is ours to
-        # keep, and no other tool uses tokens: it would need the system
-        # tracer, which we refuse to share. About 0.1 µs a process.
-        :seq_trace.reset_trace()
+        # take an untokened one. They are not cleared here:
+        # `:seq_trace.reset_trace/0` walks every process's signal queue, and
+        # OTP 25's walk aborts the VM on a signal type it does not know
+        # ("clear_seq_trace_token(): Internal error: Unknown signal", seen
+        # in the suite). A stale token costs nothing while no system tracer
+        # is set, and a later trace ignores labels that are not its own.
+        :seq_trace.set_system_tracer(false)
 
       _another_tools ->
         :ok

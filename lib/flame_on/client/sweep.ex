@@ -204,9 +204,9 @@ defmodule FlameOn.Client.Sweep do
   defp clear_system_tracer do
     case :seq_trace.get_system_tracer() do
       {Native, _state} ->
+        # The tokens our traces left in processes stay (see
+        # Patterns.release_system_tracer: reset_trace can abort the VM).
         :seq_trace.set_system_tracer(false)
-        # the tokens our traces left in processes go with it
-        :seq_trace.reset_trace()
         true
 
       _other ->

@@ -21,7 +21,6 @@ defmodule FlameOn.Client.WakeTest do
 
     on_exit(fn ->
       assert_node_clean()
-      assert_no_tokens()
     end)
 
     :ok
@@ -471,7 +470,10 @@ defmodule FlameOn.Client.WakeTest do
     end
   end
 
-  test "after the trace, followers keep no flag and no token" do
+  # Tokens are not reset after the trace (`:seq_trace.reset_trace/0` can
+  # abort an OTP 25 VM): a follower keeps the finished trace's token until it
+  # takes an untokened message, which costs nothing with no system tracer.
+  test "after the trace, followers keep no flag, and no token but the finished trace's" do
     parent = self()
     worker = spawn(fn -> Workloads.wait_here(parent) end)
     {:ok, server} = Server.start()
@@ -485,8 +487,14 @@ defmodule FlameOn.Client.WakeTest do
 
     for pid <- [server, worker] do
       assert our_flags(pid) == []
-      assert Process.info(pid, :sequential_trace_token) == {:sequential_trace_token, []}
+
+      case Process.info(pid, :sequential_trace_token) do
+        {:sequential_trace_token, []} -> :ok
+        {:sequential_trace_token, {_flags, label, _, _, _}} -> assert label > 0
+      end
     end
+
+    assert :seq_trace.get_system_tracer() == false
 
     assert_node_clean()
   end
