@@ -285,17 +285,20 @@ defmodule FlameOn.Client.SampleModeTest do
 
   defp samplers do
     for pid <- Process.list(),
-        # spawned from a fun of Sampler's; now and then it is in a call
-        # out of the module (the NIF, the budget) when asked
-        match?(
-          [{:initial_call, {FlameOn.Client.Sampler, _, _}} | _],
-          Process.info(pid, [:initial_call]) || []
-        ) or
-          match?(
-            {:current_function, {FlameOn.Client.Sampler, _, _}},
-            Process.info(pid, :current_function)
-          ),
+        # Sampler's code anywhere on its stack: now and then it is in a
+        # call out of the module (the NIF, the budget) when asked
+        sampler_on_stack?(pid),
         do: pid
+  end
+
+  defp sampler_on_stack?(pid) do
+    case Process.info(pid, :current_stacktrace) do
+      {:current_stacktrace, frames} ->
+        Enum.any?(frames, &match?({FlameOn.Client.Sampler, _, _, _}, &1))
+
+      nil ->
+        false
+    end
   end
 
   test "a sampled process killed mid-trace: backtrace_depth comes back, its sampler ends" do
