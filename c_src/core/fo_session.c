@@ -466,6 +466,17 @@ void fo_session_sample_same(fo_session *s, uint64_t pid, int64_t ts_ns, uint64_t
     apply_sample(s, p, ts_ns, NULL, 0, weight, 0, times);
 }
 
+void fo_session_count_slept(fo_session *s, uint64_t pid, uint32_t times)
+{
+    uint32_t index = fo_procs_find(&s->procs, pid);
+    if (index == UINT32_MAX || times == 0 || s->procs.procs[index].root == FO_NONE) {
+        s->stats.dropped_events++;
+        return;
+    }
+    s->stats.samples += times;
+    fo_tree_count_samples(&s->tree, s->procs.procs[index].sleep_node, times, 0);
+}
+
 void fo_session_close(fo_session *s, int64_t end_ns)
 {
     for (uint32_t i = 0; i < s->procs.count; i++) {

@@ -87,6 +87,13 @@ void fo_session_sample_as(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_m
  * stack to repeat: it lands on its root. */
 void fo_session_sample_same(fo_session *s, uint64_t pid, int64_t ts_ns, uint64_t weight, uint32_t times);
 
+/* `times` ticks of pid's sampler that it slept through: the process waited
+ * (scheduled out, where its last wait went) and the sampler, told so,
+ * waited for its next `in` instead of looking (fo_wakes). Counted as
+ * samples of weight 0 on the wait leaf that wait was charged to; nothing
+ * else changes (time comes from the events). Unknown pids are dropped. */
+void fo_session_count_slept(fo_session *s, uint64_t pid, uint32_t times);
+
 /* Charge every live process's time from its last event up to end_ns to
  * where it is now (running stack or sleep leaf). Call once, at the end. */
 void fo_session_close(fo_session *s, int64_t end_ns);

@@ -139,6 +139,9 @@
     A(note_overflows)                                                                          \
     A(next)                                                                                    \
     A(flame_on_next)                                                                           \
+    A(flame_on_in)                                                                             \
+    A(full)                                                                                    \
+    A(slept)                                                                                   \
     A(armed)                                                                                   \
     A(fired)                                                                                   \
     A(done)                                                                                    \

@@ -70,6 +70,7 @@ fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_seco
     fo_clock_start(&res->clock, !replay);
     res->replay = replay;
     fo_spin_init(&res->lock);
+    fo_wakes_init(&res->wakes);
     res->core = fo_session_new(limits);
     if (res->core == NULL) {
         enif_release_resource(res); /* the destructor frees what was made */

@@ -17,6 +17,7 @@
 #include "fo_ring.h"
 #include "fo_session.h"
 #include "fo_spinlock.h"
+#include "fo_wake.h"
 
 /* Bytes of stack texts ("a;b;c") render/2 writes at most (new/1's
  * max_stack_bytes). */
@@ -58,6 +59,7 @@ struct fo_session_res {
     uint32_t ring_request;     /* the most records the ring grows to */
     uint64_t max_text_bytes;   /* render/2's budget for the stack texts */
     fo_ring ring;
+    fo_wakes wakes;            /* samplers asleep until their process's next `in` */
     fo_session_res *drain_next; /* the drainer's queue (its mutex) */
 };
 

@@ -11,6 +11,9 @@
  * them long before this); the cut shows as a truncated stack. */
 #define FO_SAMPLE_MAX_FRAMES 4096u
 
+/* {slept, N}: ticks a sampler slept through (fo_wake.h), not a stack. */
+#define FO_SAMPLE_SLEPT 0x100u
+
 /* {M, F, A} or {M, F, A, Location}: the MFA part. */
 static int decode_frame(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
 {
@@ -28,7 +31,10 @@ static ERL_NIF_TERM apply(ErlNifEnv *env, fo_session_res *res, uint64_t pid, int
 {
     ERL_NIF_TERM result = fo_atom_stopped;
     fo_spin_lock(&res->lock);
-    if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed)) {
+    /* Ticks slept through still count once the trace stopped (until it is
+     * finished): a sampler asleep when it stopped counts them then. */
+    int taking = atomic_load_explicit(&res->active, memory_order_relaxed) || how == FO_SAMPLE_SLEPT;
+    if (res->core != NULL && taking) {
         fo_resource_fold(res, env); /* the in/out events before this sample */
         /* A cross-process trace counts a follower only inside its spans,
          * as its events are (fo_follow.h). */
@@ -36,7 +42,9 @@ static ERL_NIF_TERM apply(ErlNifEnv *env, fo_session_res *res, uint64_t pid, int
         if (res->graph != NULL && !fo_follow_before_sample(&f, pid)) {
             result = fo_atom_idle;
         } else {
-            if (frames == NULL)
+            if (how == FO_SAMPLE_SLEPT)
+                fo_session_count_slept(res->core, pid, times);
+            else if (frames == NULL)
                 fo_session_sample_same(res->core, pid, ts, weight, times);
             else
                 fo_session_sample_as(res->core, pid, ts, frames, count, weight, how);
@@ -70,10 +78,12 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     unsigned int times = 1;
     int arity;
     const ERL_NIF_TERM *same;
-    if (enif_get_tuple(env, argv[2], &arity, &same) && arity == 2 && same[0] == fo_atom_same) {
+    if (enif_get_tuple(env, argv[2], &arity, &same) && arity == 2 &&
+        (same[0] == fo_atom_same || same[0] == fo_atom_slept)) {
         if (!enif_get_uint(env, same[1], &times) || times == 0)
             return enif_make_badarg(env);
-        return apply(env, res, (uint64_t)pid.pid, ts, NULL, 0, (uint64_t)weight, 0, times);
+        unsigned what = same[0] == fo_atom_slept ? FO_SAMPLE_SLEPT : 0u;
+        return apply(env, res, (uint64_t)pid.pid, ts, NULL, 0, (uint64_t)weight, what, times);
     }
     if (argv[2] == fo_atom_same)
         return apply(env, res, (uint64_t)pid.pid, ts, NULL, 0, (uint64_t)weight, 0, 1);

@@ -9,7 +9,9 @@
 // Stack is process_info(Pid, current_stacktrace)'s list, innermost first:
 // {M, F, Arity | Args} or {M, F, Arity | Args, Location} tuples, or the atom
 // `same`: the stack the process already has (it has not run since), or
-// {same, N} (N in 1..2^32-1): that, counted as N samples. Weight is
+// {same, N} (N in 1..2^32-1): that, counted as N samples, or {slept, N}:
+// N ticks its sampler slept through while it waited (fo_wake.h), counted
+// as samples on the wait leaf its last wait went to. Weight is
 // a non-negative integer below 2^64 added to the stack the sample lands on
 // (the sampler passes the reductions since its previous sample).
 // sample(Session, Pid, Stack, Weight, How): How is `plain` (as sample/4),

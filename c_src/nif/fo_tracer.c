@@ -9,6 +9,7 @@
 #include "fo_next.h"
 #include "fo_resource.h"
 #include "fo_slot.h"
+#include "fo_wake.h"
 
 static int is_our_tag(ERL_NIF_TERM tag)
 {
@@ -127,6 +128,8 @@ static int record(ErlNifEnv *env, fo_session_res *res, const ERL_NIF_TERM argv[]
     }
     if (ev.kind == FO_EV_CALL && ev.mfa.module == (uint64_t)fo_atom_native_module)
         return 1; /* our own NIFs (stop/1 ending the trace) */
+    if (ev.kind == FO_EV_IN && fo_wakes_any(&res->wakes))
+        fo_wakes_fire(&res->wakes, env, pid);
     rec->ts = ts;
     rec->pid = pid;
     rec->kind = (uint8_t)ev.kind;

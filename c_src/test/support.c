@@ -273,6 +273,11 @@ void ts_run_line(fo_session *s, const char *line)
         run_sample_line(s, pid, ts, line + after_kind, line);
         return;
     }
+    unsigned times = 0;
+    if (sscanf(line, "%" SCNu64 " %" SCNd64 " slept %u %7s", &pid, &ts, &times, extra) == 3) {
+        fo_session_count_slept(s, pid, times);
+        return;
+    }
     uint64_t ns = 0;
     if (sscanf(line, "attribute %" SCNu64 " %" SCNu64 " %7s", &pid, &ns, extra) == 2) {
         fo_session_attribute_wait(s, pid, ns);

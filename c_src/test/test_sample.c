@@ -131,6 +131,19 @@ static const ts_case sample_cases[] = {
            "1 m:a/0;SLEEP samples=4 weight=2"),
      "events=3 samples=5 dropped_events=1"},
 
+    {"ticks_a_sampler_slept_through_count_on_the_wait_leaf_and_change_nothing_else", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0;m:b/0 w=1",
+           "1 10 out",                /* a;b: 10 */
+           "1 20 sample =",           /* a;b;SLEEP: 10; the sampler sleeps */
+           "1 80 in",                 /* a;b;SLEEP: 60 */
+           "1 80 slept 5",            /* woken: 5 ticks were slept through */
+           "1 85 slept 0",            /* nothing: dropped */
+           "9 85 slept 2",            /* a process never seen: dropped */
+           "close 90"),               /* a;b: 10 */
+     LINES("1 m:a/0;m:b/0 20", "1 m:a/0;m:b/0;SLEEP 70", "1 m:a/0;m:b/0 samples=1 weight=1",
+           "1 m:a/0;m:b/0;SLEEP samples=6 weight=0"),
+     "events=4 samples=7 dropped_events=2"},
+
     {"a_same_sample_of_a_process_never_sampled_lands_on_its_root", DEFAULT_LIMITS,
      LINES("2 0 sample = w=9", "2 10 sample =", "close 20"),
      LINES("2 (root) 20", "2 (root) samples=2 weight=9"), "events=2 samples=2"},

@@ -225,12 +225,26 @@ defmodule FlameOn.Client.Native do
   @spec sample(
           session(),
           pid(),
-          list() | :same | {:same, pos_integer()},
+          list() | :same | {:same | :slept, pos_integer()},
           non_neg_integer(),
           :plain | :waited | :leading
         ) ::
           :ok | :stopped | :idle
   def sample(_session, _pid, _stack, _weight, _how), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc """
+  Arms a wake-up for a sampler that will sleep while `pid` waits: the
+  tracer callback of `pid`'s next `in` event (it needs the `:running`
+  flag with this session as tracer) sends `sampler` `{:flame_on_in, pid}`
+  once. `:full` when the session has no room for another (the sampler
+  polls instead), `:stopped` once the session took its last event.
+  """
+  @spec sample_sleep(session(), pid(), pid()) :: :ok | :full | :stopped
+  def sample_sleep(_session, _pid, _sampler), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc "Disarms `pid`'s wake-up (`sample_sleep/3`), if it is armed."
+  @spec sample_wake_cancel(session(), pid()) :: :ok
+  def sample_wake_cancel(_session, _pid), do: :erlang.nif_error(:nif_not_loaded)
 
   @typedoc """
   The finished tree as the core holds it (`finish/2`): `{frames, pids,

@@ -23,6 +23,16 @@ defmodule FlameOn.Client.Sampler do
        flag (no breakpoint) gives the exact on- and off-CPU intervals
        around it.
 
+  A sampler whose target waits does not tick at all: when a tick finds
+  the target waiting where the last answered request found it, the
+  sampler arms a wake-up in the session (`FlameOn.Client.Native.sample_sleep/3`)
+  and blocks until the tracer sees the target scheduled in again (or for
+  at most 100 intervals, in case the target's trace flags were taken
+  away). The ticks it slept through are counted as samples of the wait
+  (`{:slept, n}`, on the leaf the wait's time went to; `slept_samples`).
+  So a traced request that waits (for a call, I/O, a timer) costs the
+  node nothing while it waits: no timer, no scheduler woken every interval.
+
   Samplers share the node's sample budget (`FlameOn.Client.SampleBudget`):
   when the active ones would take more samples a second than it allows,
   each samples less often (`throttled_ticks`).
@@ -45,6 +55,9 @@ defmodule FlameOn.Client.Sampler do
   @option_defaults [interval_us: 1_000, split_status: false, max_samples: 100_000]
   # The VM keeps at most 64 frames of a stack trace (MAX_BACKTRACE_SIZE).
   @max_backtrace_depth 64
+  # A sleeping sampler looks again after this many intervals even if no
+  # `in` came (someone may have taken the target's trace flags away).
+  @max_sleep_intervals 100
   # The root of a stack the VM cut at backtrace_depth.
   @cut_frame {:"$cut", :"…", 0}
   # The counters of a sampler that took no sample.
@@ -54,7 +67,8 @@ defmodule FlameOn.Client.Sampler do
     same_samples: 0,
     late_ticks: 0,
     throttled_ticks: 0,
-    dropped_metrics: 0
+    dropped_metrics: 0,
+    slept_samples: 0
   }
 
   @typedoc "One sample's metrics."
@@ -73,7 +87,8 @@ defmodule FlameOn.Client.Sampler do
           same_samples: non_neg_integer(),
           late_ticks: non_neg_integer(),
           throttled_ticks: non_neg_integer(),
-          dropped_metrics: non_neg_integer()
+          dropped_metrics: non_neg_integer(),
+          slept_samples: non_neg_integer()
         }
 
   @doc """
@@ -101,6 +116,8 @@ defmodule FlameOn.Client.Sampler do
         depth: Keyword.get(opts, :depth, @max_backtrace_depth),
         own: false,
         idle: false,
+        # the last tick found the target waiting, unchanged: sleep
+        sleepy: false,
         max_samples: Keyword.get(opts, :max_samples, 100_000),
         metrics: [],
         # the target's reductions at the previous sample (nil before the first)
@@ -110,6 +127,9 @@ defmodule FlameOn.Client.Sampler do
         idle_reductions: nil,
         last_status: nil,
         last_memory: 0,
+        last_mql: 0,
+        # when the last metric was taken
+        last_t: 0,
         budget: SampleBudget.budget(),
         kept: 0
       }
@@ -203,6 +223,7 @@ defmodule FlameOn.Client.Sampler do
   profile: `metrics` by pid (processes with none left out) and the `stats`
   counters `late_ticks`, `throttled_ticks`, `same_samples` (samples of a
   waiting process that repeated its stack without asking it),
+  `slept_samples` (those of them its sampler slept through),
   `dropped_metrics` and `sampled_processes`.
   """
   @spec summarize([{pid(), result()}]) :: %{metrics: map(), stats: map()}
@@ -215,6 +236,7 @@ defmodule FlameOn.Client.Sampler do
         late_ticks: sum.(:late_ticks),
         throttled_ticks: sum.(:throttled_ticks),
         same_samples: sum.(:same_samples),
+        slept_samples: sum.(:slept_samples),
         dropped_metrics: sum.(:dropped_metrics),
         sampled_processes: length(results)
       }
@@ -264,18 +286,115 @@ defmodule FlameOn.Client.Sampler do
         SampleBudget.leave()
         idle(%{state | idle: false})
 
-      state ->
-        interval = SampleBudget.interval(state.interval_us, SampleBudget.active(), state.budget)
-        {deadline, late} = next_deadline(deadline, interval)
+      %{sleepy: true} = state ->
+        sleep(%{state | sleepy: false}, deadline)
 
+      state ->
+        next_tick(state, deadline)
+    end
+  end
+
+  defp next_tick(state, deadline) do
+    interval = SampleBudget.interval(state.interval_us, SampleBudget.active(), state.budget)
+    {deadline, late} = next_deadline(deadline, interval)
+
+    state = %{
+      state
+      | late_ticks: state.late_ticks + late,
+        throttled_ticks: state.throttled_ticks + if(interval > state.interval_us, do: 1, else: 0)
+    }
+
+    wait(state, deadline)
+  end
+
+  # The target waits where the last answered request found it. Arm its
+  # wake-up, look once more (it may have been scheduled in before the
+  # wake-up was armed: then its `in` is not coming), and block.
+  defp sleep(%{native: native, target: target} = state, deadline) do
+    with :ok <- Native.sample_sleep(native, target, self()),
+         [status: :waiting, reductions: reds] <- Process.info(target, [:status, :reductions]),
+         true <- reds == state.idle_reductions do
+      SampleBudget.leave()
+      slumber(state, deadline)
+    else
+      _moved_full_or_stopped ->
+        Native.sample_wake_cancel(native, target)
+        next_tick(state, deadline)
+    end
+  end
+
+  defp slumber(%{ref: ref, target: target} = state, deadline) do
+    receive do
+      {:flame_on_in, ^target} ->
+        awake(state, deadline)
+
+      {:stop, from, stop_ref} ->
+        Native.sample_wake_cancel(state.native, target)
+        send(from, {stop_ref, result(count_slept(state, deadline))})
+
+      {:DOWN, ^ref, :process, _, _} ->
+        Native.sample_wake_cancel(state.native, target)
+        wait_for_stop(count_slept(state, deadline))
+
+      {:DOWN, owner_ref, :process, _, _} when owner_ref == state.owner_ref ->
+        :ok
+
+      :wake ->
+        slumber(state, deadline)
+    after
+      div(@max_sleep_intervals * state.interval_us, 1000) ->
+        Native.sample_wake_cancel(state.native, target)
+        awake(state, deadline)
+    end
+  end
+
+  # Back on the interval grid: the ticks that passed asleep (after the one
+  # at `deadline`, which found it waiting) are samples of the wait the
+  # target was in, about an interval apart.
+  defp awake(state, deadline) do
+    SampleBudget.join()
+    {next, slept} = next_deadline(deadline, state.interval_us)
+    wait(add_slept(state, slept), next)
+  end
+
+  # Stopped asleep: the ticks up to now (after the one at `deadline`, which
+  # found it waiting) were samples of the wait too.
+  defp count_slept(state, deadline) do
+    now = now_us()
+
+    add_slept(state, max(div(now - deadline, state.interval_us), 0))
+  end
+
+  defp add_slept(state, 0), do: state
+
+  defp add_slept(state, slept) do
+    case Native.sample(state.native, state.target, {:slept, slept}, 0, :plain) do
+      :ok ->
         state = %{
           state
-          | late_ticks: state.late_ticks + late,
-            throttled_ticks:
-              state.throttled_ticks + if(interval > state.interval_us, do: 1, else: 0)
+          | samples: state.samples + slept,
+            same_samples: state.same_samples + slept,
+            slept_samples: state.slept_samples + slept
         }
 
-        wait(state, deadline)
+        # The series keeps one entry per sample: nothing moved meanwhile
+        # (a message would have woken the target). Spread evenly between
+        # the last entry and now, so that the series stays in time order
+        # however late the last tick was.
+        {from, now} = {state.last_t, now_us()}
+
+        Enum.reduce(1..slept, state, fn k, state ->
+          keep(state, %{
+            t_us: from + div(k * (now - from), slept + 1),
+            status: :waiting,
+            message_queue_len: state.last_mql,
+            memory: state.last_memory,
+            reductions: state.last_reductions
+          })
+        end)
+
+      _stopped_or_idle ->
+        state
     end
   end
 
@@ -324,6 +443,10 @@ defmodule FlameOn.Client.Sampler do
       # Only an idle sampler waits for these: one that is sampling ignores them.
       :wake ->
         wait(state, deadline)
+
+      # a wake-up armed and disarmed again, after it fired
+      {:flame_on_in, _} ->
+        wait(state, deadline)
     after
       timeout -> loop(state, deadline)
     end
@@ -348,7 +471,7 @@ defmodule FlameOn.Client.Sampler do
     case Process.info(target, [:status, :message_queue_len, :reductions]) do
       [status: status, message_queue_len: mql, reductions: reds] ->
         if unchanged?(state, status, reds),
-          do: fold(state, :same, status, mql, state.last_memory, reds),
+          do: %{fold(state, :same, status, mql, state.last_memory, reds) | sleepy: not state.own},
           else: ask(state, status, mql, reds)
 
       # the target exited
@@ -397,13 +520,15 @@ defmodule FlameOn.Client.Sampler do
   # sampled: :same, or {stack, how}
   defp fold(%{target: target} = state, sampled, status, mql, memory, reds) do
     weight = reductions_since(state.last_reductions, reds)
-    state = %{state | last_reductions: reds, last_status: status}
+    state = %{state | last_reductions: reds, last_status: status, last_mql: mql}
     {stack, how} = with :same <- sampled, do: {:same, :plain}
 
     case Native.sample(state.native, target, stack, weight, how) do
       :ok ->
+        t = now_us()
+
         metric = %{
-          t_us: now_us(),
+          t_us: t,
           status: status,
           message_queue_len: mql,
           memory: memory,
@@ -413,7 +538,12 @@ defmodule FlameOn.Client.Sampler do
         same = if stack == :same, do: 1, else: 0
 
         keep(
-          %{state | samples: state.samples + 1, same_samples: state.same_samples + same},
+          %{
+            state
+            | samples: state.samples + 1,
+              same_samples: state.same_samples + same,
+              last_t: t
+          },
           metric
         )
 

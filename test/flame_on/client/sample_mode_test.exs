@@ -677,6 +677,54 @@ defmodule FlameOn.Client.SampleCostTest do
     assert_node_clean()
   end
 
+  test "a sampler sleeps while its process waits and wakes when it runs" do
+    test = self()
+
+    pid =
+      spawn(fn ->
+        send(test, {:waiting, self()})
+        receive do: (:go -> :ok)
+        Workloads.busy(30)
+        send(test, :worked)
+        receive do: (:done -> :ok)
+      end)
+
+    assert_receive {:waiting, ^pid}
+    before = MapSet.new(Process.list())
+    {:ok, ref} = Tracing.start_trace(pid, interval_us: 1_000)
+    Process.sleep(20)
+
+    [sampler] =
+      for p <- Process.list(),
+          not MapSet.member?(before, p),
+          match?({:current_stacktrace, [_ | _]}, Process.info(p, :current_stacktrace)),
+          {:current_stacktrace, frames} = Process.info(p, :current_stacktrace),
+          Enum.any?(frames, &match?({FlameOn.Client.Sampler, _, _, _}, &1)),
+          do: p
+
+    {:reductions, asleep_from} = Process.info(sampler, :reductions)
+    Process.sleep(50)
+    {:reductions, asleep_to} = Process.info(sampler, :reductions)
+    send(pid, :go)
+    assert_receive :worked, 5_000
+    Process.sleep(20)
+    {:ok, profile} = Tracing.stop_trace(ref)
+
+    # a polling sampler ticks 50 times in 50 ms (tens of reductions each)
+    assert asleep_to - asleep_from < 20, "the sampler ran while its process waited"
+    assert profile.stats.slept_samples >= 30, inspect(profile.stats)
+    # woken by the work: it was sampled (fib for 30 ms)
+    on_fib = for {stack, n, _} <- profile.samples[pid], stack =~ "Workloads.fib/1", do: n
+    assert Enum.sum(on_fib) >= 5, inspect(profile.samples[pid])
+    assert time_where(profile, pid, &(&1 =~ "Workloads.fib/1")) >= 15_000
+    # the ticks slept through count where the waits went, one metric each
+    on_waits = for {stack, n, _} <- profile.samples[pid], stack =~ ~r/;SLEEP$/, do: n
+    assert Enum.sum(on_waits) >= profile.stats.slept_samples
+    assert length(profile.metrics[pid]) == profile.stats.samples
+    send(pid, :done)
+    assert_node_clean()
+  end
+
   test "a process that runs between samples is asked again" do
     {_, profile} =
       FlameOn.Client.profile(
