@@ -42,7 +42,7 @@ typedef struct {
     uint64_t from; /* sender pid key */
     uint64_t to;   /* receiver pid key; 0 for an alias */
     uint64_t tag;  /* requests and replies */
-    uint32_t wire; /* a request across nodes: its tag's hash on both nodes; 0 otherwise */
+    uint32_t wire; /* across nodes: a hash of the request, message or spawn both nodes compute alike; 0 otherwise */
 } fo_corr;
 
 void fo_follow_correlation(const fo_follow *f, const fo_corr *c, int64_t ts);

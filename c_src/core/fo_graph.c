@@ -179,6 +179,7 @@ typedef struct {
     uint8_t provisional;
     uint8_t dropped;
     uint8_t sent; /* its process sent the trace a message inside it */
+    uint8_t by_message; /* REMOTE: opened by a message or spawn (an answer ends it), not a call */
 } gspan;
 
 typedef struct {
@@ -1259,17 +1260,20 @@ void fo_graph_message_sent(fo_graph *g, uint64_t from, uint64_t to, int64_t ts)
 }
 
 /* to works for the trace from ts, brought in by from's span parent (a
- * continuation that told the trace nothing gives way). */
-static void join(fo_graph *g, uint32_t parent, uint64_t from, uint64_t to, int64_t ts)
+ * continuation that told the trace nothing gives way); FO_NONE parent:
+ * from is on another node. The new span, or FO_NONE. */
+static uint32_t join(fo_graph *g, uint32_t parent, uint64_t from, uint64_t to, int64_t ts)
 {
     gproc *p = find_proc(g, to);
     drop_provisional(g, p, ts);
     if (p != NULL && p->top != FO_NONE)
-        return;
+        return FO_NONE;
     if (p != NULL && p->follow != FOLLOW_ON)
         p->run = RUN_UNKNOWN; /* its run state went stale while it was away */
-    if (open_span(g, parent, to, ts, ts, FO_SPAN_WORK, from) != FO_NONE)
+    uint32_t s = open_span(g, parent, to, ts, ts, FO_SPAN_WORK, from);
+    if (s != FO_NONE)
         g->stats.joins++;
+    return s;
 }
 
 void fo_graph_message_received(fo_graph *g, uint64_t to, uint64_t from, int64_t ts)
@@ -1296,6 +1300,85 @@ void fo_graph_spawned(fo_graph *g, uint64_t parent, uint64_t child, int64_t ts)
     uint32_t span = inviter(g, member(g, parent), parent, child);
     if (span != FO_NONE)
         join(g, span, parent, child, ts);
+}
+
+/* --- messages and spawns across nodes ---------------------------------- */
+
+/* The REMOTE span q's message (spawn) opened for pid, if pid is answering
+ * its opener: the remote side of the work is over. */
+static void remote_answered(fo_graph *g, uint64_t pid, uint64_t opener, int64_t ts)
+{
+    const gproc *r = find_proc(g, pid);
+    if (r != NULL && r->top != FO_NONE && g->spans[r->top].kind == FO_SPAN_REMOTE &&
+        g->spans[r->top].by_message && g->spans[r->top].opener == opener)
+        end_span(g, r->top, ts, FO_SPAN_OK, 0);
+}
+
+void fo_graph_remote_message_sent(fo_graph *g, uint64_t from, uint64_t to, uint32_t wire, int64_t ts)
+{
+    if (!remote(to)) {
+        fo_graph_message_sent(g, from, to, ts);
+        return;
+    }
+    if (refuse_after_close(g))
+        return;
+    gproc *q = follower(g, from);
+    touch(g, q, ts);
+    if (g->follow_messages)
+        resume_for_send(g, q);
+    mark_sent(g, q, ts);
+    if (q == NULL || q->top == FO_NONE)
+        return;
+    gspan *sp = &g->spans[q->top];
+    if (sp->kind == FO_SPAN_WORK && sp->opener == to) {
+        /* the answer to the remote process that brought it in */
+        show(g, q, ts);
+        end_span(g, q->top, ts, FO_SPAN_OK, 0);
+        return;
+    }
+    if (!g->follow_messages || !can_pass_on(g, q) || top_span(g, to) != FO_NONE)
+        return;
+    /* its work is on the other node: here it is the wait for it */
+    uint32_t s = open_span(g, q->top, to, ts, ts, FO_SPAN_REMOTE, from);
+    if (s == FO_NONE)
+        return;
+    g->spans[s].wire = wire;
+    g->spans[s].by_message = 1;
+    g->stats.remote_sends++;
+}
+
+/* from (remote) brings to in: a WORK span without a parent here. */
+static void remote_join(fo_graph *g, uint64_t to, uint64_t from, uint32_t wire, int64_t ts)
+{
+    uint32_t s = join(g, FO_NONE, from, to, ts);
+    if (s == FO_NONE)
+        return;
+    g->spans[s].wire = wire;
+    g->stats.remote_joins++;
+}
+
+void fo_graph_remote_message_received(fo_graph *g, uint64_t to, uint64_t from, uint32_t wire, int64_t ts)
+{
+    if (!remote(from)) {
+        fo_graph_message_received(g, to, from, ts);
+        return;
+    }
+    if (refuse_after_close(g))
+        return;
+    remote_answered(g, from, to, ts);
+    took(g, to, from, ts);
+    if (g->follow_messages)
+        remote_join(g, to, from, wire, ts);
+}
+
+void fo_graph_remote_spawned(fo_graph *g, uint64_t parent, uint64_t child, uint32_t wire, int64_t ts)
+{
+    if (!remote(parent)) {
+        fo_graph_spawned(g, parent, child, ts);
+        return;
+    }
+    if (!refuse_after_close(g) && g->follow_messages)
+        remote_join(g, child, parent, wire, ts);
 }
 
 int fo_graph_out(fo_graph *g, uint64_t pid, int64_t ts)

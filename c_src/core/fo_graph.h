@@ -115,6 +115,8 @@ typedef struct {
     uint64_t note_overflows;        /* notes the front end did not drain in time */
     uint64_t remote_calls;          /* requests sent to another node (REMOTE spans) */
     uint64_t remote_requests;       /* requests taken from another node's process */
+    uint64_t remote_sends;          /* messages and spawns to another node (REMOTE spans) */
+    uint64_t remote_joins;          /* work spans opened by a message or spawn from another node */
 } fo_graph_stats;
 
 typedef struct {
@@ -209,6 +211,17 @@ void fo_graph_remote_request_sent(fo_graph *g, uint64_t caller, uint64_t callee,
                                   int64_t ts);
 void fo_graph_remote_request_received(fo_graph *g, uint64_t callee, uint64_t caller, uint64_t tag,
                                       uint32_t wire, int64_t ts);
+/* Plain messages and spawns across nodes (follow_messages): wire is a
+ * hash of the message (its seq_trace serial and sender) or of the spawn
+ * request (its reference) that both nodes compute alike. A follower's
+ * message (spawn) to a remote process with no span here opens a REMOTE span
+ * of it, child of the sender's span, until the remote process answers the
+ * sender; a message (spawn) from a remote process makes its receiver (the
+ * child) a WORK span without a parent (opener: the remote process), unless
+ * it is working for the trace already. Local pids go the usual way. */
+void fo_graph_remote_message_sent(fo_graph *g, uint64_t from, uint64_t to, uint32_t wire, int64_t ts);
+void fo_graph_remote_message_received(fo_graph *g, uint64_t to, uint64_t from, uint32_t wire, int64_t ts);
+void fo_graph_remote_spawned(fo_graph *g, uint64_t parent, uint64_t child, uint32_t wire, int64_t ts);
 /* 1 when tag was a pending call's; 0 (and counted) when it was not.
  * fo_follow asks fo_graph_call_pending first: a {Tag, Value} that answers
  * no call of the trace ({Ref, Result} of a Task) is a plain message. */

@@ -54,6 +54,10 @@ int fo_seq_decode(ErlNifEnv *env, ERL_NIF_TERM info, fo_corr *out, fo_remote *re
         return 0;
     out->kind = FO_CORR_MESSAGE;
     out->tag = 0;
+    /* a message across nodes: its serial and sender are the same terms on
+     * both nodes (the token travels with it) */
+    if ((out->from | out->to) & FO_GRAPH_REMOTE_BIT)
+        out->wire = wire_key(env, enif_make_tuple2(env, items[1], items[2]));
     const ERL_NIF_TERM *msg;
     int msg_arity;
     if (!enif_get_tuple(env, items[4], &msg_arity, &msg))
@@ -74,6 +78,8 @@ int fo_seq_decode(ErlNifEnv *env, ERL_NIF_TERM info, fo_corr *out, fo_remote *re
         out->kind = FO_CORR_SPAWN;
         if (msg[0] == fo_atom_spawn_reply)
             out->to = 0;
+        else if (out->from & FO_GRAPH_REMOTE_BIT)
+            out->wire = wire_key(env, msg[1]); /* the request's reference, on both nodes */
         return 1;
     }
     if (msg_arity == 2 && is_call_tag(env, msg[0])) {

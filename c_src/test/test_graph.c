@@ -14,6 +14,9 @@
  *     "msgsent FROM TO TS"            fo_graph_message_sent (TO "-": an alias)
  *     "msg TO FROM TS"                fo_graph_message_received
  *     "spawn PARENT CHILD TS"         fo_graph_spawned
+ *     "rmsgsent FROM TO WIRE TS"      fo_graph_remote_message_sent
+ *     "rmsg TO FROM WIRE TS"          fo_graph_remote_message_received
+ *     "rspawn PARENT CHILD WIRE TS"   fo_graph_remote_spawned
  *     "out P TS" / "in P TS"          fo_graph_out / fo_graph_in
  *     "rcv P TS WAKER"                fo_graph_received; WAKER a name, port,
  *                                     timer or ? (a process, not known which)
@@ -165,6 +168,12 @@ static int run_event(fo_graph *g, char *const *w, int n, const char *line)
         fo_graph_message_sent(g, key(w[1]), strcmp(w[2], "-") == 0 ? 0 : key(w[2]), num(w[3], line));
     else if (n == 4 && strcmp(w[0], "msg") == 0)
         fo_graph_message_received(g, key(w[1]), key(w[2]), num(w[3], line));
+    else if (n == 5 && strcmp(w[0], "rmsgsent") == 0)
+        fo_graph_remote_message_sent(g, key(w[1]), key(w[2]), (uint32_t)num(w[3], line), num(w[4], line));
+    else if (n == 5 && strcmp(w[0], "rmsg") == 0)
+        fo_graph_remote_message_received(g, key(w[1]), key(w[2]), (uint32_t)num(w[3], line), num(w[4], line));
+    else if (n == 5 && strcmp(w[0], "rspawn") == 0)
+        fo_graph_remote_spawned(g, key(w[1]), key(w[2]), (uint32_t)num(w[3], line), num(w[4], line));
     else if (n == 4 && strcmp(w[0], "spawn") == 0)
         fo_graph_spawned(g, key(w[1]), key(w[2]), num(w[3], line));
     else if (n == 3 && strcmp(w[0], "out") == 0)
@@ -388,7 +397,9 @@ static void assert_edges(const fo_graph *g, const char *const *expected)
     X(edge_limit_hits)                                                                             \
     X(note_overflows)                                                                              \
     X(remote_calls)                                                                                \
-    X(remote_requests)
+    X(remote_requests)                                                                             \
+    X(remote_sends)                                                                                \
+    X(remote_joins)
 
 #define COUNT_STAT(f) +1
 /* A counter added to fo_graph_stats must be added here too. */
@@ -448,11 +459,13 @@ static void check_span(const fo_graph *g, const fo_graph_limits *l, uint32_t id,
         assert_true(si.waiting_on_pid == 0);
     }
     assert_true(si.kind <= FO_SPAN_REMOTE);
-    /* no parent: the root, or a request a process on another node made */
+    /* no parent: the root, or a request, message or spawn of a process on
+     * another node */
     if (si.kind == FO_SPAN_ROOT)
         assert_true(si.parent_span_id == FO_NONE);
     else if (si.parent_span_id == FO_NONE)
-        assert_true(si.kind == FO_SPAN_REQUEST && (si.opener_pid & FO_GRAPH_REMOTE_BIT) != 0);
+        assert_true((si.kind == FO_SPAN_REQUEST || si.kind == FO_SPAN_WORK) &&
+                    (si.opener_pid & FO_GRAPH_REMOTE_BIT) != 0);
     /* a REMOTE span is a process of another node */
     if (si.kind == FO_SPAN_REMOTE)
         assert_true((si.pid & FO_GRAPH_REMOTE_BIT) != 0);
@@ -899,6 +912,40 @@ static const graph_case graph_cases[] = {
            "1 @C 0 15..40 self=25 wait=0/0/0 on=- ok remote"),
      "spans=2 processes=2 calls=1 wakes=1 attributed_wakes=1 edges=1 remote_calls=1 remote_requests=1",
      LINES("0->1 16..40 ns=24 wakes=1"), 0, 0},
+
+    /* A plain message to another node: a REMOTE span of the receiver
+     * until it answers the sender, which explains the sender's wait. */
+    {"message_to_another_node_is_a_remote_span_until_its_answer", DEFAULTS,
+     LINES("root A 0", "rmsgsent A @B 7 10", "notes x", "out A 11", "in A 50", "rcv A 50 ?",
+           "rmsg A @B 9 50", "following A 1", "close 60"),
+     LINES("0 A - 0..60 self=21 wait=39/39/0 on=@B ok root",
+           "1 @B 0 10..50 self=40 wait=0/0/0 on=- ok remote"),
+     "spans=2 processes=2 wakes=1 attributed_wakes=1 edges=1 remote_sends=1",
+     LINES("0->1 11..50 ns=39 wakes=1"), 0, 0},
+
+    /* The receiver's side: a work span without a parent, opened by the
+     * remote sender (a second message is part of it), ended by its answer;
+     * its own message to a third node is a REMOTE span under it. */
+    {"message_from_another_node_is_work_without_a_parent_here", DEFAULTS,
+     LINES("rmsg B @A 7 10", "active B 1", "rmsg B @A 8 12", "current B 0",
+           "rmsgsent B @C 5 20", "out B 21", "in B 30", "rcv B 30 ?", "rmsg B @C 6 30",
+           "rmsgsent B @A 9 40", "active B 0", "close 60"),
+     LINES("0 B - 10..40 self=21 wait=9/9/0 on=@C ok work",
+           "1 @C 0 20..30 self=10 wait=0/0/0 on=- ok remote"),
+     "spans=2 processes=2 wakes=1 attributed_wakes=1 joins=1 edges=1 remote_sends=1 remote_joins=1",
+     LINES("0->1 21..30 ns=9 wakes=1"), 0, 0},
+
+    /* A child spawned from another node works for the trace until it
+     * exits; a message from a callee does not end the call's REMOTE span
+     * (its reply does). */
+    {"spawn_from_another_node_and_messages_during_a_call", DEFAULTS,
+     LINES("rspawn @A T 5 10", "active T 1", "exit T 30 normal",
+           "root A 40", "rsend A @B t1 7 50", "rmsg A @B 9 60", "active @B 1",
+           "resume A t1 80", "close 90"),
+     LINES("0 T - 10..30 self=20 wait=0/0/0 on=- exit:normal work",
+           "1 A - 40..90 self=50 wait=0/0/0 on=- ok root",
+           "2 @B 1 50..80 self=30 wait=0/0/0 on=- ok remote"),
+     "spans=3 processes=3 calls=1 joins=1 remote_calls=1 remote_joins=1", NULL, 0, 0},
 
     /* --- wake-ups: who ended each off-CPU interval -------------------- */
 

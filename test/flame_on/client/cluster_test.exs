@@ -7,7 +7,7 @@ defmodule FlameOn.Client.ClusterTest do
   import FlameOn.Client.TestHelpers
 
   alias FlameOn.Client.{Graph, Profile, Span}
-  alias FlameOn.Client.Test.Server
+  alias FlameOn.Client.Test.{RemoteWorker, Server}
 
   @moduletag timeout: 120_000
 
@@ -133,6 +133,14 @@ defmodule FlameOn.Client.ClusterTest do
   defp duration(%Span{started_at: s, ended_at: e}), do: e - s
 
   defp span_of(%Graph{spans: spans}, pid), do: Enum.find(spans, &(&1.pid == pid))
+
+  # pid's stacks are on B: at least 3/4 of its span in `frame`
+  defp assert_remote_stacks(profile, graph, pid, frame) do
+    stacks = Map.fetch!(profile.stacks, pid)
+    span = span_of(graph, pid)
+    spun = time_where(profile, pid, &String.contains?(&1, frame))
+    assert spun >= 0.75 * duration(span), "#{inspect(pid)}'s stacks: #{inspect(stacks, limit: 5)}"
+  end
 
   test "A -> B: the root's wait is B's span on B, B's stacks are under its remote pid", %{
     peers: peers
@@ -281,6 +289,46 @@ defmodule FlameOn.Client.ClusterTest do
     assert_node_clean()
     assert_peer_clean(b)
     assert_peer_clean(c)
+  end
+
+  test "A -> B by plain messages: B's process works for the trace, the root's wait is its span",
+       %{peers: peers} do
+    b = peers.b.node
+    worker = :erpc.call(b, RemoteWorker, :start, [])
+    on_exit(fn -> quietly(fn -> send(worker, :stop) end) end)
+
+    {result, %Profile{graph: graph} = profile} =
+      profile(fn ->
+        send(worker, {:job, self(), 40})
+        receive do: ({:done, ^worker} -> :ok)
+      end)
+
+    assert result == :ok
+    [root | _] = graph.spans
+
+    # the worker joined on B: a work span opened by the root's message,
+    # child of the root's span, ended by its answer
+    w_span = span_of(graph, worker)
+    assert %Span{kind: :work, node: ^b, parent_span_id: 0, status: :ok} = w_span
+    assert w_span.opener_pid == self()
+    assert w_span.span_id in root.children
+    assert duration(w_span) >= 39_000
+    refute Enum.any?(graph.spans, &(&1.kind == :remote))
+
+    # the root's wait is attributed to it across the node boundary, within
+    # 10%, through one edge
+    assert_in_delta root.attributed_wait_us, duration(w_span), 0.1 * duration(w_span)
+    assert [edge] = Enum.filter(graph.edges, &(&1.waiter_span_id == 0))
+    assert edge.waker_span_id == w_span.span_id
+    assert root.waiting_on_pid == worker
+
+    assert graph.stats.joined_remote_work == 1 and graph.stats.joined_remote_calls == 0
+    assert graph.stats.remote_sends == 1 and graph.stats.remote_joins == 1
+    assert_remote_stacks(profile, graph, worker, "FlameOn.Client.Test.RemoteWorker.spin_until/1")
+    assert_exports(profile)
+
+    assert_node_clean()
+    assert_peer_clean(b)
   end
 
   test "a node that goes away mid-trace costs its part, not the trace", %{peers: peers} do

@@ -57,7 +57,8 @@ defmodule FlameOn.Client.Cluster.Merge do
         unreachable_nodes: unreachable,
         lost_parts: length(lost),
         lost_nodes: lost,
-        joined_remote_calls: joined,
+        joined_remote_calls: Enum.count(joined, &(&1.kind == :request)),
+        joined_remote_work: Enum.count(joined, &(&1.kind == :work)),
         truncated_stack_entries: Enum.sum(Enum.map(parts, fn {_, p} -> p.truncated_stacks end)),
         nodes: Map.new(parts, fn {node, part} -> {node, node_stats(part)} end)
       })
@@ -130,13 +131,15 @@ defmodule FlameOn.Client.Cluster.Merge do
     end)
   end
 
-  # Each request span from another node takes the place of the caller's
-  # :remote span with the same wire key.
+  # Each span opened by another node (a request, or work a message or a
+  # spawn brought in) takes the place of the sender's :remote span with the
+  # same wire key.
   defp join(spans, edges) do
     proxies = for %Span{kind: :remote, wire: w} = s <- spans, w != nil, into: %{}, do: {w, s}
 
     replaced =
-      for %Span{kind: :request, parent_span_id: nil, wire: w} = s <- spans,
+      for %Span{kind: kind, parent_span_id: nil, wire: w} = s <- spans,
+          kind in [:request, :work],
           w != nil,
           proxy = proxies[w],
           into: %{},
@@ -175,7 +178,7 @@ defmodule FlameOn.Client.Cluster.Merge do
       end)
 
     kept = Enum.filter(spans, &Map.has_key?(by_id, &1.span_id)) |> Enum.map(&by_id[&1.span_id])
-    {kept, Enum.filter(edges, &Map.has_key?(by_id, &1.waiter_span_id)), map_size(replaced)}
+    {kept, Enum.filter(edges, &Map.has_key?(by_id, &1.waiter_span_id)), Map.values(replaced)}
   end
 
   defp rename_wait(by_id, caller_id, named, pid) do
