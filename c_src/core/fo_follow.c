@@ -97,6 +97,12 @@ void fo_follow_correlation(const fo_follow *f, const fo_corr *c, int64_t ts)
     case FO_CORR_MESSAGE:
         message(g, c, ts);
         break;
+    case FO_CORR_REMOTE_SPAWN:
+        fo_graph_remote_spawn_sent(g, c->from, c->wire, ts);
+        break;
+    case FO_CORR_REMOTE_SPAWNED:
+        fo_graph_remote_spawn_replied(g, c->to, c->from, c->wire, ts);
+        break;
     default:
         break;
     }

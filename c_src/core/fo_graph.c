@@ -229,11 +229,15 @@ typedef struct {
     uint8_t settled; /* the caller stopped waiting for it (resumed or its span ended) */
 } gcall;
 
-/* A message of the trace on its way: from's span brings to in. */
+/* A message of the trace on its way: from's span brings to in. A spawn
+ * on another node (to 0, wire its request's) waits here for its child's
+ * pid, with the time it was sent. */
 typedef struct {
     uint64_t from;
     uint64_t to;
     uint32_t span;
+    uint32_t wire;
+    int64_t ts;
 } ginvite;
 
 #define INVITES 64u
@@ -1218,6 +1222,8 @@ static void invite(fo_graph *g, const gproc *q, uint64_t to)
     i->from = q->pid;
     i->to = to;
     i->span = q->top;
+    i->wire = 0;
+    i->ts = 0;
 }
 
 void fo_graph_invite(fo_graph *g, uint64_t from, uint64_t to, int64_t ts)
@@ -1369,6 +1375,74 @@ void fo_graph_remote_message_received(fo_graph *g, uint64_t to, uint64_t from, u
     took(g, to, from, ts);
     if (g->follow_messages)
         remote_join(g, to, from, wire, ts);
+}
+
+void fo_graph_remote_spawn_sent(fo_graph *g, uint64_t from, uint32_t wire, int64_t ts)
+{
+    if (refuse_after_close(g) || !g->follow_messages || wire == 0)
+        return;
+    gproc *q = follower(g, from);
+    touch(g, q, ts);
+    resume_for_send(g, q);
+    mark_sent(g, q, ts);
+    if (!can_pass_on(g, q))
+        return;
+    ginvite *i = &g->invites[g->invite_next];
+    g->invite_next = (g->invite_next + 1) % INVITES;
+    i->from = q->pid;
+    i->to = 0;
+    i->span = q->top;
+    i->wire = wire;
+    i->ts = ts;
+}
+
+/* The REMOTE span of spawner's spawn (wire) on another node, now that its
+ * child is known: it began at the request's send. FO_NONE when the spawn
+ * was not the trace's (or is gone from the ring). */
+static uint32_t remote_spawn_span(fo_graph *g, uint64_t spawner, uint64_t child, uint32_t wire)
+{
+    if (wire == 0 || !remote(child) || top_span(g, child) != FO_NONE)
+        return FO_NONE;
+    for (uint32_t k = 1; k <= INVITES; k++) {
+        ginvite *i = &g->invites[(g->invite_next + INVITES - k) % INVITES];
+        if (i->wire != wire || i->from != spawner || i->span >= g->span_count || g->spans[i->span].dropped)
+            continue;
+        i->wire = 0; /* used */
+        uint32_t s = open_span(g, i->span, child, i->ts, i->ts, FO_SPAN_REMOTE, spawner);
+        if (s == FO_NONE)
+            return FO_NONE;
+        g->spans[s].wire = wire;
+        g->spans[s].by_message = 1;
+        g->stats.remote_sends++;
+        return s;
+    }
+    return FO_NONE;
+}
+
+void fo_graph_remote_spawn_replied(fo_graph *g, uint64_t spawner, uint64_t child, uint32_t wire, int64_t ts)
+{
+    if (refuse_after_close(g))
+        return;
+    /* The wait for the reply was the wait for the other node to start the
+     * child (the REMOTE span begins at the request): it settles on it. On
+     * one node a spawn_reply is the spawn's own protocol and ignored. */
+    if (remote_spawn_span(g, spawner, child, wire) != FO_NONE)
+        took(g, spawner, child, ts);
+}
+
+int fo_graph_remote_down(fo_graph *g, uint64_t waiter, uint64_t child, uint32_t wire, int64_t ts)
+{
+    if (refuse_after_close(g) || !remote(child))
+        return 0;
+    const gproc *r = find_proc(g, child);
+    uint32_t s = r != NULL ? r->top : FO_NONE;
+    if (s == FO_NONE)
+        s = remote_spawn_span(g, waiter, child, wire);
+    if (s == FO_NONE || g->spans[s].kind != FO_SPAN_REMOTE || !g->spans[s].by_message ||
+        g->spans[s].opener != waiter)
+        return 0;
+    end_span(g, s, ts, FO_SPAN_OK, 0);
+    return 1;
 }
 
 void fo_graph_remote_spawned(fo_graph *g, uint64_t parent, uint64_t child, uint32_t wire, int64_t ts)

@@ -222,6 +222,17 @@ void fo_graph_remote_request_received(fo_graph *g, uint64_t callee, uint64_t cal
 void fo_graph_remote_message_sent(fo_graph *g, uint64_t from, uint64_t to, uint32_t wire, int64_t ts);
 void fo_graph_remote_message_received(fo_graph *g, uint64_t to, uint64_t from, uint32_t wire, int64_t ts);
 void fo_graph_remote_spawned(fo_graph *g, uint64_t parent, uint64_t child, uint32_t wire, int64_t ts);
+/* The spawner's side of a spawn on another node: the request goes to a
+ * node (no pid yet), so its send is remembered (wire: the request's
+ * reference) until the child is known, by its spawn_reply or by the DOWN
+ * of the monitor the request set up (:erpc's result); then a REMOTE span
+ * of the child opens where the request was sent. remote_down ends the
+ * REMOTE span waiter's message or spawn opened for child (wire 0: an
+ * 'EXIT' signal, no request to find); 1 when it did: the child is then the
+ * waker of waiter's wait, else 0. */
+void fo_graph_remote_spawn_sent(fo_graph *g, uint64_t from, uint32_t wire, int64_t ts);
+void fo_graph_remote_spawn_replied(fo_graph *g, uint64_t spawner, uint64_t child, uint32_t wire, int64_t ts);
+int fo_graph_remote_down(fo_graph *g, uint64_t waiter, uint64_t child, uint32_t wire, int64_t ts);
 /* 1 when tag was a pending call's; 0 (and counted) when it was not.
  * fo_follow asks fo_graph_call_pending first: a {Tag, Value} that answers
  * no call of the trace ({Ref, Result} of a Task) is a plain message. */

@@ -152,6 +152,8 @@
     A(remote_requests)                                                                             \
     A(remote_limit_hits)                                                                           \
     A(remote_sends)                                                                                \
+    A(DOWN)                                                                                        \
+    A(EXIT)                                                                                        \
     A(remote_joins)                                                                                \
     A(wire)
 

@@ -17,6 +17,9 @@
  *     "rmsgsent FROM TO WIRE TS"      fo_graph_remote_message_sent
  *     "rmsg TO FROM WIRE TS"          fo_graph_remote_message_received
  *     "rspawn PARENT CHILD WIRE TS"   fo_graph_remote_spawned
+ *     "rspawnsent FROM WIRE TS"       fo_graph_remote_spawn_sent
+ *     "rspawnreply SPAWNER CHILD WIRE TS"  fo_graph_remote_spawn_replied
+ *     "rdown WAITER CHILD WIRE TS"    fo_graph_remote_down
  *     "out P TS" / "in P TS"          fo_graph_out / fo_graph_in
  *     "rcv P TS WAKER"                fo_graph_received; WAKER a name, port,
  *                                     timer or ? (a process, not known which)
@@ -174,6 +177,12 @@ static int run_event(fo_graph *g, char *const *w, int n, const char *line)
         fo_graph_remote_message_received(g, key(w[1]), key(w[2]), (uint32_t)num(w[3], line), num(w[4], line));
     else if (n == 5 && strcmp(w[0], "rspawn") == 0)
         fo_graph_remote_spawned(g, key(w[1]), key(w[2]), (uint32_t)num(w[3], line), num(w[4], line));
+    else if (n == 4 && strcmp(w[0], "rspawnsent") == 0)
+        fo_graph_remote_spawn_sent(g, key(w[1]), (uint32_t)num(w[2], line), num(w[3], line));
+    else if (n == 5 && strcmp(w[0], "rspawnreply") == 0)
+        fo_graph_remote_spawn_replied(g, key(w[1]), key(w[2]), (uint32_t)num(w[3], line), num(w[4], line));
+    else if (n == 5 && strcmp(w[0], "rdown") == 0)
+        fo_graph_remote_down(g, key(w[1]), key(w[2]), (uint32_t)num(w[3], line), num(w[4], line));
     else if (n == 4 && strcmp(w[0], "spawn") == 0)
         fo_graph_spawned(g, key(w[1]), key(w[2]), num(w[3], line));
     else if (n == 3 && strcmp(w[0], "out") == 0)
@@ -946,6 +955,28 @@ static const graph_case graph_cases[] = {
            "1 A - 40..90 self=50 wait=0/0/0 on=- ok root",
            "2 @B 1 50..80 self=30 wait=0/0/0 on=- ok remote"),
      "spans=3 processes=3 calls=1 joins=1 remote_calls=1 remote_joins=1", NULL, 0, 0},
+
+    /* :erpc.call: the spawn request goes to a node; the child is known
+     * only by the DOWN that brings its result, which opens the REMOTE span
+     * where the request was sent and ends it. A DOWN of another request,
+     * or of a process the trace did not spawn, explains nothing. */
+    {"spawn_on_another_node_known_by_its_down", DEFAULTS,
+     LINES("root A 0", "rspawnsent A 5 10", "out A 12", "in A 50", "rdown A @X 6 50", "rdown A @C 5 50",
+           "rcv A 50 @C", "rdown A @C 5 55", "close 60"),
+     LINES("0 A - 0..60 self=22 wait=38/38/0 on=@C ok root",
+           "1 @C 0 10..50 self=40 wait=0/0/0 on=- ok remote"),
+     "spans=2 processes=2 wakes=1 attributed_wakes=1 edges=1 remote_sends=1",
+     LINES("0->1 12..50 ns=38 wakes=1"), 0, 0},
+
+    /* Node.spawn: the spawn_reply names the child (the wait for it is the
+     * wait for the other node); the child's message ends the REMOTE span. */
+    {"spawn_on_another_node_known_by_its_reply", DEFAULTS,
+     LINES("root A 0", "rspawnsent A 5 10", "out A 11", "in A 20", "rcv A 20 ?", "rspawnreply A @C 5 20",
+           "ran A 21", "out A 22", "in A 60", "rcv A 60 ?", "rmsg A @C 9 60", "close 70"),
+     LINES("0 A - 0..70 self=23 wait=47/47/0 on=@C ok root",
+           "1 @C 0 10..60 self=50 wait=0/0/0 on=- ok remote"),
+     "spans=2 processes=2 wakes=2 attributed_wakes=2 edges=1 remote_sends=1",
+     LINES("0->1 11..60 ns=47 wakes=2"), 0, 0},
 
     /* --- wake-ups: who ended each off-CPU interval -------------------- */
 

@@ -50,6 +50,14 @@ defmodule FlameOn.Client.Test.RemoteWorker do
     loop()
   end
 
+  # A fun for Node.spawn/2: ms of work, then :done to `to`.
+  def teller(to, ms) do
+    fn ->
+      spin(ms)
+      send(to, :done)
+    end
+  end
+
   # ms of work on a CPU, then :done
   def spin(ms), do: spin_until(System.monotonic_time(:microsecond) + ms * 1000)
 

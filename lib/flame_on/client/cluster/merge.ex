@@ -24,6 +24,10 @@ defmodule FlameOn.Client.Cluster.Merge do
 
   alias FlameOn.Client.{Edge, Graph, Profile, Span}
 
+  # A process that got its flags this long after its span began was flagged
+  # late: its stacks miss the start of its work (a loaded node).
+  @late_flag_us 1_000
+
   @spec merge(Profile.t(), [{node(), {:ok, map()} | {:error, term()}}], [{node(), term()}]) ::
           Profile.t()
   def merge(%Profile{graph: %Graph{} = graph} = profile, collected, unreachable) do
@@ -50,6 +54,8 @@ defmodule FlameOn.Client.Cluster.Merge do
     stacks =
       Enum.reduce(parts, profile.stacks, fn {_node, part}, acc -> Map.merge(acc, part.stacks) end)
 
+    lags = Enum.reduce(parts, %{}, fn {_node, part}, acc -> Map.merge(acc, flag_lags(part)) end)
+
     stats =
       graph.stats
       |> add_counters(Enum.map(parts, fn {_node, part} -> part.graph.stats end))
@@ -60,6 +66,9 @@ defmodule FlameOn.Client.Cluster.Merge do
         joined_remote_calls: Enum.count(joined, &(&1.kind == :request)),
         joined_remote_work: Enum.count(joined, &(&1.kind == :work)),
         truncated_stack_entries: Enum.sum(Enum.map(parts, fn {_, p} -> p.truncated_stacks end)),
+        flag_lag_us: lags,
+        late_flags: Enum.count(lags, fn {_pid, us} -> us >= @late_flag_us end),
+        late_flag_us: lags |> Map.values() |> Enum.filter(&(&1 >= @late_flag_us)) |> Enum.sum(),
         nodes: Map.new(parts, fn {node, part} -> {node, node_stats(part)} end)
       })
 
@@ -82,8 +91,15 @@ defmodule FlameOn.Client.Cluster.Merge do
       else: profile.tree
   end
 
+  # parts from a node running an older version have no lags
+  defp flag_lags(part), do: Map.get(part, :flag_lag_us, %{})
+
   defp node_stats(part) do
+    lags = Map.values(flag_lags(part))
+
     %{
+      flagged: length(lags),
+      late_flags: Enum.count(lags, &(&1 >= @late_flag_us)),
       clock_offset_us: part.clock_offset_us,
       clock_uncertainty_us: part.clock_uncertainty_us,
       spans: length(part.graph.spans),
