@@ -1320,6 +1320,17 @@ static void remote_answered(fo_graph *g, uint64_t pid, uint64_t opener, int64_t 
         end_span(g, r->top, ts, FO_SPAN_OK, 0);
 }
 
+int fo_graph_remote_name_answered(fo_graph *g, uint64_t waiter, uint64_t name, int64_t ts)
+{
+    if (refuse_after_close(g) || !remote(name))
+        return 0;
+    const gproc *r = find_proc(g, name);
+    if (r == NULL || r->top == FO_NONE || !g->spans[r->top].by_message || g->spans[r->top].opener != waiter)
+        return 0;
+    end_span(g, r->top, ts, FO_SPAN_OK, 0);
+    return 1;
+}
+
 void fo_graph_remote_message_sent(fo_graph *g, uint64_t from, uint64_t to, uint32_t wire, int64_t ts)
 {
     if (!remote(to)) {

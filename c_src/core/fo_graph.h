@@ -231,6 +231,11 @@ void fo_graph_remote_spawned(fo_graph *g, uint64_t parent, uint64_t child, uint3
  * 'EXIT' signal, no request to find); 1 when it did: the child is then the
  * waker of waiter's wait, else 0. */
 void fo_graph_remote_spawn_sent(fo_graph *g, uint64_t from, uint32_t wire, int64_t ts);
+/* A message from a process of another node woke waiter, and name is a
+ * {Name, Node} of that node: if waiter's message to name opened a REMOTE
+ * span still open, the process answered as its pid (not known here), so
+ * the span ends at ts and 1 says name is the waker; else 0. */
+int fo_graph_remote_name_answered(fo_graph *g, uint64_t waiter, uint64_t name, int64_t ts);
 void fo_graph_remote_spawn_replied(fo_graph *g, uint64_t spawner, uint64_t child, uint32_t wire, int64_t ts);
 int fo_graph_remote_down(fo_graph *g, uint64_t waiter, uint64_t child, uint32_t wire, int64_t ts);
 /* 1 when tag was a pending call's; 0 (and counted) when it was not.

@@ -185,6 +185,7 @@ typedef struct {
     ERL_NIF_TERM gone;
     int has_gone;
     uint32_t wire;
+    ERL_NIF_TERM node; /* the sender's node, for a message from another node; 0: none */
 } own_data;
 
 /* {'DOWN', Ref, process, Pid, _} (Ref a spawn_request's, as :erpc's) or
@@ -216,6 +217,16 @@ static void apply_own(const fo_follow *f, void *data)
         uint64_t child = d->remote != NULL ? fo_remote_key(d->remote, d->env, d->gone) : 0;
         if (child != 0 && fo_graph_remote_down(f->graph, d->ev.pid, child, d->wire, d->ev.ts_ns))
             d->sender = child;
+    } else if (d->receive && d->node != 0) {
+        /* an answer to a message sent to a registered name there */
+        uint64_t names[8];
+        uint32_t n = fo_remote_names_on(d->remote, d->node, names, 8);
+        for (uint32_t i = 0; i < n; i++) {
+            if (fo_graph_remote_name_answered(f->graph, d->ev.pid, names[i], d->ev.ts_ns)) {
+                d->sender = names[i];
+                break;
+            }
+        }
     }
     if (d->receive)
         fo_follow_received(f, d->ev.pid, d->ev.ts_ns, d->waker, d->sender);
@@ -271,6 +282,9 @@ static void on_process_event(ErlNifEnv *env, const ERL_NIF_TERM argv[])
         d.has_gone = remote_end(env, argv[3], &d.gone, &d.wire);
         d.env = env;
         d.remote = res->remote;
+        /* the receive pattern gives a remote sender's node */
+        if (has_extra && d.sender == 0 && enif_is_atom(env, extra) && extra != fo_atom_undefined)
+            d.node = extra;
     } else {
         fo_decode_result decoded =
             fo_decode_event(env, argv[0], argv[3], argv[0] == fo_atom_call && has_extra ? &extra : NULL, &d.ev);

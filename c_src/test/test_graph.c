@@ -20,6 +20,7 @@
  *     "rspawnsent FROM WIRE TS"       fo_graph_remote_spawn_sent
  *     "rspawnreply SPAWNER CHILD WIRE TS"  fo_graph_remote_spawn_replied
  *     "rdown WAITER CHILD WIRE TS"    fo_graph_remote_down
+ *     "rnamed WAITER NAME TS"         fo_graph_remote_name_answered
  *     "out P TS" / "in P TS"          fo_graph_out / fo_graph_in
  *     "rcv P TS WAKER"                fo_graph_received; WAKER a name, port,
  *                                     timer or ? (a process, not known which)
@@ -183,6 +184,8 @@ static int run_event(fo_graph *g, char *const *w, int n, const char *line)
         fo_graph_remote_spawn_replied(g, key(w[1]), key(w[2]), (uint32_t)num(w[3], line), num(w[4], line));
     else if (n == 5 && strcmp(w[0], "rdown") == 0)
         fo_graph_remote_down(g, key(w[1]), key(w[2]), (uint32_t)num(w[3], line), num(w[4], line));
+    else if (n == 4 && strcmp(w[0], "rnamed") == 0)
+        fo_graph_remote_name_answered(g, key(w[1]), key(w[2]), num(w[3], line));
     else if (n == 4 && strcmp(w[0], "spawn") == 0)
         fo_graph_spawned(g, key(w[1]), key(w[2]), num(w[3], line));
     else if (n == 3 && strcmp(w[0], "out") == 0)
@@ -955,6 +958,17 @@ static const graph_case graph_cases[] = {
            "1 A - 40..90 self=50 wait=0/0/0 on=- ok root",
            "2 @B 1 50..80 self=30 wait=0/0/0 on=- ok remote"),
      "spans=3 processes=3 calls=1 joins=1 remote_calls=1 remote_joins=1", NULL, 0, 0},
+
+    /* A message to a registered name there ({Name, Node}: @N): the answer
+     * comes from a pid, but from N's node, so the name is the waker (a
+     * name nobody messaged, @M, is not). */
+    {"message_to_a_name_on_another_node_is_answered_by_its_node", DEFAULTS,
+     LINES("root A 0", "rmsgsent A @N 7 10", "out A 11", "in A 50", "rnamed A @M 50", "rnamed A @N 50",
+           "rcv A 50 @N", "rmsg A @B 9 51", "close 60"),
+     LINES("0 A - 0..60 self=21 wait=39/39/0 on=@N ok root",
+           "1 @N 0 10..50 self=40 wait=0/0/0 on=- ok remote"),
+     "spans=2 processes=2 wakes=1 attributed_wakes=1 edges=1 remote_sends=1",
+     LINES("0->1 11..50 ns=39 wakes=1"), 0, 0},
 
     /* :erpc.call: the spawn request goes to a node; the child is known
      * only by the DOWN that brings its result, which opens the REMOTE span

@@ -58,6 +58,9 @@ defmodule FlameOn.Client.Test.RemoteWorker do
     end
   end
 
+  # A process that works ms and exits (started outside any trace).
+  def start_ending(ms), do: spawn(fn -> spin(ms) end)
+
   # ms of work on a CPU, then :done
   def spin(ms), do: spin_until(System.monotonic_time(:microsecond) + ms * 1000)
 

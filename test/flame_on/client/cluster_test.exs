@@ -358,6 +358,58 @@ defmodule FlameOn.Client.ClusterTest do
     assert_peer_clean(b)
   end
 
+  test "a plain message to a registered name on B: answered by its pid, still linked", %{
+    peers: peers
+  } do
+    b = peers.b.node
+    worker = :erpc.call(b, RemoteWorker, :start, [])
+    true = :erpc.call(b, Process, :register, [worker, :fo_cluster_w])
+    on_exit(fn -> quietly(fn -> send(worker, :stop) end) end)
+
+    {:ok, %Profile{graph: graph} = profile} =
+      profile(fn ->
+        send({:fo_cluster_w, b}, {:job, self(), 30})
+        receive do: ({:done, ^worker} -> :ok)
+      end)
+
+    [root | _] = graph.spans
+    assert %Span{kind: :work, parent_span_id: 0} = w_span = span_of(graph, worker)
+    assert_in_delta root.attributed_wait_us, duration(w_span), 0.1 * duration(w_span)
+
+    assert Enum.any?(
+             graph.edges,
+             &(&1.waiter_span_id == 0 and &1.waker_span_id == w_span.span_id)
+           )
+
+    # the root sent to the name, and waited on the pid that answered
+    assert root.waiting_on_pid == worker
+    assert_remote_stacks(profile, graph, worker, "FlameOn.Client.Test.RemoteWorker.spin_until/1")
+    assert_peer_clean(b)
+  end
+
+  test "a DOWN from a process of B the trace never reached: a wait nothing on B explains", %{
+    peers: peers
+  } do
+    b = peers.b.node
+    # started outside the trace: its work is not the trace's
+    pid = :erpc.call(b, RemoteWorker, :start_ending, [30])
+
+    {:ok, %Profile{graph: graph}} =
+      profile(fn ->
+        ref = Process.monitor(pid)
+        receive do: ({:DOWN, ^ref, :process, ^pid, _} -> :ok)
+      end)
+
+    # the signal carries no token: B's part saw nothing of the trace, and
+    # the root's wait is a process's, unattributed
+    assert [%Span{kind: :root} = root] = graph.spans
+    assert graph.stats.nodes[b].spans == 0
+    assert root.attributed_wait_us == 0
+    assert root.unattributed_by.process == root.wait_us
+    assert graph.edges == []
+    assert_peer_clean(b)
+  end
+
   # The root's wait for work on B that a spawn there started: B's child is
   # a work span of the trace (child of the root's span), its stacks under
   # its remote pid, and the wait is attributed to it within 10%.
