@@ -7,20 +7,26 @@ defmodule FlameOn.Client.Cluster.Merge do
   # the origin measured. Merging:
   #
   #   * moves the part's times to the origin's clock (minus the offset);
-  #   * joins each call across nodes: the caller's node has a :remote span
-  #     for it (the request's send to the reply), the callee's node a
-  #     request span without a parent, both with the call's `wire` key. The
-  #     request span takes the :remote span's place (its parent, its
-  #     edges); the wait the :remote span explained stays explained only
-  #     where the callee's span ran (an edge keeps its overlap with it; the
-  #     rest becomes the waiter's unattributed :process wait);
+  #   * joins each call, message or spawn across nodes: the sender's node
+  #     has a :remote span for it (the send to the reply or answer), the
+  #     receiver's node a request or work span without a parent, both with
+  #     the same `wire` key. The receiver's span takes the :remote span's
+  #     place (its parent, its edges); the wait the :remote span explained
+  #     stays explained only where the receiver's span ran (an edge keeps
+  #     its overlap with it; the rest becomes the waiter's unattributed
+  #     :process wait);
   #   * numbers the spans again, parents before children (the origin's root
   #     is 0), and rebuilds every children list;
   #   * keys the part's stacks by their (remote) pids beside the origin's
   #     (the profile's `tree` then goes: exporters rebuild it from `stacks`).
   #
-  # A :remote span no part answered stays: the time the caller waited for
+  # A :remote span no part answered stays: the time the sender waited for
   # a node whose part is missing.
+  #
+  # Stats: the parts' counters add to the origin's; `joined_remote_calls`
+  # and `joined_remote_work` count the joins (requests; messages and
+  # spawns); `flag_lag_us` (per process), `late_flags` and `late_flag_us`
+  # say how late the parts flagged the processes that joined there.
 
   alias FlameOn.Client.{Edge, Graph, Profile, Span}
 

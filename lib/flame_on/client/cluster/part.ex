@@ -4,13 +4,16 @@ defmodule FlameOn.Client.Cluster.Part do
   # the origin's `FlameOn.Client.Cluster.arm/2` over :erpc).
   #
   # It holds a graph session with the trace's seq_trace label and no root:
-  # a request of the trace that arrives from another node opens a span of
-  # its receiver (a REQUEST span without a parent here, see GRAPH.md), and
+  # a request, plain message or spawn of the trace that arrives from another
+  # node opens a span of its receiver (a REQUEST or WORK span without a
+  # parent here, see GRAPH.md), and
   # from there the trace is followed on this node as on the origin (the send
   # pattern, followers, work spans, wake-ups). The send pattern cannot turn
   # tracing on in a process of another node, so a process brought in from
   # another node gets its trace flags here, when the NIF says it joined
-  # ({:flame_on_callee, pid}): its first microseconds of work may be missed.
+  # ({:flame_on_callee, pid}): its first microseconds of work may be missed
+  # (more on a loaded node; the part says how long after its span began
+  # each process got its flags: `flag_lag_us`).
   #
   # It cleans up by itself: when the origin's trace owner goes (it finished
   # without collecting, crashed, or its node went away: a monitor says so)
