@@ -1310,25 +1310,22 @@ void fo_graph_spawned(fo_graph *g, uint64_t parent, uint64_t child, int64_t ts)
 
 /* --- messages and spawns across nodes ---------------------------------- */
 
-/* The REMOTE span q's message (spawn) opened for pid, if pid is answering
- * its opener: the remote side of the work is over. */
-static void remote_answered(fo_graph *g, uint64_t pid, uint64_t opener, int64_t ts)
+/* pid (remote) answered opener: the REMOTE span opener's message or spawn
+ * opened for it ends at ts (the remote side of the work is over). 1 when
+ * there was one. */
+static int remote_answered(fo_graph *g, uint64_t pid, uint64_t opener, int64_t ts)
 {
     const gproc *r = find_proc(g, pid);
-    if (r != NULL && r->top != FO_NONE && g->spans[r->top].kind == FO_SPAN_REMOTE &&
-        g->spans[r->top].by_message && g->spans[r->top].opener == opener)
-        end_span(g, r->top, ts, FO_SPAN_OK, 0);
+    if (r == NULL || r->top == FO_NONE || g->spans[r->top].kind != FO_SPAN_REMOTE || !g->spans[r->top].by_message ||
+        g->spans[r->top].opener != opener)
+        return 0;
+    end_span(g, r->top, ts, FO_SPAN_OK, 0);
+    return 1;
 }
 
 int fo_graph_remote_name_answered(fo_graph *g, uint64_t waiter, uint64_t name, int64_t ts)
 {
-    if (refuse_after_close(g) || !remote(name))
-        return 0;
-    const gproc *r = find_proc(g, name);
-    if (r == NULL || r->top == FO_NONE || !g->spans[r->top].by_message || g->spans[r->top].opener != waiter)
-        return 0;
-    end_span(g, r->top, ts, FO_SPAN_OK, 0);
-    return 1;
+    return !refuse_after_close(g) && remote(name) && remote_answered(g, name, waiter, ts);
 }
 
 void fo_graph_remote_message_sent(fo_graph *g, uint64_t from, uint64_t to, uint32_t wire, int64_t ts)
@@ -1437,7 +1434,14 @@ void fo_graph_remote_spawn_replied(fo_graph *g, uint64_t spawner, uint64_t child
     /* The wait for the reply was the wait for the other node to start the
      * child (the REMOTE span begins at the request): it settles on it. On
      * one node a spawn_reply is the spawn's own protocol and ignored. */
-    if (remote_spawn_span(g, spawner, child, wire) != FO_NONE)
+    if (remote_spawn_span(g, spawner, child, wire) == FO_NONE)
+        return;
+    /* the reply is what woke it, receive event or not (a reply signal
+     * turned message may have none) */
+    gproc *p = follower(g, spawner);
+    if (p != NULL && p->run == RUN_WOKEN && !p->late)
+        settle(g, p, p->woken_at, FO_WAKER_PROCESS, child, 1);
+    else
         took(g, spawner, child, ts);
 }
 
@@ -1445,15 +1449,9 @@ int fo_graph_remote_down(fo_graph *g, uint64_t waiter, uint64_t child, uint32_t 
 {
     if (refuse_after_close(g) || !remote(child))
         return 0;
-    const gproc *r = find_proc(g, child);
-    uint32_t s = r != NULL ? r->top : FO_NONE;
-    if (s == FO_NONE)
-        s = remote_spawn_span(g, waiter, child, wire);
-    if (s == FO_NONE || g->spans[s].kind != FO_SPAN_REMOTE || !g->spans[s].by_message ||
-        g->spans[s].opener != waiter)
-        return 0;
-    end_span(g, s, ts, FO_SPAN_OK, 0);
-    return 1;
+    if (top_span(g, child) == FO_NONE)
+        remote_spawn_span(g, waiter, child, wire);
+    return remote_answered(g, child, waiter, ts);
 }
 
 void fo_graph_remote_spawned(fo_graph *g, uint64_t parent, uint64_t child, uint32_t wire, int64_t ts)

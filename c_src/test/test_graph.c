@@ -992,6 +992,15 @@ static const graph_case graph_cases[] = {
      "spans=2 processes=2 wakes=2 attributed_wakes=2 edges=1 remote_sends=1",
      LINES("0->1 11..60 ns=47 wakes=2"), 0, 0},
 
+    /* ... with no receive event for the reply: the reply still wakes it */
+    {"spawn_reply_from_another_node_wakes_without_a_receive_event", DEFAULTS,
+     LINES("root A 0", "rspawnsent A 5 10", "out A 11", "in A 20", "rspawnreply A @C 5 20",
+           "ran A 21", "close 30"),
+     LINES("0 A - 0..30 self=21 wait=9/9/0 on=@C ok root",
+           "1 @C 0 10..30 self=20 wait=0/0/0 on=- at_close remote"),
+     "spans=2 processes=2 wakes=1 attributed_wakes=1 edges=1 remote_sends=1",
+     LINES("0->1 11..20 ns=9 wakes=1"), 0, 0},
+
     /* --- wake-ups: who ended each off-CPU interval -------------------- */
 
     {"sleep_is_unattributed_timer_wait", DEFAULTS,
@@ -1755,7 +1764,39 @@ static void fuzz_wake(fuzz *f, fo_graph *g, uint32_t roll)
 {
     static const fo_waker_kind kinds[] = {FO_WAKER_NONE, FO_WAKER_PROCESS, FO_WAKER_PORT, FO_WAKER_TIMER};
     int64_t ts;
-    switch (roll % 10) {
+    switch (roll % 12) {
+    case 10:
+        /* a message across nodes, either way */
+        if (ts_rng_below(&f->r, 2) == 0)
+            fo_graph_remote_message_sent(g, fuzz_pid(f), fuzz_pid(f) | FO_GRAPH_REMOTE_BIT,
+                                         ts_rng_below(&f->r, 8), f->t);
+        else
+            fo_graph_remote_message_received(g, fuzz_pid(f), fuzz_pid(f) | FO_GRAPH_REMOTE_BIT,
+                                             ts_rng_below(&f->r, 8), f->t);
+        break;
+    case 11:
+        /* a spawn across nodes, either way, and its end */
+        switch (ts_rng_below(&f->r, 5)) {
+        case 0:
+            fo_graph_remote_spawn_sent(g, fuzz_pid(f), ts_rng_below(&f->r, 4), f->t);
+            break;
+        case 1:
+            fo_graph_remote_spawn_replied(g, fuzz_pid(f), fuzz_pid(f) | FO_GRAPH_REMOTE_BIT,
+                                          ts_rng_below(&f->r, 4), f->t);
+            break;
+        case 2:
+            (void)fo_graph_remote_down(g, fuzz_pid(f), fuzz_pid(f) | FO_GRAPH_REMOTE_BIT,
+                                       ts_rng_below(&f->r, 4), f->t);
+            break;
+        case 3:
+            (void)fo_graph_remote_name_answered(g, fuzz_pid(f), fuzz_pid(f) | FO_GRAPH_REMOTE_BIT, f->t);
+            break;
+        default:
+            fo_graph_remote_spawned(g, fuzz_pid(f) | FO_GRAPH_REMOTE_BIT, fuzz_pid(f), ts_rng_below(&f->r, 4),
+                                    f->t);
+            break;
+        }
+        break;
     case 0:
     case 1:
         fo_graph_out(g, fuzz_pid(f), f->t);
