@@ -52,6 +52,19 @@ static void drain(const fo_follow *f)
     }
 }
 
+/* A plain message; across nodes (wire) the remote rules apply. */
+static void message(fo_graph *g, const fo_corr *c, int64_t ts)
+{
+    if (c->is_send && c->wire != 0)
+        fo_graph_remote_message_sent(g, c->from, c->to, c->wire, ts);
+    else if (c->is_send)
+        fo_graph_message_sent(g, c->from, c->to, ts);
+    else if (c->wire != 0)
+        fo_graph_remote_message_received(g, c->to, c->from, c->wire, ts);
+    else
+        fo_graph_message_received(g, c->to, c->from, ts);
+}
+
 void fo_follow_correlation(const fo_follow *f, const fo_corr *c, int64_t ts)
 {
     fo_graph *g = f->graph;
@@ -66,10 +79,7 @@ void fo_follow_correlation(const fo_follow *f, const fo_corr *c, int64_t ts)
         /* {Ref, Result} is also what a Task sends: a plain message when
          * no call of the trace has that tag (after close a reply is late) */
         if (!fo_graph_closed(g) && !fo_graph_call_pending(g, c->tag)) {
-            if (c->is_send)
-                fo_graph_message_sent(g, c->from, c->to, ts);
-            else
-                fo_graph_message_received(g, c->to, c->from, ts);
+            message(g, c, ts);
         } else if (c->is_send) {
             fo_graph_reply_sent(g, c->from, c->tag, ts);
         } else {
@@ -82,13 +92,16 @@ void fo_follow_correlation(const fo_follow *f, const fo_corr *c, int64_t ts)
         if (c->is_send)
             fo_graph_invite(g, c->from, c->to, ts);
         else if (c->to != 0)
-            fo_graph_spawned(g, c->from, c->to, ts);
+            fo_graph_remote_spawned(g, c->from, c->to, c->wire, ts);
         break;
     case FO_CORR_MESSAGE:
-        if (c->is_send)
-            fo_graph_message_sent(g, c->from, c->to, ts);
-        else
-            fo_graph_message_received(g, c->to, c->from, ts);
+        message(g, c, ts);
+        break;
+    case FO_CORR_REMOTE_SPAWN:
+        fo_graph_remote_spawn_sent(g, c->from, c->wire, ts);
+        break;
+    case FO_CORR_REMOTE_SPAWNED:
+        fo_graph_remote_spawn_replied(g, c->to, c->from, c->wire, ts);
         break;
     default:
         break;

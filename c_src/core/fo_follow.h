@@ -33,7 +33,11 @@ typedef enum {
     FO_CORR_REQUEST = 1, /* {'$gen_call', {From, Tag}, _} */
     FO_CORR_REPLY = 2,   /* {Tag, _}: a reply if Tag is a pending call's, else a message */
     FO_CORR_MESSAGE = 3, /* anything else */
-    FO_CORR_SPAWN = 4    /* {spawn_request, ...}: from spawns to; {spawn_reply, ...} is ignored */
+    FO_CORR_SPAWN = 4,   /* {spawn_request, ...}: from spawns to; {spawn_reply, ...} is ignored */
+    /* a spawn on another node: the request's send (to a node: to 0), and
+     * the spawn_reply's receive (from the remote child, to the spawner) */
+    FO_CORR_REMOTE_SPAWN = 5,
+    FO_CORR_REMOTE_SPAWNED = 6
 } fo_corr_kind;
 
 typedef struct {
@@ -42,7 +46,7 @@ typedef struct {
     uint64_t from; /* sender pid key */
     uint64_t to;   /* receiver pid key; 0 for an alias */
     uint64_t tag;  /* requests and replies */
-    uint32_t wire; /* a request across nodes: its tag's hash on both nodes; 0 otherwise */
+    uint32_t wire; /* across nodes: a hash of the request, message or spawn both nodes compute alike; 0 otherwise */
 } fo_corr;
 
 void fo_follow_correlation(const fo_follow *f, const fo_corr *c, int64_t ts);

@@ -179,6 +179,7 @@ typedef struct {
     uint8_t provisional;
     uint8_t dropped;
     uint8_t sent; /* its process sent the trace a message inside it */
+    uint8_t by_message; /* REMOTE: opened by a message or spawn (an answer ends it), not a call */
 } gspan;
 
 typedef struct {
@@ -228,11 +229,15 @@ typedef struct {
     uint8_t settled; /* the caller stopped waiting for it (resumed or its span ended) */
 } gcall;
 
-/* A message of the trace on its way: from's span brings to in. */
+/* A message of the trace on its way: from's span brings to in. A spawn
+ * on another node (to 0, wire its request's) waits here for its child's
+ * pid, with the time it was sent. */
 typedef struct {
     uint64_t from;
     uint64_t to;
     uint32_t span;
+    uint32_t wire;
+    int64_t ts;
 } ginvite;
 
 #define INVITES 64u
@@ -1217,6 +1222,8 @@ static void invite(fo_graph *g, const gproc *q, uint64_t to)
     i->from = q->pid;
     i->to = to;
     i->span = q->top;
+    i->wire = 0;
+    i->ts = 0;
 }
 
 void fo_graph_invite(fo_graph *g, uint64_t from, uint64_t to, int64_t ts)
@@ -1259,17 +1266,20 @@ void fo_graph_message_sent(fo_graph *g, uint64_t from, uint64_t to, int64_t ts)
 }
 
 /* to works for the trace from ts, brought in by from's span parent (a
- * continuation that told the trace nothing gives way). */
-static void join(fo_graph *g, uint32_t parent, uint64_t from, uint64_t to, int64_t ts)
+ * continuation that told the trace nothing gives way); FO_NONE parent:
+ * from is on another node. The new span, or FO_NONE. */
+static uint32_t join(fo_graph *g, uint32_t parent, uint64_t from, uint64_t to, int64_t ts)
 {
     gproc *p = find_proc(g, to);
     drop_provisional(g, p, ts);
     if (p != NULL && p->top != FO_NONE)
-        return;
+        return FO_NONE;
     if (p != NULL && p->follow != FOLLOW_ON)
         p->run = RUN_UNKNOWN; /* its run state went stale while it was away */
-    if (open_span(g, parent, to, ts, ts, FO_SPAN_WORK, from) != FO_NONE)
+    uint32_t s = open_span(g, parent, to, ts, ts, FO_SPAN_WORK, from);
+    if (s != FO_NONE)
         g->stats.joins++;
+    return s;
 }
 
 void fo_graph_message_received(fo_graph *g, uint64_t to, uint64_t from, int64_t ts)
@@ -1296,6 +1306,162 @@ void fo_graph_spawned(fo_graph *g, uint64_t parent, uint64_t child, int64_t ts)
     uint32_t span = inviter(g, member(g, parent), parent, child);
     if (span != FO_NONE)
         join(g, span, parent, child, ts);
+}
+
+/* --- messages and spawns across nodes ---------------------------------- */
+
+/* pid (remote) answered opener: the REMOTE span opener's message or spawn
+ * opened for it ends at ts (the remote side of the work is over). 1 when
+ * there was one. */
+static int remote_answered(fo_graph *g, uint64_t pid, uint64_t opener, int64_t ts)
+{
+    const gproc *r = find_proc(g, pid);
+    if (r == NULL || r->top == FO_NONE || g->spans[r->top].kind != FO_SPAN_REMOTE || !g->spans[r->top].by_message ||
+        g->spans[r->top].opener != opener)
+        return 0;
+    end_span(g, r->top, ts, FO_SPAN_OK, 0);
+    return 1;
+}
+
+int fo_graph_remote_name_answered(fo_graph *g, uint64_t waiter, uint64_t name, int64_t ts)
+{
+    return !refuse_after_close(g) && remote(name) && remote_answered(g, name, waiter, ts);
+}
+
+void fo_graph_remote_message_sent(fo_graph *g, uint64_t from, uint64_t to, uint32_t wire, int64_t ts)
+{
+    if (!remote(to)) {
+        fo_graph_message_sent(g, from, to, ts);
+        return;
+    }
+    if (refuse_after_close(g))
+        return;
+    gproc *q = follower(g, from);
+    touch(g, q, ts);
+    if (g->follow_messages)
+        resume_for_send(g, q);
+    mark_sent(g, q, ts);
+    if (q == NULL || q->top == FO_NONE)
+        return;
+    gspan *sp = &g->spans[q->top];
+    if (sp->kind == FO_SPAN_WORK && sp->opener == to) {
+        /* the answer to the remote process that brought it in */
+        show(g, q, ts);
+        end_span(g, q->top, ts, FO_SPAN_OK, 0);
+        return;
+    }
+    if (!g->follow_messages || !can_pass_on(g, q) || top_span(g, to) != FO_NONE)
+        return;
+    /* its work is on the other node: here it is the wait for it */
+    uint32_t s = open_span(g, q->top, to, ts, ts, FO_SPAN_REMOTE, from);
+    if (s == FO_NONE)
+        return;
+    g->spans[s].wire = wire;
+    g->spans[s].by_message = 1;
+    g->stats.remote_sends++;
+}
+
+/* from (remote) brings to in: a WORK span without a parent here. */
+static void remote_join(fo_graph *g, uint64_t to, uint64_t from, uint32_t wire, int64_t ts)
+{
+    uint32_t s = join(g, FO_NONE, from, to, ts);
+    if (s == FO_NONE)
+        return;
+    g->spans[s].wire = wire;
+    g->stats.remote_joins++;
+}
+
+void fo_graph_remote_message_received(fo_graph *g, uint64_t to, uint64_t from, uint32_t wire, int64_t ts)
+{
+    if (!remote(from)) {
+        fo_graph_message_received(g, to, from, ts);
+        return;
+    }
+    if (refuse_after_close(g))
+        return;
+    remote_answered(g, from, to, ts);
+    took(g, to, from, ts);
+    if (g->follow_messages)
+        remote_join(g, to, from, wire, ts);
+}
+
+void fo_graph_remote_spawn_sent(fo_graph *g, uint64_t from, uint32_t wire, int64_t ts)
+{
+    if (refuse_after_close(g) || !g->follow_messages || wire == 0)
+        return;
+    gproc *q = follower(g, from);
+    touch(g, q, ts);
+    resume_for_send(g, q);
+    mark_sent(g, q, ts);
+    if (!can_pass_on(g, q))
+        return;
+    ginvite *i = &g->invites[g->invite_next];
+    g->invite_next = (g->invite_next + 1) % INVITES;
+    i->from = q->pid;
+    i->to = 0;
+    i->span = q->top;
+    i->wire = wire;
+    i->ts = ts;
+}
+
+/* The REMOTE span of spawner's spawn (wire) on another node, now that its
+ * child is known: it began at the request's send. FO_NONE when the spawn
+ * was not the trace's (or is gone from the ring). */
+static uint32_t remote_spawn_span(fo_graph *g, uint64_t spawner, uint64_t child, uint32_t wire)
+{
+    if (wire == 0 || !remote(child) || top_span(g, child) != FO_NONE)
+        return FO_NONE;
+    for (uint32_t k = 1; k <= INVITES; k++) {
+        ginvite *i = &g->invites[(g->invite_next + INVITES - k) % INVITES];
+        if (i->wire != wire || i->from != spawner || i->span >= g->span_count || g->spans[i->span].dropped)
+            continue;
+        i->wire = 0; /* used */
+        uint32_t s = open_span(g, i->span, child, i->ts, i->ts, FO_SPAN_REMOTE, spawner);
+        if (s == FO_NONE)
+            return FO_NONE;
+        g->spans[s].wire = wire;
+        g->spans[s].by_message = 1;
+        g->stats.remote_sends++;
+        return s;
+    }
+    return FO_NONE;
+}
+
+void fo_graph_remote_spawn_replied(fo_graph *g, uint64_t spawner, uint64_t child, uint32_t wire, int64_t ts)
+{
+    if (refuse_after_close(g))
+        return;
+    /* The wait for the reply was the wait for the other node to start the
+     * child (the REMOTE span begins at the request): it settles on it. On
+     * one node a spawn_reply is the spawn's own protocol and ignored. */
+    if (remote_spawn_span(g, spawner, child, wire) == FO_NONE)
+        return;
+    /* the reply is what woke it, receive event or not (a reply signal
+     * turned message may have none) */
+    gproc *p = follower(g, spawner);
+    if (p != NULL && p->run == RUN_WOKEN && !p->late)
+        settle(g, p, p->woken_at, FO_WAKER_PROCESS, child, 1);
+    else
+        took(g, spawner, child, ts);
+}
+
+int fo_graph_remote_down(fo_graph *g, uint64_t waiter, uint64_t child, uint32_t wire, int64_t ts)
+{
+    if (refuse_after_close(g) || !remote(child))
+        return 0;
+    if (top_span(g, child) == FO_NONE)
+        remote_spawn_span(g, waiter, child, wire);
+    return remote_answered(g, child, waiter, ts);
+}
+
+void fo_graph_remote_spawned(fo_graph *g, uint64_t parent, uint64_t child, uint32_t wire, int64_t ts)
+{
+    if (!remote(parent)) {
+        fo_graph_spawned(g, parent, child, ts);
+        return;
+    }
+    if (!refuse_after_close(g) && g->follow_messages)
+        remote_join(g, child, parent, wire, ts);
 }
 
 int fo_graph_out(fo_graph *g, uint64_t pid, int64_t ts)

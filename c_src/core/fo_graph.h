@@ -115,6 +115,8 @@ typedef struct {
     uint64_t note_overflows;        /* notes the front end did not drain in time */
     uint64_t remote_calls;          /* requests sent to another node (REMOTE spans) */
     uint64_t remote_requests;       /* requests taken from another node's process */
+    uint64_t remote_sends;          /* messages and spawns to another node (REMOTE spans) */
+    uint64_t remote_joins;          /* work spans opened by a message or spawn from another node */
 } fo_graph_stats;
 
 typedef struct {
@@ -209,6 +211,33 @@ void fo_graph_remote_request_sent(fo_graph *g, uint64_t caller, uint64_t callee,
                                   int64_t ts);
 void fo_graph_remote_request_received(fo_graph *g, uint64_t callee, uint64_t caller, uint64_t tag,
                                       uint32_t wire, int64_t ts);
+/* Plain messages and spawns across nodes (follow_messages): wire is a
+ * hash of the message (its seq_trace serial and sender) or of the spawn
+ * request (its reference) that both nodes compute alike. A follower's
+ * message (spawn) to a remote process with no span here opens a REMOTE span
+ * of it, child of the sender's span, until the remote process answers the
+ * sender; a message (spawn) from a remote process makes its receiver (the
+ * child) a WORK span without a parent (opener: the remote process), unless
+ * it is working for the trace already. Local pids go the usual way. */
+void fo_graph_remote_message_sent(fo_graph *g, uint64_t from, uint64_t to, uint32_t wire, int64_t ts);
+void fo_graph_remote_message_received(fo_graph *g, uint64_t to, uint64_t from, uint32_t wire, int64_t ts);
+void fo_graph_remote_spawned(fo_graph *g, uint64_t parent, uint64_t child, uint32_t wire, int64_t ts);
+/* The spawner's side of a spawn on another node: the request goes to a
+ * node (no pid yet), so its send is remembered (wire: the request's
+ * reference) until the child is known, by its spawn_reply or by the DOWN
+ * of the monitor the request set up (:erpc's result); then a REMOTE span
+ * of the child opens where the request was sent. remote_down ends the
+ * REMOTE span waiter's message or spawn opened for child (wire 0: an
+ * 'EXIT' signal, no request to find); 1 when it did: the child is then the
+ * waker of waiter's wait, else 0. */
+void fo_graph_remote_spawn_sent(fo_graph *g, uint64_t from, uint32_t wire, int64_t ts);
+/* A message from a process of another node woke waiter, and name is a
+ * {Name, Node} of that node: if waiter's message to name opened a REMOTE
+ * span still open, the process answered as its pid (not known here), so
+ * the span ends at ts and 1 says name is the waker; else 0. */
+int fo_graph_remote_name_answered(fo_graph *g, uint64_t waiter, uint64_t name, int64_t ts);
+void fo_graph_remote_spawn_replied(fo_graph *g, uint64_t spawner, uint64_t child, uint32_t wire, int64_t ts);
+int fo_graph_remote_down(fo_graph *g, uint64_t waiter, uint64_t child, uint32_t wire, int64_t ts);
 /* 1 when tag was a pending call's; 0 (and counted) when it was not.
  * fo_follow asks fo_graph_call_pending first: a {Tag, Value} that answers
  * no call of the trace ({Ref, Result} of a Task) is a plain message. */

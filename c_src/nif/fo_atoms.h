@@ -154,6 +154,10 @@
     A(remote_calls)                                                                                \
     A(remote_requests)                                                                             \
     A(remote_limit_hits)                                                                           \
+    A(remote_sends)                                                                                \
+    A(DOWN)                                                                                        \
+    A(EXIT)                                                                                        \
+    A(remote_joins)                                                                                \
     A(wire)
 
 #define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;

@@ -128,7 +128,7 @@ static ERL_NIF_TERM stats_term(ErlNifEnv *env, const fo_graph_stats *st, uint64_
                            fo_atom_joins,           fo_atom_leaves,               fo_atom_continuations,
                            fo_atom_dropped_continuations, fo_atom_edges,          fo_atom_edge_limit_hits,
                            fo_atom_note_overflows,  fo_atom_remote_calls,         fo_atom_remote_requests,
-                           fo_atom_remote_limit_hits};
+                           fo_atom_remote_limit_hits, fo_atom_remote_sends,       fo_atom_remote_joins};
     ERL_NIF_TERM values[] = {enif_make_uint64(env, st->spans),           enif_make_uint64(env, st->dropped_spans),
                              enif_make_uint64(env, st->orphan_requests), enif_make_uint64(env, st->unmatched_replies),
                              enif_make_uint64(env, st->late_replies),    enif_make_uint64(env, st->delegated_replies),
@@ -138,7 +138,8 @@ static ERL_NIF_TERM stats_term(ErlNifEnv *env, const fo_graph_stats *st, uint64_
                              enif_make_uint64(env, st->dropped_continuations), enif_make_uint64(env, st->edges),
                              enif_make_uint64(env, st->edge_limit_hits), enif_make_uint64(env, st->note_overflows),
                              enif_make_uint64(env, st->remote_calls), enif_make_uint64(env, st->remote_requests),
-                             enif_make_uint64(env, remote_limit_hits)};
+                             enif_make_uint64(env, remote_limit_hits), enif_make_uint64(env, st->remote_sends),
+                             enif_make_uint64(env, st->remote_joins)};
     ERL_NIF_TERM map;
     enif_make_map_from_arrays(env, keys, values, sizeof(keys) / sizeof(keys[0]), &map);
     return map;

@@ -178,11 +178,56 @@ typedef struct {
     fo_waker_kind waker;
     uint64_t sender;
     int receive;
+    /* a DOWN or 'EXIT' of a process of another node: the end of a spawn
+     * there (no token, no sender: the message says which) */
+    ErlNifEnv *env;
+    fo_remote *remote;
+    ERL_NIF_TERM gone;
+    int has_gone;
+    uint32_t wire;
+    ERL_NIF_TERM node; /* the sender's node, for a message from another node; 0: none */
 } own_data;
+
+/* {'DOWN', Ref, process, Pid, _} (Ref a spawn_request's, as :erpc's) or
+ * {'EXIT', Pid, _} with Pid on another node: its term, and the wire of
+ * Ref (0 for an 'EXIT'). */
+static int remote_end(ErlNifEnv *env, ERL_NIF_TERM msg, ERL_NIF_TERM *pid, uint32_t *wire)
+{
+    int arity;
+    const ERL_NIF_TERM *items;
+    ErlNifPid local;
+    if (!enif_get_tuple(env, msg, &arity, &items))
+        return 0;
+    if (arity == 5 && items[0] == fo_atom_DOWN && items[2] == fo_atom_process && enif_is_ref(env, items[1])) {
+        *pid = items[3];
+        *wire = fo_seq_wire(env, items[1]);
+    } else if (arity == 3 && items[0] == fo_atom_EXIT) {
+        *pid = items[1];
+        *wire = 0;
+    } else {
+        return 0;
+    }
+    return enif_is_pid(env, *pid) && !enif_get_local_pid(env, *pid, &local);
+}
 
 static void apply_own(const fo_follow *f, void *data)
 {
-    const own_data *d = data;
+    own_data *d = data;
+    if (d->receive && d->has_gone) {
+        uint64_t child = d->remote != NULL ? fo_remote_key(d->remote, d->env, d->gone) : 0;
+        if (child != 0 && fo_graph_remote_down(f->graph, d->ev.pid, child, d->wire, d->ev.ts_ns))
+            d->sender = child;
+    } else if (d->receive && d->node != 0) {
+        /* an answer to a message sent to a registered name there */
+        uint64_t names[8];
+        uint32_t n = fo_remote_names_on(d->remote, d->node, names, 8);
+        for (uint32_t i = 0; i < n; i++) {
+            if (fo_graph_remote_name_answered(f->graph, d->ev.pid, names[i], d->ev.ts_ns)) {
+                d->sender = names[i];
+                break;
+            }
+        }
+    }
     if (d->receive)
         fo_follow_received(f, d->ev.pid, d->ev.ts_ns, d->waker, d->sender);
     else if (d->ev.kind == FO_EV_EXIT)
@@ -234,6 +279,12 @@ static void on_process_event(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     if (argv[0] == fo_atom_receive) {
         d.receive = 1;
         d.waker = fo_graph_waker(env, argv[3], has_extra ? &extra : NULL, &d.sender);
+        d.has_gone = remote_end(env, argv[3], &d.gone, &d.wire);
+        d.env = env;
+        d.remote = res->remote;
+        /* the receive pattern gives a remote sender's node */
+        if (has_extra && d.sender == 0 && enif_is_atom(env, extra) && extra != fo_atom_undefined)
+            d.node = extra;
     } else {
         fo_decode_result decoded =
             fo_decode_event(env, argv[0], argv[3], argv[0] == fo_atom_call && has_extra ? &extra : NULL, &d.ev);

@@ -60,3 +60,15 @@ ERL_NIF_TERM fo_remote_term(const fo_remote *r, ErlNifEnv *env, uint64_t key)
         return fo_atom_nil;
     return enif_make_copy(env, r->terms[i - 1]);
 }
+
+uint32_t fo_remote_names_on(const fo_remote *r, ERL_NIF_TERM node, uint64_t *keys, uint32_t cap)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; r != NULL && i < r->count && n < cap; i++) {
+        int arity;
+        const ERL_NIF_TERM *items;
+        if (enif_get_tuple(r->env, r->terms[i], &arity, &items) && arity == 2 && items[1] == node)
+            keys[n++] = FO_GRAPH_REMOTE_BIT | (uint64_t)(i + 1);
+    }
+    return n;
+}

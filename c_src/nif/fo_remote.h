@@ -31,6 +31,11 @@ int fo_remote_is_remote(ErlNifEnv *env, ERL_NIF_TERM term);
 /* The key of a remote term (made on first sight); 0 past the bound. */
 uint64_t fo_remote_key(fo_remote *r, ErlNifEnv *env, ERL_NIF_TERM term);
 
+/* The keys of the {Name, Node} terms met so far whose Node is node, into
+ * keys (at most cap); how many. A node's processes answer as pids what
+ * was sent to their names. */
+uint32_t fo_remote_names_on(const fo_remote *r, ERL_NIF_TERM node, uint64_t *keys, uint32_t cap);
+
 /* The term of a remote key, copied into env; nil when it is none of ours. */
 ERL_NIF_TERM fo_remote_term(const fo_remote *r, ErlNifEnv *env, uint64_t key);
 

@@ -29,11 +29,12 @@ static uint64_t pid_key(ErlNifEnv *env, ERL_NIF_TERM term, fo_remote *remote)
 
 /* The same on every node (phash2 is portable): a request's two halves,
  * seen on two nodes, are joined by it. Never 0. */
-static uint32_t wire_key(ErlNifEnv *env, ERL_NIF_TERM tag)
+uint32_t fo_seq_wire(ErlNifEnv *env, ERL_NIF_TERM term)
 {
     (void)env;
-    return (uint32_t)enif_hash(ERL_NIF_PHASH2, tag, 0) | 1u;
+    return (uint32_t)enif_hash(ERL_NIF_PHASH2, term, 0) | 1u;
 }
+
 
 int fo_seq_decode(ErlNifEnv *env, ERL_NIF_TERM info, fo_corr *out, fo_remote *remote)
 {
@@ -54,6 +55,10 @@ int fo_seq_decode(ErlNifEnv *env, ERL_NIF_TERM info, fo_corr *out, fo_remote *re
         return 0;
     out->kind = FO_CORR_MESSAGE;
     out->tag = 0;
+    /* a message across nodes: its serial and sender are the same terms on
+     * both nodes (the token travels with it) */
+    if ((out->from | out->to) & FO_GRAPH_REMOTE_BIT)
+        out->wire = fo_seq_wire(env, enif_make_tuple2(env, items[1], items[2]));
     const ERL_NIF_TERM *msg;
     int msg_arity;
     if (!enif_get_tuple(env, items[4], &msg_arity, &msg))
@@ -65,15 +70,26 @@ int fo_seq_decode(ErlNifEnv *env, ERL_NIF_TERM info, fo_corr *out, fo_remote *re
             out->kind = FO_CORR_REQUEST;
             out->tag = tag_key(from[1]);
             if ((out->from | out->to) & FO_GRAPH_REMOTE_BIT)
-                out->wire = wire_key(env, from[1]);
+                out->wire = fo_seq_wire(env, from[1]);
         }
         return 1;
     }
     if (msg_arity >= 4 && (msg[0] == fo_atom_spawn_request || msg[0] == fo_atom_spawn_reply)) {
         /* spawn_reply: the child answering its spawner, not its work */
         out->kind = FO_CORR_SPAWN;
-        if (msg[0] == fo_atom_spawn_reply)
+        if (msg[0] == fo_atom_spawn_reply && !out->is_send && (out->from & FO_GRAPH_REMOTE_BIT)) {
+            out->kind = FO_CORR_REMOTE_SPAWNED; /* the pid of a child on another node */
+            out->wire = fo_seq_wire(env, msg[1]);
+        } else if (msg[0] == fo_atom_spawn_reply) {
             out->to = 0;
+        } else if (out->from & FO_GRAPH_REMOTE_BIT) {
+            out->wire = fo_seq_wire(env, msg[1]); /* the request's reference, on both nodes */
+        } else if (out->is_send && enif_is_atom(env, items[3])) {
+            /* sent to a node: a spawn there (a local one goes to its child) */
+            out->kind = FO_CORR_REMOTE_SPAWN;
+            out->to = 0;
+            out->wire = fo_seq_wire(env, msg[1]);
+        }
         return 1;
     }
     if (msg_arity == 2 && is_call_tag(env, msg[0])) {

@@ -15,4 +15,9 @@
  * request to or from one its wire key; without, they are no process. */
 int fo_seq_decode(ErlNifEnv *env, ERL_NIF_TERM info, fo_corr *out, fo_remote *remote);
 
+/* The key that joins the two halves of something seen on two nodes (a
+ * call's tag, a spawn request's reference, a message's serial and
+ * sender): phash2, the same on every node. Never 0. */
+uint32_t fo_seq_wire(ErlNifEnv *env, ERL_NIF_TERM term);
+
 #endif

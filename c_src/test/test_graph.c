@@ -14,6 +14,13 @@
  *     "msgsent FROM TO TS"            fo_graph_message_sent (TO "-": an alias)
  *     "msg TO FROM TS"                fo_graph_message_received
  *     "spawn PARENT CHILD TS"         fo_graph_spawned
+ *     "rmsgsent FROM TO WIRE TS"      fo_graph_remote_message_sent
+ *     "rmsg TO FROM WIRE TS"          fo_graph_remote_message_received
+ *     "rspawn PARENT CHILD WIRE TS"   fo_graph_remote_spawned
+ *     "rspawnsent FROM WIRE TS"       fo_graph_remote_spawn_sent
+ *     "rspawnreply SPAWNER CHILD WIRE TS"  fo_graph_remote_spawn_replied
+ *     "rdown WAITER CHILD WIRE TS"    fo_graph_remote_down
+ *     "rnamed WAITER NAME TS"         fo_graph_remote_name_answered
  *     "out P TS" / "in P TS"          fo_graph_out / fo_graph_in
  *     "rcv P TS WAKER"                fo_graph_received; WAKER a name, port,
  *                                     timer or ? (a process, not known which)
@@ -165,6 +172,20 @@ static int run_event(fo_graph *g, char *const *w, int n, const char *line)
         fo_graph_message_sent(g, key(w[1]), strcmp(w[2], "-") == 0 ? 0 : key(w[2]), num(w[3], line));
     else if (n == 4 && strcmp(w[0], "msg") == 0)
         fo_graph_message_received(g, key(w[1]), key(w[2]), num(w[3], line));
+    else if (n == 5 && strcmp(w[0], "rmsgsent") == 0)
+        fo_graph_remote_message_sent(g, key(w[1]), key(w[2]), (uint32_t)num(w[3], line), num(w[4], line));
+    else if (n == 5 && strcmp(w[0], "rmsg") == 0)
+        fo_graph_remote_message_received(g, key(w[1]), key(w[2]), (uint32_t)num(w[3], line), num(w[4], line));
+    else if (n == 5 && strcmp(w[0], "rspawn") == 0)
+        fo_graph_remote_spawned(g, key(w[1]), key(w[2]), (uint32_t)num(w[3], line), num(w[4], line));
+    else if (n == 4 && strcmp(w[0], "rspawnsent") == 0)
+        fo_graph_remote_spawn_sent(g, key(w[1]), (uint32_t)num(w[2], line), num(w[3], line));
+    else if (n == 5 && strcmp(w[0], "rspawnreply") == 0)
+        fo_graph_remote_spawn_replied(g, key(w[1]), key(w[2]), (uint32_t)num(w[3], line), num(w[4], line));
+    else if (n == 5 && strcmp(w[0], "rdown") == 0)
+        fo_graph_remote_down(g, key(w[1]), key(w[2]), (uint32_t)num(w[3], line), num(w[4], line));
+    else if (n == 4 && strcmp(w[0], "rnamed") == 0)
+        fo_graph_remote_name_answered(g, key(w[1]), key(w[2]), num(w[3], line));
     else if (n == 4 && strcmp(w[0], "spawn") == 0)
         fo_graph_spawned(g, key(w[1]), key(w[2]), num(w[3], line));
     else if (n == 3 && strcmp(w[0], "out") == 0)
@@ -388,7 +409,9 @@ static void assert_edges(const fo_graph *g, const char *const *expected)
     X(edge_limit_hits)                                                                             \
     X(note_overflows)                                                                              \
     X(remote_calls)                                                                                \
-    X(remote_requests)
+    X(remote_requests)                                                                             \
+    X(remote_sends)                                                                                \
+    X(remote_joins)
 
 #define COUNT_STAT(f) +1
 /* A counter added to fo_graph_stats must be added here too. */
@@ -448,11 +471,13 @@ static void check_span(const fo_graph *g, const fo_graph_limits *l, uint32_t id,
         assert_true(si.waiting_on_pid == 0);
     }
     assert_true(si.kind <= FO_SPAN_REMOTE);
-    /* no parent: the root, or a request a process on another node made */
+    /* no parent: the root, or a request, message or spawn of a process on
+     * another node */
     if (si.kind == FO_SPAN_ROOT)
         assert_true(si.parent_span_id == FO_NONE);
     else if (si.parent_span_id == FO_NONE)
-        assert_true(si.kind == FO_SPAN_REQUEST && (si.opener_pid & FO_GRAPH_REMOTE_BIT) != 0);
+        assert_true((si.kind == FO_SPAN_REQUEST || si.kind == FO_SPAN_WORK) &&
+                    (si.opener_pid & FO_GRAPH_REMOTE_BIT) != 0);
     /* a REMOTE span is a process of another node */
     if (si.kind == FO_SPAN_REMOTE)
         assert_true((si.pid & FO_GRAPH_REMOTE_BIT) != 0);
@@ -899,6 +924,82 @@ static const graph_case graph_cases[] = {
            "1 @C 0 15..40 self=25 wait=0/0/0 on=- ok remote"),
      "spans=2 processes=2 calls=1 wakes=1 attributed_wakes=1 edges=1 remote_calls=1 remote_requests=1",
      LINES("0->1 16..40 ns=24 wakes=1"), 0, 0},
+
+    /* A plain message to another node: a REMOTE span of the receiver
+     * until it answers the sender, which explains the sender's wait. */
+    {"message_to_another_node_is_a_remote_span_until_its_answer", DEFAULTS,
+     LINES("root A 0", "rmsgsent A @B 7 10", "notes x", "out A 11", "in A 50", "rcv A 50 ?",
+           "rmsg A @B 9 50", "following A 1", "close 60"),
+     LINES("0 A - 0..60 self=21 wait=39/39/0 on=@B ok root",
+           "1 @B 0 10..50 self=40 wait=0/0/0 on=- ok remote"),
+     "spans=2 processes=2 wakes=1 attributed_wakes=1 edges=1 remote_sends=1",
+     LINES("0->1 11..50 ns=39 wakes=1"), 0, 0},
+
+    /* The receiver's side: a work span without a parent, opened by the
+     * remote sender (a second message is part of it), ended by its answer;
+     * its own message to a third node is a REMOTE span under it. */
+    {"message_from_another_node_is_work_without_a_parent_here", DEFAULTS,
+     LINES("rmsg B @A 7 10", "active B 1", "rmsg B @A 8 12", "current B 0",
+           "rmsgsent B @C 5 20", "out B 21", "in B 30", "rcv B 30 ?", "rmsg B @C 6 30",
+           "rmsgsent B @A 9 40", "active B 0", "close 60"),
+     LINES("0 B - 10..40 self=21 wait=9/9/0 on=@C ok work",
+           "1 @C 0 20..30 self=10 wait=0/0/0 on=- ok remote"),
+     "spans=2 processes=2 wakes=1 attributed_wakes=1 joins=1 edges=1 remote_sends=1 remote_joins=1",
+     LINES("0->1 21..30 ns=9 wakes=1"), 0, 0},
+
+    /* A child spawned from another node works for the trace until it
+     * exits; a message from a callee does not end the call's REMOTE span
+     * (its reply does). */
+    {"spawn_from_another_node_and_messages_during_a_call", DEFAULTS,
+     LINES("rspawn @A T 5 10", "active T 1", "exit T 30 normal",
+           "root A 40", "rsend A @B t1 7 50", "rmsg A @B 9 60", "active @B 1",
+           "resume A t1 80", "close 90"),
+     LINES("0 T - 10..30 self=20 wait=0/0/0 on=- exit:normal work",
+           "1 A - 40..90 self=50 wait=0/0/0 on=- ok root",
+           "2 @B 1 50..80 self=30 wait=0/0/0 on=- ok remote"),
+     "spans=3 processes=3 calls=1 joins=1 remote_calls=1 remote_joins=1", NULL, 0, 0},
+
+    /* A message to a registered name there ({Name, Node}: @N): the answer
+     * comes from a pid, but from N's node, so the name is the waker (a
+     * name nobody messaged, @M, is not). */
+    {"message_to_a_name_on_another_node_is_answered_by_its_node", DEFAULTS,
+     LINES("root A 0", "rmsgsent A @N 7 10", "out A 11", "in A 50", "rnamed A @M 50", "rnamed A @N 50",
+           "rcv A 50 @N", "rmsg A @B 9 51", "close 60"),
+     LINES("0 A - 0..60 self=21 wait=39/39/0 on=@N ok root",
+           "1 @N 0 10..50 self=40 wait=0/0/0 on=- ok remote"),
+     "spans=2 processes=2 wakes=1 attributed_wakes=1 edges=1 remote_sends=1",
+     LINES("0->1 11..50 ns=39 wakes=1"), 0, 0},
+
+    /* :erpc.call: the spawn request goes to a node; the child is known
+     * only by the DOWN that brings its result, which opens the REMOTE span
+     * where the request was sent and ends it. A DOWN of another request,
+     * or of a process the trace did not spawn, explains nothing. */
+    {"spawn_on_another_node_known_by_its_down", DEFAULTS,
+     LINES("root A 0", "rspawnsent A 5 10", "out A 12", "in A 50", "rdown A @X 6 50", "rdown A @C 5 50",
+           "rcv A 50 @C", "rdown A @C 5 55", "close 60"),
+     LINES("0 A - 0..60 self=22 wait=38/38/0 on=@C ok root",
+           "1 @C 0 10..50 self=40 wait=0/0/0 on=- ok remote"),
+     "spans=2 processes=2 wakes=1 attributed_wakes=1 edges=1 remote_sends=1",
+     LINES("0->1 12..50 ns=38 wakes=1"), 0, 0},
+
+    /* Node.spawn: the spawn_reply names the child (the wait for it is the
+     * wait for the other node); the child's message ends the REMOTE span. */
+    {"spawn_on_another_node_known_by_its_reply", DEFAULTS,
+     LINES("root A 0", "rspawnsent A 5 10", "out A 11", "in A 20", "rcv A 20 ?", "rspawnreply A @C 5 20",
+           "ran A 21", "out A 22", "in A 60", "rcv A 60 ?", "rmsg A @C 9 60", "close 70"),
+     LINES("0 A - 0..70 self=23 wait=47/47/0 on=@C ok root",
+           "1 @C 0 10..60 self=50 wait=0/0/0 on=- ok remote"),
+     "spans=2 processes=2 wakes=2 attributed_wakes=2 edges=1 remote_sends=1",
+     LINES("0->1 11..60 ns=47 wakes=2"), 0, 0},
+
+    /* ... with no receive event for the reply: the reply still wakes it */
+    {"spawn_reply_from_another_node_wakes_without_a_receive_event", DEFAULTS,
+     LINES("root A 0", "rspawnsent A 5 10", "out A 11", "in A 20", "rspawnreply A @C 5 20",
+           "ran A 21", "close 30"),
+     LINES("0 A - 0..30 self=21 wait=9/9/0 on=@C ok root",
+           "1 @C 0 10..30 self=20 wait=0/0/0 on=- at_close remote"),
+     "spans=2 processes=2 wakes=1 attributed_wakes=1 edges=1 remote_sends=1",
+     LINES("0->1 11..20 ns=9 wakes=1"), 0, 0},
 
     /* --- wake-ups: who ended each off-CPU interval -------------------- */
 
@@ -1663,7 +1764,39 @@ static void fuzz_wake(fuzz *f, fo_graph *g, uint32_t roll)
 {
     static const fo_waker_kind kinds[] = {FO_WAKER_NONE, FO_WAKER_PROCESS, FO_WAKER_PORT, FO_WAKER_TIMER};
     int64_t ts;
-    switch (roll % 10) {
+    switch (roll % 12) {
+    case 10:
+        /* a message across nodes, either way */
+        if (ts_rng_below(&f->r, 2) == 0)
+            fo_graph_remote_message_sent(g, fuzz_pid(f), fuzz_pid(f) | FO_GRAPH_REMOTE_BIT,
+                                         ts_rng_below(&f->r, 8), f->t);
+        else
+            fo_graph_remote_message_received(g, fuzz_pid(f), fuzz_pid(f) | FO_GRAPH_REMOTE_BIT,
+                                             ts_rng_below(&f->r, 8), f->t);
+        break;
+    case 11:
+        /* a spawn across nodes, either way, and its end */
+        switch (ts_rng_below(&f->r, 5)) {
+        case 0:
+            fo_graph_remote_spawn_sent(g, fuzz_pid(f), ts_rng_below(&f->r, 4), f->t);
+            break;
+        case 1:
+            fo_graph_remote_spawn_replied(g, fuzz_pid(f), fuzz_pid(f) | FO_GRAPH_REMOTE_BIT,
+                                          ts_rng_below(&f->r, 4), f->t);
+            break;
+        case 2:
+            (void)fo_graph_remote_down(g, fuzz_pid(f), fuzz_pid(f) | FO_GRAPH_REMOTE_BIT,
+                                       ts_rng_below(&f->r, 4), f->t);
+            break;
+        case 3:
+            (void)fo_graph_remote_name_answered(g, fuzz_pid(f), fuzz_pid(f) | FO_GRAPH_REMOTE_BIT, f->t);
+            break;
+        default:
+            fo_graph_remote_spawned(g, fuzz_pid(f) | FO_GRAPH_REMOTE_BIT, fuzz_pid(f), ts_rng_below(&f->r, 4),
+                                    f->t);
+            break;
+        }
+        break;
     case 0:
     case 1:
         fo_graph_out(g, fuzz_pid(f), f->t);

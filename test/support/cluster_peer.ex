@@ -26,3 +26,45 @@ defmodule FlameOn.Client.Test.ClusterPeer do
     |> Enum.count(fn {_, _, _, [mod]} -> mod == FlameOn.Client.Cluster.Part end)
   end
 end
+
+defmodule FlameOn.Client.Test.RemoteWorker do
+  @moduledoc false
+  # A process outside any OTP behaviour, for plain messages across nodes:
+  # {:job, from, ms} makes it spin ms and answer {:done, self()}.
+
+  def start, do: spawn(fn -> loop() end)
+
+  defp loop do
+    receive do
+      {:job, from, ms} ->
+        spin(ms)
+        send(from, {:done, self()})
+
+      :stop ->
+        exit(:normal)
+
+      _other ->
+        :ok
+    end
+
+    loop()
+  end
+
+  # A fun for Node.spawn/2: ms of work, then :done to `to`.
+  def teller(to, ms) do
+    fn ->
+      spin(ms)
+      send(to, :done)
+    end
+  end
+
+  # A process that works ms and exits (started outside any trace).
+  def start_ending(ms), do: spawn(fn -> spin(ms) end)
+
+  # ms of work on a CPU, then :done
+  def spin(ms), do: spin_until(System.monotonic_time(:microsecond) + ms * 1000)
+
+  defp spin_until(deadline) do
+    if System.monotonic_time(:microsecond) < deadline, do: spin_until(deadline), else: :done
+  end
+end

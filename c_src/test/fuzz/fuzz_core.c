@@ -118,7 +118,7 @@ static void check_graph(const fo_graph *g)
 static void correlation(const fo_follow *f, reader *r, int64_t ts)
 {
     fo_corr c;
-    c.kind = (fo_corr_kind)(byte(r) % 5u); /* 0: not a kind */
+    c.kind = (fo_corr_kind)(byte(r) % 7u); /* 0: not a kind */
     c.is_send = byte(r) & 1u;
     c.from = small_key(r);
     c.to = byte(r) & 7u ? small_key(r) : 0;

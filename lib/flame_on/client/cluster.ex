@@ -23,9 +23,17 @@ defmodule FlameOn.Client.Cluster do
   the origin's clock by an offset measured per node (the round trip of the
   fastest of a few `:erpc` calls; `graph.stats.nodes[node].clock_uncertainty_us`
   is half that round trip), stacks are keyed by the remote pids, spans carry
-  their `node`, and a call to another node links the caller's span to the
-  callee's span there as a local call would. `graph.stats.collect_us` and
-  `merge_us` say what collecting the parts and merging them took.
+  their `node`, and a call, plain message or spawn (`:erpc.call/4`,
+  `:rpc.call/4`, `Node.spawn/2`) to another node links the sender's span to
+  the receiver's span there as on one node, the sender's wait attributed to
+  it. `graph.stats.collect_us` and `merge_us` say what collecting the parts
+  and merging them took.
+
+  A process that joins from another node gets its trace flags from that
+  node's part when the NIF says so, a little after its span began:
+  `graph.stats.flag_lag_us` says how long after, per process (its stacks
+  miss at most that much), `late_flags` counts those a millisecond or more
+  late and `late_flag_us` adds up their lags.
 
   A node that disconnects or crashes mid-trace costs its part
   (`graph.stats.lost_parts`), never the trace. Each part monitors the

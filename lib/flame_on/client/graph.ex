@@ -34,12 +34,13 @@ defmodule FlameOn.Client.Span do
     * `status` – `:ok`, `{:exit, reason}` when the process exited inside the
       span, or `:open_at_close` when the trace ended while it still worked.
     * `node` – the node the process runs on (see `FlameOn.Client.Cluster`).
-      A `:remote` span is a call to a process of another node whose part of
-      the trace is missing (the node was not armed, or its part was lost):
-      its `pid` is the callee as the caller named it (a pid or
-      `{name, node}`), and it lasts from the request's send to the reply.
-    * `wire` – a call across nodes: the key that joins the caller's side
-      and the callee's (`nil` otherwise).
+      A `:remote` span is a call, message or spawn to a process of another
+      node whose part of the trace is missing (the node was not armed, or
+      its part was lost): its `pid` is the receiver as the sender named it
+      (a pid or `{name, node}`; a spawn's child), and it lasts from the send
+      to the reply or answer (or the end of the trace if none came).
+    * `wire` – a call, message or spawn across nodes: the key that joins
+      the sender's side and the receiver's (`nil` otherwise).
   """
 
   @enforce_keys [:trace_id, :span_id, :pid]

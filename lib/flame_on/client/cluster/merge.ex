@@ -7,22 +7,32 @@ defmodule FlameOn.Client.Cluster.Merge do
   # the origin measured. Merging:
   #
   #   * moves the part's times to the origin's clock (minus the offset);
-  #   * joins each call across nodes: the caller's node has a :remote span
-  #     for it (the request's send to the reply), the callee's node a
-  #     request span without a parent, both with the call's `wire` key. The
-  #     request span takes the :remote span's place (its parent, its
-  #     edges); the wait the :remote span explained stays explained only
-  #     where the callee's span ran (an edge keeps its overlap with it; the
-  #     rest becomes the waiter's unattributed :process wait);
+  #   * joins each call, message or spawn across nodes: the sender's node
+  #     has a :remote span for it (the send to the reply or answer), the
+  #     receiver's node a request or work span without a parent, both with
+  #     the same `wire` key. The receiver's span takes the :remote span's
+  #     place (its parent, its edges); the wait the :remote span explained
+  #     stays explained only where the receiver's span ran (an edge keeps
+  #     its overlap with it; the rest becomes the waiter's unattributed
+  #     :process wait);
   #   * numbers the spans again, parents before children (the origin's root
   #     is 0), and rebuilds every children list;
   #   * keys the part's stacks by their (remote) pids beside the origin's
   #     (the profile's `tree` then goes: exporters rebuild it from `stacks`).
   #
-  # A :remote span no part answered stays: the time the caller waited for
+  # A :remote span no part answered stays: the time the sender waited for
   # a node whose part is missing.
+  #
+  # Stats: the parts' counters add to the origin's; `joined_remote_calls`
+  # and `joined_remote_work` count the joins (requests; messages and
+  # spawns); `flag_lag_us` (per process), `late_flags` and `late_flag_us`
+  # say how late the parts flagged the processes that joined there.
 
   alias FlameOn.Client.{Edge, Graph, Profile, Span}
+
+  # A process that got its flags this long after its span began was flagged
+  # late: its stacks miss the start of its work (a loaded node).
+  @late_flag_us 1_000
 
   @spec merge(Profile.t(), [{node(), {:ok, map()} | {:error, term()}}], [{node(), term()}]) ::
           Profile.t()
@@ -50,6 +60,8 @@ defmodule FlameOn.Client.Cluster.Merge do
     stacks =
       Enum.reduce(parts, profile.stacks, fn {_node, part}, acc -> Map.merge(acc, part.stacks) end)
 
+    lags = Enum.reduce(parts, %{}, fn {_node, part}, acc -> Map.merge(acc, flag_lags(part)) end)
+
     stats =
       graph.stats
       |> add_counters(Enum.map(parts, fn {_node, part} -> part.graph.stats end))
@@ -57,8 +69,12 @@ defmodule FlameOn.Client.Cluster.Merge do
         unreachable_nodes: unreachable,
         lost_parts: length(lost),
         lost_nodes: lost,
-        joined_remote_calls: joined,
+        joined_remote_calls: Enum.count(joined, &(&1.kind == :request)),
+        joined_remote_work: Enum.count(joined, &(&1.kind == :work)),
         truncated_stack_entries: Enum.sum(Enum.map(parts, fn {_, p} -> p.truncated_stacks end)),
+        flag_lag_us: lags,
+        late_flags: Enum.count(lags, fn {_pid, us} -> us >= @late_flag_us end),
+        late_flag_us: lags |> Map.values() |> Enum.filter(&(&1 >= @late_flag_us)) |> Enum.sum(),
         nodes: Map.new(parts, fn {node, part} -> {node, node_stats(part)} end)
       })
 
@@ -81,8 +97,15 @@ defmodule FlameOn.Client.Cluster.Merge do
       else: profile.tree
   end
 
+  # parts from a node running an older version have no lags
+  defp flag_lags(part), do: Map.get(part, :flag_lag_us, %{})
+
   defp node_stats(part) do
+    lags = Map.values(flag_lags(part))
+
     %{
+      flagged: length(lags),
+      late_flags: Enum.count(lags, &(&1 >= @late_flag_us)),
       clock_offset_us: part.clock_offset_us,
       clock_uncertainty_us: part.clock_uncertainty_us,
       spans: length(part.graph.spans),
@@ -130,13 +153,15 @@ defmodule FlameOn.Client.Cluster.Merge do
     end)
   end
 
-  # Each request span from another node takes the place of the caller's
-  # :remote span with the same wire key.
+  # Each span opened by another node (a request, or work a message or a
+  # spawn brought in) takes the place of the sender's :remote span with the
+  # same wire key.
   defp join(spans, edges) do
     proxies = for %Span{kind: :remote, wire: w} = s <- spans, w != nil, into: %{}, do: {w, s}
 
     replaced =
-      for %Span{kind: :request, parent_span_id: nil, wire: w} = s <- spans,
+      for %Span{kind: kind, parent_span_id: nil, wire: w} = s <- spans,
+          kind in [:request, :work],
           w != nil,
           proxy = proxies[w],
           into: %{},
@@ -175,7 +200,7 @@ defmodule FlameOn.Client.Cluster.Merge do
       end)
 
     kept = Enum.filter(spans, &Map.has_key?(by_id, &1.span_id)) |> Enum.map(&by_id[&1.span_id])
-    {kept, Enum.filter(edges, &Map.has_key?(by_id, &1.waiter_span_id)), map_size(replaced)}
+    {kept, Enum.filter(edges, &Map.has_key?(by_id, &1.waiter_span_id)), Map.values(replaced)}
   end
 
   defp rename_wait(by_id, caller_id, named, pid) do

@@ -4,13 +4,16 @@ defmodule FlameOn.Client.Cluster.Part do
   # the origin's `FlameOn.Client.Cluster.arm/2` over :erpc).
   #
   # It holds a graph session with the trace's seq_trace label and no root:
-  # a request of the trace that arrives from another node opens a span of
-  # its receiver (a REQUEST span without a parent here, see GRAPH.md), and
+  # a request, plain message or spawn of the trace that arrives from another
+  # node opens a span of its receiver (a REQUEST or WORK span without a
+  # parent here, see GRAPH.md), and
   # from there the trace is followed on this node as on the origin (the send
   # pattern, followers, work spans, wake-ups). The send pattern cannot turn
   # tracing on in a process of another node, so a process brought in from
   # another node gets its trace flags here, when the NIF says it joined
-  # ({:flame_on_callee, pid}): its first microseconds of work may be missed.
+  # ({:flame_on_callee, pid}): its first microseconds of work may be missed
+  # (more on a loaded node; the part says how long after its span began
+  # each process got its flags: `flag_lag_us`).
   #
   # It cleans up by itself: when the origin's trace owner goes (it finished
   # without collecting, crashed, or its node went away: a monitor says so)
@@ -75,7 +78,9 @@ defmodule FlameOn.Client.Cluster.Part do
          follow: opts.follow,
          names: opts.names,
          origin_ref: Process.monitor(opts.origin),
-         flagged: MapSet.new()
+         flagged: MapSet.new(),
+         # when each process got its flags here (µs, this node's clock)
+         flagged_at: %{}
        }}
     else
       {:error, reason} -> {:stop, reason}
@@ -107,7 +112,14 @@ defmodule FlameOn.Client.Cluster.Part do
     stacks = Profile.build(raw, stats, [], state.names).stacks
     TraceGraphSession.unfollow(Enum.uniq(graph.followers ++ MapSet.to_list(state.flagged)), state)
     Patterns.release_graph()
-    part = bound(%{node: node(), graph: %{graph | followers: []}, stacks: stacks}, max_bytes)
+    lags = flag_lags(graph, state.flagged_at)
+
+    part =
+      bound(
+        %{node: node(), graph: %{graph | followers: []}, stacks: stacks, flag_lag_us: lags},
+        max_bytes
+      )
+
     {:stop, :normal, {:ok, part}, %{state | native: nil}}
   end
 
@@ -119,7 +131,14 @@ defmodule FlameOn.Client.Cluster.Part do
     case TraceBackend.tracer(state.handle, pid) do
       {:ok, []} ->
         flag(pid, state)
-        {:noreply, %{state | flagged: MapSet.put(state.flagged, pid)}}
+        flagged_at = System.monotonic_time(:microsecond)
+
+        {:noreply,
+         %{
+           state
+           | flagged: MapSet.put(state.flagged, pid),
+             flagged_at: Map.put_new(state.flagged_at, pid, flagged_at)
+         }}
 
       _ours_or_gone ->
         {:noreply, state}
@@ -153,6 +172,20 @@ defmodule FlameOn.Client.Cluster.Part do
     TraceBackend.trace(handle, pid, true, Patterns.follower_flags(follow))
   rescue
     ArgumentError -> 0
+  end
+
+  # How long after its first span here began each process got its flags
+  # (µs, never negative): at most that much of the span's start is missing
+  # from its stacks. Span times are this node's monotonic µs, as ours.
+  defp flag_lags(graph, flagged_at) do
+    starts =
+      Enum.reduce(graph.spans, %{}, fn span, acc ->
+        Map.update(acc, span.pid, span.started_at, &min(&1, span.started_at))
+      end)
+
+    for {pid, at} <- flagged_at, Map.has_key?(starts, pid), into: %{} do
+      {pid, max(at - starts[pid], 0)}
+    end
   end
 
   # The part, at most max_bytes in external format: past it, stack entries
