@@ -149,8 +149,6 @@ defmodule FlameOn.Client.ClusterTest do
     lag
   end
 
-  defp in_time?(graph, pid), do: flag_lag(graph, pid) < 1_000
-
   # pid's stacks (a process of another node) spend at least 3/4 of the
   # time it worked in `frame` (work_us, default its whole span) there; of
   # what was left of it after its flags when it was flagged late.
@@ -503,6 +501,59 @@ defmodule FlameOn.Client.ClusterTest do
     assert child.status == :ok
     assert_node_clean()
     assert_peer_clean(b)
+  end
+
+  test "servers on B found through :global and :pg are followed like any call", %{
+    peers: peers
+  } do
+    b = peers.b.node
+    b_pid = server(b, :fo_cluster_named_b)
+    name = {:fo_cluster_global, System.unique_integer([:positive])}
+    :yes = :erpc.call(b, :global, :register_name, [name, b_pid])
+    on_exit(fn -> quietly(fn -> :erpc.call(b, :global, :unregister_name, [name]) end) end)
+
+    scope = :"fo_cluster_pg_#{System.unique_integer([:positive])}"
+    {:ok, here} = :pg.start(scope)
+    {:ok, there} = :erpc.call(b, :pg, :start, [scope])
+
+    on_exit(fn ->
+      quietly(fn -> Process.exit(here, :kill) end)
+      quietly(fn -> :erpc.call(b, Process, :exit, [there, :kill]) end)
+    end)
+
+    :ok = :erpc.call(b, :pg, :join, [scope, :workers, b_pid])
+    # both names reach this node
+    assert until(fn -> :global.whereis_name(name) == b_pid end)
+    assert until(fn -> :pg.get_members(scope, :workers) == [b_pid] end)
+
+    for call <- [
+          fn -> GenServer.call({:global, name}, {:spin, 40}) end,
+          fn ->
+            [member] = :pg.get_members(scope, :workers)
+            GenServer.call(member, {:spin, 40})
+          end
+        ] do
+      {result, %Profile{graph: graph}} = profile(call)
+      assert result == :done
+      [root | _] = graph.spans
+      b_span = span_of(graph, b_pid)
+      assert %Span{kind: :request, node: ^b} = b_span
+      assert b_span.span_id in root.children
+      assert duration(b_span) >= 39_000
+      assert_in_delta root.attributed_wait_us, duration(b_span), 0.1 * duration(b_span)
+      refute Enum.any?(graph.spans, &(&1.kind == :remote))
+      assert_node_clean()
+      assert_peer_clean(b)
+    end
+  end
+
+  # true once fun returns true, within about a second
+  defp until(fun, tries \\ 100) do
+    cond do
+      fun.() -> true
+      tries == 0 -> false
+      true -> Process.sleep(10) && until(fun, tries - 1)
+    end
   end
 
   test "a node that goes away mid-trace costs its part, not the trace", %{peers: peers} do
