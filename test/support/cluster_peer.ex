@@ -20,6 +20,23 @@ defmodule FlameOn.Client.Test.ClusterPeer do
     end
   end
 
+  # This node's backtrace_depth, read without setting it: the frames a
+  # stack trace 100 calls deep keeps (two call sites alternate: the VM
+  # records a run of one return address once).
+  def backtrace_depth do
+    deep(100)
+    receive do: ({:frames, n} -> n)
+  end
+
+  defp deep(0) do
+    {:current_stacktrace, frames} = Process.info(self(), :current_stacktrace)
+    send(self(), {:frames, length(frames)})
+    0
+  end
+
+  defp deep(n) when rem(n, 2) == 0, do: 1 + deep(n - 1)
+  defp deep(n), do: 2 + deep(n - 1)
+
   def parts do
     FlameOn.Client.SessionSupervisor
     |> DynamicSupervisor.which_children()

@@ -106,6 +106,9 @@ defmodule FlameOn.Client.Cluster do
       follow: Keyword.fetch!(opts, :follow),
       names: Keyword.fetch!(opts, :names),
       limits: Keyword.fetch!(opts, :limits),
+      # mode :sample: callees are sampled there too, and no call pattern is set
+      mode: Keyword.get(opts, :mode, :nif),
+      sampler: Keyword.get(opts, :sampler) || [],
       # a little longer than the origin's: the origin collects first
       lifetime_ms: Keyword.fetch!(opts, :max_duration_ms) + 5_000
     }

@@ -182,7 +182,9 @@ defmodule FlameOn.Client.Sampler do
     online = :erlang.system_info(:schedulers_online)
     current = :erlang.system_info(:scheduler_id)
 
-    if online > 1 and current in 1..online do
+    # comparisons, not `in` a range: no protocol dispatch, which can mean
+    # loading a module (tens of ms on a node in interactive mode)
+    if online > 1 and current >= 1 and current <= online do
       :erlang.spawn_opt(fun, [{:scheduler, rem(current, online) + 1}])
     else
       spawn(fun)

@@ -140,6 +140,8 @@ defmodule FlameOn.Client.TraceGraphSession do
           names: names,
           limits: limits,
           max_duration_ms: max_duration_ms,
+          mode: mode,
+          sampler: Keyword.get(opts, :sampler) || [],
           cluster: Keyword.get(opts, :cluster, [])
         )
 

@@ -556,6 +556,49 @@ defmodule FlameOn.Client.ClusterTest do
     end
   end
 
+  test "mode :sample across nodes: B's server is sampled, no call pattern is set on either node",
+       %{peers: peers} do
+    b = peers.b.node
+    b_pid = server(b, :fo_cluster_sampled_b)
+    parent = self()
+    depth_on_b = fn -> :erpc.call(b, FlameOn.Client.Test.ClusterPeer, :backtrace_depth, []) end
+    depth_before = depth_on_b.()
+
+    {result, %Profile{graph: graph} = profile} =
+      FlameOn.Client.profile(
+        fn ->
+          reply = GenServer.call({:fo_cluster_sampled_b, b}, {:spin, 40})
+          # while the trace runs, on both nodes
+          on_b = :erpc.call(b, FlameOn.Client.TestHelpers, :patterns_set?, [])
+          send(parent, {:while, patterns_set?(), on_b, depth_on_b.()})
+          reply
+        end,
+        cross_process: true,
+        mode: :sample
+      )
+
+    assert result == :done
+    assert_receive {:while, false, false, 64}
+    assert depth_on_b.() == depth_before
+
+    [root | _] = graph.spans
+    b_span = span_of(graph, b_pid)
+    assert %Span{kind: :request, node: ^b} = b_span
+    assert b_span.span_id in root.children
+    assert duration(b_span) >= 39_000
+    assert_in_delta root.attributed_wait_us, duration(b_span), 0.1 * duration(b_span)
+
+    # sampled there: its spin in its stacks, its series under its pid
+    assert_remote_stacks(profile, graph, b_pid, "FlameOn.Client.Test.Server.spin_until/1")
+    assert [%{status: _, reductions: _} | _] = profile.metrics[b_pid]
+    # (a tick a millisecond while it spun; fewer when B's schedulers are busy)
+    assert length(profile.metrics[b_pid]) >= 3
+    assert graph.stats.nodes[b].sampling.sampled_processes >= 1
+    assert_exports(profile)
+    assert_node_clean()
+    assert_peer_clean(b)
+  end
+
   test "a node that goes away mid-trace costs its part, not the trace", %{peers: peers} do
     b = peers.b.node
     # a node of its own, to lose

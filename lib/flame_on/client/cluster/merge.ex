@@ -78,9 +78,16 @@ defmodule FlameOn.Client.Cluster.Merge do
         nodes: Map.new(parts, fn {node, part} -> {node, node_stats(part)} end)
       })
 
+    # mode :sample: the series of the processes sampled there
+    metrics =
+      Enum.reduce(parts, profile.metrics, fn {_node, part}, acc ->
+        Map.merge(acc, Map.get(part, :metrics, %{}))
+      end)
+
     %{
       profile
       | stacks: stacks,
+        metrics: metrics,
         tree: tree(profile, parts),
         graph: %{graph | spans: spans, edges: edges, stats: stats}
     }
@@ -111,7 +118,11 @@ defmodule FlameOn.Client.Cluster.Merge do
       spans: length(part.graph.spans),
       processes: map_size(part.stacks),
       bytes: part.bytes,
-      truncated_stack_entries: part.truncated_stacks
+      truncated_stack_entries: part.truncated_stacks,
+      # mode :sample: its samplers' counters (FlameOn.Client.Sampler.summarize/1)
+      # and the metric entries left out to fit
+      sampling: Map.get(part, :sampled, %{}),
+      truncated_metric_entries: Map.get(part, :truncated_metrics, 0)
     }
   end
 

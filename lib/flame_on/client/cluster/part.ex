@@ -15,6 +15,11 @@ defmodule FlameOn.Client.Cluster.Part do
   # (more on a loaded node; the part says how long after its span began
   # each process got its flags: `flag_lag_us`).
   #
+  # In mode :sample it sets no call pattern on its node either: each
+  # process that joins is sampled (a FlameOn.Client.Sampler per process, as
+  # the origin does for its callees) and the node's backtrace_depth is
+  # raised while the part runs.
+  #
   # It cleans up by itself: when the origin's trace owner goes (it finished
   # without collecting, crashed, or its node went away: a monitor says so)
   # and when the trace's lifetime is over, it stops; `Patterns` (which
@@ -23,7 +28,15 @@ defmodule FlameOn.Client.Cluster.Part do
 
   use GenServer, restart: :temporary
 
-  alias FlameOn.Client.{Graph, Native, Patterns, Profile, TraceBackend, TraceGraphSession}
+  alias FlameOn.Client.{
+    Graph,
+    Native,
+    Patterns,
+    Profile,
+    Sampler,
+    TraceBackend,
+    TraceGraphSession
+  }
 
   @doc false
   # On the remote node: starts the part under the session supervisor.
@@ -69,6 +82,16 @@ defmodule FlameOn.Client.Cluster.Part do
          :ok <- Native.graph_watch_callees(native, self()),
          {:ok, handle} <- acquire(native, opts) do
       Process.send_after(self(), :lifetime, opts.lifetime_ms)
+      mode = Map.get(opts, :mode, :nif)
+      sampler_opts = Map.get(opts, :sampler) || []
+
+      if mode == :sample do
+        :ok = Patterns.acquire_depth(sampler_opts[:depth] || 64)
+        # what a sampler runs, loaded now: a node in interactive mode loads
+        # modules on first use, and the first process of the trace here
+        # must not wait for the code server to be sampled
+        Enum.each([Sampler, FlameOn.Client.SampleBudget, :rand], &Code.ensure_loaded/1)
+      end
 
       {:ok,
        %{
@@ -80,7 +103,11 @@ defmodule FlameOn.Client.Cluster.Part do
          origin_ref: Process.monitor(opts.origin),
          flagged: MapSet.new(),
          # when each process got its flags here (µs, this node's clock)
-         flagged_at: %{}
+         flagged_at: %{},
+         mode: mode,
+         sampler_opts: Keyword.delete(sampler_opts, :root),
+         # mode :sample: a sampler per process that joined, by pid
+         samplers: %{}
        }}
     else
       {:error, reason} -> {:stop, reason}
@@ -94,7 +121,12 @@ defmodule FlameOn.Client.Cluster.Part do
   end
 
   defp acquire(native, opts) do
-    case Patterns.acquire_graph(native, nil, opts.label, follow: opts.follow) do
+    patterns? = Map.get(opts, :mode, :nif) != :sample
+
+    case Patterns.acquire_graph(native, nil, opts.label,
+           follow: opts.follow,
+           call_patterns: patterns?
+         ) do
       {:ok, handle} ->
         {:ok, handle}
 
@@ -107,6 +139,7 @@ defmodule FlameOn.Client.Cluster.Part do
   @impl GenServer
   def handle_call({:collect, max_bytes}, _from, state) do
     Native.stop(state.native)
+    sampled = stop_samplers(state)
     {raw, stats, graph} = Native.finish(state.native, :stop)
     graph = Graph.build(graph, state.label)
     stacks = Profile.build(raw, stats, [], state.names).stacks
@@ -116,7 +149,14 @@ defmodule FlameOn.Client.Cluster.Part do
 
     part =
       bound(
-        %{node: node(), graph: %{graph | followers: []}, stacks: stacks, flag_lag_us: lags},
+        %{
+          node: node(),
+          graph: %{graph | followers: []},
+          stacks: stacks,
+          flag_lag_us: lags,
+          metrics: sampled.metrics,
+          sampled: sampled.stats
+        },
         max_bytes
       )
 
@@ -128,21 +168,23 @@ defmodule FlameOn.Client.Cluster.Part do
   # (or joined otherwise): it follows the trace with the flags the send
   # pattern would have given it.
   def handle_info({:flame_on_callee, pid}, %{native: native} = state) when native != nil do
-    case TraceBackend.tracer(state.handle, pid) do
-      {:ok, []} ->
-        flag(pid, state)
-        flagged_at = System.monotonic_time(:microsecond)
+    state =
+      case TraceBackend.tracer(state.handle, pid) do
+        {:ok, []} ->
+          flag(pid, state)
+          flagged_at = System.monotonic_time(:microsecond)
 
-        {:noreply,
-         %{
-           state
-           | flagged: MapSet.put(state.flagged, pid),
-             flagged_at: Map.put_new(state.flagged_at, pid, flagged_at)
-         }}
+          %{
+            state
+            | flagged: MapSet.put(state.flagged, pid),
+              flagged_at: Map.put_new(state.flagged_at, pid, flagged_at)
+          }
 
-      _ours_or_gone ->
-        {:noreply, state}
-    end
+        _ours_or_gone ->
+          state
+      end
+
+    {:noreply, sample(pid, state)}
   end
 
   def handle_info({:flame_on_left, pid}, state) do
@@ -166,6 +208,28 @@ defmodule FlameOn.Client.Cluster.Part do
     Native.stop(state.native)
     TraceGraphSession.unfollow(MapSet.to_list(state.flagged), state)
     :ok
+  end
+
+  # mode :sample: the process is sampled while it works for the trace (its
+  # sampler idles between the trace's requests and is woken here).
+  defp sample(_pid, %{mode: mode} = state) when mode != :sample, do: state
+
+  defp sample(pid, %{samplers: samplers} = state) do
+    case samplers do
+      %{^pid => sampler} ->
+        Sampler.wake(sampler)
+        state
+
+      _ ->
+        sampler = Sampler.start(state.native, pid, state.sampler_opts)
+        %{state | samplers: Map.put(samplers, pid, sampler)}
+    end
+  end
+
+  defp stop_samplers(%{samplers: samplers, mode: mode}) do
+    by_pid = Enum.map(samplers, fn {pid, sampler} -> {pid, Sampler.stop(sampler)} end)
+    if mode == :sample, do: Patterns.release_depth()
+    if by_pid == [], do: %{metrics: %{}, stats: %{}}, else: Sampler.summarize(by_pid)
   end
 
   defp flag(pid, %{handle: handle, follow: follow}) do
@@ -194,30 +258,43 @@ defmodule FlameOn.Client.Cluster.Part do
   defp bound(part, max_bytes) do
     size = :erlang.external_size(part)
 
-    if size <= max_bytes do
-      Map.merge(part, %{bytes: size, truncated_stacks: 0})
-    else
-      entries = for {pid, stacks} <- part.stacks, {stack, us} <- stacks, do: {us, pid, stack}
+    cond do
+      size <= max_bytes ->
+        part
+        |> Map.merge(%{bytes: size, truncated_stacks: 0})
+        |> Map.put_new(:truncated_metrics, 0)
 
-      # about what each entry costs, from the whole
-      stacks_size = :erlang.external_size(part.stacks)
-      room = max(max_bytes - (size - stacks_size), 0)
-      per_entry = max(div(stacks_size, max(length(entries), 1)), 1)
-      keep = div(room, per_entry)
-      kept = entries |> Enum.sort(:desc) |> Enum.take(keep)
+      # mode :sample: the metrics series go first (one entry per sample)
+      part.metrics != %{} ->
+        dropped = part.metrics |> Map.values() |> Enum.map(&length/1) |> Enum.sum()
+        bound(%{part | metrics: %{}} |> Map.put(:truncated_metrics, dropped), max_bytes)
 
-      stacks =
-        Enum.reduce(kept, %{}, fn {us, pid, stack}, acc ->
-          Map.update(acc, pid, [{stack, us}], &[{stack, us} | &1])
-        end)
-        |> Map.new(fn {pid, list} -> {pid, Enum.sort(list)} end)
-
-      part = %{part | stacks: stacks}
-
-      Map.merge(part, %{
-        bytes: :erlang.external_size(part),
-        truncated_stacks: length(entries) - length(kept)
-      })
+      true ->
+        truncate_stacks(part, size, max_bytes)
     end
+  end
+
+  defp truncate_stacks(part, size, max_bytes) do
+    entries = for {pid, stacks} <- part.stacks, {stack, us} <- stacks, do: {us, pid, stack}
+
+    # about what each entry costs, from the whole
+    stacks_size = :erlang.external_size(part.stacks)
+    room = max(max_bytes - (size - stacks_size), 0)
+    per_entry = max(div(stacks_size, max(length(entries), 1)), 1)
+    keep = div(room, per_entry)
+    kept = entries |> Enum.sort(:desc) |> Enum.take(keep)
+
+    stacks =
+      Enum.reduce(kept, %{}, fn {us, pid, stack}, acc ->
+        Map.update(acc, pid, [{stack, us}], &[{stack, us} | &1])
+      end)
+      |> Map.new(fn {pid, list} -> {pid, Enum.sort(list)} end)
+
+    part = %{part | stacks: stacks}
+
+    Map.merge(part, %{
+      bytes: :erlang.external_size(part),
+      truncated_stacks: length(entries) - length(kept)
+    })
   end
 end
