@@ -4,9 +4,10 @@
 #     FO_BENCH_REPS=11 mix run bench/cluster.exs
 #
 # Starts this node distributed (epmd, 127.0.0.1) and one peer, B, running
-# the application. Workload: a caller making N GenServer.calls to a server
-# that does a little work per call (the graph bench's `ping`), the server
-# on this node (local) or on B (remote). Variants, interleaved (their order
+# the application. Workloads: a caller making N GenServer.calls to a server
+# that does a little work per call (the graph bench's `ping`), and the same
+# as N plain messages each answered by a plain message (a process outside
+# any behaviour), the server on this node (local) or on B (remote). Variants, interleaved (their order
 # rotates each round), each run in a fresh process, medians of the runs:
 #
 #   local untraced     the calls to the local server
@@ -32,6 +33,7 @@ defmodule FlameOn.Bench.Cluster do
 
   @reps String.to_integer(System.get_env("FO_BENCH_REPS", "7"))
   @sizes [200, 1000]
+  @workloads [:calls, :messages]
   @variants [:local_untraced, :local_traced, :remote_untraced, :remote_traced]
 
   @server """
@@ -43,6 +45,17 @@ defmodule FlameOn.Bench.Cluster do
     def init(state), do: {:ok, state}
     @impl true
     def handle_call(:work, _from, state), do: {:reply, Enum.sum(1..200), state}
+
+    # the same work, asked and answered by plain messages
+    def start_plain, do: {:ok, spawn(fn -> plain() end)}
+
+    defp plain do
+      receive do
+        {:work, from} -> send(from, {:done, Enum.sum(1..200)})
+      end
+
+      plain()
+    end
   end
   """
 
@@ -52,6 +65,8 @@ defmodule FlameOn.Bench.Cluster do
     {:module, _} = :erpc.call(b, :code, :load_binary, [module, ~c"cluster_server", binary])
     {:ok, local} = module.start()
     {:ok, remote} = :erpc.call(b, module, :start, [])
+    {:ok, local_plain} = module.start_plain()
+    {:ok, remote_plain} = :erpc.call(b, module, :start_plain, [])
 
     IO.puts("flame_on_client cluster bench, #{DateTime.utc_now() |> DateTime.truncate(:second)}")
 
@@ -61,9 +76,14 @@ defmodule FlameOn.Bench.Cluster do
 
     IO.puts("origin #{node()}, B #{b}\n")
 
-    for n <- @sizes do
-      results = measure(n, %{local: local, remote: remote}, b)
-      report(n, results)
+    servers = %{
+      calls: %{local: local, remote: remote},
+      messages: %{local: local_plain, remote: remote_plain}
+    }
+
+    for workload <- @workloads, n <- @sizes do
+      results = measure(n, {workload, servers[workload]}, b)
+      report(n, workload, results)
     end
   end
 
@@ -102,11 +122,23 @@ defmodule FlameOn.Bench.Cluster do
   defp rotate(list, k),
     do: Enum.drop(list, rem(k, length(list))) ++ Enum.take(list, rem(k, length(list)))
 
-  defp run_once(variant, n, servers, b) do
+  defp run_once(variant, n, {workload, servers}, b) do
     server =
       if variant in [:local_untraced, :local_traced], do: servers.local, else: servers.remote
 
-    calls = fn -> for _ <- 1..n, do: GenServer.call(server, :work) end
+    calls =
+      case workload do
+        :calls ->
+          fn -> for _ <- 1..n, do: GenServer.call(server, :work) end
+
+        :messages ->
+          fn ->
+            for _ <- 1..n do
+              send(server, {:work, self()})
+              receive do: ({:done, _} -> :ok)
+            end
+          end
+      end
 
     task =
       Task.async(fn ->
@@ -159,7 +191,7 @@ defmodule FlameOn.Bench.Cluster do
   defp figures(:remote_traced, profile, b) do
     %{^b => node_stats} = profile.graph.stats.nodes
 
-    if profile.graph.stats.joined_remote_calls == 0,
+    if profile.graph.stats.joined_remote_calls + profile.graph.stats.joined_remote_work == 0,
       do: raise("B's part did not join: #{inspect(profile.graph.stats)}")
 
     %{
@@ -177,8 +209,12 @@ defmodule FlameOn.Bench.Cluster do
 
   defp med(runs, key), do: runs |> Enum.map(&Map.get(&1, key)) |> median()
 
-  defp report(n, results) do
-    IO.puts("#{n} GenServer.calls")
+  defp report(n, workload, results) do
+    IO.puts(
+      if workload == :calls,
+        do: "#{n} GenServer.calls",
+        else: "#{n} plain messages, each answered"
+    )
 
     IO.puts(
       String.pad_trailing("variant", 17) <>
