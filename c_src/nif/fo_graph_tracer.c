@@ -210,6 +210,21 @@ static int remote_end(ErlNifEnv *env, ERL_NIF_TERM msg, ERL_NIF_TERM *pid, uint3
     return enif_is_pid(env, *pid) && !enif_get_local_pid(env, *pid, &local);
 }
 
+/* A receive event of Msg (extra: the receive pattern's result, if any):
+ * its waker, a remote end, a remote sender's node. */
+static void read_receive(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM msg, const ERL_NIF_TERM *extra,
+                         own_data *d)
+{
+    d->receive = 1;
+    d->waker = fo_graph_waker(env, msg, extra, &d->sender);
+    d->has_gone = remote_end(env, msg, &d->gone, &d->wire);
+    d->env = env;
+    d->remote = res->remote;
+    /* the receive pattern gives a remote sender's node */
+    if (extra != NULL && d->sender == 0 && enif_is_atom(env, *extra) && *extra != fo_atom_undefined)
+        d->node = *extra;
+}
+
 static void apply_own(const fo_follow *f, void *data)
 {
     own_data *d = data;
@@ -277,14 +292,7 @@ static void on_process_event(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     ERL_NIF_TERM extra;
     int has_extra = enif_is_map(env, argv[4]) && enif_get_map_value(env, argv[4], fo_atom_match_spec_result, &extra);
     if (argv[0] == fo_atom_receive) {
-        d.receive = 1;
-        d.waker = fo_graph_waker(env, argv[3], has_extra ? &extra : NULL, &d.sender);
-        d.has_gone = remote_end(env, argv[3], &d.gone, &d.wire);
-        d.env = env;
-        d.remote = res->remote;
-        /* the receive pattern gives a remote sender's node */
-        if (has_extra && d.sender == 0 && enif_is_atom(env, extra) && extra != fo_atom_undefined)
-            d.node = extra;
+        read_receive(env, res, argv[3], has_extra ? &extra : NULL, &d);
     } else {
         fo_decode_result decoded =
             fo_decode_event(env, argv[0], argv[3], argv[0] == fo_atom_call && has_extra ? &extra : NULL, &d.ev);
@@ -331,11 +339,15 @@ void fo_graph_ingest(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM msg)
         items[2] == fo_atom_receive) {
         /* {trace_ts, Pid, receive, Msg, Sender, Ts} with the receive
          * pattern; without it no sender (the core then asks the tokened
-         * messages the root took) */
-        uint64_t sender;
-        fo_waker_kind kind = fo_graph_waker(env, items[3], arity == 6 ? &items[4] : NULL, &sender);
+         * messages the root took). Settled as a follower's own receive
+         * event is: a remote end or a remote name's answer included. */
+        own_data d;
+        memset(&d, 0, sizeof(d));
+        read_receive(env, res, items[3], arity == 6 ? &items[4] : NULL, &d);
+        d.ev.pid = ev.pid;
+        d.ev.ts_ns = ev.ts_ns;
         fo_session_count_ignored(res->core, 1);
-        fo_follow_received(&f, ev.pid, ev.ts_ns, kind, sender);
+        apply_own(&f, &d);
         return;
     }
     /* The stacks take the messages as they are, as a single-process

@@ -484,6 +484,45 @@ defmodule FlameOn.Client.ClusterTest do
     assert_peer_clean(b)
   end
 
+  test "a root in mode :process: :erpc.call and a plain message to a name on B are linked as in the other modes",
+       %{peers: peers} do
+    b = peers.b.node
+    :done = :erpc.call(b, RemoteWorker, :spin, [0])
+
+    {result, profile} =
+      FlameOn.Client.profile(fn -> :erpc.call(b, RemoteWorker, :spin, [40]) end,
+        cross_process: true,
+        mode: :process
+      )
+
+    assert result == :done
+    assert profile.mode == :process
+    assert_spawned_work(profile, b, 40)
+
+    worker = :erpc.call(b, RemoteWorker, :start, [])
+    name = :"fo_cluster_process_#{System.unique_integer([:positive])}"
+    true = :erpc.call(b, Process, :register, [worker, name])
+    on_exit(fn -> quietly(fn -> send(worker, :stop) end) end)
+
+    {reply, %Profile{graph: graph}} =
+      FlameOn.Client.profile(
+        fn ->
+          send({name, b}, {:job, self(), 40})
+          receive do: ({:done, from} -> from)
+        end,
+        cross_process: true,
+        mode: :process
+      )
+
+    assert reply == worker
+    [root | _] = graph.spans
+    w_span = span_of(graph, worker)
+    assert %Span{node: ^b} = w_span
+    assert_explained(root, w_span)
+    assert_node_clean()
+    assert_peer_clean(b)
+  end
+
   test ":rpc.call to B is followed like :erpc", %{peers: peers} do
     b = peers.b.node
     :done = :rpc.call(b, RemoteWorker, :spin, [0])
