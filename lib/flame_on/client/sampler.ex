@@ -127,9 +127,8 @@ defmodule FlameOn.Client.Sampler do
         idle_reductions: nil,
         last_status: nil,
         last_memory: 0,
-        last_mql: 0,
-        # when the last metric was taken
-        last_t: 0,
+        # the last sample's metric (what a sleep repeats)
+        last_metric: nil,
         budget: SampleBudget.budget(),
         kept: 0
       }
@@ -380,19 +379,14 @@ defmodule FlameOn.Client.Sampler do
         }
 
         # The series keeps one entry per sample: nothing moved meanwhile
-        # (a message would have woken the target). Spread evenly between
-        # the last entry and now, so that the series stays in time order
-        # however late the last tick was.
-        {from, now} = {state.last_t, now_us()}
+        # (a message would have woken the target), so each repeats the last
+        # one (a waiting target's). Spread evenly between it and now, so
+        # that the series stays in time order however late that tick was.
+        %{t_us: from} = last = state.last_metric
+        now = now_us()
 
         Enum.reduce(1..slept, state, fn k, state ->
-          keep(state, %{
-            t_us: from + div(k * (now - from), slept + 1),
-            status: :waiting,
-            message_queue_len: state.last_mql,
-            memory: state.last_memory,
-            reductions: state.last_reductions
-          })
+          keep(state, %{last | t_us: from + div(k * (now - from), slept + 1)})
         end)
 
       _stopped_or_idle ->
@@ -522,15 +516,13 @@ defmodule FlameOn.Client.Sampler do
   # sampled: :same, or {stack, how}
   defp fold(%{target: target} = state, sampled, status, mql, memory, reds) do
     weight = reductions_since(state.last_reductions, reds)
-    state = %{state | last_reductions: reds, last_status: status, last_mql: mql}
+    state = %{state | last_reductions: reds, last_status: status}
     {stack, how} = with :same <- sampled, do: {:same, :plain}
 
     case Native.sample(state.native, target, stack, weight, how) do
       :ok ->
-        t = now_us()
-
         metric = %{
-          t_us: t,
+          t_us: now_us(),
           status: status,
           message_queue_len: mql,
           memory: memory,
@@ -544,7 +536,7 @@ defmodule FlameOn.Client.Sampler do
             state
             | samples: state.samples + 1,
               same_samples: state.same_samples + same,
-              last_t: t
+              last_metric: metric
           },
           metric
         )
