@@ -220,6 +220,36 @@ defmodule FlameOn.Client.Sampler do
   end
 
   @doc """
+  `pid` serves a cross-process trace again: its sampler in `samplers` (by
+  pid) is woken, or a new one started (`start/3` with `opts`). Returns the
+  samplers by pid.
+  """
+  @spec sample_callee(%{pid() => pid()}, Native.session(), pid(), keyword()) :: %{pid() => pid()}
+  def sample_callee(samplers, native, pid, opts) do
+    case samplers do
+      %{^pid => sampler} ->
+        wake(sampler)
+        samplers
+
+      _ ->
+        Map.put(samplers, pid, start(native, pid, opts))
+    end
+  end
+
+  @doc """
+  Stops the samplers by pid and summarizes them (`summarize/1`) with the
+  results already in `more` (`[{pid, result}]`); no sampler at all gives
+  no metrics and no counters (an exact trace has none).
+  """
+  @spec stop_all(%{pid() => pid()}, [{pid(), result()}]) :: %{metrics: map(), stats: map()}
+  def stop_all(samplers, more \\ []) do
+    case Enum.map(samplers, fn {pid, sampler} -> {pid, stop(sampler)} end) ++ more do
+      [] -> %{metrics: %{}, stats: %{}}
+      by_pid -> summarize(by_pid)
+    end
+  end
+
+  @doc """
   What the stopped samplers of one trace (`[{pid, result}]`) add to its
   profile: `metrics` by pid (processes with none left out) and the `stats`
   counters `late_ticks`, `throttled_ticks`, `same_samples` (samples of a

@@ -228,15 +228,8 @@ defmodule FlameOn.Client.TraceGraphSession do
   # mode :sample: a callee took a request of the trace (the NIF router says
   # so); it is sampled while it serves the trace, not call traced.
   def handle_info({:flame_on_callee, pid}, %{native: native} = state) when native != nil do
-    case state.samplers do
-      %{^pid => sampler} ->
-        Sampler.wake(sampler)
-        {:noreply, state}
-
-      samplers ->
-        sampler = Sampler.start(native, pid, state.sampler_opts)
-        {:noreply, %{state | samplers: Map.put(samplers, pid, sampler)}}
-    end
+    samplers = Sampler.sample_callee(state.samplers, native, pid, state.sampler_opts)
+    {:noreply, %{state | samplers: samplers}}
   end
 
   # A follower left the trace (a process outside it woke it): it keeps no
@@ -369,12 +362,10 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   # The callees' samplers, and what the root's own sampler handed in.
   defp stop_samplers(state, root_sampled) do
-    by_pid =
-      Enum.map(state.samplers, fn {pid, sampler} -> {pid, Sampler.stop(sampler)} end) ++
-        if(root_sampled, do: [{state.root, root_sampled}], else: [])
-
-    # exact graph traces have no samplers and no sampling counters
-    if by_pid == [], do: %{metrics: %{}, stats: %{}}, else: Sampler.summarize(by_pid)
+    Sampler.stop_all(
+      state.samplers,
+      if(root_sampled, do: [{state.root, root_sampled}], else: [])
+    )
   end
 
   # Off in a process of its own: turning another process's flags off waits

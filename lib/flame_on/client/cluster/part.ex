@@ -214,22 +214,15 @@ defmodule FlameOn.Client.Cluster.Part do
   # sampler idles between the trace's requests and is woken here).
   defp sample(_pid, %{mode: mode} = state) when mode != :sample, do: state
 
-  defp sample(pid, %{samplers: samplers} = state) do
-    case samplers do
-      %{^pid => sampler} ->
-        Sampler.wake(sampler)
-        state
-
-      _ ->
-        sampler = Sampler.start(state.native, pid, state.sampler_opts)
-        %{state | samplers: Map.put(samplers, pid, sampler)}
-    end
+  defp sample(pid, state) do
+    samplers = Sampler.sample_callee(state.samplers, state.native, pid, state.sampler_opts)
+    %{state | samplers: samplers}
   end
 
   defp stop_samplers(%{samplers: samplers, mode: mode}) do
-    by_pid = Enum.map(samplers, fn {pid, sampler} -> {pid, Sampler.stop(sampler)} end)
+    sampled = Sampler.stop_all(samplers)
     if mode == :sample, do: Patterns.release_depth()
-    if by_pid == [], do: %{metrics: %{}, stats: %{}}, else: Sampler.summarize(by_pid)
+    sampled
   end
 
   defp flag(pid, %{handle: handle, follow: follow}) do
