@@ -46,8 +46,9 @@ end
 
 defmodule FlameOn.Client.Test.RemoteWorker do
   @moduledoc false
-  # A process outside any OTP behaviour, for plain messages across nodes:
-  # {:job, from, ms} makes it spin ms and answer {:done, self()}.
+  # A process outside any OTP behaviour, for plain messages (on this node
+  # in wake_test, across nodes in cluster_test): {:job, from, ms} makes it
+  # spin ms and answer {:done, self()}.
 
   def start, do: spawn(fn -> loop() end)
 

@@ -13,7 +13,7 @@ defmodule FlameOn.Client.WakeTest do
 
   alias FlameOn.Client
   alias FlameOn.Client.{Edge, Graph, Span}
-  alias FlameOn.Client.Test.{Server, Tools, Workloads}
+  alias FlameOn.Client.Test.{RemoteWorker, Server, Tools, Workloads}
 
   setup do
     ensure_app_started()
@@ -162,29 +162,9 @@ defmodule FlameOn.Client.WakeTest do
   end
 
   describe "plain messages" do
-    # A worker outside any OTP behaviour: it answers {:job, from, ms}.
-    defp start_worker do
-      spawn(fn -> worker_loop() end)
-    end
-
-    defp worker_loop do
-      receive do
-        {:job, from, ms} ->
-          spin(ms)
-          send(from, {:done, self()})
-
-        :stop ->
-          exit(:normal)
-
-        _other ->
-          :ok
-      end
-
-      worker_loop()
-    end
-
     test "a send and its answer: the worker's work explains the wait" do
-      worker = start_worker()
+      # a worker outside any OTP behaviour: it answers {:job, from, ms}
+      worker = RemoteWorker.start()
 
       {_, profile} =
         graph_profile(fn ->
@@ -203,7 +183,7 @@ defmodule FlameOn.Client.WakeTest do
     end
 
     test "a follower woken by a process outside the trace leaves it: no flag, no token" do
-      worker = start_worker()
+      worker = RemoteWorker.start()
       outsider = spawn(fn -> receive do: (:go -> send(worker, :hello)) end)
 
       {flags_after_leaving, profile} =
