@@ -1,6 +1,14 @@
 #include "fo_drainer.h"
 
+#include "fo_atoms.h"
 #include "fo_slot.h"
+
+/* A message the thread sends for a tracer callback (fo_drainer_send_in). */
+typedef struct fo_mail {
+    struct fo_mail *next;
+    ErlNifPid to;
+    uint64_t pid;
+} fo_mail;
 
 static ErlNifMutex *mutex;
 static ErlNifCond *wakeup;
@@ -9,6 +17,8 @@ static int running;  /* under mutex */
 static int stopping; /* under mutex */
 static fo_session_res *first, *last; /* the queue, linked by drain_next */
 static ErlNifEnv *fold_env;          /* the thread's, for checking atoms */
+static fo_mail *mail;                /* messages to send, newest first (under mutex) */
+static ErlNifEnv *mail_env;          /* the thread's, for building them */
 
 static fo_session_res *pop(void)
 {
@@ -22,6 +32,42 @@ static fo_session_res *pop(void)
     return res;
 }
 
+/* The messages queued so far, oldest first (caller holds the mutex). */
+static fo_mail *take_mail(void)
+{
+    fo_mail *oldest = NULL;
+    while (mail != NULL) {
+        fo_mail *m = mail;
+        mail = m->next;
+        m->next = oldest;
+        oldest = m;
+    }
+    return oldest;
+}
+
+static void deliver(fo_mail *m)
+{
+    while (m != NULL) {
+        fo_mail *next = m->next;
+        ErlNifPid woken;
+        woken.pid = (ERL_NIF_TERM)m->pid;
+        enif_send(NULL, &m->to, mail_env,
+                  enif_make_tuple2(mail_env, fo_atom_flame_on_in, enif_make_pid(mail_env, &woken)));
+        enif_clear_env(mail_env);
+        enif_free(m);
+        m = next;
+    }
+}
+
+static void discard(fo_mail *m)
+{
+    while (m != NULL) {
+        fo_mail *next = m->next;
+        enif_free(m);
+        m = next;
+    }
+}
+
 static void give_back(fo_session_res *res)
 {
     atomic_store(&res->ring.drain_queued, 0);
@@ -33,10 +79,17 @@ static void *drainer_main(void *arg)
     (void)arg;
     enif_mutex_lock(mutex);
     for (;;) {
-        while (first == NULL && !stopping)
+        while (first == NULL && mail == NULL && !stopping)
             enif_cond_wait(wakeup, mutex);
         if (stopping)
             break;
+        if (mail != NULL) {
+            fo_mail *m = take_mail();
+            enif_mutex_unlock(mutex);
+            deliver(m);
+            enif_mutex_lock(mutex);
+            continue;
+        }
         fo_session_res *res = pop();
         enif_mutex_unlock(mutex);
         /* A small ring is grown here, which takes its producers' slot too
@@ -69,7 +122,8 @@ int fo_drainer_start(void)
         mutex = enif_mutex_create("flame_on_drainer");
         wakeup = enif_cond_create("flame_on_drainer");
         fold_env = enif_alloc_env();
-        if (mutex == NULL || wakeup == NULL || fold_env == NULL)
+        mail_env = enif_alloc_env();
+        if (mutex == NULL || wakeup == NULL || fold_env == NULL || mail_env == NULL)
             return 0;
     }
     enif_mutex_lock(mutex);
@@ -103,13 +157,40 @@ void fo_drainer_stop(void)
             break;
         give_back(res);
     }
+    enif_mutex_lock(mutex);
+    discard(take_mail());
+    enif_mutex_unlock(mutex);
     /* the library is going away: nothing calls in any more */
     enif_free_env(fold_env);
+    enif_free_env(mail_env);
+    mail_env = NULL;
     enif_cond_destroy(wakeup);
     enif_mutex_destroy(mutex);
     fold_env = NULL;
     wakeup = NULL;
     mutex = NULL;
+}
+
+int fo_drainer_send_in(const ErlNifPid *to, uint64_t pid)
+{
+    if (mutex == NULL)
+        return 0;
+    fo_mail *m = enif_alloc(sizeof(*m));
+    if (m == NULL)
+        return 0;
+    m->to = *to;
+    m->pid = pid;
+    enif_mutex_lock(mutex);
+    int queued = running;
+    if (queued) {
+        m->next = mail;
+        mail = m;
+        enif_cond_signal(wakeup);
+    }
+    enif_mutex_unlock(mutex);
+    if (!queued)
+        enif_free(m);
+    return queued;
 }
 
 int fo_drainer_request(fo_session_res *res)

@@ -14,6 +14,14 @@ int fo_drainer_start(void);
 /* Stops and joins the thread, giving back every queued session. */
 void fo_drainer_stop(void);
 
+/* Sends `to` {flame_on_in, Pid} (pid is a local pid's raw term) from the
+ * drainer's thread. A message sent in a tracer callback comes from the
+ * traced process and carries its seq_trace token, which would pull the
+ * receiver (a sampler) into the process's graph trace; one sent from a
+ * thread of our own comes from no process and carries none. 0 when there
+ * is no drainer (or no memory): nothing is sent. */
+int fo_drainer_send_in(const ErlNifPid *to, uint64_t pid);
+
 /* Queues res for a fold, keeping a reference until it is done (the
  * caller makes sure res is alive: it holds res's slot lock, and the
  * handle owning res unregisters the slot before letting it go). 0 when

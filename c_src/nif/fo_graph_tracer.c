@@ -310,6 +310,7 @@ static void on_process_event(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     d.ev.pid = (uint64_t)pid.pid;
     d.ev.ts_ns = ts;
     with_follow(env, res, apply_own, &d);
+    fo_wakes_note(&res->wakes, d.ev.kind, d.ev.pid);
     enif_release_resource(res);
 }
 

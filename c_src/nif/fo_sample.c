@@ -37,14 +37,18 @@ static ERL_NIF_TERM apply(ErlNifEnv *env, fo_session_res *res, uint64_t pid, int
     if (res->core != NULL && taking) {
         fo_resource_fold(res, env); /* the in/out events before this sample */
         /* A cross-process trace counts a follower only inside its spans,
-         * as its events are (fo_follow.h). */
+         * as its events are (fo_follow.h). Ticks slept through are counts
+         * only, and do not ask the graph: the sampler is woken at the
+         * process's `in`, before the receive event that says what woke it,
+         * and a sample in between would settle that wake as no message's. */
         fo_follow f = {res->core, res->graph, NULL, NULL};
-        if (res->graph != NULL && !fo_follow_before_sample(&f, pid)) {
+        if (how == FO_SAMPLE_SLEPT) {
+            fo_session_count_slept(res->core, pid, times);
+            result = fo_atom_ok;
+        } else if (res->graph != NULL && !fo_follow_before_sample(&f, pid)) {
             result = fo_atom_idle;
         } else {
-            if (how == FO_SAMPLE_SLEPT)
-                fo_session_count_slept(res->core, pid, times);
-            else if (frames == NULL)
+            if (frames == NULL)
                 fo_session_sample_same(res->core, pid, ts, weight, times);
             else
                 fo_session_sample_as(res->core, pid, ts, frames, count, weight, how);

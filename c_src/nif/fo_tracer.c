@@ -128,8 +128,6 @@ static int record(ErlNifEnv *env, fo_session_res *res, const ERL_NIF_TERM argv[]
     }
     if (ev.kind == FO_EV_CALL && ev.mfa.module == (uint64_t)fo_atom_native_module)
         return 1; /* our own NIFs (stop/1 ending the trace) */
-    if (ev.kind == FO_EV_IN && fo_wakes_any(&res->wakes))
-        fo_wakes_fire(&res->wakes, env, pid);
     rec->ts = ts;
     rec->pid = pid;
     rec->kind = (uint8_t)ev.kind;
@@ -142,6 +140,7 @@ static int record(ErlNifEnv *env, fo_session_res *res, const ERL_NIF_TERM argv[]
         !atomic_load_explicit(&ring->drain_queued, memory_order_relaxed) &&
         !atomic_exchange(&ring->drain_queued, 1) && !fo_drainer_request(res))
         atomic_store(&ring->drain_queued, 0);
+    fo_wakes_note(&res->wakes, ev.kind, pid);
     return 1;
 }
 

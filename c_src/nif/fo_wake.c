@@ -1,6 +1,7 @@
 #include "fo_wake.h"
 
 #include "fo_atoms.h"
+#include "fo_drainer.h"
 #include "fo_resource.h"
 
 void fo_wakes_init(fo_wakes *w)
@@ -57,7 +58,7 @@ void fo_wakes_cancel(fo_wakes *w, uint64_t pid)
     fo_spin_unlock(&w->lock);
 }
 
-void fo_wakes_fire(fo_wakes *w, ErlNifEnv *env, uint64_t pid)
+void fo_wakes_fire(fo_wakes *w, uint64_t pid)
 {
     /* Looked up without the lock: while any sampler sleeps, every `in` of
      * the session's processes passes here, and most are nobody's. */
@@ -70,15 +71,10 @@ void fo_wakes_fire(fo_wakes *w, ErlNifEnv *env, uint64_t pid)
     fo_spin_lock(&w->lock);
     int found = take(w, pid, &to);
     fo_spin_unlock(&w->lock);
-    if (!found)
-        return;
-    ErlNifEnv *msg_env = enif_alloc_env();
-    if (msg_env == NULL)
-        return; /* the sampler's own timeout wakes it */
-    ErlNifPid woken;
-    woken.pid = (ERL_NIF_TERM)pid;
-    enif_send(env, &to, msg_env, enif_make_tuple2(msg_env, fo_atom_flame_on_in, enif_make_pid(msg_env, &woken)));
-    enif_free_env(msg_env);
+    /* not sent from here (fo_drainer_send_in says why); without a drainer
+     * the sampler's own timeout wakes it */
+    if (found)
+        fo_drainer_send_in(&to, pid);
 }
 
 ERL_NIF_TERM fo_wake_sleep_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])

@@ -17,6 +17,12 @@ defmodule FlameOn.Client.Test.Server do
     {:reply, :slept, state}
   end
 
+  # Waits sleep_ms, then works spin_ms.
+  def handle_call({:sleep_spin, sleep_ms, spin_ms}, _from, state) do
+    Process.sleep(sleep_ms)
+    {:reply, spin_until(deadline(spin_ms)), state}
+  end
+
   # Works ms itself, then forwards `next` to `server` and replies with its answer.
   def handle_call({:forward, ms, server, next}, _from, state) do
     spin_until(deadline(ms))

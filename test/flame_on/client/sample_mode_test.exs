@@ -436,6 +436,29 @@ defmodule FlameOn.Client.SampleGraphTest do
     end
   end
 
+  test "a callee's sampler sleeps through its wait and wakes for the work after it" do
+    {:ok, a} = Server.start()
+
+    {_, profile} =
+      FlameOn.Client.profile(fn -> GenServer.call(a, {:sleep_spin, 50, 30}) end,
+        mode: :sample,
+        cross_process: true
+      )
+
+    # woken by the callee's `in` (its events come through the graph
+    # tracer): the 30 ms of work after the 50 ms wait are sampled
+    on_spin =
+      for {stack, n, _} <- profile.samples[a],
+          stack =~ "spin_until",
+          reduce: 0,
+          do: (acc -> acc + n)
+
+    assert on_spin >= 5, inspect(profile.samples[a])
+    assert time_where(profile, a, &(&1 =~ "spin_until")) >= 20_000
+    assert profile.stats.slept_samples >= 20, inspect(profile.stats)
+    assert_node_clean()
+  end
+
   test "a callee idle between the trace's requests is not sampled" do
     {:ok, a} = Server.start()
     # the server works for someone else meanwhile: not this trace
