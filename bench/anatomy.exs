@@ -1,5 +1,5 @@
 # Where the time of one tracer-module event goes: prices each step that
-# FlameOn.Client.Native's trace/5 (c_src/nif/fo_tracer.c) does, on the
+# FlameOn.Client.Core.Native's trace/5 (c_src/nif/fo_tracer.c) does, on the
 # call-heavy workload of overhead.exs (bench/support.exs); with
 # FO_ANATOMY_REALISTIC=1 also on the realistic one (much noisier: it
 # involves a server process, I/O and scheduling).
@@ -30,7 +30,7 @@
 #              atomic instead of looking the resource up (anatomy_lean_tracer.so)
 #   lean + tsc  and with rdtsc instead of clock_gettime (x86; uncalibrated
 #              ticks: only prices the clock read)
-#   Native     FlameOn.Client.Native itself, for comparison with "+core"
+#   Native     FlameOn.Client.Core.Native itself, for comparison with "+core"
 
 Code.require_file("support.exs", __DIR__)
 FlameOn.Bench.Make.make!(["anatomy"])
@@ -56,7 +56,7 @@ defmodule FlameOn.Bench.Anatomy do
   @moduledoc false
   import Bitwise
   alias FlameOn.Bench.{AnatomyLeanTracer, AnatomyTracer, FloorTracer}
-  alias FlameOn.Client.Native
+  alias FlameOn.Client.Core.Native
 
   @flags [:call, :return_to, :running, :arity]
   @resource 1

@@ -1,5 +1,5 @@
 /* Where a tracer-module event's time goes: a tracer module whose callbacks
- * do a chosen subset of the work FlameOn.Client.Native's trace/5 does
+ * do a chosen subset of the work FlameOn.Client.Core.Native's trace/5 does
  * (c_src/nif/fo_tracer.c), so bench/anatomy.exs can price each step.
  *
  * Elixir module FlameOn.Bench.AnatomyTracer (defined in bench/anatomy.exs),

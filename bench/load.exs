@@ -27,7 +27,7 @@ end
 defmodule FlameOn.Bench.Load do
   @moduledoc false
   alias FlameOn.Bench.LoadServer
-  alias FlameOn.Client.Native
+  alias FlameOn.Client.Core.Native
 
   @concurrency String.to_integer(System.get_env("FO_LOAD_CONCURRENCY", "200"))
   @seconds String.to_integer(System.get_env("FO_LOAD_SECONDS", "5"))
@@ -105,14 +105,14 @@ defmodule FlameOn.Bench.Load do
   # any :process-mode session.
   defp ours do
     sessions =
-      for {_, pid, _, _} <- DynamicSupervisor.which_children(FlameOn.Client.SessionSupervisor),
+      for {_, pid, _, _} <- DynamicSupervisor.which_children(FlameOn.Client.OwnerSupervisor),
           is_pid(pid),
           do: pid
 
     named =
       for name <- [
-            FlameOn.Client.Patterns,
-            FlameOn.Client.SessionSupervisor,
+            FlameOn.Client.Node.Patterns,
+            FlameOn.Client.OwnerSupervisor,
             FlameOn.Client.Supervisor
           ],
           pid = Process.whereis(name),
@@ -206,7 +206,7 @@ defmodule FlameOn.Bench.Load do
       "peak memory of all live sessions: #{Float.round(peak_mb, 2)} MiB (largest single session at its finish: #{Float.round(max_session / 1024, 1)} KiB)"
     )
 
-    bound_mb = FlameOn.Client.Breaker.config()[:max_sessions_memory_mb]
+    bound_mb = FlameOn.Client.Node.Breaker.config()[:max_sessions_memory_mb]
 
     IO.puts(
       "configured bound (breaker max_sessions_memory_mb): #{bound_mb} MiB -> #{if peak_mb < bound_mb, do: "PASS", else: "MISS"}"

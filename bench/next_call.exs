@@ -63,8 +63,9 @@ end
 defmodule FlameOn.Bench.Next do
   @moduledoc false
   alias FlameOn.Bench.{Isolated, NextWork, Work}
-  alias FlameOn.Client.{Native, Patterns}
-  alias FlameOn.Client.NextCall.Pattern
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Node.Gates
 
   @quick System.get_env("FO_NEXT_QUICK") == "1"
   @calls if @quick, do: 20_000, else: 200_000
@@ -111,13 +112,13 @@ defmodule FlameOn.Bench.Next do
   # a capture waiting, in its own process, on mfa
   defp waiting_capture(mfa, mode) do
     task = Task.async(fn -> FlameOn.Client.capture_next(mfa, mode: mode, timeout: 600_000) end)
-    wait_until(fn -> Enum.any?(Pattern.waiting(), &match?({^mfa, _}, &1)) end)
+    wait_until(fn -> Enum.any?(Gates.waiting(), &match?({^mfa, _}, &1)) end)
     task
   end
 
   defp stop_capture(task) do
     Task.shutdown(task, :brutal_kill)
-    wait_until(fn -> Pattern.waiting() == [] and Patterns.users() == 0 end)
+    wait_until(fn -> Gates.waiting() == [] and Patterns.users() == 0 end)
   end
 
   defp wait_until(fun) do
@@ -218,8 +219,8 @@ defmodule FlameOn.Bench.Next do
         watcher =
           spawn(fn ->
             Process.flag(:priority, :high)
-            wait_until(fn -> Pattern.ours?(mfa) end)
-            wait_until(fn -> not Pattern.ours?(mfa) end)
+            wait_until(fn -> Gates.ours?(mfa) end)
+            wait_until(fn -> not Gates.ours?(mfa) end)
             send(parent, {:cleared, System.monotonic_time(:microsecond)})
           end)
 

@@ -32,7 +32,7 @@
 #
 #    with the events traced, ns per event ((time - untraced) / events) and
 #    the ratios to the floor and to the reference. The bench holds the trace
-#    patterns around these variants (FlameOn.Client.Patterns.acquire/1), so
+#    patterns around these variants (FlameOn.Client.Node.Patterns.acquire/1), so
 #    none pays for setting them.
 #
 # 2. End to end, on fib, the pipeline and a body recursion 10 000 deep: what
@@ -142,7 +142,8 @@ end
 defmodule FlameOn.Bench do
   @moduledoc false
   alias FlameOn.Bench.{FloorTracer, Reference}
-  alias FlameOn.Client.{Native, Patterns}
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.Patterns
 
   @module_flags [:call, :return_to, :running, :arity]
   @message_flags [:call, :return_to, :running, :arity, :monotonic_timestamp]
@@ -171,7 +172,7 @@ defmodule FlameOn.Bench do
   end
 
   # The floor end to end: the same pattern setting and clearing as a trace
-  # of ours does (FlameOn.Client.Patterns: modules loaded later, then every
+  # of ours does (FlameOn.Client.Node.Patterns: modules loaded later, then every
   # loaded function), around the counting tracer.
   def run(:floor_e2e, work) do
     FloorTracer.reset()

@@ -493,7 +493,7 @@ defmodule FlameOn.Bench.Sample do
   # On which schedulers the Sampler of a `profile(mode: :sample)` run is
   # scheduled in, beside the one its (busy) target runs on. The sampler is
   # found as the new process whose current function is in
-  # FlameOn.Client.Sampler, and traced with :running + :scheduler_id by a
+  # FlameOn.Client.Sampling.Sampler, and traced with :running + :scheduler_id by a
   # pid tracer (it is not the profiled process, so nothing of ours is touched).
   def sampler_placement(work) do
     parent = self()
@@ -522,7 +522,7 @@ defmodule FlameOn.Bench.Sample do
       |> Enum.reject(&(MapSet.member?(before, &1) or &1 == runner))
       |> Enum.find(fn pid ->
         match?(
-          {:current_function, {FlameOn.Client.Sampler, _, _}},
+          {:current_function, {FlameOn.Client.Sampling.Sampler, _, _}},
           Process.info(pid, :current_function)
         )
       end)
@@ -1186,7 +1186,7 @@ end
 IO.puts(
   "extra = what the samplers (and the answers of their targets) cost, in ms of CPU per second (1000 = one core); " <>
     "repeated = samples that repeated a waiting process's stack without asking it; the node's sample budget " <>
-    "(#{inspect(FlameOn.Client.SampleBudget.budget())}/s) caps samples/s with ten"
+    "(#{inspect(FlameOn.Client.Sampling.Budget.budget())}/s) caps samples/s with ten"
 )
 
 # =============================================================================

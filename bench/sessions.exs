@@ -55,7 +55,7 @@ end
 defmodule FlameOn.Bench.Sessions do
   @moduledoc false
   alias FlameOn.Bench.{Isolated, SessionsWork}
-  alias FlameOn.Client.TraceBackend
+  alias FlameOn.Client.Node.TraceBackend
 
   @quick System.get_env("FO_SESSIONS_QUICK") == "1"
   @rounds if @quick, do: 3, else: 11

@@ -11,6 +11,6 @@ void fo_atoms_init(ErlNifEnv *env)
 #define FO_ATOM_MAKE(name) fo_atom_##name = enif_make_atom(env, #name);
     FO_ATOMS(FO_ATOM_MAKE)
 #undef FO_ATOM_MAKE
-    fo_atom_native_module = enif_make_atom(env, "Elixir.FlameOn.Client.Native");
+    fo_atom_native_module = enif_make_atom(env, "Elixir.FlameOn.Client.Core.Native");
     fo_atom_gen_call = enif_make_atom(env, "$gen_call");
 }

@@ -164,7 +164,7 @@
 FO_ATOMS(FO_ATOM_DECLARE)
 #undef FO_ATOM_DECLARE
 
-/* 'Elixir.FlameOn.Client.Native': the profiler's own calls are not profiled. */
+/* 'Elixir.FlameOn.Client.Core.Native': the profiler's own calls are not profiled. */
 extern ERL_NIF_TERM fo_atom_native_module;
 /* '$gen_call', the tag of a GenServer request. */
 extern ERL_NIF_TERM fo_atom_gen_call;

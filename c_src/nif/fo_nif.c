@@ -1,4 +1,4 @@
-/* The NIF entry points of FlameOn.Client.Native: argument checking and
+/* The NIF entry points of FlameOn.Client.Core.Native: argument checking and
  * locking around the core. Every function raises badarg on bad input. */
 #include <string.h>
 
@@ -95,7 +95,7 @@ static ERL_NIF_TERM nif_new(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 }
 
 // tracer_state(Session) -> non_neg_integer(): what to pass as the state of
-// {tracer, FlameOn.Client.Native, State}: the session's slot key, an
+// {tracer, FlameOn.Client.Core.Native, State}: the session's slot key, an
 // immediate the callbacks turn into the session without a resource
 // lookup. Raises system_limit when every slot is taken.
 static ERL_NIF_TERM nif_tracer_state(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -448,4 +448,4 @@ static void on_unload(ErlNifEnv *env, void *priv)
         fo_drainer_stop();
 }
 
-ERL_NIF_INIT(Elixir.FlameOn.Client.Native, nif_funcs, on_load, NULL, on_upgrade, on_unload)
+ERL_NIF_INIT(Elixir.FlameOn.Client.Core.Native, nif_funcs, on_load, NULL, on_upgrade, on_unload)

@@ -1,5 +1,5 @@
 /* The router of cross-process (graph) traces. Every process a graph trace
- * touches has the same tracer, {FlameOn.Client.Native, graph}, and the
+ * touches has the same tracer, {FlameOn.Client.Core.Native, graph}, and the
  * seq_trace system tracer is the same too: one tracer state for all graph
  * sessions, so concurrent traces reaching the same server never fight
  * over its tracer. The router sends each event to its session: seq_trace

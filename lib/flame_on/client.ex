@@ -72,14 +72,14 @@ defmodule FlameOn.Client do
       `false` arms no node; a keyword list may give `:nodes`,
       `:arm_timeout_ms` (`1_000`) and `:max_part_bytes` (`4_000_000`).
     * `:mode` (`:nif`) – how the profile is captured. `:nif`: the NIF is
-      the tracer module (`{:tracer, FlameOn.Client.Native, key}`), so the
+      the tracer module (`{:tracer, FlameOn.Client.Core.Native, key}`), so the
       VM hands each call event to the NIF inside the traced process, which
       appends it to the session's bounded buffer (no message, copy or
       mailbox) for a native thread to fold into the session. `:process`: a
-      `FlameOn.Client.TraceSession` process is the tracer and ingests trace
+      `FlameOn.Client.Owners.Tracer` process is the tracer and ingests trace
       messages in batches (portable baseline; a burst of events queues in
       its mailbox). Both give the same exact stacks for the same events.
-      `:sample`: **no call breakpoints** – a `FlameOn.Client.Sampler`
+      `:sample`: **no call breakpoints** – a `FlameOn.Client.Sampling.Sampler`
       samples the process's stack every `:interval_us`, and the
       `:running` trace flag gives its exact on- and off-CPU time; stacks
       still add up to the traced wall time, and `profile.metrics` holds
@@ -109,11 +109,11 @@ defmodule FlameOn.Client do
   In modes `:nif` and `:process`, while any trace runs, call trace patterns
   are set on every function of the node, so **every process pays a
   breakpoint check on each call**, not only the traced one (see
-  `FlameOn.Client.Patterns`; measured 1.2x on untraced Enum/Map code and
+  `FlameOn.Client.Node.Patterns`; measured 1.2x on untraced Enum/Map code and
   3-4x on untraced tight recursion). Use them on a development machine, or
   where exact call counts and every frame matter. On OTP 27+ each trace has
   its patterns in a trace session of its own (see
-  `FlameOn.Client.TraceBackend`): other tracing tools are left alone, but
+  `FlameOn.Client.Node.TraceBackend`): other tracing tools are left alone, but
   concurrent exact traces each add their breakpoint check.
 
   Mode `:sample` sets no pattern: other processes pay nothing. The traced
@@ -129,7 +129,12 @@ defmodule FlameOn.Client do
   the last one.
   """
 
-  alias FlameOn.Client.{Breaker, Capture, Native, Patterns, Profile, TraceBackend}
+  alias FlameOn.Client.Node.Breaker
+  alias FlameOn.Client.Capture
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Node.TraceBackend
 
   @limit_defaults [
     max_nodes: 200_000,
@@ -151,10 +156,10 @@ defmodule FlameOn.Client do
               cluster: [],
               max_duration_ms: @graph_lifetime_default
             ] ++
-              FlameOn.Client.Sampler.option_defaults() ++
+              FlameOn.Client.Sampling.Sampler.option_defaults() ++
               @limit_defaults ++ @graph_defaults
   @limit_keys Keyword.keys(@limit_defaults) ++ Keyword.keys(@graph_defaults)
-  @sampler_keys Keyword.keys(FlameOn.Client.Sampler.option_defaults())
+  @sampler_keys Keyword.keys(FlameOn.Client.Sampling.Sampler.option_defaults())
 
   @typedoc "An option of `profile/2`; see the module documentation."
   @type option ::
@@ -202,7 +207,7 @@ defmodule FlameOn.Client do
 
     with {:error, {:breaker_open, reason}} <- Breaker.check() do
       raise "FlameOn: the circuit breaker is open (#{inspect(reason)}): no new traces " <>
-              "start until memory falls back (see FlameOn.Client.Breaker)"
+              "start until memory falls back (see FlameOn.Client.Node.Breaker)"
     end
 
     module = Capture.module_for(opts)
@@ -347,15 +352,15 @@ defmodule FlameOn.Client do
       true
 
   Keys: `:breaker` (`:closed` or `{:open, reason}`, see
-  `FlameOn.Client.Breaker`), `:sessions` (live session resources),
+  `FlameOn.Client.Node.Breaker`), `:sessions` (live session resources),
   `:sessions_memory_bytes` (their tables), `:node_memory_bytes`,
   `:pattern_users` (traces holding the call patterns), `:trace_sessions`
   (the VM's trace sessions of ours, OTP 27+; see
-  `FlameOn.Client.TraceBackend`), `:sample_traces`
+  `FlameOn.Client.Node.TraceBackend`), `:sample_traces`
   (sampling processes and sessions holding a raised `backtrace_depth`),
   `:active_samplers` and `:sample_budget` (the samplers sampling now, and
   the node's samples per second they share, see
-  `FlameOn.Client.SampleBudget`), `:session_processes` (`:process`-mode
+  `FlameOn.Client.Sampling.Budget`), `:session_processes` (`:process`-mode
   sessions running), `:captures_waiting` (`capture_next/2` calls waiting
   for their call: `[{mfa, pid}]`) and `:trace_store` (the recent traces
   kept, their size and bounds, see `FlameOn.Client.TraceStore`).
@@ -372,11 +377,10 @@ defmodule FlameOn.Client do
       pattern_users: Patterns.users(),
       trace_sessions: length(TraceBackend.our_sessions()),
       sample_traces: Patterns.depth_users(),
-      active_samplers: FlameOn.Client.SampleBudget.active(),
-      sample_budget: FlameOn.Client.SampleBudget.budget(),
-      session_processes:
-        DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active,
-      captures_waiting: FlameOn.Client.NextCall.Pattern.waiting(),
+      active_samplers: FlameOn.Client.Sampling.Budget.active(),
+      sample_budget: FlameOn.Client.Sampling.Budget.budget(),
+      session_processes: DynamicSupervisor.count_children(FlameOn.Client.OwnerSupervisor).active,
+      captures_waiting: FlameOn.Client.Node.Gates.waiting(),
       trace_store: FlameOn.Client.TraceStore.stats()
     }
   end
@@ -393,7 +397,8 @@ defmodule FlameOn.Client do
   def options!(opts), do: validate_options!(opts)
 
   defp validate_options!(opts) when is_list(opts) do
-    opts = opts |> Keyword.validate!(@defaults) |> FlameOn.Client.Sampler.check_options!()
+    opts =
+      opts |> Keyword.validate!(@defaults) |> FlameOn.Client.Sampling.Sampler.check_options!()
 
     Enum.each(opts, fn
       {:name, name} when is_binary(name) -> :ok

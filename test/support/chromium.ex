@@ -140,7 +140,7 @@ defmodule FlameOn.Client.Test.Chromium do
     %{"x" => x, "y" => y} =
       eval!(page, """
       (function () {
-        var el = document.querySelector(#{FlameOn.Client.JSON.encode!(selector) |> IO.iodata_to_binary()});
+        var el = document.querySelector(#{FlameOn.Client.Export.JSON.encode!(selector) |> IO.iodata_to_binary()});
         el.scrollIntoView({block: "center"});
         var r = el.getBoundingClientRect();
         return {x: r.left + r.width / 2, y: r.top + r.height / 2};
@@ -181,7 +181,7 @@ defmodule FlameOn.Client.Test.Chromium do
     put_state(browser, %{state | next_id: id + 1})
     message = %{id: id, method: method, params: params}
     message = if session, do: Map.put(message, :sessionId, session), else: message
-    Port.command(browser.port, [FlameOn.Client.JSON.encode!(message), 0])
+    Port.command(browser.port, [FlameOn.Client.Export.JSON.encode!(message), 0])
     await_reply(browser, id, System.monotonic_time(:millisecond) + timeout, method)
   end
 

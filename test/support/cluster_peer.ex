@@ -38,7 +38,7 @@ defmodule FlameOn.Client.Test.ClusterPeer do
   defp deep(n), do: 2 + deep(n - 1)
 
   def parts do
-    FlameOn.Client.SessionSupervisor
+    FlameOn.Client.OwnerSupervisor
     |> DynamicSupervisor.which_children()
     |> Enum.count(fn {_, _, _, [mod]} -> mod == FlameOn.Client.Cluster.Part end)
   end

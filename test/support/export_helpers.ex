@@ -333,7 +333,9 @@ defmodule FlameOn.Client.Test.ExportHelpers do
 
   ## Fixtures
 
-  alias FlameOn.Client.{Graph, Profile, Span}
+  alias FlameOn.Client.Graph
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Graph.Span
 
   @doc "Three fixed pids (not looked up: the exporters never ask the VM about them)."
   def pids, do: {:c.pid(0, 9001, 0), :c.pid(0, 9002, 0), :c.pid(0, 9003, 0)}

@@ -2,7 +2,8 @@ defmodule FlameOn.Client.TestHelpers do
   @moduledoc false
   import ExUnit.Assertions
 
-  alias FlameOn.Client.{Patterns, TraceBackend}
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Node.TraceBackend
 
   # MFAs whose trace patterns must be off once no trace runs.
   @probe_mfas [
@@ -24,7 +25,7 @@ defmodule FlameOn.Client.TestHelpers do
   ]
 
   @doc """
-  The stacks of a `FlameOn.Client.Native.finish/2` tree, one entry per
+  The stacks of a `FlameOn.Client.Core.Native.finish/2` tree, one entry per
   node with time or samples: `%{pid => [{frames_leaf_first, ns}]}`, or
   `{frames, ns, samples, weight}` for a node samples landed on.
   """
@@ -57,7 +58,7 @@ defmodule FlameOn.Client.TestHelpers do
   end
 
   @doc """
-  A `FlameOn.Client.Native.finish/2` tree from stacks written as
+  A `FlameOn.Client.Core.Native.finish/2` tree from stacks written as
   `%{pid => [{frames_leaf_first, ns}]}` (or `{frames, ns, samples,
   weight}`), for `FlameOn.Client.Profile.build/4` tests.
   """
@@ -156,7 +157,7 @@ defmodule FlameOn.Client.TestHelpers do
 
       try do
         Patterns.users()
-        DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor)
+        DynamicSupervisor.count_children(FlameOn.Client.OwnerSupervisor)
         true
       catch
         :exit, _ -> false
@@ -173,7 +174,7 @@ defmodule FlameOn.Client.TestHelpers do
   @doc "What is left of traces on the node, as a list of findings."
   def leftovers do
     users = Patterns.users()
-    sessions = DynamicSupervisor.count_children(FlameOn.Client.SessionSupervisor).active
+    sessions = DynamicSupervisor.count_children(FlameOn.Client.OwnerSupervisor).active
 
     trace_leftovers() ++
       if(users > 0, do: [{:pattern_users, users}], else: []) ++

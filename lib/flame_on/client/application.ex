@@ -13,13 +13,13 @@ defmodule FlameOn.Client.Application do
       # first, and apart: the recent traces and the web UIs outlive a
       # restart of the tracing processes below
       ui_supervisor(),
-      FlameOn.Client.Patterns,
-      {DynamicSupervisor, name: FlameOn.Client.SessionSupervisor, strategy: :one_for_one},
+      FlameOn.Client.Node.Patterns,
+      {DynamicSupervisor, name: FlameOn.Client.OwnerSupervisor, strategy: :one_for_one},
       # if it restarts, nothing else has to (samplers outlive it)
-      FlameOn.Client.SampleBudget,
+      FlameOn.Client.Sampling.Budget,
       # capture_next's one-function patterns; restarted (and swept) with
       # the pattern owner
-      FlameOn.Client.NextCall.Pattern
+      FlameOn.Client.Node.Gates
     ]
 
     Supervisor.start_link(children, strategy: :rest_for_one, name: FlameOn.Client.Supervisor)
@@ -45,7 +45,7 @@ defmodule FlameOn.Client.Application do
   # never ran). Nothing of ours may stay set on a node without us.
   @impl Application
   def stop(_state) do
-    FlameOn.Client.Sweep.run()
+    FlameOn.Client.Node.Sweep.run()
     :ok
   end
 end

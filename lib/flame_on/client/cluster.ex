@@ -45,7 +45,8 @@ defmodule FlameOn.Client.Cluster do
   `Node.list()`), `:arm_timeout_ms` and `:max_part_bytes`.
   """
 
-  alias FlameOn.Client.Cluster.{Merge, Part}
+  alias FlameOn.Client.Cluster.Merge
+  alias FlameOn.Client.Cluster.Part
   alias FlameOn.Client.Profile
 
   @arm_timeout_ms 1_000

@@ -114,7 +114,8 @@ defmodule FlameOn.Client.ExUnit do
   files are written either way).
   """
 
-  alias FlameOn.Client.ExUnit.{Formatter, TestRun}
+  alias FlameOn.Client.ExUnit.Formatter
+  alias FlameOn.Client.ExUnit.TestRun
 
   # ExUnit is not a dependency: an app's prod build compiles this module
   # without it (newer Mix prunes it from the code path); only tests call it.

@@ -30,11 +30,16 @@ defmodule FlameOn.Client.Export do
   traced callee explains) are ordinary frames in all of them; the SVG colours
   them blue and grey, apart from the warm CPU frames.
 
-  All JSON is written by `FlameOn.Client.JSON`; nothing here needs a
+  All JSON is written by `FlameOn.Client.Export.JSON`; nothing here needs a
   dependency.
   """
 
-  alias FlameOn.Client.Export.{Folded, Perfetto, Pprof, Speedscope, SVG, Util}
+  alias FlameOn.Client.Export.Folded
+  alias FlameOn.Client.Export.Perfetto
+  alias FlameOn.Client.Export.Pprof
+  alias FlameOn.Client.Export.Speedscope
+  alias FlameOn.Client.Export.SVG
+  alias FlameOn.Client.Export.Util
   alias FlameOn.Client.Profile
 
   @formats [:folded, :speedscope, :perfetto, :svg, :pprof]

@@ -19,7 +19,7 @@ defmodule FlameOn.Client.NextCall do
 
   While it waits, exactly **one function** has a pattern: a meta call
   pattern on `{module, function, arity}` whose meta tracer is a gate in the
-  NIF (`FlameOn.Client.NextCall.Pattern` owns it). Processes calling other
+  NIF (`FlameOn.Client.Node.Gates` owns it). Processes calling other
   functions pay nothing; callers of this one pay a breakpoint and one
   atomic read.
 
@@ -37,7 +37,7 @@ defmodule FlameOn.Client.NextCall do
   cleared and the process's trace flags are turned off: the node is as it
   was, also on timeout (the gate is closed atomically: a call racing the
   timeout is either captured whole or not at all) and when the waiting
-  process dies (`FlameOn.Client.NextCall.Pattern` monitors it).
+  process dies (`FlameOn.Client.Node.Gates` monitors it).
 
   ## Options
 
@@ -64,7 +64,7 @@ defmodule FlameOn.Client.NextCall do
   not define raise `ArgumentError`. `{:error, {:already_waiting, pid}}`: another capture waits for the
   same function; `{:error, {:meta_traced, tracer}}`: another tool
   meta-traces it; `{:error, {:breaker_open, reason}}`: see
-  `FlameOn.Client.Breaker`.
+  `FlameOn.Client.Node.Breaker`.
 
   ## Cost
 
@@ -77,11 +77,11 @@ defmodule FlameOn.Client.NextCall do
   where that is acceptable.
 
   While a `:sample` capture waits, the node's `backtrace_depth` is raised
-  (as while any sample trace runs, see `FlameOn.Client.Patterns`): the
+  (as while any sample trace runs, see `FlameOn.Client.Node.Patterns`): the
   first sample comes right at the call.
 
   **Limitation (one tracer per process).** Captures work in the legacy
-  trace session on every release (`FlameOn.Client.NextCall.Pattern`),
+  trace session on every release (`FlameOn.Client.Node.Gates`),
   OTP 27 included, unlike FlameOn's other traces there. A process that
   already has a tracer in the legacy session when it makes the call
   (another tool's trace of that process) gets the capture's tracer for the
@@ -93,10 +93,19 @@ defmodule FlameOn.Client.NextCall do
   no cross-process trace runs).
   """
 
-  alias FlameOn.Client.{Breaker, Capture, Native, Patterns, Profile, Sampler, Shipper}
-  alias FlameOn.Client.{TraceGraphSession, TraceStore, Tracing}
+  alias FlameOn.Client.Node.Breaker
+  alias FlameOn.Client.Capture
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Sampling.Sampler
+  alias FlameOn.Client.Shipper
+  alias FlameOn.Client.Owners.CrossProcess
+  alias FlameOn.Client.TraceStore
+  alias FlameOn.Client.Tracing
   alias FlameOn.Client.Capture.Sample
-  alias FlameOn.Client.NextCall.{Pattern, Stacks}
+  alias FlameOn.Client.Node.Gates
+  alias FlameOn.Client.NextCall.Stacks
 
   @own_keys [:timeout, :shipper, :store]
   @max_timeout 4_294_967_295
@@ -357,7 +366,7 @@ defmodule FlameOn.Client.NextCall do
     try do
       ctx = start(mfa, opts, timeout)
 
-      case Pattern.arm(mfa, ctx.gate, match_spec(ctx), cleanup(ctx)) do
+      case Gates.arm(mfa, ctx.gate, match_spec(ctx), cleanup(ctx)) do
         :ok -> await(ctx, timeout)
         {:error, _} = error -> error
       end
@@ -396,7 +405,7 @@ defmodule FlameOn.Client.NextCall do
     ]
 
     owner =
-      case TraceGraphSession.start(graph_opts) do
+      case CrossProcess.start(graph_opts) do
         {:ok, owner} -> owner
         {:error, reason} -> Capture.raise_start_error!(reason, "a cross-process capture")
       end
@@ -404,7 +413,7 @@ defmodule FlameOn.Client.NextCall do
     update(%{graph_owner: owner})
 
     %{native: native, label: label} =
-      case TraceGraphSession.info(owner) do
+      case CrossProcess.info(owner) do
         {:ok, info} -> info
         {:error, reason} -> Capture.raise_start_error!(reason, "a cross-process capture")
       end
@@ -454,7 +463,7 @@ defmodule FlameOn.Client.NextCall do
     excluded =
       [
         self(),
-        Process.whereis(Pattern),
+        Process.whereis(Gates),
         Process.whereis(Patterns),
         Process.get(@ctx_key)[:graph_owner]
       ]
@@ -471,7 +480,7 @@ defmodule FlameOn.Client.NextCall do
   # after the call (measured: 80-260 ms with four busy processes).
   defp acquire_depth(sampler_opts) do
     {:module, _} = Code.ensure_loaded(Sampler)
-    {:module, _} = Code.ensure_loaded(FlameOn.Client.SampleBudget)
+    {:module, _} = Code.ensure_loaded(FlameOn.Client.Sampling.Budget)
     :ok = Patterns.acquire_depth(sampler_opts[:depth])
     update(%{depth: true})
   end
@@ -536,7 +545,7 @@ defmodule FlameOn.Client.NextCall do
     ctx = start_sampler(ctx, winner)
     ref = Process.monitor(winner)
     # the gate lets nobody else in any more: the pattern can go now
-    :ok = Pattern.disarm(ctx.mfa)
+    :ok = Gates.disarm(ctx.mfa)
 
     {end_ts, lifetime_exceeded} =
       receive do
@@ -551,7 +560,7 @@ defmodule FlameOn.Client.NextCall do
 
     :seq_trace.set_token([])
     Process.demonitor(ref, [:flush])
-    Pattern.untrace(winner, ctx.flags)
+    Gates.untrace(winner, ctx.flags)
 
     with {:ok, profile} <- finish(ctx, winner, started_ts, end_ts) do
       caller = if match?({_, _, _}, caller), do: caller
@@ -572,7 +581,7 @@ defmodule FlameOn.Client.NextCall do
     root_sampled = stop_sampler(ctx)
     update(%{graph_owner: nil})
 
-    TraceGraphSession.finish(owner,
+    CrossProcess.finish(owner,
       started_ts: started_ts,
       end_ts: end_ts,
       root: winner,
@@ -630,13 +639,13 @@ defmodule FlameOn.Client.NextCall do
   defp release(nil), do: :ok
 
   defp release(ctx) do
-    Pattern.done()
+    Gates.done()
     if ctx[:gate], do: Native.next_cancel(ctx.gate)
     if ctx[:native], do: Native.stop(ctx.native)
     if ctx[:sampler], do: Sampler.stop(ctx.sampler)
     if ctx[:depth], do: Patterns.release_depth()
     if ctx[:patterns], do: Patterns.release()
-    if ctx[:winner] && ctx[:flags], do: Pattern.untrace(ctx.winner, ctx.flags)
+    if ctx[:winner] && ctx[:flags], do: Gates.untrace(ctx.winner, ctx.flags)
 
     case ctx[:graph_owner] do
       owner when is_pid(owner) -> Process.exit(owner, :shutdown)

@@ -32,7 +32,7 @@ defmodule FlameOn.Client.Profile do
       empty in the other modes.
     * `stats` – the native session's counters (`:events`,
       `:dropped_events`, `:truncated_stacks`, ... see
-      `FlameOn.Client.Native.stats/1`) plus `:unprocessed_events`, the trace
+      `FlameOn.Client.Core.Native.stats/1`) plus `:unprocessed_events`, the trace
       messages dropped because the session's finish timeout ran out, and
       `:stacks_without_text`, the stacks left out of `stacks` and `samples`
       because their texts passed `:max_stack_bytes` (see
@@ -80,14 +80,14 @@ defmodule FlameOn.Client.Profile do
           stacks: %{pid() => [{stack(), pos_integer()}]},
           graph: FlameOn.Client.Graph.t() | nil,
           samples: %{pid() => [{stack(), pos_integer(), non_neg_integer()}]},
-          metrics: %{pid() => [FlameOn.Client.Sampler.metric()]},
+          metrics: %{pid() => [FlameOn.Client.Sampling.Sampler.metric()]},
           stats: %{atom() => non_neg_integer()},
           tree: Tree.t() | nil
         }
 
   alias FlameOn.Client.Profile.Tree
 
-  @typedoc "A frame as `FlameOn.Client.Native.finish/2` returns it."
+  @typedoc "A frame as `FlameOn.Client.Core.Native.finish/2` returns it."
   @type frame ::
           {module(), atom(), arity()}
           | :process
@@ -199,18 +199,20 @@ defmodule FlameOn.Client.Profile do
   def frame_name(other), do: sanitize(inspect(other))
 
   @doc false
-  # Builds a profile from `FlameOn.Client.Native.finish/2`'s tree, its
+  # Builds a profile from `FlameOn.Client.Core.Native.finish/2`'s tree, its
   # stats and the metadata fields in `fields`. Each frame is named once
-  # here; the C core does the rest (`FlameOn.Client.Native.render/2`):
+  # here; the C core does the rest (`FlameOn.Client.Core.Native.render/2`):
   # merging the stacks whose frames read the same (a status frame, a
   # renamed or cut frame), rounding, ordering, and the stack texts, each a
   # slice of the text of a stack below it. `names` overrides the text of
   # some frames; a frame named `nil` drops the time (and the samples) of
   # every stack that ends in it (views of cross-process traces).
-  @spec build(FlameOn.Client.Native.tree(), map(), keyword(), map()) :: t()
+  @spec build(FlameOn.Client.Core.Native.tree(), map(), keyword(), map()) :: t()
   def build({frames, _pids, _nodes, _max_bytes} = tree, stats, fields, names \\ %{}) do
     texts = frames |> Tuple.to_list() |> Enum.map(&text_of(&1, names)) |> List.to_tuple()
-    {stacks, samples, trees, tree_names, without_text} = FlameOn.Client.Native.render(tree, texts)
+
+    {stacks, samples, trees, tree_names, without_text} =
+      FlameOn.Client.Core.Native.render(tree, texts)
 
     struct!(
       __MODULE__,

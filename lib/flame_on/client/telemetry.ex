@@ -11,9 +11,9 @@ defmodule FlameOn.Client.Telemetry do
       )
 
   On an event `prefix ++ [:start]`, a sampled handler starts tracing the
-  process that emitted it (by default a `FlameOn.Client.SampleSession`,
+  process that emitted it (by default a `FlameOn.Client.Owners.Sampled`,
   mode `:sample`: stack samples and exact on/off-CPU time, no call
-  breakpoints; with `mode: :process` a `FlameOn.Client.TraceSession`) and
+  breakpoints; with `mode: :process` a `FlameOn.Client.Owners.Tracer`) and
   keeps the session in that process's dictionary under
   `{FlameOn.Client.Telemetry, prefix}`. On `prefix ++ [:stop]` or
   `prefix ++ [:exception]` in the same process it finishes the trace and
@@ -63,7 +63,10 @@ defmodule FlameOn.Client.Telemetry do
 
   require Logger
 
-  alias FlameOn.Client.{Sampler, SampleSession, Tracing, TraceSession}
+  alias FlameOn.Client.Sampling.Sampler
+  alias FlameOn.Client.Owners.Sampled
+  alias FlameOn.Client.Tracing
+  alias FlameOn.Client.Owners.Tracer
 
   @default_max_duration_ms 60_000
 
@@ -222,28 +225,28 @@ defmodule FlameOn.Client.Telemetry do
     end
   end
 
-  # mode :sample: a SampleSession samples this process (the NIF tracer
+  # mode :sample: a Sampled samples this process (the NIF tracer
   # takes its :running events; no call breakpoints). Otherwise a
-  # TraceSession is the tracer, as in FlameOn.Client.profile/2's mode
+  # Tracer is the tracer, as in FlameOn.Client.profile/2's mode
   # :process. Both take start/1 and finish/2 alike.
-  defp session_module(:sample), do: SampleSession
-  defp session_module(mode) when mode in [:nif, :process], do: TraceSession
+  defp session_module(:sample), do: Sampled
+  defp session_module(mode) when mode in [:nif, :process], do: Tracer
 
   defp session_module(other) do
     raise ArgumentError, "expected :mode to be :sample, :process or :nif, got: #{inspect(other)}"
   end
 
   # The flags go on here, in the traced process itself (attach: :tracee),
-  # as FlameOn.Client.profile/2 does in mode :process. A SampleSession set
+  # as FlameOn.Client.profile/2 does in mode :process. A Sampled set
   # its own.
-  defp attach_self(%{module: SampleSession}), do: :ok
+  defp attach_self(%{module: Sampled}), do: :ok
 
   defp attach_self(%{session: session}) do
-    FlameOn.Client.TraceBackend.trace(
-      TraceSession.handle(session),
+    FlameOn.Client.Node.TraceBackend.trace(
+      Tracer.handle(session),
       self(),
       true,
-      TraceSession.trace_flags()
+      Tracer.trace_flags()
     )
   end
 
@@ -262,7 +265,7 @@ defmodule FlameOn.Client.Telemetry do
 
       %{session: session, watchdog: watchdog, settings: settings, module: module} ->
         # Events from end_mark/0's call on are left out of the profile.
-        end_ts = TraceSession.end_mark()
+        end_ts = Tracer.end_mark()
         Process.delete(key)
         send(watchdog, {:cancel, session})
 

@@ -1,17 +1,3 @@
-defmodule FlameOn.Client.Tracing.Ref do
-  @moduledoc """
-  A running trace of another process, from
-  `FlameOn.Client.Tracing.start_trace/2`: `controller` is the process that
-  owns the trace, `pid` the traced process (a list of them for a
-  whole-node trace).
-  """
-
-  @enforce_keys [:controller, :pid]
-  defstruct [:controller, :pid, name: "flame_on"]
-
-  @type t :: %__MODULE__{controller: pid(), pid: pid() | [pid()], name: String.t()}
-end
-
 defmodule FlameOn.Client.Tracing do
   @moduledoc """
   Tracing in application code: sampled, thresholded traces of functions and
@@ -74,8 +60,11 @@ defmodule FlameOn.Client.Tracing do
 
   require Logger
 
-  alias FlameOn.Client.{Profile, Sampler, Shipper}
-  alias FlameOn.Client.Tracing.{Controller, Ref}
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Sampling.Sampler
+  alias FlameOn.Client.Shipper
+  alias FlameOn.Client.Owners.Trace
+  alias FlameOn.Client.Tracing.Ref
 
   @trace_keys [:sample_rate, :threshold_ms, :shipper]
   @limit_keys [
@@ -96,7 +85,8 @@ defmodule FlameOn.Client.Tracing do
                     threshold_ms: nil,
                     shipper: nil
                   ] ++
-                    Enum.map(@limit_keys, &{&1, nil}) ++ FlameOn.Client.Sampler.option_defaults()
+                    Enum.map(@limit_keys, &{&1, nil}) ++
+                    FlameOn.Client.Sampling.Sampler.option_defaults()
 
   @typedoc "Options of `trace/3`: these and those of `FlameOn.Client.profile/2`."
   @type option ::
@@ -237,9 +227,9 @@ defmodule FlameOn.Client.Tracing do
       {:ok, profile} = FlameOn.Client.Tracing.stop_trace(ref)
 
   The trace runs in `mode: :sample` by default (a
-  `FlameOn.Client.SampleSession` samples the process; no call breakpoints)
+  `FlameOn.Client.Owners.Sampled` samples the process; no call breakpoints)
   or, with `mode: :process`, with call tracing (a
-  `FlameOn.Client.TraceSession` is the tracer; the node's call patterns are
+  `FlameOn.Client.Owners.Tracer` is the tracer; the node's call patterns are
   set while it runs). The profile is shipped once, when the trace finishes: at
   `stop_trace/1`, after `:duration_ms`, or when the traced process exits.
   A finished trace keeps its profile until `stop_trace/1` asks for it or
@@ -359,7 +349,7 @@ defmodule FlameOn.Client.Tracing do
       settings: settings
     }
 
-    with {:ok, controller} <- Controller.start(self(), pid, config) do
+    with {:ok, controller} <- Trace.start(self(), pid, config) do
       {:ok, %Ref{controller: controller, pid: pid, name: config.name}}
     end
   end
@@ -373,7 +363,7 @@ defmodule FlameOn.Client.Tracing do
   if the trace failed.
   """
   @spec stop_trace(ref()) :: {:ok, Profile.t()} | {:error, term()}
-  def stop_trace(%Ref{controller: controller}), do: Controller.stop(controller)
+  def stop_trace(%Ref{controller: controller}), do: Trace.stop(controller)
 
   @doc false
   # The trace settings (sample_rate, threshold_ms, shippers) from options
@@ -400,7 +390,7 @@ defmodule FlameOn.Client.Tracing do
   end
 
   @doc false
-  # The limit options of a process-mode trace (TraceSession's `:limits`).
+  # The limit options of a process-mode trace (Tracer's `:limits`).
   # Also used by FlameOn.Client.Telemetry.
   @spec limit_keys() :: [atom()]
   def limit_keys, do: @limit_keys
@@ -420,10 +410,10 @@ defmodule FlameOn.Client.Tracing do
 
   @doc false
   # Whether the calling process is traced in a way that keeps FlameOn from
-  # tracing it (FlameOn.Client.TraceBackend.check_tracee/1: any tracer in
+  # tracing it (FlameOn.Client.Node.TraceBackend.check_tracee/1: any tracer in
   # the legacy session, a trace of ours where the VM has trace sessions).
   @spec traced?() :: boolean()
-  def traced?, do: FlameOn.Client.TraceBackend.check_tracee(self()) != :ok
+  def traced?, do: FlameOn.Client.Node.TraceBackend.check_tracee(self()) != :ok
 
   @doc false
   # Ships `profile` if it is long enough, and keeps it in the
@@ -491,146 +481,5 @@ defmodule FlameOn.Client.Tracing do
 
   defp resolve(other) do
     raise ArgumentError, "expected a pid or a registered name, got: #{inspect(other)}"
-  end
-end
-
-defmodule FlameOn.Client.Tracing.Controller do
-  @moduledoc false
-  # Owns one start_trace/2 trace: the owner of its TraceSession (so the
-  # session keeps the profile if the traced process dies), the auto-stop
-  # timer, the shipping, and the profile until stop_trace/1 asks for it.
-  # Runs under FlameOn.Client.SessionSupervisor. It monitors the process
-  # that started the trace: once that one is gone and the trace finished,
-  # nobody can ask for the profile, so it stops.
-
-  use GenServer, restart: :temporary
-
-  alias FlameOn.Client.{SampleSession, Tracing, TraceSession}
-
-  @spec start(pid(), pid(), map()) :: {:ok, pid()} | {:error, term()}
-  def start(caller, pid, config) do
-    spec = {__MODULE__, {caller, pid, config}}
-
-    # The session is started by the controller but outside its init/1:
-    # both are children of the same supervisor, which is busy in init/1.
-    with {:ok, controller} <-
-           DynamicSupervisor.start_child(FlameOn.Client.SessionSupervisor, spec) do
-      case GenServer.call(controller, :attach, :infinity) do
-        :ok -> {:ok, controller}
-        {:error, _} = error -> error
-      end
-    end
-  end
-
-  @spec stop(pid()) :: {:ok, FlameOn.Client.Profile.t()} | {:error, term()}
-  def stop(controller) do
-    GenServer.call(controller, :stop, :infinity)
-  catch
-    :exit, {:noproc, _} -> {:error, :not_found}
-    :exit, {:normal, _} -> {:error, :not_found}
-    :exit, {reason, _} -> {:error, reason}
-  end
-
-  @doc false
-  def start_link(arg), do: GenServer.start_link(__MODULE__, arg)
-
-  @impl GenServer
-  def init({caller, pid, config}) do
-    {:ok,
-     %{
-       caller: caller,
-       caller_ref: Process.monitor(caller),
-       pid: pid,
-       config: config,
-       session: nil,
-       session_ref: nil,
-       tracee_ref: nil,
-       timer: nil,
-       result: nil
-     }}
-  end
-
-  @impl GenServer
-  def handle_call(:attach, _from, %{pid: pid, config: config} = state) do
-    session_opts =
-      [pid: pid, owner: self(), name: config.name, limits: config.limits] ++ config.sampler
-
-    case session_module(config).start(session_opts) do
-      {:ok, session} ->
-        timer = config.duration_ms && Process.send_after(self(), :auto_stop, config.duration_ms)
-
-        state = %{
-          state
-          | session: session,
-            session_ref: Process.monitor(session),
-            # a whole-node trace ends by time or stop_trace/1 only
-            tracee_ref: if(is_pid(pid), do: Process.monitor(pid)),
-            timer: timer
-        }
-
-        {:reply, :ok, state}
-
-      {:error, reason} ->
-        {:stop, :normal, {:error, reason}, state}
-    end
-  end
-
-  def handle_call(:stop, _from, state) do
-    state = finish(state)
-    {:stop, :normal, state.result, state}
-  end
-
-  @impl GenServer
-  def handle_info(:auto_stop, state), do: finished(finish(%{state | timer: nil}))
-
-  # The traced process exited: its session finished on its own and keeps
-  # the profile for us.
-  def handle_info({:DOWN, ref, :process, _, _}, %{tracee_ref: ref} = state),
-    do: finished(finish(state))
-
-  def handle_info({:DOWN, ref, :process, _, reason}, %{session_ref: ref} = state) do
-    finished(%{state | session: nil, session_ref: nil, result: {:error, {:session_down, reason}}})
-  end
-
-  # Nobody will ask for the profile: finish now, unless an auto-stop is
-  # due, and stop once finished.
-  def handle_info({:DOWN, ref, :process, _, _}, %{caller_ref: ref} = state) do
-    state = %{state | caller: nil}
-
-    if state.timer do
-      {:noreply, state}
-    else
-      finished(finish(state))
-    end
-  end
-
-  def handle_info(_msg, state), do: {:noreply, state}
-
-  # Both take start/1 and finish/2 alike.
-  defp session_module(%{mode: :sample}), do: SampleSession
-  defp session_module(_config), do: TraceSession
-
-  defp finished(%{caller: nil} = state), do: {:stop, :normal, state}
-  defp finished(state), do: {:noreply, state}
-
-  defp finish(%{session: nil} = state), do: state
-
-  defp finish(state) do
-    %{session: session, config: config} = state
-    if state.timer, do: Process.cancel_timer(state.timer)
-    if state.tracee_ref, do: Process.demonitor(state.tracee_ref, [:flush])
-    Process.demonitor(state.session_ref, [:flush])
-
-    result =
-      case session_module(config).finish(session, timeout: config.timeout) do
-        {:ok, profile} ->
-          Tracing.maybe_ship(profile, config.settings)
-          {:ok, profile}
-
-        {:error, reason} ->
-          {:error, reason}
-      end
-
-    %{state | session: nil, session_ref: nil, tracee_ref: nil, timer: nil, result: result}
   end
 end

@@ -2,7 +2,7 @@ defmodule Mix.Tasks.FlameOn.Demo do
   @shortdoc "Profiles a built-in workload: flame graph and span graph files"
 
   @moduledoc """
-  Profiles `FlameOn.Client.Demo.run/0` with cross-process tracing and writes
+  Profiles `FlameOn.Client.CLI.Demo.run/0` with cross-process tracing and writes
   the flame graph and the span graph:
 
     * `DIR/demo.folded` – collapsed stacks (flamegraph.pl, inferno, speedscope);
@@ -36,10 +36,10 @@ defmodule Mix.Tasks.FlameOn.Demo do
 
     dir = Keyword.get(opts, :out, "flame_on_out")
     shell = Mix.shell()
-    shell.info("Profiling FlameOn.Client.Demo.run/0 (cross-process)...")
+    shell.info("Profiling FlameOn.Client.CLI.Demo.run/0 (cross-process)...")
 
     {_result, profile} =
-      FlameOn.Client.profile(&FlameOn.Client.Demo.run/0, name: "demo", cross_process: true)
+      FlameOn.Client.profile(&FlameOn.Client.CLI.Demo.run/0, name: "demo", cross_process: true)
 
     File.mkdir_p!(dir)
     written = FlameOn.Client.Export.write(profile, dir, [:folded, :svg, :speedscope, :perfetto])

@@ -337,7 +337,7 @@ defmodule Mix.Tasks.Profile.Flame do
 
   defp await_armed(mfa, task, tries \\ 500) do
     cond do
-      Enum.any?(FlameOn.Client.NextCall.Pattern.waiting(), &match?({^mfa, _}, &1)) -> :ok
+      Enum.any?(FlameOn.Client.Node.Gates.waiting(), &match?({^mfa, _}, &1)) -> :ok
       Task.yield(task, 0) != nil -> Mix.raise("the capture ended before the code ran")
       tries == 0 -> Mix.raise("the capture did not start")
       true -> Process.sleep(10) && await_armed(mfa, task, tries - 1)

@@ -3,7 +3,8 @@ defmodule FlameOn.Client.BreakerTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Breaker, Native}
+  alias FlameOn.Client.Node.Breaker
+  alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Test.Workloads
 
   setup do

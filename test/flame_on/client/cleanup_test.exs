@@ -8,7 +8,10 @@ defmodule FlameOn.Client.CleanupTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Native, Patterns, Sweep, TraceBackend}
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Node.Sweep
+  alias FlameOn.Client.Node.TraceBackend
   alias FlameOn.Client.Test.Workloads
 
   @captures [
@@ -175,7 +178,7 @@ defmodule FlameOn.Client.CleanupTest do
     end
   end
 
-  defp sessions, do: DynamicSupervisor.which_children(FlameOn.Client.SessionSupervisor)
+  defp sessions, do: DynamicSupervisor.which_children(FlameOn.Client.OwnerSupervisor)
 
   test "a traced process that outlives a killed owner gets its own token back" do
     {:ok, server} = FlameOn.Client.Test.Server.start()

@@ -6,8 +6,11 @@ defmodule FlameOn.Client.ClusterTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Graph, Profile, Span}
-  alias FlameOn.Client.Test.{RemoteWorker, Server}
+  alias FlameOn.Client.Graph
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Graph.Span
+  alias FlameOn.Client.Test.RemoteWorker
+  alias FlameOn.Client.Test.Server
 
   @moduletag timeout: 120_000
 

@@ -14,7 +14,9 @@ defmodule FlameOn.Client.CoexistenceTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Patterns, TraceBackend, Tracing}
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Node.TraceBackend
+  alias FlameOn.Client.Tracing
   alias FlameOn.Client.Test.Workloads
 
   defmodule Target do

@@ -4,7 +4,7 @@ defmodule FlameOn.Client.DemoTest do
   import FlameOn.Client.TestHelpers
 
   doctest FlameOn.Client
-  doctest FlameOn.Client.Demo
+  doctest FlameOn.Client.CLI.Demo
 
   test "mix flame_on.demo writes the flame graph and span graph files and prints the top stacks" do
     out = Path.join(System.tmp_dir!(), "flame_on_demo_test_#{System.unique_integer([:positive])}")
@@ -47,12 +47,12 @@ defmodule FlameOn.Client.DemoTest do
     end
 
     text = Enum.join(lines, "\n")
-    assert text =~ "FlameOn.Client.Demo.fib/1;FlameOn.Client.Demo.fib/1"
+    assert text =~ "FlameOn.Client.CLI.Demo.fib/1;FlameOn.Client.CLI.Demo.fib/1"
     # cross-process view: off-CPU time nothing explains is WAITING
     assert text =~ "Process.sleep/1;WAITING"
-    assert text =~ "FlameOn.Client.Demo.word_counts/0"
-    assert text =~ "FlameOn.Client.Demo.round_trip/1"
-    assert text =~ "FlameOn.Client.Demo.file_io/0"
+    assert text =~ "FlameOn.Client.CLI.Demo.word_counts/0"
+    assert text =~ "FlameOn.Client.CLI.Demo.round_trip/1"
+    assert text =~ "FlameOn.Client.CLI.Demo.file_io/0"
 
     assert_received {:mix_shell, :info, ["\nTop 10 stacks by time:"]}
     assert_received {:mix_shell, :info, ["\nStats:"]}

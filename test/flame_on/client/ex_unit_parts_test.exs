@@ -6,7 +6,9 @@ defmodule FlameOn.Client.ExUnitPartsTest do
 
   import ExUnit.CaptureIO
 
-  alias FlameOn.Client.ExUnit.{Formatter, Summary, TestRun}
+  alias FlameOn.Client.ExUnit.Formatter
+  alias FlameOn.Client.ExUnit.Summary
+  alias FlameOn.Client.ExUnit.TestRun
   alias FlameOn.Client.Profile
 
   doctest FlameOn.Client.ExUnit

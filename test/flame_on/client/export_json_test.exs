@@ -3,9 +3,9 @@ defmodule FlameOn.Client.JSONTest do
 
   import FlameOn.Client.Test.ExportHelpers, only: [json_decode!: 1, nasty_frames: 0]
 
-  alias FlameOn.Client.JSON
+  alias FlameOn.Client.Export.JSON
 
-  doctest FlameOn.Client.JSON
+  doctest FlameOn.Client.Export.JSON
 
   defp encode(term), do: term |> JSON.encode!() |> IO.iodata_to_binary()
 

@@ -7,7 +7,11 @@ defmodule FlameOn.Client.ExportPerfettoEdgesTest do
 
   import FlameOn.Client.Test.ExportHelpers
 
-  alias FlameOn.Client.{Edge, Export, Graph, Profile, Span}
+  alias FlameOn.Client.Graph.Edge
+  alias FlameOn.Client.Export
+  alias FlameOn.Client.Graph
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Graph.Span
 
   @t 1_000_000
 

@@ -3,7 +3,8 @@ defmodule FlameOn.Client.ExportPerfettoTest do
 
   import FlameOn.Client.Test.ExportHelpers
 
-  alias FlameOn.Client.{Export, Profile}
+  alias FlameOn.Client.Export
+  alias FlameOn.Client.Profile
 
   defp events(profile),
     do: profile |> Export.perfetto() |> json_decode!() |> Map.fetch!("traceEvents")

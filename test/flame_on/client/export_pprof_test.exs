@@ -3,7 +3,8 @@ defmodule FlameOn.Client.ExportPprofTest do
 
   import FlameOn.Client.Test.ExportHelpers
 
-  alias FlameOn.Client.{Export, Profile}
+  alias FlameOn.Client.Export
+  alias FlameOn.Client.Profile
 
   setup do
     profile = fixture_profile()

@@ -8,8 +8,10 @@ defmodule FlameOn.Client.ExportSampledTest do
   import FlameOn.Client.Test.ExportHelpers
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Export, Profile}
-  alias FlameOn.Client.Test.{Server, Workloads}
+  alias FlameOn.Client.Export
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Test.Server
+  alias FlameOn.Client.Test.Workloads
 
   setup_all do
     ensure_app_started()

@@ -3,7 +3,8 @@ defmodule FlameOn.Client.ExportSVGTest do
 
   import FlameOn.Client.Test.ExportHelpers
 
-  alias FlameOn.Client.{Export, Profile}
+  alias FlameOn.Client.Export
+  alias FlameOn.Client.Profile
 
   @width 1200
   @inner 1180
@@ -298,7 +299,8 @@ defmodule FlameOn.Client.ExportSVGTest do
     details = doc |> xpath("//*[@id='details']") |> hd() |> text()
 
     data =
-      FlameOn.Client.JSON.encode!(%{frames: frames, details: details}) |> IO.iodata_to_binary()
+      FlameOn.Client.Export.JSON.encode!(%{frames: frames, details: details})
+      |> IO.iodata_to_binary()
 
     path = Path.join(dir, "flame_on_svg_#{System.unique_integer([:positive])}.js")
     File.write!(path, [harness(data), "\n", script, "\nrun();\n"])

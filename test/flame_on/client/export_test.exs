@@ -6,7 +6,8 @@ defmodule FlameOn.Client.ExportTest do
   import FlameOn.Client.TestHelpers, only: [assert_node_clean: 0]
 
   alias FlameOn.Client
-  alias FlameOn.Client.{Export, Profile}
+  alias FlameOn.Client.Export
+  alias FlameOn.Client.Profile
   alias FlameOn.Client.Test.Server
 
   doctest FlameOn.Client.Export

@@ -5,7 +5,9 @@ defmodule FlameOn.Client.FaultsTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.Test.{Delegator, Server, Workloads}
+  alias FlameOn.Client.Test.Delegator
+  alias FlameOn.Client.Test.Server
+  alias FlameOn.Client.Test.Workloads
 
   setup do
     assert_node_clean()
@@ -74,9 +76,9 @@ defmodule FlameOn.Client.FaultsTest do
 
   # Purge the old code first: a module keeps at most two versions.
   defp reload_native do
-    :code.purge(FlameOn.Client.Native)
-    {:module, _} = :code.load_file(FlameOn.Client.Native)
-    :code.purge(FlameOn.Client.Native)
+    :code.purge(FlameOn.Client.Core.Native)
+    {:module, _} = :code.load_file(FlameOn.Client.Core.Native)
+    :code.purge(FlameOn.Client.Core.Native)
   end
 
   test "the NIF module reloaded between and during traces" do

@@ -5,8 +5,10 @@ defmodule FlameOn.Client.GraphTest do
   import FlameOn.Client.TestHelpers
 
   alias FlameOn.Client
-  alias FlameOn.Client.{Graph, Span}
-  alias FlameOn.Client.Test.{Server, Workloads}
+  alias FlameOn.Client.Graph
+  alias FlameOn.Client.Graph.Span
+  alias FlameOn.Client.Test.Server
+  alias FlameOn.Client.Test.Workloads
 
   # Durations compared with this relative tolerance (the machine is shared).
   @tolerance 0.10

@@ -5,8 +5,10 @@ defmodule FlameOn.Client.LeakTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Native, Patterns}
-  alias FlameOn.Client.Test.{Server, Workloads}
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Test.Server
+  alias FlameOn.Client.Test.Workloads
 
   @traces 10_000
   # Tolerance on the OS-level memory of the VM (C allocations are outside

@@ -47,7 +47,7 @@ defmodule FlameOn.Client.MixNextTest do
            )
 
     assert_node_clean()
-    assert FlameOn.Client.NextCall.Pattern.waiting() == []
+    assert FlameOn.Client.Node.Gates.waiting() == []
   end
 
   test "--next: a timeout, an unknown function and misplaced options are clear errors", %{
@@ -70,7 +70,7 @@ defmodule FlameOn.Client.MixNextTest do
     end
 
     assert_node_clean()
-    assert FlameOn.Client.NextCall.Pattern.waiting() == []
+    assert FlameOn.Client.Node.Gates.waiting() == []
   end
 
   test "--next --node: the call is captured on another node and written here", %{out: out} do
@@ -124,7 +124,7 @@ defmodule FlameOn.Client.MixNextTest do
       [file] = File.ls!(out)
       assert File.read!(Path.join(out, file)) =~ "FlameOn.Client.Test.Workloads.busy/1"
       # nothing left on the peer
-      assert :peer.call(peer, FlameOn.Client.NextCall.Pattern, :waiting, []) == []
+      assert :peer.call(peer, FlameOn.Client.Node.Gates, :waiting, []) == []
 
       assert :peer.call(peer, :erlang, :trace_info, [
                {FlameOn.Client.Test.Workloads, :busy, 1},

@@ -3,7 +3,7 @@ defmodule FlameOn.Client.NativeTest do
 
   import FlameOn.Client.TestHelpers, only: [raw_stacks: 1]
 
-  alias FlameOn.Client.Native
+  alias FlameOn.Client.Core.Native
 
   @limits [:max_nodes, :max_depth, :max_processes, :max_frames, :max_stack_frames]
 

@@ -64,8 +64,10 @@ defmodule FlameOn.Client.NextCallTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{NextCall, Patterns, Sweep}
-  alias FlameOn.Client.NextCall.Pattern
+  alias FlameOn.Client.NextCall
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Node.Sweep
+  alias FlameOn.Client.Node.Gates
   alias FlameOn.Client.NextCallTest.Work
   alias FlameOn.Client.Test.Server
 
@@ -99,7 +101,7 @@ defmodule FlameOn.Client.NextCallTest do
         meta not in [{:meta, false}, {:meta, []}],
         do: {:meta, mfa, meta}
       ) ++
-        case Pattern.waiting() do
+        case Gates.waiting() do
           [] -> []
           waiting -> [{:waiting, waiting}]
         end ++
@@ -118,7 +120,7 @@ defmodule FlameOn.Client.NextCallTest do
   # Starts capture_next in a task and returns once its pattern is set.
   defp capture_async(mfa, opts) do
     task = Task.async(fn -> FlameOn.Client.capture_next(mfa, opts) end)
-    wait_until(fn -> Enum.any?(Pattern.waiting(), &match?({^mfa, _}, &1)) end)
+    wait_until(fn -> Enum.any?(Gates.waiting(), &match?({^mfa, _}, &1)) end)
     task
   end
 
@@ -343,8 +345,8 @@ defmodule FlameOn.Client.NextCallTest do
 
   test "the waiting process dies: its pattern is cleared" do
     owner = spawn(fn -> FlameOn.Client.capture_next(@busy, timeout: 60_000) end)
-    wait_until(fn -> Pattern.waiting() == [{@busy, owner}] end)
-    assert Pattern.ours?(@busy)
+    wait_until(fn -> Gates.waiting() == [{@busy, owner}] end)
+    assert Gates.ours?(@busy)
     assert FlameOn.Client.status().captures_waiting == [{@busy, owner}]
     Process.exit(owner, :kill)
     assert_captures_clean()
@@ -358,7 +360,7 @@ defmodule FlameOn.Client.NextCallTest do
     test "mode #{mode}: the waiting process dies mid-call: the calling process is untraced" do
       ref = make_ref()
       owner = spawn(fn -> FlameOn.Client.capture_next({Work, :block, 1}, mode: unquote(mode)) end)
-      wait_until(fn -> Pattern.waiting() == [{{Work, :block, 1}, owner}] end)
+      wait_until(fn -> Gates.waiting() == [{{Work, :block, 1}, owner}] end)
       [pid] = callers(1, fn -> Work.block(ref) end)
       send(pid, :go)
       wait_until(fn -> :erlang.trace_info(pid, :flags) != {:flags, []} end)
@@ -384,7 +386,7 @@ defmodule FlameOn.Client.NextCallTest do
 
       # the local patterns came and went; the meta pattern is still ours
       assert :erlang.trace_info(@busy, :traced) == {:traced, false}
-      assert Pattern.ours?(@busy)
+      assert Gates.ours?(@busy)
       go(callers(1, fn -> Work.busy(20) end))
       assert {:ok, profile} = Task.await(task, 30_000)
       assert Enum.any?(stacks(profile), &(&1 =~ "Work.spin/2"))
@@ -425,7 +427,7 @@ defmodule FlameOn.Client.NextCallTest do
 
         # the exact trace's local patterns are untouched, its process still traced
         assert patterns_on?(@busy)
-        legacy_local? = not FlameOn.Client.TraceBackend.sessions?()
+        legacy_local? = not FlameOn.Client.Node.TraceBackend.sessions?()
         assert :erlang.trace_info(@busy, :meta) == {:meta, if(legacy_local?, do: [], else: false)}
         assert Patterns.users() == 1
         assert our_flags(exact) != []
@@ -465,10 +467,10 @@ defmodule FlameOn.Client.NextCallTest do
 
   test "the pattern owner is killed while a capture waits: its restart sweeps the pattern" do
     task = capture_async(@busy, timeout: 1_000)
-    assert Pattern.ours?(@busy)
-    old = Process.whereis(Pattern)
+    assert Gates.ours?(@busy)
+    old = Process.whereis(Gates)
     Process.exit(old, :kill)
-    wait_until(fn -> Process.whereis(Pattern) not in [nil, old] end)
+    wait_until(fn -> Process.whereis(Gates) not in [nil, old] end)
     # swept by the new owner, although nobody told it of the capture
     wait_until(fn -> :erlang.trace_info(@busy, :meta) == {:meta, false} end)
     # the capture finds nobody calls (the pattern is gone) and ends clean
@@ -476,14 +478,14 @@ defmodule FlameOn.Client.NextCallTest do
     assert_captures_clean()
   end
 
-  test "a pattern whose owner is gone is swept by FlameOn.Client.Sweep" do
+  test "a pattern whose owner is gone is swept by FlameOn.Client.Node.Sweep" do
     # what a killed pattern owner leaves: our meta pattern, remembered
-    native = FlameOn.Client.Native.new(%{})
-    gate = FlameOn.Client.Native.next_new(native, self(), [])
+    native = FlameOn.Client.Core.Native.new(%{})
+    gate = FlameOn.Client.Core.Native.next_new(native, self(), [])
     ms = [{:_, [], [{:exception_trace}]}]
-    1 = :erlang.trace_pattern(@busy, ms, [{:meta, FlameOn.Client.Native, {:next, gate}}])
+    1 = :erlang.trace_pattern(@busy, ms, [{:meta, FlameOn.Client.Core.Native, {:next, gate}}])
     Application.put_env(:flame_on_client, :"$next_call_patterns", [@busy])
-    assert Pattern.ours?(@busy)
+    assert Gates.ours?(@busy)
     assert %{next_call_patterns: 1} = Sweep.run()
     assert :erlang.trace_info(@busy, :meta) == {:meta, false}
     assert_captures_clean()

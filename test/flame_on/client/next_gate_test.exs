@@ -9,7 +9,7 @@ defmodule FlameOn.Client.NextGateTest do
 
   import FlameOn.Client.TestHelpers, only: [raw_stacks: 1]
 
-  alias FlameOn.Client.Native
+  alias FlameOn.Client.Core.Native
 
   defp session,
     do: Native.new(%{native_per_second: System.convert_time_unit(1, :second, :native)})

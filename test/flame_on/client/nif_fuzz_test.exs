@@ -11,7 +11,7 @@ defmodule FlameOn.Client.NifFuzzTest do
   import FlameOn.Client.TestHelpers
 
   alias :proper_types, as: T
-  alias FlameOn.Client.Native
+  alias FlameOn.Client.Core.Native
 
   @compile {:no_warn_undefined, [:proper_types]}
 

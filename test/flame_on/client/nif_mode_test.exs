@@ -4,7 +4,8 @@ defmodule FlameOn.Client.NifModeTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Native, Patterns}
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.Patterns
   alias FlameOn.Client.Test.Workloads
 
   @fib "FlameOn.Client.Test.Workloads.fib/1"

@@ -11,7 +11,8 @@ for mode <- [:nif, :process] do
     import FlameOn.Client.TestHelpers
 
     alias FlameOn.Client
-    alias FlameOn.Client.{Patterns, Profile}
+    alias FlameOn.Client.Node.Patterns
+    alias FlameOn.Client.Profile
     alias FlameOn.Client.Test.Workloads
 
     @mode mode
@@ -261,7 +262,7 @@ for mode <- [:nif, :process] do
       :erlang.trace(self(), true, [:send, {:tracer, other}])
 
       try do
-        if FlameOn.Client.TraceBackend.sessions?() do
+        if FlameOn.Client.Node.TraceBackend.sessions?() do
           # Our trace has a session of its own: the other trace is kept.
           assert {55, profile} = profile(fn -> Workloads.fib(10) end)
           assert max_frame_count(profile, self(), @fib) >= 9

@@ -7,7 +7,8 @@ defmodule FlameOn.Client.SampleModeTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Patterns, Profile}
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Profile
   alias FlameOn.Client.Test.Workloads
 
   # Functions the workloads below call: none may get a trace pattern.
@@ -139,7 +140,9 @@ defmodule FlameOn.Client.SampleModeTest do
     assert Enum.any?(roots, &(&1 in ["[running]", "[runnable]"])), inspect(roots)
     assert Enum.any?(roots, &(&1 == "[waiting]")), inspect(roots)
     assert Enum.all?(roots, &(&1 == "" or &1 =~ ~r/^\[[a-z_]+\]$/)), inspect(roots)
-    assert Profile.frame_name(FlameOn.Client.Sampler.status_frame(:runnable)) == "[runnable]"
+
+    assert Profile.frame_name(FlameOn.Client.Sampling.Sampler.status_frame(:runnable)) ==
+             "[runnable]"
   end
 
   test "each sample's metrics are in profile.metrics" do
@@ -294,7 +297,7 @@ defmodule FlameOn.Client.SampleModeTest do
   defp sampler_on_stack?(pid) do
     case Process.info(pid, :current_stacktrace) do
       {:current_stacktrace, frames} ->
-        Enum.any?(frames, &match?({FlameOn.Client.Sampler, _, _, _}, &1))
+        Enum.any?(frames, &match?({FlameOn.Client.Sampling.Sampler, _, _, _}, &1))
 
       nil ->
         false
@@ -340,7 +343,8 @@ defmodule FlameOn.Client.SampleGraphTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.Test.{Server, Workloads}
+  alias FlameOn.Client.Test.Server
+  alias FlameOn.Client.Test.Workloads
 
   setup do
     ensure_app_started()
@@ -524,7 +528,10 @@ defmodule FlameOn.Client.SampleDefaultsTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Profile, Shipper, Telemetry, Tracing}
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Shipper
+  alias FlameOn.Client.Telemetry
+  alias FlameOn.Client.Tracing
   alias FlameOn.Client.Test.Workloads
 
   @to_me {Shipper.Process, pid: :flame_on_sample_defaults_test}
@@ -662,10 +669,11 @@ defmodule FlameOn.Client.SampleCostTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{SampleBudget, Tracing}
+  alias FlameOn.Client.Sampling.Budget
+  alias FlameOn.Client.Tracing
   alias FlameOn.Client.Test.Workloads
 
-  doctest FlameOn.Client.SampleBudget
+  doctest FlameOn.Client.Sampling.Budget
 
   setup do
     ensure_app_started()
@@ -722,7 +730,7 @@ defmodule FlameOn.Client.SampleCostTest do
           not MapSet.member?(before, p),
           match?({:current_stacktrace, [_ | _]}, Process.info(p, :current_stacktrace)),
           {:current_stacktrace, frames} = Process.info(p, :current_stacktrace),
-          Enum.any?(frames, &match?({FlameOn.Client.Sampler, _, _, _}, &1)),
+          Enum.any?(frames, &match?({FlameOn.Client.Sampling.Sampler, _, _, _}, &1)),
           do: p
 
     {:reductions, asleep_from} = Process.info(sampler, :reductions)
@@ -798,7 +806,7 @@ defmodule FlameOn.Client.SampleCostTest do
   end
 
   test "the budget is shared: each active sampler gets its part" do
-    assert SampleBudget.active() == 0
+    assert Budget.active() == 0
     Application.put_env(:flame_on_client, :sample_budget, 400)
     test = self()
 
@@ -811,7 +819,7 @@ defmodule FlameOn.Client.SampleCostTest do
     refs = for pid <- pids, do: elem(Tracing.start_trace(pid), 1)
     for pid <- pids, do: send(pid, :go)
     Process.sleep(20)
-    assert SampleBudget.active() == 4
+    assert Budget.active() == 4
     Process.sleep(180)
     profiles = for ref <- refs, do: elem(Tracing.stop_trace(ref), 1)
     for pid <- pids, do: Process.exit(pid, :kill)
@@ -827,7 +835,7 @@ defmodule FlameOn.Client.SampleCostTest do
            inspect(Enum.map(profiles, &{&1.duration_us, &1.stats.samples}))
 
     assert Enum.all?(profiles, &(&1.stats.throttled_ticks > 0))
-    assert SampleBudget.active() == 0
+    assert Budget.active() == 0
     assert_node_clean()
   end
 

@@ -7,7 +7,8 @@ defmodule FlameOn.Client.SummaryTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Summary, TraceBackend}
+  alias FlameOn.Client.Summary
+  alias FlameOn.Client.Node.TraceBackend
   alias FlameOn.Client.Test.Workloads
 
   doctest Summary

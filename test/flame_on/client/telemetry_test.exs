@@ -6,7 +6,10 @@ defmodule FlameOn.Client.TelemetryTest do
   import ExUnit.CaptureLog
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Profile, Shipper, Telemetry, Tracing}
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Shipper
+  alias FlameOn.Client.Telemetry
+  alias FlameOn.Client.Tracing
   alias FlameOn.Client.Test.Workloads
 
   doctest FlameOn.Client.Telemetry

@@ -6,7 +6,9 @@ defmodule FlameOn.Client.TraceBackendTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Native, Sweep, TraceBackend}
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.Sweep
+  alias FlameOn.Client.Node.TraceBackend
   alias FlameOn.Client.Test.Workloads
 
   doctest TraceBackend

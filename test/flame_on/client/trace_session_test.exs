@@ -3,10 +3,11 @@ defmodule FlameOn.Client.TraceSessionTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Patterns, TraceSession}
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Owners.Tracer
   alias FlameOn.Client.Test.Workloads
 
-  doctest FlameOn.Client.TraceSession
+  doctest FlameOn.Client.Owners.Tracer
 
   @fib "FlameOn.Client.Test.Workloads.fib/1"
 
@@ -50,12 +51,12 @@ defmodule FlameOn.Client.TraceSessionTest do
 
   test "traces another process and turns its flags off at finish" do
     pid = worker(15)
-    {:ok, session} = TraceSession.start(pid: pid, name: "other")
+    {:ok, session} = Tracer.start(pid: pid, name: "other")
     assert session_of(pid) == session
     send(pid, :go)
     assert_receive {:done, ^pid, 610}, 5_000
 
-    assert {:ok, profile} = TraceSession.finish(session)
+    assert {:ok, profile} = Tracer.finish(session)
     assert profile.pid == pid
     assert profile.name == "other"
     assert Map.keys(profile.stacks) == [pid]
@@ -72,21 +73,21 @@ defmodule FlameOn.Client.TraceSessionTest do
   test "start/1 errors" do
     dead = spawn(fn -> :ok end)
     Process.sleep(10)
-    assert TraceSession.start(pid: dead) == {:error, :noproc}
+    assert Tracer.start(pid: dead) == {:error, :noproc}
 
     pid = worker(1)
-    assert {:error, {:invalid_limits, _}} = TraceSession.start(pid: pid, limits: %{max_nodes: 0})
+    assert {:error, {:invalid_limits, _}} = Tracer.start(pid: pid, limits: %{max_nodes: 0})
 
-    {:ok, session} = TraceSession.start(pid: pid)
+    {:ok, session} = Tracer.start(pid: pid)
     # Legacy session: the tracer is the session process; with trace
     # sessions, a trace session of ours traces it.
     by =
-      if FlameOn.Client.TraceBackend.sessions?(),
+      if FlameOn.Client.Node.TraceBackend.sessions?(),
         do: {:trace_session, :flame_on_client},
         else: session
 
-    assert TraceSession.start(pid: pid) == {:error, {:already_traced, by}}
-    assert {:ok, _} = TraceSession.finish(session)
+    assert Tracer.start(pid: pid) == {:error, {:already_traced, by}}
+    assert {:ok, _} = Tracer.finish(session)
     send(pid, :stop)
     assert_node_clean()
   end
@@ -94,7 +95,7 @@ defmodule FlameOn.Client.TraceSessionTest do
   describe "the traced process is killed mid-trace" do
     test "a session with another owner keeps the profile" do
       pid = spinner()
-      {:ok, session} = TraceSession.start(pid: pid)
+      {:ok, session} = Tracer.start(pid: pid)
       ref = Process.monitor(pid)
       send(pid, :go)
       assert_receive {:spinning, ^pid}, 5_000
@@ -102,7 +103,7 @@ defmodule FlameOn.Client.TraceSessionTest do
       Process.exit(pid, :kill)
       assert_receive {:DOWN, ^ref, :process, ^pid, :killed}
 
-      assert {:ok, profile} = TraceSession.finish(session)
+      assert {:ok, profile} = Tracer.finish(session)
       assert max_frame_count(profile, pid, @fib) >= 5
       assert profile.stats.events > 0
       assert_node_clean()
@@ -159,7 +160,7 @@ defmodule FlameOn.Client.TraceSessionTest do
 
     test "tracing another process: its flags and the patterns are removed" do
       pid = spinner()
-      {:ok, session} = TraceSession.start(pid: pid)
+      {:ok, session} = Tracer.start(pid: pid)
       send(pid, :go)
       assert_receive {:spinning, ^pid}, 5_000
       Process.sleep(20)
@@ -168,20 +169,20 @@ defmodule FlameOn.Client.TraceSessionTest do
       # The spinner keeps running, untraced.
       assert_node_clean()
       assert Process.alive?(pid)
-      assert {:error, :noproc} = TraceSession.finish(session)
+      assert {:error, :noproc} = Tracer.finish(session)
       Process.exit(pid, :kill)
     end
   end
 
   test "finish drops what is left after its timeout and counts it" do
     pid = spinner()
-    {:ok, session} = TraceSession.start(pid: pid)
+    {:ok, session} = Tracer.start(pid: pid)
     # Let a backlog build up while the session does not run.
     :sys.suspend(session)
     send(pid, :go)
     assert_receive {:spinning, ^pid}, 5_000
     Process.sleep(30)
-    task = Task.async(fn -> TraceSession.finish(session, timeout: 0) end)
+    task = Task.async(fn -> Tracer.finish(session, timeout: 0) end)
     Process.sleep(10)
     :sys.resume(session)
 
@@ -199,7 +200,7 @@ defmodule FlameOn.Client.TraceSessionTest do
 
     owner =
       spawn(fn ->
-        {:ok, session} = TraceSession.start(pid: pid)
+        {:ok, session} = Tracer.start(pid: pid)
         send(parent, {:session, session})
         receive do: (:never -> :ok)
       end)

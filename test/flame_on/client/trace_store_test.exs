@@ -9,7 +9,8 @@ defmodule FlameOn.Client.TraceStoreTest do
   import ExUnit.CaptureLog
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Profile, TraceStore}
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.TraceStore
   alias FlameOn.Client.Test.Workloads
 
   doctest FlameOn.Client.TraceStore

@@ -6,7 +6,9 @@ defmodule FlameOn.Client.TracingTest do
   import ExUnit.CaptureLog
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Profile, Shipper, Tracing}
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Shipper
+  alias FlameOn.Client.Tracing
   alias FlameOn.Client.Test.Workloads
 
   doctest FlameOn.Client.Tracing

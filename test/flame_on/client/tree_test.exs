@@ -17,7 +17,8 @@ defmodule FlameOn.Client.TreeTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Export, Profile}
+  alias FlameOn.Client.Export
+  alias FlameOn.Client.Profile
   alias FlameOn.Client.Profile.Tree
   alias FlameOn.Client.Test.Workloads
   alias FlameOn.Client.TreeTest.Work

@@ -12,8 +12,13 @@ defmodule FlameOn.Client.WakeTest do
   @compile {:no_warn_undefined, [:inets, :httpc, :httpd, :mnesia]}
 
   alias FlameOn.Client
-  alias FlameOn.Client.{Edge, Graph, Span}
-  alias FlameOn.Client.Test.{RemoteWorker, Server, Tools, Workloads}
+  alias FlameOn.Client.Graph.Edge
+  alias FlameOn.Client.Graph
+  alias FlameOn.Client.Graph.Span
+  alias FlameOn.Client.Test.RemoteWorker
+  alias FlameOn.Client.Test.Server
+  alias FlameOn.Client.Test.Tools
+  alias FlameOn.Client.Test.Workloads
 
   setup do
     ensure_app_started()
@@ -217,7 +222,7 @@ defmodule FlameOn.Client.WakeTest do
 
       # its timeline (a process); with trace sessions also the graph
       # session, where it has :send only
-      assert [session] = Enum.reject(tracer, &(&1 == {FlameOn.Client.Native, :graph}))
+      assert [session] = Enum.reject(tracer, &(&1 == {FlameOn.Client.Core.Native, :graph}))
       assert is_pid(session)
       assert [%Span{kind: :root}] = profile.graph.spans
     end

@@ -28,9 +28,12 @@ defmodule FlameOn.Client.WebTest do
 
   import FlameOn.Client.TestHelpers
 
-  alias FlameOn.Client.{Export, TraceStore, Web}
-  alias FlameOn.Client.NextCall.Pattern
-  alias FlameOn.Client.Test.{Chromium, Server}
+  alias FlameOn.Client.Export
+  alias FlameOn.Client.TraceStore
+  alias FlameOn.Client.Web
+  alias FlameOn.Client.Node.Gates
+  alias FlameOn.Client.Test.Chromium
+  alias FlameOn.Client.Test.Server
   alias FlameOn.Client.WebTest.Work
 
   doctest FlameOn.Client.Web
@@ -208,7 +211,7 @@ defmodule FlameOn.Client.WebTest do
                {"sec-fetch-site", "cross-site"}
              ])
 
-    assert Pattern.waiting() == []
+    assert Gates.waiting() == []
     assert_node_clean()
   end
 
@@ -238,7 +241,7 @@ defmodule FlameOn.Client.WebTest do
     assert {400, _, body} = post_form(url, "/capture", %{"function" => "No.Such.Module.f/1"})
     assert body =~ "no module named No.Such.Module"
 
-    assert Pattern.waiting() == []
+    assert Gates.waiting() == []
     assert_node_clean()
   end
 
@@ -263,7 +266,7 @@ defmodule FlameOn.Client.WebTest do
     # one capture per function
     assert {409, _, _} = post_form(url, "/capture", form)
 
-    wait_until(fn -> match?([{{Work, :handle, 1}, _}], Pattern.waiting()) end)
+    wait_until(fn -> match?([{{Work, :handle, 1}, _}], Gates.waiting()) end)
     Work.handle(10)
     trace_location = wait_for_redirect(url, location)
     assert "/traces/" <> trace_id = trace_location
@@ -308,7 +311,7 @@ defmodule FlameOn.Client.WebTest do
     }
 
     {303, %{"location" => "/captures/" <> id = location}, _} = post_form(url, "/capture", form)
-    wait_until(fn -> match?([{{Work, :handle, 1}, _}], Pattern.waiting()) end)
+    wait_until(fn -> match?([{{Work, :handle, 1}, _}], Gates.waiting()) end)
 
     assert {303, %{"location" => "/"}, _} =
              post_form(url, "/captures/#{id}/cancel", %{"_csrf_token" => token})
@@ -316,7 +319,7 @@ defmodule FlameOn.Client.WebTest do
     {200, _, page} = get(url, location)
     assert page =~ "was cancelled"
     assert_node_clean()
-    assert Pattern.waiting() == []
+    assert Gates.waiting() == []
   end
 
   test "a capture that cannot start says why, and leaves nothing", %{url: url} do
@@ -344,7 +347,7 @@ defmodule FlameOn.Client.WebTest do
       :erlang.trace_pattern(:on_load, false, [:local])
     end
 
-    assert Pattern.waiting() == []
+    assert Gates.waiting() == []
     assert_node_clean()
   end
 

@@ -3,13 +3,16 @@ defmodule FlameOn.Client.Capture.Counters do
   # FlameOn.Client.summary/2: the VM's call_time / call_memory counters, as
   # tprof reads them. A counter pattern on every function (and on modules
   # loaded meanwhile) goes where the trace's handle says (its own trace
-  # session on OTP 27+, see FlameOn.Client.TraceBackend; the legacy session,
-  # through FlameOn.Client.Patterns, before), fun runs in a new process with
+  # session on OTP 27+, see FlameOn.Client.Node.TraceBackend; the legacy session,
+  # through FlameOn.Client.Node.Patterns, before), fun runs in a new process with
   # the :call flag and :silent (counters only, no events; with set_on_spawn
   # the processes it spawns too), the counters are paused and read per
   # function with info/3, and everything is cleared.
 
-  alias FlameOn.Client.{Capture, Patterns, Summary, TraceBackend}
+  alias FlameOn.Client.Capture
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Summary
+  alias FlameOn.Client.Node.TraceBackend
 
   # Ours, running traced around the function: not part of its summary.
   @own_modules [__MODULE__, TraceBackend, :trace]

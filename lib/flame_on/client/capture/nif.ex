@@ -6,7 +6,11 @@ defmodule FlameOn.Client.Capture.Nif do
   # clears the patterns and the session resource is garbage collected.
   @behaviour FlameOn.Client.Capture
 
-  alias FlameOn.Client.{Capture, Native, Patterns, Profile, TraceBackend}
+  alias FlameOn.Client.Capture
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Node.TraceBackend
 
   # Mode :nif stamps events itself, so no :monotonic_timestamp flag.
   @flags [:call, :return_to, :running, :arity]
@@ -29,7 +33,7 @@ defmodule FlameOn.Client.Capture.Nif do
   def begin(capture), do: capture
 
   # stop/1 makes the tracer discard every later event (the tracer never
-  # folds calls into FlameOn.Client.Native, so stop's own call leaves no
+  # folds calls into FlameOn.Client.Core.Native, so stop's own call leaves no
   # frame).
   @impl Capture
   def stop(%{native: native}), do: Native.stop(native)

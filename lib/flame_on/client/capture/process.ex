@@ -1,11 +1,12 @@
 defmodule FlameOn.Client.Capture.Process do
   @moduledoc false
-  # mode: :process – a TraceSession process is the tracer and ingests the
-  # trace messages in batches; the call event of TraceSession.end_mark/0
+  # mode: :process – a Tracer process is the tracer and ingests the
+  # trace messages in batches; the call event of Tracer.end_mark/0
   # ends the trace.
   @behaviour FlameOn.Client.Capture
 
-  alias FlameOn.Client.{Capture, TraceSession}
+  alias FlameOn.Client.Capture
+  alias FlameOn.Client.Owners.Tracer
 
   @impl Capture
   def start(opts) do
@@ -17,12 +18,12 @@ defmodule FlameOn.Client.Capture.Process do
       limits: Map.take(opts, FlameOn.Client.limit_keys())
     ]
 
-    case TraceSession.start(session_opts) do
+    case Tracer.start(session_opts) do
       {:ok, session} ->
         %{
           module: __MODULE__,
           session: session,
-          flags: [{TraceSession.handle(session), TraceSession.trace_flags()}]
+          flags: [{Tracer.handle(session), Tracer.trace_flags()}]
         }
 
       {:error, reason} ->
@@ -34,10 +35,10 @@ defmodule FlameOn.Client.Capture.Process do
   def begin(capture), do: capture
 
   @impl Capture
-  def stop(_capture), do: TraceSession.end_mark()
+  def stop(_capture), do: Tracer.end_mark()
 
   @impl Capture
   def finish(%{session: session}, started_ts, end_ts, opts) do
-    TraceSession.finish(session, started_ts: started_ts, end_ts: end_ts, timeout: opts.timeout)
+    Tracer.finish(session, started_ts: started_ts, end_ts: end_ts, timeout: opts.timeout)
   end
 end

@@ -2,12 +2,17 @@ defmodule FlameOn.Client.Capture.Sample do
   @moduledoc false
   # mode: :sample – no call breakpoints at all. The calling process gets the
   # :running flag (per process, no breakpoint) with the NIF as tracer, so
-  # its on- and off-CPU intervals are exact, and a FlameOn.Client.Sampler
+  # its on- and off-CPU intervals are exact, and a FlameOn.Client.Sampling.Sampler
   # folds its stack into the same session at :interval_us. Nothing is set
   # on the code, so other processes pay nothing.
   @behaviour FlameOn.Client.Capture
 
-  alias FlameOn.Client.{Capture, Native, Patterns, Profile, Sampler, TraceBackend}
+  alias FlameOn.Client.Capture
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Sampling.Sampler
+  alias FlameOn.Client.Node.TraceBackend
   alias FlameOn.Client.Capture.Nif
 
   @flags [:running]
@@ -30,7 +35,7 @@ defmodule FlameOn.Client.Capture.Sample do
     }
   end
 
-  @doc "The `FlameOn.Client.Sampler` options of a trace with these `profile/2` options."
+  @doc "The `FlameOn.Client.Sampling.Sampler` options of a trace with these `profile/2` options."
   @spec sampler_opts(map()) :: keyword()
   def sampler_opts(opts) do
     [

@@ -28,7 +28,10 @@ defmodule FlameOn.Client.Cluster.Merge do
   # spawns); `flag_lag_us` (per process), `late_flags` and `late_flag_us`
   # say how late the parts flagged the processes that joined there.
 
-  alias FlameOn.Client.{Edge, Graph, Profile, Span}
+  alias FlameOn.Client.Graph.Edge
+  alias FlameOn.Client.Graph
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Graph.Span
 
   # A process that got its flags this long after its span began was flagged
   # late: its stacks miss the start of its work (a loaded node).
@@ -119,7 +122,7 @@ defmodule FlameOn.Client.Cluster.Merge do
       processes: map_size(part.stacks),
       bytes: part.bytes,
       truncated_stack_entries: part.truncated_stacks,
-      # mode :sample: its samplers' counters (FlameOn.Client.Sampler.summarize/1)
+      # mode :sample: its samplers' counters (FlameOn.Client.Sampling.Sampler.summarize/1)
       # and the metric entries left out to fit
       sampling: Map.get(part, :sampled, %{}),
       truncated_metric_entries: Map.get(part, :truncated_metrics, 0)

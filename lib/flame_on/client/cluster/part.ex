@@ -16,7 +16,7 @@ defmodule FlameOn.Client.Cluster.Part do
   # each process got its flags: `flag_lag_us`).
   #
   # In mode :sample it sets no call pattern on its node either: each
-  # process that joins is sampled (a FlameOn.Client.Sampler per process, as
+  # process that joins is sampled (a FlameOn.Client.Sampling.Sampler per process, as
   # the origin does for its callees) and the node's backtrace_depth is
   # raised while the part runs.
   #
@@ -28,24 +28,22 @@ defmodule FlameOn.Client.Cluster.Part do
 
   use GenServer, restart: :temporary
 
-  alias FlameOn.Client.{
-    Graph,
-    Native,
-    Patterns,
-    Profile,
-    Sampler,
-    TraceBackend,
-    TraceGraphSession
-  }
+  alias FlameOn.Client.Graph
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Sampling.Sampler
+  alias FlameOn.Client.Node.TraceBackend
+  alias FlameOn.Client.Owners.CrossProcess
 
   @doc false
   # On the remote node: starts the part under the session supervisor.
   # `{:error, :not_running}` when the application does not run here.
   @spec start(map()) :: {:ok, pid()} | {:error, term()}
   def start(opts) do
-    if Process.whereis(FlameOn.Client.SessionSupervisor) &&
-         Process.whereis(FlameOn.Client.Patterns) do
-      DynamicSupervisor.start_child(FlameOn.Client.SessionSupervisor, {__MODULE__, opts})
+    if Process.whereis(FlameOn.Client.OwnerSupervisor) &&
+         Process.whereis(FlameOn.Client.Node.Patterns) do
+      DynamicSupervisor.start_child(FlameOn.Client.OwnerSupervisor, {__MODULE__, opts})
     else
       {:error, :not_running}
     end
@@ -90,7 +88,7 @@ defmodule FlameOn.Client.Cluster.Part do
         # what a sampler runs, loaded now: a node in interactive mode loads
         # modules on first use, and the first process of the trace here
         # must not wait for the code server to be sampled
-        Enum.each([Sampler, FlameOn.Client.SampleBudget, :rand], &Code.ensure_loaded/1)
+        Enum.each([Sampler, FlameOn.Client.Sampling.Budget, :rand], &Code.ensure_loaded/1)
       end
 
       {:ok,
@@ -143,7 +141,7 @@ defmodule FlameOn.Client.Cluster.Part do
     {raw, stats, graph} = Native.finish(state.native, :stop)
     graph = Graph.build(graph, state.label)
     stacks = Profile.build(raw, stats, [], state.names).stacks
-    TraceGraphSession.unfollow(Enum.uniq(graph.followers ++ MapSet.to_list(state.flagged)), state)
+    CrossProcess.unfollow(Enum.uniq(graph.followers ++ MapSet.to_list(state.flagged)), state)
     Patterns.release_graph()
     lags = flag_lags(graph, state.flagged_at)
 
@@ -188,7 +186,7 @@ defmodule FlameOn.Client.Cluster.Part do
   end
 
   def handle_info({:flame_on_left, pid}, state) do
-    TraceGraphSession.unfollow([pid], state)
+    CrossProcess.unfollow([pid], state)
     {:noreply, %{state | flagged: MapSet.delete(state.flagged, pid)}}
   end
 
@@ -206,7 +204,7 @@ defmodule FlameOn.Client.Cluster.Part do
     # The origin is gone or the lifetime is over: nothing of the trace is
     # kept. Patterns gives graph tracing back when it sees us go.
     Native.stop(state.native)
-    TraceGraphSession.unfollow(MapSet.to_list(state.flagged), state)
+    CrossProcess.unfollow(MapSet.to_list(state.flagged), state)
     :ok
   end
 

@@ -5,7 +5,9 @@ defmodule FlameOn.Client.ExUnit.TestRun do
   # and the test's outcome handed back to ExUnit as if nothing had wrapped
   # it (same result, same exception, same stacktrace).
 
-  alias FlameOn.Client.{Breaker, Export, Profile}
+  alias FlameOn.Client.Node.Breaker
+  alias FlameOn.Client.Export
+  alias FlameOn.Client.Profile
   alias FlameOn.Client.ExUnit.Formatter
 
   @outcome_key {__MODULE__, :outcome}

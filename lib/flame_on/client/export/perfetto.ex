@@ -3,7 +3,10 @@ defmodule FlameOn.Client.Export.Perfetto do
   # Chrome trace-event JSON for ui.perfetto.dev and chrome://tracing. See
   # FlameOn.Client.Export.perfetto/1 for the layout.
 
-  alias FlameOn.Client.{Graph, JSON, Profile, Span}
+  alias FlameOn.Client.Graph
+  alias FlameOn.Client.Export.JSON
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Graph.Span
   alias FlameOn.Client.Export.Util
   alias FlameOn.Client.Profile.Tree
 

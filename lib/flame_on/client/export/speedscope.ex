@@ -7,7 +7,8 @@ defmodule FlameOn.Client.Export.Speedscope do
   # "sampled" profile would list every frame of every stack). See
   # FlameOn.Client.Export.speedscope/1.
 
-  alias FlameOn.Client.{JSON, Profile}
+  alias FlameOn.Client.Export.JSON
+  alias FlameOn.Client.Profile
   alias FlameOn.Client.Export.Util
   alias FlameOn.Client.Profile.Tree
 

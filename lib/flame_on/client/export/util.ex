@@ -2,7 +2,8 @@ defmodule FlameOn.Client.Export.Util do
   @moduledoc false
   # Helpers shared by the exporters: process order and labels, stack parsing.
 
-  alias FlameOn.Client.{Graph, Profile}
+  alias FlameOn.Client.Graph
+  alias FlameOn.Client.Profile
 
   @doc "`\"<0.96.0>\"` (`\"<0.96.0>@node\"` on another node): `Profile.pid_text/1`."
   @spec pid_text(pid()) :: String.t()

@@ -3,7 +3,10 @@ defmodule FlameOn.Client.Web.Pages do
   # The web UI's HTML, as iodata. Every value that comes from a trace or a
   # request is escaped; the only script is the flame graph's own.
 
-  alias FlameOn.Client.{Export, Graph, Profile, TraceStore}
+  alias FlameOn.Client.Export
+  alias FlameOn.Client.Graph
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.TraceStore
   alias FlameOn.Client.Web.Router
 
   @style """

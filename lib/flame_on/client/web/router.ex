@@ -4,8 +4,13 @@ defmodule FlameOn.Client.Web.Router do
   # every POST), then the pages. Nothing here raises on bad input: every
   # refusal is an error page with its status.
 
-  alias FlameOn.Client.{Export, NextCall, Profile, TraceStore}
-  alias FlameOn.Client.Web.{HTTP, Pages, Server}
+  alias FlameOn.Client.Export
+  alias FlameOn.Client.NextCall
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.TraceStore
+  alias FlameOn.Client.Web.HTTP
+  alias FlameOn.Client.Web.Pages
+  alias FlameOn.Client.Web.Server
 
   @token_cookie "flame_on_token"
   @modes %{"sample" => :sample, "nif" => :nif}
@@ -215,7 +220,7 @@ defmodule FlameOn.Client.Web.Router do
   # The waiting page says nobody called the function yet: true once its
   # pattern is set (or the capture already ended, with an error to show).
   defp await_armed(server, id, mfa, tries) do
-    armed? = fn runner -> {mfa, runner} in FlameOn.Client.NextCall.Pattern.waiting() end
+    armed? = fn runner -> {mfa, runner} in FlameOn.Client.Node.Gates.waiting() end
 
     case Server.capture(server, id) do
       {:ok, %{status: :waiting, runner: runner}} when tries > 0 ->

@@ -10,8 +10,10 @@ defmodule FlameOn.Client.Web.Server do
 
   require Logger
 
-  alias FlameOn.Client.{NextCall, TraceStore}
-  alias FlameOn.Client.Web.{HTTP, Router}
+  alias FlameOn.Client.NextCall
+  alias FlameOn.Client.TraceStore
+  alias FlameOn.Client.Web.HTTP
+  alias FlameOn.Client.Web.Router
 
   @kept_captures 50
 
@@ -208,7 +210,7 @@ defmodule FlameOn.Client.Web.Server do
     Enum.find_value(state.captures, fn {_, c} ->
       c.status == :waiting and c.mfa == mfa and c.runner
     end) ||
-      case List.keyfind(FlameOn.Client.NextCall.Pattern.waiting(), mfa, 0) do
+      case List.keyfind(FlameOn.Client.Node.Gates.waiting(), mfa, 0) do
         {_, pid} -> pid
         nil -> nil
       end

@@ -1,4 +1,4 @@
-defmodule FlameOn.Client.TraceGraphSession do
+defmodule FlameOn.Client.Owners.CrossProcess do
   @moduledoc """
   A process that owns **one logical request trace across processes**
   (`cross_process: true`).
@@ -6,7 +6,7 @@ defmodule FlameOn.Client.TraceGraphSession do
   It holds the trace's root metadata (its label, the root process, the
   name), its per-process timelines (in mode `:nif` every process's events,
   the root's included, are folded by the NIF tracer into one native graph
-  session; in mode `:process` it also starts the `FlameOn.Client.TraceSession`
+  session; in mode `:process` it also starts the `FlameOn.Client.Owners.Tracer`
   that ingests the root's own trace messages into that session), the span
   graph of caller/callee relationships and wait edges (built in the NIF from
   `:seq_trace` events, see `FlameOn.Client.Graph`), the trace's lifetime, and
@@ -18,9 +18,9 @@ defmodule FlameOn.Client.TraceGraphSession do
   ## Life cycle
 
     * `start/1` creates the native graph session, registers it with the NIF's
-      router, takes graph tracing from `FlameOn.Client.Patterns` (the seq_trace
+      router, takes graph tracing from `FlameOn.Client.Node.Patterns` (the seq_trace
       system tracer and the send pattern that turns tracing on in callees),
-      starts the root's `TraceSession` in mode `:process`, and arms the
+      starts the root's `Tracer` in mode `:process`, and arms the
       lifetime timer (`max_duration_ms`). `info/1` tells the caller what to
       trace with.
     * Past its lifetime the trace stops following anything
@@ -42,8 +42,15 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   @leave_grace_ms 5
 
-  alias FlameOn.Client.{Cluster, Graph, Native, Patterns, Profile, Sampler, Shipper}
-  alias FlameOn.Client.{TraceBackend, TraceSession}
+  alias FlameOn.Client.Cluster
+  alias FlameOn.Client.Graph
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Sampling.Sampler
+  alias FlameOn.Client.Shipper
+  alias FlameOn.Client.Node.TraceBackend
+  alias FlameOn.Client.Owners.Tracer
 
   @typedoc "Options of `start/1`."
   @type option ::
@@ -67,7 +74,7 @@ defmodule FlameOn.Client.TraceGraphSession do
   """
   @spec start([option()]) :: {:ok, pid()} | {:error, term()}
   def start(opts) do
-    DynamicSupervisor.start_child(FlameOn.Client.SessionSupervisor, {__MODULE__, opts})
+    DynamicSupervisor.start_child(FlameOn.Client.OwnerSupervisor, {__MODULE__, opts})
   end
 
   @doc false
@@ -76,8 +83,8 @@ defmodule FlameOn.Client.TraceGraphSession do
 
   @doc """
   What the root is traced with: `%{native: session, label: label, handle:
-  graph tracing handle, timeline: TraceSession pid | nil}` (the handle is a
-  `FlameOn.Client.TraceBackend` handle).
+  graph tracing handle, timeline: Tracer pid | nil}` (the handle is a
+  `FlameOn.Client.Node.TraceBackend` handle).
   """
   @spec info(pid()) ::
           {:ok,
@@ -161,14 +168,14 @@ defmodule FlameOn.Client.TraceGraphSession do
         timer: timer,
         cluster: cluster,
         lifetime_exceeded: false,
-        # mode :sample: a FlameOn.Client.Sampler per callee, by pid
+        # mode :sample: a FlameOn.Client.Sampling.Sampler per callee, by pid
         samplers: %{},
         sampler_opts: Keyword.get(opts, :sampler, []),
         # followers that left, their flags to turn off after @leave_grace_ms
         leaving: []
       }
 
-      # The root's TraceSession (mode :process) starts under the same
+      # The root's Tracer (mode :process) starts under the same
       # supervisor, which is busy starting us until init returns.
       {:ok, state, {:continue, :timeline}}
     end
@@ -300,7 +307,7 @@ defmodule FlameOn.Client.TraceGraphSession do
   end
 
   # Mode :process: the root's own events come as trace messages to a
-  # TraceSession that ingests them into the same graph session.
+  # Tracer that ingests them into the same graph session.
   defp timeline(%{mode: mode}) when mode in [:nif, :sample], do: {:ok, nil}
 
   defp timeline(%{mode: :process} = state) do
@@ -315,7 +322,7 @@ defmodule FlameOn.Client.TraceGraphSession do
       graph: %{label: state.label, names: state.names}
     ]
 
-    case TraceSession.start(session_opts) do
+    case Tracer.start(session_opts) do
       {:ok, session} ->
         {:ok, session}
 
@@ -327,7 +334,7 @@ defmodule FlameOn.Client.TraceGraphSession do
   end
 
   defp finish_trace(%{mode: :process} = state, opts) do
-    with {:ok, profile} <- TraceSession.finish(state.timeline, opts) do
+    with {:ok, profile} <- Tracer.finish(state.timeline, opts) do
       {:ok, lifetime(profile, state)}
     end
   end

@@ -1,10 +1,10 @@
-defmodule FlameOn.Client.Breaker do
+defmodule FlameOn.Client.Node.Breaker do
   @moduledoc """
   The circuit breaker in front of every new trace.
 
   A profiler must not be what takes a node down. Before a trace starts,
   `check/0` compares the memory held by all live trace sessions (their C
-  tables, `FlameOn.Client.Native.session_bytes/0`) and, if configured, the
+  tables, `FlameOn.Client.Core.Native.session_bytes/0`) and, if configured, the
   whole node's memory (`:erlang.memory(:total)`) with their limits. Past a
   limit the breaker **opens**: new traces do not start (`profile/2` raises,
   `trace/3` runs the function untraced) until the figure falls below
@@ -20,7 +20,7 @@ defmodule FlameOn.Client.Breaker do
 
   The state is visible in `FlameOn.Client.status/0`.
 
-      iex> FlameOn.Client.Breaker.check()
+      iex> FlameOn.Client.Node.Breaker.check()
       :ok
   """
 
@@ -39,7 +39,7 @@ defmodule FlameOn.Client.Breaker do
     config = config()
 
     readings = [
-      {:sessions_memory, FlameOn.Client.Native.session_bytes(),
+      {:sessions_memory, FlameOn.Client.Core.Native.session_bytes(),
        mb(config[:max_sessions_memory_mb])},
       # :erlang.memory/1 walks every allocator (hundreds of µs): only when
       # a node limit is set

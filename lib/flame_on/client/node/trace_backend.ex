@@ -1,4 +1,4 @@
-defmodule FlameOn.Client.TraceBackend do
+defmodule FlameOn.Client.Node.TraceBackend do
   @moduledoc """
   The one place FlameOn sets and clears trace flags and trace patterns, on
   either of the VM's two tracing models. Internal: the rest of FlameOn
@@ -6,7 +6,7 @@ defmodule FlameOn.Client.TraceBackend do
 
     * **Trace sessions** (OTP 27+, `:trace.session_create/3`): every trace
       FlameOn starts gets its own session, with our tracer (the NIF
-      `{FlameOn.Client.Native, state}` or a session process) as the
+      `{FlameOn.Client.Core.Native, state}` or a session process) as the
       session's tracer. Its flags and patterns live in that session only, so
       another tool's patterns and flags — in its own session or in the
       legacy one — are never read, replaced or cleared, and its events keep
@@ -15,7 +15,7 @@ defmodule FlameOn.Client.TraceBackend do
     * **The legacy session** (OTP 25–26, `:erlang.trace/3` and
       `:erlang.trace_pattern/3`): one per node, shared with every other
       tool. The tracer goes into the process's flags, and patterns are
-      node-global, so `FlameOn.Client.Patterns` shares them between our
+      node-global, so `FlameOn.Client.Node.Patterns` shares them between our
       traces and refuses to start while another tool call-traces.
 
   A handle (`t:t/0`) names where a trace's flags and patterns go;
@@ -28,13 +28,13 @@ defmodule FlameOn.Client.TraceBackend do
   (`:seq_trace.set_system_tracer/1`) is one per node on every release, and
   the node-wide `backtrace_depth` flag.
 
-      iex> handle = FlameOn.Client.TraceBackend.open(:trace, self())
-      iex> FlameOn.Client.TraceBackend.trace(handle, self(), true, [:running]) == 1
+      iex> handle = FlameOn.Client.Node.TraceBackend.open(:trace, self())
+      iex> FlameOn.Client.Node.TraceBackend.trace(handle, self(), true, [:running]) == 1
       true
-      iex> FlameOn.Client.TraceBackend.flags(handle, self())
+      iex> FlameOn.Client.Node.TraceBackend.flags(handle, self())
       [:running]
-      iex> FlameOn.Client.TraceBackend.untrace(handle, self())
-      iex> FlameOn.Client.TraceBackend.close(handle)
+      iex> FlameOn.Client.Node.TraceBackend.untrace(handle, self())
+      iex> FlameOn.Client.Node.TraceBackend.close(handle)
       :ok
   """
 
@@ -79,7 +79,7 @@ defmodule FlameOn.Client.TraceBackend do
   A handle for a new trace with `tracer`: its own trace session where the
   VM has them, else the legacy session. A session is only made for a live
   tracer: a tracer module whose `enabled/3` answers `:remove` to
-  `:trace_status` (`{FlameOn.Client.Native, :graph}` while no graph trace is
+  `:trace_status` (`{FlameOn.Client.Core.Native, :graph}` while no graph trace is
   registered) raises `ArgumentError`.
   """
   @spec open(kind(), tracer()) :: t()
@@ -204,7 +204,7 @@ defmodule FlameOn.Client.TraceBackend do
           do: untrace(%__MODULE__{session: weak}, pid)
     end
 
-    untrace(legacy({FlameOn.Client.Native, :graph}), pid)
+    untrace(legacy({FlameOn.Client.Core.Native, :graph}), pid)
   end
 
   @doc """

@@ -20,7 +20,7 @@ defmodule FlameOn.Client.Capture do
 
   @type t :: %{
           required(:module) => module(),
-          required(:flags) => [{FlameOn.Client.TraceBackend.t(), [atom()]}],
+          required(:flags) => [{FlameOn.Client.Node.TraceBackend.t(), [atom()]}],
           optional(atom()) => term()
         }
 
@@ -39,7 +39,7 @@ defmodule FlameOn.Client.Capture do
 
   @doc "The front end for validated `profile/2` options."
   @spec module_for(map()) :: module()
-  def module_for(%{cross_process: true}), do: FlameOn.Client.Capture.Graph
+  def module_for(%{cross_process: true}), do: FlameOn.Client.Capture.CrossProcess
   def module_for(%{mode: :nif}), do: FlameOn.Client.Capture.Nif
   def module_for(%{mode: :process}), do: FlameOn.Client.Capture.Process
   def module_for(%{mode: :sample}), do: FlameOn.Client.Capture.Sample
@@ -54,13 +54,13 @@ defmodule FlameOn.Client.Capture do
   def ensure_untraced!, do: ensure_untraced!(true)
 
   defp ensure_untraced!(leave?) do
-    case FlameOn.Client.TraceBackend.check_tracee(self()) do
+    case FlameOn.Client.Node.TraceBackend.check_tracee(self()) do
       :ok ->
         :ok
 
       {:error, {:already_traced, tracer}} ->
         if leave? and follower_only?(tracer) do
-          FlameOn.Client.TraceBackend.untrace_graph(self())
+          FlameOn.Client.Node.TraceBackend.untrace_graph(self())
           :seq_trace.set_token([])
           ensure_untraced!(false)
         else
@@ -70,12 +70,12 @@ defmodule FlameOn.Client.Capture do
   end
 
   defp follower_only?(tracer) do
-    tracer in [{FlameOn.Client.Native, :graph}, {:trace_session, :flame_on_client_graph}] and
-      FlameOn.Client.Native.graph_role(self()) != :root
+    tracer in [{FlameOn.Client.Core.Native, :graph}, {:trace_session, :flame_on_client_graph}] and
+      FlameOn.Client.Core.Native.graph_role(self()) != :root
   end
 
   @doc "A native session with the limits of `opts` (and its extra keys), or raises."
-  @spec new_native!(map(), [atom()], map()) :: FlameOn.Client.Native.session()
+  @spec new_native!(map(), [atom()], map()) :: FlameOn.Client.Core.Native.session()
   def new_native!(opts, limit_keys, extra \\ %{}) do
     limits =
       opts
@@ -83,14 +83,15 @@ defmodule FlameOn.Client.Capture do
       |> Map.merge(extra)
       |> Map.put(:native_per_second, System.convert_time_unit(1, :second, :native))
 
-    FlameOn.Client.Native.new(limits)
+    FlameOn.Client.Core.Native.new(limits)
   rescue
     ArgumentError -> limits_out_of_range!(Map.take(opts, limit_keys))
   end
 
   @doc "Turns the trace flags of `capture` off on the calling process, where still ours."
   @spec untrace_self(t()) :: :ok
-  def untrace_self(%{flags: flags}), do: FlameOn.Client.TraceBackend.clear_flags(self(), flags)
+  def untrace_self(%{flags: flags}),
+    do: FlameOn.Client.Node.TraceBackend.clear_flags(self(), flags)
 
   @doc "The common error of a front end that could not start, raised."
   @spec raise_start_error!(term(), String.t()) :: no_return()

@@ -1,4 +1,4 @@
-defmodule FlameOn.Client.SampleBudget do
+defmodule FlameOn.Client.Sampling.Budget do
   @moduledoc """
   The node-wide budget of stack samples per second, shared by every
   sampler (mode `:sample`).
@@ -62,11 +62,11 @@ defmodule FlameOn.Client.SampleBudget do
   The interval (µs) a sampler that wants `interval_us` gets now: its own, or
   its share of the budget when the active samplers would exceed it.
 
-      iex> FlameOn.Client.SampleBudget.interval(1_000, 1, 2_000)
+      iex> FlameOn.Client.Sampling.Budget.interval(1_000, 1, 2_000)
       1000
-      iex> FlameOn.Client.SampleBudget.interval(1_000, 10, 2_000)
+      iex> FlameOn.Client.Sampling.Budget.interval(1_000, 10, 2_000)
       5000
-      iex> FlameOn.Client.SampleBudget.interval(1_000, 10, :infinity)
+      iex> FlameOn.Client.Sampling.Budget.interval(1_000, 10, :infinity)
       1000
   """
   @spec interval(pos_integer(), non_neg_integer(), pos_integer() | :infinity) :: pos_integer()

@@ -1,4 +1,4 @@
-defmodule FlameOn.Client.Sweep do
+defmodule FlameOn.Client.Node.Sweep do
   @moduledoc false
   # Undoes everything of ours that is set on the node, recognising it by
   # what only we set, not by what some process remembers: whoever held that
@@ -6,29 +6,30 @@ defmodule FlameOn.Client.Sweep do
   #
   # What is ours:
   #   * a trace session named as ours (OTP 27+, see
-  #     FlameOn.Client.TraceBackend): destroying it removes every flag and
+  #     FlameOn.Client.Node.TraceBackend): destroying it removes every flag and
   #     pattern it set, and nothing of another tool's;
-  #   * in the legacy session: a process whose tracer is the tracer module `FlameOn.Client.Native`
-  #     (any state), or a `FlameOn.Client.TraceSession` process, or a dead
+  #   * in the legacy session: a process whose tracer is the tracer module `FlameOn.Client.Core.Native`
+  #     (any state), or a `FlameOn.Client.Owners.Tracer` process, or a dead
   #     process (a trace nobody receives);
-  #   * the seq_trace system tracer `{FlameOn.Client.Native, _}`;
+  #   * the seq_trace system tracer `{FlameOn.Client.Core.Native, _}`;
   #   * a send pattern whose clauses turn on tracing with our tracer module;
   #   * the receive pattern of graph traces (its exact match spec);
   #   * the local call patterns, when the `:on_load` pattern is ours: it is
-  #     set first and cleared last (`FlameOn.Client.Patterns`), so it marks
+  #     set first and cleared last (`FlameOn.Client.Node.Patterns`), so it marks
   #     that ours may be set on any function;
   #   * capture_next's meta patterns on the functions the application
   #     environment lists, when their meta tracer is ours
-  #     (`FlameOn.Client.NextCall.Pattern.sweep/0`).
+  #     (`FlameOn.Client.Node.Gates.sweep/0`).
   #
   # It runs where a previous owner's leftovers can first be seen: when
   # `Patterns` starts (a restart after a crash), when it terminates, and in
   # the application's `stop/1` (the whole tree is gone). `run/0` is cheap
   # when nothing is set except for the process scan (about 3 µs a process).
 
-  alias FlameOn.Client.{Native, TraceBackend}
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.TraceBackend
 
-  # The match spec of our local call patterns (FlameOn.Client.Patterns).
+  # The match spec of our local call patterns (FlameOn.Client.Node.Patterns).
   @call_match_spec [{:_, [], [{:message, {:caller}}]}]
   # The receive pattern of graph traces: the sender as the match-spec result
   # (`undefined` for timers and ports), or, for a message from another node
@@ -68,7 +69,7 @@ defmodule FlameOn.Client.Sweep do
     receive_pattern = clear_receive_pattern()
     system_tracer = clear_system_tracer()
     call_patterns = clear_call_patterns()
-    next_call_patterns = FlameOn.Client.NextCall.Pattern.sweep()
+    next_call_patterns = FlameOn.Client.Node.Gates.sweep()
     processes = untrace_processes()
     backtrace_depth = restore_backtrace_depth()
     counters = clear_counters()

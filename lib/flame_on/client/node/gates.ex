@@ -1,19 +1,19 @@
-defmodule FlameOn.Client.NextCall.Pattern do
+defmodule FlameOn.Client.Node.Gates do
   @moduledoc """
   Owner of the one-function meta patterns of `FlameOn.Client.capture_next/2`.
 
   Captures work in the legacy trace session on every release (set through
-  `FlameOn.Client.TraceBackend.legacy/1`): the gate is the function's meta
+  `FlameOn.Client.Node.TraceBackend.legacy/1`): the gate is the function's meta
   tracer and the match spec turns tracing on in the caller with the
   capture's own tracer, which a trace session (one tracer per session)
   cannot express without the NIF routing the gate's events.
 
   A capture waiting for the next call of `{m, f, a}` sets one **meta** call
   pattern on that function, whose meta tracer is the NIF's gate
-  (`{:meta, FlameOn.Client.Native, {:next, gate}}`, see
-  `FlameOn.Client.Native`). Nothing else on the node gets a pattern, and
+  (`{:meta, FlameOn.Client.Core.Native, {:next, gate}}`, see
+  `FlameOn.Client.Core.Native`). Nothing else on the node gets a pattern, and
   meta patterns are apart from the local patterns of exact traces
-  (`FlameOn.Client.Patterns`): setting or clearing `{:_, :_, :_}` local
+  (`FlameOn.Client.Node.Patterns`): setting or clearing `{:_, :_, :_}` local
   patterns leaves a meta pattern as it is, and clearing a meta pattern
   leaves the function's local pattern as it is, in either order.
 
@@ -28,7 +28,7 @@ defmodule FlameOn.Client.NextCall.Pattern do
       call was being captured;
     * remembers the armed functions in the application environment, so
       that `sweep/0` finds them even when every process of ours died:
-      `FlameOn.Client.Sweep` runs it, and so does this server when it
+      `FlameOn.Client.Node.Sweep` runs it, and so does this server when it
       starts and terminates. A pattern is swept only when its meta tracer
       is ours.
 
@@ -40,7 +40,8 @@ defmodule FlameOn.Client.NextCall.Pattern do
 
   require Logger
 
-  alias FlameOn.Client.{Native, TraceBackend}
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.TraceBackend
 
   @env_key :"$next_call_patterns"
   @call_timeout 60_000

@@ -1,6 +1,6 @@
-defmodule FlameOn.Client.Capture.Graph do
+defmodule FlameOn.Client.Capture.CrossProcess do
   @moduledoc false
-  # cross_process: a TraceGraphSession owns the trace (graph session, graph
+  # cross_process: a CrossProcess owns the trace (graph session, graph
   # tracing, lifetime, the root's timeline in mode :process, finishing and
   # shipping); the root gets a seq_trace token (label = the trace id) after
   # it started, so nothing of the setup carries the token. The send pattern
@@ -8,8 +8,13 @@ defmodule FlameOn.Client.Capture.Graph do
   # every event to this trace's session.
   @behaviour FlameOn.Client.Capture
 
-  alias FlameOn.Client.{Capture, Native, Patterns, Sampler, TraceBackend}
-  alias FlameOn.Client.{TraceGraphSession, TraceSession}
+  alias FlameOn.Client.Capture
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Sampling.Sampler
+  alias FlameOn.Client.Node.TraceBackend
+  alias FlameOn.Client.Owners.CrossProcess
+  alias FlameOn.Client.Owners.Tracer
   alias FlameOn.Client.Capture.Sample
 
   # :send runs the send pattern; :procs sees exits.
@@ -17,7 +22,7 @@ defmodule FlameOn.Client.Capture.Graph do
   # mode :sample: no call events; the root and each callee are sampled.
   @sample_flags [:running, :send, :procs]
   # follow: :messages: receive events say who woke the root, and processes
-  # it spawns start traced (mode :process: its tracer, a TraceSession,
+  # it spawns start traced (mode :process: its tracer, a Tracer,
   # would be theirs too, so spawns are not followed there).
   @follow_flags [:receive, :set_on_spawn]
 
@@ -40,13 +45,13 @@ defmodule FlameOn.Client.Capture.Graph do
     ]
 
     owner =
-      case TraceGraphSession.start(graph_opts) do
+      case CrossProcess.start(graph_opts) do
         {:ok, owner} -> owner
         {:error, reason} -> Capture.raise_start_error!(reason, "a cross-process trace")
       end
 
     %{native: native, label: label, handle: handle, timeline: timeline} =
-      case TraceGraphSession.info(owner) do
+      case CrossProcess.info(owner) do
         {:ok, info} -> info
         # the root's timeline could not start (mode :process)
         {:error, {reason, _}} -> Capture.raise_start_error!(reason, "a cross-process trace")
@@ -69,11 +74,11 @@ defmodule FlameOn.Client.Capture.Graph do
           [{handle, @sample_flags ++ follow}]
 
         :process ->
-          timeline_handle = TraceSession.handle(timeline)
+          timeline_handle = Tracer.handle(timeline)
           if follow != [], do: receive_pattern(timeline_handle)
 
           [
-            {timeline_handle, TraceSession.trace_flags() ++ (follow -- [:set_on_spawn])},
+            {timeline_handle, Tracer.trace_flags() ++ (follow -- [:set_on_spawn])},
             {handle, [:send]}
           ]
       end
@@ -125,7 +130,7 @@ defmodule FlameOn.Client.Capture.Graph do
     end_ts =
       case capture do
         %{mode: mode, native: native} when mode in [:nif, :sample] -> Native.stop(native)
-        %{mode: :process} -> TraceSession.end_mark()
+        %{mode: :process} -> Tracer.end_mark()
       end
 
     :seq_trace.set_token([])
@@ -145,7 +150,7 @@ defmodule FlameOn.Client.Capture.Graph do
           nil
       end
 
-    TraceGraphSession.finish(owner,
+    CrossProcess.finish(owner,
       started_ts: started_ts,
       end_ts: end_ts,
       timeout: opts.timeout,

@@ -1,31 +1,31 @@
-defmodule FlameOn.Client.TraceSession do
+defmodule FlameOn.Client.Owners.Tracer do
   @moduledoc """
   A process that owns **one process's timeline** (mode `:process`): it is the
   tracer of that process, feeds its trace messages to a
-  `FlameOn.Client.Native` session and turns the result into a
+  `FlameOn.Client.Core.Native` session and turns the result into a
   `FlameOn.Client.Profile`.
 
   Most code should call `FlameOn.Client.profile/2`, which runs a session for
   the calling process. Use this module directly to trace another process:
 
-      {:ok, session} = FlameOn.Client.TraceSession.start(pid: worker)
+      {:ok, session} = FlameOn.Client.Owners.Tracer.start(pid: worker)
       # ... let the worker run ...
-      {:ok, profile} = FlameOn.Client.TraceSession.finish(session)
+      {:ok, profile} = FlameOn.Client.Owners.Tracer.finish(session)
 
   ## Life cycle
 
-    * `start/1` starts the session under `FlameOn.Client.SessionSupervisor`.
+    * `start/1` starts the session under `FlameOn.Client.OwnerSupervisor`.
       It creates the native session, opens its trace handle (a trace
       session of the VM with this process as the tracer, OTP 27+; see
-      `FlameOn.Client.TraceBackend`), takes the call patterns from
-      `FlameOn.Client.Patterns` and, with `attach: :session` (the default),
+      `FlameOn.Client.Node.TraceBackend`), takes the call patterns from
+      `FlameOn.Client.Node.Patterns` and, with `attach: :session` (the default),
       sets the trace flags `trace_flags/0` on the traced process. With
       `attach: :tracee` the traced process sets them on itself through
       `handle/1` (this is what `FlameOn.Client.profile/2` does, so that
       nothing of the wrapper ends up in the profile).
     * While tracing, the session takes trace messages out of its mailbox in
       batches of up to 2000 and hands each batch to one
-      `FlameOn.Client.Native.ingest/2` call.
+      `FlameOn.Client.Core.Native.ingest/2` call.
     * With `attach: :tracee` the traced process calls `end_mark/0` as soon
       as the traced work is done, before it turns its flags off. The
       session applies events up to that call and throws away the ones after
@@ -40,14 +40,17 @@ defmodule FlameOn.Client.TraceSession do
       the profile for its owner (the process that called `start/1`), which
       can still call `finish/2`. If the owner is the traced process itself,
       or dies, the session just stops.
-    * If the session itself crashes, `FlameOn.Client.Patterns` (which
+    * If the session itself crashes, `FlameOn.Client.Node.Patterns` (which
       monitors it) removes the traced process's flags and, with the last
       user, the patterns.
   """
 
   use GenServer, restart: :temporary
 
-  alias FlameOn.Client.{Native, Patterns, Profile, TraceBackend}
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Node.TraceBackend
 
   @flags [:call, :return_to, :running, :arity, :monotonic_timestamp]
   @batch_size 2000
@@ -73,7 +76,7 @@ defmodule FlameOn.Client.TraceSession do
   @doc """
   The trace flags a session uses (without the `{:tracer, pid}` entry).
 
-      iex> FlameOn.Client.TraceSession.trace_flags()
+      iex> FlameOn.Client.Owners.Tracer.trace_flags()
       [:call, :return_to, :running, :arity, :monotonic_timestamp]
   """
   @spec trace_flags() :: [atom()]
@@ -85,19 +88,19 @@ defmodule FlameOn.Client.TraceSession do
   Options: `:pid` (required, a local process), `:owner` (default `self()`),
   `:attach` (`:session`, the default, or `:tracee`), `:name` (default
   `"flame_on"`), `:trace_id` (default a unique positive integer) and
-  `:limits`, a map given to `FlameOn.Client.Native.new/1`.
+  `:limits`, a map given to `FlameOn.Client.Core.Native.new/1`.
 
   Returns `{:error, :noproc}` if the process is not alive,
   `{:error, {:already_traced, tracer}}` if it cannot be traced beside its
-  current tracing (`FlameOn.Client.TraceBackend.check_tracee/1`),
+  current tracing (`FlameOn.Client.Node.TraceBackend.check_tracee/1`),
   `{:error, {:call_tracing_in_use, what}}` if another tool call-traces in
-  the legacy session (`FlameOn.Client.Patterns`) and
+  the legacy session (`FlameOn.Client.Node.Patterns`) and
   `{:error, {:invalid_limits, limits}}` if the NIF rejects the limits.
   """
   @spec start([option()]) :: {:ok, pid()} | {:error, term()}
   def start(opts) when is_list(opts) do
     opts = Keyword.put_new(opts, :owner, self())
-    DynamicSupervisor.start_child(FlameOn.Client.SessionSupervisor, {__MODULE__, opts})
+    DynamicSupervisor.start_child(FlameOn.Client.OwnerSupervisor, {__MODULE__, opts})
   end
 
   @doc false
@@ -151,9 +154,9 @@ defmodule FlameOn.Client.TraceSession do
   def end_mark, do: :erlang.monotonic_time()
 
   @doc """
-  The `FlameOn.Client.TraceBackend` handle the traced process is traced
+  The `FlameOn.Client.Node.TraceBackend` handle the traced process is traced
   through (with `attach: :tracee` it sets `trace_flags/0` on itself with
-  `FlameOn.Client.TraceBackend.trace/4`).
+  `FlameOn.Client.Node.TraceBackend.trace/4`).
   """
   @spec handle(pid()) :: TraceBackend.t()
   def handle(session), do: GenServer.call(session, :handle)

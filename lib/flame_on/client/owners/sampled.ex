@@ -1,25 +1,29 @@
-defmodule FlameOn.Client.SampleSession do
+defmodule FlameOn.Client.Owners.Sampled do
   @moduledoc """
   A process that samples **another** process (mode `:sample`): the
-  counterpart of `FlameOn.Client.TraceSession` for
+  counterpart of `FlameOn.Client.Owners.Tracer` for
   `FlameOn.Client.Tracing.start_trace/2` and `FlameOn.Client.Telemetry`.
 
   It owns a native session, puts the `:running` flag (with the NIF as
   tracer: exact on- and off-CPU time, no call breakpoints) on the traced
-  process and runs a `FlameOn.Client.Sampler` for it. `finish/2` stops both
+  process and runs a `FlameOn.Client.Sampling.Sampler` for it. `finish/2` stops both
   and returns the `FlameOn.Client.Profile` (`mode: :sample`). If the traced
   process exits first, the profile is kept until `finish/2` asks for it.
   `pid: [pid, ...]` samples several processes into one profile (the
   whole-node mode of `FlameOn.Client.Tracing.start_trace/2`); those that
   already have a tracer are skipped (`stats.skipped_processes`).
-  If the session dies, `FlameOn.Client.Patterns` (which it registered with)
+  If the session dies, `FlameOn.Client.Node.Patterns` (which it registered with)
   restores `backtrace_depth`, and the traced process's flags are swept (our
-  tracer module, see `FlameOn.Client.Sweep`).
+  tracer module, see `FlameOn.Client.Node.Sweep`).
   """
 
   use GenServer, restart: :temporary
 
-  alias FlameOn.Client.{Native, Patterns, Profile, Sampler, TraceBackend}
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Profile
+  alias FlameOn.Client.Sampling.Sampler
+  alias FlameOn.Client.Node.TraceBackend
 
   @flags [:running]
 
@@ -34,13 +38,13 @@ defmodule FlameOn.Client.SampleSession do
           | {:max_samples, pos_integer()}
 
   @doc """
-  Starts sampling `opts[:pid]` under `FlameOn.Client.SessionSupervisor`.
+  Starts sampling `opts[:pid]` under `FlameOn.Client.OwnerSupervisor`.
   Returns `{:error, {:already_traced, tracer}}` when the process has a
   tracer, `{:error, :noproc}` when it is not alive.
   """
   @spec start([option()]) :: {:ok, pid()} | {:error, term()}
   def start(opts) when is_list(opts) do
-    DynamicSupervisor.start_child(FlameOn.Client.SessionSupervisor, {__MODULE__, opts})
+    DynamicSupervisor.start_child(FlameOn.Client.OwnerSupervisor, {__MODULE__, opts})
   end
 
   @doc false
@@ -48,7 +52,7 @@ defmodule FlameOn.Client.SampleSession do
 
   @doc """
   Stops sampling and returns the profile. Options are accepted for
-  compatibility with `FlameOn.Client.TraceSession.finish/2` and ignored:
+  compatibility with `FlameOn.Client.Owners.Tracer.finish/2` and ignored:
   samples need no draining.
   """
   @spec finish(pid(), keyword()) :: {:ok, Profile.t()} | {:error, term()}

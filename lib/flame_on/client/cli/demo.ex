@@ -1,16 +1,16 @@
-defmodule FlameOn.Client.Demo do
+defmodule FlameOn.Client.CLI.Demo do
   @moduledoc """
   A small built-in workload to try the profiler on, used by
   `mix flame_on.demo`: deep recursion, an `Enum`/`Map` pipeline, a
   `GenServer` round trip, a short sleep and a little file I/O.
 
-      {_result, profile} = FlameOn.Client.profile(&FlameOn.Client.Demo.run/0, name: "demo")
+      {_result, profile} = FlameOn.Client.profile(&FlameOn.Client.CLI.Demo.run/0, name: "demo")
   """
 
   @doc """
   Runs every part of the workload once and returns a summary of the results.
 
-      iex> FlameOn.Client.Demo.run().fib
+      iex> FlameOn.Client.CLI.Demo.run().fib
       6765
   """
   @spec run() :: %{

@@ -1,4 +1,4 @@
-defmodule FlameOn.Client.Native do
+defmodule FlameOn.Client.Core.Native do
   @moduledoc """
   The C NIF. Internal: use `FlameOn.Client` instead.
 
@@ -73,7 +73,7 @@ defmodule FlameOn.Client.Native do
       (`:max_processes` bounds both parts). `graph_start(session, root)`
       registers the session with the router and `graph_begin(session)`
       starts the root span, right before tracing starts: the
-      tracer state `:graph` (`{:tracer, FlameOn.Client.Native, :graph}`,
+      tracer state `:graph` (`{:tracer, FlameOn.Client.Core.Native, :graph}`,
       also the seq_trace system tracer) routes seq_trace events by label
       and process events by pid. `finish/2` of a graph session returns a
       third element, `%{spans: [span_map], edges: [edge_map], followers:
@@ -109,7 +109,7 @@ defmodule FlameOn.Client.Native do
       takes the time since).
     * `next_new(session, owner, excluded)` – the gate of
       `FlameOn.Client.NextCall`: with the meta pattern
-      `{:meta, FlameOn.Client.Native, {:next, gate}}` on one function, the
+      `{:meta, FlameOn.Client.Core.Native, {:next, gate}}` on one function, the
       first process to call it (not one of `excluded`, at most 8 pids)
       claims the gate in `enabled/3`, before the VM runs the pattern's
       match spec, so the match spec turns tracing on in that process only.
@@ -122,10 +122,10 @@ defmodule FlameOn.Client.Native do
       or `:fired` when a caller claimed it first; `next_state(gate)` is
       `:armed`, `:cancelled`, `{:fired, pid}` or `{:done, pid}`.
     * `tracer_state(session)` – the session's tracer state: pass
-      `{:tracer, FlameOn.Client.Native, tracer_state(session)}` to
-      `:erlang.trace/3` (or, OTP 27+, make `{FlameOn.Client.Native,
+      `{:tracer, FlameOn.Client.Core.Native, tracer_state(session)}` to
+      `:erlang.trace/3` (or, OTP 27+, make `{FlameOn.Client.Core.Native,
       tracer_state(session)}` a trace session's tracer, see
-      `FlameOn.Client.TraceBackend`). A small integer (the key of the session's slot in
+      `FlameOn.Client.Node.TraceBackend`). A small integer (the key of the session's slot in
       a node-wide table of at most 16384 tracing sessions; raises
       `:system_limit` past it), so the callbacks reach the session without a
       resource lookup. Once the session is stopped or finished the key

@@ -1,9 +1,9 @@
-defmodule FlameOn.Client.Patterns do
+defmodule FlameOn.Client.Node.Patterns do
   @moduledoc """
   Owner of the local call trace patterns that exact traces need.
 
   Call tracing needs a trace pattern on every function. Where a trace's
-  patterns go is its `FlameOn.Client.TraceBackend` handle: with trace
+  patterns go is its `FlameOn.Client.Node.TraceBackend` handle: with trace
   sessions (OTP 27+) each trace has its own session and its own patterns;
   in the legacy session (OTP 25–26) patterns are **global to the node**,
   so this server shares them between our traces. It counts the users of
@@ -56,7 +56,7 @@ defmodule FlameOn.Client.Patterns do
   ## Leftovers of a dead owner
 
   What is set on the node is recognised as ours by our tracer module and our
-  match specs (`FlameOn.Client.Sweep`), so the cleanup does not depend on any
+  match specs (`FlameOn.Client.Node.Sweep`), so the cleanup does not depend on any
   process having survived: this server sweeps when it starts (after a crash
   of the previous one, whose sessions the supervisor stopped with it) and
   when it terminates, and the application's `stop/1` sweeps once the whole
@@ -70,7 +70,9 @@ defmodule FlameOn.Client.Patterns do
 
   require Logger
 
-  alias FlameOn.Client.{Native, Sweep, TraceBackend}
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.Sweep
+  alias FlameOn.Client.Node.TraceBackend
 
   @match_spec Sweep.call_match_spec()
   @graph_tracer {Native, :graph}
@@ -101,7 +103,7 @@ defmodule FlameOn.Client.Patterns do
 
   @doc """
   Registers the calling process as a user of the call patterns of `handle`
-  (a `FlameOn.Client.TraceBackend` handle; default: the legacy session),
+  (a `FlameOn.Client.Node.TraceBackend` handle; default: the legacy session),
   setting them if it is the first user of where they go. `tracee` is the
   process the caller traces (or `nil`): if the caller dies without
   `release/0`, that process's trace flags are cleared and the handle is
@@ -130,9 +132,9 @@ defmodule FlameOn.Client.Patterns do
   Registers the calling process as running a cross-process (graph) trace
   with the native session `native`, and returns the handle the trace's
   processes are traced through. The first graph user makes the NIF the
-  seq_trace system tracer (`{FlameOn.Client.Native, :graph}`), opens the
+  seq_trace system tracer (`{FlameOn.Client.Core.Native, :graph}`), opens the
   graph tracing handle (a trace session of its own where the VM has them,
-  with the tracer `{FlameOn.Client.Native, :graph}`) and sets there the
+  with the tracer `{FlameOn.Client.Core.Native, :graph}`) and sets there the
   send pattern that turns tracing on in every process a tokened follower
   sends a message to (following GenServer calls only: a `$gen_call`
   request), and, following every message, the receive pattern whose result
@@ -175,7 +177,7 @@ defmodule FlameOn.Client.Patterns do
   @doc """
   The trace flags a process gets when it joins a graph trace that follows
   `follow` (`:messages` or `:calls`): the flags the send pattern turns on
-  (set them with `FlameOn.Client.TraceBackend` and the trace's graph
+  (set them with `FlameOn.Client.Node.TraceBackend` and the trace's graph
   handle, which adds its tracer where needed).
   """
   @spec follower_flags(:messages | :calls) :: [atom()]
@@ -197,7 +199,7 @@ defmodule FlameOn.Client.Patterns do
   largest depth any sampler asked for; the last `release_depth/0`, or the
   death of the last sampler, restores the value found before. The original
   value is kept in the application environment, so a sweep after a crash
-  can restore it too (`FlameOn.Client.Sweep`).
+  can restore it too (`FlameOn.Client.Node.Sweep`).
   """
   @spec acquire_depth(pos_integer()) :: :ok
   def acquire_depth(depth) when is_integer(depth) and depth > 0,

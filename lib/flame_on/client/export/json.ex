@@ -1,4 +1,4 @@
-defmodule FlameOn.Client.JSON do
+defmodule FlameOn.Client.Export.JSON do
   @moduledoc """
   A small JSON encoder (RFC 8259), enough for the exporters and without
   dependencies.
@@ -21,11 +21,11 @@ defmodule FlameOn.Client.JSON do
   Map keys come out in the map's own order; two keys that encode to the same
   text (`:a` and `"a"`) raise `ArgumentError`.
 
-      iex> FlameOn.Client.JSON.encode!(%{name: "a \\"quoted\\" frame", us: [1, 2.5, nil]})
+      iex> FlameOn.Client.Export.JSON.encode!(%{name: "a \\"quoted\\" frame", us: [1, 2.5, nil]})
       ...> |> IO.iodata_to_binary()
       ~S({"name":"a \\"quoted\\" frame","us":[1,2.5,null]})
 
-      iex> FlameOn.Client.JSON.encode!("line\\nbreak…") |> IO.iodata_to_binary()
+      iex> FlameOn.Client.Export.JSON.encode!("line\\nbreak…") |> IO.iodata_to_binary()
       ~S("line\\nbreak…")
   """
 
@@ -33,7 +33,7 @@ defmodule FlameOn.Client.JSON do
   Encodes `term` as JSON iodata. Raises `ArgumentError` for terms JSON has no
   form for, invalid UTF-8 and duplicate object keys.
 
-      iex> FlameOn.Client.JSON.encode!([true, false, :ok, -3]) |> IO.iodata_to_binary()
+      iex> FlameOn.Client.Export.JSON.encode!([true, false, :ok, -3]) |> IO.iodata_to_binary()
       ~S([true,false,"ok",-3])
   """
   @spec encode!(term()) :: iodata()
@@ -42,7 +42,7 @@ defmodule FlameOn.Client.JSON do
   @doc """
   Encodes `string` as a JSON string literal, quotes included.
 
-      iex> FlameOn.Client.JSON.encode_string!("tab\\there") |> IO.iodata_to_binary()
+      iex> FlameOn.Client.Export.JSON.encode_string!("tab\\there") |> IO.iodata_to_binary()
       ~S("tab\\there")
   """
   @spec encode_string!(String.t()) :: iodata()

@@ -1,4 +1,4 @@
-defmodule FlameOn.Client.Sampler do
+defmodule FlameOn.Client.Sampling.Sampler do
   @moduledoc """
   Samples one process's stack into a native session at a fixed interval
   (mode `:sample`). One sampler per sampled process, so a busy target that
@@ -17,7 +17,7 @@ defmodule FlameOn.Client.Sampler do
        :reductions])`: one signal the target answers at its next safe point
        (about 1.5 µs when it waits, 16-100 µs when it is busy on a loaded
        node);
-    4. `FlameOn.Client.Native.sample/4` folds the stack into the session's
+    4. `FlameOn.Client.Core.Native.sample/4` folds the stack into the session's
        calling-context tree, weighted by the reductions the process did
        since the previous sample (0 for the first); the `:running` trace
        flag (no breakpoint) gives the exact on- and off-CPU intervals
@@ -25,7 +25,7 @@ defmodule FlameOn.Client.Sampler do
 
   A sampler whose target waits does not tick at all: when a tick finds
   the target waiting where the last answered request found it, the
-  sampler arms a wake-up in the session (`FlameOn.Client.Native.sample_sleep/3`)
+  sampler arms a wake-up in the session (`FlameOn.Client.Core.Native.sample_sleep/3`)
   and blocks until the tracer sees the target scheduled in again (or for
   at most 100 intervals, in case the target's trace flags were taken
   away). The ticks it slept through are counted as samples of the wait
@@ -33,12 +33,12 @@ defmodule FlameOn.Client.Sampler do
   So a traced request that waits (for a call, I/O, a timer) costs the
   node nothing while it waits: no timer, no scheduler woken every interval.
 
-  Samplers share the node's sample budget (`FlameOn.Client.SampleBudget`):
+  Samplers share the node's sample budget (`FlameOn.Client.Sampling.Budget`):
   when the active ones would take more samples a second than it allows,
   each samples less often (`throttled_ticks`).
 
   The stack depth is capped by the node's `backtrace_depth`, which
-  `FlameOn.Client.Patterns.acquire_depth/1` raises while samplers run.
+  `FlameOn.Client.Node.Patterns.acquire_depth/1` raises while samplers run.
   Ticks use the VM's millisecond timers, so intervals are whole
   milliseconds; a tick that falls behind is skipped and counted
   (`late_ticks`), never queued up.
@@ -48,7 +48,8 @@ defmodule FlameOn.Client.Sampler do
   metrics are dropped and counted (`dropped_metrics`).
   """
 
-  alias FlameOn.Client.{Native, SampleBudget}
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Sampling.Budget
 
   @status_module :"$status"
   # The sampling options of every entry point, with their defaults.
@@ -129,7 +130,7 @@ defmodule FlameOn.Client.Sampler do
         last_memory: 0,
         # the last sample's metric (what a sleep repeats)
         last_metric: nil,
-        budget: SampleBudget.budget(),
+        budget: Budget.budget(),
         kept: 0
       }
       |> Map.merge(@no_samples)
@@ -142,7 +143,7 @@ defmodule FlameOn.Client.Sampler do
         # Normal priority: on its own scheduler it ticks on time anyway, and
         # at :high it took that scheduler from other processes (measured:
         # no better fidelity, more cost to the traced process).
-        SampleBudget.join()
+        Budget.join()
         ref = Process.monitor(target)
         # Nobody can stop a sampler whose owner is gone: it ends with it.
         owner_ref = Process.monitor(owner)
@@ -155,7 +156,7 @@ defmodule FlameOn.Client.Sampler do
 
           # the caller died before it handed over
           {:DOWN, ^spawner_ref, :process, _, _} ->
-            SampleBudget.leave()
+            Budget.leave()
         end
       end)
 
@@ -194,7 +195,7 @@ defmodule FlameOn.Client.Sampler do
 
   @doc """
   Wakes a sampler that went idle: its target (a callee of a cross-process
-  trace) takes a request of the trace again. `FlameOn.Client.Native.sample/4`
+  trace) takes a request of the trace again. `FlameOn.Client.Core.Native.sample/4`
   answers `:idle` for a callee between requests.
   """
   @spec wake(pid()) :: :ok
@@ -314,7 +315,7 @@ defmodule FlameOn.Client.Sampler do
   defp loop(state, deadline) do
     case tick(state) do
       %{idle: true} = state ->
-        SampleBudget.leave()
+        Budget.leave()
         idle(%{state | idle: false})
 
       %{sleepy: true} = state ->
@@ -326,7 +327,7 @@ defmodule FlameOn.Client.Sampler do
   end
 
   defp next_tick(state, deadline) do
-    interval = SampleBudget.interval(state.interval_us, SampleBudget.active(), state.budget)
+    interval = Budget.interval(state.interval_us, Budget.active(), state.budget)
     {deadline, late} = next_deadline(deadline, interval)
 
     state = %{
@@ -345,7 +346,7 @@ defmodule FlameOn.Client.Sampler do
     with :ok <- Native.sample_sleep(native, target, self()),
          [status: :waiting, reductions: reds] <- Process.info(target, [:status, :reductions]),
          true <- reds == state.idle_reductions do
-      SampleBudget.leave()
+      Budget.leave()
       slumber(state, deadline)
     else
       _moved_full_or_stopped ->
@@ -383,7 +384,7 @@ defmodule FlameOn.Client.Sampler do
   # at `deadline`, which found it waiting) are samples of the wait the
   # target was in, about an interval apart.
   defp awake(state, deadline) do
-    SampleBudget.join()
+    Budget.join()
     {next, slept} = next_deadline(deadline, state.interval_us)
     wait(add_slept(state, slept), next)
   end
@@ -427,7 +428,7 @@ defmodule FlameOn.Client.Sampler do
   defp idle(state) do
     receive do
       :wake ->
-        SampleBudget.join()
+        Budget.join()
         loop(state, now_us())
 
       {:stop, from, stop_ref} ->
@@ -460,7 +461,7 @@ defmodule FlameOn.Client.Sampler do
 
       # The target is gone: nothing more to sample.
       {:DOWN, ^ref, :process, _, _} ->
-        SampleBudget.leave()
+        Budget.leave()
         wait_for_stop(state)
 
       {:DOWN, owner_ref, :process, _, _} when owner_ref == state.owner_ref ->
@@ -615,7 +616,7 @@ defmodule FlameOn.Client.Sampler do
   defp with_status(stack, status, true), do: stack ++ [status_frame(status)]
 
   defp result(state) do
-    SampleBudget.leave()
+    Budget.leave()
 
     state
     |> Map.take(Map.keys(@no_samples))
