@@ -129,37 +129,11 @@ defmodule FlameOn.Client do
   the last one.
   """
 
-  alias FlameOn.Client.Node.Breaker
-  alias FlameOn.Client.Capture
-  alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Node.Patterns
-  alias FlameOn.Client.Profile
-  alias FlameOn.Client.Node.TraceBackend
+  require Logger
 
-  @limit_defaults [
-    max_nodes: 200_000,
-    max_depth: 512,
-    max_processes: 10_000,
-    max_frames: 100_000,
-    max_stack_frames: 100_000,
-    max_stack_bytes: 64 * 1024 * 1024
-  ]
-  @graph_defaults [max_spans: 10_000, max_pending_calls: 4_096, max_fanout: 1_000]
-  @graph_lifetime_default 60_000
-  @defaults [
-              name: "flame_on",
-              mode: :nif,
-              timeout: 30_000,
-              cross_process: nil,
-              follow: :messages,
-              sleep: :default,
-              cluster: [],
-              max_duration_ms: @graph_lifetime_default
-            ] ++
-              FlameOn.Client.Sampling.Sampler.option_defaults() ++
-              @limit_defaults ++ @graph_defaults
-  @limit_keys Keyword.keys(@limit_defaults) ++ Keyword.keys(@graph_defaults)
-  @sampler_keys Keyword.keys(FlameOn.Client.Sampling.Sampler.option_defaults())
+  alias FlameOn.Client.{Capture, Options, Profile}
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.{Breaker, Patterns, TraceBackend}
 
   @typedoc "An option of `profile/2`; see the module documentation."
   @type option ::
@@ -203,22 +177,14 @@ defmodule FlameOn.Client do
   def profile(fun, opts \\ [])
 
   def profile(fun, opts) when is_function(fun, 0) do
-    opts = validate_options!(opts)
-
-    with {:error, {:breaker_open, reason}} <- Breaker.check() do
-      raise "FlameOn: the circuit breaker is open (#{inspect(reason)}): no new traces " <>
-              "start until memory falls back (see FlameOn.Client.Node.Breaker)"
-    end
-
-    module = Capture.module_for(opts)
-    capture = module.start(opts)
+    capture = Capture.start(:self, Options.profile!(opts))
 
     # The flags go on and the function runs right here, so every stack
     # starts at this function in every mode. The trace's time starts
-    # before begin/1: a sampler takes its first sample there, and the
+    # before begin/2: a sampler takes its first sample there, and the
     # stacks must fit in the trace's wall time.
     started_ts = :erlang.monotonic_time()
-    capture = module.begin(capture)
+    capture = Capture.begin(capture, self())
 
     outcome =
       try do
@@ -229,17 +195,17 @@ defmodule FlameOn.Client do
       end
 
     # What follows must not show in the profile.
-    end_ts = module.stop(capture)
-    Capture.untrace_self(capture)
-    finished = module.finish(capture, started_ts, end_ts, opts)
+    end_ts = Capture.stop(capture)
+    Capture.detach(capture)
+    finished = Capture.finish(capture, started_ts, end_ts)
 
     case {outcome, finished} do
       {{:ok, result}, {:ok, profile}} ->
         {result, profile}
 
       {{:ok, _result}, {:error, reason}} ->
-        raise "FlameOn: the trace session #{inspect(capture[:owner] || capture[:session])} ended before " <>
-                "returning the profile: #{inspect(reason)}"
+        raise "FlameOn: the trace's owner #{inspect(capture[:owner] || capture[:tracer])} " <>
+                "ended before returning the profile: #{inspect(reason)}"
 
       {{kind, reason, stacktrace}, _} ->
         :erlang.raise(kind, reason, stacktrace)
@@ -296,39 +262,112 @@ defmodule FlameOn.Client do
         when result: term()
   def summary(fun, opts \\ [])
 
-  def summary(fun, opts) when is_function(fun, 0) and is_list(opts) do
-    opts =
-      opts
-      |> Keyword.validate!(type: :call_time, set_on_spawn: true, name: "flame_on")
-      |> Map.new()
-
-    case opts do
-      %{type: type} when type not in [:call_time, :call_memory] ->
-        invalid!(:type, ":call_time or :call_memory", type)
-
-      %{set_on_spawn: flag} when not is_boolean(flag) ->
-        invalid!(:set_on_spawn, "a boolean", flag)
-
-      %{name: name} when not is_binary(name) ->
-        invalid!(:name, "a string", name)
-
-      opts ->
-        Capture.Counters.run(fun, opts)
-    end
+  def summary(fun, opts) when is_function(fun, 0) do
+    Capture.Counters.run(fun, Options.summary!(opts))
   end
 
   def summary(fun, _opts) do
     raise ArgumentError, "expected a function of arity 0, got: #{inspect(fun)}"
   end
 
-  @doc "See `FlameOn.Client.Tracing.trace/3`: trace app code, sampled, shipped above a threshold."
-  defdelegate trace(name, fun, opts \\ []), to: FlameOn.Client.Tracing
+  @doc """
+  Runs `fun` in the calling process, maybe traced, and returns its result;
+  see `FlameOn.Client.Tracing.trace/3`: trace app code, sampled, shipped
+  above a threshold.
+  """
+  @spec trace(String.t() | atom(), (() -> result), keyword()) :: result when result: term()
+  def trace(name, fun, opts \\ [])
+
+  def trace(name, fun, opts) when is_function(fun, 0) do
+    name = name!(name)
+    {settings, capture} = Options.trace!(opts)
+
+    cond do
+      not Capture.sampled?(settings.sample_rate) ->
+        fun.()
+
+      Capture.traced?() ->
+        Logger.debug(fn ->
+          "FlameOn: #{inspect(name)} runs untraced: the process is already traced"
+        end)
+
+        fun.()
+
+      true ->
+        profile_opts = for {key, value} <- opts, key in Options.keys(:profile), do: {key, value}
+        traced(name, fun, settings, [name: name, mode: capture.mode] ++ profile_opts)
+    end
+  end
+
+  def trace(_name, fun, _opts) do
+    raise ArgumentError, "expected a function of arity 0, got: #{inspect(fun)}"
+  end
+
+  defp name!(name) when is_binary(name), do: name
+  defp name!(name) when is_atom(name) and name not in [nil, true, false], do: Atom.to_string(name)
+  defp name!(other), do: Options.invalid!(:name, "a string", other)
+
+  # The wrapper catches fun's exceptions, so profile/2 returns the profile
+  # of a failed run too, and notes fun's outcome in the process dictionary:
+  # an exception of profile/2 with no outcome noted means the trace never
+  # started, and fun has not run.
+  defp traced(name, fun, settings, profile_opts) do
+    key = {__MODULE__, :outcome, make_ref()}
+
+    wrapped = fn ->
+      outcome =
+        try do
+          {:ok, fun.()}
+        catch
+          kind, reason -> {kind, reason, __STACKTRACE__}
+        end
+
+      Process.put(key, outcome)
+      outcome
+    end
+
+    try do
+      profile(wrapped, profile_opts)
+    catch
+      kind, reason ->
+        stacktrace = __STACKTRACE__
+
+        case Process.delete(key) do
+          nil ->
+            Logger.error(
+              "FlameOn: could not trace #{inspect(name)}, running it untraced:\n" <>
+                Exception.format(kind, reason, stacktrace)
+            )
+
+            fun.()
+
+          outcome ->
+            Logger.error(
+              "FlameOn: the trace of #{inspect(name)} failed after it ran:\n" <>
+                Exception.format(kind, reason, stacktrace)
+            )
+
+            return(outcome)
+        end
+    else
+      {outcome, profile} ->
+        Process.delete(key)
+        FlameOn.Client.Shipper.keep(profile, settings)
+        return(outcome)
+    end
+  end
+
+  defp return({:ok, result}), do: result
+  defp return({kind, reason, stacktrace}), do: :erlang.raise(kind, reason, stacktrace)
 
   @doc "See `FlameOn.Client.Tracing.start_trace/2`: trace another process."
-  defdelegate start_trace(pid, opts \\ []), to: FlameOn.Client.Tracing
+  @spec start_trace(pid() | atom() | {:top, pos_integer()}, keyword()) ::
+          {:ok, FlameOn.Client.Tracing.Ref.t()} | {:error, term()}
+  defdelegate start_trace(pid, opts \\ []), to: FlameOn.Client.Tracing.Start
 
   @doc "See `FlameOn.Client.Tracing.stop_trace/1`."
-  defdelegate stop_trace(ref), to: FlameOn.Client.Tracing
+  @spec stop_trace(FlameOn.Client.Tracing.Ref.t()) :: {:ok, Profile.t()} | {:error, term()}
+  defdelegate stop_trace(ref), to: FlameOn.Client.Tracing.Start
 
   @doc """
   Waits for the next call of `{module, function, arity}` by any process and
@@ -383,64 +422,5 @@ defmodule FlameOn.Client do
       captures_waiting: FlameOn.Client.Node.Gates.waiting(),
       trace_store: FlameOn.Client.TraceStore.stats()
     }
-  end
-
-  @doc false
-  # The limit options, as the NIF's session takes them.
-  @spec limit_keys() :: [atom()]
-  def limit_keys, do: @limit_keys
-
-  @doc false
-  # profile/2's options, validated, with their defaults, as a map (also
-  # the capture options of capture_next/2).
-  @spec options!(keyword()) :: map()
-  def options!(opts), do: validate_options!(opts)
-
-  defp validate_options!(opts) when is_list(opts) do
-    opts =
-      opts |> Keyword.validate!(@defaults) |> FlameOn.Client.Sampling.Sampler.check_options!()
-
-    Enum.each(opts, fn
-      {:name, name} when is_binary(name) -> :ok
-      {:name, other} -> invalid!(:name, "a string", other)
-      {:max_duration_ms, ms} when is_integer(ms) and ms > 0 -> :ok
-      {:max_duration_ms, other} -> invalid!(:max_duration_ms, "a positive integer", other)
-      {:sleep, view} when view in [:default, :raw] -> :ok
-      {:sleep, other} -> invalid!(:sleep, ":default or :raw", other)
-      {:cross_process, flag} when is_boolean(flag) or is_nil(flag) -> :ok
-      {:cross_process, other} -> invalid!(:cross_process, "a boolean", other)
-      {:follow, follow} when follow in [:messages, :calls] -> :ok
-      {:follow, other} -> invalid!(:follow, ":messages or :calls", other)
-      {:cluster, false} -> :ok
-      {:cluster, config} when is_list(config) -> FlameOn.Client.Cluster.check_options!(config)
-      {:cluster, other} -> invalid!(:cluster, "false or a keyword list", other)
-      {:mode, mode} when mode in [:nif, :process, :sample] -> :ok
-      {:mode, other} -> invalid!(:mode, ":nif, :process or :sample", other)
-      # checked by Sampler.check_options!/1 below
-      {key, _} when key in @sampler_keys -> :ok
-      {:timeout, :infinity} -> :ok
-      {:timeout, ms} when is_integer(ms) and ms > 0 -> :ok
-      {:timeout, other} -> invalid!(:timeout, "a positive integer or :infinity", other)
-      {_limit, n} when is_integer(n) and n > 0 -> :ok
-      {limit, other} -> invalid!(limit, "a positive integer", other)
-    end)
-
-    opts = Map.new(opts)
-
-    opts = %{
-      opts
-      | cross_process:
-          opts.cross_process || Application.get_env(:flame_on_client, :cross_process, false)
-    }
-
-    opts
-  end
-
-  defp validate_options!(other) do
-    raise ArgumentError, "expected options to be a keyword list, got: #{inspect(other)}"
-  end
-
-  defp invalid!(key, expected, got) do
-    raise ArgumentError, "expected #{inspect(key)} to be #{expected}, got: #{inspect(got)}"
   end
 end

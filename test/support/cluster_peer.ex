@@ -40,7 +40,7 @@ defmodule FlameOn.Client.Test.ClusterPeer do
   def parts do
     FlameOn.Client.OwnerSupervisor
     |> DynamicSupervisor.which_children()
-    |> Enum.count(fn {_, _, _, [mod]} -> mod == FlameOn.Client.Cluster.Part end)
+    |> Enum.count(fn {_, _, _, [mod]} -> mod == FlameOn.Client.Owners.CrossProcess end)
   end
 end
 

@@ -63,36 +63,12 @@ defmodule FlameOn.Client.Cluster do
         }
 
   @doc false
-  # Raises ArgumentError unless config is a valid `:cluster` option list.
-  @spec check_options!(keyword()) :: :ok
-  def check_options!(config) do
-    Enum.each(config, fn
-      {:nodes, nodes} when is_list(nodes) ->
-        if Enum.all?(nodes, &is_atom/1), do: :ok, else: bad!(:nodes, nodes)
-
-      {key, n} when key in [:arm_timeout_ms, :max_part_bytes] and is_integer(n) and n > 0 ->
-        :ok
-
-      {key, value} ->
-        bad!(key, value)
-
-      other ->
-        raise ArgumentError, "invalid :cluster option: #{inspect(other)}"
-    end)
-  end
-
-  defp bad!(key, value) do
-    raise ArgumentError,
-          "invalid :cluster option #{inspect(key)}: #{inspect(value)} (:nodes takes a list " <>
-            "of nodes, :arm_timeout_ms and :max_part_bytes positive integers)"
-  end
-
-  @doc false
-  # Arms every node of opts[:nodes] (default: the connected ones) for the
-  # trace `label` owned by `origin`. Never fails: what did not arm is listed.
-  @spec arm(keyword()) :: t()
-  def arm(opts) do
-    config = Keyword.get(opts, :cluster, [])
+  # Arms every node of the :cluster option's :nodes (default: the connected
+  # ones) for the trace `label` owned by `origin`, with the trace's
+  # validated options. Never fails: what did not arm is listed.
+  @spec arm(pos_integer(), pid(), map()) :: t()
+  def arm(label, origin, opts) do
+    config = opts.cluster
     nodes = if config == false, do: [], else: Keyword.get(config, :nodes, Node.list())
 
     timeout =
@@ -101,21 +77,16 @@ defmodule FlameOn.Client.Cluster do
     max_bytes =
       if config == false, do: 0, else: Keyword.get(config, :max_part_bytes, @max_part_bytes)
 
-    part_opts = %{
-      label: Keyword.fetch!(opts, :label),
-      origin: Keyword.fetch!(opts, :origin),
-      follow: Keyword.fetch!(opts, :follow),
-      names: Keyword.fetch!(opts, :names),
-      limits: Keyword.fetch!(opts, :limits),
-      # mode :sample: callees are sampled there too, and no call pattern is set
-      mode: Keyword.get(opts, :mode, :nif),
-      sampler: Keyword.get(opts, :sampler) || [],
+    part = %{
+      label: label,
+      origin: origin,
+      # the trace's options: the same mode, follow, limits and sampling there
+      opts: %{opts | cluster: false},
       # a little longer than the origin's: the origin collects first
-      lifetime_ms: Keyword.fetch!(opts, :max_duration_ms) + 5_000
+      lifetime_ms: opts.max_duration_ms + 5_000
     }
 
-    results =
-      if nodes == [], do: [], else: :erpc.multicall(nodes, Part, :start, [part_opts], timeout)
+    results = if nodes == [], do: [], else: :erpc.multicall(nodes, Part, :start, [part], timeout)
 
     {parts, unreachable} =
       nodes

@@ -174,11 +174,15 @@ defmodule FlameOn.Client.ExUnit do
             "expected FlameOn.Client.ExUnit.start/1 options to be a keyword list, got: #{inspect(opts)}"
     end
 
-    {summary, opts} = Keyword.pop(opts, :summary, @defaults[:summary])
-    check_summary!(summary)
+    if Keyword.keyword?(opts) and Keyword.has_key?(opts, :name) do
+      raise ArgumentError,
+            ":name is not an option of FlameOn.Client.ExUnit.start/1 " <>
+              "(each profile is named after its test)"
+    end
 
-    {files, capture} =
-      split_options!(Keyword.merge(Keyword.take(@defaults, [:dir, :formats]), opts))
+    {files, capture} = FlameOn.Client.Options.ex_unit!(opts, :ex_unit)
+    files = Keyword.merge(@defaults, files)
+    summary = files[:summary]
 
     {:ok, _} = Application.ensure_all_started(:flame_on_client)
     # Its defaults (the formatters) are in its application environment.
@@ -209,17 +213,11 @@ defmodule FlameOn.Client.ExUnit do
   def config, do: :persistent_term.get(@config_key, nil)
 
   @doc false
-  # `{[dir: ..., formats: ...], capture_options}` from options of start/1
-  # or of a tag, each checked.
+  # `{[dir: ..., formats: ...], capture_options}` from a tag's options,
+  # each checked (FlameOn.Client.Options).
   @spec split_options!(keyword()) :: {keyword(), keyword()}
   def split_options!(opts) do
-    {files, capture} = Keyword.split(opts, [:dir, :formats])
-
-    for {key, value} <- files do
-      check_file_option!(key, value)
-    end
-
-    for {key, _} <- capture, key in [:name, :summary] do
+    for {key, _} <- opts, key in [:name, :summary] do
       raise ArgumentError,
             "#{inspect(key)} is not an option of a flame: tag" <>
               if(key == :name,
@@ -228,41 +226,8 @@ defmodule FlameOn.Client.ExUnit do
               )
     end
 
-    {files, capture}
+    FlameOn.Client.Options.ex_unit!(opts, :ex_unit_tag)
   end
-
-  defp check_file_option!(:dir, dir) when is_binary(dir) and dir != "", do: :ok
-
-  defp check_file_option!(:dir, other),
-    do: raise(ArgumentError, "expected :dir to be a non-empty string, got: #{inspect(other)}")
-
-  defp check_file_option!(:formats, formats) when is_list(formats) and formats != [] do
-    known = FlameOn.Client.Export.formats()
-
-    for format <- formats, format not in known do
-      raise ArgumentError,
-            "unknown export format #{inspect(format)}, expected one of #{inspect(known)}"
-    end
-
-    :ok
-  end
-
-  defp check_file_option!(:formats, other),
-    do:
-      raise(
-        ArgumentError,
-        "expected :formats to be a non-empty list of export formats, got: #{inspect(other)}"
-      )
-
-  defp check_summary!(:all), do: :ok
-  defp check_summary!(n) when is_integer(n) and n > 0, do: :ok
-
-  defp check_summary!(other),
-    do:
-      raise(
-        ArgumentError,
-        "expected :summary to be a positive integer or :all, got: #{inspect(other)}"
-      )
 
   defp select!(value) when value in [nil, "", "tagged"], do: :tagged
   defp select!("all"), do: :all

@@ -11,10 +11,10 @@ defmodule FlameOn.Client.Telemetry do
       )
 
   On an event `prefix ++ [:start]`, a sampled handler starts tracing the
-  process that emitted it (by default a `FlameOn.Client.Owners.Sampled`,
-  mode `:sample`: stack samples and exact on/off-CPU time, no call
-  breakpoints; with `mode: :process` a `FlameOn.Client.Owners.Tracer`) and
-  keeps the session in that process's dictionary under
+  process that emitted it (by default in mode `:sample`: stack samples and
+  exact on/off-CPU time, no call breakpoints; or `mode: :process`, call
+  tracing with a tracer process), owned by a process of FlameOn's, and
+  keeps the trace in that process's dictionary under
   `{FlameOn.Client.Telemetry, prefix}`. On `prefix ++ [:stop]` or
   `prefix ++ [:exception]` in the same process it finishes the trace and
   ships the profile if it lasted at least `:threshold_ms`. A `:stop` with no
@@ -40,7 +40,13 @@ defmodule FlameOn.Client.Telemetry do
       its `:start` (its `:stop` never came) is finished and shipped anyway,
       so a lost `:stop` cannot leave the node's call patterns on.
     * `:max_nodes`, `:max_depth`, `:max_processes`, `:max_frames`,
-      `:max_stack_frames` – limits, as for `FlameOn.Client.profile/2`.
+      `:max_stack_frames`, `:max_stack_bytes` – limits, as for
+      `FlameOn.Client.profile/2`.
+
+  `attach/3` checks the config: an unknown key or a bad value raises
+  `ArgumentError` there (see `FlameOn.Client.Options`). Attached by hand
+  with a bad config, the handler logs the error at each `:start` and traces
+  nothing.
     * `:mode` (`:sample`, or the application environment's `:mode`) –
       `:sample` or `:process` (`:nif` reads as `:process`);
       `:interval_us`, `:split_status`, `:max_samples` as for
@@ -56,19 +62,18 @@ defmodule FlameOn.Client.Telemetry do
       `:stop` handler: its stacks read from the code that emitted the
       events, and only a few calls of the `:stop` handler itself show at
       the end (nothing of finishing and shipping the trace).
-    * Shipping runs in the emitting process, right after its `:stop`.
+    * Shipping runs in the trace's owner process, before the `:stop`
+      handler returns (or after `:max_duration_ms`, or when the emitting
+      process exits first).
     * The handler never raises (`:telemetry` would detach it): errors are
       logged.
   """
 
   require Logger
 
-  alias FlameOn.Client.Sampling.Sampler
-  alias FlameOn.Client.Owners.Sampled
-  alias FlameOn.Client.Tracing
-  alias FlameOn.Client.Owners.Tracer
-
-  @default_max_duration_ms 60_000
+  alias FlameOn.Client.{Capture, Options}
+  alias FlameOn.Client.Node.TraceBackend
+  alias FlameOn.Client.Owners
 
   @typedoc "A handler config; see the module documentation."
   @type config :: keyword() | map()
@@ -86,6 +91,10 @@ defmodule FlameOn.Client.Telemetry do
   """
   @spec attach(term(), [[atom()]], config()) :: :ok | {:error, term()}
   def attach(handler_id, event_prefixes, config \\ []) when is_list(event_prefixes) do
+    # Checked now: a bad config is a programming error, and the handler
+    # itself must never raise (:telemetry would detach it).
+    Enum.each(event_prefixes, &Options.telemetry!(config, &1))
+
     events =
       for prefix <- event_prefixes,
           kind <- [:start, :stop, :exception],
@@ -149,15 +158,15 @@ defmodule FlameOn.Client.Telemetry do
         Process.put(key, %{entry | depth: depth + 1})
 
       nil ->
-        {settings, opts} = config |> config_list() |> Tracing.settings!()
-        entry = %{depth: 1, session: nil, watchdog: nil, settings: settings, module: nil}
+        {settings, opts} = Options.telemetry!(config, prefix)
+        entry = %{depth: 1, owner: nil, capture: nil}
 
         entry =
           cond do
-            not Tracing.sampled?(settings.sample_rate) ->
+            not Capture.sampled?(settings.sample_rate) ->
               entry
 
-            Tracing.traced?() ->
+            Capture.traced?() ->
               Logger.debug(fn ->
                 "FlameOn: #{inspect(prefix)} not traced: #{inspect(self())} is already traced"
               end)
@@ -165,89 +174,40 @@ defmodule FlameOn.Client.Telemetry do
               entry
 
             true ->
-              start_session(entry, prefix, opts)
+              start_trace(entry, prefix, settings, opts)
           end
 
         # Before the flags go on: nothing of this handler after them but
         # its return.
         Process.put(key, entry)
-        if entry.session, do: attach_self(entry)
+        if entry.capture, do: TraceBackend.set_flags(self(), entry.capture.flags)
     end
 
     :ok
   end
 
-  defp config_list(nil), do: []
-  defp config_list(config) when is_list(config) or is_map(config), do: Enum.to_list(config)
+  # The trace's owner (FlameOn.Client.Owners.Trace) opens the capture and
+  # finishes it: at the :stop, when this process exits, or when the :stop
+  # never came within :max_duration_ms (it then ships what it has). This
+  # process sets the flags on itself, so the trace starts inside the
+  # :start handler.
+  defp start_trace(entry, prefix, settings, opts) do
+    config = %{
+      target: {:pid, self()},
+      opts: opts,
+      settings: settings,
+      duration_ms: opts.max_duration_ms,
+      attach: :tracee
+    }
 
-  defp config_list(other) do
-    raise ArgumentError,
-          "expected the handler config to be a keyword list or map, got: #{inspect(other)}"
-  end
-
-  defp start_session(entry, prefix, opts) do
-    opts =
-      Keyword.validate!(
-        opts,
-        [
-          name: nil,
-          max_duration_ms: nil,
-          mode: nil
-        ] ++ Enum.map(Tracing.limit_keys(), &{&1, nil}) ++ Sampler.option_defaults()
-      )
-
-    name = opts[:name] || Enum.map_join(prefix, ".", &to_string/1)
-    max_ms = opts[:max_duration_ms] || @default_max_duration_ms
-
-    unless is_binary(name) do
-      raise ArgumentError, "expected :name to be a string, got: #{inspect(name)}"
-    end
-
-    unless is_integer(max_ms) and max_ms > 0 do
-      raise ArgumentError,
-            "expected :max_duration_ms to be a positive integer, got: #{inspect(max_ms)}"
-    end
-
-    mode = opts[:mode] || Tracing.default_mode()
-
-    session_opts =
-      [pid: self(), attach: :tracee, name: name, limits: Tracing.limits(opts)] ++
-        Sampler.check_options!(Keyword.take(opts, Keyword.keys(Sampler.option_defaults())))
-
-    case session_module(mode).start(session_opts) do
-      {:ok, session} ->
-        watchdog = watchdog(session, session_module(mode), self(), max_ms, entry.settings)
-        %{entry | session: session, watchdog: watchdog, module: session_module(mode)}
+    case Owners.Trace.start(config) do
+      {:ok, owner, capture} ->
+        %{entry | owner: owner, capture: capture}
 
       {:error, reason} ->
         Logger.error("FlameOn: could not trace #{inspect(prefix)}: #{inspect(reason)}")
         entry
     end
-  end
-
-  # mode :sample: a Sampled samples this process (the NIF tracer
-  # takes its :running events; no call breakpoints). Otherwise a
-  # Tracer is the tracer, as in FlameOn.Client.profile/2's mode
-  # :process. Both take start/1 and finish/2 alike.
-  defp session_module(:sample), do: Sampled
-  defp session_module(mode) when mode in [:nif, :process], do: Tracer
-
-  defp session_module(other) do
-    raise ArgumentError, "expected :mode to be :sample, :process or :nif, got: #{inspect(other)}"
-  end
-
-  # The flags go on here, in the traced process itself (attach: :tracee),
-  # as FlameOn.Client.profile/2 does in mode :process. A Sampled set
-  # its own.
-  defp attach_self(%{module: Sampled}), do: :ok
-
-  defp attach_self(%{session: session}) do
-    FlameOn.Client.Node.TraceBackend.trace(
-      Tracer.handle(session),
-      self(),
-      true,
-      Tracer.trace_flags()
-    )
   end
 
   defp stop(prefix) do
@@ -260,55 +220,22 @@ defmodule FlameOn.Client.Telemetry do
       %{depth: depth} = entry when depth > 1 ->
         Process.put(key, %{entry | depth: depth - 1})
 
-      %{session: nil} ->
+      %{owner: nil} ->
         Process.delete(key)
 
-      %{session: session, watchdog: watchdog, settings: settings, module: module} ->
-        # Events from end_mark/0's call on are left out of the profile.
-        end_ts = Tracer.end_mark()
+      %{owner: owner, capture: capture} ->
+        # Nothing from here on is profiled.
+        end_ts = Capture.stop(capture)
         Process.delete(key)
-        send(watchdog, {:cancel, session})
 
-        case module.finish(session, end_ts: end_ts) do
-          {:ok, profile} ->
-            Tracing.maybe_ship(profile, settings)
-
-          {:error, reason} ->
-            # The watchdog finished it (and shipped it) first.
-            Logger.debug(fn ->
-              "FlameOn: the trace of #{inspect(prefix)} had already ended: #{inspect(reason)}"
-            end)
+        with {:error, reason} <- Owners.Trace.finish(owner, end_ts) do
+          # The owner finished it (and shipped it) first.
+          Logger.debug(fn ->
+            "FlameOn: the trace of #{inspect(prefix)} had already ended: #{inspect(reason)}"
+          end)
         end
     end
 
     :ok
-  end
-
-  # Finishes and ships a trace whose :stop did not come in time. Spawned
-  # before the flags are set, so it is not traced; it exits with the traced
-  # process.
-  defp watchdog(session, module, tracee, max_ms, settings) do
-    spawn(fn ->
-      ref = Process.monitor(tracee)
-
-      receive do
-        {:cancel, ^session} ->
-          :ok
-
-        {:DOWN, ^ref, :process, _, _} ->
-          :ok
-      after
-        max_ms ->
-          Logger.warning(
-            "FlameOn: the trace of #{inspect(tracee)} ran #{max_ms} ms without its :stop " <>
-              "event; finishing it"
-          )
-
-          case module.finish(session, []) do
-            {:ok, profile} -> Tracing.maybe_ship(profile, settings)
-            {:error, _} -> :ok
-          end
-      end
-    end)
   end
 end

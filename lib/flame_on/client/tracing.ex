@@ -58,43 +58,14 @@ defmodule FlameOn.Client.Tracing do
   `sample_rate` low with it. `cross_process: true` works in every mode.
   """
 
-  require Logger
-
-  alias FlameOn.Client.Profile
-  alias FlameOn.Client.Sampling.Sampler
-  alias FlameOn.Client.Shipper
-  alias FlameOn.Client.Owners.Trace
-  alias FlameOn.Client.Tracing.Ref
-
-  @trace_keys [:sample_rate, :threshold_ms, :shipper]
-  @limit_keys [
-    :max_nodes,
-    :max_depth,
-    :max_processes,
-    :max_frames,
-    :max_stack_frames,
-    :max_stack_bytes
-  ]
-  # start_trace/2 accepts :sample_rate (shared option lists) and ignores it.
-  @start_defaults [
-                    name: "flame_on",
-                    mode: nil,
-                    duration_ms: nil,
-                    timeout: 30_000,
-                    sample_rate: nil,
-                    threshold_ms: nil,
-                    shipper: nil
-                  ] ++
-                    Enum.map(@limit_keys, &{&1, nil}) ++
-                    FlameOn.Client.Sampling.Sampler.option_defaults()
+  alias FlameOn.Client.Tracing.{Ref, Start}
 
   @typedoc "Options of `trace/3`: these and those of `FlameOn.Client.profile/2`."
   @type option ::
           {:sample_rate, number()}
           | {:threshold_ms, non_neg_integer()}
-          | {:shipper, Shipper.spec() | [Shipper.spec()] | nil}
+          | {:shipper, FlameOn.Client.Shipper.spec() | [FlameOn.Client.Shipper.spec()] | nil}
           | FlameOn.Client.option()
-          | {atom(), term()}
 
   @typedoc "A running trace of another process, from `start_trace/2`."
   @type ref :: Ref.t()
@@ -119,7 +90,11 @@ defmodule FlameOn.Client.Tracing do
       ...> end
       "sum"
 
-  Never breaks the caller:
+  An unknown or misspelt option, or a value of the wrong kind, raises
+  `ArgumentError`, sampled or not (see `FlameOn.Client.Options`): it is a
+  programming error, and surfaces in development and tests.
+
+  Otherwise it never breaks the caller:
 
     * if `fun` raises, throws or exits, its profile is still shipped and
       the exception is raised again with its original stacktrace;
@@ -127,96 +102,12 @@ defmodule FlameOn.Client.Tracing do
       `profile/2`, a telemetry trace or another tool's tracer) runs `fun`
       untraced;
     * if the trace cannot start (for example `cross_process: true` while
-      another tool owns the seq_trace system tracer, or a bad option of
-      `profile/2`), the error is logged and `fun` runs untraced;
+      another tool owns the seq_trace system tracer), the error is logged
+      and `fun` runs untraced;
     * shipper failures are logged.
   """
   @spec trace(String.t() | atom(), (() -> result), [option()]) :: result when result: term()
-  def trace(name, fun, opts \\ [])
-
-  def trace(name, fun, opts) when is_function(fun, 0) and is_list(opts) do
-    name = name!(name)
-    {settings, profile_opts} = settings!(opts)
-
-    cond do
-      not sampled?(settings.sample_rate) ->
-        fun.()
-
-      traced?() ->
-        Logger.debug(fn ->
-          "FlameOn: #{inspect(name)} runs untraced: the process is already traced"
-        end)
-
-        fun.()
-
-      true ->
-        profile_opts =
-          profile_opts |> Keyword.put(:name, name) |> Keyword.put_new_lazy(:mode, &default_mode/0)
-
-        run_traced(name, fun, settings, profile_opts)
-    end
-  end
-
-  def trace(_name, fun, opts) when is_function(fun, 0) do
-    raise ArgumentError, "expected options to be a keyword list, got: #{inspect(opts)}"
-  end
-
-  def trace(_name, fun, _opts) do
-    raise ArgumentError, "expected a function of arity 0, got: #{inspect(fun)}"
-  end
-
-  # The wrapper catches fun's exceptions, so profile/2 returns the profile
-  # of a failed run too, and notes fun's outcome in the process dictionary:
-  # an exception of profile/2 with no outcome noted means the trace never
-  # started, and fun has not run.
-  defp run_traced(name, fun, settings, profile_opts) do
-    key = {__MODULE__, :outcome, make_ref()}
-
-    wrapped = fn ->
-      outcome =
-        try do
-          {:ok, fun.()}
-        catch
-          kind, reason -> {kind, reason, __STACKTRACE__}
-        end
-
-      Process.put(key, outcome)
-      outcome
-    end
-
-    try do
-      FlameOn.Client.profile(wrapped, profile_opts)
-    catch
-      kind, reason ->
-        stacktrace = __STACKTRACE__
-
-        case Process.delete(key) do
-          nil ->
-            Logger.error(
-              "FlameOn: could not trace #{inspect(name)}, running it untraced:\n" <>
-                Exception.format(kind, reason, stacktrace)
-            )
-
-            fun.()
-
-          outcome ->
-            Logger.error(
-              "FlameOn: the trace of #{inspect(name)} failed after it ran:\n" <>
-                Exception.format(kind, reason, stacktrace)
-            )
-
-            return(outcome)
-        end
-    else
-      {outcome, profile} ->
-        Process.delete(key)
-        maybe_ship(profile, settings)
-        return(outcome)
-    end
-  end
-
-  defp return({:ok, result}), do: result
-  defp return({kind, reason, stacktrace}), do: :erlang.raise(kind, reason, stacktrace)
+  defdelegate trace(name, fun, opts \\ []), to: FlameOn.Client
 
   @doc """
   Starts tracing another (local) process; returns a reference for
@@ -226,11 +117,10 @@ defmodule FlameOn.Client.Tracing do
       # ... five seconds later the trace stops on its own and is shipped ...
       {:ok, profile} = FlameOn.Client.Tracing.stop_trace(ref)
 
-  The trace runs in `mode: :sample` by default (a
-  `FlameOn.Client.Owners.Sampled` samples the process; no call breakpoints)
-  or, with `mode: :process`, with call tracing (a
-  `FlameOn.Client.Owners.Tracer` is the tracer; the node's call patterns are
-  set while it runs). The profile is shipped once, when the trace finishes: at
+  The trace runs in `mode: :sample` by default (a sampler samples the
+  process; no call breakpoints) or, with `mode: :process`, with call
+  tracing (a tracer process takes its trace messages; the node's call
+  patterns are set while it runs). A process of FlameOn's owns the trace. The profile is shipped once, when the trace finishes: at
   `stop_trace/1`, after `:duration_ms`, or when the traced process exits.
   A finished trace keeps its profile until `stop_trace/1` asks for it or
   the process that called `start_trace/2` exits.
@@ -267,27 +157,7 @@ defmodule FlameOn.Client.Tracing do
   """
   @spec start_trace(pid() | atom() | {:top, pos_integer()}, keyword()) ::
           {:ok, ref()} | {:error, term()}
-  def start_trace(target, opts \\ [])
-
-  def start_trace({:top, n}, opts) when is_list(opts) do
-    unless is_integer(n) and n > 0, do: invalid!(:top, "a positive integer", n)
-    {window_ms, opts} = Keyword.pop(opts, :window_ms, 1_000)
-
-    unless is_integer(window_ms) and window_ms > 0,
-      do: invalid!(:window_ms, "a positive integer", window_ms)
-
-    mode = Keyword.get(opts, :mode) || :sample
-    if mode != :sample, do: invalid!(:mode, ":sample (whole-node traces only sample)", mode)
-
-    case top_processes(n, window_ms) do
-      [] -> {:error, :no_processes}
-      pids -> start_trace_of(pids, Keyword.put(opts, :mode, :sample))
-    end
-  end
-
-  def start_trace(pid, opts) when is_list(opts) do
-    with {:ok, pid} <- resolve(pid), do: start_trace_of(pid, opts)
-  end
+  defdelegate start_trace(target, opts \\ []), to: Start
 
   @doc """
   The `n` processes that did the most reductions during the next
@@ -295,64 +165,7 @@ defmodule FlameOn.Client.Tracing do
   caller and this library's own processes are left out.
   """
   @spec top_processes(pos_integer(), pos_integer()) :: [pid()]
-  def top_processes(n, window_ms) do
-    before = reductions()
-    Process.sleep(window_ms)
-    after_window = reductions()
-
-    after_window
-    |> Enum.flat_map(fn {pid, reds} ->
-      case before do
-        %{^pid => earlier} -> [{pid, reds - earlier}]
-        _ -> [{pid, reds}]
-      end
-    end)
-    |> Enum.reject(fn {pid, _} -> pid == self() or ours?(pid) end)
-    |> Enum.sort_by(fn {_pid, delta} -> -delta end)
-    |> Enum.take(n)
-    |> Enum.map(&elem(&1, 0))
-  end
-
-  # No signal: reductions are read from the process structure.
-  defp reductions do
-    for pid <- Process.list(),
-        {:reductions, reds} <- [Process.info(pid, :reductions)],
-        into: %{},
-        do: {pid, reds}
-  end
-
-  defp ours?(pid) do
-    case Process.info(pid, :dictionary) do
-      {:dictionary, dict} ->
-        case dict[:"$initial_call"] do
-          {module, _, _} -> String.starts_with?(Atom.to_string(module), "Elixir.FlameOn.Client.")
-          _ -> false
-        end
-
-      nil ->
-        true
-    end
-  end
-
-  defp start_trace_of(pid, opts) do
-    opts = Keyword.validate!(opts, @start_defaults)
-    {settings, _rest} = settings!(Keyword.take(opts, [:threshold_ms, :shipper]))
-
-    config = %{
-      name: name!(opts[:name]),
-      mode: start_mode!(opts[:mode] || default_mode()),
-      sampler:
-        Sampler.check_options!(Keyword.take(opts, Keyword.keys(Sampler.option_defaults()))),
-      duration_ms: duration!(opts[:duration_ms]),
-      timeout: timeout!(opts[:timeout]),
-      limits: limits(opts),
-      settings: settings
-    }
-
-    with {:ok, controller} <- Trace.start(self(), pid, config) do
-      {:ok, %Ref{controller: controller, pid: pid, name: config.name}}
-    end
-  end
+  defdelegate top_processes(n, window_ms), to: Start
 
   @doc """
   Stops a trace started by `start_trace/2` and returns its profile.
@@ -362,124 +175,13 @@ defmodule FlameOn.Client.Tracing do
   :not_found}` for a trace that was already stopped, and `{:error, reason}`
   if the trace failed.
   """
-  @spec stop_trace(ref()) :: {:ok, Profile.t()} | {:error, term()}
-  def stop_trace(%Ref{controller: controller}), do: Trace.stop(controller)
-
-  @doc false
-  # The trace settings (sample_rate, threshold_ms, shippers) from options
-  # with the application environment as fallback, validated; and the other
-  # options. Also used by FlameOn.Client.Telemetry.
-  @spec settings!(keyword()) :: {map(), keyword()}
-  def settings!(opts) do
-    {own, rest} = Keyword.split(opts, @trace_keys)
-
-    settings = %{
-      sample_rate: sample_rate!(setting(own, :sample_rate, 1.0)),
-      threshold_ms: threshold!(setting(own, :threshold_ms, 0)),
-      shippers: Shipper.normalize!(setting(own, :shipper, nil))
-    }
-
-    {settings, rest}
-  end
-
-  defp setting(opts, key, default) do
-    case Keyword.get(opts, key) do
-      nil -> Application.get_env(:flame_on_client, key, default)
-      value -> value
-    end
-  end
-
-  @doc false
-  # The limit options of a process-mode trace (Tracer's `:limits`).
-  # Also used by FlameOn.Client.Telemetry.
-  @spec limit_keys() :: [atom()]
-  def limit_keys, do: @limit_keys
-
-  @doc false
-  @spec limits(keyword()) :: map()
-  def limits(opts) do
-    for {key, value} <- Keyword.take(opts, @limit_keys), value != nil, into: %{}, do: {key, value}
-  end
-
-  @doc false
-  # Whether this call is sampled.
-  @spec sampled?(number()) :: boolean()
-  def sampled?(rate) when rate >= 1, do: true
-  def sampled?(rate) when rate <= 0, do: false
-  def sampled?(rate), do: :rand.uniform() < rate
+  @spec stop_trace(ref()) :: {:ok, FlameOn.Client.Profile.t()} | {:error, term()}
+  defdelegate stop_trace(ref), to: Start
 
   @doc false
   # Whether the calling process is traced in a way that keeps FlameOn from
-  # tracing it (FlameOn.Client.Node.TraceBackend.check_tracee/1: any tracer in
-  # the legacy session, a trace of ours where the VM has trace sessions).
+  # tracing it (FlameOn.Client.Node.TraceBackend.check_tracee/1: any tracer
+  # in the legacy session, a trace of ours where the VM has trace sessions).
   @spec traced?() :: boolean()
-  def traced?, do: FlameOn.Client.Node.TraceBackend.check_tracee(self()) != :ok
-
-  @doc false
-  # Ships `profile` if it is long enough, and keeps it in the
-  # FlameOn.Client.TraceStore (the web UI's recent traces).
-  @spec maybe_ship(Profile.t(), map()) :: :ok
-  def maybe_ship(%Profile{} = profile, %{threshold_ms: threshold_ms, shippers: shippers}) do
-    if profile.duration_us >= threshold_ms * 1000 do
-      FlameOn.Client.TraceStore.put(profile)
-      Shipper.ship_all(profile, shippers)
-    else
-      Logger.debug(fn ->
-        "FlameOn: trace #{inspect(profile.name)} (#{profile.trace_id}) took " <>
-          "#{profile.duration_us} µs, below threshold_ms #{threshold_ms}: not shipped"
-      end)
-
-      :ok
-    end
-  end
-
-  defp sample_rate!(rate) when is_number(rate) and rate >= 0 and rate <= 1, do: rate
-
-  defp sample_rate!(other),
-    do: invalid!(:sample_rate, "a number from 0.0 to 1.0", other)
-
-  defp threshold!(ms) when is_number(ms) and ms >= 0, do: ms
-  defp threshold!(other), do: invalid!(:threshold_ms, "a non-negative number", other)
-
-  @doc false
-  # The capture mode of app-code traces when none is given: the
-  # application environment's `:mode`, else `:sample` (no call breakpoints,
-  # so a sampled request does not slow the rest of the node).
-  @spec default_mode() :: :nif | :process | :sample
-  def default_mode, do: Application.get_env(:flame_on_client, :mode, :sample)
-
-  defp start_mode!(mode) when mode in [:process, :sample], do: mode
-  # start_trace/2 traces another process: :nif needs the tracer in that
-  # process's own calls, which only works for the calling process.
-  defp start_mode!(:nif), do: :process
-  defp start_mode!(other), do: invalid!(:mode, ":process or :sample", other)
-
-  defp duration!(nil), do: nil
-  defp duration!(ms) when is_integer(ms) and ms > 0, do: ms
-  defp duration!(other), do: invalid!(:duration_ms, "a positive integer", other)
-
-  defp timeout!(:infinity), do: :infinity
-  defp timeout!(ms) when is_integer(ms) and ms > 0, do: ms
-  defp timeout!(other), do: invalid!(:timeout, "a positive integer or :infinity", other)
-
-  defp name!(name) when is_binary(name), do: name
-  defp name!(name) when is_atom(name) and name not in [nil, true, false], do: Atom.to_string(name)
-  defp name!(other), do: invalid!(:name, "a string", other)
-
-  defp invalid!(key, expected, got) do
-    raise ArgumentError, "expected #{inspect(key)} to be #{expected}, got: #{inspect(got)}"
-  end
-
-  defp resolve(pid) when is_pid(pid), do: {:ok, pid}
-
-  defp resolve(name) when is_atom(name) do
-    case Process.whereis(name) do
-      nil -> {:error, :noproc}
-      pid -> {:ok, pid}
-    end
-  end
-
-  defp resolve(other) do
-    raise ArgumentError, "expected a pid or a registered name, got: #{inspect(other)}"
-  end
+  defdelegate traced?(), to: FlameOn.Client.Capture
 end

@@ -64,14 +64,6 @@ defmodule FlameOn.Client.Web do
 
   alias FlameOn.Client.Web.Server
 
-  @defaults [
-    port: 4040,
-    ip: {127, 0, 0, 1},
-    token: nil,
-    max_timeout_ms: 600_000,
-    max_captures: 8,
-    max_connections: 32
-  ]
   @min_token 16
 
   @doc """
@@ -88,24 +80,24 @@ defmodule FlameOn.Client.Web do
   """
   @spec start(keyword()) :: {:ok, String.t()} | {:error, term()}
   def start(opts \\ []) do
-    opts = Keyword.validate!(opts, @defaults)
-    ip = ip!(opts[:ip])
+    opts = FlameOn.Client.Options.web!(opts)
+    ip = ip(opts.ip)
     loopback = loopback?(ip)
 
     cond do
-      not loopback and opts[:token] == nil ->
+      not loopback and opts.token == nil ->
         {:error, :token_required}
 
       true ->
         config = %{
           ip: ip,
-          port: port!(opts[:port]),
+          port: opts.port,
           loopback: loopback,
-          token: token!(opts[:token]),
+          token: token(opts.token),
           csrf: Base.url_encode64(:crypto.strong_rand_bytes(24), padding: false),
-          max_timeout_ms: positive!(opts, :max_timeout_ms),
-          max_captures: positive!(opts, :max_captures),
-          max_connections: positive!(opts, :max_connections),
+          max_timeout_ms: opts.max_timeout_ms,
+          max_captures: opts.max_captures,
+          max_connections: opts.max_connections,
           url: nil
         }
 
@@ -143,32 +135,21 @@ defmodule FlameOn.Client.Web do
     :exit, _ -> nil
   end
 
-  defp ip!(ip) when is_tuple(ip) do
-    case :inet.ntoa(ip) do
-      {:error, _} -> invalid!(:ip, "an IP address", ip)
-      _ -> ip
-    end
-  end
+  # checked by FlameOn.Client.Options
+  defp ip(ip) when is_tuple(ip), do: ip
 
-  defp ip!(text) when is_binary(text) do
-    case :inet.parse_address(String.to_charlist(text)) do
-      {:ok, ip} -> ip
-      {:error, _} -> invalid!(:ip, "an IP address", text)
-    end
+  defp ip(text) do
+    {:ok, ip} = :inet.parse_address(String.to_charlist(text))
+    ip
   end
-
-  defp ip!(other), do: invalid!(:ip, "an IP address", other)
 
   defp loopback?({127, _, _, _}), do: true
   defp loopback?({0, 0, 0, 0, 0, 0, 0, 1}), do: true
   defp loopback?(_ip), do: false
 
-  defp port!(port) when is_integer(port) and port in 0..65_535, do: port
-  defp port!(other), do: invalid!(:port, "an integer from 0 to 65535", other)
+  defp token(nil), do: nil
 
-  defp token!(nil), do: nil
-
-  defp token!(token) when is_binary(token) and token != "" do
+  defp token(token) do
     if byte_size(token) < @min_token do
       Logger.warning(
         "FlameOn web UI: a token shorter than #{@min_token} characters is easy to guess"
@@ -176,18 +157,5 @@ defmodule FlameOn.Client.Web do
     end
 
     token
-  end
-
-  defp token!(other), do: invalid!(:token, "a non-empty string", other)
-
-  defp positive!(opts, key) do
-    case opts[key] do
-      n when is_integer(n) and n > 0 -> n
-      other -> invalid!(key, "a positive integer", other)
-    end
-  end
-
-  defp invalid!(key, expected, got) do
-    raise ArgumentError, "expected #{inspect(key)} to be #{expected}, got: #{inspect(got)}"
   end
 end

@@ -139,7 +139,7 @@ defmodule FlameOn.Client.TraceSessionTest do
       parent = self()
 
       error =
-        assert_raise RuntimeError, ~r/trace session .* ended before returning the profile/, fn ->
+        assert_raise RuntimeError, ~r/owner .* ended before returning the profile/, fn ->
           FlameOn.Client.profile(
             fn ->
               session = session_of(self())

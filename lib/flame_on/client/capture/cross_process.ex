@@ -1,160 +1,178 @@
 defmodule FlameOn.Client.Capture.CrossProcess do
   @moduledoc false
-  # cross_process: a CrossProcess owns the trace (graph session, graph
-  # tracing, lifetime, the root's timeline in mode :process, finishing and
-  # shipping); the root gets a seq_trace token (label = the trace id) after
-  # it started, so nothing of the setup carries the token. The send pattern
-  # set by Patterns turns tracing on in each callee, and the router sends
-  # every event to this trace's session.
-  @behaviour FlameOn.Client.Capture
+  # cross_process: true, in any mode. A FlameOn.Client.Owners.CrossProcess
+  # owns the trace (its core session with the span graph, cross-process
+  # tracing, lifetime, the processes that join, finishing); the root gets
+  # a seq_trace token (label = the trace id) once everything is set, so
+  # nothing of the setup carries the token. The send pattern set by
+  # FlameOn.Client.Node.Patterns turns tracing on in each process the
+  # root's work reaches, and the router sends every event to this trace's
+  # core session.
+  #
+  # Targets: :self (the root is the calling process), {:gate, mfa} (the
+  # root is the next caller of mfa; the gate's match spec gives it its
+  # flags and token in the legacy session, and it follows GenServer calls
+  # only) and {:part, part} (a node's part of a trace across nodes: no
+  # root, see FlameOn.Client.Cluster.Part).
 
   alias FlameOn.Client.Capture
   alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Node.Patterns
-  alias FlameOn.Client.Sampling.Sampler
-  alias FlameOn.Client.Node.TraceBackend
-  alias FlameOn.Client.Owners.CrossProcess
+  alias FlameOn.Client.Node.{Patterns, TraceBackend}
+  alias FlameOn.Client.Owners
   alias FlameOn.Client.Owners.Tracer
-  alias FlameOn.Client.Capture.Sample
 
   # :send runs the send pattern; :procs sees exits.
-  @nif_flags [:call, :return_to, :running, :arity, :send, :procs]
-  # mode :sample: no call events; the root and each callee are sampled.
-  @sample_flags [:running, :send, :procs]
+  @graph_flags [:send, :procs]
   # follow: :messages: receive events say who woke the root, and processes
-  # it spawns start traced (mode :process: its tracer, a Tracer,
+  # it spawns start traced (mode :process: its tracer, an Owners.Tracer,
   # would be theirs too, so spawns are not followed there).
   @follow_flags [:receive, :set_on_spawn]
 
-  @impl Capture
-  def start(opts) do
-    Capture.ensure_untraced!()
+  @doc false
+  @spec open(Capture.target(), map(), module()) :: {:ok, Capture.t()} | {:error, term()}
+  def open(target, opts, mode) do
+    with :ok <- check(target),
+         {:ok, owner} <- Owners.CrossProcess.start(owner_opts(target, opts, mode)) do
+      case Owners.CrossProcess.info(owner) do
+        {:ok, info} -> opened(target, opts, mode, owner, info)
+        {:error, reason} -> {:error, start_reason(reason)}
+      end
+    end
+  end
 
-    sampler = if opts.mode == :sample, do: Sample.sampler_opts(opts)
+  defp check(:self), do: Capture.check_self()
+  defp check(_target), do: :ok
 
-    graph_opts = [
-      root: self(),
-      mode: opts.mode,
-      name: opts.name,
-      sleep: opts.sleep,
-      follow: opts.follow,
-      max_duration_ms: opts.max_duration_ms,
-      cluster: opts.cluster,
-      limits: Map.take(opts, FlameOn.Client.limit_keys()),
-      sampler: sampler && Keyword.delete(sampler, :root)
+  defp owner_opts(target, opts, mode) do
+    [
+      mode: mode,
+      opts: opts,
+      root: if(target == :self, do: self()),
+      part: match?({:part, _}, target) && elem(target, 1),
+      # the gate turns the caller's flags on in the legacy session, where
+      # its :send flag runs the send pattern
+      legacy: match?({:gate, _}, target)
     ]
+  end
 
-    owner =
-      case CrossProcess.start(graph_opts) do
-        {:ok, owner} -> owner
-        {:error, reason} -> Capture.raise_start_error!(reason, "a cross-process trace")
-      end
+  # the root's timeline could not start (mode :process)
+  defp start_reason({reason, _}), do: reason
+  defp start_reason(reason), do: reason
 
-    %{native: native, label: label, handle: handle, timeline: timeline} =
-      case CrossProcess.info(owner) do
-        {:ok, info} -> info
-        # the root's timeline could not start (mode :process)
-        {:error, {reason, _}} -> Capture.raise_start_error!(reason, "a cross-process trace")
-        {:error, reason} -> Capture.raise_start_error!(reason, "a cross-process trace")
-      end
+  defp opened({:part, _}, opts, mode, owner, info) do
+    {:ok, capture(opts, mode, owner, info, {:part, nil}, [])}
+  end
 
+  defp opened(target, opts, mode, owner, info) do
     # Only once the trace started: a refused start keeps nothing raised.
-    if sampler, do: :ok = Patterns.acquire_depth(sampler[:depth])
+    :ok = mode.acquire(opts)
+    capture = capture(opts, mode, owner, info, target, flags(target, opts, mode, info))
 
-    follow = if opts.follow == :messages, do: @follow_flags, else: []
+    # Last: nothing of the setup carries the token. (A gate's match spec
+    # gives the caller its token.)
+    if target == :self do
+      :seq_trace.set_token(:label, info.label)
+      :seq_trace.set_token(:send, true)
+      :seq_trace.set_token(:receive, true)
+    end
 
-    # mode :process: the root's own events go to its timeline (its receive
-    # events too), and its :send flag runs the graph handle's send pattern.
-    flags =
-      case opts.mode do
-        :nif ->
-          [{handle, @nif_flags ++ follow}]
+    {:ok, capture}
+  end
 
-        :sample ->
-          [{handle, @sample_flags ++ follow}]
-
-        :process ->
-          timeline_handle = Tracer.handle(timeline)
-          if follow != [], do: receive_pattern(timeline_handle)
-
-          [
-            {timeline_handle, Tracer.trace_flags() ++ (follow -- [:set_on_spawn])},
-            {handle, [:send]}
-          ]
-      end
-
-    # Last: nothing of the setup carries the token.
-    :seq_trace.set_token(:label, label)
-    :seq_trace.set_token(:send, true)
-    :seq_trace.set_token(:receive, true)
-
+  defp capture(opts, mode, owner, info, target, flags) do
     %{
-      module: __MODULE__,
-      mode: opts.mode,
+      scope: __MODULE__,
+      mode: mode,
+      opts: opts,
+      target: target,
       owner: owner,
-      native: native,
+      core: info.native,
+      label: info.label,
       flags: flags,
-      sampler_opts: sampler
+      pids: [],
+      watchers: %{}
     }
   end
 
-  # A trace session of the timeline's own needs the receive pattern too, for
-  # the root's receive events to name their sender (in the legacy session
-  # Patterns set it for every graph trace).
+  # mode tracer :process: the root's own events go to its timeline (its
+  # receive events too), and its :send flag runs the cross-process
+  # handle's send pattern.
+  defp flags(target, opts, mode, %{handle: handle, timeline: timeline}) do
+    follow = if opts.follow == :messages, do: @follow_flags, else: []
+
+    case mode.tracer() do
+      :core ->
+        [{handle, mode.flags() ++ @graph_flags ++ follow}]
+
+      :process when target == :self ->
+        timeline_handle = Tracer.handle(timeline)
+        if follow != [], do: receive_pattern(timeline_handle)
+        [{timeline_handle, mode.flags() ++ (follow -- [:set_on_spawn])}, {handle, [:send]}]
+    end
+  end
+
+  # A trace session of the timeline's own needs the receive pattern too,
+  # for the root's receive events to name their sender (in the legacy
+  # session Patterns set it for every cross-process trace).
   defp receive_pattern(handle) do
     unless TraceBackend.shared?(handle),
       do: TraceBackend.pattern(handle, :receive, Patterns.receive_match_spec(), [])
   end
 
-  @impl Capture
-  def begin(%{native: native} = capture) do
-    Native.graph_begin(native)
-
-    case capture do
-      %{mode: :sample, sampler_opts: opts} ->
-        # the sampler is ours, not the trace's: it must not inherit the token
-        token = :seq_trace.set_token([])
-        sampler = Sampler.start(native, self(), opts)
-        :seq_trace.set_token(token)
-        Map.put(capture, :sampler, sampler)
-
-      _ ->
-        capture
-    end
+  @doc false
+  # The root's span starts (a gate's core starts it itself, at the call),
+  # and its watchers: a sampler is ours, not the trace's, so it must not
+  # inherit the token.
+  @spec begin(Capture.t(), pid()) :: Capture.t()
+  def begin(%{mode: mode, core: core, opts: opts} = capture, pid) do
+    if capture.target == :self, do: Native.graph_begin(core)
+    token = :seq_trace.set_token([])
+    root = if match?({:gate, _}, capture.target), do: elem(capture.target, 1)
+    watchers = mode.watch(capture.watchers, core, pid, opts, root)
+    :seq_trace.set_token(token)
+    %{capture | watchers: watchers, pids: Enum.uniq(capture.pids ++ [pid])}
   end
 
-  # :nif: stop/1 makes the tracer discard every later event. :process: the
-  # session drops end_mark's call event and everything after it.
-  @impl Capture
-  def stop(capture) do
+  @doc false
+  # :core tracer: the tracer discards every later event. :process: the
+  # root's timeline drops end_mark's call event and everything after it.
+  @spec stop(Capture.t()) :: integer()
+  def stop(%{mode: mode, core: core}) do
     end_ts =
-      case capture do
-        %{mode: mode, native: native} when mode in [:nif, :sample] -> Native.stop(native)
-        %{mode: :process} -> Tracer.end_mark()
+      case mode.tracer() do
+        :core -> Native.stop(core)
+        :process -> Tracer.end_mark()
       end
 
     :seq_trace.set_token([])
     end_ts
   end
 
-  @impl Capture
-  def finish(%{owner: owner} = capture, started_ts, end_ts, opts) do
-    root_sampled =
-      case capture do
-        %{sampler: sampler} ->
-          sampled = Sampler.stop(sampler)
-          Patterns.release_depth()
-          sampled
+  @doc false
+  @spec finish(Capture.t(), integer(), integer()) ::
+          {:ok, FlameOn.Client.Profile.t()} | {:error, term()}
+  def finish(%{owner: owner, mode: mode, opts: opts} = capture, started_ts, end_ts) do
+    root_watched = mode.unwatch(capture.watchers)
+    :ok = mode.release(opts)
 
-        _ ->
-          nil
-      end
-
-    CrossProcess.finish(owner,
+    Owners.CrossProcess.finish(owner,
       started_ts: started_ts,
       end_ts: end_ts,
       timeout: opts.timeout,
-      root_sampled: root_sampled
+      root: List.first(capture.pids),
+      root_watched: root_watched
     )
+  end
+
+  @doc false
+  # Stopped before finishing: nothing more is followed; Patterns gives
+  # cross-process tracing back when it sees the owner go.
+  @spec abort(Capture.t()) :: :ok
+  def abort(%{owner: owner, core: core} = capture) do
+    Native.stop(core)
+    :seq_trace.set_token([])
+    capture.mode.unwatch(capture.watchers)
+    capture.mode.release(capture.opts)
+    Owners.CrossProcess.stop(owner)
   end
 end

@@ -1,44 +1,33 @@
 defmodule FlameOn.Client.Capture.Process do
   @moduledoc false
-  # mode: :process – a Tracer process is the tracer and ingests the
-  # trace messages in batches; the call event of Tracer.end_mark/0
-  # ends the trace.
+  # mode: :process – exact stacks from call tracing, with a tracer process
+  # (FlameOn.Client.Owners.Tracer) that takes the trace messages and
+  # ingests them into the core session in batches: the portable baseline
+  # (a burst of events queues in its mailbox). Needs the call patterns on
+  # every function while it runs; the tracer process takes them.
   @behaviour FlameOn.Client.Capture
 
-  alias FlameOn.Client.Capture
-  alias FlameOn.Client.Owners.Tracer
+  @impl true
+  def flags, do: FlameOn.Client.Owners.Tracer.trace_flags()
 
-  @impl Capture
-  def start(opts) do
-    session_opts = [
-      pid: self(),
-      owner: self(),
-      attach: :tracee,
-      name: opts.name,
-      limits: Map.take(opts, FlameOn.Client.limit_keys())
-    ]
+  @impl true
+  def call_patterns?, do: true
 
-    case Tracer.start(session_opts) do
-      {:ok, session} ->
-        %{
-          module: __MODULE__,
-          session: session,
-          flags: [{Tracer.handle(session), Tracer.trace_flags()}]
-        }
+  @impl true
+  def follows_callees?, do: false
 
-      {:error, reason} ->
-        Capture.raise_start_error!(reason, "a trace session")
-    end
-  end
+  @impl true
+  def tracer, do: :process
 
-  @impl Capture
-  def begin(capture), do: capture
+  @impl true
+  def acquire(_opts), do: :ok
 
-  @impl Capture
-  def stop(_capture), do: Tracer.end_mark()
+  @impl true
+  def release(_opts), do: :ok
 
-  @impl Capture
-  def finish(%{session: session}, started_ts, end_ts, opts) do
-    Tracer.finish(session, started_ts: started_ts, end_ts: end_ts, timeout: opts.timeout)
-  end
+  @impl true
+  def watch(watchers, _core, _pid, _opts, _root), do: watchers
+
+  @impl true
+  def unwatch(_watchers), do: %{metrics: %{}, stats: %{}}
 end

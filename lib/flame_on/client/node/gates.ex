@@ -271,10 +271,19 @@ defmodule FlameOn.Client.Node.Gates do
       _ -> :ok
     end
 
+    # (An exit signal would not do: the owner traps exits and takes one
+    # from any process but its supervisor as a message.) Apart, so this
+    # server does not wait for it.
     case cleanup[:graph_owner] do
       nil -> :ok
-      owner -> Process.exit(owner, :shutdown)
+      owner -> spawn(fn -> stop(owner) end)
     end
+  end
+
+  defp stop(owner) do
+    GenServer.stop(owner, :shutdown, 5_000)
+  catch
+    :exit, _ -> :ok
   end
 
   @doc false

@@ -1,117 +1,106 @@
 defmodule FlameOn.Client.Owners.CrossProcess do
-  @moduledoc """
-  A process that owns **one logical request trace across processes**
-  (`cross_process: true`).
-
-  It holds the trace's root metadata (its label, the root process, the
-  name), its per-process timelines (in mode `:nif` every process's events,
-  the root's included, are folded by the NIF tracer into one native graph
-  session; in mode `:process` it also starts the `FlameOn.Client.Owners.Tracer`
-  that ingests the root's own trace messages into that session), the span
-  graph of caller/callee relationships and wait edges (built in the NIF from
-  `:seq_trace` events, see `FlameOn.Client.Graph`), the trace's lifetime, and
-  its finalization and shipping.
-
-  `FlameOn.Client.profile/2` runs one for each `cross_process: true` profile;
-  most code never calls this module directly.
-
-  ## Life cycle
-
-    * `start/1` creates the native graph session, registers it with the NIF's
-      router, takes graph tracing from `FlameOn.Client.Node.Patterns` (the seq_trace
-      system tracer and the send pattern that turns tracing on in callees),
-      starts the root's `Tracer` in mode `:process`, and arms the
-      lifetime timer (`max_duration_ms`). `info/1` tells the caller what to
-      trace with.
-    * Past its lifetime the trace stops following anything
-      (`stats.lifetime_exceeded`); the traced function goes on.
-    * A follower that leaves the trace (a process outside the trace woke it
-      with nothing of the trace left to do; the NIF says
-      `{:flame_on_left, pid}`) has its trace flags turned off, unless
-      another running graph trace follows it; so do the followers still
-      there when the trace finishes.
-    * `finish/2` closes the graph, builds the `FlameOn.Client.Profile` with
-      its `FlameOn.Client.Graph`, ships it to the `:shipper`s given at start,
-      gives graph tracing back and stops.
-    * If the root process dies first, the trace is stopped and the session
-      stops; if the session dies, `Patterns` (which monitors it) stops the
-      trace and, with the last graph trace, turns tracing off everywhere.
-  """
+  @moduledoc false
+  # The process that owns **one cross-process trace** (`cross_process:
+  # true`) on this node: the origin's (role :origin, started by
+  # FlameOn.Client.Capture.CrossProcess for profile/2, trace/3, ExUnit and
+  # capture_next/2), or one other node's part of a trace across nodes (role
+  # :part, started there for FlameOn.Client.Cluster.Part).
+  #
+  # It holds the trace's core session (every traced process's events, the
+  # root's included, are folded into it by the NIF tracer, routed by the
+  # seq_trace label and by pid; in mode :process it also starts the
+  # FlameOn.Client.Owners.Tracer that ingests the root's own trace messages
+  # into it), the span graph the core builds from the seq_trace events (see
+  # FlameOn.Client.Graph), cross-process tracing (taken from
+  # FlameOn.Client.Node.Patterns: the seq_trace system tracer, the send
+  # pattern that turns tracing on in the processes the work reaches), the
+  # watchers the mode starts for each of them (mode :sample: a sampler),
+  # the trace's lifetime, and finishing.
+  #
+  #   * Past its lifetime (max_duration_ms) the trace stops following
+  #     anything (stats.lifetime_exceeded); the traced work goes on. A part
+  #     stops.
+  #   * A follower that leaves the trace (a process outside the trace woke
+  #     it with nothing of the trace left to do; the core says
+  #     {:flame_on_left, pid}) has its trace flags turned off, unless
+  #     another running cross-process trace follows it; so do the followers
+  #     still there when the trace finishes.
+  #   * A part turns the flags on itself in each process of its node that
+  #     joins from another node ({:flame_on_callee, pid}): the send pattern
+  #     cannot reach across nodes.
+  #   * If the root (the origin) or the origin's owner (a part) dies first,
+  #     the trace is stopped and this process stops; if this process dies,
+  #     Patterns (which monitors it) stops the trace and, with the last
+  #     cross-process trace, turns tracing off everywhere.
 
   use GenServer, restart: :temporary
 
   @leave_grace_ms 5
 
-  alias FlameOn.Client.Cluster
-  alias FlameOn.Client.Graph
+  alias FlameOn.Client.{Capture, Cluster, Graph, Profile}
+  alias FlameOn.Client.Cluster.Part
   alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Node.Patterns
-  alias FlameOn.Client.Profile
-  alias FlameOn.Client.Sampling.Sampler
-  alias FlameOn.Client.Shipper
-  alias FlameOn.Client.Node.TraceBackend
+  alias FlameOn.Client.Node.{Patterns, TraceBackend}
   alias FlameOn.Client.Owners.Tracer
 
-  @typedoc "Options of `start/1`."
-  @type option ::
-          {:root, pid()}
-          | {:mode, :nif | :process | :sample}
-          | {:sampler, keyword()}
-          | {:name, String.t()}
-          | {:sleep, :default | :raw}
-          | {:follow, :messages | :calls}
-          | {:max_duration_ms, pos_integer()}
-          | {:limits, map()}
-          | {:shipper, term()}
-          | {:legacy, boolean()}
-          | {:cluster, false | keyword()}
-
   @doc """
-  Starts the owner of a graph trace of `opts[:root]`. Returns
+  Starts the owner. Options: `:mode` (a mode module), `:opts` (the
+  validated capture options), `:root` (a pid, or nil when the root is not
+  known yet: a gate's caller, or none for a part), `:legacy` (in the legacy
+  trace session even where the VM has trace sessions) and `:part` (false,
+  or `%{label:, origin:, lifetime_ms:}` for a node's part). Returns
   `{:error, {:system_tracer_taken, tracer}}` when another tool owns the
-  seq_trace system tracer and `{:error, {:invalid_limits, limits}}` when the
-  NIF rejects the limits.
+  seq_trace system tracer and `{:error, {:invalid_limits, limits}}` when
+  the NIF rejects the limits.
   """
-  @spec start([option()]) :: {:ok, pid()} | {:error, term()}
+  @spec start(keyword()) :: {:ok, pid()} | {:error, term()}
   def start(opts) do
     DynamicSupervisor.start_child(FlameOn.Client.OwnerSupervisor, {__MODULE__, opts})
   end
 
   @doc false
-  @spec start_link([option()]) :: GenServer.on_start()
+  @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(opts), do: GenServer.start_link(__MODULE__, opts)
 
   @doc """
-  What the root is traced with: `%{native: session, label: label, handle:
-  graph tracing handle, timeline: Tracer pid | nil}` (the handle is a
-  `FlameOn.Client.Node.TraceBackend` handle).
+  What the root is traced with: `%{native: core, label: label, handle:
+  cross-process tracing handle, timeline: Tracer pid | nil}`.
   """
-  @spec info(pid()) ::
-          {:ok,
-           %{
-             native: Native.session(),
-             label: pos_integer(),
-             handle: TraceBackend.t(),
-             timeline: pid() | nil
-           }}
-          | {:error, term()}
-  def info(session) do
-    {:ok, GenServer.call(session, :info)}
+  @spec info(pid()) :: {:ok, map()} | {:error, term()}
+  def info(owner) do
+    {:ok, GenServer.call(owner, :info)}
   catch
     :exit, {reason, _} -> {:error, reason}
   end
 
   @doc """
   Finishes the trace and returns its profile. Options: `:started_ts` and
-  `:end_ts` (native monotonic time of the traced function's start and end),
-  `:timeout` (mode `:process`: time for queued trace messages) and `:root`
-  (the root process, for a trace started with `root: nil`).
+  `:end_ts` (native monotonic time of the traced work's start and end),
+  `:timeout` (mode `:process`: time for queued trace messages), `:root`
+  (the root process, for a trace started without one) and `:root_watched`
+  (what the root's watchers, in the caller, add).
   """
   @spec finish(pid(), keyword()) :: {:ok, Profile.t()} | {:error, term()}
-  def finish(session, opts) do
-    GenServer.call(session, {:finish, opts}, :infinity)
+  def finish(owner, opts) do
+    GenServer.call(owner, {:finish, opts}, :infinity)
   catch
     :exit, {reason, _} -> {:error, reason}
+  end
+
+  @doc "A part: stops the trace and returns the node's part (`FlameOn.Client.Cluster.Part`)."
+  @spec collect(pid(), pos_integer()) :: {:ok, map()} | {:error, term()}
+  def collect(owner, max_bytes) do
+    GenServer.call(owner, {:collect, max_bytes}, 30_000)
+  catch
+    :exit, {reason, _} -> {:error, reason}
+  end
+
+  @doc "Stops the owner before it finished (nothing of the trace is kept)."
+  @spec stop(pid()) :: :ok
+  def stop(owner) do
+    GenServer.stop(owner, :shutdown, 5_000)
+  catch
+    :exit, _ -> :ok
   end
 
   # --- server ---------------------------------------------------------------
@@ -119,80 +108,76 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   @impl GenServer
   def init(opts) do
     Process.flag(:trap_exit, true)
-    # nil: the root is not known yet (FlameOn.Client.NextCall: the NIF
-    # makes the process that makes the captured call the root when it
-    # makes it)
-    root = Keyword.fetch!(opts, :root)
-    mode = Keyword.get(opts, :mode, :nif)
-    label = System.unique_integer([:positive])
-    names = wait_view(Keyword.get(opts, :sleep, :default))
-    limits = Keyword.get(opts, :limits, %{})
-    follow = Keyword.get(opts, :follow, :messages)
+    mode = Keyword.fetch!(opts, :mode)
+    capture = Keyword.fetch!(opts, :opts)
+    part = Keyword.get(opts, :part) || nil
+    # nil: the root is not known yet (a gate: the core makes the process
+    # that makes the captured call the root when it makes it), or there is
+    # none (a part)
+    root = Keyword.get(opts, :root)
+    label = if part, do: part.label, else: System.unique_integer([:positive])
 
-    with {:ok, native} <- new_native(limits, label),
-         :ok <- register(native, root),
-         :ok <- Native.graph_owner(native, self(), follow == :messages),
-         :ok <- watch_callees(native, mode),
-         {:ok, handle} <- take_graph_tracing(native, root, label, mode, follow, opts[:legacy]) do
-      max_duration_ms = Keyword.get(opts, :max_duration_ms, 60_000)
-      timer = Process.send_after(self(), :lifetime, max_duration_ms)
+    # A process brought in from another node runs untraced until a part
+    # turns its flags on: on a busy node that must not wait in the queue
+    # (each message here is handled in microseconds).
+    if part, do: Process.flag(:priority, :high)
 
-      # Before the root gets its token: no message of the trace can reach
-      # another node before that node is ready.
-      cluster =
-        Cluster.arm(
-          label: label,
-          origin: self(),
-          follow: follow,
-          names: names,
-          limits: limits,
-          max_duration_ms: max_duration_ms,
-          mode: mode,
-          sampler: Keyword.get(opts, :sampler) || [],
-          cluster: Keyword.get(opts, :cluster, [])
-        )
+    with {:ok, core} <- new_core(capture, label),
+         :ok <- register(core, root),
+         :ok <- Native.graph_owner(core, self(), capture.follow == :messages),
+         :ok <- watch_callees(core, mode, part),
+         {:ok, handle} <- take_tracing(core, root, label, mode, capture, opts[:legacy]),
+         :ok <- if(part, do: mode.acquire(capture), else: :ok) do
+      lifetime_ms = if part, do: part.lifetime_ms, else: capture.max_duration_ms
+      Process.send_after(self(), :lifetime, lifetime_ms)
 
       state = %{
-        native: native,
+        mode: mode,
+        opts: capture,
+        part: part,
+        core: core,
         handle: handle,
-        follow: follow,
+        follow: capture.follow,
         label: label,
         root: root,
-        root_ref: root && Process.monitor(root),
-        mode: mode,
+        ref: monitor(root, part),
         timeline: nil,
-        names: names,
-        name: Keyword.get(opts, :name, "flame_on"),
-        limits: limits,
-        shippers: Shipper.normalize!(Keyword.get(opts, :shipper)),
-        timer: timer,
-        cluster: cluster,
+        names: wait_view(capture.sleep),
+        # Before the root gets its token: no message of the trace can
+        # reach another node before that node is ready.
+        cluster: if(part, do: nil, else: Cluster.arm(label, self(), capture)),
         lifetime_exceeded: false,
-        # mode :sample: a FlameOn.Client.Sampling.Sampler per callee, by pid
-        samplers: %{},
-        sampler_opts: Keyword.get(opts, :sampler, []),
+        watchers: %{},
         # followers that left, their flags to turn off after @leave_grace_ms
-        leaving: []
+        leaving: [],
+        # a part: the processes it flagged and still follow, and when it
+        # flagged each (µs, this node's clock)
+        flagged: MapSet.new(),
+        flagged_at: %{}
       }
 
-      # The root's Tracer (mode :process) starts under the same
-      # supervisor, which is busy starting us until init returns.
+      # The root's Tracer (mode :process) starts under the same supervisor,
+      # which is busy starting us until init returns.
       {:ok, state, {:continue, :timeline}}
     end
   end
+
+  defp monitor(_root, %{origin: origin}), do: Process.monitor(origin)
+  defp monitor(nil, _part), do: nil
+  defp monitor(root, _part), do: Process.monitor(root)
 
   @impl GenServer
   def handle_continue(:timeline, state) do
     case timeline(state) do
       {:ok, timeline} -> {:noreply, %{state | timeline: timeline}}
-      {:stop, reason} -> {:stop, reason, %{state | native: nil}}
+      {:stop, reason} -> {:stop, reason, %{state | core: nil}}
     end
   end
 
   @impl GenServer
   def handle_call(:info, _from, state) do
     info = %{
-      native: state.native,
+      native: state.core,
       label: state.label,
       handle: state.handle,
       timeline: state.timeline
@@ -202,47 +187,59 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   end
 
   def handle_call({:finish, opts}, _from, state) do
-    Process.cancel_timer(state.timer)
-
     finished =
       with {:ok, profile} <- finish_trace(state, opts),
            do: {:ok, Cluster.finish(state.cluster, profile)}
 
-    # The trace is over for its followers too (the last graph trace also
-    # clears every flag and token of ours, in Patterns).
+    # The trace is over for its followers too (the last cross-process
+    # trace also clears every flag and token of ours, in Patterns).
     with {:ok, %Profile{graph: %Graph{followers: followers}}} <- finished,
          do: unfollow(Enum.uniq(followers ++ state.leaving), state)
 
     Patterns.release_graph()
+    {:stop, :normal, finished, %{state | core: nil}}
+  end
 
-    with {:ok, profile} when state.shippers != [] <- finished do
-      Shipper.ship_all(profile, state.shippers)
-    end
-
-    {:stop, :normal, finished, %{state | native: nil}}
+  def handle_call({:collect, max_bytes}, _from, state) do
+    Native.stop(state.core)
+    watched = state.mode.unwatch(state.watchers)
+    {raw, stats, graph} = Native.finish(state.core, :stop)
+    graph = Graph.build(graph, state.label)
+    stacks = Profile.build(raw, stats, [], state.names).stacks
+    unfollow(Enum.uniq(graph.followers ++ MapSet.to_list(state.flagged)), state)
+    Patterns.release_graph()
+    state.mode.release(state.opts)
+    part = Part.pack(graph, stacks, watched, state.flagged_at, max_bytes)
+    {:stop, :normal, {:ok, part}, %{state | core: nil}}
   end
 
   @impl GenServer
+  def handle_info(:lifetime, %{part: part} = state) when part != nil, do: {:stop, :normal, state}
+
   def handle_info(:lifetime, state) do
-    Native.stop(state.native)
+    Native.stop(state.core)
     {:noreply, %{state | lifetime_exceeded: true}}
   end
 
-  def handle_info({:DOWN, ref, :process, _root, _reason}, %{root_ref: ref} = state) do
+  def handle_info({:DOWN, ref, :process, _, _reason}, %{ref: ref} = state) do
     {:stop, :normal, state}
   end
 
-  # mode :sample: a callee took a request of the trace (the NIF router says
-  # so); it is sampled while it serves the trace, not call traced.
-  def handle_info({:flame_on_callee, pid}, %{native: native} = state) when native != nil do
-    samplers = Sampler.sample_callee(state.samplers, native, pid, state.sampler_opts)
-    {:noreply, %{state | samplers: samplers}}
+  # A process took a request of the trace (the core says so): a part turns
+  # its flags on if it came from another node; the mode watches it.
+  def handle_info({:flame_on_callee, pid}, %{core: core} = state) when core != nil do
+    state = if state.part, do: flag(pid, state), else: state
+    watchers = state.mode.watch(state.watchers, core, pid, state.opts, nil)
+    {:noreply, %{state | watchers: watchers}}
   end
 
-  # A follower left the trace (a process outside it woke it): it keeps no
-  # trace flag of ours unless another graph trace follows it. After a short
-  # grace, in one batch: a shared server often comes back with the trace's
-  # next message, and then keeps its flags.
+  def handle_info({:flame_on_left, pid}, %{part: part} = state) when part != nil do
+    unfollow([pid], state)
+    {:noreply, %{state | flagged: MapSet.delete(state.flagged, pid)}}
+  end
+
+  # After a short grace, in one batch: a shared server often comes back
+  # with the trace's next message, and then keeps its flags.
   def handle_info({:flame_on_left, pid}, %{leaving: leaving} = state) do
     if leaving == [], do: Process.send_after(self(), :unfollow_left, @leave_grace_ms)
     {:noreply, %{state | leaving: [pid | leaving]}}
@@ -256,123 +253,134 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   def handle_info(_msg, state), do: {:noreply, state}
 
   @impl GenServer
-  def terminate(_reason, %{native: nil}), do: :ok
+  def terminate(_reason, %{core: nil}), do: :ok
 
   def terminate(_reason, state) do
-    # Stopped before finishing (root gone, shutdown): nothing more is
-    # followed; Patterns gives graph tracing back when it sees us go.
-    Native.stop(state.native)
+    # Stopped before finishing (root or origin gone, lifetime over,
+    # shutdown): nothing more is followed; Patterns gives cross-process
+    # tracing back when it sees us go.
+    Native.stop(state.core)
+    if state.part, do: unfollow(MapSet.to_list(state.flagged), state)
     :ok
   end
 
   # --- internals --------------------------------------------------------------
 
-  defp new_native(limits, label) do
-    native_per_second = System.convert_time_unit(1, :second, :native)
-    {:ok, Native.new(Map.merge(limits, %{label: label, native_per_second: native_per_second}))}
-  rescue
-    ArgumentError -> {:stop, {:invalid_limits, limits}}
+  defp new_core(capture, label) do
+    with {:error, reason} <- Capture.new_core(capture, %{label: label}), do: {:stop, reason}
   end
 
   # Registered first: the VM asks the tracer (enabled/3, trace_status)
-  # whether it is live when it becomes the system tracer.
-  # Root not known yet: the session is registered with this process
-  # standing in for it (the VM asks whether the tracer is live when it
-  # becomes the system tracer); the NIF's capture_next gate puts the
-  # real root in its place when the captured call starts.
-  defp register(native, nil), do: register(native, self())
-
-  defp register(native, root) do
-    Native.graph_start(native, root)
+  # whether it is live when it becomes the system tracer. Without a root
+  # yet, this process stands in for it (a gate's core puts the real root
+  # in its place when the captured call starts).
+  defp register(core, root) do
+    Native.graph_start(core, root || self())
   rescue
     ArgumentError -> {:stop, :noproc}
   end
 
-  defp watch_callees(native, :sample), do: Native.graph_watch_callees(native, self())
-  defp watch_callees(_native, _mode), do: :ok
+  # The core tells this process of each process that joins when the mode
+  # watches them (a sampler each) or when this is a part (it flags them).
+  defp watch_callees(core, mode, part) do
+    if part || mode.follows_callees?(),
+      do: Native.graph_watch_callees(core, self()),
+      else: :ok
+  end
 
-  # A sample trace sets no call patterns: its callees are sampled.
-  # legacy: true (capture_next/2): in the legacy session on every release.
-  defp take_graph_tracing(native, root, label, mode, follow, legacy?) do
-    opts = [call_patterns: mode != :sample, follow: follow, legacy: legacy? == true]
+  defp take_tracing(core, root, label, mode, capture, legacy?) do
+    opts = [call_patterns: mode.call_patterns?(), follow: capture.follow, legacy: legacy? == true]
 
-    case Patterns.acquire_graph(native, root, label, opts) do
+    case Patterns.acquire_graph(core, root, label, opts) do
       {:ok, handle} ->
         {:ok, handle}
 
       {:error, reason} ->
-        Native.stop(native)
+        Native.stop(core)
         {:stop, reason}
     end
   end
 
   # Mode :process: the root's own events come as trace messages to a
-  # Tracer that ingests them into the same graph session.
-  defp timeline(%{mode: mode}) when mode in [:nif, :sample], do: {:ok, nil}
+  # Tracer that ingests them into the same core session.
+  defp timeline(%{root: root, mode: mode} = state) when is_pid(root) do
+    if mode.tracer() == :process, do: start_timeline(state), else: {:ok, nil}
+  end
 
-  defp timeline(%{mode: :process} = state) do
-    session_opts = [
+  defp timeline(_state), do: {:ok, nil}
+
+  defp start_timeline(state) do
+    tracer_opts = [
       pid: state.root,
       owner: state.root,
       attach: :tracee,
-      name: state.name,
-      limits: state.limits,
-      native: state.native,
+      name: state.opts.name,
+      limits: Map.take(state.opts, FlameOn.Client.Options.limit_keys()),
+      native: state.core,
       trace_id: state.label,
       graph: %{label: state.label, names: state.names}
     ]
 
-    case Tracer.start(session_opts) do
-      {:ok, session} ->
-        {:ok, session}
+    case Tracer.start(tracer_opts) do
+      {:ok, tracer} ->
+        {:ok, tracer}
 
       {:error, reason} ->
-        Native.stop(state.native)
+        Native.stop(state.core)
         Patterns.release_graph()
         {:stop, reason}
     end
   end
 
-  defp finish_trace(%{mode: :process} = state, opts) do
-    with {:ok, profile} <- Tracer.finish(state.timeline, opts) do
-      {:ok, lifetime(profile, state)}
-    end
+  defp finish_trace(%{timeline: timeline} = state, opts) when is_pid(timeline) do
+    with {:ok, profile} <- Tracer.finish(timeline, opts), do: {:ok, lifetime(profile, state)}
   end
 
-  defp finish_trace(%{mode: mode} = state, opts) when mode in [:nif, :sample] do
-    state = %{state | root: Keyword.get(opts, :root, state.root)}
+  defp finish_trace(state, opts) do
+    root = Keyword.get(opts, :root) || state.root
     started_ts = Keyword.fetch!(opts, :started_ts)
     end_ts = Keyword.fetch!(opts, :end_ts)
-    sampled = stop_samplers(state, Keyword.get(opts, :root_sampled))
-    # The tracer stamps events on its own clock; stop/1 noted when it ended.
-    {raw, stats, graph} = Native.finish(state.native, :stop)
-    stats = Map.merge(stats, sampled.stats)
 
-    profile =
-      Profile.build(
-        raw,
-        Map.put(stats, :unprocessed_events, 0),
-        [
-          trace_id: state.label,
-          name: state.name,
-          mode: mode,
-          pid: state.root,
-          graph: Graph.build(graph, state.label),
-          started_at: System.convert_time_unit(started_ts, :native, :microsecond),
-          duration_us: System.convert_time_unit(end_ts - started_ts, :native, :microsecond)
-        ],
-        state.names
+    watched =
+      Capture.merge_watched(
+        state.mode.unwatch(state.watchers),
+        Keyword.get(opts, :root_watched, %{metrics: %{}, stats: %{}})
       )
 
-    {:ok, lifetime(%{profile | metrics: sampled.metrics}, state)}
+    # The tracer stamps events on its own clock; stop/1 noted when it ended.
+    {raw, stats, graph} = Native.finish(state.core, :stop)
+    stats = stats |> Map.merge(watched.stats) |> Map.put(:unprocessed_events, 0)
+
+    fields =
+      Capture.fields(state.opts, root, started_ts, end_ts) ++
+        [trace_id: state.label, graph: Graph.build(graph, state.label)]
+
+    profile = Profile.build(raw, stats, fields, state.names)
+    {:ok, lifetime(%{profile | metrics: watched.metrics}, state)}
   end
 
-  # The callees' samplers, and what the root's own sampler handed in.
-  defp stop_samplers(state, root_sampled) do
-    Sampler.stop_all(
-      state.samplers,
-      if(root_sampled, do: [{state.root, root_sampled}], else: [])
-    )
+  defp lifetime(profile, state) do
+    %{profile | stats: Map.put(profile.stats, :lifetime_exceeded, state.lifetime_exceeded)}
+  end
+
+  # A part: a process of this node took a request of the trace from
+  # another node (or joined otherwise); it follows the trace with the
+  # flags the send pattern would have given it.
+  defp flag(pid, state) do
+    case TraceBackend.tracer(state.handle, pid) do
+      {:ok, []} ->
+        retrace(state.handle, pid, state.follow)
+        at = System.monotonic_time(:microsecond)
+
+        %{
+          state
+          | flagged: MapSet.put(state.flagged, pid),
+            flagged_at: Map.put_new(state.flagged_at, pid, at)
+        }
+
+      _ours_or_gone ->
+        state
+    end
   end
 
   # Off in a process of its own: turning another process's flags off waits
@@ -382,9 +390,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   # flags on again, and the process took it) gets them back at once; a
   # message not yet taken by then finds the process untraced (its spans
   # stay right, its stacks for that message are missing).
-  @doc false
-  @spec unfollow([pid()], %{handle: TraceBackend.t(), follow: :messages | :calls}) :: pid()
-  def unfollow(pids, %{handle: handle, follow: follow}) do
+  defp unfollow(pids, %{handle: handle, follow: follow}) do
     spawn(fn ->
       Enum.each(pids, fn pid ->
         with nil <- Native.graph_role(pid),
@@ -402,10 +408,6 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   rescue
     # it exited in between
     ArgumentError -> :gone
-  end
-
-  defp lifetime(profile, state) do
-    %{profile | stats: Map.put(profile.stats, :lifetime_exceeded, state.lifetime_exceeded)}
   end
 
   # How off-CPU time reads in a cross-process trace's stacks. Default: wait

@@ -52,8 +52,6 @@ defmodule FlameOn.Client.Sampling.Sampler do
   alias FlameOn.Client.Sampling.Budget
 
   @status_module :"$status"
-  # The sampling options of every entry point, with their defaults.
-  @option_defaults [interval_us: 1_000, split_status: false, max_samples: 100_000]
   # The VM keeps at most 64 frames of a stack trace (MAX_BACKTRACE_SIZE).
   @max_backtrace_depth 64
   # A sleeping sampler looks again after this many intervals even if no
@@ -278,32 +276,6 @@ defmodule FlameOn.Client.Sampling.Sampler do
   @doc "The status frame that `split_status: true` puts at the root of each stack."
   @spec status_frame(atom()) :: {atom(), atom(), 0}
   def status_frame(status), do: {@status_module, status, 0}
-
-  @doc "The sampling options (`:interval_us`, `:split_status`, `:max_samples`) and their defaults."
-  @spec option_defaults() :: keyword()
-  def option_defaults, do: @option_defaults
-
-  @doc """
-  Raises `ArgumentError` unless the sampling options in `opts` are valid;
-  other keys are not looked at. Returns `opts`.
-  """
-  @spec check_options!(keyword()) :: keyword()
-  def check_options!(opts) do
-    Enum.each(Keyword.take(opts, Keyword.keys(@option_defaults)), fn
-      {:interval_us, us} when is_integer(us) and us >= 1_000 -> :ok
-      {:interval_us, other} -> invalid!(:interval_us, "an integer of at least 1000", other)
-      {:split_status, flag} when is_boolean(flag) -> :ok
-      {:split_status, other} -> invalid!(:split_status, "a boolean", other)
-      {:max_samples, n} when is_integer(n) and n > 0 -> :ok
-      {:max_samples, other} -> invalid!(:max_samples, "a positive integer", other)
-    end)
-
-    opts
-  end
-
-  defp invalid!(key, expected, got) do
-    raise ArgumentError, "expected #{inspect(key)} to be #{expected}, got: #{inspect(got)}"
-  end
 
   @doc """
   The `backtrace_depth` samples of stacks folded at `max_depth` need:

@@ -1,0 +1,191 @@
+defmodule FlameOn.Client.Capture.Local do
+  @moduledoc false
+  # One process, or a few, traced into one core session (every trace
+  # without cross_process: true). The process that opens the capture holds
+  # what it takes of the node (the call patterns' registration, a raised
+  # backtrace_depth), so it is the one that finishes or aborts it: the
+  # calling process for profile/2 and capture_next/2, the trace's owner
+  # (FlameOn.Client.Owners.Trace) for start_trace/2 and telemetry.
+  #
+  # The mode decides who takes the events (`tracer/0`): the NIF tracer
+  # module folds them into the core session inside the traced process
+  # (`:core`), or a FlameOn.Client.Owners.Tracer process takes them as
+  # messages (`:process`).
+
+  alias FlameOn.Client.Capture
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.{Patterns, TraceBackend}
+  alias FlameOn.Client.Owners.Tracer
+  alias FlameOn.Client.Profile
+
+  @doc false
+  @spec open(Capture.target(), map(), module()) :: {:ok, Capture.t()} | {:error, term()}
+  def open(target, opts, mode) do
+    with {:ok, skipped} <- check(target) do
+      capture = %{
+        scope: __MODULE__,
+        mode: mode,
+        opts: opts,
+        target: target,
+        core: nil,
+        handle: nil,
+        tracer: nil,
+        flags: [],
+        pids: [],
+        watchers: %{},
+        skipped: skipped,
+        patterns: false
+      }
+
+      case mode.tracer() do
+        :core -> open_core(capture)
+        :process -> open_process(capture)
+      end
+    end
+  end
+
+  # What of the target can be traced: :ok, or why not. A list of processes
+  # skips those it cannot trace (counted), unless it is all of them.
+  defp check(:self), do: with(:ok <- Capture.check_self(), do: {:ok, 0})
+  defp check({:gate, _mfa}), do: {:ok, 0}
+  defp check({:pid, pid}), do: with(:ok <- TraceBackend.check_tracee(pid), do: {:ok, 0})
+
+  defp check({:pids, pids}) do
+    checked = Enum.map(pids, &TraceBackend.check_tracee/1)
+
+    case Enum.count(checked, &(&1 == :ok)) do
+      0 -> Enum.find(checked, &(&1 != :ok))
+      ok -> {:ok, length(pids) - ok}
+    end
+  end
+
+  defp open_core(%{mode: mode, opts: opts, target: target} = capture) do
+    with {:ok, core} <- Capture.new_core(opts) do
+      tracer = {Native, Native.tracer_state(core)}
+      # A gate's match spec turns tracing on in the legacy session, with
+      # the tracer in its flag list (FlameOn.Client.NextCall.Gate).
+      handle =
+        if match?({:gate, _}, target),
+          do: TraceBackend.legacy(tracer),
+          else: TraceBackend.open(:trace, tracer)
+
+      capture = %{capture | core: core, handle: handle, flags: [{handle, mode.flags()}]}
+
+      with :ok <- patterns(capture) do
+        :ok = mode.acquire(opts)
+        {:ok, %{capture | patterns: mode.call_patterns?()}}
+      end
+    end
+  end
+
+  defp patterns(%{mode: mode, handle: handle, core: core} = capture) do
+    with true <- mode.call_patterns?(),
+         {:error, _} = error <- Patterns.acquire(tracee(capture), handle) do
+      TraceBackend.close(handle)
+      Native.stop(core)
+      error
+    else
+      _ -> :ok
+    end
+  end
+
+  # Whose flags Patterns clears should the holder die mid-trace.
+  defp tracee(%{target: :self}), do: self()
+  defp tracee(%{target: {:pid, pid}}), do: pid
+  defp tracee(_capture), do: nil
+
+  defp open_process(%{opts: opts} = capture) do
+    case tracee(capture) do
+      nil ->
+        {:error, {:unsupported, "mode :process traces one process of this node"}}
+
+      pid ->
+        tracer_opts = [
+          pid: pid,
+          owner: self(),
+          attach: :tracee,
+          name: opts.name,
+          limits: Map.take(opts, FlameOn.Client.Options.limit_keys())
+        ]
+
+        with {:ok, tracer} <- Tracer.start(tracer_opts) do
+          flags = [{Tracer.handle(tracer), Tracer.trace_flags()}]
+          {:ok, %{capture | tracer: tracer, flags: flags}}
+        end
+    end
+  end
+
+  @doc false
+  @spec begin(Capture.t(), pid()) :: Capture.t()
+  def begin(%{mode: mode, core: core, opts: opts} = capture, pid) do
+    watchers = mode.watch(capture.watchers, core, pid, opts, root(capture))
+    pids = if pid in capture.pids, do: capture.pids, else: capture.pids ++ [pid]
+    %{capture | watchers: watchers, pids: pids}
+  end
+
+  # Where the stacks of a traced process start.
+  defp root(%{target: :self}), do: {FlameOn.Client, :profile, 2}
+  defp root(%{target: {:gate, mfa}}), do: mfa
+  defp root(_capture), do: nil
+
+  @doc false
+  # :core: the tracer discards every later event (it never folds calls
+  # into FlameOn.Client.Core.Native, so stop's own call leaves no frame).
+  # :process: the tracer process drops end_mark/0's call event and
+  # everything after it.
+  @spec stop(Capture.t()) :: integer()
+  def stop(%{core: nil}), do: Tracer.end_mark()
+  def stop(%{core: core}), do: Native.stop(core)
+
+  @doc false
+  @spec finish(Capture.t(), integer(), integer() | nil) :: {:ok, Profile.t()} | {:error, term()}
+  def finish(%{tracer: tracer, opts: opts}, started_ts, end_ts) when is_pid(tracer) do
+    Tracer.finish(tracer, started_ts: started_ts, end_ts: end_ts, timeout: opts.timeout)
+  end
+
+  def finish(%{core: core, opts: opts} = capture, started_ts, end_ts) do
+    if capture.patterns, do: Patterns.release()
+    TraceBackend.close(capture.handle)
+    watched = capture.mode.unwatch(capture.watchers)
+    :ok = capture.mode.release(opts)
+    # The tracer stamps events on its own clock; stop/1 noted when it ended.
+    {raw, stats} = Native.finish(core, :stop)
+
+    stats =
+      stats
+      |> Map.merge(watched.stats)
+      |> Map.put(:unprocessed_events, 0)
+      |> skipped(capture)
+
+    profile = Profile.build(raw, stats, Capture.fields(opts, pid(capture), started_ts, end_ts))
+    {:ok, %{profile | metrics: watched.metrics}}
+  end
+
+  defp skipped(stats, %{target: {kind, _}, skipped: n}) when kind in [:pid, :pids],
+    do: Map.put(stats, :skipped_processes, n)
+
+  defp skipped(stats, _capture), do: stats
+
+  # The profile's process: the traced one, none for several.
+  defp pid(%{target: :self}), do: self()
+  defp pid(%{target: {:pid, pid}}), do: pid
+  defp pid(%{target: {:pids, _}}), do: nil
+  defp pid(%{pids: pids}), do: List.first(pids)
+
+  @doc false
+  @spec abort(Capture.t()) :: :ok
+  def abort(%{tracer: tracer}) when is_pid(tracer) do
+    GenServer.stop(tracer, :shutdown, 5_000)
+  catch
+    :exit, _ -> :ok
+  end
+
+  def abort(%{core: core} = capture) do
+    Native.stop(core)
+    capture.mode.unwatch(capture.watchers)
+    if capture.patterns, do: Patterns.release()
+    capture.mode.release(capture.opts)
+    TraceBackend.close(capture.handle)
+    :ok
+  end
+end

@@ -1,0 +1,532 @@
+defmodule FlameOn.Client.Options do
+  @moduledoc """
+  Every option of every entry point, with its default, checked in one
+  place.
+
+  Each entry point takes the options listed for it below and nothing else:
+  an unknown or misspelt key raises `ArgumentError` naming it and listing
+  the keys that entry point takes (`trace/3` too: a misspelt option is a
+  programming error, so it surfaces in development and tests instead of
+  running untraced in production). A value of the wrong kind raises
+  `ArgumentError` saying what was expected.
+
+      iex> FlameOn.Client.profile(fn -> :ok end, threshold: 250)
+      ** (ArgumentError) unknown keys [:threshold] for FlameOn.Client.profile/2 (did you mean :timeout?); it takes: :cluster, :cross_process, :follow, :interval_us, :max_depth, :max_duration_ms, :max_fanout, :max_frames, :max_nodes, :max_pending_calls, :max_processes, :max_samples, :max_spans, :max_stack_bytes, :max_stack_frames, :mode, :name, :sleep, :split_status, :timeout
+
+  ## The options
+
+  What each one means is documented at the entry point that takes it
+  (`FlameOn.Client.profile/2` for the capture options). The defaults:
+
+  | option | default |
+  |---|---|
+  | `:name` | `"flame_on"` |
+  | `:mode` | `:nif` for `profile/2` and `mix profile.flame`; for the entry points meant for application code (`trace/3`, `start_trace/2`, telemetry, `capture_next/2`, the web form): the application environment's `:mode`, else `:sample` |
+  | `:timeout` | `30_000` |
+  | `:cross_process` | the application environment's `:cross_process`, else `false` |
+  | `:follow` | `:messages` |
+  | `:sleep` | `:default` |
+  | `:cluster` | `[]` |
+  | `:max_duration_ms` | `60_000` |
+  | `:interval_us` | `1_000` |
+  | `:split_status` | `false` |
+  | `:max_samples` | `100_000` |
+  | `:max_nodes` | `200_000` |
+  | `:max_depth` | `512` |
+  | `:max_processes` | `10_000` |
+  | `:max_frames` | `100_000` |
+  | `:max_stack_frames` | `100_000` |
+  | `:max_stack_bytes` | `67_108_864` (64 MiB) |
+  | `:max_spans` | `10_000` |
+  | `:max_pending_calls` | `4_096` |
+  | `:max_fanout` | `1_000` |
+  | `:sample_rate` | the application environment's, else `1.0` |
+  | `:threshold_ms` | the application environment's, else `0` |
+  | `:shipper` | the application environment's, else none |
+
+  ## Which entry point takes which
+
+    * `FlameOn.Client.profile/2`: the capture options `#{inspect([:name, :mode, :timeout])}`,
+      sampling (`:interval_us`, `:split_status`, `:max_samples`), limits
+      (`:max_nodes`, `:max_depth`, `:max_processes`, `:max_frames`,
+      `:max_stack_frames`, `:max_stack_bytes`) and cross-process
+      (`:cross_process`, `:follow`, `:sleep`, `:cluster`,
+      `:max_duration_ms`, `:max_spans`, `:max_pending_calls`, `:max_fanout`).
+    * `FlameOn.Client.trace/3`: those of `profile/2`, `:sample_rate`,
+      `:threshold_ms` and `:shipper`.
+    * `FlameOn.Client.start_trace/2`: `:name`, `:mode` (`:sample` or
+      `:process`; `:nif` reads as `:process`), `:duration_ms`, `:timeout`,
+      `:threshold_ms`, `:shipper`, `:sample_rate` (accepted and not used),
+      sampling and limits; `start_trace({:top, n}, ...)` also
+      `:window_ms`.
+    * `FlameOn.Client.Telemetry`: `:name`, `:mode` (as `start_trace/2`),
+      `:max_duration_ms`, `:sample_rate`, `:threshold_ms`, `:shipper`,
+      sampling and limits.
+    * `FlameOn.Client.capture_next/2`: those of `profile/2` (`:mode`
+      `:process` reads as `:nif`; `:timeout` is how long to wait for the
+      call), `:shipper` and `:store`.
+    * `FlameOn.Client.summary/2`: `:type`, `:set_on_spawn`, `:name`.
+    * `FlameOn.Client.ExUnit.start/1`: `:dir`, `:formats`, `:summary` and
+      those of `profile/2` but `:name`; a `flame:` tag the same but
+      `:summary`.
+    * `FlameOn.Client.Web.start/1`: `:port`, `:ip`, `:token`,
+      `:max_timeout_ms`, `:max_captures`, `:max_connections`.
+    * `:cluster` (a keyword list): `:nodes`, `:arm_timeout_ms`,
+      `:max_part_bytes`.
+
+  ## Application environment
+
+  `config :flame_on_client, ...`: `:mode`, `:cross_process`,
+  `:sample_rate`, `:threshold_ms`, `:shipper` (defaults of the options
+  above), `:sample_budget` (`2_000` samples a second, or `:infinity`; see
+  `FlameOn.Client.status/0`), `:trace_store` (`max_traces: 50,
+  max_memory_mb: 64`), `:breaker` (`max_sessions_memory_mb: 512,
+  max_node_memory_mb: nil, resume_ratio: 0.8`: new traces do not start
+  while the live core sessions, or the node if a limit is set, hold more
+  memory; they start again below `resume_ratio` of it).
+  """
+
+  alias FlameOn.Client.Shipper
+
+  @limits [
+    max_nodes: 200_000,
+    max_depth: 512,
+    max_processes: 10_000,
+    max_frames: 100_000,
+    max_stack_frames: 100_000,
+    max_stack_bytes: 64 * 1024 * 1024
+  ]
+  @graph_limits [max_spans: 10_000, max_pending_calls: 4_096, max_fanout: 1_000]
+  @sampling [interval_us: 1_000, split_status: false, max_samples: 100_000]
+  @cross_process [
+                   cross_process: nil,
+                   follow: :messages,
+                   sleep: :default,
+                   cluster: [],
+                   max_duration_ms: 60_000
+                 ] ++ @graph_limits
+  @capture [name: "flame_on", mode: nil, timeout: 30_000] ++
+             @sampling ++ @limits ++ @cross_process
+  @shipping [sample_rate: nil, threshold_ms: nil, shipper: nil]
+
+  @limit_keys Keyword.keys(@limits) ++ Keyword.keys(@graph_limits)
+  @sampling_keys Keyword.keys(@sampling)
+  @capture_keys Keyword.keys(@capture)
+
+  # The keys each entry point takes.
+  @entries %{
+    profile: {"FlameOn.Client.profile/2", @capture_keys},
+    trace: {"FlameOn.Client.trace/3", @capture_keys ++ Keyword.keys(@shipping)},
+    start_trace:
+      {"FlameOn.Client.start_trace/2",
+       [:name, :mode, :duration_ms, :timeout, :sample_rate, :threshold_ms, :shipper] ++
+         @sampling_keys ++ Keyword.keys(@limits)},
+    top:
+      {"FlameOn.Client.start_trace/2 ({:top, n})",
+       [:name, :mode, :duration_ms, :timeout, :sample_rate, :threshold_ms, :shipper, :window_ms] ++
+         @sampling_keys ++ Keyword.keys(@limits)},
+    telemetry:
+      {"the FlameOn.Client.Telemetry handler config",
+       [:name, :mode, :max_duration_ms, :sample_rate, :threshold_ms, :shipper] ++
+         @sampling_keys ++ Keyword.keys(@limits)},
+    capture_next: {"FlameOn.Client.capture_next/2", @capture_keys ++ [:shipper, :store]},
+    summary: {"FlameOn.Client.summary/2", [:type, :set_on_spawn, :name]},
+    ex_unit:
+      {"FlameOn.Client.ExUnit.start/1", [:dir, :formats, :summary] ++ (@capture_keys -- [:name])},
+    ex_unit_tag: {"a flame: tag", [:dir, :formats] ++ (@capture_keys -- [:name])},
+    web:
+      {"FlameOn.Client.Web.start/1",
+       [:port, :ip, :token, :max_timeout_ms, :max_captures, :max_connections]},
+    cluster: {"the :cluster option", [:nodes, :arm_timeout_ms, :max_part_bytes]}
+  }
+
+  @typedoc "An entry point (see the module documentation)."
+  @type entry ::
+          :profile
+          | :trace
+          | :start_trace
+          | :top
+          | :telemetry
+          | :capture_next
+          | :summary
+          | :ex_unit
+          | :ex_unit_tag
+          | :web
+          | :cluster
+
+  @typedoc "The validated options of a capture, every key with its value."
+  @type capture :: %{atom() => term()}
+
+  @typedoc "What `trace/3`, `start_trace/2` and telemetry do with a profile."
+  @type settings :: %{
+          sample_rate: number(),
+          threshold_ms: number(),
+          shippers: [{module(), keyword()}]
+        }
+
+  # --- entry points -------------------------------------------------------
+
+  @doc """
+  `profile/2`'s options, checked, every capture option filled in (a map).
+
+      iex> FlameOn.Client.Options.profile!(mode: :sample).interval_us
+      1000
+  """
+  @spec profile!(term()) :: capture()
+  def profile!(opts), do: opts |> given!(:profile) |> capture(:nif)
+
+  @doc """
+  `trace/3`'s options: `{settings, capture}`, checked. The capture's mode
+  defaults to the application code default (`default_mode/0`).
+  """
+  @spec trace!(term()) :: {settings(), capture()}
+  def trace!(opts) do
+    given = given!(opts, :trace)
+    {settings(given), capture(given, default_mode())}
+  end
+
+  @doc """
+  `start_trace/2`'s options (`:top` for a whole-node trace): a map with
+  `:capture` (mode `:sample` or `:process`), `:duration_ms`, `:window_ms`
+  and `:settings`.
+  """
+  @spec start_trace!(term(), :start_trace | :top) :: map()
+  def start_trace!(opts, entry \\ :start_trace) when entry in [:start_trace, :top] do
+    given = given!(opts, entry)
+    mode = Map.get(given, :mode) || default_mode()
+
+    mode =
+      case {entry, mode} do
+        {:top, :sample} -> :sample
+        {:top, other} -> invalid!(:mode, ":sample (whole-node traces only sample)", other)
+        {_, :nif} -> :process
+        {_, mode} when mode in [:sample, :process] -> mode
+        {_, other} -> invalid!(:mode, ":process or :sample", other)
+      end
+
+    %{
+      capture: given |> Map.merge(%{mode: mode, cross_process: false}) |> capture(mode),
+      duration_ms: Map.get(given, :duration_ms),
+      window_ms: Map.get(given, :window_ms, 1_000),
+      settings: settings(given)
+    }
+  end
+
+  @doc """
+  A telemetry handler's config (a keyword list or map) for the events of
+  `prefix`: `{settings, capture}` (`:max_duration_ms` in the capture is the
+  longest a trace waits for its `:stop`; mode `:nif` reads as `:process`).
+  """
+  @spec telemetry!(term(), [atom()]) :: {settings(), capture()}
+  def telemetry!(config, prefix) do
+    given = config |> config_list!() |> given!(:telemetry)
+    name = Map.get(given, :name) || Enum.map_join(prefix, ".", &to_string/1)
+
+    mode =
+      case Map.get(given, :mode) || default_mode() do
+        :nif -> :process
+        mode when mode in [:sample, :process] -> mode
+        other -> invalid!(:mode, ":sample, :process or :nif", other)
+      end
+
+    {settings(given),
+     given |> Map.merge(%{name: name, mode: mode, cross_process: false}) |> capture(mode)}
+  end
+
+  defp config_list!(nil), do: []
+  defp config_list!(config) when is_map(config), do: Enum.to_list(config)
+  defp config_list!(config) when is_list(config), do: config
+
+  defp config_list!(other) do
+    raise ArgumentError,
+          "expected the handler config to be a keyword list or map, got: #{inspect(other)}"
+  end
+
+  @doc """
+  `capture_next/2`'s options: a map with `:capture` (mode `:nif` or
+  `:sample`; named after the function unless `:name` is given), `:wait_ms`
+  (its `:timeout`), `:store` and `:shippers`.
+  """
+  @spec capture_next!(term(), String.t()) :: map()
+  def capture_next!(opts, default_name) do
+    given = given!(opts, :capture_next)
+    {wait, given} = Map.pop(given, :timeout, 30_000)
+    {store, given} = Map.pop(given, :store, true)
+    {shipper, given} = Map.pop(given, :shipper)
+    given = Map.put_new(given, :name, default_name)
+    capture = capture(given, default_mode())
+    capture = %{capture | mode: if(capture.mode == :process, do: :nif, else: capture.mode)}
+    %{capture: capture, wait_ms: wait, store: store, shippers: Shipper.normalize!(shipper)}
+  end
+
+  @doc "`summary/2`'s options, with their defaults."
+  @spec summary!(term()) :: %{type: atom(), set_on_spawn: boolean(), name: String.t()}
+  def summary!(opts) do
+    given = given!(opts, :summary)
+    Map.merge(%{type: :call_time, set_on_spawn: true, name: "flame_on"}, given)
+  end
+
+  @doc """
+  `FlameOn.Client.ExUnit.start/1`'s options (`:ex_unit`) or a `flame:`
+  tag's (`:ex_unit_tag`): `{files, capture}`, the file options (`:dir`,
+  `:formats`, `:summary`) and the capture options as given (each checked;
+  the defaults are filled in when a test is profiled).
+  """
+  @spec ex_unit!(term(), :ex_unit | :ex_unit_tag) :: {keyword(), keyword()}
+  def ex_unit!(opts, entry) when entry in [:ex_unit, :ex_unit_tag] do
+    given!(opts, entry)
+    Keyword.split(opts, [:dir, :formats, :summary])
+  end
+
+  @doc "`FlameOn.Client.Web.start/1`'s options, with their defaults."
+  @spec web!(term()) :: map()
+  def web!(opts) do
+    given = given!(opts, :web)
+
+    Map.merge(
+      %{
+        port: 4040,
+        ip: {127, 0, 0, 1},
+        token: nil,
+        max_timeout_ms: 600_000,
+        max_captures: 8,
+        max_connections: 32
+      },
+      given
+    )
+  end
+
+  @doc "Checks a `:cluster` option list (raises `ArgumentError`)."
+  @spec cluster!(term()) :: :ok
+  def cluster!(config) do
+    given!(config, :cluster)
+    :ok
+  end
+
+  # --- shared ---------------------------------------------------------------
+
+  @doc "The limit keys the core session takes (`FlameOn.Client.Core.Native.new/1`)."
+  @spec limit_keys() :: [atom()]
+  def limit_keys, do: @limit_keys
+
+  @doc "The sampling options and their defaults."
+  @spec sampling_defaults() :: keyword()
+  def sampling_defaults, do: @sampling
+
+  @doc """
+  The capture mode of the entry points meant for application code when
+  none is given: the application environment's `:mode`, else `:sample` (no
+  call breakpoints, so a traced request does not slow the rest of the
+  node).
+  """
+  @spec default_mode() :: :nif | :process | :sample
+  def default_mode do
+    case Application.get_env(:flame_on_client, :mode, :sample) do
+      mode when mode in [:nif, :process, :sample] ->
+        mode
+
+      other ->
+        raise ArgumentError,
+              "config :flame_on_client, :mode must be :nif, :process or :sample, got: " <>
+                inspect(other)
+    end
+  end
+
+  @doc "The keys `entry` takes."
+  @spec keys(entry()) :: [atom()]
+  def keys(entry), do: elem(Map.fetch!(@entries, entry), 1)
+
+  # The options as given, a map, each key known to `entry` and each value
+  # checked.
+  defp given!(opts, entry) do
+    unless is_list(opts) and Enum.all?(opts, &match?({key, _} when is_atom(key), &1)) do
+      raise ArgumentError, "expected options to be a keyword list, got: #{inspect(opts)}"
+    end
+
+    {what, keys} = Map.fetch!(@entries, entry)
+
+    case Enum.uniq(for {key, _} <- opts, key not in keys, do: key) do
+      [] -> :ok
+      unknown -> unknown!(unknown, what, keys)
+    end
+
+    Enum.each(opts, fn {key, value} -> check!(key, value) end)
+    Map.new(opts)
+  end
+
+  defp unknown!(unknown, what, keys) do
+    hint =
+      case suggest(hd(unknown), keys) do
+        nil -> ""
+        key -> " (did you mean #{inspect(key)}?)"
+      end
+
+    raise ArgumentError,
+          "unknown keys #{inspect(unknown)} for #{what}#{hint}; it takes: " <>
+            (keys |> Enum.sort() |> Enum.map_join(", ", &inspect/1))
+  end
+
+  defp suggest(key, keys) do
+    text = Atom.to_string(key)
+
+    keys
+    |> Enum.map(&{String.jaro_distance(text, Atom.to_string(&1)), &1})
+    |> Enum.max(fn -> {0, nil} end)
+    |> case do
+      {score, best} when score >= 0.8 -> best
+      _ -> nil
+    end
+  end
+
+  # Every capture option, the given ones over the defaults.
+  defp capture(given, default_mode) do
+    opts = Map.merge(Map.new(@capture), given)
+
+    %{
+      opts
+      | mode: opts.mode || default_mode,
+        cross_process:
+          if(opts.cross_process == nil,
+            do: Application.get_env(:flame_on_client, :cross_process, false) == true,
+            else: opts.cross_process
+          )
+    }
+  end
+
+  defp settings(given) do
+    %{
+      sample_rate: from_env!(given, :sample_rate, 1.0),
+      threshold_ms: from_env!(given, :threshold_ms, 0),
+      shippers: Shipper.normalize!(from_env!(given, :shipper, nil))
+    }
+  end
+
+  # An option left out (or nil) is read from the application environment.
+  defp from_env!(given, key, default) do
+    case Map.get(given, key) do
+      nil ->
+        value = Application.get_env(:flame_on_client, key, default)
+        check!(key, value)
+        value
+
+      value ->
+        value
+    end
+  end
+
+  # --- values ---------------------------------------------------------------
+
+  @positive [
+              :max_duration_ms,
+              :max_samples,
+              :duration_ms,
+              :window_ms,
+              :max_timeout_ms,
+              :max_captures,
+              :max_connections,
+              :arm_timeout_ms,
+              :max_part_bytes
+            ] ++ @limit_keys
+
+  @doc false
+  # Raises ArgumentError unless `value` is a valid `key`; nil stands for
+  # "not given" where a default or the environment fills it in.
+  @spec check!(atom(), term()) :: :ok
+  def check!(key, value) do
+    case check(key, value) do
+      :ok -> :ok
+      {:error, expected} -> invalid!(key, expected, value)
+    end
+  end
+
+  defp check(key, n) when key in @positive and is_integer(n) and n > 0, do: :ok
+  defp check(key, _) when key in @positive, do: {:error, "a positive integer"}
+  defp check(:name, name) when is_binary(name), do: :ok
+  defp check(:name, _), do: {:error, "a string"}
+  defp check(:mode, mode) when mode in [nil, :nif, :process, :sample], do: :ok
+  defp check(:mode, _), do: {:error, ":nif, :process or :sample"}
+  defp check(:timeout, :infinity), do: :ok
+  defp check(:timeout, ms) when is_integer(ms) and ms > 0 and ms <= 4_294_967_295, do: :ok
+  defp check(:timeout, _), do: {:error, "a positive integer or :infinity"}
+  defp check(:cross_process, flag) when is_boolean(flag) or is_nil(flag), do: :ok
+  defp check(:cross_process, _), do: {:error, "a boolean"}
+  defp check(:follow, follow) when follow in [:messages, :calls], do: :ok
+  defp check(:follow, _), do: {:error, ":messages or :calls"}
+  defp check(:sleep, view) when view in [:default, :raw], do: :ok
+  defp check(:sleep, _), do: {:error, ":default or :raw"}
+  defp check(:cluster, false), do: :ok
+  defp check(:cluster, config) when is_list(config), do: cluster!(config)
+  defp check(:cluster, _), do: {:error, "false or a keyword list"}
+  defp check(:interval_us, us) when is_integer(us) and us >= 1_000, do: :ok
+  defp check(:interval_us, _), do: {:error, "an integer of at least 1000"}
+  defp check(:split_status, flag) when is_boolean(flag), do: :ok
+  defp check(:split_status, _), do: {:error, "a boolean"}
+  defp check(:sample_rate, nil), do: :ok
+  defp check(:sample_rate, rate) when is_number(rate) and rate >= 0 and rate <= 1, do: :ok
+  defp check(:sample_rate, _), do: {:error, "a number from 0.0 to 1.0"}
+  defp check(:threshold_ms, nil), do: :ok
+  defp check(:threshold_ms, ms) when is_number(ms) and ms >= 0, do: :ok
+  defp check(:threshold_ms, _), do: {:error, "a non-negative number"}
+  # checked (and raised on) by Shipper.normalize!/1, with its own messages
+  defp check(:shipper, _), do: :ok
+  defp check(:store, flag) when is_boolean(flag), do: :ok
+  defp check(:store, _), do: {:error, "a boolean"}
+  defp check(:type, type) when type in [:call_time, :call_memory], do: :ok
+  defp check(:type, _), do: {:error, ":call_time or :call_memory"}
+  defp check(:set_on_spawn, flag) when is_boolean(flag), do: :ok
+  defp check(:set_on_spawn, _), do: {:error, "a boolean"}
+  defp check(:dir, dir) when is_binary(dir) and dir != "", do: :ok
+  defp check(:dir, _), do: {:error, "a non-empty string"}
+  defp check(:formats, formats), do: formats(formats)
+  defp check(:summary, n) when n == :all or (is_integer(n) and n > 0), do: :ok
+  defp check(:summary, _), do: {:error, "a positive integer or :all"}
+  defp check(:port, port) when is_integer(port) and port in 0..65_535, do: :ok
+  defp check(:port, _), do: {:error, "an integer from 0 to 65535"}
+  defp check(:ip, ip), do: ip(ip)
+  defp check(:token, nil), do: :ok
+  defp check(:token, token) when is_binary(token) and token != "", do: :ok
+  defp check(:token, _), do: {:error, "a non-empty string"}
+  defp check(:nodes, nodes) when is_list(nodes), do: nodes(nodes)
+  defp check(:nodes, _), do: {:error, "a list of nodes"}
+
+  defp formats(formats) when is_list(formats) and formats != [] do
+    known = FlameOn.Client.Export.formats()
+
+    case Enum.find(formats, &(&1 not in known)) do
+      nil ->
+        :ok
+
+      format ->
+        raise ArgumentError,
+              "unknown export format #{inspect(format)}, expected one of #{inspect(known)}"
+    end
+  end
+
+  defp formats(_), do: {:error, "a non-empty list of export formats"}
+
+  defp ip(ip) when is_tuple(ip) do
+    case :inet.ntoa(ip) do
+      {:error, _} -> {:error, "an IP address"}
+      _ -> :ok
+    end
+  end
+
+  defp ip(text) when is_binary(text) do
+    case :inet.parse_address(String.to_charlist(text)) do
+      {:ok, _} -> :ok
+      {:error, _} -> {:error, "an IP address"}
+    end
+  end
+
+  defp ip(_), do: {:error, "an IP address"}
+
+  defp nodes(nodes) do
+    if Enum.all?(nodes, &is_atom/1), do: :ok, else: {:error, "a list of nodes"}
+  end
+
+  @doc false
+  @spec invalid!(atom(), String.t(), term()) :: no_return()
+  def invalid!(key, expected, got) do
+    raise ArgumentError, "expected #{inspect(key)} to be #{expected}, got: #{inspect(got)}"
+  end
+end
