@@ -17,7 +17,7 @@
 #include "fo_render_nif.h"
 #include "fo_sample.h"
 #include "fo_wake.h"
-#include "fo_slot.h"
+#include "fo_tracer_slots.h"
 #include "fo_tracer.h"
 
 /* Messages applied per slice before yielding back to the scheduler; a
@@ -105,7 +105,7 @@ static ERL_NIF_TERM nif_tracer_state(ErlNifEnv *env, int argc, const ERL_NIF_TER
     if (!fo_resource_get(env, argv[0], &res) || res->graph != NULL || res->core == NULL ||
         !atomic_load(&res->active))
         return enif_make_badarg(env);
-    if (!fo_slot_register(env, res))
+    if (!fo_tracer_slots_register(env, res))
         return enif_raise_exception(env, enif_make_atom(env, "system_limit"));
     return atomic_load(&res->slot_term);
 }
@@ -303,7 +303,7 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         return enif_make_badarg(env);
     /* No callback appends once the slot is gone, so the fold below sees
      * the last event. */
-    fo_slot_unregister(res);
+    fo_tracer_slots_unregister(res);
     fo_spin_lock(&res->lock);
     fo_session *core = res->core;
     if (core == NULL) {
@@ -425,7 +425,7 @@ static int on_load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
     (void)priv;
     (void)info;
     fo_atoms_init(env);
-    if (!fo_resource_open(env) || !fo_next_open(env) || !fo_router_init() || !fo_slot_init())
+    if (!fo_resource_open(env) || !fo_next_open(env) || !fo_router_init() || !fo_tracer_slots_init())
         return 1;
     fo_clock_init();
     /* without the thread, producers fold their own rings when full */

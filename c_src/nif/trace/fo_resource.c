@@ -4,7 +4,7 @@
 #include <time.h>
 
 #include "fo_router.h"
-#include "fo_slot.h"
+#include "fo_tracer_slots.h"
 
 static ErlNifResourceType *session_type;
 static ErlNifResourceType *handle_type;
@@ -41,7 +41,7 @@ static void handle_dtor(ErlNifEnv *env, void *obj)
     (void)env;
     handle *h = obj;
     if (h->res != NULL) {
-        fo_slot_unregister(h->res);
+        fo_tracer_slots_unregister(h->res);
         enif_release_resource(h->res);
         h->res = NULL;
     }
@@ -139,7 +139,7 @@ void fo_resource_stop(fo_session_res *res)
     fo_spin_unlock(&res->lock);
     atomic_store(&res->active, 0);
     /* the callbacks drop every event from here on */
-    fo_slot_unregister(res);
+    fo_tracer_slots_unregister(res);
     if (res->graph != NULL)
         fo_router_unregister(res);
 }

@@ -54,8 +54,8 @@ struct fo_session_res {
     size_t accounted;      /* bytes of this session in the node-wide sum */
     uint32_t since_account; /* events since the last accounting */
     /* Tracer-module sessions (not graph ones): the tracer state is the
-     * slot key (fo_slot.h), and the callbacks append to the ring. */
-    _Atomic ERL_NIF_TERM slot_term; /* the tracer state (fo_slot.h); 0: no slot (yet, or any more) */
+     * slot key (fo_tracer_slots.h), and the callbacks append to the ring. */
+    _Atomic ERL_NIF_TERM slot_term; /* the tracer state (fo_tracer_slots.h); 0: no slot (yet, or any more) */
     uint32_t ring_request;     /* the most records the ring grows to */
     uint64_t max_text_bytes;   /* render/2's budget for the stack texts */
     fo_ring ring;

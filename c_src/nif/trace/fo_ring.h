@@ -6,8 +6,9 @@
  * finds the ring full folds it itself: nothing is dropped, the memory
  * stays bounded, and a drainer that falls behind costs only speed.
  *
- * Single producer at a time (the slot lock, fo_slot.h), single consumer at
- * a time (the session lock); head and tail are the only shared words. */
+ * Single producer at a time (the slot lock, fo_tracer_slots.h), single
+ * consumer at a time (the session lock); head and tail are the only shared
+ * words. */
 #ifndef FO_RING_H
 #define FO_RING_H
 
