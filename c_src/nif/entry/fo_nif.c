@@ -281,11 +281,8 @@ static ERL_NIF_TERM nif_graph_begin(ErlNifEnv *env, int argc, const ERL_NIF_TERM
     return fo_resource_graph_begin(res, fo_tracer_clock_ns()) ? fo_atom_ok : enif_make_badarg(env);
 }
 
-// finish(Session, End :: integer() | nil | stop) -> {Tree, Stats} (graph
-// sessions: {Tree, Stats, Graph}); Tree as fo_export_tree makes it.
-// End: native monotonic time (trace messages), nil (no closing charge) or
-// `stop` (when stop/1 ran, on the tracer clock: tracer-module sessions).
-static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+/* finish/2's work, on whichever scheduler runs it (finish_nif picks). */
+static ERL_NIF_TERM finish_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     fo_session_res *res;
@@ -357,6 +354,11 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
  * on a loaded one: most profiles are small. */
 #define FINISH_INLINE_NODES 20000u
 
+// finish(Session, End :: integer() | nil | stop) -> {Tree, Stats} (graph
+// sessions: {Tree, Stats, Graph}); Tree as fo_export_tree makes it.
+// End: native monotonic time (trace messages), nil (no closing charge) or
+// `stop` (when stop/1 ran, on the tracer clock: tracer-module sessions).
+// Small sessions finish here; the rest go to a dirty scheduler.
 static ERL_NIF_TERM finish_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     fo_session_res *res;
@@ -367,8 +369,8 @@ static ERL_NIF_TERM finish_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
                 fo_session_node_count(res->core) <= FINISH_INLINE_NODES;
     fo_spin_unlock(&res->lock);
     if (!small)
-        return enif_schedule_nif(env, "finish", ERL_NIF_DIRTY_JOB_CPU_BOUND, nif_finish, argc, argv);
-    ERL_NIF_TERM result = nif_finish(env, argc, argv);
+        return enif_schedule_nif(env, "finish", ERL_NIF_DIRTY_JOB_CPU_BOUND, finish_now, argc, argv);
+    ERL_NIF_TERM result = finish_now(env, argc, argv);
     enif_consume_timeslice(env, 10);
     return result;
 }
