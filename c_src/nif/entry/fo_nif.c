@@ -16,7 +16,6 @@
 #include "fo_resource.h"
 #include "fo_render_nif.h"
 #include "fo_sample.h"
-#include "fo_wake.h"
 #include "fo_tracer_slots.h"
 #include "fo_tracer.h"
 
@@ -408,8 +407,8 @@ static ErlNifFunc nif_funcs[] = {
     {"render", 2, fo_render_nif, 0},
     {"sample", 4, fo_sample_nif, 0},
     {"sample", 5, fo_sample_nif, 0},
-    {"sample_sleep", 3, fo_wake_sleep_nif, 0},
-    {"sample_wake_cancel", 2, fo_wake_cancel_nif, 0},
+    {"sample_sleep", 3, fo_sample_sleep_nif, 0},
+    {"sample_wake_cancel", 2, fo_sample_wake_cancel_nif, 0},
     {"next_new", 3, fo_next_new_nif, 0},
     {"next_cancel", 1, fo_next_cancel_nif, 0},
     {"next_state", 1, fo_next_state_nif, 0},

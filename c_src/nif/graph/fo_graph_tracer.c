@@ -9,6 +9,7 @@
 #include "fo_follow.h"
 #include "fo_router.h"
 #include "fo_seq.h"
+#include "fo_wake_note.h"
 
 ERL_NIF_TERM fo_graph_tracer_enabled(ErlNifEnv *env, ERL_NIF_TERM tag)
 {
@@ -310,7 +311,7 @@ static void on_process_event(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     d.ev.pid = (uint64_t)pid.pid;
     d.ev.ts_ns = ts;
     with_follow(env, res, apply_own, &d);
-    fo_wakes_note(&res->wakes, d.ev.kind, d.ev.pid);
+    fo_wake_note(&res->wakes, d.ev.kind, d.ev.pid);
     enif_release_resource(res);
 }
 

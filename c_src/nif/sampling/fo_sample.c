@@ -6,6 +6,7 @@
 #include "fo_decode.h"
 #include "fo_follow.h"
 #include "fo_resource.h"
+#include "fo_wake.h"
 
 /* Deeper stacks are cut at their root end (the VM's backtrace_depth caps
  * them long before this); the cut shows as a truncated stack. */
@@ -112,4 +113,28 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     ERL_NIF_TERM result = apply(env, res, (uint64_t)pid.pid, ts, frames, count, (uint64_t)weight, how, 1);
     enif_free(frames);
     return result;
+}
+
+ERL_NIF_TERM fo_sample_sleep_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid pid, to;
+    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) ||
+        !enif_get_local_pid(env, argv[2], &to))
+        return enif_make_badarg(env);
+    if (!atomic_load_explicit(&res->active, memory_order_relaxed))
+        return fo_atom_stopped;
+    return fo_wakes_arm(&res->wakes, (uint64_t)pid.pid, &to) ? fo_atom_ok : fo_atom_full;
+}
+
+ERL_NIF_TERM fo_sample_wake_cancel_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid pid;
+    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid))
+        return enif_make_badarg(env);
+    fo_wakes_cancel(&res->wakes, (uint64_t)pid.pid);
+    return fo_atom_ok;
 }

@@ -1,8 +1,9 @@
 /* Samplers that sleep while their process waits. A sampler that finds its
  * process waiting, with nothing run since its last look, arms a wake-up
- * here and blocks; the tracer callback of the process's next `in` event
- * has it sent {flame_on_in, Pid} (by the drainer's thread: fo_drainer.h). While the process waits, its sampler costs
- * nothing: no timer, no tick, no scheduler woken every interval. */
+ * here and blocks; the process's next `in` event takes the wake-up and the
+ * tracer path has the sampler woken (fo_wake_note.h). While the process
+ * waits, its sampler costs nothing: no timer, no tick, no scheduler woken
+ * every interval. A plain table: it sends nothing and knows no session. */
 #ifndef FO_WAKE_H
 #define FO_WAKE_H
 
@@ -10,7 +11,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "fo_event.h"
 #include "fo_spinlock.h"
 
 /* Armed wake-ups per session: a sampler that finds no room polls. */
@@ -41,24 +41,8 @@ static inline int fo_wakes_any(fo_wakes *w)
     return atomic_load_explicit(&w->armed, memory_order_relaxed) != 0;
 }
 
-/* pid was scheduled in: have its sampler sent {flame_on_in, Pid} once
- * (by the drainer's thread) and disarm. */
-void fo_wakes_fire(fo_wakes *w, uint64_t pid);
-
-/* Every tracer path that takes a session's process events calls this with
- * each one (the slot-key tracer and the graph tracer's followers): an
- * `in` wakes the process's sleeping sampler, if any. */
-static inline void fo_wakes_note(fo_wakes *w, unsigned kind, uint64_t pid)
-{
-    if (kind == FO_EV_IN && fo_wakes_any(w))
-        fo_wakes_fire(w, pid);
-}
-
-// sample_sleep(Session, Pid, Sampler) -> ok | full | stopped
-//   arm Pid's wake-up to Sampler (its next `in` event has Sampler sent
-//   {flame_on_in, Pid}); full: no room, the sampler polls instead.
-// sample_wake_cancel(Session, Pid) -> ok
-ERL_NIF_TERM fo_wake_sleep_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-ERL_NIF_TERM fo_wake_cancel_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+/* pid was scheduled in: when a sampler sleeps on it, 1 and *to (that
+ * sampler), its wake-up disarmed, so only one `in` takes it; else 0. */
+int fo_wakes_take(fo_wakes *w, uint64_t pid, ErlNifPid *to);
 
 #endif

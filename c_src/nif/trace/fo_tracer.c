@@ -9,7 +9,7 @@
 #include "fo_next.h"
 #include "fo_resource.h"
 #include "fo_tracer_slots.h"
-#include "fo_wake.h"
+#include "fo_wake_note.h"
 
 static int is_our_tag(ERL_NIF_TERM tag)
 {
@@ -140,7 +140,7 @@ static int record(ErlNifEnv *env, fo_session_res *res, const ERL_NIF_TERM argv[]
         !atomic_load_explicit(&ring->drain_queued, memory_order_relaxed) &&
         !atomic_exchange(&ring->drain_queued, 1) && !fo_drainer_request(res))
         atomic_store(&ring->drain_queued, 0);
-    fo_wakes_note(&res->wakes, ev.kind, pid);
+    fo_wake_note(&res->wakes, ev.kind, pid);
     return 1;
 }
 
