@@ -18,6 +18,7 @@
 #include "fo_sample.h"
 #include "fo_tracer_slots.h"
 #include "fo_tracer.h"
+#include "fo_xproc.h"
 
 /* Messages applied per slice before yielding back to the scheduler; a
  * slice stays well under 1 ms. */
@@ -101,7 +102,7 @@ static ERL_NIF_TERM nif_tracer_state(ErlNifEnv *env, int argc, const ERL_NIF_TER
 {
     (void)argc;
     fo_session_res *res;
-    if (!fo_resource_get(env, argv[0], &res) || res->graph != NULL || res->core == NULL ||
+    if (!fo_resource_get(env, argv[0], &res) || res->xproc != NULL || res->core == NULL ||
         !atomic_load(&res->active))
         return enif_make_badarg(env);
     if (!fo_tracer_slots_register(env, res))
@@ -120,11 +121,10 @@ static int ingest_chunk(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM list, 
         memset(&ev, 0, sizeof(ev));
         /* graph sessions take trace messages to the tracer clock; a
          * timestamp that overflows int64 on the way is malformed */
-        if (res->graph != NULL) {
+        if (res->xproc != NULL) {
             fo_graph_ingest(env, res, head); /* a graph trace's root, mode :process */
         } else {
-            fo_decode_result decoded =
-                fo_decode_trace_msg(env, head, res->native_per_second, res->ingest_offset_ns, &ev);
+            fo_decode_result decoded = fo_decode_trace_msg(env, head, res->native_per_second, 0, &ev);
             fo_decode_apply(res->core, decoded, &ev);
         }
         n++;
@@ -208,7 +208,7 @@ static ERL_NIF_TERM nif_graph_start(ErlNifEnv *env, int argc, const ERL_NIF_TERM
     (void)argc;
     fo_session_res *res;
     ErlNifPid pid;
-    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->graph == NULL)
+    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->xproc == NULL)
         return enif_make_badarg(env);
     if (!fo_resource_graph_start(res, (uint64_t)pid.pid))
         return enif_make_badarg(env);
@@ -223,11 +223,11 @@ static ERL_NIF_TERM nif_graph_watch_callees(ErlNifEnv *env, int argc, const ERL_
     (void)argc;
     fo_session_res *res;
     ErlNifPid pid;
-    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->graph == NULL)
+    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->xproc == NULL)
         return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
-    res->watcher = pid;
-    res->watch_callees = 1;
+    res->xproc->watcher = pid;
+    res->xproc->watch_callees = 1;
     fo_spin_unlock(&res->lock);
     return fo_atom_ok;
 }
@@ -241,13 +241,13 @@ static ERL_NIF_TERM nif_graph_owner(ErlNifEnv *env, int argc, const ERL_NIF_TERM
     (void)argc;
     fo_session_res *res;
     ErlNifPid pid;
-    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->graph == NULL ||
+    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->xproc == NULL ||
         (argv[2] != fo_atom_true && argv[2] != fo_atom_false))
         return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
-    res->owner = pid;
-    res->has_owner = 1;
-    fo_graph_follow_messages(res->graph, argv[2] == fo_atom_true);
+    res->xproc->owner = pid;
+    res->xproc->has_owner = 1;
+    fo_graph_follow_messages(res->xproc->graph, argv[2] == fo_atom_true);
     fo_spin_unlock(&res->lock);
     return fo_atom_ok;
 }
@@ -275,7 +275,7 @@ static ERL_NIF_TERM nif_graph_begin(ErlNifEnv *env, int argc, const ERL_NIF_TERM
 {
     (void)argc;
     fo_session_res *res;
-    if (!fo_resource_get(env, argv[0], &res) || res->graph == NULL)
+    if (!fo_resource_get(env, argv[0], &res) || res->xproc == NULL)
         return enif_make_badarg(env);
     return fo_resource_graph_begin(res, fo_tracer_clock_ns()) ? fo_atom_ok : enif_make_badarg(env);
 }
@@ -295,7 +295,7 @@ static ERL_NIF_TERM finish_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
      * argument (see fo_native_to_ns). native_per_second and the offset
      * never change: no lock needed. */
     int64_t end_ns = 0;
-    if (has_end && !fo_native_to_ns(end_ts, res->native_per_second, res->ingest_offset_ns, &end_ns))
+    if (has_end && !fo_native_to_ns(end_ts, res->native_per_second, fo_resource_ingest_offset(res), &end_ns))
         return enif_make_badarg(env);
     /* No callback appends once the slot is gone, so the fold below sees
      * the last event. */
@@ -317,11 +317,11 @@ static ERL_NIF_TERM finish_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     else
         close = 0;
     ERL_NIF_TERM graph = fo_atom_nil;
-    if (res->graph != NULL) {
+    if (res->xproc != NULL) {
         /* the graph first: it says where each follower's stacks stop */
-        fo_follow f = {core, res->graph, NULL, NULL};
+        fo_follow f = {core, res->xproc->graph, NULL, NULL};
         fo_follow_close(&f, close ? close_ns : fo_tracer_clock_ns(), close);
-        graph = fo_export_graph(env, res);
+        graph = fo_export_graph(env, res->xproc);
     } else if (close) {
         fo_session_close(core, close_ns);
     }
@@ -336,12 +336,12 @@ static ERL_NIF_TERM finish_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     atomic_store(&res->active, 0);
     fo_spin_unlock(&res->lock);
     fo_session_free(core);
-    if (res->graph != NULL)
+    if (res->xproc != NULL)
         fo_router_unregister(res); /* finished without stop/1 */
     ERL_NIF_TERM reason;
     if (enif_has_pending_exception(env, &reason))
         return stacks;
-    if (res->graph != NULL)
+    if (res->xproc != NULL)
         return enif_make_tuple3(env, stacks, stats, graph);
     return enif_make_tuple2(env, stacks, stats);
 }
@@ -364,7 +364,7 @@ static ERL_NIF_TERM finish_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     if (!fo_resource_get(env, argv[0], &res))
         return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
-    int small = res->core != NULL && res->graph == NULL &&
+    int small = res->core != NULL && res->xproc == NULL &&
                 fo_session_node_count(res->core) <= FINISH_INLINE_NODES;
     fo_spin_unlock(&res->lock);
     if (!small)

@@ -188,7 +188,7 @@ static void fire(ErlNifEnv *env, fo_next_gate *gate, ErlNifPid pid, ERL_NIF_TERM
     ERL_NIF_TERM caller = fo_atom_undefined;
     if (enif_is_map(env, opts))
         enif_get_map_value(env, opts, fo_atom_match_spec_result, &caller);
-    if (res->graph != NULL && fo_resource_graph_reroot(res, (uint64_t)pid.pid))
+    if (res->xproc != NULL && fo_resource_graph_reroot(res, (uint64_t)pid.pid))
         fo_resource_graph_begin(res, ts);
     fo_event ev;
     memset(&ev, 0, sizeof(ev));

@@ -7,6 +7,7 @@
 #include "fo_follow.h"
 #include "fo_resource.h"
 #include "fo_wake.h"
+#include "fo_xproc.h"
 
 /* Deeper stacks are cut at their root end (the VM's backtrace_depth caps
  * them long before this); the cut shows as a truncated stack. */
@@ -42,11 +43,11 @@ static ERL_NIF_TERM apply(ErlNifEnv *env, fo_session_res *res, uint64_t pid, int
          * only, and do not ask the graph: the sampler is woken at the
          * process's `in`, before the receive event that says what woke it,
          * and a sample in between would settle that wake as no message's. */
-        fo_follow f = {res->core, res->graph, NULL, NULL};
+        fo_follow f = {res->core, res->xproc != NULL ? res->xproc->graph : NULL, NULL, NULL};
         if (how == FO_SAMPLE_SLEPT) {
             fo_session_count_slept(res->core, pid, times);
             result = fo_atom_ok;
-        } else if (res->graph != NULL && !fo_follow_before_sample(&f, pid)) {
+        } else if (res->xproc != NULL && !fo_follow_before_sample(&f, pid)) {
             result = fo_atom_idle;
         } else {
             if (frames == NULL)

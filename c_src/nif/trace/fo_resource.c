@@ -5,6 +5,7 @@
 
 #include "fo_router.h"
 #include "fo_tracer_slots.h"
+#include "fo_xproc.h"
 
 static ErlNifResourceType *session_type;
 static ErlNifResourceType *handle_type;
@@ -24,12 +25,8 @@ static void session_dtor(ErlNifEnv *env, void *obj)
     fo_resource_unaccount(res);
     fo_session_free(res->core);
     res->core = NULL;
-    fo_graph_free(res->graph);
-    res->graph = NULL;
-    if (res->reasons != NULL)
-        enif_free_env(res->reasons);
-    fo_remote_free(res->remote);
-    res->remote = NULL;
+    fo_xproc_free(res->xproc);
+    res->xproc = NULL;
     fo_ring_free(&res->ring);
 }
 
@@ -82,41 +79,14 @@ fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_seco
 
 int fo_resource_add_graph(fo_session_res *res, const fo_graph_limits *limits, uint64_t label)
 {
-    res->graph = fo_graph_new(limits, label);
-    res->reasons = enif_alloc_env();
-    res->remote = fo_remote_new();
-    res->label = label;
     fo_clock_start(&res->clock, 0); /* the router's clock: CLOCK_MONOTONIC */
-    res->ingest_offset_ns = (int64_t)enif_monotonic_time(ERL_NIF_NSEC) - fo_tracer_clock_ns();
-    return res->graph != NULL && res->reasons != NULL && res->remote != NULL;
+    res->xproc = fo_xproc_new(limits, label);
+    return res->xproc != NULL;
 }
 
-uint64_t fo_resource_reason_key(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM reason)
+int64_t fo_resource_ingest_offset(const fo_session_res *res)
 {
-    char name[8];
-    if (enif_get_atom(env, reason, name, sizeof(name), ERL_NIF_LATIN1) && strcmp(name, "normal") == 0)
-        return 0;
-    uint64_t key = enif_hash(ERL_NIF_INTERNAL_HASH, reason, 0) | 1u;
-    uint32_t n = res->reason_count;
-    for (uint32_t i = 0; i < n; i++) {
-        if (res->reason_keys[i] == key)
-            return key;
-    }
-    if (n < sizeof(res->reason_keys) / sizeof(res->reason_keys[0])) {
-        res->reason_keys[n] = key;
-        res->reason_terms[n] = enif_make_copy(res->reasons, reason);
-        res->reason_count = n + 1;
-    }
-    return key;
-}
-
-ERL_NIF_TERM fo_resource_reason_term(ErlNifEnv *env, const fo_session_res *res, uint64_t key)
-{
-    for (uint32_t i = 0; i < res->reason_count; i++) {
-        if (res->reason_keys[i] == key)
-            return enif_make_copy(env, res->reason_terms[i]);
-    }
-    return enif_make_atom(env, "unknown");
+    return res->xproc != NULL ? res->xproc->ingest_offset_ns : 0;
 }
 
 ERL_NIF_TERM fo_resource_make_handle(ErlNifEnv *env, fo_session_res *res)
@@ -140,40 +110,43 @@ void fo_resource_stop(fo_session_res *res)
     atomic_store(&res->active, 0);
     /* the callbacks drop every event from here on */
     fo_tracer_slots_unregister(res);
-    if (res->graph != NULL)
+    if (res->xproc != NULL)
         fo_router_unregister(res);
 }
 
 int fo_resource_graph_start(fo_session_res *res, uint64_t root)
 {
-    if (res->graph == NULL)
+    fo_xproc *x = res->xproc;
+    if (x == NULL)
         return 0;
     fo_spin_lock(&res->lock);
-    int fresh = res->root_pid == 0 && res->core != NULL && atomic_load(&res->active);
+    int fresh = x->root_pid == 0 && res->core != NULL && atomic_load(&res->active);
     if (fresh)
-        res->root_pid = root;
+        x->root_pid = root;
     fo_spin_unlock(&res->lock);
-    return fresh && fo_router_register(res, res->label, root);
+    return fresh && fo_router_register(res, x->label, root);
 }
 
 int fo_resource_graph_reroot(fo_session_res *res, uint64_t root)
 {
-    if (res->graph == NULL)
+    fo_xproc *x = res->xproc;
+    if (x == NULL)
         return 0;
     fo_spin_lock(&res->lock);
-    int live = res->root_pid != 0 && res->core != NULL && atomic_load(&res->active);
+    int live = x->root_pid != 0 && res->core != NULL && atomic_load(&res->active);
     if (live)
-        res->root_pid = root;
+        x->root_pid = root;
     fo_spin_unlock(&res->lock);
     return live && fo_router_map_pid(root, res);
 }
 
 int fo_resource_graph_begin(fo_session_res *res, int64_t ts)
 {
-    if (res->graph == NULL)
+    fo_xproc *x = res->xproc;
+    if (x == NULL)
         return 0;
     fo_spin_lock(&res->lock);
-    uint32_t root = res->root_pid == 0 || res->core == NULL ? FO_NONE : fo_graph_root(res->graph, res->root_pid, ts);
+    uint32_t root = x->root_pid == 0 || res->core == NULL ? FO_NONE : fo_graph_root(x->graph, x->root_pid, ts);
     fo_spin_unlock(&res->lock);
     return root != FO_NONE;
 }
@@ -196,7 +169,7 @@ void fo_resource_account(fo_session_res *res)
 {
     if (res->core == NULL)
         return;
-    size_t now = fo_session_memory(res->core) + (res->graph != NULL ? fo_graph_memory(res->graph) : 0) +
+    size_t now = fo_session_memory(res->core) + (res->xproc != NULL ? fo_graph_memory(res->xproc->graph) : 0) +
                  fo_ring_memory(&res->ring);
     if (now != res->accounted) {
         atomic_fetch_add(&session_bytes, (long)now - (long)res->accounted);

@@ -13,7 +13,6 @@
 
 #include "fo_clock.h"
 #include "fo_graph.h"
-#include "fo_remote.h"
 #include "fo_ring.h"
 #include "fo_session.h"
 #include "fo_spinlock.h"
@@ -25,6 +24,7 @@
 #define FO_CEIL_MAX_STACK_BYTES (16ull << 30)
 
 typedef struct fo_session_res fo_session_res;
+typedef struct fo_xproc fo_xproc; /* fo_xproc.h */
 
 struct fo_session_res {
     fo_spinlock lock;
@@ -34,21 +34,8 @@ struct fo_session_res {
     int replay;            /* trace/5 takes recorded timestamps from Opts */
     fo_clock clock;        /* the session's tracer clock (fo_clock.h) */
     int64_t stopped_ns;    /* its time when stop/1 ran; 0 before */
-    fo_graph *graph;       /* graph traces only: the span graph */
-    uint64_t label;        /* graph traces: the seq_trace label */
-    uint64_t root_pid;     /* graph traces: the process that started it */
-    int64_t ingest_offset_ns; /* graph traces: Erlang monotonic - tracer clock, so
-                                 trace messages (:process mode) join the tracer-clock
-                                 events on one clock; 0 otherwise */
-    int watch_callees;     /* graph traces: tell watcher of each request a callee takes */
-    ErlNifPid watcher;     /* (the trace's owner starts a sampler for the callee) */
-    int has_owner;         /* graph traces: tell owner of each process that left */
-    ErlNifPid owner;       /* (it turns the process's trace flags off) */
-    ErlNifEnv *reasons;    /* graph traces: copies of callee exit reasons */
-    ERL_NIF_TERM reason_terms[16];
-    uint64_t reason_keys[16];
-    uint32_t reason_count;
-    fo_remote *remote;     /* graph traces: processes on other nodes met */
+    fo_xproc *xproc;       /* graph traces' cross-process state; NULL for the
+                              rest. Set by new/1, never changed after. */
     fo_stats final_stats;  /* kept after finish frees the core */
     uint32_t final_nodes, final_processes, final_frames;
     size_t accounted;      /* bytes of this session in the node-wide sum */
@@ -72,15 +59,13 @@ fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_seco
  * to the caller to release). */
 ERL_NIF_TERM fo_resource_make_handle(ErlNifEnv *env, fo_session_res *res);
 
-/* Makes res a graph trace with this seq_trace label. 0 on failure. */
+/* Makes res a graph trace with this seq_trace label (res->xproc). 0 on
+ * failure. */
 int fo_resource_add_graph(fo_session_res *res, const fo_graph_limits *limits, uint64_t label);
 
-/* A key for an exit reason, remembering the term for export (the first
- * few distinct reasons; later ones keep only their key). 0 = normal. */
-uint64_t fo_resource_reason_key(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM reason);
-
-/* The reason term of key, in env; `unknown` when it was not kept. */
-ERL_NIF_TERM fo_resource_reason_term(ErlNifEnv *env, const fo_session_res *res, uint64_t key);
+/* Erlang monotonic time minus the tracer clock for a graph trace (trace
+ * messages join its events on the tracer clock), 0 for the rest. */
+int64_t fo_resource_ingest_offset(const fo_session_res *res);
 
 /* The tracer callbacks take no more events (stop/1): the session leaves
  * its tracer slot; the first call notes when, on the session's clock. A

@@ -31,7 +31,7 @@ static int state_key(ErlNifEnv *env, ERL_NIF_TERM state, ERL_NIF_TERM *key)
     fo_session_res *res;
     if (!fo_resource_get(env, state, &res))
         return 0;
-    if (atomic_load_explicit(&res->slot_term, memory_order_relaxed) == 0 && res->graph == NULL)
+    if (atomic_load_explicit(&res->slot_term, memory_order_relaxed) == 0 && res->xproc == NULL)
         fo_tracer_slots_register(env, res); /* refused once stopped: the key stays 0 */
     *key = atomic_load_explicit(&res->slot_term, memory_order_relaxed);
     return 1;
