@@ -11,9 +11,11 @@
 #include "fo_export_graph.h"
 #include "fo_follow.h"
 #include "fo_graph_tracer.h"
+#include "fo_handle.h"
 #include "fo_next.h"
 #include "fo_router.h"
 #include "fo_resource.h"
+#include "fo_root.h"
 #include "fo_render_nif.h"
 #include "fo_sample.h"
 #include "fo_tracer_slots.h"
@@ -89,7 +91,7 @@ static ERL_NIF_TERM nif_new(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     }
     res->ring_request = ring_records;
     res->max_text_bytes = max_text_bytes;
-    ERL_NIF_TERM term = fo_resource_make_handle(env, res);
+    ERL_NIF_TERM term = fo_handle_make(env, res);
     enif_release_resource(res);
     return term;
 }
@@ -102,7 +104,7 @@ static ERL_NIF_TERM nif_tracer_state(ErlNifEnv *env, int argc, const ERL_NIF_TER
 {
     (void)argc;
     fo_session_res *res;
-    if (!fo_resource_get(env, argv[0], &res) || res->xproc != NULL || res->core == NULL ||
+    if (!fo_handle_get(env, argv[0], &res) || res->xproc != NULL || res->core == NULL ||
         !atomic_load(&res->active))
         return enif_make_badarg(env);
     if (!fo_tracer_slots_register(env, res))
@@ -141,7 +143,7 @@ static ERL_NIF_TERM nif_ingest(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
 {
     (void)argc;
     fo_session_res *res;
-    if (!fo_resource_get(env, argv[0], &res) || !enif_is_list(env, argv[1]))
+    if (!fo_handle_get(env, argv[0], &res) || !enif_is_list(env, argv[1]))
         return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
     if (res->core == NULL) {
@@ -179,7 +181,7 @@ static ERL_NIF_TERM nif_stats(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
 {
     (void)argc;
     fo_session_res *res;
-    if (!fo_resource_get(env, argv[0], &res))
+    if (!fo_handle_get(env, argv[0], &res))
         return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
     ERL_NIF_TERM term = stats_term(env, res);
@@ -194,9 +196,9 @@ static ERL_NIF_TERM nif_stop(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
 {
     (void)argc;
     fo_session_res *res;
-    if (!fo_resource_get(env, argv[0], &res))
+    if (!fo_handle_get(env, argv[0], &res))
         return enif_make_badarg(env);
-    fo_resource_stop(res);
+    fo_handle_stop(res);
     return enif_make_int64(env, fo_ns_to_native(enif_monotonic_time(ERL_NIF_NSEC), res->native_per_second));
 }
 
@@ -208,9 +210,9 @@ static ERL_NIF_TERM nif_graph_start(ErlNifEnv *env, int argc, const ERL_NIF_TERM
     (void)argc;
     fo_session_res *res;
     ErlNifPid pid;
-    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->xproc == NULL)
+    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->xproc == NULL)
         return enif_make_badarg(env);
-    if (!fo_resource_graph_start(res, (uint64_t)pid.pid))
+    if (!fo_root_register(res, (uint64_t)pid.pid))
         return enif_make_badarg(env);
     return fo_atom_ok;
 }
@@ -223,7 +225,7 @@ static ERL_NIF_TERM nif_graph_watch_callees(ErlNifEnv *env, int argc, const ERL_
     (void)argc;
     fo_session_res *res;
     ErlNifPid pid;
-    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->xproc == NULL)
+    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->xproc == NULL)
         return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
     res->xproc->watcher = pid;
@@ -241,7 +243,7 @@ static ERL_NIF_TERM nif_graph_owner(ErlNifEnv *env, int argc, const ERL_NIF_TERM
     (void)argc;
     fo_session_res *res;
     ErlNifPid pid;
-    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->xproc == NULL ||
+    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->xproc == NULL ||
         (argv[2] != fo_atom_true && argv[2] != fo_atom_false))
         return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
@@ -275,9 +277,9 @@ static ERL_NIF_TERM nif_graph_begin(ErlNifEnv *env, int argc, const ERL_NIF_TERM
 {
     (void)argc;
     fo_session_res *res;
-    if (!fo_resource_get(env, argv[0], &res) || res->xproc == NULL)
+    if (!fo_handle_get(env, argv[0], &res) || res->xproc == NULL)
         return enif_make_badarg(env);
-    return fo_resource_graph_begin(res, fo_tracer_clock_ns()) ? fo_atom_ok : enif_make_badarg(env);
+    return fo_root_begin(res, fo_tracer_clock_ns()) ? fo_atom_ok : enif_make_badarg(env);
 }
 
 /* finish/2's work, on whichever scheduler runs it (finish_nif picks). */
@@ -288,7 +290,7 @@ static ERL_NIF_TERM finish_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     ErlNifSInt64 end_ts = 0;
     int at_stop = argv[1] == fo_atom_stop;
     int has_end = argv[1] != fo_atom_nil && !at_stop;
-    if (!fo_resource_get(env, argv[0], &res) || (has_end && !enif_get_int64(env, argv[1], &end_ts)))
+    if (!fo_handle_get(env, argv[0], &res) || (has_end && !enif_get_int64(env, argv[1], &end_ts)))
         return enif_make_badarg(env);
     /* Graph sessions keep every time on the tracer clock (see ingest). An
      * end whose nanoseconds do not fit in int64, on that clock too, is a bad
@@ -361,7 +363,7 @@ static ERL_NIF_TERM finish_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
 static ERL_NIF_TERM finish_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     fo_session_res *res;
-    if (!fo_resource_get(env, argv[0], &res))
+    if (!fo_handle_get(env, argv[0], &res))
         return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
     int small = res->core != NULL && res->xproc == NULL &&
@@ -426,7 +428,7 @@ static int on_load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
     (void)priv;
     (void)info;
     fo_atoms_init(env);
-    if (!fo_resource_open(env) || !fo_next_open(env) || !fo_router_init() || !fo_tracer_slots_init())
+    if (!fo_resource_open(env) || !fo_handle_open(env) || !fo_next_open(env) || !fo_router_init() || !fo_tracer_slots_init())
         return 1;
     fo_clock_init();
     /* without the thread, producers fold their own rings when full */

@@ -5,6 +5,7 @@
 #include "fo_atoms.h"
 #include "fo_decode.h"
 #include "fo_follow.h"
+#include "fo_handle.h"
 #include "fo_resource.h"
 #include "fo_wake.h"
 #include "fo_xproc.h"
@@ -76,7 +77,7 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         else if (argv[4] != fo_atom_plain)
             return enif_make_badarg(env);
     }
-    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) ||
+    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) ||
         !enif_get_uint64(env, argv[3], &weight))
         return enif_make_badarg(env);
     /* Stamped before decoding: the stack was taken just before this call. */
@@ -121,7 +122,7 @@ ERL_NIF_TERM fo_sample_sleep_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM ar
     (void)argc;
     fo_session_res *res;
     ErlNifPid pid, to;
-    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) ||
+    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) ||
         !enif_get_local_pid(env, argv[2], &to))
         return enif_make_badarg(env);
     if (!atomic_load_explicit(&res->active, memory_order_relaxed))
@@ -134,7 +135,7 @@ ERL_NIF_TERM fo_sample_wake_cancel_nif(ErlNifEnv *env, int argc, const ERL_NIF_T
     (void)argc;
     fo_session_res *res;
     ErlNifPid pid;
-    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid))
+    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid))
         return enif_make_badarg(env);
     fo_wakes_cancel(&res->wakes, (uint64_t)pid.pid);
     return fo_atom_ok;

@@ -1,18 +1,11 @@
 #include "fo_resource.h"
 
 #include <string.h>
-#include <time.h>
 
-#include "fo_router.h"
-#include "fo_tracer_slots.h"
 #include "fo_xproc.h"
 
 static ErlNifResourceType *session_type;
-static ErlNifResourceType *handle_type;
 
-typedef struct {
-    fo_session_res *res;
-} handle;
 /* Sessions alive in this VM, for leak checks (`Native.live_sessions/0`). */
 static atomic_long live_sessions;
 static atomic_long session_bytes;
@@ -30,28 +23,12 @@ static void session_dtor(ErlNifEnv *env, void *obj)
     fo_ring_free(&res->ring);
 }
 
-/* The owner's last reference is gone: no callback may reach the session
- * through its slot from now on (the slot lock makes sure none is inside),
- * then the handle's own reference goes. */
-static void handle_dtor(ErlNifEnv *env, void *obj)
-{
-    (void)env;
-    handle *h = obj;
-    if (h->res != NULL) {
-        fo_tracer_slots_unregister(h->res);
-        enif_release_resource(h->res);
-        h->res = NULL;
-    }
-}
-
 int fo_resource_open(ErlNifEnv *env)
 {
     ErlNifResourceFlags tried;
     session_type = enif_open_resource_type(env, NULL, "flame_on_session", session_dtor,
                                            ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER, &tried);
-    handle_type = enif_open_resource_type(env, NULL, "flame_on_session_handle", handle_dtor,
-                                          ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER, &tried);
-    return session_type != NULL && handle_type != NULL;
+    return session_type != NULL;
 }
 
 fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_second, int replay)
@@ -89,75 +66,13 @@ int64_t fo_resource_ingest_offset(const fo_session_res *res)
     return res->xproc != NULL ? res->xproc->ingest_offset_ns : 0;
 }
 
-ERL_NIF_TERM fo_resource_make_handle(ErlNifEnv *env, fo_session_res *res)
-{
-    handle *h = enif_alloc_resource(handle_type, sizeof(handle));
-    if (h == NULL)
-        return enif_raise_exception(env, enif_make_atom(env, "enomem"));
-    enif_keep_resource(res);
-    h->res = res;
-    ERL_NIF_TERM term = enif_make_resource(env, h);
-    enif_release_resource(h);
-    return term;
-}
-
-void fo_resource_stop(fo_session_res *res)
+void fo_resource_mark_stopped(fo_session_res *res)
 {
     fo_spin_lock(&res->lock);
     if (res->stopped_ns == 0)
         res->stopped_ns = fo_clock_now(&res->clock);
     fo_spin_unlock(&res->lock);
     atomic_store(&res->active, 0);
-    /* the callbacks drop every event from here on */
-    fo_tracer_slots_unregister(res);
-    if (res->xproc != NULL)
-        fo_router_unregister(res);
-}
-
-int fo_resource_graph_start(fo_session_res *res, uint64_t root)
-{
-    fo_xproc *x = res->xproc;
-    if (x == NULL)
-        return 0;
-    fo_spin_lock(&res->lock);
-    int fresh = x->root_pid == 0 && res->core != NULL && atomic_load(&res->active);
-    if (fresh)
-        x->root_pid = root;
-    fo_spin_unlock(&res->lock);
-    return fresh && fo_router_register(res, x->label, root);
-}
-
-int fo_resource_graph_reroot(fo_session_res *res, uint64_t root)
-{
-    fo_xproc *x = res->xproc;
-    if (x == NULL)
-        return 0;
-    fo_spin_lock(&res->lock);
-    int live = x->root_pid != 0 && res->core != NULL && atomic_load(&res->active);
-    if (live)
-        x->root_pid = root;
-    fo_spin_unlock(&res->lock);
-    return live && fo_router_map_pid(root, res);
-}
-
-int fo_resource_graph_begin(fo_session_res *res, int64_t ts)
-{
-    fo_xproc *x = res->xproc;
-    if (x == NULL)
-        return 0;
-    fo_spin_lock(&res->lock);
-    uint32_t root = x->root_pid == 0 || res->core == NULL ? FO_NONE : fo_graph_root(x->graph, x->root_pid, ts);
-    fo_spin_unlock(&res->lock);
-    return root != FO_NONE;
-}
-
-int fo_resource_get(ErlNifEnv *env, ERL_NIF_TERM term, fo_session_res **out)
-{
-    void *obj;
-    if (!enif_get_resource(env, term, handle_type, &obj) || ((handle *)obj)->res == NULL)
-        return 0;
-    *out = ((handle *)obj)->res;
-    return 1;
 }
 
 long fo_resource_live_sessions(void)

@@ -1,10 +1,10 @@
 /* The session resource: a core session behind a lock, so any process
  * holding the reference and tracer callbacks on any scheduler can use it
- * safely. Erlang code holds it through a handle (a second, tiny resource):
- * when the last handle reference goes, even if its owner died, the handle's
- * destructor takes the session out of its tracer slot and lets it go, and
- * the session's destructor frees it once the router or the drainer (which
- * keep references of their own while they use it) are done. */
+ * safely. Erlang code holds it through a handle (fo_handle.h); the
+ * session's destructor frees it once the last of the handle, the router
+ * and the drainer (which keep references of their own while they use it)
+ * is done. It knows nothing of the node-wide tables that reach it (tracer
+ * slots, router): taking it out of them is fo_handle.h's. */
 #ifndef FO_RESOURCE_H
 #define FO_RESOURCE_H
 
@@ -55,10 +55,6 @@ int fo_resource_open(ErlNifEnv *env);
 /* A new, unlinked resource; NULL on failure. Release with enif_release_resource. */
 fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_second, int replay);
 
-/* The term Erlang code holds: a handle keeping res (res itself is left
- * to the caller to release). */
-ERL_NIF_TERM fo_resource_make_handle(ErlNifEnv *env, fo_session_res *res);
-
 /* Makes res a graph trace with this seq_trace label (res->xproc). 0 on
  * failure. */
 int fo_resource_add_graph(fo_session_res *res, const fo_graph_limits *limits, uint64_t label);
@@ -67,27 +63,10 @@ int fo_resource_add_graph(fo_session_res *res, const fo_graph_limits *limits, ui
  * messages join its events on the tracer clock), 0 for the rest. */
 int64_t fo_resource_ingest_offset(const fo_session_res *res);
 
-/* The tracer callbacks take no more events (stop/1): the session leaves
- * its tracer slot; the first call notes when, on the session's clock. A
- * graph trace leaves the router. */
-void fo_resource_stop(fo_session_res *res);
-
-/* Graph traces: root is the trace's root process, registered with the
- * router under the trace's label (graph_start/2). 0 when the session is
- * finished, already has a root, or the router refuses. */
-int fo_resource_graph_start(fo_session_res *res, uint64_t root);
-
-/* Graph traces registered with a stand-in root (capture_next: the trace
- * owner, until a process makes the captured call): root becomes the
- * root process and is routed to res. 0 once finished or unregistered. */
-int fo_resource_graph_reroot(fo_session_res *res, uint64_t root);
-
-/* Graph traces: the root span starts at ts (graph_begin/1). 0 without a
- * root or once finished. */
-int fo_resource_graph_begin(fo_session_res *res, int64_t ts);
-
-/* 1 and *out when term is one of our session handles. */
-int fo_resource_get(ErlNifEnv *env, ERL_NIF_TERM term, fo_session_res **out);
+/* The tracer callbacks take no more events from now on (stop/1; the
+ * caller takes the session out of the tables that reach it): the first
+ * call notes when, on the session's clock. */
+void fo_resource_mark_stopped(fo_session_res *res);
 
 /* Folds what the tracer callbacks appended to the ring (caller holds the
  * lock, core not NULL; env: any environment the caller may use): anything

@@ -6,6 +6,7 @@
 #include "fo_decode.h"
 #include "fo_drainer.h"
 #include "fo_graph_tracer.h"
+#include "fo_handle.h"
 #include "fo_next.h"
 #include "fo_resource.h"
 #include "fo_tracer_slots.h"
@@ -29,7 +30,7 @@ static int state_key(ErlNifEnv *env, ERL_NIF_TERM state, ERL_NIF_TERM *key)
         return 1;
     }
     fo_session_res *res;
-    if (!fo_resource_get(env, state, &res))
+    if (!fo_handle_get(env, state, &res))
         return 0;
     if (atomic_load_explicit(&res->slot_term, memory_order_relaxed) == 0 && res->xproc == NULL)
         fo_tracer_slots_register(env, res); /* refused once stopped: the key stays 0 */
