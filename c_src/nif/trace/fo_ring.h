@@ -106,4 +106,10 @@ uint64_t fo_ring_fold(fo_ring *r, fo_session *core, const fo_clock *clock, ErlNi
 
 size_t fo_ring_memory(const fo_ring *r);
 
+/* The most the ring held, in bytes (kept once it is freed). */
+static inline uint64_t fo_ring_largest_bytes(const fo_ring *r)
+{
+    return (uint64_t)r->largest * sizeof(fo_rec);
+}
+
 #endif

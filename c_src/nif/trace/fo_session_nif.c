@@ -158,11 +158,12 @@ static ERL_NIF_TERM stats_term(ErlNifEnv *env, fo_session_res *res)
 {
     if (res->core == NULL)
         return fo_export_stats(env, &res->final_stats, 0, res->final_nodes, res->final_processes,
-                               res->final_frames, &res->ring);
+                               res->final_frames, res->ring.producer_folds, fo_ring_largest_bytes(&res->ring));
     fo_resource_fold(res, env);
     return fo_export_stats(env, fo_session_stats(res->core), fo_session_memory(res->core),
                            fo_session_node_count(res->core), fo_session_process_count(res->core),
-                           fo_session_frame_count(res->core), &res->ring);
+                           fo_session_frame_count(res->core), res->ring.producer_folds,
+                           fo_ring_largest_bytes(&res->ring));
 }
 
 // stats(Session)
