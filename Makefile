@@ -13,9 +13,16 @@ CC ?= cc
 WARN := -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS_BASE := -std=c11 -D_DEFAULT_SOURCE -O2 -g $(WARN)
 CORE_SRC := $(sort $(wildcard c_src/core/*.c))
-NIF_SRC := $(sort $(wildcard c_src/nif/*.c))
 CORE_HDR := $(wildcard c_src/core/*.h)
-NIF_HDR := $(wildcard c_src/nif/*.h)
+# The NIF's files live in folders by job (c_src/nif/README.md); every folder
+# is on the include path, so files include each other by bare name.
+NIF_SRC := $(sort $(wildcard c_src/nif/*/*.c))
+NIF_HDR := $(wildcard c_src/nif/*/*.h)
+NIF_DIRS := $(sort $(patsubst %/,%,$(dir $(NIF_SRC) $(NIF_HDR))))
+NIF_INC := -I c_src/core $(addprefix -I ,$(NIF_DIRS))
+# Bare-name includes need every header name to be unique under c_src.
+DUP_HDR := $(shell printf '%s\n' $(notdir $(CORE_HDR) $(NIF_HDR)) | sort | uniq -d)
+$(if $(DUP_HDR),$(error header names must be unique under c_src (bare-name includes): $(DUP_HDR)))
 TEST_SRC := $(sort $(wildcard c_src/test/test_*.c))
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard c_src/test/*.c))
 TEST_BIN := $(patsubst c_src/test/%.c,build/test/%,$(TEST_SRC))
@@ -40,7 +47,7 @@ all: $(NIF_SO)
 $(NIF_SO): $(CORE_SRC) $(NIF_SRC) $(CORE_HDR) $(NIF_HDR) Makefile
 	@test -f "$(ERTS_INCLUDE)/erl_nif.h" || { echo "erl_nif.h not found under '$(ERTS_INCLUDE)': install erlang-dev (apt-get install erlang-dev)" >&2; exit 1; }
 	@mkdir -p priv
-	$(CC) $(CFLAGS_BASE) -fPIC -fvisibility=hidden -shared -I c_src/core -I "$(ERTS_INCLUDE)" \
+	$(CC) $(CFLAGS_BASE) -fPIC -fvisibility=hidden -shared $(NIF_INC) -I "$(ERTS_INCLUDE)" \
 		-o $@ $(CORE_SRC) $(NIF_SRC) $(LIBS)
 
 nif-asan: $(NIF_ASAN)
@@ -48,7 +55,7 @@ nif-asan: $(NIF_ASAN)
 $(NIF_ASAN): $(CORE_SRC) $(NIF_SRC) $(CORE_HDR) $(NIF_HDR) Makefile
 	@mkdir -p build/asan_nif
 	$(CC) $(CFLAGS_BASE) -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
-		-fPIC -shared -I c_src/core -I "$(ERTS_INCLUDE)" -o $@ $(CORE_SRC) $(NIF_SRC) $(LIBS)
+		-fPIC -shared $(NIF_INC) -I "$(ERTS_INCLUDE)" -o $@ $(CORE_SRC) $(NIF_SRC) $(LIBS)
 
 build/test/%: c_src/test/%.c $(CORE_SRC) $(CORE_HDR) $(TEST_SUPPORT) Makefile
 	@mkdir -p build/test
@@ -88,7 +95,7 @@ fuzz-run: $(FUZZ_BIN)
 
 lint:
 	cppcheck --quiet --error-exitcode=1 --enable=warning,style,performance,portability \
-		--std=c11 --inline-suppr --suppress=missingIncludeSystem -I c_src/core c_src/core c_src/nif c_src/test
+		--std=c11 --inline-suppr --suppress=missingIncludeSystem $(NIF_INC) c_src/core c_src/nif c_src/test
 
 test: ctest
 	mix test

@@ -1,5 +1,5 @@
 # Where the time of one tracer-module event goes: prices each step that
-# FlameOn.Client.Core.Native's trace/5 (c_src/nif/fo_tracer.c) does, on the
+# FlameOn.Client.Core.Native's trace/5 (c_src/nif/trace/fo_tracer.c) does, on the
 # call-heavy workload of overhead.exs (bench/support.exs); with
 # FO_ANATOMY_REALISTIC=1 also on the realistic one (much noisier: it
 # involves a server process, I/O and scheduling).

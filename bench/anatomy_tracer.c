@@ -1,6 +1,6 @@
 /* Where a tracer-module event's time goes: a tracer module whose callbacks
  * do a chosen subset of the work FlameOn.Client.Core.Native's trace/5 does
- * (c_src/nif/fo_tracer.c), so bench/anatomy.exs can price each step.
+ * (c_src/nif/trace/fo_tracer.c), so bench/anatomy.exs can price each step.
  *
  * Elixir module FlameOn.Bench.AnatomyTracer (defined in bench/anatomy.exs),
  * built by bench/Makefile into bench/build/anatomy_tracer.so with the C

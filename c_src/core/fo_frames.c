@@ -30,13 +30,13 @@ int fo_frames_init(fo_frames *t, uint32_t limit, uint32_t first_id)
     memset(t, 0, sizeof(*t));
     t->limit = limit;
     t->first_id = first_id;
-    return fo_slots_init(&t->index, FRAMES_INITIAL_SLOTS);
+    return fo_index_init(&t->index, FRAMES_INITIAL_SLOTS);
 }
 
 void fo_frames_destroy(fo_frames *t)
 {
     free(t->mfas);
-    fo_slots_destroy(&t->index);
+    fo_index_destroy(&t->index);
     memset(t, 0, sizeof(*t));
 }
 
@@ -56,7 +56,7 @@ static int grow_mfas(fo_frames *t)
 uint32_t fo_frames_intern(fo_frames *t, const fo_mfa *mfa)
 {
     uint64_t hash = mfa_hash(mfa);
-    for (uint32_t i = fo_slots_start(&t->index, hash); t->index.slots[i] != 0; i = fo_slots_next(&t->index, i)) {
+    for (uint32_t i = fo_index_start(&t->index, hash); t->index.slots[i] != 0; i = fo_index_next(&t->index, i)) {
         uint32_t index = t->index.slots[i] - 1;
         if (mfa_equal(&t->mfas[index], mfa))
             return t->first_id + index;
@@ -66,7 +66,7 @@ uint32_t fo_frames_intern(fo_frames *t, const fo_mfa *mfa)
     if (t->count == t->cap && !grow_mfas(t))
         return UINT32_MAX;
     t->mfas[t->count] = *mfa;
-    if (!fo_slots_put(&t->index, hash, t->count, rehash_frame, t))
+    if (!fo_index_put(&t->index, hash, t->count, rehash_frame, t))
         return UINT32_MAX;
     return t->first_id + t->count++;
 }
@@ -81,5 +81,5 @@ int fo_frames_get(const fo_frames *t, uint32_t id, fo_mfa *out)
 
 size_t fo_frames_memory(const fo_frames *t)
 {
-    return (size_t)t->cap * sizeof(fo_mfa) + fo_slots_memory(&t->index);
+    return (size_t)t->cap * sizeof(fo_mfa) + fo_index_memory(&t->index);
 }

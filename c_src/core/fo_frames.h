@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "fo_event.h"
-#include "fo_slots.h"
+#include "fo_index.h"
 
 typedef struct {
     fo_mfa *mfas;     /* index: id - first_id */
@@ -14,7 +14,7 @@ typedef struct {
     uint32_t cap;     /* allocated entries in mfas */
     uint32_t limit;   /* max_frames */
     uint32_t first_id;
-    fo_slots index;   /* mfa -> position in mfas */
+    fo_index index;   /* mfa -> position in mfas */
 } fo_frames;
 
 int fo_frames_init(fo_frames *t, uint32_t limit, uint32_t first_id);

@@ -13,7 +13,7 @@ int fo_procs_init(fo_procs *t, uint32_t limit)
 {
     memset(t, 0, sizeof(*t));
     t->limit = limit;
-    return fo_slots_init(&t->index, PROCS_INITIAL_SLOTS);
+    return fo_index_init(&t->index, PROCS_INITIAL_SLOTS);
 }
 
 void fo_procs_destroy(fo_procs *t)
@@ -23,14 +23,14 @@ void fo_procs_destroy(fo_procs *t)
         free(t->procs[i].stack_nodes);
     }
     free(t->procs);
-    fo_slots_destroy(&t->index);
+    fo_index_destroy(&t->index);
     memset(t, 0, sizeof(*t));
 }
 
 uint32_t fo_procs_find(const fo_procs *t, uint64_t pid)
 {
-    for (uint32_t i = fo_slots_start(&t->index, fo_hash_mix(pid)); t->index.slots[i] != 0;
-         i = fo_slots_next(&t->index, i)) {
+    for (uint32_t i = fo_index_start(&t->index, fo_hash_mix(pid)); t->index.slots[i] != 0;
+         i = fo_index_next(&t->index, i)) {
         uint32_t index = t->index.slots[i] - 1;
         if (t->procs[index].pid == pid)
             return index;
@@ -60,7 +60,7 @@ uint32_t fo_procs_add(fo_procs *t, uint64_t pid)
     uint32_t index = t->count;
     memset(&t->procs[index], 0, sizeof(fo_proc));
     t->procs[index].pid = pid;
-    if (!fo_slots_put(&t->index, fo_hash_mix(pid), index, rehash_proc, t))
+    if (!fo_index_put(&t->index, fo_hash_mix(pid), index, rehash_proc, t))
         return UINT32_MAX;
     t->count++;
     return index;
@@ -92,6 +92,6 @@ int fo_procs_reserve_stack(fo_procs *t, fo_proc *p, uint32_t need, uint32_t limi
 
 size_t fo_procs_memory(const fo_procs *t)
 {
-    return (size_t)t->cap * sizeof(fo_proc) + fo_slots_memory(&t->index) +
+    return (size_t)t->cap * sizeof(fo_proc) + fo_index_memory(&t->index) +
            t->stack_bytes;
 }

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fo_slots.h"
+#include "fo_index.h"
 
 typedef enum { FO_PROC_RUNNING = 0, FO_PROC_OUT, FO_PROC_EXITED } fo_proc_state;
 
@@ -44,7 +44,7 @@ typedef struct {
     uint32_t count;
     uint32_t cap;
     uint32_t limit;
-    fo_slots index; /* pid -> position in procs */
+    fo_index index; /* pid -> position in procs */
     size_t stack_bytes;
 } fo_procs;
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "fo_hash.h"
-#include "fo_slots.h"
+#include "fo_index.h"
 
 /* Below this many entries, insertion sort beats merging. */
 #define SMALL_SORT 12u
@@ -121,7 +121,7 @@ static void sort_ids(uint32_t *ids, uint32_t n, uint32_t *tmp, const order_ctx *
 /* --- names: equal texts are one name ------------------------------------ */
 
 typedef struct {
-    fo_slots index; /* text -> dense id (dropped frames are not in it) */
+    fo_index index; /* text -> dense id (dropped frames are not in it) */
     uint32_t *frame_dense; /* frame -> dense id, FO_NONE until seen */
     uint32_t frame_slots;
     uint32_t dropped_dense; /* FO_NONE until a dropped frame is seen */
@@ -173,8 +173,8 @@ static uint32_t dense_of(fo_render *r, name_table *t, uint32_t frame, uint32_t *
         uint32_t len = frame < r->names_given ? r->names[frame].len : 0;
         const char *text = len > 0 ? r->names[frame].text : "";
         uint64_t hash = text_hash(text, len);
-        for (uint32_t i = fo_slots_start(&t->index, hash); t->index.slots[i] != 0 && found == FO_NONE;
-             i = fo_slots_next(&t->index, i)) {
+        for (uint32_t i = fo_index_start(&t->index, hash); t->index.slots[i] != 0 && found == FO_NONE;
+             i = fo_index_next(&t->index, i)) {
             uint32_t other_len;
             const char *other = dense_text(r, t->index.slots[i] - 1, &other_len);
             if (other_len == len && (len == 0 || memcmp(other, text, len) == 0))
@@ -189,7 +189,7 @@ static uint32_t dense_of(fo_render *r, name_table *t, uint32_t frame, uint32_t *
         r->dense_dropped[found] = (uint8_t)dropped;
         if (dropped)
             t->dropped_dense = found;
-        else if (!fo_slots_put(&t->index, rehash_dense(r, found), found, rehash_dense, r))
+        else if (!fo_index_put(&t->index, rehash_dense(r, found), found, rehash_dense, r))
             return FO_NONE;
     }
     if (frame < t->frame_slots)
@@ -215,10 +215,10 @@ static uint64_t add_saturating(uint64_t a, uint64_t b)
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
-static uint32_t merged_child(fo_render *r, fo_slots *index, uint32_t parent, uint32_t name, int *fresh)
+static uint32_t merged_child(fo_render *r, fo_index *index, uint32_t parent, uint32_t name, int *fresh)
 {
     uint64_t hash = merge_hash(parent, name);
-    for (uint32_t i = fo_slots_start(index, hash); index->slots[i] != 0; i = fo_slots_next(index, i)) {
+    for (uint32_t i = fo_index_start(index, hash); index->slots[i] != 0; i = fo_index_next(index, i)) {
         const fo_render_node *n = &r->nodes[index->slots[i] - 1];
         if (n->parent == parent && n->name == name) {
             *fresh = 0;
@@ -231,7 +231,7 @@ static uint32_t merged_child(fo_render *r, fo_slots *index, uint32_t parent, uin
     memset(n, 0, sizeof(*n));
     n->parent = parent;
     n->name = name;
-    if (!fo_slots_put(index, hash, id, rehash_node, r))
+    if (!fo_index_put(index, hash, id, rehash_node, r))
         return FO_NONE;
     return id;
 }
@@ -276,9 +276,9 @@ static int merge(fo_render *r, const fo_node_info *in, uint32_t n, uint32_t *roo
     uint32_t *names = malloc(sizeof(uint32_t) * ((size_t)n + 1));
     t.frame_slots = r->names_given;
     t.frame_dense = malloc(sizeof(uint32_t) * ((size_t)t.frame_slots + 1));
-    fo_slots children;
+    fo_index children;
     memset(&children, 0, sizeof(children));
-    int ok = map != NULL && names != NULL && t.frame_dense != NULL && fo_slots_init(&t.index, 256);
+    int ok = map != NULL && names != NULL && t.frame_dense != NULL && fo_index_init(&t.index, 256);
     for (uint32_t f = 0; ok && f < t.frame_slots; f++)
         t.frame_dense[f] = FO_NONE;
     int distinct = ok && name_nodes(r, &t, in, n, names, &ok);
@@ -287,7 +287,7 @@ static int merge(fo_render *r, const fo_node_info *in, uint32_t n, uint32_t *roo
         uint32_t slots = 1024;
         while (slots < UINT32_MAX / 4 && slots < 2 * n)
             slots *= 2;
-        ok = fo_slots_init(&children, slots);
+        ok = fo_index_init(&children, slots);
     }
     for (uint32_t id = 0; ok && id < n; id++) {
         const fo_node_info *node = &in[id];
@@ -327,8 +327,8 @@ static int merge(fo_render *r, const fo_node_info *in, uint32_t n, uint32_t *roo
     free(map);
     free(names);
     free(t.frame_dense);
-    fo_slots_destroy(&t.index);
-    fo_slots_destroy(&children);
+    fo_index_destroy(&t.index);
+    fo_index_destroy(&children);
     return ok;
 }
 

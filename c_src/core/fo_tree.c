@@ -18,13 +18,13 @@ int fo_tree_init(fo_tree *t, uint32_t hard_cap)
 {
     memset(t, 0, sizeof(*t));
     t->hard_cap = hard_cap;
-    return fo_slots_init(&t->children, TREE_INITIAL_SLOTS);
+    return fo_index_init(&t->children, TREE_INITIAL_SLOTS);
 }
 
 void fo_tree_destroy(fo_tree *t)
 {
     free(t->nodes);
-    fo_slots_destroy(&t->children);
+    fo_index_destroy(&t->children);
     memset(t, 0, sizeof(*t));
 }
 
@@ -66,9 +66,9 @@ uint32_t fo_tree_add_root(fo_tree *t, uint32_t frame, uint32_t proc, uint32_t de
 
 uint32_t fo_tree_find_child(const fo_tree *t, uint32_t parent, uint32_t frame)
 {
-    const fo_slots *index = &t->children;
-    for (uint32_t i = fo_slots_start(index, child_hash(parent, frame)); index->slots[i] != 0;
-         i = fo_slots_next(index, i)) {
+    const fo_index *index = &t->children;
+    for (uint32_t i = fo_index_start(index, child_hash(parent, frame)); index->slots[i] != 0;
+         i = fo_index_next(index, i)) {
         const fo_tree_node *n = &t->nodes[index->slots[i] - 1];
         if (n->parent == parent && n->frame == frame)
             return index->slots[i] - 1;
@@ -90,7 +90,7 @@ uint32_t fo_tree_child(fo_tree *t, uint32_t parent, uint32_t frame, int may_crea
     uint32_t id = new_node(t, parent, frame, t->nodes[parent].proc, t->nodes[parent].depth + 1);
     if (id == UINT32_MAX)
         return UINT32_MAX;
-    if (!fo_slots_put(&t->children, child_hash(parent, frame), id, rehash_child, t)) {
+    if (!fo_index_put(&t->children, child_hash(parent, frame), id, rehash_child, t)) {
         t->count--; /* unindexed, it could never be found again */
         return UINT32_MAX;
     }
@@ -99,5 +99,5 @@ uint32_t fo_tree_child(fo_tree *t, uint32_t parent, uint32_t frame, int may_crea
 
 size_t fo_tree_memory(const fo_tree *t)
 {
-    return (size_t)t->cap * sizeof(fo_tree_node) + fo_slots_memory(&t->children);
+    return (size_t)t->cap * sizeof(fo_tree_node) + fo_index_memory(&t->children);
 }

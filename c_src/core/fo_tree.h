@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fo_slots.h"
+#include "fo_index.h"
 
 typedef struct {
     uint32_t parent; /* UINT32_MAX for a process root */
@@ -24,7 +24,7 @@ typedef struct {
     uint32_t count;
     uint32_t cap;
     uint32_t hard_cap;    /* regular limit + reserved nodes */
-    fo_slots children;    /* (parent, frame) -> child node id */
+    fo_index children;    /* (parent, frame) -> child node id */
 } fo_tree;
 
 int fo_tree_init(fo_tree *t, uint32_t hard_cap);

@@ -1,24 +1,20 @@
-/* The NIF entry points of FlameOn.Client.Core.Native: argument checking and
- * locking around the core. Every function raises badarg on bad input. */
-#include <string.h>
+/* The NIFs of a session's life: new, the tracer state, trace messages in
+ * (ingest), stats, stop and finish, and the node-wide counts. */
+#include "fo_session_nif.h"
 
-#include <erl_nif.h>
+#include <string.h>
 
 #include "fo_atoms.h"
 #include "fo_decode.h"
-#include "fo_drainer.h"
 #include "fo_export.h"
 #include "fo_export_graph.h"
 #include "fo_follow.h"
 #include "fo_graph_tracer.h"
-#include "fo_next.h"
-#include "fo_router.h"
+#include "fo_handle.h"
 #include "fo_resource.h"
-#include "fo_render_nif.h"
-#include "fo_sample.h"
-#include "fo_wake.h"
-#include "fo_slot.h"
-#include "fo_tracer.h"
+#include "fo_router.h"
+#include "fo_tracer_slots.h"
+#include "fo_xproc.h"
 
 /* Messages applied per slice before yielding back to the scheduler; a
  * slice stays well under 1 ms. */
@@ -38,8 +34,8 @@ static int get_limit(ErlNifEnv *env, ERL_NIF_TERM map, ERL_NIF_TERM key, uint32_
     return 1;
 }
 
-// new(Opts :: map()) -> Session
-static ERL_NIF_TERM nif_new(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+// new(Opts)
+ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     if (!enif_is_map(env, argv[0]))
@@ -89,23 +85,20 @@ static ERL_NIF_TERM nif_new(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     }
     res->ring_request = ring_records;
     res->max_text_bytes = max_text_bytes;
-    ERL_NIF_TERM term = fo_resource_make_handle(env, res);
+    ERL_NIF_TERM term = fo_handle_make(env, res);
     enif_release_resource(res);
     return term;
 }
 
-// tracer_state(Session) -> non_neg_integer(): what to pass as the state of
-// {tracer, FlameOn.Client.Core.Native, State}: the session's slot key, an
-// immediate the callbacks turn into the session without a resource
-// lookup. Raises system_limit when every slot is taken.
-static ERL_NIF_TERM nif_tracer_state(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+// tracer_state(Session)
+ERL_NIF_TERM fo_tracer_state_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     fo_session_res *res;
-    if (!fo_resource_get(env, argv[0], &res) || res->graph != NULL || res->core == NULL ||
+    if (!fo_handle_get(env, argv[0], &res) || res->xproc != NULL || res->core == NULL ||
         !atomic_load(&res->active))
         return enif_make_badarg(env);
-    if (!fo_slot_register(env, res))
+    if (!fo_tracer_slots_register(env, res))
         return enif_raise_exception(env, enif_make_atom(env, "system_limit"));
     return atomic_load(&res->slot_term);
 }
@@ -121,11 +114,10 @@ static int ingest_chunk(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM list, 
         memset(&ev, 0, sizeof(ev));
         /* graph sessions take trace messages to the tracer clock; a
          * timestamp that overflows int64 on the way is malformed */
-        if (res->graph != NULL) {
+        if (res->xproc != NULL) {
             fo_graph_ingest(env, res, head); /* a graph trace's root, mode :process */
         } else {
-            fo_decode_result decoded =
-                fo_decode_trace_msg(env, head, res->native_per_second, res->ingest_offset_ns, &ev);
+            fo_decode_result decoded = fo_decode_trace_msg(env, head, res->native_per_second, 0, &ev);
             fo_decode_apply(res->core, decoded, &ev);
         }
         n++;
@@ -135,14 +127,12 @@ static int ingest_chunk(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM list, 
     return n == INGEST_CHUNK || enif_is_empty_list(env, list);
 }
 
-
-
-// ingest(Session, [TraceMsg]) -> ok
-static ERL_NIF_TERM nif_ingest(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+// ingest(Session, [TraceMsg])
+ERL_NIF_TERM fo_ingest_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     fo_session_res *res;
-    if (!fo_resource_get(env, argv[0], &res) || !enif_is_list(env, argv[1]))
+    if (!fo_handle_get(env, argv[0], &res) || !enif_is_list(env, argv[1]))
         return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
     if (res->core == NULL) {
@@ -161,26 +151,27 @@ static ERL_NIF_TERM nif_ingest(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
      * the scheduler for long. */
     enif_consume_timeslice(env, 50);
     ERL_NIF_TERM next[2] = {argv[0], rest};
-    return enif_schedule_nif(env, "ingest", 0, nif_ingest, 2, next);
+    return enif_schedule_nif(env, "ingest", 0, fo_ingest_nif, 2, next);
 }
 
 static ERL_NIF_TERM stats_term(ErlNifEnv *env, fo_session_res *res)
 {
     if (res->core == NULL)
         return fo_export_stats(env, &res->final_stats, 0, res->final_nodes, res->final_processes,
-                               res->final_frames, &res->ring);
+                               res->final_frames, res->ring.producer_folds, fo_ring_largest_bytes(&res->ring));
     fo_resource_fold(res, env);
     return fo_export_stats(env, fo_session_stats(res->core), fo_session_memory(res->core),
                            fo_session_node_count(res->core), fo_session_process_count(res->core),
-                           fo_session_frame_count(res->core), &res->ring);
+                           fo_session_frame_count(res->core), res->ring.producer_folds,
+                           fo_ring_largest_bytes(&res->ring));
 }
 
-// stats(Session) -> map()
-static ERL_NIF_TERM nif_stats(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+// stats(Session)
+ERL_NIF_TERM fo_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     fo_session_res *res;
-    if (!fo_resource_get(env, argv[0], &res))
+    if (!fo_handle_get(env, argv[0], &res))
         return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
     ERL_NIF_TERM term = stats_term(env, res);
@@ -188,122 +179,37 @@ static ERL_NIF_TERM nif_stats(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     return term;
 }
 
-// stop(Session) -> NativeMonotonicTime: the tracer callbacks take no more
-// events (ingest/2 is the caller's own doing and still works); the result
-// waits for finish/2. Returns when it stopped, in native time units.
-static ERL_NIF_TERM nif_stop(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+// stop(Session)
+ERL_NIF_TERM fo_stop_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     fo_session_res *res;
-    if (!fo_resource_get(env, argv[0], &res))
+    if (!fo_handle_get(env, argv[0], &res))
         return enif_make_badarg(env);
-    fo_resource_stop(res);
+    fo_handle_stop(res);
     return enif_make_int64(env, fo_ns_to_native(enif_monotonic_time(ERL_NIF_NSEC), res->native_per_second));
 }
 
-// graph_start(Session, RootPid) -> ok: registers the graph trace with the
-// router (its label and its root process); graph_begin/1 starts the root
-// span when tracing really starts.
-static ERL_NIF_TERM nif_graph_start(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    (void)argc;
-    fo_session_res *res;
-    ErlNifPid pid;
-    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->graph == NULL)
-        return enif_make_badarg(env);
-    if (!fo_resource_graph_start(res, (uint64_t)pid.pid))
-        return enif_make_badarg(env);
-    return fo_atom_ok;
-}
-
-// graph_watch_callees(Session, Pid) -> ok: from now on Pid gets
-// {flame_on_callee, Callee} each time a callee receives a request of the
-// trace (sample traces sample callees instead of call tracing them).
-static ERL_NIF_TERM nif_graph_watch_callees(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    (void)argc;
-    fo_session_res *res;
-    ErlNifPid pid;
-    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->graph == NULL)
-        return enif_make_badarg(env);
-    fo_spin_lock(&res->lock);
-    res->watcher = pid;
-    res->watch_callees = 1;
-    fo_spin_unlock(&res->lock);
-    return fo_atom_ok;
-}
-
-// graph_owner(Session, Pid, FollowMessages) -> ok: Pid gets {flame_on_left,
-// P} for each process that leaves the trace (it turns P's trace flags off).
-// FollowMessages false: the trace follows GenServer calls only, and its
-// processes have no receive events.
-static ERL_NIF_TERM nif_graph_owner(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    (void)argc;
-    fo_session_res *res;
-    ErlNifPid pid;
-    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->graph == NULL ||
-        (argv[2] != fo_atom_true && argv[2] != fo_atom_false))
-        return enif_make_badarg(env);
-    fo_spin_lock(&res->lock);
-    res->owner = pid;
-    res->has_owner = 1;
-    fo_graph_follow_messages(res->graph, argv[2] == fo_atom_true);
-    fo_spin_unlock(&res->lock);
-    return fo_atom_ok;
-}
-
-// graph_role(Pid) -> root | follower | nil: Pid is the root of a running
-// graph trace, or works for one (its trace flags must stay), or neither.
-static ERL_NIF_TERM nif_graph_role(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    (void)argc;
-    ErlNifPid pid;
-    if (!enif_get_local_pid(env, argv[0], &pid))
-        return enif_make_badarg(env);
-    switch (fo_router_role((uint64_t)pid.pid)) {
-    case 2:
-        return fo_atom_root;
-    case 1:
-        return fo_atom_follower;
-    default:
-        return fo_atom_nil;
-    }
-}
-
-// graph_begin(Session) -> ok: the root span starts now.
-static ERL_NIF_TERM nif_graph_begin(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    (void)argc;
-    fo_session_res *res;
-    if (!fo_resource_get(env, argv[0], &res) || res->graph == NULL)
-        return enif_make_badarg(env);
-    return fo_resource_graph_begin(res, fo_tracer_clock_ns()) ? fo_atom_ok : enif_make_badarg(env);
-}
-
-// finish(Session, End :: integer() | nil | stop) -> {Tree, Stats} (graph
-// sessions: {Tree, Stats, Graph}); Tree as fo_export_tree makes it.
-// End: native monotonic time (trace messages), nil (no closing charge) or
-// `stop` (when stop/1 ran, on the tracer clock: tracer-module sessions).
-static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+/* finish/2's work, on whichever scheduler runs it (fo_finish_nif picks). */
+static ERL_NIF_TERM finish_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     fo_session_res *res;
     ErlNifSInt64 end_ts = 0;
     int at_stop = argv[1] == fo_atom_stop;
     int has_end = argv[1] != fo_atom_nil && !at_stop;
-    if (!fo_resource_get(env, argv[0], &res) || (has_end && !enif_get_int64(env, argv[1], &end_ts)))
+    if (!fo_handle_get(env, argv[0], &res) || (has_end && !enif_get_int64(env, argv[1], &end_ts)))
         return enif_make_badarg(env);
     /* Graph sessions keep every time on the tracer clock (see ingest). An
      * end whose nanoseconds do not fit in int64, on that clock too, is a bad
      * argument (see fo_native_to_ns). native_per_second and the offset
      * never change: no lock needed. */
     int64_t end_ns = 0;
-    if (has_end && !fo_native_to_ns(end_ts, res->native_per_second, res->ingest_offset_ns, &end_ns))
+    if (has_end && !fo_native_to_ns(end_ts, res->native_per_second, fo_resource_ingest_offset(res), &end_ns))
         return enif_make_badarg(env);
     /* No callback appends once the slot is gone, so the fold below sees
      * the last event. */
-    fo_slot_unregister(res);
+    fo_tracer_slots_unregister(res);
     fo_spin_lock(&res->lock);
     fo_session *core = res->core;
     if (core == NULL) {
@@ -321,11 +227,11 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     else
         close = 0;
     ERL_NIF_TERM graph = fo_atom_nil;
-    if (res->graph != NULL) {
+    if (res->xproc != NULL) {
         /* the graph first: it says where each follower's stacks stop */
-        fo_follow f = {core, res->graph, NULL, NULL};
+        fo_follow f = {core, res->xproc->graph, NULL, NULL};
         fo_follow_close(&f, close ? close_ns : fo_tracer_clock_ns(), close);
-        graph = fo_export_graph(env, res);
+        graph = fo_export_graph(env, res->xproc);
     } else if (close) {
         fo_session_close(core, close_ns);
     }
@@ -340,12 +246,12 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     atomic_store(&res->active, 0);
     fo_spin_unlock(&res->lock);
     fo_session_free(core);
-    if (res->graph != NULL)
+    if (res->xproc != NULL)
         fo_router_unregister(res); /* finished without stop/1 */
     ERL_NIF_TERM reason;
     if (enif_has_pending_exception(env, &reason))
         return stacks;
-    if (res->graph != NULL)
+    if (res->xproc != NULL)
         return enif_make_tuple3(env, stacks, stats, graph);
     return enif_make_tuple2(env, stacks, stats);
 }
@@ -357,95 +263,35 @@ static ERL_NIF_TERM nif_finish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
  * on a loaded one: most profiles are small. */
 #define FINISH_INLINE_NODES 20000u
 
-static ERL_NIF_TERM finish_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+// finish(Session, End): small sessions finish here, the rest on a dirty scheduler
+ERL_NIF_TERM fo_finish_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     fo_session_res *res;
-    if (!fo_resource_get(env, argv[0], &res))
+    if (!fo_handle_get(env, argv[0], &res))
         return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
-    int small = res->core != NULL && res->graph == NULL &&
+    int small = res->core != NULL && res->xproc == NULL &&
                 fo_session_node_count(res->core) <= FINISH_INLINE_NODES;
     fo_spin_unlock(&res->lock);
     if (!small)
-        return enif_schedule_nif(env, "finish", ERL_NIF_DIRTY_JOB_CPU_BOUND, nif_finish, argc, argv);
-    ERL_NIF_TERM result = nif_finish(env, argc, argv);
+        return enif_schedule_nif(env, "finish", ERL_NIF_DIRTY_JOB_CPU_BOUND, finish_now, argc, argv);
+    ERL_NIF_TERM result = finish_now(env, argc, argv);
     enif_consume_timeslice(env, 10);
     return result;
 }
 
-// session_bytes() -> integer(): bytes held by all live sessions' tables.
-static ERL_NIF_TERM nif_session_bytes(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+// session_bytes()
+ERL_NIF_TERM fo_session_bytes_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     (void)argv;
     return enif_make_long(env, fo_resource_session_bytes());
 }
 
-// live_sessions() -> non_neg_integer(): session resources not yet freed.
-static ERL_NIF_TERM nif_live_sessions(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+// live_sessions()
+ERL_NIF_TERM fo_live_sessions_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     (void)argv;
     return enif_make_long(env, fo_resource_live_sessions());
 }
-
-static ErlNifFunc nif_funcs[] = {
-    {"live_sessions", 0, nif_live_sessions, 0},
-    {"session_bytes", 0, nif_session_bytes, 0},
-    {"new", 1, nif_new, 0},
-    {"tracer_state", 1, nif_tracer_state, 0},
-    {"ingest", 2, nif_ingest, 0},
-    {"stats", 1, nif_stats, 0},
-    {"stop", 1, nif_stop, 0},
-    {"graph_start", 2, nif_graph_start, 0},
-    {"graph_begin", 1, nif_graph_begin, 0},
-    {"graph_watch_callees", 2, nif_graph_watch_callees, 0},
-    {"graph_owner", 3, nif_graph_owner, 0},
-    {"graph_role", 1, nif_graph_role, 0},
-    {"finish", 2, finish_nif, 0},
-    {"render", 2, fo_render_nif, 0},
-    {"sample", 4, fo_sample_nif, 0},
-    {"sample", 5, fo_sample_nif, 0},
-    {"sample_sleep", 3, fo_wake_sleep_nif, 0},
-    {"sample_wake_cancel", 2, fo_wake_cancel_nif, 0},
-    {"next_new", 3, fo_next_new_nif, 0},
-    {"next_cancel", 1, fo_next_cancel_nif, 0},
-    {"next_state", 1, fo_next_state_nif, 0},
-    {"enabled", 3, fo_tracer_enabled, 0},
-    {"trace", 5, fo_tracer_trace, 0},
-};
-
-/* Loaded instances of this library (an upgrade loads a second one into
- * the same statics until the old code is purged): the drainer thread runs
- * while any is loaded, and must be gone before the code is unmapped. */
-static int instances;
-
-static int on_load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
-{
-    (void)priv;
-    (void)info;
-    fo_atoms_init(env);
-    if (!fo_resource_open(env) || !fo_next_open(env) || !fo_router_init() || !fo_slot_init())
-        return 1;
-    fo_clock_init();
-    /* without the thread, producers fold their own rings when full */
-    fo_drainer_start();
-    instances++;
-    return 0;
-}
-
-static int on_upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM info)
-{
-    (void)old_priv;
-    return on_load(env, priv, info);
-}
-
-static void on_unload(ErlNifEnv *env, void *priv)
-{
-    (void)env;
-    (void)priv;
-    if (--instances == 0)
-        fo_drainer_stop();
-}
-
-ERL_NIF_INIT(Elixir.FlameOn.Client.Core.Native, nif_funcs, on_load, NULL, on_upgrade, on_unload)

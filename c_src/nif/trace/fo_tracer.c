@@ -6,10 +6,11 @@
 #include "fo_decode.h"
 #include "fo_drainer.h"
 #include "fo_graph_tracer.h"
+#include "fo_handle.h"
 #include "fo_next.h"
 #include "fo_resource.h"
-#include "fo_slot.h"
-#include "fo_wake.h"
+#include "fo_tracer_slots.h"
+#include "fo_wake_note.h"
 
 static int is_our_tag(ERL_NIF_TERM tag)
 {
@@ -29,10 +30,10 @@ static int state_key(ErlNifEnv *env, ERL_NIF_TERM state, ERL_NIF_TERM *key)
         return 1;
     }
     fo_session_res *res;
-    if (!fo_resource_get(env, state, &res))
+    if (!fo_handle_get(env, state, &res))
         return 0;
-    if (atomic_load_explicit(&res->slot_term, memory_order_relaxed) == 0 && res->graph == NULL)
-        fo_slot_register(env, res); /* refused once stopped: the key stays 0 */
+    if (atomic_load_explicit(&res->slot_term, memory_order_relaxed) == 0 && res->xproc == NULL)
+        fo_tracer_slots_register(env, res); /* refused once stopped: the key stays 0 */
     *key = atomic_load_explicit(&res->slot_term, memory_order_relaxed);
     return 1;
 }
@@ -49,14 +50,14 @@ ERL_NIF_TERM fo_tracer_enabled(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     if (argv[1] == fo_atom_graph)
         return fo_graph_tracer_enabled(env, tag);
     /* a live key, the common case: no other test */
-    if (fo_slot_live(argv[1]))
+    if (fo_tracer_slots_live(argv[1]))
         return tag == fo_atom_trace_status || is_our_tag(tag) ? fo_atom_trace : fo_atom_discard;
     if (fo_next_is_state(env, argv[1]))
         return fo_next_enabled(env, argv);
     if (tag != fo_atom_trace_status)
         return is_our_tag(tag) ? fo_atom_trace : fo_atom_discard;
     ERL_NIF_TERM key;
-    return state_key(env, argv[1], &key) && fo_slot_live(key) ? fo_atom_trace : fo_atom_remove;
+    return state_key(env, argv[1], &key) && fo_tracer_slots_live(key) ? fo_atom_trace : fo_atom_remove;
 }
 
 /* Real tracing passes the timestamp *kind* in Opts, so events are stamped
@@ -140,7 +141,7 @@ static int record(ErlNifEnv *env, fo_session_res *res, const ERL_NIF_TERM argv[]
         !atomic_load_explicit(&ring->drain_queued, memory_order_relaxed) &&
         !atomic_exchange(&ring->drain_queued, 1) && !fo_drainer_request(res))
         atomic_store(&ring->drain_queued, 0);
-    fo_wakes_note(&res->wakes, ev.kind, pid);
+    fo_wake_note(&res->wakes, ev.kind, pid);
     return 1;
 }
 
@@ -153,21 +154,21 @@ ERL_NIF_TERM fo_tracer_trace(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     ERL_NIF_TERM key = argv[1];
     /* The common case, a live key, is looked up without decoding it. A
      * stopped or finished session left its slot: the event is dropped. */
-    fo_session_res *res = fo_slot_acquire(key);
+    fo_session_res *res = fo_tracer_slots_acquire(key);
     if (res == NULL) {
         if (fo_next_is_state(env, argv[1]))
             return fo_next_trace(env, argv);
         if (!state_key(env, argv[1], &key))
             return enif_make_badarg(env);
-        res = fo_slot_acquire(key);
+        res = fo_tracer_slots_acquire(key);
     }
     if (res == NULL || !enif_get_local_pid(env, argv[2], &pid)) {
         /* ports and seq_trace labels are not ours here */
         if (res != NULL)
-            fo_slot_release(key);
+            fo_tracer_slots_release(key);
         return enif_is_map(env, argv[4]) ? fo_atom_ok : enif_make_badarg(env);
     }
     int ok = record(env, res, argv, (uint64_t)pid.pid);
-    fo_slot_release(key);
+    fo_tracer_slots_release(key);
     return ok ? fo_atom_ok : enif_make_badarg(env);
 }

@@ -5,7 +5,10 @@
 #include "fo_atoms.h"
 #include "fo_decode.h"
 #include "fo_follow.h"
+#include "fo_handle.h"
 #include "fo_resource.h"
+#include "fo_wake.h"
+#include "fo_xproc.h"
 
 /* Deeper stacks are cut at their root end (the VM's backtrace_depth caps
  * them long before this); the cut shows as a truncated stack. */
@@ -41,11 +44,11 @@ static ERL_NIF_TERM apply(ErlNifEnv *env, fo_session_res *res, uint64_t pid, int
          * only, and do not ask the graph: the sampler is woken at the
          * process's `in`, before the receive event that says what woke it,
          * and a sample in between would settle that wake as no message's. */
-        fo_follow f = {res->core, res->graph, NULL, NULL};
+        fo_follow f = {res->core, res->xproc != NULL ? res->xproc->graph : NULL, NULL, NULL};
         if (how == FO_SAMPLE_SLEPT) {
             fo_session_count_slept(res->core, pid, times);
             result = fo_atom_ok;
-        } else if (res->graph != NULL && !fo_follow_before_sample(&f, pid)) {
+        } else if (res->xproc != NULL && !fo_follow_before_sample(&f, pid)) {
             result = fo_atom_idle;
         } else {
             if (frames == NULL)
@@ -74,7 +77,7 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         else if (argv[4] != fo_atom_plain)
             return enif_make_badarg(env);
     }
-    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) ||
+    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) ||
         !enif_get_uint64(env, argv[3], &weight))
         return enif_make_badarg(env);
     /* Stamped before decoding: the stack was taken just before this call. */
@@ -112,4 +115,28 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     ERL_NIF_TERM result = apply(env, res, (uint64_t)pid.pid, ts, frames, count, (uint64_t)weight, how, 1);
     enif_free(frames);
     return result;
+}
+
+ERL_NIF_TERM fo_sample_sleep_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid pid, to;
+    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) ||
+        !enif_get_local_pid(env, argv[2], &to))
+        return enif_make_badarg(env);
+    if (!atomic_load_explicit(&res->active, memory_order_relaxed))
+        return fo_atom_stopped;
+    return fo_wakes_arm(&res->wakes, (uint64_t)pid.pid, &to) ? fo_atom_ok : fo_atom_full;
+}
+
+ERL_NIF_TERM fo_sample_wake_cancel_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid pid;
+    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid))
+        return enif_make_badarg(env);
+    fo_wakes_cancel(&res->wakes, (uint64_t)pid.pid);
+    return fo_atom_ok;
 }

@@ -6,8 +6,9 @@
  * finds the ring full folds it itself: nothing is dropped, the memory
  * stays bounded, and a drainer that falls behind costs only speed.
  *
- * Single producer at a time (the slot lock, fo_slot.h), single consumer at
- * a time (the session lock); head and tail are the only shared words. */
+ * Single producer at a time (the slot lock, fo_tracer_slots.h), single
+ * consumer at a time (the session lock); head and tail are the only shared
+ * words. */
 #ifndef FO_RING_H
 #define FO_RING_H
 
@@ -104,5 +105,11 @@ static inline uint64_t fo_ring_publish(fo_ring *r)
 uint64_t fo_ring_fold(fo_ring *r, fo_session *core, const fo_clock *clock, ErlNifEnv *env);
 
 size_t fo_ring_memory(const fo_ring *r);
+
+/* The most the ring held, in bytes (kept once it is freed). */
+static inline uint64_t fo_ring_largest_bytes(const fo_ring *r)
+{
+    return (uint64_t)r->largest * sizeof(fo_rec);
+}
 
 #endif

@@ -1,10 +1,10 @@
 /* The session resource: a core session behind a lock, so any process
  * holding the reference and tracer callbacks on any scheduler can use it
- * safely. Erlang code holds it through a handle (a second, tiny resource):
- * when the last handle reference goes, even if its owner died, the handle's
- * destructor takes the session out of its tracer slot and lets it go, and
- * the session's destructor frees it once the router or the drainer (which
- * keep references of their own while they use it) are done. */
+ * safely. Erlang code holds it through a handle (fo_handle.h); the
+ * session's destructor frees it once the last of the handle, the router
+ * and the drainer (which keep references of their own while they use it)
+ * is done. It knows nothing of the node-wide tables that reach it (tracer
+ * slots, router): taking it out of them is fo_handle.h's. */
 #ifndef FO_RESOURCE_H
 #define FO_RESOURCE_H
 
@@ -13,7 +13,6 @@
 
 #include "fo_clock.h"
 #include "fo_graph.h"
-#include "fo_remote.h"
 #include "fo_ring.h"
 #include "fo_session.h"
 #include "fo_spinlock.h"
@@ -25,6 +24,7 @@
 #define FO_CEIL_MAX_STACK_BYTES (16ull << 30)
 
 typedef struct fo_session_res fo_session_res;
+typedef struct fo_xproc fo_xproc; /* fo_xproc.h */
 
 struct fo_session_res {
     fo_spinlock lock;
@@ -34,28 +34,15 @@ struct fo_session_res {
     int replay;            /* trace/5 takes recorded timestamps from Opts */
     fo_clock clock;        /* the session's tracer clock (fo_clock.h) */
     int64_t stopped_ns;    /* its time when stop/1 ran; 0 before */
-    fo_graph *graph;       /* graph traces only: the span graph */
-    uint64_t label;        /* graph traces: the seq_trace label */
-    uint64_t root_pid;     /* graph traces: the process that started it */
-    int64_t ingest_offset_ns; /* graph traces: Erlang monotonic - tracer clock, so
-                                 trace messages (:process mode) join the tracer-clock
-                                 events on one clock; 0 otherwise */
-    int watch_callees;     /* graph traces: tell watcher of each request a callee takes */
-    ErlNifPid watcher;     /* (the trace's owner starts a sampler for the callee) */
-    int has_owner;         /* graph traces: tell owner of each process that left */
-    ErlNifPid owner;       /* (it turns the process's trace flags off) */
-    ErlNifEnv *reasons;    /* graph traces: copies of callee exit reasons */
-    ERL_NIF_TERM reason_terms[16];
-    uint64_t reason_keys[16];
-    uint32_t reason_count;
-    fo_remote *remote;     /* graph traces: processes on other nodes met */
+    fo_xproc *xproc;       /* graph traces' cross-process state; NULL for the
+                              rest. Set by new/1, never changed after. */
     fo_stats final_stats;  /* kept after finish frees the core */
     uint32_t final_nodes, final_processes, final_frames;
     size_t accounted;      /* bytes of this session in the node-wide sum */
     uint32_t since_account; /* events since the last accounting */
     /* Tracer-module sessions (not graph ones): the tracer state is the
-     * slot key (fo_slot.h), and the callbacks append to the ring. */
-    _Atomic ERL_NIF_TERM slot_term; /* the tracer state (fo_slot.h); 0: no slot (yet, or any more) */
+     * slot key (fo_tracer_slots.h), and the callbacks append to the ring. */
+    _Atomic ERL_NIF_TERM slot_term; /* the tracer state (fo_tracer_slots.h); 0: no slot (yet, or any more) */
     uint32_t ring_request;     /* the most records the ring grows to */
     uint64_t max_text_bytes;   /* render/2's budget for the stack texts */
     fo_ring ring;
@@ -68,41 +55,18 @@ int fo_resource_open(ErlNifEnv *env);
 /* A new, unlinked resource; NULL on failure. Release with enif_release_resource. */
 fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_second, int replay);
 
-/* The term Erlang code holds: a handle keeping res (res itself is left
- * to the caller to release). */
-ERL_NIF_TERM fo_resource_make_handle(ErlNifEnv *env, fo_session_res *res);
-
-/* Makes res a graph trace with this seq_trace label. 0 on failure. */
+/* Makes res a graph trace with this seq_trace label (res->xproc). 0 on
+ * failure. */
 int fo_resource_add_graph(fo_session_res *res, const fo_graph_limits *limits, uint64_t label);
 
-/* A key for an exit reason, remembering the term for export (the first
- * few distinct reasons; later ones keep only their key). 0 = normal. */
-uint64_t fo_resource_reason_key(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM reason);
+/* Erlang monotonic time minus the tracer clock for a graph trace (trace
+ * messages join its events on the tracer clock), 0 for the rest. */
+int64_t fo_resource_ingest_offset(const fo_session_res *res);
 
-/* The reason term of key, in env; `unknown` when it was not kept. */
-ERL_NIF_TERM fo_resource_reason_term(ErlNifEnv *env, const fo_session_res *res, uint64_t key);
-
-/* The tracer callbacks take no more events (stop/1): the session leaves
- * its tracer slot; the first call notes when, on the session's clock. A
- * graph trace leaves the router. */
-void fo_resource_stop(fo_session_res *res);
-
-/* Graph traces: root is the trace's root process, registered with the
- * router under the trace's label (graph_start/2). 0 when the session is
- * finished, already has a root, or the router refuses. */
-int fo_resource_graph_start(fo_session_res *res, uint64_t root);
-
-/* Graph traces registered with a stand-in root (capture_next: the trace
- * owner, until a process makes the captured call): root becomes the
- * root process and is routed to res. 0 once finished or unregistered. */
-int fo_resource_graph_reroot(fo_session_res *res, uint64_t root);
-
-/* Graph traces: the root span starts at ts (graph_begin/1). 0 without a
- * root or once finished. */
-int fo_resource_graph_begin(fo_session_res *res, int64_t ts);
-
-/* 1 and *out when term is one of our session handles. */
-int fo_resource_get(ErlNifEnv *env, ERL_NIF_TERM term, fo_session_res **out);
+/* The tracer callbacks take no more events from now on (stop/1; the
+ * caller takes the session out of the tables that reach it): the first
+ * call notes when, on the session's clock. */
+void fo_resource_mark_stopped(fo_session_res *res);
 
 /* Folds what the tracer callbacks appended to the ring (caller holds the
  * lock, core not NULL; env: any environment the caller may use): anything

@@ -1,7 +1,7 @@
 #include "fo_drainer.h"
 
 #include "fo_atoms.h"
-#include "fo_slot.h"
+#include "fo_tracer_slots.h"
 
 /* A message the thread sends for a tracer callback (fo_drainer_send_in). */
 typedef struct fo_mail {
@@ -95,9 +95,9 @@ static void *drainer_main(void *arg)
         /* A small ring is grown here, which takes its producers' slot too
          * (the ring moves): a few times per trace. */
         ERL_NIF_TERM key = atomic_load(&res->slot_term);
-        fo_session_res *held = key != 0 && atomic_load(&res->ring.eager) ? fo_slot_acquire(key) : NULL;
+        fo_session_res *held = key != 0 && atomic_load(&res->ring.eager) ? fo_tracer_slots_acquire(key) : NULL;
         if (held != NULL && held != res)
-            fo_slot_release(key); /* keys are never reused: cannot happen */
+            fo_tracer_slots_release(key); /* keys are never reused: cannot happen */
         int grow = held == res;
         fo_spin_lock(&res->lock);
         if (res->core != NULL) {
@@ -108,7 +108,7 @@ static void *drainer_main(void *arg)
         }
         fo_spin_unlock(&res->lock);
         if (grow)
-            fo_slot_release(key);
+            fo_tracer_slots_release(key);
         give_back(res);
         enif_mutex_lock(mutex);
     }

@@ -1,4 +1,4 @@
-/* Stack samples into a session: the sampling front end's one NIF. */
+/* Stack samples into a session: the sampling front end's NIFs. */
 #ifndef FO_SAMPLE_H
 #define FO_SAMPLE_H
 
@@ -20,5 +20,13 @@
 // or `leading` (taken just before the process's traced work starts: the
 // next sample takes the time since). See fo_session_sample_as.
 ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+// sample_sleep(Session, Pid, Sampler) -> ok | full | stopped
+//   arm Pid's wake-up to Sampler (its next `in` event has Sampler sent
+//   {flame_on_in, Pid}: fo_wake.h); full: no room, the sampler polls instead.
+ERL_NIF_TERM fo_sample_sleep_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+// sample_wake_cancel(Session, Pid) -> ok
+ERL_NIF_TERM fo_sample_wake_cancel_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 #endif

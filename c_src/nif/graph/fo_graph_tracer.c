@@ -9,6 +9,8 @@
 #include "fo_follow.h"
 #include "fo_router.h"
 #include "fo_seq.h"
+#include "fo_wake_note.h"
+#include "fo_xproc.h"
 
 ERL_NIF_TERM fo_graph_tracer_enabled(ErlNifEnv *env, ERL_NIF_TERM tag)
 {
@@ -71,7 +73,7 @@ static void tell(ErlNifEnv *env, const changes *c, int watch, ErlNifPid watcher,
     for (uint32_t i = 0; i < c->count; i++) {
         if (c->left[i] && has_owner)
             send_pid(env, &owner, fo_atom_flame_on_left, c->pids[i]);
-        else if (!c->left[i] && watch && c->pids[i] != c->res->root_pid)
+        else if (!c->left[i] && watch && c->pids[i] != c->res->xproc->root_pid)
             send_pid(env, &watcher, fo_atom_flame_on_callee, c->pids[i]);
     }
 }
@@ -86,13 +88,14 @@ static void with_follow(ErlNifEnv *env, fo_session_res *res, follow_fn fn, void 
     c.count = 0;
     fo_spin_lock(&res->lock);
     int live = res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed);
+    const fo_xproc *x = res->xproc;
     if (live) {
-        fo_follow f = {res->core, res->graph, on_change, &c};
+        fo_follow f = {res->core, x->graph, on_change, &c};
         fn(&f, data);
         fo_resource_account_sometimes(res);
     }
-    int watch = res->watch_callees, has_owner = res->has_owner;
-    ErlNifPid watcher = res->watcher, owner = res->owner;
+    int watch = x->watch_callees, has_owner = x->has_owner;
+    ErlNifPid watcher = x->watcher, owner = x->owner;
     fo_spin_unlock(&res->lock);
     tell(env, &c, watch, watcher, has_owner, owner);
 }
@@ -130,12 +133,12 @@ static void on_seq_trace(ErlNifEnv *env, ERL_NIF_TERM label_term, ERL_NIF_TERM i
         return; /* a stale label: its trace is over */
     d.env = env;
     d.info = info;
-    d.remote = res->remote;
+    d.remote = res->xproc->remote;
     d.decoded = 0;
     d.ts = fo_tracer_clock_ns();
     with_follow(env, res, apply_seq, &d);
     /* a root that served this request goes back to its own trace */
-    if (d.decoded && d.corr.kind == FO_CORR_REPLY && d.corr.is_send && d.corr.from != res->root_pid)
+    if (d.decoded && d.corr.kind == FO_CORR_REPLY && d.corr.is_send && d.corr.from != res->xproc->root_pid)
         fo_router_restore_root(d.corr.from);
     enif_release_resource(res);
 }
@@ -212,14 +215,14 @@ static int remote_end(ErlNifEnv *env, ERL_NIF_TERM msg, ERL_NIF_TERM *pid, uint3
 
 /* A receive event of Msg (extra: the receive pattern's result, if any):
  * its waker, a remote end, a remote sender's node. */
-static void read_receive(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM msg, const ERL_NIF_TERM *extra,
+static void read_receive(ErlNifEnv *env, fo_remote *remote, ERL_NIF_TERM msg, const ERL_NIF_TERM *extra,
                          own_data *d)
 {
     d->receive = 1;
     d->waker = fo_graph_waker(env, msg, extra, &d->sender);
     d->has_gone = remote_end(env, msg, &d->gone, &d->wire);
     d->env = env;
-    d->remote = res->remote;
+    d->remote = remote;
     /* the receive pattern gives a remote sender's node */
     if (extra != NULL && d->sender == 0 && enif_is_atom(env, *extra) && *extra != fo_atom_undefined)
         d->node = *extra;
@@ -292,7 +295,7 @@ static void on_process_event(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     ERL_NIF_TERM extra;
     int has_extra = enif_is_map(env, argv[4]) && enif_get_map_value(env, argv[4], fo_atom_match_spec_result, &extra);
     if (argv[0] == fo_atom_receive) {
-        read_receive(env, res, argv[3], has_extra ? &extra : NULL, &d);
+        read_receive(env, res->xproc->remote, argv[3], has_extra ? &extra : NULL, &d);
     } else {
         fo_decode_result decoded =
             fo_decode_event(env, argv[0], argv[3], argv[0] == fo_atom_call && has_extra ? &extra : NULL, &d.ev);
@@ -303,14 +306,14 @@ static void on_process_event(ErlNifEnv *env, const ERL_NIF_TERM argv[])
         }
         if (d.ev.kind == FO_EV_EXIT) {
             fo_spin_lock(&res->lock);
-            d.reason = res->reasons != NULL ? fo_resource_reason_key(env, res, argv[3]) : 0;
+            d.reason = fo_xproc_reason_key(env, res->xproc, argv[3]);
             fo_spin_unlock(&res->lock);
         }
     }
     d.ev.pid = (uint64_t)pid.pid;
     d.ev.ts_ns = ts;
     with_follow(env, res, apply_own, &d);
-    fo_wakes_note(&res->wakes, d.ev.kind, d.ev.pid);
+    fo_wake_note(&res->wakes, d.ev.kind, d.ev.pid);
     enif_release_resource(res);
 }
 
@@ -329,11 +332,11 @@ ERL_NIF_TERM fo_graph_tracer_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[])
 
 void fo_graph_ingest(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM msg)
 {
-    fo_follow f = {res->core, res->graph, NULL, NULL};
+    fo_xproc *x = res->xproc;
+    fo_follow f = {res->core, x->graph, NULL, NULL};
     fo_event ev;
     memset(&ev, 0, sizeof(ev));
-    fo_decode_result decoded =
-        fo_decode_trace_msg(env, msg, res->native_per_second, res->ingest_offset_ns, &ev);
+    fo_decode_result decoded = fo_decode_trace_msg(env, msg, res->native_per_second, x->ingest_offset_ns, &ev);
     int arity;
     const ERL_NIF_TERM *items;
     if (decoded == FO_DECODE_IGNORED && enif_get_tuple(env, msg, &arity, &items) && (arity == 5 || arity == 6) &&
@@ -344,7 +347,7 @@ void fo_graph_ingest(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM msg)
          * event is: a remote end or a remote name's answer included. */
         own_data d;
         memset(&d, 0, sizeof(d));
-        read_receive(env, res, items[3], arity == 6 ? &items[4] : NULL, &d);
+        read_receive(env, x->remote, items[3], arity == 6 ? &items[4] : NULL, &d);
         d.ev.pid = ev.pid;
         d.ev.ts_ns = ev.ts_ns;
         fo_session_count_ignored(res->core, 1);
@@ -354,6 +357,6 @@ void fo_graph_ingest(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM msg)
     /* The stacks take the messages as they are, as a single-process
      * session does; the graph then catches up with the process. */
     fo_decode_apply(res->core, decoded, &ev);
-    if (decoded == FO_DECODED && fo_graph_following(res->graph, ev.pid))
+    if (decoded == FO_DECODED && fo_graph_following(x->graph, ev.pid))
         fo_follow_late_event(&f, &ev, 0);
 }

@@ -14,49 +14,49 @@
  * Locks, always in this order: the table mutex (register, unregister),
  * a slot's lock (producers: the callbacks of the slot's session), the
  * session's own lock (the core). */
-#ifndef FO_SLOT_H
-#define FO_SLOT_H
+#ifndef FO_TRACER_SLOTS_H
+#define FO_TRACER_SLOTS_H
 
 #include <stdint.h>
 
 #include "fo_resource.h"
 
-#define FO_SLOT_BITS 14u
+#define FO_TRACER_SLOT_BITS 14u
 /* Sessions that can be tracers at the same time, node-wide. */
-#define FO_SLOT_COUNT (1u << FO_SLOT_BITS)
+#define FO_TRACER_SLOT_COUNT (1u << FO_TRACER_SLOT_BITS)
 
 typedef struct {
     _Alignas(64) fo_spinlock lock; /* one line per slot: sessions do not share */
     _Atomic ERL_NIF_TERM term;     /* the key of the session in it; 0 when free */
     fo_session_res *res;           /* under lock */
-} fo_slot;
+} fo_tracer_slot;
 
 /* The table; the callbacks read it through the inline functions below
  * (they run once per traced event). */
-extern fo_slot fo_slots[FO_SLOT_COUNT];
+extern fo_tracer_slot fo_tracer_slot_table[FO_TRACER_SLOT_COUNT];
 
-int fo_slot_init(void);
+int fo_tracer_slots_init(void);
 
 /* The slot a key's term belongs in: the top bits of one multiply. */
-static inline uint32_t fo_slot_index(ERL_NIF_TERM term)
+static inline uint32_t fo_tracer_slots_index(ERL_NIF_TERM term)
 {
-    return (uint32_t)(((uint64_t)term * 0x9E3779B97F4A7C15ULL) >> (64 - FO_SLOT_BITS));
+    return (uint32_t)(((uint64_t)term * 0x9E3779B97F4A7C15ULL) >> (64 - FO_TRACER_SLOT_BITS));
 }
 
 /* Gives res a slot and a ring (growing to res->ring_request records) unless
  * it has them; res->slot_term is its tracer state from then on. 0 when no
  * free slot was found, memory is short or res no longer takes events. */
-int fo_slot_register(ErlNifEnv *env, fo_session_res *res);
+int fo_tracer_slots_register(ErlNifEnv *env, fo_session_res *res);
 
 /* res leaves its slot: when this returns, no callback uses res through
  * its key any more, and none ever will. Idempotent. */
-void fo_slot_unregister(fo_session_res *res);
+void fo_tracer_slots_unregister(fo_session_res *res);
 
 /* The session of the key term with its slot locked (producers one at a
  * time), or NULL, not locked, when it reaches no session. */
-static inline fo_session_res *fo_slot_acquire(ERL_NIF_TERM term)
+static inline fo_session_res *fo_tracer_slots_acquire(ERL_NIF_TERM term)
 {
-    fo_slot *s = &fo_slots[fo_slot_index(term)];
+    fo_tracer_slot *s = &fo_tracer_slot_table[fo_tracer_slots_index(term)];
     if (term == 0 || atomic_load_explicit(&s->term, memory_order_relaxed) != term)
         return NULL;
     fo_spin_lock(&s->lock);
@@ -67,15 +67,16 @@ static inline fo_session_res *fo_slot_acquire(ERL_NIF_TERM term)
     return s->res;
 }
 
-static inline void fo_slot_release(ERL_NIF_TERM term)
+static inline void fo_tracer_slots_release(ERL_NIF_TERM term)
 {
-    fo_spin_unlock(&fo_slots[fo_slot_index(term)].lock);
+    fo_spin_unlock(&fo_tracer_slot_table[fo_tracer_slots_index(term)].lock);
 }
 
 /* 1 while the key term's session takes events (no lock). */
-static inline int fo_slot_live(ERL_NIF_TERM term)
+static inline int fo_tracer_slots_live(ERL_NIF_TERM term)
 {
-    return term != 0 && atomic_load_explicit(&fo_slots[fo_slot_index(term)].term, memory_order_relaxed) == term;
+    return term != 0 &&
+           atomic_load_explicit(&fo_tracer_slot_table[fo_tracer_slots_index(term)].term, memory_order_relaxed) == term;
 }
 
 #endif

@@ -6,7 +6,9 @@
 
 #include "fo_atoms.h"
 #include "fo_decode.h"
+#include "fo_handle.h"
 #include "fo_resource.h"
+#include "fo_root.h"
 
 /* claim: no winner yet, the winner's pid, or cancelled. A local pid term
  * never has all bits set (that is a small integer's tag), nor is it 0. */
@@ -55,7 +57,7 @@ ERL_NIF_TERM fo_next_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     fo_session_res *res;
     ErlNifPid owner;
     unsigned n;
-    if (!fo_resource_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &owner) ||
+    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &owner) ||
         !enif_get_list_length(env, argv[2], &n) || n > FO_NEXT_MAX_EXCLUDED)
         return enif_make_badarg(env);
     uint64_t excluded[FO_NEXT_MAX_EXCLUDED];
@@ -188,8 +190,8 @@ static void fire(ErlNifEnv *env, fo_next_gate *gate, ErlNifPid pid, ERL_NIF_TERM
     ERL_NIF_TERM caller = fo_atom_undefined;
     if (enif_is_map(env, opts))
         enif_get_map_value(env, opts, fo_atom_match_spec_result, &caller);
-    if (res->graph != NULL && fo_resource_graph_reroot(res, (uint64_t)pid.pid))
-        fo_resource_graph_begin(res, ts);
+    if (res->xproc != NULL && fo_root_move(res, (uint64_t)pid.pid))
+        fo_root_begin(res, ts);
     fo_event ev;
     memset(&ev, 0, sizeof(ev));
     fo_decode_result decoded = fo_decode_event(env, fo_atom_call, mfa, &caller, &ev);
@@ -215,7 +217,7 @@ static void end_call(ErlNifEnv *env, fo_next_gate *gate, ERL_NIF_TERM tag, ERL_N
 {
     fo_session_res *res = gate->session;
     int64_t ended = native_now(res);
-    fo_resource_stop(res);
+    fo_handle_stop(res);
     ErlNifEnv *msg_env = enif_alloc_env();
     if (msg_env == NULL)
         return;

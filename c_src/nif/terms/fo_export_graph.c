@@ -1,19 +1,20 @@
 #include "fo_export_graph.h"
 
 #include "fo_atoms.h"
+#include "fo_clock.h"
 
-static ERL_NIF_TERM pid_term(ErlNifEnv *env, const fo_session_res *res, uint64_t key)
+static ERL_NIF_TERM pid_term(ErlNifEnv *env, const fo_xproc *x, uint64_t key)
 {
     if (key == 0)
         return fo_atom_nil;
     if (key & FO_GRAPH_REMOTE_BIT)
-        return fo_remote_term(res->remote, env, key);
+        return fo_remote_term(x->remote, env, key);
     ErlNifPid pid;
     pid.pid = (ERL_NIF_TERM)key;
     return enif_make_pid(env, &pid);
 }
 
-static ERL_NIF_TERM status_term(ErlNifEnv *env, const fo_session_res *res, const fo_span_info *span)
+static ERL_NIF_TERM status_term(ErlNifEnv *env, const fo_xproc *x, const fo_span_info *span)
 {
     switch (span->status) {
     case FO_SPAN_OK:
@@ -21,7 +22,7 @@ static ERL_NIF_TERM status_term(ErlNifEnv *env, const fo_session_res *res, const
     case FO_SPAN_EXIT:
         return enif_make_tuple2(env, fo_atom_exit,
                                 span->reason_key == 0 ? enif_make_atom(env, "normal")
-                                                      : fo_resource_reason_term(env, res, span->reason_key));
+                                                      : fo_xproc_reason_term(env, x, span->reason_key));
     case FO_SPAN_OPEN_AT_CLOSE:
         return fo_atom_open_at_close;
     default:
@@ -77,7 +78,7 @@ static ERL_NIF_TERM causes_term(ErlNifEnv *env, const fo_span_info *s)
     return map;
 }
 
-static ERL_NIF_TERM span_term(ErlNifEnv *env, const fo_session_res *res, const fo_span_info *s)
+static ERL_NIF_TERM span_term(ErlNifEnv *env, const fo_xproc *x, const fo_span_info *s)
 {
     ERL_NIF_TERM keys[] = {fo_atom_span_id,        fo_atom_parent_span_id,     fo_atom_pid,
                            fo_atom_started_ns,     fo_atom_ended_ns,           fo_atom_self_ns,
@@ -88,18 +89,18 @@ static ERL_NIF_TERM span_term(ErlNifEnv *env, const fo_session_res *res, const f
     ERL_NIF_TERM values[] = {
         enif_make_uint(env, s->span_id),
         s->parent_span_id == FO_NONE ? fo_atom_nil : enif_make_uint(env, s->parent_span_id),
-        pid_term(env, res, s->pid),
+        pid_term(env, x, s->pid),
         enif_make_int64(env, s->started_ns),
         enif_make_int64(env, s->ended_ns),
         enif_make_uint64(env, s->self_ns),
         enif_make_uint64(env, s->wait_ns),
         enif_make_uint64(env, s->attributed_wait_ns),
         enif_make_uint64(env, s->unattributed_wait_ns),
-        pid_term(env, res, s->waiting_on_pid),
-        children_term(env, res->graph, s),
-        status_term(env, res, s),
+        pid_term(env, x, s->waiting_on_pid),
+        children_term(env, x->graph, s),
+        status_term(env, x, s),
         kind_term(s),
-        pid_term(env, res, s->opener_pid),
+        pid_term(env, x, s->opener_pid),
         causes_term(env, s),
         enif_make_uint(env, s->wakes),
         enif_make_uint(env, s->wire)};
@@ -145,7 +146,7 @@ static ERL_NIF_TERM stats_term(ErlNifEnv *env, const fo_graph_stats *st, uint64_
     return map;
 }
 
-static ERL_NIF_TERM followers_term(ErlNifEnv *env, const fo_session_res *res, const fo_graph *g)
+static ERL_NIF_TERM followers_term(ErlNifEnv *env, const fo_xproc *x, const fo_graph *g)
 {
     ERL_NIF_TERM list = enif_make_list(env, 0);
     uint32_t n = fo_graph_followers(g, NULL, 0);
@@ -154,19 +155,19 @@ static ERL_NIF_TERM followers_term(ErlNifEnv *env, const fo_session_res *res, co
         return list;
     fo_graph_followers(g, pids, n);
     for (uint32_t i = n; i-- > 0;)
-        list = enif_make_list_cell(env, pid_term(env, res, pids[i]), list);
+        list = enif_make_list_cell(env, pid_term(env, x, pids[i]), list);
     enif_free(pids);
     return list;
 }
 
-ERL_NIF_TERM fo_export_graph(ErlNifEnv *env, const fo_session_res *res)
+ERL_NIF_TERM fo_export_graph(ErlNifEnv *env, const fo_xproc *x)
 {
-    const fo_graph *g = res->graph;
+    const fo_graph *g = x->graph;
     ERL_NIF_TERM spans = enif_make_list(env, 0);
     for (uint32_t id = fo_graph_span_count(g); id-- > 0;) {
         fo_span_info info;
         if (fo_graph_span(g, id, &info))
-            spans = enif_make_list_cell(env, span_term(env, res, &info), spans);
+            spans = enif_make_list_cell(env, span_term(env, x, &info), spans);
     }
     ERL_NIF_TERM edges = enif_make_list(env, 0);
     for (uint32_t id = fo_graph_edge_count(g); id-- > 0;) {
@@ -176,8 +177,8 @@ ERL_NIF_TERM fo_export_graph(ErlNifEnv *env, const fo_session_res *res)
     }
     int64_t offset = (int64_t)enif_monotonic_time(ERL_NIF_NSEC) - fo_tracer_clock_ns();
     ERL_NIF_TERM keys[] = {fo_atom_spans, fo_atom_stats, fo_atom_clock_offset_ns, fo_atom_edges, fo_atom_followers};
-    ERL_NIF_TERM values[] = {spans, stats_term(env, fo_graph_get_stats(g), res->remote != NULL ? res->remote->limit_hits : 0), enif_make_int64(env, offset), edges,
-                             followers_term(env, res, g)};
+    ERL_NIF_TERM values[] = {spans, stats_term(env, fo_graph_get_stats(g), x->remote->limit_hits),
+                             enif_make_int64(env, offset), edges, followers_term(env, x, g)};
     ERL_NIF_TERM map;
     enif_make_map_from_arrays(env, keys, values, sizeof(keys) / sizeof(keys[0]), &map);
     return map;

@@ -1,9 +1,9 @@
-#include "fo_slots.h"
+#include "fo_index.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-int fo_slots_init(fo_slots *s, uint32_t size)
+int fo_index_init(fo_index *s, uint32_t size)
 {
     memset(s, 0, sizeof(*s));
     s->slots = calloc(size, sizeof(uint32_t));
@@ -13,7 +13,7 @@ int fo_slots_init(fo_slots *s, uint32_t size)
     return 1;
 }
 
-void fo_slots_destroy(fo_slots *s)
+void fo_index_destroy(fo_index *s)
 {
     free(s->slots);
     memset(s, 0, sizeof(*s));
@@ -27,7 +27,7 @@ static void place(uint32_t *slots, uint32_t mask, uint64_t hash, uint32_t index)
     slots[i] = index + 1;
 }
 
-static int grow(fo_slots *s, fo_slots_rehash rehash, const void *table)
+static int grow(fo_index *s, fo_index_rehash rehash, const void *table)
 {
     uint32_t old_size = s->mask + 1;
     if (old_size > UINT32_MAX / 2)
@@ -46,7 +46,7 @@ static int grow(fo_slots *s, fo_slots_rehash rehash, const void *table)
     return 1;
 }
 
-int fo_slots_put(fo_slots *s, uint64_t hash, uint32_t index, fo_slots_rehash rehash, const void *table)
+int fo_index_put(fo_index *s, uint64_t hash, uint32_t index, fo_index_rehash rehash, const void *table)
 {
     if ((uint64_t)(s->used + 1) * 2 > (uint64_t)s->mask + 1 && !grow(s, rehash, table))
         return 0;

@@ -75,7 +75,7 @@ ERL_NIF_TERM fo_export_tree(ErlNifEnv *env, const fo_session *s, uint64_t max_te
 }
 
 ERL_NIF_TERM fo_export_stats(ErlNifEnv *env, const fo_stats *st, size_t memory, uint32_t nodes,
-                             uint32_t processes, uint32_t frames, const fo_ring *ring)
+                             uint32_t processes, uint32_t frames, uint64_t producer_folds, uint64_t buffer_bytes)
 {
     ERL_NIF_TERM keys[] = {fo_atom_events,           fo_atom_dropped_events,     fo_atom_malformed_events,
                            fo_atom_ignored_events,   fo_atom_truncated_stacks,   fo_atom_depth_truncations,
@@ -93,8 +93,8 @@ ERL_NIF_TERM fo_export_stats(ErlNifEnv *env, const fo_stats *st, size_t memory, 
         enif_make_uint64(env, st->clock_skews),      enif_make_uint64(env, st->resyncs),
         enif_make_uint64(env, memory),               enif_make_uint(env, nodes),
         enif_make_uint(env, processes),              enif_make_uint(env, frames),
-        enif_make_uint64(env, st->samples),          enif_make_uint64(env, ring->producer_folds),
-        enif_make_uint64(env, (uint64_t)ring->largest * sizeof(fo_rec))};
+        enif_make_uint64(env, st->samples),          enif_make_uint64(env, producer_folds),
+        enif_make_uint64(env, buffer_bytes)};
     ERL_NIF_TERM map;
     enif_make_map_from_arrays(env, keys, values, sizeof(keys) / sizeof(keys[0]), &map);
     return map;

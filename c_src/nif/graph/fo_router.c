@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "fo_hash.h"
+#include "fo_xproc.h"
 
 typedef struct {
     uint64_t label;
@@ -156,7 +157,7 @@ int fo_router_register(fo_session_res *res, uint64_t label, uint64_t root)
 static fo_session_res *session_rooted_at(uint64_t pid, const fo_session_res *except)
 {
     for (uint32_t i = 0; i < FO_ROUTER_MAX_SESSIONS; i++) {
-        if (labels[i].res != NULL && labels[i].res != except && labels[i].res->root_pid == pid)
+        if (labels[i].res != NULL && labels[i].res != except && labels[i].res->xproc->root_pid == pid)
             return labels[i].res;
     }
     return NULL;
@@ -292,7 +293,7 @@ int fo_router_role(uint64_t pid)
     for (uint32_t i = 0; i < n; i++) {
         fo_session_res *res = sessions[i];
         fo_spin_lock(&res->lock);
-        if (res->graph != NULL && res->core != NULL && fo_graph_following(res->graph, pid))
+        if (res->xproc != NULL && res->core != NULL && fo_graph_following(res->xproc->graph, pid))
             role = 1;
         fo_spin_unlock(&res->lock);
         enif_release_resource(res);

@@ -4,7 +4,8 @@
 
 #include <erl_nif.h>
 
-#include "fo_ring.h"
+#include <stdint.h>
+
 #include "fo_session.h"
 
 /* The finished tree as the core holds it, in one piece whatever its depth:
@@ -19,9 +20,10 @@ ERL_NIF_TERM fo_export_tree(ErlNifEnv *env, const fo_session *s, uint64_t max_te
 
 /* The counters as a map. nodes/processes/frames/memory are passed in so a
  * finished session (core freed) can still answer; memory is the core's
- * tables. From the ring: producer_folds, the times a traced process found
- * it full and folded it, and buffer_bytes, the most it held. */
+ * tables. From the event ring (fo_ring.h): producer_folds, the times a
+ * traced process found it full and folded it, and buffer_bytes, the most
+ * it held. */
 ERL_NIF_TERM fo_export_stats(ErlNifEnv *env, const fo_stats *stats, size_t memory, uint32_t nodes,
-                             uint32_t processes, uint32_t frames, const fo_ring *ring);
+                             uint32_t processes, uint32_t frames, uint64_t producer_folds, uint64_t buffer_bytes);
 
 #endif

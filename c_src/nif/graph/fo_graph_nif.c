@@ -1,0 +1,82 @@
+/* The NIFs of a graph trace: its root, who is told of callees and of
+ * processes that left, and a process's role. */
+#include "fo_graph_nif.h"
+
+#include "fo_atoms.h"
+#include "fo_clock.h"
+#include "fo_handle.h"
+#include "fo_root.h"
+#include "fo_router.h"
+#include "fo_xproc.h"
+
+// graph_start(Session, RootPid)
+ERL_NIF_TERM fo_graph_start_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid pid;
+    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->xproc == NULL)
+        return enif_make_badarg(env);
+    if (!fo_root_register(res, (uint64_t)pid.pid))
+        return enif_make_badarg(env);
+    return fo_atom_ok;
+}
+
+// graph_begin(Session)
+ERL_NIF_TERM fo_graph_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    if (!fo_handle_get(env, argv[0], &res) || res->xproc == NULL)
+        return enif_make_badarg(env);
+    return fo_root_begin(res, fo_tracer_clock_ns()) ? fo_atom_ok : enif_make_badarg(env);
+}
+
+// graph_watch_callees(Session, Pid)
+ERL_NIF_TERM fo_graph_watch_callees_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid pid;
+    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->xproc == NULL)
+        return enif_make_badarg(env);
+    fo_spin_lock(&res->lock);
+    res->xproc->watcher = pid;
+    res->xproc->watch_callees = 1;
+    fo_spin_unlock(&res->lock);
+    return fo_atom_ok;
+}
+
+// graph_owner(Session, Pid, FollowMessages)
+ERL_NIF_TERM fo_graph_owner_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid pid;
+    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->xproc == NULL ||
+        (argv[2] != fo_atom_true && argv[2] != fo_atom_false))
+        return enif_make_badarg(env);
+    fo_spin_lock(&res->lock);
+    res->xproc->owner = pid;
+    res->xproc->has_owner = 1;
+    fo_graph_follow_messages(res->xproc->graph, argv[2] == fo_atom_true);
+    fo_spin_unlock(&res->lock);
+    return fo_atom_ok;
+}
+
+// graph_role(Pid)
+ERL_NIF_TERM fo_graph_role_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    ErlNifPid pid;
+    if (!enif_get_local_pid(env, argv[0], &pid))
+        return enif_make_badarg(env);
+    switch (fo_router_role((uint64_t)pid.pid)) {
+    case 2:
+        return fo_atom_root;
+    case 1:
+        return fo_atom_follower;
+    default:
+        return fo_atom_nil;
+    }
+}
