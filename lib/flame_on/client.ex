@@ -177,7 +177,7 @@ defmodule FlameOn.Client do
   def profile(fun, opts \\ [])
 
   def profile(fun, opts) when is_function(fun, 0) do
-    capture = Capture.start(:self, Options.profile!(opts))
+    capture = Capture.start({:self, {__MODULE__, :profile, 2}}, Options.profile!(opts))
 
     # The flags go on and the function runs right here, so every stack
     # starts at this function in every mode. The trace's time starts
@@ -415,7 +415,7 @@ defmodule FlameOn.Client do
       node_memory_bytes: :erlang.memory(:total),
       pattern_users: Patterns.users(),
       trace_sessions: length(TraceBackend.our_sessions()),
-      sample_traces: Patterns.depth_users(),
+      sample_traces: FlameOn.Client.Node.BacktraceDepth.users(),
       active_samplers: FlameOn.Client.Sampling.Budget.active(),
       sample_budget: FlameOn.Client.Sampling.Budget.budget(),
       session_processes: DynamicSupervisor.count_children(FlameOn.Client.OwnerSupervisor).active,

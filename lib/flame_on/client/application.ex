@@ -1,10 +1,12 @@
 defmodule FlameOn.Client.Application do
   @moduledoc false
-  # Starts the node-global pattern owner, the supervisor of trace sessions,
-  # the sample budget's table owner, capture_next's pattern owner, and
-  # (apart) the trace store and the web UIs' supervisor. `:rest_for_one` with `Patterns` first: if the pattern owner
-  # dies, every session (whose patterns it counted) is stopped with it, and
-  # on shutdown sessions stop before the patterns are released.
+  # Starts the node-wide state's owners (call patterns and cross-process
+  # tracing, backtrace_depth), the supervisor of the traces' owners, the
+  # sample budget's table owner, capture_next's gates, and (apart) the
+  # trace store and the web UIs' supervisor. `:rest_for_one` with
+  # `Patterns` first: if the pattern owner dies, every trace's owner (whose
+  # patterns it counted) is stopped with it, and on shutdown the owners
+  # stop before the patterns are released.
   use Application
 
   @impl Application
@@ -14,6 +16,8 @@ defmodule FlameOn.Client.Application do
       # restart of the tracing processes below
       ui_supervisor(),
       FlameOn.Client.Node.Patterns,
+      # the node's backtrace_depth while samplers run
+      FlameOn.Client.Node.BacktraceDepth,
       {DynamicSupervisor, name: FlameOn.Client.OwnerSupervisor, strategy: :one_for_one},
       # if it restarts, nothing else has to (samplers outlive it)
       FlameOn.Client.Sampling.Budget,

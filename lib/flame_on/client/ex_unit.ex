@@ -114,14 +114,13 @@ defmodule FlameOn.Client.ExUnit do
   files are written either way).
   """
 
-  alias FlameOn.Client.ExUnit.Formatter
+  alias FlameOn.Client.ExUnit.{Config, Formatter}
   alias FlameOn.Client.ExUnit.TestRun
 
   # ExUnit is not a dependency: an app's prod build compiles this module
   # without it (newer Mix prunes it from the code path); only tests call it.
   @compile {:no_warn_undefined, ExUnit}
 
-  @config_key {__MODULE__, :config}
   # The extra argument of a test's body (see __before_compile__/1).
   @body_marker :__flame_on_body__
   @defaults [dir: "flame_on_out/tests", formats: [:folded, :svg, :speedscope], summary: 25]
@@ -196,7 +195,7 @@ defmodule FlameOn.Client.ExUnit do
       summary: summary
     }
 
-    :persistent_term.put(@config_key, config)
+    Config.put(config)
 
     formatters = ExUnit.configuration()[:formatters] || [ExUnit.CLIFormatter]
 
@@ -210,24 +209,11 @@ defmodule FlameOn.Client.ExUnit do
   @doc false
   # The configuration `start/1` stored, or nil.
   @spec config() :: map() | nil
-  def config, do: :persistent_term.get(@config_key, nil)
+  defdelegate config(), to: Config
 
   @doc false
-  # `{[dir: ..., formats: ...], capture_options}` from a tag's options,
-  # each checked (FlameOn.Client.Options).
   @spec split_options!(keyword()) :: {keyword(), keyword()}
-  def split_options!(opts) do
-    for {key, _} <- opts, key in [:name, :summary] do
-      raise ArgumentError,
-            "#{inspect(key)} is not an option of a flame: tag" <>
-              if(key == :name,
-                do: " (each profile is named after its test)",
-                else: " (start/1 takes it)"
-              )
-    end
-
-    FlameOn.Client.Options.ex_unit!(opts, :ex_unit_tag)
-  end
+  defdelegate split_options!(opts), to: Config
 
   defp select!(value) when value in [nil, "", "tagged"], do: :tagged
   defp select!("all"), do: :all

@@ -88,6 +88,14 @@ defmodule FlameOn.Client.Options do
 
   alias FlameOn.Client.Shipper
 
+  # The capture modes, by the `:mode` option's value: each a module of the
+  # FlameOn.Client.Capture.Mode behaviour.
+  @modes %{
+    nif: FlameOn.Client.Capture.Nif,
+    process: FlameOn.Client.Capture.Process,
+    sample: FlameOn.Client.Capture.Sample
+  }
+
   @limits [
     max_nodes: 200_000,
     max_depth: 512,
@@ -322,15 +330,34 @@ defmodule FlameOn.Client.Options do
   @spec default_mode() :: :nif | :process | :sample
   def default_mode do
     case Application.get_env(:flame_on_client, :mode, :sample) do
-      mode when mode in [:nif, :process, :sample] ->
+      mode when is_map_key(@modes, mode) ->
         mode
 
       other ->
         raise ArgumentError,
-              "config :flame_on_client, :mode must be :nif, :process or :sample, got: " <>
-                inspect(other)
+              "config :flame_on_client, :mode must be #{modes_text()}, got: #{inspect(other)}"
     end
   end
+
+  @doc """
+  The capture modes `entry` takes, by name, with what each is: `[{name,
+  description}]`, in the order the docs list them.
+  """
+  @spec modes(entry()) :: [{atom(), String.t()}]
+  def modes(entry) do
+    names =
+      case entry do
+        :top -> [:sample]
+        entry when entry in [:start_trace, :telemetry] -> Map.keys(@modes) -- [:nif]
+        _ -> Map.keys(@modes)
+      end
+
+    for name <- Enum.sort(names), do: {name, mode_module(name).description()}
+  end
+
+  @doc "The module of a capture mode (a `FlameOn.Client.Capture.Mode`)."
+  @spec mode_module(atom()) :: module()
+  def mode_module(mode), do: Map.fetch!(@modes, mode)
 
   @doc "The keys `entry` takes."
   @spec keys(entry()) :: [atom()]
@@ -443,8 +470,8 @@ defmodule FlameOn.Client.Options do
   defp check(key, _) when key in @positive, do: {:error, "a positive integer"}
   defp check(:name, name) when is_binary(name), do: :ok
   defp check(:name, _), do: {:error, "a string"}
-  defp check(:mode, mode) when mode in [nil, :nif, :process, :sample], do: :ok
-  defp check(:mode, _), do: {:error, ":nif, :process or :sample"}
+  defp check(:mode, mode) when mode == nil or is_map_key(@modes, mode), do: :ok
+  defp check(:mode, _), do: {:error, modes_text()}
   defp check(:timeout, :infinity), do: :ok
   defp check(:timeout, ms) when is_integer(ms) and ms > 0 and ms <= 4_294_967_295, do: :ok
   defp check(:timeout, _), do: {:error, "a positive integer or :infinity"}
@@ -488,6 +515,11 @@ defmodule FlameOn.Client.Options do
   defp check(:token, _), do: {:error, "a non-empty string"}
   defp check(:nodes, nodes) when is_list(nodes), do: nodes(nodes)
   defp check(:nodes, _), do: {:error, "a list of nodes"}
+
+  defp modes_text do
+    [last | rest] = @modes |> Map.keys() |> Enum.sort() |> Enum.map(&inspect/1) |> Enum.reverse()
+    Enum.join(Enum.reverse(rest), ", ") <> " or " <> last
+  end
 
   defp formats(formats) when is_list(formats) and formats != [] do
     known = FlameOn.Client.Export.formats()

@@ -15,7 +15,7 @@ defmodule FlameOn.Client.ExUnitPartsTest do
   doctest FlameOn.Client.ExUnit.TestRun
   doctest FlameOn.Client.ExUnit.Summary
 
-  @config_key {FlameOn.Client.ExUnit, :config}
+  @config_key {FlameOn.Client.ExUnit.Config, :config}
 
   # Runs `fun` with `config` as what start/1 stored (nil: not called).
   defp with_config(config, fun) do

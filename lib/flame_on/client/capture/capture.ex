@@ -11,35 +11,30 @@ defmodule FlameOn.Client.Capture do
   #   Capture.detach(capture)                  # flags off
   #   {:ok, profile} = Capture.finish(capture, started_ts, end_ts)
   #
-  # Targets: :self (the calling process traces itself: profile/2, trace/3,
-  # ExUnit, mix profile.flame), {:pids, pids} (an owner traces other
+  # Targets: {:self, root} (the calling process traces itself, its stacks
+  # starting at the function root: profile/2, trace/3, ExUnit, mix
+  # profile.flame), {:pid, pid} and {:pids, pids} (an owner traces other
   # processes: start_trace/2, and the process that emitted a telemetry
-  # :start), :gate (the next caller of a function, whose flags a match spec
-  # sets: capture_next/2) and :part (a node's part of a trace across nodes:
-  # processes join when the core says so).
+  # :start) and {:gate, mfa} (the next caller of mfa, whose flags a match
+  # spec sets: capture_next/2). A node's part of a trace across nodes is the
+  # cross-process owner in role :part (FlameOn.Client.Cluster.Part).
   #
-  # Scopes: one process or a few, one core session (FlameOn.Client.Capture.Local),
-  # or cross_process: true (FlameOn.Client.Capture.CrossProcess: a
-  # FlameOn.Client.Owners.CrossProcess follows the processes the work
-  # reaches).
+  # Scopes: one process or a few, one core session
+  # (FlameOn.Client.Capture.Local), or cross_process: true
+  # (FlameOn.Client.Capture.CrossProcess: a FlameOn.Client.Owners.CrossProcess
+  # follows the processes the work reaches).
   #
-  # Modes say how a traced process's stacks are captured; they are the
-  # behaviour below, one module each, listed in @modes. Adding a mode is one
-  # module under capture/ and one line in @modes (see ARCHITECTURE.md).
+  # Modes say how a traced process's stacks are captured: the behaviour
+  # FlameOn.Client.Capture.Mode, one module each, listed by name in
+  # FlameOn.Client.Options. Adding a mode is one module under capture/ and
+  # one line there (see ARCHITECTURE.md).
 
-  alias FlameOn.Client.Capture.{CrossProcess, Local}
-  alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Node.TraceBackend
-  alias FlameOn.Client.Profile
-
-  @modes %{
-    nif: FlameOn.Client.Capture.Nif,
-    process: FlameOn.Client.Capture.Process,
-    sample: FlameOn.Client.Capture.Sample
-  }
+  alias FlameOn.Client.{Options, Profile}
+  alias FlameOn.Client.Capture.{Common, CrossProcess, Local}
+  alias FlameOn.Client.Node.{Breaker, TraceBackend}
 
   @typedoc "Who is traced (see the module's comment)."
-  @type target :: :self | {:pids, [pid()]} | :gate | :part
+  @type target :: {:self, mfa()} | {:pid, pid()} | {:pids, [pid()]} | {:gate, mfa()}
 
   @type t :: %{
           required(:scope) => module(),
@@ -49,58 +44,6 @@ defmodule FlameOn.Client.Capture do
           optional(atom()) => term()
         }
 
-  @typedoc "What a mode's watchers add to the profile."
-  @type watched :: %{metrics: %{pid() => list()}, stats: map()}
-
-  # --- the mode behaviour -------------------------------------------------------
-
-  @doc "The trace flags a traced process gets (the tracer is added where it goes)."
-  @callback flags() :: [atom()]
-
-  @doc "Whether the mode needs the call patterns on every function while it runs."
-  @callback call_patterns?() :: boolean()
-
-  @doc """
-  Who takes the traced processes' events: `:core` (the NIF tracer module
-  folds them into the core session in the traced process) or `:process` (a
-  `FlameOn.Client.Owners.Tracer` process takes trace messages and ingests
-  them).
-  """
-  @callback tracer() :: :core | :process
-
-  @doc """
-  Whether `watch/5` must see each process that joins a cross-process trace
-  (the trace's owner is then told of each one).
-  """
-  @callback follows_callees?() :: boolean()
-
-  @doc "Takes what the mode needs of the node besides patterns (raises when it cannot)."
-  @callback acquire(opts :: map()) :: :ok
-
-  @doc "Gives back what `acquire/1` took."
-  @callback release(opts :: map()) :: :ok
-
-  @doc """
-  `pid` is traced from now on (a root, a traced process, a gate's caller,
-  a follower): starts what watches it, if anything (a sampler). `root` is
-  the function its stacks start at, or nil.
-  """
-  @callback watch(watchers :: map(), Native.session(), pid(), opts :: map(), root :: mfa() | nil) ::
-              map()
-
-  @doc "The trace is over: stops the watchers; what they add to the profile."
-  @callback unwatch(watchers :: map()) :: watched()
-
-  # --- the path ------------------------------------------------------------------
-
-  @doc "The mode module of validated options."
-  @spec mode(map()) :: module()
-  def mode(%{mode: mode}), do: Map.fetch!(@modes, mode)
-
-  @doc "The modes, by name."
-  @spec modes() :: %{atom() => module()}
-  def modes, do: @modes
-
   @doc """
   Starts a trace of `target` with validated options (`FlameOn.Client.Options`):
   `{:ok, capture}` or `{:error, reason}` (nothing of it is left set).
@@ -109,8 +52,8 @@ defmodule FlameOn.Client.Capture do
   def open(target, %{} = opts) do
     scope = if opts.cross_process, do: CrossProcess, else: Local
 
-    with :ok <- FlameOn.Client.Node.Breaker.check() do
-      scope.open(target, opts, mode(opts))
+    with :ok <- Breaker.check() do
+      scope.open(target, opts, Options.mode_module(opts.mode))
     end
   end
 
@@ -119,7 +62,7 @@ defmodule FlameOn.Client.Capture do
   def start(target, opts) do
     case open(target, opts) do
       {:ok, capture} -> capture
-      {:error, reason} -> raise_start_error!(reason, "a trace")
+      {:error, reason} -> Common.raise_start_error!(reason, "a trace")
     end
   end
 
@@ -181,137 +124,11 @@ defmodule FlameOn.Client.Capture do
     _, _ -> :ok
   end
 
-  # --- shared by the scopes ----------------------------------------------------------
-
-  @doc "Two `watched` results as one (the root's and its callees')."
-  @spec merge_watched(watched(), watched()) :: watched()
-  def merge_watched(a, b) do
-    %{
-      metrics: Map.merge(a.metrics, b.metrics),
-      stats: Map.merge(a.stats, b.stats, fn _key, x, y -> x + y end)
-    }
-  end
-
-  @doc "A core session with the limits of `opts` (and `extra` keys): `{:ok, core}` or an error."
-  @spec new_core(map(), map()) :: {:ok, Native.session()} | {:error, term()}
-  def new_core(opts, extra \\ %{}) do
-    limits = Map.take(opts, FlameOn.Client.Options.limit_keys())
-
-    {:ok,
-     limits
-     |> Map.merge(extra)
-     |> Map.put(:native_per_second, System.convert_time_unit(1, :second, :native))
-     |> Native.new()}
-  rescue
-    ArgumentError ->
-      {:error, {:invalid_limits, Map.take(opts, FlameOn.Client.Options.limit_keys())}}
-  end
-
-  @doc """
-  Raises unless FlameOn can trace the calling process
-  (`TraceBackend.check_tracee/1`). A process that only follows another
-  cross-process trace (a message of that trace reached it) leaves it: it
-  starts a trace of its own.
-  """
-  @spec ensure_untraced!() :: :ok
-  def ensure_untraced! do
-    case check_self() do
-      :ok -> :ok
-      {:error, reason} -> raise_start_error!(reason, "a trace")
-    end
-  end
-
-  @doc """
-  Whether the calling process is traced in a way that keeps FlameOn from
-  tracing it (`TraceBackend.check_tracee/1`).
-  """
-  @spec traced?() :: boolean()
-  def traced?, do: TraceBackend.check_tracee(self()) != :ok
-
-  @doc "Whether a call is traced, at `rate` (0.0 to 1.0): one random number."
+  @doc "Whether a call is traced, at `rate` (0.0 to 1.0)."
   @spec sampled?(number()) :: boolean()
-  def sampled?(rate) when rate >= 1, do: true
-  def sampled?(rate) when rate <= 0, do: false
-  def sampled?(rate), do: :rand.uniform() < rate
+  defdelegate sampled?(rate), to: Common
 
-  @doc "`ensure_untraced!/0` as a result."
-  @spec check_self() :: :ok | {:error, term()}
-  def check_self, do: check_self(true)
-
-  defp check_self(leave?) do
-    case TraceBackend.check_tracee(self()) do
-      :ok ->
-        :ok
-
-      {:error, {:already_traced, tracer}} = error ->
-        if leave? and follower_only?(tracer) do
-          TraceBackend.untrace_graph(self())
-          :seq_trace.set_token([])
-          check_self(false)
-        else
-          error
-        end
-    end
-  end
-
-  defp follower_only?(tracer) do
-    tracer in [{Native, :graph}, {:trace_session, :flame_on_client_graph}] and
-      Native.graph_role(self()) != :root
-  end
-
-  @doc "The profile fields of a trace of `pid`."
-  @spec fields(map(), pid() | nil, integer(), integer()) :: keyword()
-  def fields(opts, pid, started_ts, end_ts) do
-    [
-      trace_id: System.unique_integer([:positive, :monotonic]),
-      name: opts.name,
-      mode: opts.mode,
-      pid: pid,
-      started_at: System.convert_time_unit(started_ts, :native, :microsecond),
-      duration_us: System.convert_time_unit(end_ts - started_ts, :native, :microsecond)
-    ]
-  end
-
-  @doc "A start error raised, in words that say what to do."
-  @spec raise_start_error!(term(), String.t()) :: no_return()
-  def raise_start_error!({:invalid_limits, limits}, _what) do
-    raise ArgumentError,
-          "limits out of range: #{inspect(limits)} (the NIF rejected them; " <>
-            "each must be a positive integer no larger than its ceiling)"
-  end
-
-  def raise_start_error!({:already_traced, tracer}, _what) do
-    raise ArgumentError,
-          "the calling process is already traced by #{inspect(tracer)}; " <>
-            "a process can have only one tracer"
-  end
-
-  def raise_start_error!({:call_tracing_in_use, what}, _what) do
-    raise ArgumentError,
-          "another tool is call tracing on this node (#{what}); FlameOn's call " <>
-            "patterns would replace its patterns, so no trace starts until it stops " <>
-            "(e.g. :dbg.stop/0), or use mode: :sample, which sets none"
-  end
-
-  def raise_start_error!({:tracing_in_use, what}, _what) do
-    raise ArgumentError,
-          "another tool is tracing on this node (#{what}); in the legacy trace session " <>
-            "(OTP 25-26) a process has one tracer, and cross_process: true would take " <>
-            "over any process that serves one of our requests, so no cross-process trace " <>
-            "starts until it stops (on OTP 27+ our traces run in trace sessions of their own)"
-  end
-
-  def raise_start_error!({:system_tracer_taken, tracer}, _what) do
-    raise ArgumentError,
-          "cross_process: true needs the seq_trace system tracer, but " <>
-            "#{inspect(tracer)} owns it (another tracing tool is running)"
-  end
-
-  def raise_start_error!({:breaker_open, reason}, _what) do
-    raise "FlameOn: the circuit breaker is open (#{inspect(reason)}): no new traces " <>
-            "start until memory falls back (see FlameOn.Client.Options, :breaker)"
-  end
-
-  def raise_start_error!(reason, what),
-    do: raise("FlameOn: could not start #{what}: #{inspect(reason)}")
+  @doc "Whether the calling process is traced in a way that keeps FlameOn from tracing it."
+  @spec traced?() :: boolean()
+  defdelegate traced?(), to: Common
 end

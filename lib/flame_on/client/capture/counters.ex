@@ -9,7 +9,7 @@ defmodule FlameOn.Client.Capture.Counters do
   # the processes it spawns too), the counters are paused and read per
   # function with info/3, and everything is cleared.
 
-  alias FlameOn.Client.Capture
+  alias FlameOn.Client.Capture.Common
   alias FlameOn.Client.Node.Patterns
   alias FlameOn.Client.Summary
   alias FlameOn.Client.Node.TraceBackend
@@ -40,7 +40,7 @@ defmodule FlameOn.Client.Capture.Counters do
 
     with {:error, reason} <- Patterns.acquire(nil, handle, type) do
       TraceBackend.close(handle)
-      Capture.raise_start_error!(reason, "a summary")
+      Common.raise_start_error!(reason, "a summary")
     end
 
     flags = [:call, :silent] ++ if(opts.set_on_spawn, do: [:set_on_spawn], else: [])

@@ -2,23 +2,23 @@ defmodule FlameOn.Client.Capture.CrossProcess do
   @moduledoc false
   # cross_process: true, in any mode. A FlameOn.Client.Owners.CrossProcess
   # owns the trace (its core session with the span graph, cross-process
-  # tracing, lifetime, the processes that join, finishing); the root gets
-  # a seq_trace token (label = the trace id) once everything is set, so
-  # nothing of the setup carries the token. The send pattern set by
-  # FlameOn.Client.Node.Patterns turns tracing on in each process the
-  # root's work reaches, and the router sends every event to this trace's
-  # core session.
+  # tracing, lifetime, the processes that join); the connected nodes that
+  # run the application are armed (FlameOn.Client.Cluster) before the root
+  # gets its seq_trace token (label = the trace id), so nothing of the
+  # setup carries the token and no message of the trace reaches a node
+  # before it is ready. The send pattern set by FlameOn.Client.Node.Patterns
+  # turns tracing on in each process the root's work reaches, and the
+  # router sends every event to this trace's core session.
   #
-  # Targets: :self (the root is the calling process), {:gate, mfa} (the
-  # root is the next caller of mfa; the gate's match spec gives it its
-  # flags and token in the legacy session, and it follows GenServer calls
-  # only) and {:part, part} (a node's part of a trace across nodes: no
-  # root, see FlameOn.Client.Cluster.Part).
+  # Targets: {:self, root} (the root is the calling process) and {:gate,
+  # mfa} (the root is the next caller of mfa; the gate's match spec gives
+  # it its flags and token in the legacy session, and it follows GenServer
+  # calls only).
 
-  alias FlameOn.Client.Capture
+  alias FlameOn.Client.{Cluster, Owners}
+  alias FlameOn.Client.Capture.Common
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.{Patterns, TraceBackend}
-  alias FlameOn.Client.Owners
   alias FlameOn.Client.Owners.Tracer
 
   # :send runs the send pattern; :procs sees exits.
@@ -29,57 +29,43 @@ defmodule FlameOn.Client.Capture.CrossProcess do
   @follow_flags [:receive, :set_on_spawn]
 
   @doc false
-  @spec open(Capture.target(), map(), module()) :: {:ok, Capture.t()} | {:error, term()}
+  @spec open(tuple(), map(), module()) :: {:ok, map()} | {:error, term()}
   def open(target, opts, mode) do
-    with :ok <- check(target),
-         {:ok, owner} <- Owners.CrossProcess.start(owner_opts(target, opts, mode)) do
-      case Owners.CrossProcess.info(owner) do
-        {:ok, info} -> opened(target, opts, mode, owner, info)
-        {:error, reason} -> {:error, start_reason(reason)}
-      end
-    end
-  end
-
-  defp check(:self), do: Capture.check_self()
-  defp check(_target), do: :ok
-
-  defp owner_opts(target, opts, mode) do
-    [
+    owner_opts = [
       mode: mode,
       opts: opts,
-      root: if(target == :self, do: self()),
-      part: match?({:part, _}, target) && elem(target, 1),
+      root: if(match?({:self, _}, target), do: self()),
       # the gate turns the caller's flags on in the legacy session, where
       # its :send flag runs the send pattern
       legacy: match?({:gate, _}, target)
     ]
+
+    with :ok <- check(target),
+         {:ok, owner} <- Owners.CrossProcess.start(owner_opts) do
+      case Owners.CrossProcess.info(owner) do
+        {:ok, info} -> {:ok, opened(target, opts, mode, owner, info)}
+        {:error, {reason, _}} -> {:error, reason}
+        {:error, reason} -> {:error, reason}
+      end
+    end
   end
 
-  # the root's timeline could not start (mode :process)
-  defp start_reason({reason, _}), do: reason
-  defp start_reason(reason), do: reason
-
-  defp opened({:part, _}, opts, mode, owner, info) do
-    {:ok, capture(opts, mode, owner, info, {:part, nil}, [])}
-  end
+  defp check({:self, _root}), do: Common.check_self()
+  defp check(_target), do: :ok
 
   defp opened(target, opts, mode, owner, info) do
     # Only once the trace started: a refused start keeps nothing raised.
     :ok = mode.acquire(opts)
-    capture = capture(opts, mode, owner, info, target, flags(target, opts, mode, info))
+    cluster = Cluster.arm(info.label, owner, opts)
 
     # Last: nothing of the setup carries the token. (A gate's match spec
     # gives the caller its token.)
-    if target == :self do
+    if match?({:self, _}, target) do
       :seq_trace.set_token(:label, info.label)
       :seq_trace.set_token(:send, true)
       :seq_trace.set_token(:receive, true)
     end
 
-    {:ok, capture}
-  end
-
-  defp capture(opts, mode, owner, info, target, flags) do
     %{
       scope: __MODULE__,
       mode: mode,
@@ -88,7 +74,8 @@ defmodule FlameOn.Client.Capture.CrossProcess do
       owner: owner,
       core: info.native,
       label: info.label,
-      flags: flags,
+      cluster: cluster,
+      flags: flags(target, opts, mode, info),
       pids: [],
       watchers: %{}
     }
@@ -104,7 +91,7 @@ defmodule FlameOn.Client.Capture.CrossProcess do
       :core ->
         [{handle, mode.flags() ++ @graph_flags ++ follow}]
 
-      :process when target == :self ->
+      :process when elem(target, 0) == :self ->
         timeline_handle = Tracer.handle(timeline)
         if follow != [], do: receive_pattern(timeline_handle)
         [{timeline_handle, mode.flags() ++ (follow -- [:set_on_spawn])}, {handle, [:send]}]
@@ -123,11 +110,19 @@ defmodule FlameOn.Client.Capture.CrossProcess do
   # The root's span starts (a gate's core starts it itself, at the call),
   # and its watchers: a sampler is ours, not the trace's, so it must not
   # inherit the token.
-  @spec begin(Capture.t(), pid()) :: Capture.t()
+  @spec begin(map(), pid()) :: map()
   def begin(%{mode: mode, core: core, opts: opts} = capture, pid) do
-    if capture.target == :self, do: Native.graph_begin(core)
+    root =
+      case capture.target do
+        {:self, root} ->
+          Native.graph_begin(core)
+          root
+
+        {:gate, mfa} ->
+          mfa
+      end
+
     token = :seq_trace.set_token([])
-    root = if match?({:gate, _}, capture.target), do: elem(capture.target, 1)
     watchers = mode.watch(capture.watchers, core, pid, opts, root)
     :seq_trace.set_token(token)
     %{capture | watchers: watchers, pids: Enum.uniq(capture.pids ++ [pid])}
@@ -136,7 +131,7 @@ defmodule FlameOn.Client.Capture.CrossProcess do
   @doc false
   # :core tracer: the tracer discards every later event. :process: the
   # root's timeline drops end_mark's call event and everything after it.
-  @spec stop(Capture.t()) :: integer()
+  @spec stop(map()) :: integer()
   def stop(%{mode: mode, core: core}) do
     end_ts =
       case mode.tracer() do
@@ -149,25 +144,36 @@ defmodule FlameOn.Client.Capture.CrossProcess do
   end
 
   @doc false
-  @spec finish(Capture.t(), integer(), integer()) ::
+  # The owner builds the profile; the other nodes' parts are collected
+  # while it still runs (each part stops when it goes) and merged in; then
+  # the owner lets the trace's followers go and stops.
+  @spec finish(map(), integer(), integer()) ::
           {:ok, FlameOn.Client.Profile.t()} | {:error, term()}
   def finish(%{owner: owner, mode: mode, opts: opts} = capture, started_ts, end_ts) do
     root_watched = mode.unwatch(capture.watchers)
     :ok = mode.release(opts)
 
-    Owners.CrossProcess.finish(owner,
-      started_ts: started_ts,
-      end_ts: end_ts,
-      timeout: opts.timeout,
-      root: List.first(capture.pids),
-      root_watched: root_watched
-    )
+    finished =
+      Owners.CrossProcess.finish(owner,
+        started_ts: started_ts,
+        end_ts: end_ts,
+        timeout: opts.timeout,
+        root: List.first(capture.pids),
+        root_watched: root_watched
+      )
+
+    with {:ok, profile} <- finished do
+      profile = Cluster.finish(capture.cluster, profile)
+      Owners.CrossProcess.stop(owner)
+      {:ok, profile}
+    end
   end
 
   @doc false
   # Stopped before finishing: nothing more is followed; Patterns gives
-  # cross-process tracing back when it sees the owner go.
-  @spec abort(Capture.t()) :: :ok
+  # cross-process tracing back when it sees the owner go, and the parts
+  # stop when they see it go.
+  @spec abort(map()) :: :ok
   def abort(%{owner: owner, core: core} = capture) do
     Native.stop(core)
     :seq_trace.set_token([])

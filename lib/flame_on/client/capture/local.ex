@@ -12,14 +12,14 @@ defmodule FlameOn.Client.Capture.Local do
   # (`:core`), or a FlameOn.Client.Owners.Tracer process takes them as
   # messages (`:process`).
 
-  alias FlameOn.Client.Capture
+  alias FlameOn.Client.Capture.Common
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.{Patterns, TraceBackend}
   alias FlameOn.Client.Owners.Tracer
   alias FlameOn.Client.Profile
 
   @doc false
-  @spec open(Capture.target(), map(), module()) :: {:ok, Capture.t()} | {:error, term()}
+  @spec open(tuple(), map(), module()) :: {:ok, map()} | {:error, term()}
   def open(target, opts, mode) do
     with {:ok, skipped} <- check(target) do
       capture = %{
@@ -46,7 +46,7 @@ defmodule FlameOn.Client.Capture.Local do
 
   # What of the target can be traced: :ok, or why not. A list of processes
   # skips those it cannot trace (counted), unless it is all of them.
-  defp check(:self), do: with(:ok <- Capture.check_self(), do: {:ok, 0})
+  defp check({:self, _root}), do: with(:ok <- Common.check_self(), do: {:ok, 0})
   defp check({:gate, _mfa}), do: {:ok, 0}
   defp check({:pid, pid}), do: with(:ok <- TraceBackend.check_tracee(pid), do: {:ok, 0})
 
@@ -60,7 +60,7 @@ defmodule FlameOn.Client.Capture.Local do
   end
 
   defp open_core(%{mode: mode, opts: opts, target: target} = capture) do
-    with {:ok, core} <- Capture.new_core(opts) do
+    with {:ok, core} <- Common.new_core(opts) do
       tracer = {Native, Native.tracer_state(core)}
       # A gate's match spec turns tracing on in the legacy session, with
       # the tracer in its flag list (FlameOn.Client.NextCall.Gate).
@@ -90,7 +90,7 @@ defmodule FlameOn.Client.Capture.Local do
   end
 
   # Whose flags Patterns clears should the holder die mid-trace.
-  defp tracee(%{target: :self}), do: self()
+  defp tracee(%{target: {:self, _root}}), do: self()
   defp tracee(%{target: {:pid, pid}}), do: pid
   defp tracee(_capture), do: nil
 
@@ -116,7 +116,7 @@ defmodule FlameOn.Client.Capture.Local do
   end
 
   @doc false
-  @spec begin(Capture.t(), pid()) :: Capture.t()
+  @spec begin(map(), pid()) :: map()
   def begin(%{mode: mode, core: core, opts: opts} = capture, pid) do
     watchers = mode.watch(capture.watchers, core, pid, opts, root(capture))
     pids = if pid in capture.pids, do: capture.pids, else: capture.pids ++ [pid]
@@ -124,7 +124,7 @@ defmodule FlameOn.Client.Capture.Local do
   end
 
   # Where the stacks of a traced process start.
-  defp root(%{target: :self}), do: {FlameOn.Client, :profile, 2}
+  defp root(%{target: {:self, root}}), do: root
   defp root(%{target: {:gate, mfa}}), do: mfa
   defp root(_capture), do: nil
 
@@ -133,12 +133,12 @@ defmodule FlameOn.Client.Capture.Local do
   # into FlameOn.Client.Core.Native, so stop's own call leaves no frame).
   # :process: the tracer process drops end_mark/0's call event and
   # everything after it.
-  @spec stop(Capture.t()) :: integer()
+  @spec stop(map()) :: integer()
   def stop(%{core: nil}), do: Tracer.end_mark()
   def stop(%{core: core}), do: Native.stop(core)
 
   @doc false
-  @spec finish(Capture.t(), integer(), integer() | nil) :: {:ok, Profile.t()} | {:error, term()}
+  @spec finish(map(), integer(), integer() | nil) :: {:ok, Profile.t()} | {:error, term()}
   def finish(%{tracer: tracer, opts: opts}, started_ts, end_ts) when is_pid(tracer) do
     Tracer.finish(tracer, started_ts: started_ts, end_ts: end_ts, timeout: opts.timeout)
   end
@@ -157,7 +157,7 @@ defmodule FlameOn.Client.Capture.Local do
       |> Map.put(:unprocessed_events, 0)
       |> skipped(capture)
 
-    profile = Profile.build(raw, stats, Capture.fields(opts, pid(capture), started_ts, end_ts))
+    profile = Profile.build(raw, stats, Common.fields(opts, pid(capture), started_ts, end_ts))
     {:ok, %{profile | metrics: watched.metrics}}
   end
 
@@ -167,13 +167,13 @@ defmodule FlameOn.Client.Capture.Local do
   defp skipped(stats, _capture), do: stats
 
   # The profile's process: the traced one, none for several.
-  defp pid(%{target: :self}), do: self()
+  defp pid(%{target: {:self, _root}}), do: self()
   defp pid(%{target: {:pid, pid}}), do: pid
   defp pid(%{target: {:pids, _}}), do: nil
   defp pid(%{pids: pids}), do: List.first(pids)
 
   @doc false
-  @spec abort(Capture.t()) :: :ok
+  @spec abort(map()) :: :ok
   def abort(%{tracer: tracer}) when is_pid(tracer) do
     GenServer.stop(tracer, :shutdown, 5_000)
   catch

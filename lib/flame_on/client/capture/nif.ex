@@ -5,10 +5,13 @@ defmodule FlameOn.Client.Capture.Nif do
   # NIF inside the traced process, which folds it into the core session
   # with no message. Needs the call patterns on every function while it
   # runs (every process of the node pays their breakpoint check).
-  @behaviour FlameOn.Client.Capture
+  @behaviour FlameOn.Client.Capture.Mode
 
   # The NIF stamps events itself, so no :monotonic_timestamp flag.
   @flags [:call, :return_to, :running, :arity]
+
+  @impl true
+  def description, do: "exact calls; call patterns on every function while it runs"
 
   @impl true
   def flags, do: @flags

@@ -5,7 +5,11 @@ defmodule FlameOn.Client.Capture.Process do
   # ingests them into the core session in batches: the portable baseline
   # (a burst of events queues in its mailbox). Needs the call patterns on
   # every function while it runs; the tracer process takes them.
-  @behaviour FlameOn.Client.Capture
+  @behaviour FlameOn.Client.Capture.Mode
+
+  @impl true
+  def description,
+    do: "exact calls, events as messages to a tracer process (the portable baseline)"
 
   @impl true
   def flags, do: FlameOn.Client.Owners.Tracer.trace_flags()

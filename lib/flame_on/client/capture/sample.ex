@@ -6,11 +6,14 @@ defmodule FlameOn.Client.Capture.Sample do
   # FlameOn.Client.Sampling.Sampler folds its stack into the same core
   # session every :interval_us. Nothing is set on the code, so other
   # processes pay nothing. While it runs the node's backtrace_depth is
-  # raised (FlameOn.Client.Node.Patterns), so stacks are deep enough.
-  @behaviour FlameOn.Client.Capture
+  # raised (FlameOn.Client.Node.BacktraceDepth), so stacks are deep enough.
+  @behaviour FlameOn.Client.Capture.Mode
 
-  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Node.BacktraceDepth
   alias FlameOn.Client.Sampling.{Budget, Sampler}
+
+  @impl true
+  def description, do: "stack samples and exact on/off-CPU time; no call breakpoints"
 
   @impl true
   def flags, do: [:running]
@@ -32,11 +35,11 @@ defmodule FlameOn.Client.Capture.Sample do
   @impl true
   def acquire(opts) do
     Enum.each([Sampler, Budget, :rand], &Code.ensure_loaded/1)
-    Patterns.acquire_depth(backtrace_depth(opts))
+    BacktraceDepth.acquire(backtrace_depth(opts))
   end
 
   @impl true
-  def release(_opts), do: Patterns.release_depth()
+  def release(_opts), do: BacktraceDepth.release()
 
   # A process that serves the trace again (a cross-process callee) wakes
   # its sampler; any other gets one.

@@ -4,9 +4,9 @@ defmodule FlameOn.Client.Cluster.Part do
   # `FlameOn.Client.Cluster.arm/3` starts it over :erpc, `collect/2` takes
   # it back.
   #
-  # It is a capture like any other (FlameOn.Client.Capture, target
-  # {:part, ...}): a FlameOn.Client.Owners.CrossProcess in role :part
-  # holds a core session with the trace's seq_trace label and no root. A
+  # It is a capture like the origin's, in the same mode (the mode module
+  # does what it does there: watchers, node state): a
+  # FlameOn.Client.Owners.CrossProcess in role :part holds a core session with the trace's seq_trace label and no root. A
   # request, plain message or spawn of the trace that arrives from another
   # node opens a span of its receiver (a REQUEST or WORK span without a
   # parent here, see GRAPH.md), and from there the trace is followed on
@@ -26,8 +26,8 @@ defmodule FlameOn.Client.Cluster.Part do
   # back, and the last cross-process trace on this node turns every flag of
   # ours off.
 
-  alias FlameOn.Client.Capture
-  alias FlameOn.Client.Owners
+  alias FlameOn.Client.{Options, Owners}
+  alias FlameOn.Client.Capture.Mode
 
   @doc false
   # On the remote node: starts the part. `part` is `%{label:, origin:,
@@ -37,8 +37,11 @@ defmodule FlameOn.Client.Cluster.Part do
   def start(%{opts: opts} = part) do
     if Process.whereis(FlameOn.Client.OwnerSupervisor) &&
          Process.whereis(FlameOn.Client.Node.Patterns) do
-      with {:ok, capture} <- Capture.open({:part, Map.delete(part, :opts)}, opts),
-           do: {:ok, capture.owner}
+      Owners.CrossProcess.start(
+        mode: Options.mode_module(opts.mode),
+        opts: opts,
+        part: Map.delete(part, :opts)
+      )
     else
       {:error, :not_running}
     end
@@ -49,13 +52,16 @@ defmodule FlameOn.Client.Cluster.Part do
   # profile (see `FlameOn.Client.Cluster.Merge`), at most about `max_bytes`
   # in external format.
   @spec collect(pid(), pos_integer()) :: {:ok, map()} | {:error, term()}
-  def collect(owner, max_bytes), do: Owners.CrossProcess.collect(owner, max_bytes)
+  def collect(owner, max_bytes) do
+    with {:ok, seen} <- Owners.CrossProcess.collect(owner) do
+      {:ok, pack(seen.graph, seen.stacks, seen.watched, seen.flagged_at, max_bytes)}
+    end
+  end
 
-  @doc false
   # The part as it travels: the span graph, the stacks by pid, the
   # watchers' metrics and counters, how late each process got its flags.
-  @spec pack(FlameOn.Client.Graph.t(), map(), Capture.watched(), map(), pos_integer()) :: map()
-  def pack(graph, stacks, watched, flagged_at, max_bytes) do
+  @spec pack(FlameOn.Client.Graph.t(), map(), Mode.watched(), map(), pos_integer()) :: map()
+  defp pack(graph, stacks, watched, flagged_at, max_bytes) do
     bound(
       %{
         node: node(),

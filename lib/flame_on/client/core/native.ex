@@ -1,150 +1,149 @@
 defmodule FlameOn.Client.Core.Native do
-  @moduledoc """
-  The C NIF. Internal: use `FlameOn.Client` instead.
-
-  Every function validates its arguments and raises `ArgumentError` on bad
-  input; a malformed trace message inside an `ingest/2` batch is counted in
-  the session's stats and skipped.
-
-  ## Functions
-
-    * `new(opts)` – a session resource. `opts` is a map with the optional
-      integer keys `:max_nodes`, `:max_depth`, `:max_processes`,
-      `:max_frames`, `:max_stack_frames` and `:native_per_second`
-      (`System.convert_time_unit(1, :second, :native)`, to turn
-      `:monotonic_timestamp` values into nanoseconds), `replay: true`
-      for a session whose `trace/5` calls replay recorded events, and
-      `:buffer_events` (4096, rounded up to a power of two, at most 2^22):
-      the most records the tracer callbacks buffer before the core folds
-      them (56 bytes each; the buffer starts at 1024 and doubles as it
-      fills up to this size: bigger buffers spare the traced process folds
-      on a busy machine but cost it cache misses),
-      and `:max_stack_bytes` (64 MiB, at most 16 GiB): the bytes of stack
-      texts `render/2` writes at most.
-    * `ingest(session, messages)` – applies a list of
-      `{:trace_ts, pid, tag, ..., ts}` messages. Returns `:ok`. A `ts`
-      (native units, or `{mega, sec, micro}`) whose nanoseconds (moved to
-      the tracer clock in a graph session) fall outside a signed 64-bit
-      integer makes its message malformed.
-    * `stats(session)` – the counters, a map. `:memory_bytes` is what the
-      core's tables hold; `:buffer_bytes` the most the event buffer of the
-      tracer callbacks held, and `:producer_folds` the times a traced
-      process found it full and folded it itself (the drainer thread fell
-      behind).
-    * `stop(session)` – the tracer callbacks take no more events (they
-      discard them); the result waits for `finish/2`. Returns the native
-      monotonic time at which it stopped. The tracer never folds calls into
-      this module, so a traced process calling `stop/1` leaves no frame.
-    * `finish(session, end)` – closes the session. `end` charges each live
-      process up to it: native monotonic time (sessions fed by `ingest/2`),
-      `:stop` (when `stop/1` ran, on the tracer's clock: sessions fed by the
-      tracer callbacks) or `nil` (no closing charge); an integer `end`
-      whose nanoseconds fall outside a signed 64-bit integer raises
-      `ArgumentError` and leaves the session open. Returns `{tree, stats}`:
-      the calling-context tree as the core holds it, whatever its depth in
-      one compact piece, `{frames, pids, nodes, max_stack_bytes}`. `frames`
-      is a tuple indexed by frame id: `{module, function, arity}`, or for
-      the reserved ids 0..7 `:process` (a process root), `:sleep`,
-      `:depth_cap`, `:node_cap`, `:waiting`, `:gc`, `:attributed`,
-      `:undefined`. `pids` is a tuple indexed by process. `nodes` is a
-      binary of 36 bytes per node, parents before children:
-      `<<parent::32-native, frame::32-native, process::32-native,
-      self_ns::64-native, samples::64-native, weight::64-native>>`
-      (`parent` is `0xFFFFFFFF` for a process root; `samples` and `weight`
-      count the `sample/4` samples that landed on the node). A session of
-      up to 20 000 nodes finishes on the calling scheduler (well under a
-      millisecond); bigger ones and graph sessions on a dirty scheduler.
-    * `render(tree, names)` – the views of a finished tree, built in C in
-      time linear in what they hold (`FlameOn.Client.Profile.build/4` calls
-      it). `names` is a tuple as long as `frames`: each frame's text, or
-      `nil` to drop the time and samples of the stacks that end in it;
-      frames that read the same are merged. Returns `{stacks, samples,
-      trees, tree_names, stacks_without_text}`: the `stacks` and `samples`
-      fields of `FlameOn.Client.Profile` (each text is a slice of the text
-      of a stack below it, so a chain of frames costs one text), the
-      per-process tree binaries and names of `FlameOn.Client.Profile.Tree`,
-      and how many stacks were left out because their texts passed
-      `max_stack_bytes` (a `new/1` option, default 64 MiB; the trees keep
-      them). Trees of up to 5 000 nodes with up to 512 KiB of texts render
-      on the calling scheduler, bigger ones on a dirty scheduler.
-    * `new(%{label: label, ...})` makes a cross-process (graph) session:
-      `label` is its seq_trace label (a positive integer), with the span
-      graph's bounds `:max_spans`, `:max_pending_calls`, `:max_fanout`
-      (`:max_processes` bounds both parts). `graph_start(session, root)`
-      registers the session with the router and `graph_begin(session)`
-      starts the root span, right before tracing starts: the
-      tracer state `:graph` (`{:tracer, FlameOn.Client.Core.Native, :graph}`,
-      also the seq_trace system tracer) routes seq_trace events by label
-      and process events by pid. `finish/2` of a graph session returns a
-      third element, `%{spans: [span_map], edges: [edge_map], followers:
-      [pid], stats: map, clock_offset_ns: n}` (`followers`: the processes
-      still following the trace when it closed, the root aside).
-      `graph_owner(session, owner, follow_messages)` names the process told
-      `{:flame_on_left, pid}` when a follower leaves the trace, and whether
-      the trace follows every message (its processes have receive events)
-      or GenServer calls only; `graph_role(pid)` says whether `pid` is the
-      root of a running graph trace (`:root`), works for one (`:follower`)
-      or neither (`nil`).
-    * `sample(session, pid, stack, weight)` – a stack sample of `pid`, as
-      `Process.info(pid, :current_stacktrace)` gives it (innermost first,
-      `{m, f, arity_or_args}` or `{m, f, arity_or_args, location}`; or
-      `:same`, the stack the process already has, for a process the sampler
-      knows has not run since; `{:same, n}` counts that as n samples, n in
-      1..2^32-1), stamped on the tracer clock: the process's
-      stack is the sampled one
-      until its next event (`in`/`out` from the tracer callbacks split it
-      into on- and off-CPU time) or sample. Counted in `stats.samples`, and
-      on the stack it lands on (the sampled stack, or its `:sleep` /
-      `:waiting` leaf when the process is scheduled out): one sample plus
-      `weight`, a non-negative integer below 2^64 (the sampler passes the
-      reductions since its previous sample). Returns `:stopped` (and
-      applies nothing) once the session is stopped, and `:idle` (applies
-      nothing) for a cross-process trace's callee between the trace's
-      requests. `sample(session, pid, stack, weight, how)` says what the
-      sampler knows: `:plain` (as `sample/4`), `:waited` (it saw `pid`
-      waiting when it asked and `pid` ran no code until it answered: the
-      whole wait it is in, not only the rest of it, goes under the sampled
-      stack, although answering woke it for a moment) or `:leading` (the
-      stack was taken just before the traced work starts: the next sample
-      takes the time since).
-    * `next_new(session, owner, excluded)` – the gate of
-      `FlameOn.Client.NextCall`: with the meta pattern
-      `{:meta, FlameOn.Client.Core.Native, {:next, gate}}` on one function, the
-      first process to call it (not one of `excluded`, at most 8 pids)
-      claims the gate in `enabled/3`, before the VM runs the pattern's
-      match spec, so the match spec turns tracing on in that process only.
-      The gate then adds the call to `session` and sends `owner`
-      `{:flame_on_next, gate, :fired, pid, caller, native_ts}`; at the
-      call's return or exception it stops `session` (as `stop/1`), in the
-      caller's own context, and sends `{:flame_on_next, gate, :returned,
-      native_ts, :ok, nil}` or `{:flame_on_next, gate, :raised, native_ts,
-      {class, reason}, nil}`. `next_cancel(gate)` closes it: `:cancelled`,
-      or `:fired` when a caller claimed it first; `next_state(gate)` is
-      `:armed`, `:cancelled`, `{:fired, pid}` or `{:done, pid}`.
-    * `tracer_state(session)` – the session's tracer state: pass
-      `{:tracer, FlameOn.Client.Core.Native, tracer_state(session)}` to
-      `:erlang.trace/3` (or, OTP 27+, make `{FlameOn.Client.Core.Native,
-      tracer_state(session)}` a trace session's tracer, see
-      `FlameOn.Client.Node.TraceBackend`). A small integer (the key of the session's slot in
-      a node-wide table of at most 16384 tracing sessions; raises
-      `:system_limit` past it), so the callbacks reach the session without a
-      resource lookup. Once the session is stopped or finished the key
-      reaches nothing: the callbacks drop the events and the VM removes the
-      tracer at its next `trace_status` check.
-    * `enabled/3` and `trace/5` – the `:erl_tracer` behaviour. The VM
-      calls them in the traced process: `trace/5` stamps the event, decodes
-      it and appends it to the session's bounded buffer, with no message.
-      A drainer thread folds the buffer into the session as it fills, off
-      the traced process; a buffer found full is folded by the process
-      itself, and whatever reads the session (`stats/1`, `sample/4`,
-      `finish/2`, ...) folds what is left first, so nothing is lost or
-      reordered. Events are stamped with the session's clock (nanoseconds
-      on `CLOCK_MONOTONIC`, read through the CPU's time-stamp counter where
-      the kernel keeps time with it); in a `replay: true` session an
-      integer `:timestamp` in `opts` (a recorded event) is used instead.
-      The session itself (the `new/1` reference) is accepted as the state
-      too.
-  """
+  @moduledoc false
+  # The C NIF. Internal: use `FlameOn.Client` instead.
+  #
+  # Every function validates its arguments and raises `ArgumentError` on bad
+  # input; a malformed trace message inside an `ingest/2` batch is counted in
+  # the session's stats and skipped.
+  #
+  # ## Functions
+  #
+  #   * `new(opts)` – a session resource. `opts` is a map with the optional
+  #     integer keys `:max_nodes`, `:max_depth`, `:max_processes`,
+  #     `:max_frames`, `:max_stack_frames` and `:native_per_second`
+  #     (`System.convert_time_unit(1, :second, :native)`, to turn
+  #     `:monotonic_timestamp` values into nanoseconds), `replay: true`
+  #     for a session whose `trace/5` calls replay recorded events, and
+  #     `:buffer_events` (4096, rounded up to a power of two, at most 2^22):
+  #     the most records the tracer callbacks buffer before the core folds
+  #     them (56 bytes each; the buffer starts at 1024 and doubles as it
+  #     fills up to this size: bigger buffers spare the traced process folds
+  #     on a busy machine but cost it cache misses),
+  #     and `:max_stack_bytes` (64 MiB, at most 16 GiB): the bytes of stack
+  #     texts `render/2` writes at most.
+  #   * `ingest(session, messages)` – applies a list of
+  #     `{:trace_ts, pid, tag, ..., ts}` messages. Returns `:ok`. A `ts`
+  #     (native units, or `{mega, sec, micro}`) whose nanoseconds (moved to
+  #     the tracer clock in a graph session) fall outside a signed 64-bit
+  #     integer makes its message malformed.
+  #   * `stats(session)` – the counters, a map. `:memory_bytes` is what the
+  #     core's tables hold; `:buffer_bytes` the most the event buffer of the
+  #     tracer callbacks held, and `:producer_folds` the times a traced
+  #     process found it full and folded it itself (the drainer thread fell
+  #     behind).
+  #   * `stop(session)` – the tracer callbacks take no more events (they
+  #     discard them); the result waits for `finish/2`. Returns the native
+  #     monotonic time at which it stopped. The tracer never folds calls into
+  #     this module, so a traced process calling `stop/1` leaves no frame.
+  #   * `finish(session, end)` – closes the session. `end` charges each live
+  #     process up to it: native monotonic time (sessions fed by `ingest/2`),
+  #     `:stop` (when `stop/1` ran, on the tracer's clock: sessions fed by the
+  #     tracer callbacks) or `nil` (no closing charge); an integer `end`
+  #     whose nanoseconds fall outside a signed 64-bit integer raises
+  #     `ArgumentError` and leaves the session open. Returns `{tree, stats}`:
+  #     the calling-context tree as the core holds it, whatever its depth in
+  #     one compact piece, `{frames, pids, nodes, max_stack_bytes}`. `frames`
+  #     is a tuple indexed by frame id: `{module, function, arity}`, or for
+  #     the reserved ids 0..7 `:process` (a process root), `:sleep`,
+  #     `:depth_cap`, `:node_cap`, `:waiting`, `:gc`, `:attributed`,
+  #     `:undefined`. `pids` is a tuple indexed by process. `nodes` is a
+  #     binary of 36 bytes per node, parents before children:
+  #     `<<parent::32-native, frame::32-native, process::32-native,
+  #     self_ns::64-native, samples::64-native, weight::64-native>>`
+  #     (`parent` is `0xFFFFFFFF` for a process root; `samples` and `weight`
+  #     count the `sample/4` samples that landed on the node). A session of
+  #     up to 20 000 nodes finishes on the calling scheduler (well under a
+  #     millisecond); bigger ones and graph sessions on a dirty scheduler.
+  #   * `render(tree, names)` – the views of a finished tree, built in C in
+  #     time linear in what they hold (`FlameOn.Client.Profile.build/4` calls
+  #     it). `names` is a tuple as long as `frames`: each frame's text, or
+  #     `nil` to drop the time and samples of the stacks that end in it;
+  #     frames that read the same are merged. Returns `{stacks, samples,
+  #     trees, tree_names, stacks_without_text}`: the `stacks` and `samples`
+  #     fields of `FlameOn.Client.Profile` (each text is a slice of the text
+  #     of a stack below it, so a chain of frames costs one text), the
+  #     per-process tree binaries and names of `FlameOn.Client.Profile.Tree`,
+  #     and how many stacks were left out because their texts passed
+  #     `max_stack_bytes` (a `new/1` option, default 64 MiB; the trees keep
+  #     them). Trees of up to 5 000 nodes with up to 512 KiB of texts render
+  #     on the calling scheduler, bigger ones on a dirty scheduler.
+  #   * `new(%{label: label, ...})` makes a cross-process (graph) session:
+  #     `label` is its seq_trace label (a positive integer), with the span
+  #     graph's bounds `:max_spans`, `:max_pending_calls`, `:max_fanout`
+  #     (`:max_processes` bounds both parts). `graph_start(session, root)`
+  #     registers the session with the router and `graph_begin(session)`
+  #     starts the root span, right before tracing starts: the
+  #     tracer state `:graph` (`{:tracer, FlameOn.Client.Core.Native, :graph}`,
+  #     also the seq_trace system tracer) routes seq_trace events by label
+  #     and process events by pid. `finish/2` of a graph session returns a
+  #     third element, `%{spans: [span_map], edges: [edge_map], followers:
+  #     [pid], stats: map, clock_offset_ns: n}` (`followers`: the processes
+  #     still following the trace when it closed, the root aside).
+  #     `graph_owner(session, owner, follow_messages)` names the process told
+  #     `{:flame_on_left, pid}` when a follower leaves the trace, and whether
+  #     the trace follows every message (its processes have receive events)
+  #     or GenServer calls only; `graph_role(pid)` says whether `pid` is the
+  #     root of a running graph trace (`:root`), works for one (`:follower`)
+  #     or neither (`nil`).
+  #   * `sample(session, pid, stack, weight)` – a stack sample of `pid`, as
+  #     `Process.info(pid, :current_stacktrace)` gives it (innermost first,
+  #     `{m, f, arity_or_args}` or `{m, f, arity_or_args, location}`; or
+  #     `:same`, the stack the process already has, for a process the sampler
+  #     knows has not run since; `{:same, n}` counts that as n samples, n in
+  #     1..2^32-1), stamped on the tracer clock: the process's
+  #     stack is the sampled one
+  #     until its next event (`in`/`out` from the tracer callbacks split it
+  #     into on- and off-CPU time) or sample. Counted in `stats.samples`, and
+  #     on the stack it lands on (the sampled stack, or its `:sleep` /
+  #     `:waiting` leaf when the process is scheduled out): one sample plus
+  #     `weight`, a non-negative integer below 2^64 (the sampler passes the
+  #     reductions since its previous sample). Returns `:stopped` (and
+  #     applies nothing) once the session is stopped, and `:idle` (applies
+  #     nothing) for a cross-process trace's callee between the trace's
+  #     requests. `sample(session, pid, stack, weight, how)` says what the
+  #     sampler knows: `:plain` (as `sample/4`), `:waited` (it saw `pid`
+  #     waiting when it asked and `pid` ran no code until it answered: the
+  #     whole wait it is in, not only the rest of it, goes under the sampled
+  #     stack, although answering woke it for a moment) or `:leading` (the
+  #     stack was taken just before the traced work starts: the next sample
+  #     takes the time since).
+  #   * `next_new(session, owner, excluded)` – the gate of
+  #     `FlameOn.Client.NextCall`: with the meta pattern
+  #     `{:meta, FlameOn.Client.Core.Native, {:next, gate}}` on one function, the
+  #     first process to call it (not one of `excluded`, at most 8 pids)
+  #     claims the gate in `enabled/3`, before the VM runs the pattern's
+  #     match spec, so the match spec turns tracing on in that process only.
+  #     The gate then adds the call to `session` and sends `owner`
+  #     `{:flame_on_next, gate, :fired, pid, caller, native_ts}`; at the
+  #     call's return or exception it stops `session` (as `stop/1`), in the
+  #     caller's own context, and sends `{:flame_on_next, gate, :returned,
+  #     native_ts, :ok, nil}` or `{:flame_on_next, gate, :raised, native_ts,
+  #     {class, reason}, nil}`. `next_cancel(gate)` closes it: `:cancelled`,
+  #     or `:fired` when a caller claimed it first; `next_state(gate)` is
+  #     `:armed`, `:cancelled`, `{:fired, pid}` or `{:done, pid}`.
+  #   * `tracer_state(session)` – the session's tracer state: pass
+  #     `{:tracer, FlameOn.Client.Core.Native, tracer_state(session)}` to
+  #     `:erlang.trace/3` (or, OTP 27+, make `{FlameOn.Client.Core.Native,
+  #     tracer_state(session)}` a trace session's tracer, see
+  #     `FlameOn.Client.Node.TraceBackend`). A small integer (the key of the session's slot in
+  #     a node-wide table of at most 16384 tracing sessions; raises
+  #     `:system_limit` past it), so the callbacks reach the session without a
+  #     resource lookup. Once the session is stopped or finished the key
+  #     reaches nothing: the callbacks drop the events and the VM removes the
+  #     tracer at its next `trace_status` check.
+  #   * `enabled/3` and `trace/5` – the `:erl_tracer` behaviour. The VM
+  #     calls them in the traced process: `trace/5` stamps the event, decodes
+  #     it and appends it to the session's bounded buffer, with no message.
+  #     A drainer thread folds the buffer into the session as it fills, off
+  #     the traced process; a buffer found full is folded by the process
+  #     itself, and whatever reads the session (`stats/1`, `sample/4`,
+  #     `finish/2`, ...) folds what is left first, so nothing is lost or
+  #     reordered. Events are stamped with the session's clock (nanoseconds
+  #     on `CLOCK_MONOTONIC`, read through the CPU's time-stamp counter where
+  #     the kernel keeps time with it); in a `replay: true` session an
+  #     integer `:timestamp` in `opts` (a recorded event) is used instead.
+  #     The session itself (the `new/1` reference) is accepted as the state
+  #     too.
 
   @on_load :load_nif
   @nif_name ~c"flame_on_client_nif"

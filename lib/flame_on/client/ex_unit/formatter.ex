@@ -99,7 +99,7 @@ defmodule FlameOn.Client.ExUnit.Formatter do
   @impl GenServer
   def terminate(_reason, %{finished: true} = state) do
     records = for {{:record, _key}, record} <- :ets.tab2list(@table), do: record
-    config = FlameOn.Client.ExUnit.config() || %{summary: 25}
+    config = FlameOn.Client.ExUnit.Config.config() || %{summary: 25}
 
     if records != [] do
       sync_siblings()

@@ -1,23 +1,22 @@
 defmodule FlameOn.Client.ExUnit.Summary do
-  @moduledoc """
-  The text `FlameOn.Client.ExUnit.Formatter` prints at the end of a run:
-
-      FlameOn: 2 profiled tests, slowest first
-
-        1) test checkout of a full cart (MyApp.CheckoutTest)  84.2 ms
-             61.0%   51.4 ms  MyApp.CheckoutTest.test_checkout_of_a_full_cart/1 > MyApp.Cart.total/1 > Enum.reduce/3
-             22.3%   18.8 ms  MyApp.CheckoutTest.test_checkout_of_a_full_cart/1 > GenServer.call/3 > WAITING
-              9.1%    7.7 ms  <0.312.0> MyApp.Stock.handle_call/3 > MyApp.Stock.reserve/2
-             flame_on_out/tests/MyApp.CheckoutTest.test_checkout_of_a_full_cart.folded
-             ...
-
-  Each test: its wall time (the profiled body's, traced), whether it
-  failed, its three stacks with the most time (a share of the wall time;
-  stacks of other processes start with their pid; stacks that differ only
-  in the depth of a recursion count as one, `Mod.fib/1 ×3..12`; long stacks
-  keep their root and last frames) and
-  its files. Notes say what went wrong where a test could not be profiled.
-  """
+  @moduledoc false
+  # The text `FlameOn.Client.ExUnit.Formatter` prints at the end of a run:
+  #
+  #     FlameOn: 2 profiled tests, slowest first
+  #
+  #       1) test checkout of a full cart (MyApp.CheckoutTest)  84.2 ms
+  #            61.0%   51.4 ms  MyApp.CheckoutTest.test_checkout_of_a_full_cart/1 > MyApp.Cart.total/1 > Enum.reduce/3
+  #            22.3%   18.8 ms  MyApp.CheckoutTest.test_checkout_of_a_full_cart/1 > GenServer.call/3 > WAITING
+  #             9.1%    7.7 ms  <0.312.0> MyApp.Stock.handle_call/3 > MyApp.Stock.reserve/2
+  #            flame_on_out/tests/MyApp.CheckoutTest.test_checkout_of_a_full_cart.folded
+  #            ...
+  #
+  # Each test: its wall time (the profiled body's, traced), whether it
+  # failed, its three stacks with the most time (a share of the wall time;
+  # stacks of other processes start with their pid; stacks that differ only
+  # in the depth of a recursion count as one, `Mod.fib/1 ×3..12`; long stacks
+  # keep their root and last frames) and
+  # its files. Notes say what went wrong where a test could not be profiled.
 
   @frames_shown 5
 

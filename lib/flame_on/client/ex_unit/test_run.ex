@@ -16,7 +16,8 @@ defmodule FlameOn.Client.ExUnit.TestRun do
   @top_stacks 3
   @stem_max_bytes 120
   # Modules whose frames sit between ExUnit's runner and the test's body.
-  @wrapper_modules [FlameOn.Client, FlameOn.Client.ExUnit, __MODULE__]
+  # (As frame names: this module is called by them, it does not call them.)
+  @wrapper_modules [:"Elixir.FlameOn.Client", :"Elixir.FlameOn.Client.ExUnit", __MODULE__]
 
   @doc """
   The profile options a test's context asks for (`[]` for the defaults), or
@@ -25,7 +26,7 @@ defmodule FlameOn.Client.ExUnit.TestRun do
   @spec options(map()) :: keyword() | nil
   def options(context) do
     select =
-      case FlameOn.Client.ExUnit.config() do
+      case FlameOn.Client.ExUnit.Config.config() do
         nil -> :tagged
         config -> config.select
       end
@@ -63,11 +64,11 @@ defmodule FlameOn.Client.ExUnit.TestRun do
   @spec profiled(map(), (() -> term()), keyword()) :: term()
   def profiled(context, body, tag_opts) do
     config =
-      FlameOn.Client.ExUnit.config() ||
+      FlameOn.Client.ExUnit.Config.config() ||
         raise "FlameOn.Client.ExUnit: #{inspect(context.test)} is to be profiled, but " <>
                 "FlameOn.Client.ExUnit.start/1 was not called: add it to test/test_helper.exs"
 
-    {files, capture} = FlameOn.Client.ExUnit.split_options!(tag_opts)
+    {files, capture} = FlameOn.Client.ExUnit.Config.split_options!(tag_opts)
     files = Keyword.merge([dir: config.dir, formats: config.formats], files)
     capture = Keyword.merge(config.capture, capture)
 

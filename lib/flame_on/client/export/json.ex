@@ -1,33 +1,25 @@
 defmodule FlameOn.Client.Export.JSON do
-  @moduledoc """
-  A small JSON encoder (RFC 8259), enough for the exporters and without
-  dependencies.
-
-  | Elixir | JSON |
-  |---|---|
-  | `nil`, `true`, `false` | `null`, `true`, `false` |
-  | other atoms | strings (`:ok` is `"ok"`) |
-  | integers, floats | numbers (floats in their shortest round-trip form) |
-  | binaries (UTF-8) | strings |
-  | lists | arrays |
-  | maps with atom or string keys | objects |
-
-  Strings are escaped as RFC 8259 requires: `"` and `\\` with a backslash,
-  the control characters U+0000..U+001F as `\\b \\f \\n \\r \\t` or `\\u00XX`;
-  every other character, non-ASCII included, is passed through as UTF-8.
-  A binary that is not valid UTF-8, a map key that is not an atom or a string,
-  and any other term (tuples, pids, ...) raise `ArgumentError`.
-
-  Map keys come out in the map's own order; two keys that encode to the same
-  text (`:a` and `"a"`) raise `ArgumentError`.
-
-      iex> FlameOn.Client.Export.JSON.encode!(%{name: "a \\"quoted\\" frame", us: [1, 2.5, nil]})
-      ...> |> IO.iodata_to_binary()
-      ~S({"name":"a \\"quoted\\" frame","us":[1,2.5,null]})
-
-      iex> FlameOn.Client.Export.JSON.encode!("line\\nbreak…") |> IO.iodata_to_binary()
-      ~S("line\\nbreak…")
-  """
+  @moduledoc false
+  # A small JSON encoder (RFC 8259), enough for the exporters and without
+  # dependencies.
+  #
+  # | Elixir | JSON |
+  # |---|---|
+  # | `nil`, `true`, `false` | `null`, `true`, `false` |
+  # | other atoms | strings (`:ok` is `"ok"`) |
+  # | integers, floats | numbers (floats in their shortest round-trip form) |
+  # | binaries (UTF-8) | strings |
+  # | lists | arrays |
+  # | maps with atom or string keys | objects |
+  #
+  # Strings are escaped as RFC 8259 requires: `"` and `\` with a backslash,
+  # the control characters U+0000..U+001F as `\b \f \n \r \t` or `\u00XX`;
+  # every other character, non-ASCII included, is passed through as UTF-8.
+  # A binary that is not valid UTF-8, a map key that is not an atom or a string,
+  # and any other term (tuples, pids, ...) raise `ArgumentError`.
+  #
+  # Map keys come out in the map's own order; two keys that encode to the same
+  # text (`:a` and `"a"`) raise `ArgumentError`.
 
   @doc """
   Encodes `term` as JSON iodata. Raises `ArgumentError` for terms JSON has no
@@ -35,6 +27,13 @@ defmodule FlameOn.Client.Export.JSON do
 
       iex> FlameOn.Client.Export.JSON.encode!([true, false, :ok, -3]) |> IO.iodata_to_binary()
       ~S([true,false,"ok",-3])
+
+      iex> FlameOn.Client.Export.JSON.encode!(%{name: "a \\"quoted\\" frame", us: [1, 2.5, nil]})
+      ...> |> IO.iodata_to_binary()
+      ~S({"name":"a \\"quoted\\" frame","us":[1,2.5,null]})
+
+      iex> FlameOn.Client.Export.JSON.encode!("line\\nbreak…") |> IO.iodata_to_binary()
+      ~S("line\\nbreak…")
   """
   @spec encode!(term()) :: iodata()
   def encode!(term), do: value(term)

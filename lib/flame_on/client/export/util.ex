@@ -20,10 +20,7 @@ defmodule FlameOn.Client.Export.Util do
 
   @doc "Orders `pids` with `root` first and the rest sorted."
   @spec order([pid()], pid() | nil) :: [pid()]
-  def order(pids, root) do
-    {first, rest} = pids |> Enum.uniq() |> Enum.sort() |> Enum.split_with(&(&1 == root))
-    first ++ rest
-  end
+  defdelegate order(pids, root), to: FlameOn.Client.Profile.Tree
 
   @doc "A `%{pid => value}` map as a list in `order/2` order."
   @spec order_map(%{pid() => v}, pid() | nil) :: [{pid(), v}] when v: term()
@@ -60,18 +57,10 @@ defmodule FlameOn.Client.Export.Util do
   def frames(""), do: []
   def frames(stack), do: :binary.split(stack, ";", [:global])
 
-  @doc """
-  Numbers things in order of first sight: `{index, {map, next}}` for `key`
-  (a string table, a frame table).
-  """
+  @doc "Numbers things in order of first sight (`FlameOn.Client.Profile.Tree.intern/2`)."
   @spec intern(term(), {map(), non_neg_integer()}) ::
           {non_neg_integer(), {map(), non_neg_integer()}}
-  def intern(key, {index, next} = table) do
-    case index do
-      %{^key => i} -> {i, table}
-      _ -> {next, {Map.put(index, key, next), next + 1}}
-    end
-  end
+  defdelegate intern(key, table), to: FlameOn.Client.Profile.Tree
 
   @doc "Total microseconds of a list of `{stack, us}`."
   @spec sum([{String.t(), non_neg_integer()}]) :: non_neg_integer()

@@ -9,6 +9,7 @@ defmodule FlameOn.Client.NextCall.Gate do
   # caller's flags go, and the capture is finished as any other.
 
   alias FlameOn.Client.Capture
+  alias FlameOn.Client.Capture.Common
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.NextCall.Stacks
   alias FlameOn.Client.Node.{Gates, Patterns}
@@ -33,7 +34,7 @@ defmodule FlameOn.Client.NextCall.Gate do
       case Capture.open({:gate, mfa}, gate_opts(opts, wait_ms)) do
         {:ok, capture} -> armed(mfa, capture, opts, wait_ms)
         {:error, {:breaker_open, _}} = error -> error
-        {:error, reason} -> Capture.raise_start_error!(reason, "a capture")
+        {:error, reason} -> Common.raise_start_error!(reason, "a capture")
       end
     after
       Process.flag(:priority, priority)

@@ -1,28 +1,27 @@
 defmodule FlameOn.Client.Node.Breaker do
-  @moduledoc """
-  The circuit breaker in front of every new trace.
-
-  A profiler must not be what takes a node down. Before a trace starts,
-  `check/0` compares the memory held by all live trace sessions (their C
-  tables, `FlameOn.Client.Core.Native.session_bytes/0`) and, if configured, the
-  whole node's memory (`:erlang.memory(:total)`) with their limits. Past a
-  limit the breaker **opens**: new traces do not start (`profile/2` raises,
-  `trace/3` runs the function untraced) until the figure falls below
-  `resume_ratio` of the limit (hysteresis, so it does not flap). Traces
-  already running are not touched: each is bounded by its own limits.
-
-  Configuration (`config :flame_on_client, :breaker, [...]`), with defaults:
-
-    * `:max_sessions_memory_mb` (`512`) – all live sessions together.
-    * `:max_node_memory_mb` (`nil`, off) – the node's total memory.
-    * `:resume_ratio` (`0.8`) – the breaker closes again below this share
-      of the limit that opened it.
-
-  The state is visible in `FlameOn.Client.status/0`.
-
-      iex> FlameOn.Client.Node.Breaker.check()
-      :ok
-  """
+  @moduledoc false
+  # The circuit breaker in front of every new trace.
+  #
+  # A profiler must not be what takes a node down. Before a trace starts,
+  # `check/0` compares the memory held by all live trace sessions (their C
+  # tables, `FlameOn.Client.Core.Native.session_bytes/0`) and, if configured, the
+  # whole node's memory (`:erlang.memory(:total)`) with their limits. Past a
+  # limit the breaker **opens**: new traces do not start (`profile/2` raises,
+  # `trace/3` runs the function untraced) until the figure falls below
+  # `resume_ratio` of the limit (hysteresis, so it does not flap). Traces
+  # already running are not touched: each is bounded by its own limits.
+  #
+  # Configuration (`config :flame_on_client, :breaker, [...]`), with defaults:
+  #
+  #   * `:max_sessions_memory_mb` (`512`) – all live sessions together.
+  #   * `:max_node_memory_mb` (`nil`, off) – the node's total memory.
+  #   * `:resume_ratio` (`0.8`) – the breaker closes again below this share
+  #     of the limit that opened it.
+  #
+  # The state is visible in `FlameOn.Client.status/0`.
+  #
+  #     iex> FlameOn.Client.Node.Breaker.check()
+  #     :ok
 
   @defaults [max_sessions_memory_mb: 512, max_node_memory_mb: nil, resume_ratio: 0.8]
   @key {__MODULE__, :open}

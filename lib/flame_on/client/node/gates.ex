@@ -1,40 +1,39 @@
 defmodule FlameOn.Client.Node.Gates do
-  @moduledoc """
-  Owner of the one-function meta patterns of `FlameOn.Client.capture_next/2`.
-
-  Captures work in the legacy trace session on every release (set through
-  `FlameOn.Client.Node.TraceBackend.legacy/1`): the gate is the function's meta
-  tracer and the match spec turns tracing on in the caller with the
-  capture's own tracer, which a trace session (one tracer per session)
-  cannot express without the NIF routing the gate's events.
-
-  A capture waiting for the next call of `{m, f, a}` sets one **meta** call
-  pattern on that function, whose meta tracer is the NIF's gate
-  (`{:meta, FlameOn.Client.Core.Native, {:next, gate}}`, see
-  `FlameOn.Client.Core.Native`). Nothing else on the node gets a pattern, and
-  meta patterns are apart from the local patterns of exact traces
-  (`FlameOn.Client.Node.Patterns`): setting or clearing `{:_, :_, :_}` local
-  patterns leaves a meta pattern as it is, and clearing a meta pattern
-  leaves the function's local pattern as it is, in either order.
-
-  This server:
-
-    * sets the pattern for the calling process (`arm/3`), refusing a
-      function that another capture waits on, or that another tool
-      meta-traces (one meta tracer per function);
-    * clears it when the call fired (`disarm/0`), when the capture ends
-      (`done/0`), or when the capturing process dies, and then also stops
-      the capture's session and turns tracing off in the process whose
-      call was being captured;
-    * remembers the armed functions in the application environment, so
-      that `sweep/0` finds them even when every process of ours died:
-      `FlameOn.Client.Node.Sweep` runs it, and so does this server when it
-      starts and terminates. A pattern is swept only when its meta tracer
-      is ours.
-
-  Started by `FlameOn.Client.Application`; captures call it, user code does
-  not.
-  """
+  @moduledoc false
+  # Owner of the one-function meta patterns of `FlameOn.Client.capture_next/2`.
+  #
+  # Captures work in the legacy trace session on every release (set through
+  # `FlameOn.Client.Node.TraceBackend.legacy/1`): the gate is the function's meta
+  # tracer and the match spec turns tracing on in the caller with the
+  # capture's own tracer, which a trace session (one tracer per session)
+  # cannot express without the NIF routing the gate's events.
+  #
+  # A capture waiting for the next call of `{m, f, a}` sets one **meta** call
+  # pattern on that function, whose meta tracer is the NIF's gate
+  # (`{:meta, FlameOn.Client.Core.Native, {:next, gate}}`, see
+  # `FlameOn.Client.Core.Native`). Nothing else on the node gets a pattern, and
+  # meta patterns are apart from the local patterns of exact traces
+  # (`FlameOn.Client.Node.Patterns`): setting or clearing `{:_, :_, :_}` local
+  # patterns leaves a meta pattern as it is, and clearing a meta pattern
+  # leaves the function's local pattern as it is, in either order.
+  #
+  # This server:
+  #
+  #   * sets the pattern for the calling process (`arm/3`), refusing a
+  #     function that another capture waits on, or that another tool
+  #     meta-traces (one meta tracer per function);
+  #   * clears it when the call fired (`disarm/0`), when the capture ends
+  #     (`done/0`), or when the capturing process dies, and then also stops
+  #     the capture's session and turns tracing off in the process whose
+  #     call was being captured;
+  #   * remembers the armed functions in the application environment, so
+  #     that `sweep/0` finds them even when every process of ours died:
+  #     `FlameOn.Client.Node.Sweep` runs it, and so does this server when it
+  #     starts and terminates. A pattern is swept only when its meta tracer
+  #     is ours.
+  #
+  # Started by `FlameOn.Client.Application`; captures call it, user code does
+  # not.
 
   use GenServer
 

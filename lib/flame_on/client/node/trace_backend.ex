@@ -1,42 +1,32 @@
 defmodule FlameOn.Client.Node.TraceBackend do
-  @moduledoc """
-  The one place FlameOn sets and clears trace flags and trace patterns, on
-  either of the VM's two tracing models. Internal: the rest of FlameOn
-  calls it, user code does not.
-
-    * **Trace sessions** (OTP 27+, `:trace.session_create/3`): every trace
-      FlameOn starts gets its own session, with our tracer (the NIF
-      `{FlameOn.Client.Core.Native, state}` or a session process) as the
-      session's tracer. Its flags and patterns live in that session only, so
-      another tool's patterns and flags — in its own session or in the
-      legacy one — are never read, replaced or cleared, and its events keep
-      coming while ours run. Destroying the session (`close/1`, or the VM
-      when the last handle is garbage collected) removes everything it set.
-    * **The legacy session** (OTP 25–26, `:erlang.trace/3` and
-      `:erlang.trace_pattern/3`): one per node, shared with every other
-      tool. The tracer goes into the process's flags, and patterns are
-      node-global, so `FlameOn.Client.Node.Patterns` shares them between our
-      traces and refuses to start while another tool call-traces.
-
-  A handle (`t:t/0`) names where a trace's flags and patterns go;
-  `open/2` picks the model the VM has, and every function here takes the
-  handle, so the tracing logic is written once and no caller asks which
-  release it runs on. `legacy/1` makes a legacy handle on any release
-  (tests and benchmarks that drive the legacy session on purpose).
-
-  What is not per session: the seq_trace system tracer
-  (`:seq_trace.set_system_tracer/1`) is one per node on every release, and
-  the node-wide `backtrace_depth` flag.
-
-      iex> handle = FlameOn.Client.Node.TraceBackend.open(:trace, self())
-      iex> FlameOn.Client.Node.TraceBackend.trace(handle, self(), true, [:running]) == 1
-      true
-      iex> FlameOn.Client.Node.TraceBackend.flags(handle, self())
-      [:running]
-      iex> FlameOn.Client.Node.TraceBackend.untrace(handle, self())
-      iex> FlameOn.Client.Node.TraceBackend.close(handle)
-      :ok
-  """
+  @moduledoc false
+  # The one place FlameOn sets and clears trace flags and trace patterns, on
+  # either of the VM's two tracing models. Internal: the rest of FlameOn
+  # calls it, user code does not.
+  #
+  #   * **Trace sessions** (OTP 27+, `:trace.session_create/3`): every trace
+  #     FlameOn starts gets its own session, with our tracer (the NIF
+  #     `{FlameOn.Client.Core.Native, state}` or a session process) as the
+  #     session's tracer. Its flags and patterns live in that session only, so
+  #     another tool's patterns and flags — in its own session or in the
+  #     legacy one — are never read, replaced or cleared, and its events keep
+  #     coming while ours run. Destroying the session (`close/1`, or the VM
+  #     when the last handle is garbage collected) removes everything it set.
+  #   * **The legacy session** (OTP 25–26, `:erlang.trace/3` and
+  #     `:erlang.trace_pattern/3`): one per node, shared with every other
+  #     tool. The tracer goes into the process's flags, and patterns are
+  #     node-global, so `FlameOn.Client.Node.Patterns` shares them between our
+  #     traces and refuses to start while another tool call-traces.
+  #
+  # A handle (`t:t/0`) names where a trace's flags and patterns go;
+  # `open/2` picks the model the VM has, and every function here takes the
+  # handle, so the tracing logic is written once and no caller asks which
+  # release it runs on. `legacy/1` makes a legacy handle on any release
+  # (tests and benchmarks that drive the legacy session on purpose).
+  #
+  # What is not per session: the seq_trace system tracer
+  # (`:seq_trace.set_system_tracer/1`) is one per node on every release, and
+  # the node-wide `backtrace_depth` flag.
 
   defstruct session: nil, tracer: nil
 
@@ -81,6 +71,15 @@ defmodule FlameOn.Client.Node.TraceBackend do
   tracer: a tracer module whose `enabled/3` answers `:remove` to
   `:trace_status` (`{FlameOn.Client.Core.Native, :graph}` while no graph trace is
   registered) raises `ArgumentError`.
+
+      iex> handle = FlameOn.Client.Node.TraceBackend.open(:trace, self())
+      iex> FlameOn.Client.Node.TraceBackend.trace(handle, self(), true, [:running]) == 1
+      true
+      iex> FlameOn.Client.Node.TraceBackend.flags(handle, self())
+      [:running]
+      iex> FlameOn.Client.Node.TraceBackend.untrace(handle, self())
+      iex> FlameOn.Client.Node.TraceBackend.close(handle)
+      :ok
   """
   @spec open(kind(), tracer()) :: t()
   def open(kind, tracer) when is_map_key(@session_names, kind) do

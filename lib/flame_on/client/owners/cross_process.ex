@@ -37,24 +37,27 @@ defmodule FlameOn.Client.Owners.CrossProcess do
 
   @leave_grace_ms 5
 
-  alias FlameOn.Client.{Capture, Cluster, Graph, Profile}
-  alias FlameOn.Client.Cluster.Part
+  alias FlameOn.Client.{Graph, Profile}
+  alias FlameOn.Client.Capture.Common
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.{Patterns, TraceBackend}
   alias FlameOn.Client.Owners.Tracer
 
   @doc """
-  Starts the owner. Options: `:mode` (a mode module), `:opts` (the
-  validated capture options), `:root` (a pid, or nil when the root is not
-  known yet: a gate's caller, or none for a part), `:legacy` (in the legacy
-  trace session even where the VM has trace sessions) and `:part` (false,
-  or `%{label:, origin:, lifetime_ms:}` for a node's part). Returns
+  Starts the owner for the calling process (it stops when that one
+  exits). Options: `:mode` (a mode module), `:opts` (the validated capture
+  options), `:root` (a pid, or nil when the root is not known yet: a
+  gate's caller, or none for a part), `:legacy` (in the legacy trace
+  session even where the VM has trace sessions) and `:part` (nil, or
+  `%{label:, origin:, lifetime_ms:}` for a node's part, which stops when
+  the origin's owner exits). Returns
   `{:error, {:system_tracer_taken, tracer}}` when another tool owns the
   seq_trace system tracer and `{:error, {:invalid_limits, limits}}` when
   the NIF rejects the limits.
   """
   @spec start(keyword()) :: {:ok, pid()} | {:error, term()}
   def start(opts) do
+    opts = Keyword.put(opts, :caller, self())
     DynamicSupervisor.start_child(FlameOn.Client.OwnerSupervisor, {__MODULE__, opts})
   end
 
@@ -87,18 +90,25 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     :exit, {reason, _} -> {:error, reason}
   end
 
-  @doc "A part: stops the trace and returns the node's part (`FlameOn.Client.Cluster.Part`)."
-  @spec collect(pid(), pos_integer()) :: {:ok, map()} | {:error, term()}
-  def collect(owner, max_bytes) do
-    GenServer.call(owner, {:collect, max_bytes}, 30_000)
+  @doc """
+  A part: stops the trace and returns what the node saw, `%{graph:,
+  stacks:, watched:, flagged_at:}` (`FlameOn.Client.Cluster.Part` packs it).
+  """
+  @spec collect(pid()) :: {:ok, map()} | {:error, term()}
+  def collect(owner) do
+    GenServer.call(owner, :collect, 30_000)
   catch
     :exit, {reason, _} -> {:error, reason}
   end
 
-  @doc "Stops the owner before it finished (nothing of the trace is kept)."
+  @doc """
+  Stops the owner: after `finish/2`, the trace's followers are let go and
+  cross-process tracing is given back; before it, nothing of the trace is
+  kept.
+  """
   @spec stop(pid()) :: :ok
   def stop(owner) do
-    GenServer.stop(owner, :shutdown, 5_000)
+    GenServer.stop(owner, :normal, 30_000)
   catch
     :exit, _ -> :ok
   end
@@ -140,13 +150,12 @@ defmodule FlameOn.Client.Owners.CrossProcess do
         follow: capture.follow,
         label: label,
         root: root,
-        ref: monitor(root, part),
+        ref: monitor(opts[:caller], part),
         timeline: nil,
         names: wait_view(capture.sleep),
-        # Before the root gets its token: no message of the trace can
-        # reach another node before that node is ready.
-        cluster: if(part, do: nil, else: Cluster.arm(label, self(), capture)),
         lifetime_exceeded: false,
+        # finish/2 ran: the followers to let go when stopped
+        finished: nil,
         watchers: %{},
         # followers that left, their flags to turn off after @leave_grace_ms
         leaving: [],
@@ -162,9 +171,8 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     end
   end
 
-  defp monitor(_root, %{origin: origin}), do: Process.monitor(origin)
-  defp monitor(nil, _part), do: nil
-  defp monitor(root, _part), do: Process.monitor(root)
+  defp monitor(_caller, %{origin: origin}), do: Process.monitor(origin)
+  defp monitor(caller, _part), do: Process.monitor(caller)
 
   @impl GenServer
   def handle_continue(:timeline, state) do
@@ -186,21 +194,20 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     {:reply, info, state}
   end
 
+  # The trace is over: its profile. The owner runs on (the parts of a
+  # trace across nodes stop when it goes) until stop/1.
   def handle_call({:finish, opts}, _from, state) do
-    finished =
-      with {:ok, profile} <- finish_trace(state, opts),
-           do: {:ok, Cluster.finish(state.cluster, profile)}
+    case finish_trace(state, opts) do
+      {:ok, profile} ->
+        followers = Enum.uniq(profile.graph.followers ++ state.leaving)
+        {:reply, {:ok, profile}, %{state | core: nil, finished: followers, leaving: []}}
 
-    # The trace is over for its followers too (the last cross-process
-    # trace also clears every flag and token of ours, in Patterns).
-    with {:ok, %Profile{graph: %Graph{followers: followers}}} <- finished,
-         do: unfollow(Enum.uniq(followers ++ state.leaving), state)
-
-    Patterns.release_graph()
-    {:stop, :normal, finished, %{state | core: nil}}
+      {:error, _} = error ->
+        {:stop, :normal, error, state}
+    end
   end
 
-  def handle_call({:collect, max_bytes}, _from, state) do
+  def handle_call(:collect, _from, state) do
     Native.stop(state.core)
     watched = state.mode.unwatch(state.watchers)
     {raw, stats, graph} = Native.finish(state.core, :stop)
@@ -209,12 +216,13 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     unfollow(Enum.uniq(graph.followers ++ MapSet.to_list(state.flagged)), state)
     Patterns.release_graph()
     state.mode.release(state.opts)
-    part = Part.pack(graph, stacks, watched, state.flagged_at, max_bytes)
+    part = %{graph: graph, stacks: stacks, watched: watched, flagged_at: state.flagged_at}
     {:stop, :normal, {:ok, part}, %{state | core: nil}}
   end
 
   @impl GenServer
   def handle_info(:lifetime, %{part: part} = state) when part != nil, do: {:stop, :normal, state}
+  def handle_info(:lifetime, %{core: nil} = state), do: {:noreply, state}
 
   def handle_info(:lifetime, state) do
     Native.stop(state.core)
@@ -252,7 +260,14 @@ defmodule FlameOn.Client.Owners.CrossProcess do
 
   def handle_info(_msg, state), do: {:noreply, state}
 
+  # The trace is over for its followers too (the last cross-process
+  # trace also clears every flag and token of ours, in Patterns).
   @impl GenServer
+  def terminate(_reason, %{finished: followers} = state) when is_list(followers) do
+    unfollow(followers, state)
+    Patterns.release_graph()
+  end
+
   def terminate(_reason, %{core: nil}), do: :ok
 
   def terminate(_reason, state) do
@@ -267,7 +282,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   # --- internals --------------------------------------------------------------
 
   defp new_core(capture, label) do
-    with {:error, reason} <- Capture.new_core(capture, %{label: label}), do: {:stop, reason}
+    with {:error, reason} <- Common.new_core(capture, %{label: label}), do: {:stop, reason}
   end
 
   # Registered first: the VM asks the tracer (enabled/3, trace_status)
@@ -342,7 +357,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     end_ts = Keyword.fetch!(opts, :end_ts)
 
     watched =
-      Capture.merge_watched(
+      Common.merge_watched(
         state.mode.unwatch(state.watchers),
         Keyword.get(opts, :root_watched, %{metrics: %{}, stats: %{}})
       )
@@ -352,7 +367,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     stats = stats |> Map.merge(watched.stats) |> Map.put(:unprocessed_events, 0)
 
     fields =
-      Capture.fields(state.opts, root, started_ts, end_ts) ++
+      Common.fields(state.opts, root, started_ts, end_ts) ++
         [trace_id: state.label, graph: Graph.build(graph, state.label)]
 
     profile = Profile.build(raw, stats, fields, state.names)

@@ -1,49 +1,48 @@
 defmodule FlameOn.Client.Owners.Tracer do
-  @moduledoc """
-  A process that owns **one process's timeline** (mode `:process`): it is the
-  tracer of that process, feeds its trace messages to a
-  `FlameOn.Client.Core.Native` session and turns the result into a
-  `FlameOn.Client.Profile`.
-
-  Most code should call `FlameOn.Client.profile/2`, which runs a session for
-  the calling process. Use this module directly to trace another process:
-
-      {:ok, session} = FlameOn.Client.Owners.Tracer.start(pid: worker)
-      # ... let the worker run ...
-      {:ok, profile} = FlameOn.Client.Owners.Tracer.finish(session)
-
-  ## Life cycle
-
-    * `start/1` starts the session under `FlameOn.Client.OwnerSupervisor`.
-      It creates the native session, opens its trace handle (a trace
-      session of the VM with this process as the tracer, OTP 27+; see
-      `FlameOn.Client.Node.TraceBackend`), takes the call patterns from
-      `FlameOn.Client.Node.Patterns` and, with `attach: :session` (the default),
-      sets the trace flags `trace_flags/0` on the traced process. With
-      `attach: :tracee` the traced process sets them on itself through
-      `handle/1` (this is what `FlameOn.Client.profile/2` does, so that
-      nothing of the wrapper ends up in the profile).
-    * While tracing, the session takes trace messages out of its mailbox in
-      batches of up to 2000 and hands each batch to one
-      `FlameOn.Client.Core.Native.ingest/2` call.
-    * With `attach: :tracee` the traced process calls `end_mark/0` as soon
-      as the traced work is done, before it turns its flags off. The
-      session applies events up to that call and throws away the ones after
-      it, so the calls that clear the flags (`erlang:trace/3` and what it
-      calls) never show in the profile.
-    * `finish/2` turns the flags off on the traced process (if it is still
-      alive and still ours), waits until every trace message is delivered
-      (`:erlang.trace_delivered/1`), drains them, finishes the native
-      session, releases the patterns and closes the trace handle, replies
-      with the profile and stops.
-    * If the traced process dies, the session finishes on its own and keeps
-      the profile for its owner (the process that called `start/1`), which
-      can still call `finish/2`. If the owner is the traced process itself,
-      or dies, the session just stops.
-    * If the session itself crashes, `FlameOn.Client.Node.Patterns` (which
-      monitors it) removes the traced process's flags and, with the last
-      user, the patterns.
-  """
+  @moduledoc false
+  # A process that owns **one process's timeline** (mode `:process`): it is the
+  # tracer of that process, feeds its trace messages to a
+  # `FlameOn.Client.Core.Native` session and turns the result into a
+  # `FlameOn.Client.Profile`.
+  #
+  # Most code should call `FlameOn.Client.profile/2`, which runs a session for
+  # the calling process. Use this module directly to trace another process:
+  #
+  #     {:ok, session} = FlameOn.Client.Owners.Tracer.start(pid: worker)
+  #     # ... let the worker run ...
+  #     {:ok, profile} = FlameOn.Client.Owners.Tracer.finish(session)
+  #
+  # ## Life cycle
+  #
+  #   * `start/1` starts the session under `FlameOn.Client.OwnerSupervisor`.
+  #     It creates the native session, opens its trace handle (a trace
+  #     session of the VM with this process as the tracer, OTP 27+; see
+  #     `FlameOn.Client.Node.TraceBackend`), takes the call patterns from
+  #     `FlameOn.Client.Node.Patterns` and, with `attach: :session` (the default),
+  #     sets the trace flags `trace_flags/0` on the traced process. With
+  #     `attach: :tracee` the traced process sets them on itself through
+  #     `handle/1` (this is what `FlameOn.Client.profile/2` does, so that
+  #     nothing of the wrapper ends up in the profile).
+  #   * While tracing, the session takes trace messages out of its mailbox in
+  #     batches of up to 2000 and hands each batch to one
+  #     `FlameOn.Client.Core.Native.ingest/2` call.
+  #   * With `attach: :tracee` the traced process calls `end_mark/0` as soon
+  #     as the traced work is done, before it turns its flags off. The
+  #     session applies events up to that call and throws away the ones after
+  #     it, so the calls that clear the flags (`erlang:trace/3` and what it
+  #     calls) never show in the profile.
+  #   * `finish/2` turns the flags off on the traced process (if it is still
+  #     alive and still ours), waits until every trace message is delivered
+  #     (`:erlang.trace_delivered/1`), drains them, finishes the native
+  #     session, releases the patterns and closes the trace handle, replies
+  #     with the profile and stops.
+  #   * If the traced process dies, the session finishes on its own and keeps
+  #     the profile for its owner (the process that called `start/1`), which
+  #     can still call `finish/2`. If the owner is the traced process itself,
+  #     or dies, the session just stops.
+  #   * If the session itself crashes, `FlameOn.Client.Node.Patterns` (which
+  #     monitors it) removes the traced process's flags and, with the last
+  #     user, the patterns.
 
   use GenServer, restart: :temporary
 

@@ -31,9 +31,6 @@ defmodule FlameOn.Client.Profile.Tree do
       [{0, nil, 0, 7, 0, 0}, {1, "a", 1, 3, 0, 0}, {2, "b", 2, 2, 0, 0}, {1, "c", 4, 4, 0, 0}]
   """
 
-  alias FlameOn.Client.Export.Util
-  alias FlameOn.Client.Profile
-
   defstruct names: {}, nodes: %{}
 
   @type t :: %__MODULE__{names: tuple(), nodes: %{pid() => binary()}}
@@ -46,9 +43,11 @@ defmodule FlameOn.Client.Profile.Tree do
   @root_name 0xFFFFFFFF
 
   @doc "The profile's tree: its `tree` field, or one built from its `stacks` and `samples`."
-  @spec of(Profile.t()) :: t()
-  def of(%Profile{tree: %__MODULE__{} = tree}), do: tree
-  def of(%Profile{stacks: stacks, samples: samples}), do: from_stacks(stacks, samples)
+  # (A profile is matched as a map: the tree is part of the profile's data
+  # model and the profile builds it, so this module names no Profile.)
+  @spec of(%{stacks: map(), samples: map(), tree: t() | nil}) :: t()
+  def of(%{tree: %__MODULE__{} = tree}), do: tree
+  def of(%{stacks: stacks, samples: samples}), do: from_stacks(stacks, samples)
 
   @doc """
   Folds `fun` over `pid`'s nodes in preorder. `fun` gets
@@ -81,7 +80,7 @@ defmodule FlameOn.Client.Profile.Tree do
   @doc "The processes with a tree, the profile's own process first."
   @spec pids(t(), pid() | nil) :: [pid()]
   def pids(%__MODULE__{nodes: nodes}, root) do
-    Util.order(Map.keys(nodes), root)
+    order(Map.keys(nodes), root)
   end
 
   @doc """
@@ -137,7 +136,7 @@ defmodule FlameOn.Client.Profile.Tree do
       |> Enum.sort_by(&elem(&1, 0))
       |> Enum.flat_map_reduce({names, trie.self, trie.samples}, fn {name, kid},
                                                                    {names, total, below} ->
-        {index, interned} = Util.intern(name, names)
+        {index, interned} = intern(name, names)
 
         case serialize(kid, depth + 1, index, interned) do
           {[], _names, 0, 0} -> {[], {names, total, below}}
@@ -152,6 +151,26 @@ defmodule FlameOn.Client.Profile.Tree do
         <<depth::32, name_index::32, trie.self::64, total::64, trie.samples::64, trie.weight::64>>
 
       {[record | kids], names, total, below}
+    end
+  end
+
+  @doc "Orders `pids` with `root` first and the rest sorted (the exporters' process order)."
+  @spec order([pid()], pid() | nil) :: [pid()]
+  def order(pids, root) do
+    {first, rest} = pids |> Enum.uniq() |> Enum.sort() |> Enum.split_with(&(&1 == root))
+    first ++ rest
+  end
+
+  @doc """
+  Numbers things in order of first sight: `{index, {map, next}}` for `key`
+  (a string table, a frame table).
+  """
+  @spec intern(term(), {map(), non_neg_integer()}) ::
+          {non_neg_integer(), {map(), non_neg_integer()}}
+  def intern(key, {index, next} = table) do
+    case index do
+      %{^key => i} -> {i, table}
+      _ -> {next, {Map.put(index, key, next), next + 1}}
     end
   end
 end

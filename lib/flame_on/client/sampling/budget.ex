@@ -1,27 +1,26 @@
 defmodule FlameOn.Client.Sampling.Budget do
-  @moduledoc """
-  The node-wide budget of stack samples per second, shared by every
-  sampler (mode `:sample`).
-
-  A sample costs the node a few microseconds of CPU (the sampler's work,
-  and the sampled process answering the stack request). One trace at the
-  default `interval_us` of 1 000 takes about 1 000 samples a second; ten
-  concurrent traces would take ten times that, and that CPU is taken from
-  the rest of the node. So the samplers share a budget: each one samples
-  at its own `:interval_us`, or less often when the active samplers
-  together would exceed the budget, each then getting an equal share
-  (interval = active samplers × 1 s / budget). Ticks stretched this way are
-  counted in a profile's `stats.throttled_ticks`.
-
-      config :flame_on_client, sample_budget: 2_000   # samples/s, the default
-
-  `:infinity` turns the budget off. A sampler is active while it samples a
-  process; a cross-process trace's callee sampler between requests is not.
-
-  This process only owns the table of active samplers and removes a
-  sampler that dies without leaving it; samplers read and write the table
-  themselves, so the budget costs no message per sample.
-  """
+  @moduledoc false
+  # The node-wide budget of stack samples per second, shared by every
+  # sampler (mode `:sample`).
+  #
+  # A sample costs the node a few microseconds of CPU (the sampler's work,
+  # and the sampled process answering the stack request). One trace at the
+  # default `interval_us` of 1 000 takes about 1 000 samples a second; ten
+  # concurrent traces would take ten times that, and that CPU is taken from
+  # the rest of the node. So the samplers share a budget: each one samples
+  # at its own `:interval_us`, or less often when the active samplers
+  # together would exceed the budget, each then getting an equal share
+  # (interval = active samplers × 1 s / budget). Ticks stretched this way are
+  # counted in a profile's `stats.throttled_ticks`.
+  #
+  #     config :flame_on_client, sample_budget: 2_000   # samples/s, the default
+  #
+  # `:infinity` turns the budget off. A sampler is active while it samples a
+  # process; a cross-process trace's callee sampler between requests is not.
+  #
+  # This process only owns the table of active samplers and removes a
+  # sampler that dies without leaving it; samplers read and write the table
+  # themselves, so the budget costs no message per sample.
 
   use GenServer
 

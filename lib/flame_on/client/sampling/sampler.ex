@@ -1,52 +1,51 @@
 defmodule FlameOn.Client.Sampling.Sampler do
-  @moduledoc """
-  Samples one process's stack into a native session at a fixed interval
-  (mode `:sample`). One sampler per sampled process, so a busy target that
-  is slow to answer delays only its own samples.
-
-  Each tick:
-
-    1. `Process.info(pid, [:status, :message_queue_len, :reductions])`: read
-       without a signal, so the status is the truth (asked together with the
-       stack, the target answers itself and always says `running`);
-    2. if the process waits and has done nothing since its last answered
-       stack request (its reductions moved by exactly the one that answering
-       costs), its stack cannot have changed: the sample repeats it, with
-       no signal and without waking the process;
-    3. otherwise `Process.info(pid, [:current_stacktrace, :memory,
-       :reductions])`: one signal the target answers at its next safe point
-       (about 1.5 µs when it waits, 16-100 µs when it is busy on a loaded
-       node);
-    4. `FlameOn.Client.Core.Native.sample/4` folds the stack into the session's
-       calling-context tree, weighted by the reductions the process did
-       since the previous sample (0 for the first); the `:running` trace
-       flag (no breakpoint) gives the exact on- and off-CPU intervals
-       around it.
-
-  A sampler whose target waits does not tick at all: when a tick finds
-  the target waiting where the last answered request found it, the
-  sampler arms a wake-up in the session (`FlameOn.Client.Core.Native.sample_sleep/3`)
-  and blocks until the tracer sees the target scheduled in again (or for
-  at most 100 intervals, in case the target's trace flags were taken
-  away). The ticks it slept through are counted as samples of the wait
-  (`{:slept, n}`, on the leaf the wait's time went to; `slept_samples`).
-  So a traced request that waits (for a call, I/O, a timer) costs the
-  node nothing while it waits: no timer, no scheduler woken every interval.
-
-  Samplers share the node's sample budget (`FlameOn.Client.Sampling.Budget`):
-  when the active ones would take more samples a second than it allows,
-  each samples less often (`throttled_ticks`).
-
-  The stack depth is capped by the node's `backtrace_depth`, which
-  `FlameOn.Client.Node.Patterns.acquire_depth/1` raises while samplers run.
-  Ticks use the VM's millisecond timers, so intervals are whole
-  milliseconds; a tick that falls behind is skipped and counted
-  (`late_ticks`), never queued up.
-
-  The metrics series (status, queue length, memory, reductions per sample)
-  is bounded by `:max_samples`; samples past it still fold stacks but their
-  metrics are dropped and counted (`dropped_metrics`).
-  """
+  @moduledoc false
+  # Samples one process's stack into a native session at a fixed interval
+  # (mode `:sample`). One sampler per sampled process, so a busy target that
+  # is slow to answer delays only its own samples.
+  #
+  # Each tick:
+  #
+  #   1. `Process.info(pid, [:status, :message_queue_len, :reductions])`: read
+  #      without a signal, so the status is the truth (asked together with the
+  #      stack, the target answers itself and always says `running`);
+  #   2. if the process waits and has done nothing since its last answered
+  #      stack request (its reductions moved by exactly the one that answering
+  #      costs), its stack cannot have changed: the sample repeats it, with
+  #      no signal and without waking the process;
+  #   3. otherwise `Process.info(pid, [:current_stacktrace, :memory,
+  #      :reductions])`: one signal the target answers at its next safe point
+  #      (about 1.5 µs when it waits, 16-100 µs when it is busy on a loaded
+  #      node);
+  #   4. `FlameOn.Client.Core.Native.sample/4` folds the stack into the session's
+  #      calling-context tree, weighted by the reductions the process did
+  #      since the previous sample (0 for the first); the `:running` trace
+  #      flag (no breakpoint) gives the exact on- and off-CPU intervals
+  #      around it.
+  #
+  # A sampler whose target waits does not tick at all: when a tick finds
+  # the target waiting where the last answered request found it, the
+  # sampler arms a wake-up in the session (`FlameOn.Client.Core.Native.sample_sleep/3`)
+  # and blocks until the tracer sees the target scheduled in again (or for
+  # at most 100 intervals, in case the target's trace flags were taken
+  # away). The ticks it slept through are counted as samples of the wait
+  # (`{:slept, n}`, on the leaf the wait's time went to; `slept_samples`).
+  # So a traced request that waits (for a call, I/O, a timer) costs the
+  # node nothing while it waits: no timer, no scheduler woken every interval.
+  #
+  # Samplers share the node's sample budget (`FlameOn.Client.Sampling.Budget`):
+  # when the active ones would take more samples a second than it allows,
+  # each samples less often (`throttled_ticks`).
+  #
+  # The stack depth is capped by the node's `backtrace_depth`, which
+  # `FlameOn.Client.Node.BacktraceDepth.acquire/1` raises while samplers run.
+  # Ticks use the VM's millisecond timers, so intervals are whole
+  # milliseconds; a tick that falls behind is skipped and counted
+  # (`late_ticks`), never queued up.
+  #
+  # The metrics series (status, queue length, memory, reductions per sample)
+  # is bounded by `:max_samples`; samples past it still fold stacks but their
+  # metrics are dropped and counted (`dropped_metrics`).
 
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Sampling.Budget

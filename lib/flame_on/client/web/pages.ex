@@ -7,7 +7,6 @@ defmodule FlameOn.Client.Web.Pages do
   alias FlameOn.Client.Graph
   alias FlameOn.Client.Profile
   alias FlameOn.Client.TraceStore
-  alias FlameOn.Client.Web.Router
 
   @style """
   body { font: 14px/1.45 -apple-system, "Segoe UI", "DejaVu Sans", Verdana, sans-serif; margin: 0; color: #222; background: #fafaf6; }
@@ -61,14 +60,25 @@ defmodule FlameOn.Client.Web.Pages do
       ~s(<label>Function <input type="text" name="function" id="capture-function" required ),
       ~s(placeholder="MyApp.Orders.checkout/2 or lists:seq/2" autocomplete="off" spellcheck="false"></label>),
       ~s{<label>Wait at most (s) <input type="number" name="timeout" value="30" min="1" max="#{max_s}"></label>},
-      ~s{<label>Mode <select name="mode"><option value="sample" selected>sample (no call breakpoints)</option>},
-      ~s{<option value="nif">nif (exact calls; patterns on every function while waiting)</option></select></label>},
+      ~s{<label>Mode <select name="mode">},
+      mode_options(),
+      ~s{</select></label>},
       ~s(<label><span>Cross-process</span><input type="checkbox" name="cross_process" value="on"></label>),
       ~s(<button type="submit" id="capture-submit">Capture next call</button>),
       "</form>",
       ~s(<p class="hint">Waits for the next call of the function by any process and profiles that one call, ),
       "from its entry to its return; you land on its trace when it returns.</p>"
     ]
+  end
+
+  # every mode capture_next/2 takes, the default first selected
+  defp mode_options do
+    default = FlameOn.Client.Options.default_mode()
+
+    for {name, description} <- FlameOn.Client.Options.modes(:capture_next) do
+      selected = if name == default, do: " selected", else: ""
+      ~s{<option value="#{name}"#{selected}>#{name} (#{h(description)})</option>}
+    end
   end
 
   defp waiting_list([]), do: []
@@ -231,7 +241,7 @@ defmodule FlameOn.Client.Web.Pages do
       "<b>WAITING</b> (blue: wait no traced callee explains).</p>",
       spans(profile, names),
       "<h2>Downloads</h2><p>",
-      for format <- Router.downloads() do
+      for format <- downloads() do
         ~s(<a href="/traces/#{id}/download/#{format}" download>#{format}</a> )
       end,
       ~s(</p><p class="hint">folded: flamegraph.pl, inferno · speedscope: speedscope.app · ),
@@ -275,7 +285,7 @@ defmodule FlameOn.Client.Web.Pages do
         "all</a>",
         for p <- pids do
           [
-            link_class("?pid=#{Router.pid_text(p)}", current == p),
+            link_class("?pid=#{pid_text(p)}", current == p),
             h(names[p]),
             " · ",
             duration(Profile.total_us(profile, p)),
@@ -323,7 +333,7 @@ defmodule FlameOn.Client.Web.Pages do
           "</td><td>",
           if(Map.has_key?(profile.stacks, s.pid),
             do: [
-              ~s(<a href="?pid=#{Router.pid_text(s.pid)}">),
+              ~s(<a href="?pid=#{pid_text(s.pid)}">),
               h(names[s.pid] || pid_label(s.pid)),
               "</a>"
             ],
@@ -463,4 +473,13 @@ defmodule FlameOn.Client.Web.Pages do
     do: :erlang.float_to_binary(us / 1000, decimals: 1) <> " ms"
 
   def duration(us), do: :erlang.float_to_binary(us / 1_000_000, decimals: 2) <> " s"
+
+  @doc "A pid as the UI writes it in links: `0.123.0`."
+  @spec pid_text(pid()) :: String.t()
+  def pid_text(pid),
+    do: pid |> :erlang.pid_to_list() |> to_string() |> String.trim("<") |> String.trim(">")
+
+  @doc "The formats a trace page offers for download."
+  @spec downloads() :: [String.t()]
+  def downloads, do: ~w(folded speedscope perfetto pprof svg)
 end

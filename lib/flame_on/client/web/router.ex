@@ -10,10 +10,9 @@ defmodule FlameOn.Client.Web.Router do
   alias FlameOn.Client.TraceStore
   alias FlameOn.Client.Web.HTTP
   alias FlameOn.Client.Web.Pages
-  alias FlameOn.Client.Web.Server
+  alias FlameOn.Client.Web.Captures
 
   @token_cookie "flame_on_token"
-  @modes %{"sample" => :sample, "nif" => :nif}
 
   @doc "The response to `request` on the server with `config`."
   @spec handle(HTTP.request(), map()) :: HTTP.response()
@@ -137,7 +136,7 @@ defmodule FlameOn.Client.Web.Router do
   defp route(%{method: method, path: path} = request, config) do
     case {method, String.split(path, "/", trim: true)} do
       {"GET", []} ->
-        html(200, Pages.index(config, TraceStore.list(), Server.waiting(config.server)))
+        html(200, Pages.index(config, TraceStore.list(), Captures.waiting(config.server)))
 
       {"POST", ["capture"]} ->
         with {:ok, form} <- form(request) do
@@ -150,7 +149,7 @@ defmodule FlameOn.Client.Web.Router do
       {"POST", ["captures", id, "cancel"]} ->
         with {:ok, form} <- form(request),
              :ok <- check_csrf(request, form, config) do
-          Server.cancel(config.server, id)
+          Captures.cancel(config.server, id)
           redirect("/")
         end
 
@@ -200,7 +199,7 @@ defmodule FlameOn.Client.Web.Router do
         cross_process: form["cross_process"] in ["on", "true"]
       ]
 
-      case Server.start_capture(config.server, mfa, opts) do
+      case Captures.start_capture(config.server, mfa, opts) do
         {:ok, id} ->
           await_armed(config.server, id, mfa, 50)
           redirect("/captures/#{id}")
@@ -222,7 +221,7 @@ defmodule FlameOn.Client.Web.Router do
   defp await_armed(server, id, mfa, tries) do
     armed? = fn runner -> {mfa, runner} in FlameOn.Client.Node.Gates.waiting() end
 
-    case Server.capture(server, id) do
+    case Captures.capture(server, id) do
       {:ok, %{status: :waiting, runner: runner}} when tries > 0 ->
         unless armed?.(runner) do
           Process.sleep(20)
@@ -255,15 +254,24 @@ defmodule FlameOn.Client.Web.Router do
     end
   end
 
+  # the modes capture_next/2 takes (FlameOn.Client.Options); none given:
+  # its default
+  defp mode(blank) when blank in [nil, ""], do: {:ok, FlameOn.Client.Options.default_mode()}
+
   defp mode(text) do
-    case Map.fetch(@modes, text || "sample") do
-      {:ok, mode} -> {:ok, mode}
-      :error -> error(400, "the mode must be sample or nif, got: #{inspect(text)}")
+    names = for {name, _} <- FlameOn.Client.Options.modes(:capture_next), do: name
+
+    case Enum.find(names, &(Atom.to_string(&1) == text)) do
+      nil ->
+        error(400, "the mode must be one of #{Enum.join(names, ", ")}, got: #{inspect(text)}")
+
+      mode ->
+        {:ok, mode}
     end
   end
 
   defp capture_page(id, config) do
-    case Server.capture(config.server, id) do
+    case Captures.capture(config.server, id) do
       {:ok, %{status: :waiting} = capture} ->
         html(200, Pages.waiting(capture, config))
 
@@ -299,8 +307,7 @@ defmodule FlameOn.Client.Web.Router do
 
   @doc "A pid as the UI writes it in links: `0.123.0`."
   @spec pid_text(pid()) :: String.t()
-  def pid_text(pid),
-    do: pid |> :erlang.pid_to_list() |> to_string() |> String.trim("<") |> String.trim(">")
+  defdelegate pid_text(pid), to: Pages
 
   @downloads %{
     "folded" => {".folded", "text/plain; charset=utf-8"},
@@ -312,7 +319,7 @@ defmodule FlameOn.Client.Web.Router do
 
   @doc "The download formats, in the order the page lists them."
   @spec downloads() :: [String.t()]
-  def downloads, do: ~w(folded speedscope perfetto pprof svg)
+  defdelegate downloads(), to: Pages
 
   defp download(profile, format) do
     case Map.fetch(@downloads, format) do

@@ -3,8 +3,9 @@ defmodule FlameOn.Client.Web.Server do
   # One web UI: the listening socket, an acceptor, a process per
   # connection (at most :max_connections at once; past it a 503), and the
   # captures started from its form (at most :max_captures waiting at once;
-  # the last @kept_captures finished ones are remembered for their pages).
-  # Runs under FlameOn.Client.Web.Supervisor; see FlameOn.Client.Web.
+  # the last @kept_captures finished ones are remembered for their pages;
+  # FlameOn.Client.Web.Captures asks for them). Runs under
+  # FlameOn.Client.Web.Supervisor; see FlameOn.Client.Web.
 
   use GenServer, restart: :temporary
 
@@ -23,26 +24,6 @@ defmodule FlameOn.Client.Web.Server do
   @doc "This server's configuration (what the router needs)."
   @spec config(pid()) :: map()
   def config(server), do: GenServer.call(server, :config)
-
-  @doc """
-  Starts capturing the next call of `mfa` with capture_next `opts`.
-  `{:ok, id}`, or `{:error, reason}`: `:too_many_captures`,
-  `{:already_waiting, pid}`.
-  """
-  @spec start_capture(pid(), mfa(), keyword()) :: {:ok, String.t()} | {:error, term()}
-  def start_capture(server, mfa, opts), do: GenServer.call(server, {:start_capture, mfa, opts})
-
-  @doc "A capture's state: `{:ok, capture}` or `:error`."
-  @spec capture(pid(), String.t()) :: {:ok, map()} | :error
-  def capture(server, id), do: GenServer.call(server, {:capture, id})
-
-  @doc "The captures still waiting, oldest first."
-  @spec waiting(pid()) :: [map()]
-  def waiting(server), do: GenServer.call(server, :waiting)
-
-  @doc "Cancels a waiting capture (its runner is stopped; the pattern owner cleans up)."
-  @spec cancel(pid(), String.t()) :: :ok | :error
-  def cancel(server, id), do: GenServer.call(server, {:cancel, id})
 
   # --- server ---------------------------------------------------------------
 

@@ -1,0 +1,55 @@
+defmodule FlameOn.Client.Capture.Mode do
+  @moduledoc false
+  # How a traced process's stacks are captured: one module per mode
+  # (FlameOn.Client.Capture.Nif, .Process, .Sample), listed by name in
+  # FlameOn.Client.Options (the `:mode` option's values). The scopes
+  # (FlameOn.Client.Capture.Local, .CrossProcess) and the cross-process
+  # owner (FlameOn.Client.Owners.CrossProcess) ask the mode what they need
+  # and never which mode it is. Adding a mode is a module implementing
+  # this behaviour and its line in Options (see ARCHITECTURE.md).
+
+  alias FlameOn.Client.Core.Native
+
+  @typedoc "What a mode's watchers add to the profile: metrics by pid, counters."
+  @type watched :: %{metrics: %{pid() => list()}, stats: map()}
+
+  @doc "What the mode is, in a few words (the web form and `mix profile.flame --help` show it)."
+  @callback description() :: String.t()
+
+  @doc "The trace flags a traced process gets (the tracer is added where it goes)."
+  @callback flags() :: [atom()]
+
+  @doc "Whether the mode needs the call patterns on every function while it runs."
+  @callback call_patterns?() :: boolean()
+
+  @doc """
+  Who takes the traced processes' events: `:core` (the NIF tracer module
+  folds them into the core session in the traced process) or `:process` (a
+  `FlameOn.Client.Owners.Tracer` process takes trace messages and ingests
+  them).
+  """
+  @callback tracer() :: :core | :process
+
+  @doc """
+  Whether `watch/5` must see each process that joins a cross-process trace
+  (the trace's owner is then told of each one).
+  """
+  @callback follows_callees?() :: boolean()
+
+  @doc "Takes what the mode needs of the node besides patterns (raises when it cannot)."
+  @callback acquire(opts :: map()) :: :ok
+
+  @doc "Gives back what `acquire/1` took."
+  @callback release(opts :: map()) :: :ok
+
+  @doc """
+  `pid` is traced from now on (a root, a traced process, a gate's caller,
+  a follower): starts what watches it, if anything (a sampler). `root` is
+  the function its stacks start at, or nil.
+  """
+  @callback watch(watchers :: map(), Native.session(), pid(), opts :: map(), root :: mfa() | nil) ::
+              map()
+
+  @doc "The trace is over: stops the watchers; what they add to the profile."
+  @callback unwatch(watchers :: map()) :: watched()
+end
