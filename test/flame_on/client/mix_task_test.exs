@@ -141,7 +141,7 @@ defmodule FlameOn.Client.MixTaskTest do
       }
     }
 
-    assert Flame.self_times(profile) == [
+    assert FlameOn.Client.CLI.Report.self_times(profile) == [
              {"SLEEP", 20},
              {"m:g/0", 11},
              {"m:f/0", 5},
