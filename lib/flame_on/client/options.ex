@@ -10,8 +10,9 @@ defmodule FlameOn.Client.Options do
   running untraced in production). A value of the wrong kind raises
   `ArgumentError` saying what was expected.
 
-      iex> FlameOn.Client.profile(fn -> :ok end, threshold: 250)
-      ** (ArgumentError) unknown keys [:threshold] for FlameOn.Client.profile/2 (did you mean :timeout?); it takes: :cluster, :cross_process, :follow, :interval_us, :max_depth, :max_duration_ms, :max_fanout, :max_frames, :max_nodes, :max_pending_calls, :max_processes, :max_samples, :max_spans, :max_stack_bytes, :max_stack_frames, :mode, :name, :sleep, :split_status, :timeout
+      FlameOn.Client.trace("checkout", fn -> :ok end, threshold: 250)
+      ** (ArgumentError) unknown keys [:threshold] for FlameOn.Client.trace/3
+         (did you mean :threshold_ms?); it takes: :cluster, :cross_process, ...
 
   ## The options
 
@@ -86,6 +87,7 @@ defmodule FlameOn.Client.Options do
   memory; they start again below `resume_ratio` of it).
   """
 
+  alias FlameOn.Client.Options.Check
   alias FlameOn.Client.Shipper
 
   # The capture modes, by the `:mode` option's value: each a module of the
@@ -335,7 +337,8 @@ defmodule FlameOn.Client.Options do
 
       other ->
         raise ArgumentError,
-              "config :flame_on_client, :mode must be #{modes_text()}, got: #{inspect(other)}"
+              "config :flame_on_client, :mode must be #{Check.alternatives(Map.keys(@modes))}, " <>
+                "got: #{inspect(other)}"
     end
   end
 
@@ -366,43 +369,8 @@ defmodule FlameOn.Client.Options do
   # The options as given, a map, each key known to `entry` and each value
   # checked.
   defp given!(opts, entry) do
-    unless is_list(opts) and Enum.all?(opts, &match?({key, _} when is_atom(key), &1)) do
-      raise ArgumentError, "expected options to be a keyword list, got: #{inspect(opts)}"
-    end
-
     {what, keys} = Map.fetch!(@entries, entry)
-
-    case Enum.uniq(for {key, _} <- opts, key not in keys, do: key) do
-      [] -> :ok
-      unknown -> unknown!(unknown, what, keys)
-    end
-
-    Enum.each(opts, fn {key, value} -> check!(key, value) end)
-    Map.new(opts)
-  end
-
-  defp unknown!(unknown, what, keys) do
-    hint =
-      case suggest(hd(unknown), keys) do
-        nil -> ""
-        key -> " (did you mean #{inspect(key)}?)"
-      end
-
-    raise ArgumentError,
-          "unknown keys #{inspect(unknown)} for #{what}#{hint}; it takes: " <>
-            (keys |> Enum.sort() |> Enum.map_join(", ", &inspect/1))
-  end
-
-  defp suggest(key, keys) do
-    text = Atom.to_string(key)
-
-    keys
-    |> Enum.map(&{String.jaro_distance(text, Atom.to_string(&1)), &1})
-    |> Enum.max(fn -> {0, nil} end)
-    |> case do
-      {score, best} when score >= 0.8 -> best
-      _ -> nil
-    end
+    Check.given!(opts, what, keys, Map.keys(@modes))
   end
 
   # Every capture option, the given ones over the defaults.
@@ -441,124 +409,12 @@ defmodule FlameOn.Client.Options do
     end
   end
 
-  # --- values ---------------------------------------------------------------
-
-  @positive [
-              :max_duration_ms,
-              :max_samples,
-              :duration_ms,
-              :window_ms,
-              :max_timeout_ms,
-              :max_captures,
-              :max_connections,
-              :arm_timeout_ms,
-              :max_part_bytes
-            ] ++ @limit_keys
-
   @doc false
-  # Raises ArgumentError unless `value` is a valid `key`; nil stands for
-  # "not given" where a default or the environment fills it in.
+  # Raises ArgumentError unless `value` is a valid `key`.
   @spec check!(atom(), term()) :: :ok
-  def check!(key, value) do
-    case check(key, value) do
-      :ok -> :ok
-      {:error, expected} -> invalid!(key, expected, value)
-    end
-  end
-
-  defp check(key, n) when key in @positive and is_integer(n) and n > 0, do: :ok
-  defp check(key, _) when key in @positive, do: {:error, "a positive integer"}
-  defp check(:name, name) when is_binary(name), do: :ok
-  defp check(:name, _), do: {:error, "a string"}
-  defp check(:mode, mode) when mode == nil or is_map_key(@modes, mode), do: :ok
-  defp check(:mode, _), do: {:error, modes_text()}
-  defp check(:timeout, :infinity), do: :ok
-  defp check(:timeout, ms) when is_integer(ms) and ms > 0 and ms <= 4_294_967_295, do: :ok
-  defp check(:timeout, _), do: {:error, "a positive integer or :infinity"}
-  defp check(:cross_process, flag) when is_boolean(flag) or is_nil(flag), do: :ok
-  defp check(:cross_process, _), do: {:error, "a boolean"}
-  defp check(:follow, follow) when follow in [:messages, :calls], do: :ok
-  defp check(:follow, _), do: {:error, ":messages or :calls"}
-  defp check(:sleep, view) when view in [:default, :raw], do: :ok
-  defp check(:sleep, _), do: {:error, ":default or :raw"}
-  defp check(:cluster, false), do: :ok
-  defp check(:cluster, config) when is_list(config), do: cluster!(config)
-  defp check(:cluster, _), do: {:error, "false or a keyword list"}
-  defp check(:interval_us, us) when is_integer(us) and us >= 1_000, do: :ok
-  defp check(:interval_us, _), do: {:error, "an integer of at least 1000"}
-  defp check(:split_status, flag) when is_boolean(flag), do: :ok
-  defp check(:split_status, _), do: {:error, "a boolean"}
-  defp check(:sample_rate, nil), do: :ok
-  defp check(:sample_rate, rate) when is_number(rate) and rate >= 0 and rate <= 1, do: :ok
-  defp check(:sample_rate, _), do: {:error, "a number from 0.0 to 1.0"}
-  defp check(:threshold_ms, nil), do: :ok
-  defp check(:threshold_ms, ms) when is_number(ms) and ms >= 0, do: :ok
-  defp check(:threshold_ms, _), do: {:error, "a non-negative number"}
-  # checked (and raised on) by Shipper.normalize!/1, with its own messages
-  defp check(:shipper, _), do: :ok
-  defp check(:store, flag) when is_boolean(flag), do: :ok
-  defp check(:store, _), do: {:error, "a boolean"}
-  defp check(:type, type) when type in [:call_time, :call_memory], do: :ok
-  defp check(:type, _), do: {:error, ":call_time or :call_memory"}
-  defp check(:set_on_spawn, flag) when is_boolean(flag), do: :ok
-  defp check(:set_on_spawn, _), do: {:error, "a boolean"}
-  defp check(:dir, dir) when is_binary(dir) and dir != "", do: :ok
-  defp check(:dir, _), do: {:error, "a non-empty string"}
-  defp check(:formats, formats), do: formats(formats)
-  defp check(:summary, n) when n == :all or (is_integer(n) and n > 0), do: :ok
-  defp check(:summary, _), do: {:error, "a positive integer or :all"}
-  defp check(:port, port) when is_integer(port) and port in 0..65_535, do: :ok
-  defp check(:port, _), do: {:error, "an integer from 0 to 65535"}
-  defp check(:ip, ip), do: ip(ip)
-  defp check(:token, nil), do: :ok
-  defp check(:token, token) when is_binary(token) and token != "", do: :ok
-  defp check(:token, _), do: {:error, "a non-empty string"}
-  defp check(:nodes, nodes) when is_list(nodes), do: nodes(nodes)
-  defp check(:nodes, _), do: {:error, "a list of nodes"}
-
-  defp modes_text do
-    [last | rest] = @modes |> Map.keys() |> Enum.sort() |> Enum.map(&inspect/1) |> Enum.reverse()
-    Enum.join(Enum.reverse(rest), ", ") <> " or " <> last
-  end
-
-  defp formats(formats) when is_list(formats) and formats != [] do
-    known = FlameOn.Client.Export.formats()
-
-    case Enum.find(formats, &(&1 not in known)) do
-      nil ->
-        :ok
-
-      format ->
-        raise ArgumentError,
-              "unknown export format #{inspect(format)}, expected one of #{inspect(known)}"
-    end
-  end
-
-  defp formats(_), do: {:error, "a non-empty list of export formats"}
-
-  defp ip(ip) when is_tuple(ip) do
-    case :inet.ntoa(ip) do
-      {:error, _} -> {:error, "an IP address"}
-      _ -> :ok
-    end
-  end
-
-  defp ip(text) when is_binary(text) do
-    case :inet.parse_address(String.to_charlist(text)) do
-      {:ok, _} -> :ok
-      {:error, _} -> {:error, "an IP address"}
-    end
-  end
-
-  defp ip(_), do: {:error, "an IP address"}
-
-  defp nodes(nodes) do
-    if Enum.all?(nodes, &is_atom/1), do: :ok, else: {:error, "a list of nodes"}
-  end
+  def check!(key, value), do: Check.check!(key, value, Map.keys(@modes))
 
   @doc false
   @spec invalid!(atom(), String.t(), term()) :: no_return()
-  def invalid!(key, expected, got) do
-    raise ArgumentError, "expected #{inspect(key)} to be #{expected}, got: #{inspect(got)}"
-  end
+  defdelegate invalid!(key, expected, got), to: Check
 end

@@ -122,7 +122,7 @@ defmodule FlameOn.Client.Cluster.Merge do
       processes: map_size(part.stacks),
       bytes: part.bytes,
       truncated_stack_entries: part.truncated_stacks,
-      # mode :sample: its samplers' counters (FlameOn.Client.Sampling.Sampler.summarize/1)
+      # mode :sample: its samplers' counters (FlameOn.Client.Sampling.Results.summarize/1)
       # and the metric entries left out to fit
       sampling: Map.get(part, :sampled, %{}),
       truncated_metric_entries: Map.get(part, :truncated_metrics, 0)

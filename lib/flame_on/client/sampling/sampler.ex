@@ -48,47 +48,13 @@ defmodule FlameOn.Client.Sampling.Sampler do
   # metrics are dropped and counted (`dropped_metrics`).
 
   alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Sampling.Budget
+  alias FlameOn.Client.Sampling.{Budget, Results, Tick}
 
-  @status_module :"$status"
   # The VM keeps at most 64 frames of a stack trace (MAX_BACKTRACE_SIZE).
   @max_backtrace_depth 64
   # A sleeping sampler looks again after this many intervals even if no
   # `in` came (someone may have taken the target's trace flags away).
   @max_sleep_intervals 100
-  # The root of a stack the VM cut at backtrace_depth.
-  @cut_frame {:"$cut", :"…", 0}
-  # The counters of a sampler that took no sample.
-  @no_samples %{
-    metrics: [],
-    samples: 0,
-    same_samples: 0,
-    late_ticks: 0,
-    throttled_ticks: 0,
-    dropped_metrics: 0,
-    slept_samples: 0
-  }
-
-  @typedoc "One sample's metrics."
-  @type metric :: %{
-          t_us: integer(),
-          status: atom(),
-          message_queue_len: non_neg_integer(),
-          memory: non_neg_integer(),
-          reductions: non_neg_integer()
-        }
-
-  @typedoc "What a stopped sampler hands back."
-  @type result :: %{
-          metrics: [metric()],
-          samples: non_neg_integer(),
-          same_samples: non_neg_integer(),
-          late_ticks: non_neg_integer(),
-          throttled_ticks: non_neg_integer(),
-          dropped_metrics: non_neg_integer(),
-          slept_samples: non_neg_integer()
-        }
-
   @doc """
   Starts sampling `target` into `native`. Options: `:interval_us`
   (required, at least 1000), `:split_status` (prefix each stack with its
@@ -130,7 +96,7 @@ defmodule FlameOn.Client.Sampling.Sampler do
         budget: Budget.budget(),
         kept: 0
       }
-      |> Map.merge(@no_samples)
+      |> Map.merge(Results.none())
 
     owner = Keyword.get(opts, :owner, self())
     spawner = self()
@@ -163,7 +129,7 @@ defmodule FlameOn.Client.Sampling.Sampler do
     # starts there and not before the sampler's spawn.
     {state, {deadline, _late}} =
       if target == self(),
-        do: {tick(%{state | own: true}), next_deadline(now_us(), interval_us)},
+        do: {Tick.tick(%{state | own: true}), next_deadline(now_us(), interval_us)},
         else: {state, {now_us(), 0}}
 
     send(sampler, {:begin, spawner, %{state | own: false}, deadline})
@@ -174,7 +140,8 @@ defmodule FlameOn.Client.Sampling.Sampler do
   # sampler could only run when its target yields: every sample would land
   # in a wait and every CPU burst go unseen (measured: all of them did). So
   # it is bound to another scheduler, with the VM's `{:scheduler, n}` spawn
-  # option (not documented; a plain spawn where it is refused).
+  # option (not documented; a plain spawn where it is refused). A proc_lib
+  # process: a crash of one is reported as any OTP process's is.
   defp spawn_beside(fun) do
     online = :erlang.system_info(:schedulers_online)
     current = :erlang.system_info(:scheduler_id)
@@ -182,12 +149,12 @@ defmodule FlameOn.Client.Sampling.Sampler do
     # comparisons, not `in` a range: no protocol dispatch, which can mean
     # loading a module (tens of ms on a node in interactive mode)
     if online > 1 and current >= 1 and current <= online do
-      :erlang.spawn_opt(fun, [{:scheduler, rem(current, online) + 1}])
+      :proc_lib.spawn_opt(fun, [{:scheduler, rem(current, online) + 1}])
     else
-      spawn(fun)
+      :proc_lib.spawn(fun)
     end
   rescue
-    ArgumentError -> spawn(fun)
+    ArgumentError -> :proc_lib.spawn(fun)
   end
 
   @doc """
@@ -202,7 +169,7 @@ defmodule FlameOn.Client.Sampling.Sampler do
   end
 
   @doc "Stops the sampler and returns its counters and metrics series."
-  @spec stop(pid()) :: result()
+  @spec stop(pid()) :: Results.t()
   def stop(sampler) do
     ref = Process.monitor(sampler)
     send(sampler, {:stop, self(), ref})
@@ -213,68 +180,26 @@ defmodule FlameOn.Client.Sampling.Sampler do
         result
 
       {:DOWN, ^ref, :process, _, _} ->
-        @no_samples
+        Results.none()
     end
   end
 
   @doc """
-  `pid` serves a cross-process trace again: its sampler in `samplers` (by
-  pid) is woken, or a new one started (`start/3` with `opts`). Returns the
-  samplers by pid.
-  """
-  @spec sample_callee(%{pid() => pid()}, Native.session(), pid(), keyword()) :: %{pid() => pid()}
-  def sample_callee(samplers, native, pid, opts) do
-    case samplers do
-      %{^pid => sampler} ->
-        wake(sampler)
-        samplers
-
-      _ ->
-        Map.put(samplers, pid, start(native, pid, opts))
-    end
-  end
-
-  @doc """
-  Stops the samplers by pid and summarizes them (`summarize/1`) with the
+  Stops the samplers by pid and summarizes them (`Results.summarize/1`) with the
   results already in `more` (`[{pid, result}]`); no sampler at all gives
   no metrics and no counters (an exact trace has none).
   """
-  @spec stop_all(%{pid() => pid()}, [{pid(), result()}]) :: %{metrics: map(), stats: map()}
+  @spec stop_all(%{pid() => pid()}, [{pid(), Results.t()}]) :: %{metrics: map(), stats: map()}
   def stop_all(samplers, more \\ []) do
     case Enum.map(samplers, fn {pid, sampler} -> {pid, stop(sampler)} end) ++ more do
       [] -> %{metrics: %{}, stats: %{}}
-      by_pid -> summarize(by_pid)
+      by_pid -> Results.summarize(by_pid)
     end
-  end
-
-  @doc """
-  What the stopped samplers of one trace (`[{pid, result}]`) add to its
-  profile: `metrics` by pid (processes with none left out) and the `stats`
-  counters `late_ticks`, `throttled_ticks`, `same_samples` (samples of a
-  waiting process that repeated its stack without asking it),
-  `slept_samples` (those of them its sampler slept through),
-  `dropped_metrics` and `sampled_processes`.
-  """
-  @spec summarize([{pid(), result()}]) :: %{metrics: map(), stats: map()}
-  def summarize(results) do
-    sum = fn key -> Enum.sum(for {_, r} <- results, do: Map.fetch!(r, key)) end
-
-    %{
-      metrics: for({pid, %{metrics: [_ | _] = m}} <- results, into: %{}, do: {pid, m}),
-      stats: %{
-        late_ticks: sum.(:late_ticks),
-        throttled_ticks: sum.(:throttled_ticks),
-        same_samples: sum.(:same_samples),
-        slept_samples: sum.(:slept_samples),
-        dropped_metrics: sum.(:dropped_metrics),
-        sampled_processes: length(results)
-      }
-    }
   end
 
   @doc "The status frame that `split_status: true` puts at the root of each stack."
   @spec status_frame(atom()) :: {atom(), atom(), 0}
-  def status_frame(status), do: {@status_module, status, 0}
+  defdelegate status_frame(status), to: Tick
 
   @doc """
   The `backtrace_depth` samples of stacks folded at `max_depth` need:
@@ -284,7 +209,7 @@ defmodule FlameOn.Client.Sampling.Sampler do
   def backtrace_depth(max_depth), do: min(max_depth + 1, @max_backtrace_depth)
 
   defp loop(state, deadline) do
-    case tick(state) do
+    case Tick.tick(state) do
       %{idle: true} = state ->
         Budget.leave()
         idle(%{state | idle: false})
@@ -388,7 +313,7 @@ defmodule FlameOn.Client.Sampling.Sampler do
         now = now_us()
 
         Enum.reduce(1..slept, state, fn k, state ->
-          keep(state, %{last | t_us: from + div(k * (now - from), slept + 1)})
+          Tick.keep(state, %{last | t_us: from + div(k * (now - from), slept + 1)})
         end)
 
       _stopped_or_idle ->
@@ -465,134 +390,10 @@ defmodule FlameOn.Client.Sampling.Sampler do
     end
   end
 
-  defp tick(%{target: target} = state) do
-    case Process.info(target, [:status, :message_queue_len, :reductions]) do
-      [status: status, message_queue_len: mql, reductions: reds] ->
-        if unchanged?(state, status, reds),
-          do: %{fold(state, :same, status, mql, state.last_memory, reds) | sleepy: not state.own},
-          else: ask(state, status, mql, reds)
-
-      # the target exited
-      nil ->
-        state
-    end
-  end
-
-  # Waiting where the last answered request found it, and it has run no
-  # code since: answering cost it one reduction, anything else more. With
-  # split_status the repeated stack also repeats its status frame.
-  defp unchanged?(state, status, reds) do
-    status == :waiting and reds == state.idle_reductions and
-      (not state.split_status or state.last_status == :waiting)
-  end
-
-  defp ask(%{target: target} = state, status, mql, reds) do
-    case Process.info(target, [:current_stacktrace, :memory, :reductions]) do
-      [current_stacktrace: stack, memory: memory, reductions: answered] ->
-        stack =
-          stack
-          |> drop_own(state)
-          |> trim(state.root, state.depth)
-          |> with_status(status, state.split_status)
-
-        # A process sampling itself answers without a signal.
-        idle = if state.own, do: nil, else: answered + 1
-        # Seen waiting, and it answered before running anything: the stack
-        # is where the whole wait it is in was spent. A process sampling
-        # itself does so as its trace begins: its work comes after.
-        how =
-          cond do
-            state.own -> :leading
-            status == :waiting and answered == reds -> :waited
-            true -> :plain
-          end
-
-        state = %{state | idle_reductions: idle, last_memory: memory}
-        fold(state, {stack, how}, status, mql, memory, reds)
-
-      nil ->
-        state
-    end
-  end
-
-  # sampled: :same, or {stack, how}
-  defp fold(%{target: target} = state, sampled, status, mql, memory, reds) do
-    weight = reductions_since(state.last_reductions, reds)
-    state = %{state | last_reductions: reds, last_status: status}
-    {stack, how} = with :same <- sampled, do: {:same, :plain}
-
-    case Native.sample(state.native, target, stack, weight, how) do
-      :ok ->
-        metric = %{
-          t_us: now_us(),
-          status: status,
-          message_queue_len: mql,
-          memory: memory,
-          reductions: reds
-        }
-
-        same = if stack == :same, do: 1, else: 0
-
-        keep(
-          %{
-            state
-            | samples: state.samples + 1,
-              same_samples: state.same_samples + same,
-              last_metric: metric
-          },
-          metric
-        )
-
-      :stopped ->
-        state
-
-      # A callee between requests of the trace: nothing to sample until
-      # the trace's owner wakes us for its next one. Its work meanwhile
-      # is no part of the trace: the first sample after waking weighs 0,
-      # and its stack is asked for again.
-      :idle ->
-        %{state | idle: true, last_reductions: nil, idle_reductions: nil}
-    end
-  end
-
-  # A process's reduction count only grows; the first sample weighs 0.
-  defp reductions_since(nil, _reds), do: 0
-  defp reductions_since(last, reds), do: max(reds - last, 0)
-
-  defp keep(%{kept: kept, max_samples: max} = state, _metric) when kept >= max,
-    do: %{state | dropped_metrics: state.dropped_metrics + 1}
-
-  defp keep(state, metric), do: %{state | metrics: [metric | state.metrics], kept: state.kept + 1}
-
-  # A process sampling itself: the frames from the root frame out.
-  defp drop_own(stack, %{own: true, root: {m, f, a}}),
-    do: Enum.drop_while(stack, &(not match?({^m, ^f, ^a, _}, &1)))
-
-  defp drop_own(stack, _state), do: stack
-
-  # Innermost first: drop what lies outside the innermost frame of `root`.
-  # A stack cut by backtrace_depth (the VM keeps at most 64 frames) has no
-  # root frame: it gets a "…" root instead, so it is not taken for a
-  # stack that starts there.
-  defp trim(stack, nil, _depth), do: stack
-
-  defp trim(stack, {m, f, a}, depth) do
-    case Enum.find_index(stack, &match?({^m, ^f, ^a, _}, &1)) do
-      nil -> if length(stack) >= depth, do: stack ++ [@cut_frame], else: stack
-      index -> Enum.take(stack, index + 1)
-    end
-  end
-
-  defp with_status(stack, _status, false), do: stack
-  defp with_status(stack, status, true), do: stack ++ [status_frame(status)]
-
   defp result(state) do
     Budget.leave()
-
-    state
-    |> Map.take(Map.keys(@no_samples))
-    |> Map.put(:metrics, Enum.reverse(state.metrics))
+    Results.of(state)
   end
 
-  defp now_us, do: System.monotonic_time(:microsecond)
+  defp now_us, do: Tick.now_us()
 end
