@@ -72,19 +72,17 @@ defmodule FlameOn.Client do
       `false` arms no node; a keyword list may give `:nodes`,
       `:arm_timeout_ms` (`1_000`) and `:max_part_bytes` (`4_000_000`).
     * `:mode` (`:nif`) – how the profile is captured. `:nif`: the NIF is
-      the tracer module (`{:tracer, FlameOn.Client.Core.Native, key}`), so the
-      VM hands each call event to the NIF inside the traced process, which
-      appends it to the session's bounded buffer (no message, copy or
-      mailbox) for a native thread to fold into the session. `:process`: a
-      `FlameOn.Client.Owners.Tracer` process is the tracer and ingests trace
-      messages in batches (portable baseline; a burst of events queues in
-      its mailbox). Both give the same exact stacks for the same events.
-      `:sample`: **no call breakpoints** – a `FlameOn.Client.Sampling.Sampler`
-      samples the process's stack every `:interval_us`, and the
-      `:running` trace flag gives its exact on- and off-CPU time; stacks
-      still add up to the traced wall time, and `profile.metrics` holds
-      each sample's status, queue length, memory and reductions. See "Cost"
-      below for when to use which.
+      the tracer module, so the VM hands each call event to the NIF inside
+      the traced process, which appends it to a bounded buffer (no message,
+      copy or mailbox) for a native thread to fold. `:process`: a tracer
+      process ingests the trace messages in batches (the portable
+      baseline; a burst of events queues in its mailbox). Both give the
+      same exact stacks for the same events. `:sample`: **no call
+      breakpoints** – the process's stack is sampled every `:interval_us`
+      and the `:running` trace flag gives its exact on- and off-CPU time;
+      stacks still add up to the traced wall time, and `profile.metrics`
+      holds each sample's status, queue length, memory and reductions. See
+      "Cost" below for when to use which.
     * `:interval_us` (`1_000`) – mode `:sample`: the sampling interval,
       at least 1000 (the VM's timers tick in milliseconds).
     * `:split_status` (`false`) – mode `:sample`: put each sample's
@@ -94,10 +92,10 @@ defmodule FlameOn.Client do
     * `:max_samples` (`100_000`) – mode `:sample`: samples whose metrics
       `profile.metrics` keeps per process; later ones still fold their
       stacks, and `stats.dropped_metrics` counts them.
-    * `:timeout` (`30_000`) – (`:process` mode) milliseconds the trace session may spend, after
-      the function returns, on trace messages still queued; what is left
-      after that is dropped and counted in `stats.dropped_events`. A positive
-      integer or `:infinity`.
+    * `:timeout` (`30_000`) – mode `:process`: milliseconds the tracer
+      process may spend, after the function returns, on trace messages
+      still queued; what is left is dropped and counted in
+      `stats.dropped_events`. A positive integer or `:infinity`.
 
   Limits are positive integers; the NIF also caps each one (for example
   `:max_nodes` at 50 million) and an out-of-range value raises
@@ -108,13 +106,12 @@ defmodule FlameOn.Client do
 
   In modes `:nif` and `:process`, while any trace runs, call trace patterns
   are set on every function of the node, so **every process pays a
-  breakpoint check on each call**, not only the traced one (see
-  `FlameOn.Client.Node.Patterns`; measured 1.2x on untraced Enum/Map code and
-  3-4x on untraced tight recursion). Use them on a development machine, or
-  where exact call counts and every frame matter. On OTP 27+ each trace has
-  its patterns in a trace session of its own (see
-  `FlameOn.Client.Node.TraceBackend`): other tracing tools are left alone, but
-  concurrent exact traces each add their breakpoint check.
+  breakpoint check on each call**, not only the traced one (measured 1.2x
+  on untraced Enum/Map code and 3-4x on untraced tight recursion). Use
+  them on a development machine, or where exact call counts and every
+  frame matter. On OTP 27+ each trace has its patterns in an OTP trace
+  session of its own: other tracing tools are left alone, but concurrent
+  exact traces each add their breakpoint check.
 
   Mode `:sample` sets no pattern: other processes pay nothing. The traced
   process pays one stack read (a signal it answers at its next safe point,
@@ -132,8 +129,7 @@ defmodule FlameOn.Client do
   require Logger
 
   alias FlameOn.Client.{Capture, Options, Profile}
-  alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Node.{Breaker, Patterns, TraceBackend}
+  alias FlameOn.Client.Node.TraceBackend
 
   @typedoc "An option of `profile/2`; see the module documentation."
   @type option ::
@@ -352,7 +348,7 @@ defmodule FlameOn.Client do
     else
       {outcome, profile} ->
         Process.delete(key)
-        FlameOn.Client.Shipper.keep(profile, settings)
+        FlameOn.Client.TraceStore.keep(profile, settings)
         return(outcome)
     end
   end
@@ -390,37 +386,20 @@ defmodule FlameOn.Client do
       iex> is_integer(sessions)
       true
 
-  Keys: `:breaker` (`:closed` or `{:open, reason}`, see
-  `FlameOn.Client.Node.Breaker`), `:sessions` (live session resources),
+  Keys: `:breaker` (`:closed` or `{:open, reason}`: new traces do not
+  start while it is open, see `:breaker` in `FlameOn.Client.Options`),
+  `:sessions` (live core sessions: the C state of a trace),
   `:sessions_memory_bytes` (their tables), `:node_memory_bytes`,
   `:pattern_users` (traces holding the call patterns), `:trace_sessions`
-  (the VM's trace sessions of ours, OTP 27+; see
-  `FlameOn.Client.Node.TraceBackend`), `:sample_traces`
-  (sampling processes and sessions holding a raised `backtrace_depth`),
-  `:active_samplers` and `:sample_budget` (the samplers sampling now, and
-  the node's samples per second they share, see
-  `FlameOn.Client.Sampling.Budget`), `:session_processes` (`:process`-mode
-  sessions running), `:captures_waiting` (`capture_next/2` calls waiting
-  for their call: `[{mfa, pid}]`) and `:trace_store` (the recent traces
-  kept, their size and bounds, see `FlameOn.Client.TraceStore`).
+  (OTP trace sessions of ours, OTP 27+), `:sample_traces` (traces holding
+  a raised `backtrace_depth`), `:active_samplers` and `:sample_budget`
+  (the samplers sampling now, and the node's samples per second they
+  share, `:sample_budget` in `FlameOn.Client.Options`), `:owners` (the
+  processes that own a running trace or keep a finished one's profile),
+  `:captures_waiting` (`capture_next/2` calls waiting for their call:
+  `[{mfa, pid}]`) and `:trace_store` (the recent traces kept, their size
+  and bounds, see `FlameOn.Client.TraceStore`).
   """
   @spec status() :: map()
-  def status do
-    Breaker.check()
-
-    %{
-      breaker: if(reason = Breaker.state(), do: {:open, reason}, else: :closed),
-      sessions: Native.live_sessions(),
-      sessions_memory_bytes: Native.session_bytes(),
-      node_memory_bytes: :erlang.memory(:total),
-      pattern_users: Patterns.users(),
-      trace_sessions: length(TraceBackend.our_sessions()),
-      sample_traces: FlameOn.Client.Node.BacktraceDepth.users(),
-      active_samplers: FlameOn.Client.Sampling.Budget.active(),
-      sample_budget: FlameOn.Client.Sampling.Budget.budget(),
-      session_processes: DynamicSupervisor.count_children(FlameOn.Client.OwnerSupervisor).active,
-      captures_waiting: FlameOn.Client.Node.Gates.waiting(),
-      trace_store: FlameOn.Client.TraceStore.stats()
-    }
-  end
+  defdelegate status(), to: FlameOn.Client.Node.Status
 end

@@ -1,93 +1,5 @@
 defmodule FlameOn.Client.Options do
-  @moduledoc """
-  Every option of every entry point, with its default, checked in one
-  place.
-
-  Each entry point takes the options listed for it below and nothing else:
-  an unknown or misspelt key raises `ArgumentError` naming it and listing
-  the keys that entry point takes (`trace/3` too: a misspelt option is a
-  programming error, so it surfaces in development and tests instead of
-  running untraced in production). A value of the wrong kind raises
-  `ArgumentError` saying what was expected.
-
-      FlameOn.Client.trace("checkout", fn -> :ok end, threshold: 250)
-      ** (ArgumentError) unknown keys [:threshold] for FlameOn.Client.trace/3
-         (did you mean :threshold_ms?); it takes: :cluster, :cross_process, ...
-
-  ## The options
-
-  What each one means is documented at the entry point that takes it
-  (`FlameOn.Client.profile/2` for the capture options). The defaults:
-
-  | option | default |
-  |---|---|
-  | `:name` | `"flame_on"` |
-  | `:mode` | `:nif` for `profile/2` and `mix profile.flame`; for the entry points meant for application code (`trace/3`, `start_trace/2`, telemetry, `capture_next/2`, the web form): the application environment's `:mode`, else `:sample` |
-  | `:timeout` | `30_000` |
-  | `:cross_process` | the application environment's `:cross_process`, else `false` |
-  | `:follow` | `:messages` |
-  | `:sleep` | `:default` |
-  | `:cluster` | `[]` |
-  | `:max_duration_ms` | `60_000` |
-  | `:interval_us` | `1_000` |
-  | `:split_status` | `false` |
-  | `:max_samples` | `100_000` |
-  | `:max_nodes` | `200_000` |
-  | `:max_depth` | `512` |
-  | `:max_processes` | `10_000` |
-  | `:max_frames` | `100_000` |
-  | `:max_stack_frames` | `100_000` |
-  | `:max_stack_bytes` | `67_108_864` (64 MiB) |
-  | `:max_spans` | `10_000` |
-  | `:max_pending_calls` | `4_096` |
-  | `:max_fanout` | `1_000` |
-  | `:sample_rate` | the application environment's, else `1.0` |
-  | `:threshold_ms` | the application environment's, else `0` |
-  | `:shipper` | the application environment's, else none |
-
-  ## Which entry point takes which
-
-    * `FlameOn.Client.profile/2`: the capture options `#{inspect([:name, :mode, :timeout])}`,
-      sampling (`:interval_us`, `:split_status`, `:max_samples`), limits
-      (`:max_nodes`, `:max_depth`, `:max_processes`, `:max_frames`,
-      `:max_stack_frames`, `:max_stack_bytes`) and cross-process
-      (`:cross_process`, `:follow`, `:sleep`, `:cluster`,
-      `:max_duration_ms`, `:max_spans`, `:max_pending_calls`, `:max_fanout`).
-    * `FlameOn.Client.trace/3`: those of `profile/2`, `:sample_rate`,
-      `:threshold_ms` and `:shipper`.
-    * `FlameOn.Client.start_trace/2`: `:name`, `:mode` (`:sample` or
-      `:process`; `:nif` reads as `:process`), `:duration_ms`, `:timeout`,
-      `:threshold_ms`, `:shipper`, `:sample_rate` (accepted and not used),
-      sampling and limits; `start_trace({:top, n}, ...)` also
-      `:window_ms`.
-    * `FlameOn.Client.Telemetry`: `:name`, `:mode` (as `start_trace/2`),
-      `:max_duration_ms`, `:sample_rate`, `:threshold_ms`, `:shipper`,
-      sampling and limits.
-    * `FlameOn.Client.capture_next/2`: those of `profile/2` (`:mode`
-      `:process` reads as `:nif`; `:timeout` is how long to wait for the
-      call), `:shipper` and `:store`.
-    * `FlameOn.Client.summary/2`: `:type`, `:set_on_spawn`, `:name`.
-    * `FlameOn.Client.ExUnit.start/1`: `:dir`, `:formats`, `:summary` and
-      those of `profile/2` but `:name`; a `flame:` tag the same but
-      `:summary`.
-    * `FlameOn.Client.Web.start/1`: `:port`, `:ip`, `:token`,
-      `:max_timeout_ms`, `:max_captures`, `:max_connections`.
-    * `:cluster` (a keyword list): `:nodes`, `:arm_timeout_ms`,
-      `:max_part_bytes`.
-
-  ## Application environment
-
-  `config :flame_on_client, ...`: `:mode`, `:cross_process`,
-  `:sample_rate`, `:threshold_ms`, `:shipper` (defaults of the options
-  above), `:sample_budget` (`2_000` samples a second, or `:infinity`; see
-  `FlameOn.Client.status/0`), `:trace_store` (`max_traces: 50,
-  max_memory_mb: 64`), `:breaker` (`max_sessions_memory_mb: 512,
-  max_node_memory_mb: nil, resume_ratio: 0.8`: new traces do not start
-  while the live core sessions, or the node if a limit is set, hold more
-  memory; they start again below `resume_ratio` of it).
-  """
-
-  alias FlameOn.Client.Options.Check
+  alias FlameOn.Client.Options.{Check, Config}
   alias FlameOn.Client.Shipper
 
   # The capture modes, by the `:mode` option's value: each a module of the
@@ -123,8 +35,8 @@ defmodule FlameOn.Client.Options do
   @sampling_keys Keyword.keys(@sampling)
   @capture_keys Keyword.keys(@capture)
 
-  # The keys each entry point takes.
-  @entries %{
+  # The keys each entry point takes, in the order the docs list them.
+  @entries [
     profile: {"FlameOn.Client.profile/2", @capture_keys},
     trace: {"FlameOn.Client.trace/3", @capture_keys ++ Keyword.keys(@shipping)},
     start_trace:
@@ -148,7 +60,84 @@ defmodule FlameOn.Client.Options do
       {"FlameOn.Client.Web.start/1",
        [:port, :ip, :token, :max_timeout_ms, :max_captures, :max_connections]},
     cluster: {"the :cluster option", [:nodes, :arm_timeout_ms, :max_part_bytes]}
+  ]
+
+  # How a default that is not a value reads in the docs.
+  @default_notes %{
+    mode:
+      "`:nif` for `profile/2` and `mix profile.flame`; for the entry points meant " <>
+        "for application code (`trace/3`, `start_trace/2`, telemetry, `capture_next/2`, " <>
+        "the web form): the application environment's `:mode`, else `:sample`",
+    cross_process: "the application environment's `:cross_process`, else `false`",
+    max_stack_bytes: "`67_108_864` (64 MiB)",
+    sample_rate: "the application environment's, else `1.0`",
+    threshold_ms: "the application environment's, else `0`",
+    shipper: "the application environment's, else none"
   }
+
+  # The docs' tables, from the lists above: they cannot drift.
+  @defaults_doc (for {key, default} <- @capture ++ @shipping, into: "" do
+                   text =
+                     case default do
+                       n when is_integer(n) ->
+                         n
+                         |> Integer.to_string()
+                         |> String.reverse()
+                         |> String.replace(~r/(\d{3})(?=\d)/, "\\1_")
+                         |> String.reverse()
+
+                       other ->
+                         inspect(other)
+                     end
+
+                   "| `#{inspect(key)}` | #{Map.get(@default_notes, key, "`#{text}`")} |\n"
+                 end)
+  @entries_doc (for {_entry, {what, keys}} <- @entries, into: "" do
+                  "  * #{what}: #{keys |> Enum.sort() |> Enum.map_join(", ", &"`#{inspect(&1)}`")}\n"
+                end)
+
+  @moduledoc """
+  Every option of every entry point, with its default, checked in one
+  place.
+
+  Each entry point takes the options listed for it below and nothing else:
+  an unknown or misspelt key raises `ArgumentError` naming it and listing
+  the keys that entry point takes (`trace/3` too: a misspelt option is a
+  programming error, so it surfaces in development and tests instead of
+  running untraced in production). A value of the wrong kind raises
+  `ArgumentError` saying what was expected.
+
+      FlameOn.Client.trace("checkout", fn -> :ok end, threshold: 250)
+      ** (ArgumentError) unknown keys [:threshold] for FlameOn.Client.trace/3
+         (did you mean :threshold_ms?); it takes: :cluster, :cross_process, ...
+
+  ## The options
+
+  What each one means is documented at the entry point that takes it
+  (`FlameOn.Client.profile/2` for the capture options). The defaults:
+
+  | option | default |
+  |---|---|
+  #{@defaults_doc}
+  ## Which entry point takes which
+
+  #{@entries_doc}
+  `start_trace/2` and telemetry take `:mode` `:sample` or `:process`
+  (`:nif` reads as `:process`); `start_trace/2` accepts `:sample_rate` and
+  does not use it. `capture_next/2` reads `:mode` `:process` as `:nif`, and
+  its `:timeout` is how long to wait for the call.
+
+  ## Application environment
+
+  `config :flame_on_client, ...`: `:mode`, `:cross_process`,
+  `:sample_rate`, `:threshold_ms`, `:shipper` (defaults of the options
+  above), `:sample_budget` (`2_000` samples a second, or `:infinity`; see
+  `FlameOn.Client.status/0`), `:trace_store` (`max_traces: 50,
+  max_memory_mb: 64`), `:breaker` (`max_sessions_memory_mb: 512,
+  max_node_memory_mb: nil, resume_ratio: 0.8`: new traces do not start
+  while the live core sessions, or the node if a limit is set, hold more
+  memory; they start again below `resume_ratio` of it).
+  """
 
   @typedoc "An entry point (see the module documentation)."
   @type entry ::
@@ -315,6 +304,18 @@ defmodule FlameOn.Client.Options do
 
   # --- shared ---------------------------------------------------------------
 
+  @doc "`config :flame_on_client, :breaker`, with its defaults."
+  @spec breaker() :: keyword()
+  defdelegate breaker(), to: Config
+
+  @doc "`config :flame_on_client, :trace_store`, with its defaults."
+  @spec trace_store() :: keyword()
+  defdelegate trace_store(), to: Config
+
+  @doc "`config :flame_on_client, :sample_budget` (samples a second, or `:infinity`)."
+  @spec sample_budget() :: pos_integer() | :infinity
+  defdelegate sample_budget(), to: Config
+
   @doc "The limit keys the core session takes (`FlameOn.Client.Core.Native.new/1`)."
   @spec limit_keys() :: [atom()]
   def limit_keys, do: @limit_keys
@@ -364,12 +365,12 @@ defmodule FlameOn.Client.Options do
 
   @doc "The keys `entry` takes."
   @spec keys(entry()) :: [atom()]
-  def keys(entry), do: elem(Map.fetch!(@entries, entry), 1)
+  def keys(entry), do: elem(Keyword.fetch!(@entries, entry), 1)
 
   # The options as given, a map, each key known to `entry` and each value
   # checked.
   defp given!(opts, entry) do
-    {what, keys} = Map.fetch!(@entries, entry)
+    {what, keys} = Keyword.fetch!(@entries, entry)
     Check.given!(opts, what, keys, Map.keys(@modes))
   end
 

@@ -99,25 +99,6 @@ defmodule FlameOn.Client.Shipper do
           "expected a shipper as {module, opts} or module, got: #{inspect(other)}"
   end
 
-  @doc false
-  # What trace/3, start_trace/2, telemetry do with a finished trace: ship
-  # it if it lasted at least the threshold, and keep it in the
-  # FlameOn.Client.TraceStore (the web UI's recent traces).
-  @spec keep(Profile.t(), %{threshold_ms: number(), shippers: list()}) :: :ok
-  def keep(%Profile{} = profile, %{threshold_ms: threshold_ms, shippers: shippers}) do
-    if profile.duration_us >= threshold_ms * 1000 do
-      FlameOn.Client.TraceStore.put(profile)
-      ship_all(profile, shippers)
-    else
-      Logger.debug(fn ->
-        "FlameOn: trace #{inspect(profile.name)} (#{profile.trace_id}) took " <>
-          "#{profile.duration_us} µs, below threshold_ms #{threshold_ms}: not shipped"
-      end)
-
-      :ok
-    end
-  end
-
   @doc """
   Ships `profile` to each of `shippers` (a list from `normalize!/1`), one
   after the other. Failures are logged, never raised; returns `:ok`.

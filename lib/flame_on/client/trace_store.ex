@@ -35,7 +35,6 @@ defmodule FlameOn.Client.TraceStore do
   alias FlameOn.Client.Profile
 
   @table __MODULE__
-  @defaults [max_traces: 50, max_memory_mb: 64]
 
   @typedoc "What the list of recent traces shows of one trace."
   @type summary :: %{
@@ -155,17 +154,8 @@ defmodule FlameOn.Client.TraceStore do
   end
 
   defp limits do
-    config = Keyword.merge(@defaults, Application.get_env(:flame_on_client, :trace_store, []))
-    max_traces = config[:max_traces]
-    max_mb = config[:max_memory_mb]
-
-    unless is_integer(max_traces) and max_traces >= 0 and is_number(max_mb) and max_mb > 0 do
-      raise ArgumentError,
-            "config :flame_on_client, :trace_store: expected max_traces: a non-negative " <>
-              "integer and max_memory_mb: a positive number, got: #{inspect(config)}"
-    end
-
-    {max_traces, trunc(max_mb * 1024 * 1024)}
+    config = FlameOn.Client.Options.Config.trace_store()
+    {config[:max_traces], trunc(config[:max_memory_mb] * 1024 * 1024)}
   end
 
   defp summary(%Profile{} = profile, bytes) do
@@ -223,4 +213,23 @@ defmodule FlameOn.Client.TraceStore do
   end
 
   defp drop(_entries, _count, _total, _max_traces, _max_bytes), do: :ok
+
+  @doc false
+  # What trace/3, start_trace/2, telemetry do with a finished trace: ship
+  # it if it lasted at least the threshold, and keep it in the
+  # FlameOn.Client.TraceStore (the web UI's recent traces).
+  @spec keep(Profile.t(), %{threshold_ms: number(), shippers: list()}) :: :ok
+  def keep(%Profile{} = profile, %{threshold_ms: threshold_ms, shippers: shippers}) do
+    if profile.duration_us >= threshold_ms * 1000 do
+      put(profile)
+      FlameOn.Client.Shipper.ship_all(profile, shippers)
+    else
+      Logger.debug(fn ->
+        "FlameOn: trace #{inspect(profile.name)} (#{profile.trace_id}) took " <>
+          "#{profile.duration_us} µs, below threshold_ms #{threshold_ms}: not shipped"
+      end)
+
+      :ok
+    end
+  end
 end

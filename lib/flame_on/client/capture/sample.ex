@@ -10,7 +10,7 @@ defmodule FlameOn.Client.Capture.Sample do
   @behaviour FlameOn.Client.Capture.Mode
 
   alias FlameOn.Client.Node.BacktraceDepth
-  alias FlameOn.Client.Sampling.{Budget, Sampler}
+  alias FlameOn.Client.Sampling.{Budget, Results, Sampler, Tick}
 
   @impl true
   def description, do: "stack samples and exact on/off-CPU time; no call breakpoints"
@@ -34,7 +34,7 @@ defmodule FlameOn.Client.Capture.Sample do
   # busy processes).
   @impl true
   def acquire(opts) do
-    Enum.each([Sampler, Budget, :rand], &Code.ensure_loaded/1)
+    Enum.each([Sampler, Tick, Results, Budget, :rand], &Code.ensure_loaded/1)
     BacktraceDepth.acquire(backtrace_depth(opts))
   end
 

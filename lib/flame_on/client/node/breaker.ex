@@ -23,7 +23,6 @@ defmodule FlameOn.Client.Node.Breaker do
   #     iex> FlameOn.Client.Node.Breaker.check()
   #     :ok
 
-  @defaults [max_sessions_memory_mb: 512, max_node_memory_mb: nil, resume_ratio: 0.8]
   @key {__MODULE__, :open}
 
   @type reason ::
@@ -67,10 +66,7 @@ defmodule FlameOn.Client.Node.Breaker do
 
   @doc "The breaker's configuration, defaults filled in."
   @spec config() :: keyword()
-  def config do
-    config = Application.get_env(:flame_on_client, :breaker, [])
-    Keyword.merge(@defaults, config)
-  end
+  def config, do: FlameOn.Client.Options.Config.breaker()
 
   defp node_memory(nil), do: 0
   defp node_memory(_limit), do: :erlang.memory(:total)

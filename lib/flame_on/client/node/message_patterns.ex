@@ -38,9 +38,9 @@ defmodule FlameOn.Client.Node.MessagePatterns do
   def receive_match_spec, do: @receive_match_spec
 
   @doc "The handle cross-process traces go through: an OTP trace session of their own, or legacy."
-  @spec open_graph(:own | :legacy) :: TraceBackend.t()
-  def open_graph(:own), do: TraceBackend.open(:graph, @graph_tracer)
-  def open_graph(:legacy), do: TraceBackend.legacy(@graph_tracer)
+  @spec open_handle(:own | :legacy) :: TraceBackend.t()
+  def open_handle(:own), do: TraceBackend.open(:graph, @graph_tracer)
+  def open_handle(:legacy), do: TraceBackend.legacy(@graph_tracer)
 
   @doc """
   Takes the seq_trace system tracer: one per node (sessions or not), ours
@@ -72,8 +72,8 @@ defmodule FlameOn.Client.Node.MessagePatterns do
   # sends later is still followed in its own trace (a guard cannot read the
   # label, so the clause sets it whether it changed or not). Following
   # every message also sets the receive pattern.
-  @spec set_graph_patterns(TraceBackend.t(), map()) :: non_neg_integer()
-  def set_graph_patterns(handle, graph) do
+  @spec set_patterns(TraceBackend.t(), map()) :: non_neg_integer()
+  def set_patterns(handle, graph) do
     traces = for {_owner, %{handle: ^handle} = t} <- graph, do: t
     follow = if Enum.any?(traces, &(&1.follow == :messages)), do: :messages, else: :calls
     flags = TraceBackend.enable_flags(handle, follower_flags(follow))
@@ -154,8 +154,8 @@ defmodule FlameOn.Client.Node.MessagePatterns do
   end
 
   @doc "Puts the send and receive patterns of `handle` back, untraces its processes, closes it."
-  @spec clear_graph_patterns(TraceBackend.t()) :: :ok
-  def clear_graph_patterns(handle) do
+  @spec clear_patterns(TraceBackend.t()) :: :ok
+  def clear_patterns(handle) do
     TraceBackend.pattern(handle, :send, true, [])
     TraceBackend.pattern(handle, :receive, true, [])
     # Followers got the graph tracer from the send pattern; with no graph

@@ -18,40 +18,19 @@ defmodule FlameOn.Client.Node.Patterns do
   #   * the last `release/0` of the scope, or the death of its last user (each
   #     user is monitored), clears them again.
   #
-  # When a user dies without releasing (a crashed or killed trace session),
-  # this server also turns the trace flags off on the process that session
-  # was tracing, if that process is still alive and still has the dead
-  # session (or no live tracer) as its tracer, and ends the dead user's trace
-  # session, so nothing of the trace is left behind.
+  # When a user dies without releasing (a crashed or killed owner), this
+  # server also turns the trace flags off on the process it was tracing, if
+  # that process is still alive and still has the dead one's tracer (or no
+  # live tracer), and ends its OTP trace session, so nothing of the trace is
+  # left behind. It also serializes cross-process tracing (acquire_cross_process/4:
+  # the seq_trace system tracer and the send and receive patterns, built by
+  # FlameOn.Client.Node.MessagePatterns).
   #
-  # ## Cost for the whole node
-  #
-  # While at least one trace runs, **every process on the node pays the
-  # breakpoint cost** of the call patterns, traced or not: each local call
-  # checks the breakpoint before it finds that the process has no call trace
-  # flag. Measured on OTP 25 (`mix run bench/overhead.exs`) this made an
-  # untraced GenServer/`Enum`/`Map` workload 1.6x–1.8x slower and a tight
-  # recursive one 2.5x–5.7x slower. The patterns are
-  # therefore kept only while some trace is active. Setting and clearing them
-  # costs milliseconds on a small node and grows with the amount of loaded
-  # code. Trace sessions (OTP 27+) isolate, they do not cheapen: the
-  # breakpoint is in the code, and each session with patterns adds its own
-  # check (`mix run bench/sessions.exs`).
-  #
-  # ## Other tracing tools
-  #
-  # With trace sessions nothing of ours touches another tool's patterns or
-  # flags, and another tool's tracing does not stop ours. In the legacy
-  # session, setting the patterns replaces every local or global call pattern
-  # on the node (`:erlang.trace_pattern/3` with `{:_, :_, :_}`), and clearing
-  # them removes every local one (meta and global patterns set later stay).
-  # So there the first `acquire/2` **refuses**
-  # (`{:error, {:call_tracing_in_use, what}}`) while another tool call-traces:
-  # when the `:on_load` pattern is not ours, when new processes get the `call`
-  # flag, or when some process has the `call` flag with a tracer that is not
-  # ours (a scan of the processes, about 3 µs each, only when the patterns go
-  # from off to on). A tool's patterns on functions that no process is call
-  # traced for are replaced without notice.
+  # The cost for the whole node (every process pays the breakpoint check
+  # while patterns are set) is why they are kept only while some trace
+  # runs: see FlameOn.Client's "Cost". In the legacy session setting ours
+  # would replace another tool's, so there the first acquire/2 refuses while
+  # another tool call-traces (FlameOn.Client.Node.OtherTools).
   #
   # ## Leftovers of a dead owner
   #
@@ -62,8 +41,7 @@ defmodule FlameOn.Client.Node.Patterns do
   # when it terminates, and the application's `stop/1` sweeps once the whole
   # tree is gone.
   #
-  # This process is started by `FlameOn.Client.Application`; trace sessions
-  # call it, user code normally does not.
+  # Started by FlameOn.Client.Application; the traces' owners call it.
 
   use GenServer
 
@@ -124,9 +102,9 @@ defmodule FlameOn.Client.Node.Patterns do
   {:system_tracer_taken, tracer}}` when another tool owns the seq_trace
   system tracer (one per node, sessions or not). It also takes the graph
   handle's call patterns for the caller (as `acquire/2` with the caller as
-  the traced process); `release_graph/0` gives both back.
+  the traced process); `release_cross_process/0` gives both back.
 
-  The last graph user of a handle (by `release_graph/0` or by dying) puts
+  The last graph user of a handle (by `release_cross_process/0` or by dying) puts
   the send and receive patterns back, turns tracing off on every process
   that still has the graph tracer there and closes the handle; the last
   graph user of all gives the system tracer back (processes keep their
@@ -142,16 +120,16 @@ defmodule FlameOn.Client.Node.Patterns do
   legacy graph tracing and the session's live side by side, each with its
   own users, and share the system tracer.
   """
-  @spec acquire_graph(reference(), pid() | nil, pos_integer() | nil, keyword()) ::
+  @spec acquire_cross_process(reference(), pid() | nil, pos_integer() | nil, keyword()) ::
           {:ok, TraceBackend.t()} | {:error, term()}
-  def acquire_graph(native, root \\ nil, label \\ nil, opts \\ []) do
+  def acquire_cross_process(native, root \\ nil, label \\ nil, opts \\ []) do
     patterns? = Keyword.get(opts, :call_patterns, true)
     follow = Keyword.get(opts, :follow, :messages)
     where = if Keyword.get(opts, :legacy, false), do: :legacy, else: :own
 
     GenServer.call(
       __MODULE__,
-      {:acquire_graph, native, root, label, patterns?, follow, where},
+      {:acquire_cross_process, native, root, label, patterns?, follow, where},
       @call_timeout
     )
   end
@@ -169,9 +147,9 @@ defmodule FlameOn.Client.Node.Patterns do
   @spec receive_match_spec() :: [tuple()]
   defdelegate receive_match_spec(), to: MessagePatterns
 
-  @doc "Ends the calling process's graph trace registration (see `acquire_graph/4`)."
-  @spec release_graph() :: :ok
-  def release_graph, do: GenServer.call(__MODULE__, :release_graph, @call_timeout)
+  @doc "Ends the calling process's graph trace registration (see `acquire_cross_process/4`)."
+  @spec release_cross_process() :: :ok
+  def release_cross_process, do: GenServer.call(__MODULE__, :release_cross_process, @call_timeout)
 
   @doc "The number of processes currently holding call patterns."
   @spec users() :: non_neg_integer()
@@ -208,7 +186,7 @@ defmodule FlameOn.Client.Node.Patterns do
   # two calls to this server, not four: it is the one serialization point
   # of concurrent traces).
   def handle_call(
-        {:acquire_graph, native, root, label, patterns?, follow, where},
+        {:acquire_cross_process, native, root, label, patterns?, follow, where},
         {pid, _tag},
         %{graph: graph} = state
       ) do
@@ -223,7 +201,7 @@ defmodule FlameOn.Client.Node.Patterns do
         {:reply, taken, state}
 
       true ->
-        handle = state.graph_handles[where] || MessagePatterns.open_graph(where)
+        handle = state.graph_handles[where] || MessagePatterns.open_handle(where)
 
         added =
           cond do
@@ -256,13 +234,13 @@ defmodule FlameOn.Client.Node.Patterns do
             }
 
             graph = Map.put(graph, pid, trace)
-            MessagePatterns.set_graph_patterns(handle, graph)
+            MessagePatterns.set_patterns(handle, graph)
             handles = Map.put(state.graph_handles, where, handle)
             {:reply, {:ok, handle}, %{state | graph: graph, graph_handles: handles}}
 
           {:error, _} = error ->
             unless Map.has_key?(state.graph_handles, where),
-              do: MessagePatterns.clear_graph_patterns(handle)
+              do: MessagePatterns.clear_patterns(handle)
 
             if graph == %{}, do: MessagePatterns.release_system_tracer()
             {:reply, error, state}
@@ -272,7 +250,7 @@ defmodule FlameOn.Client.Node.Patterns do
 
   # The call patterns first: the last graph user of a graph handle closes
   # the handle they are set through.
-  def handle_call(:release_graph, {pid, _tag}, state) do
+  def handle_call(:release_cross_process, {pid, _tag}, state) do
     {:reply, :ok, state |> remove_user(pid) |> drop_graph_user(pid)}
   end
 
@@ -372,10 +350,10 @@ defmodule FlameOn.Client.Node.Patterns do
 
         handles =
           if Enum.any?(rest, fn {_owner, t} -> t.handle == handle end) do
-            MessagePatterns.set_graph_patterns(handle, rest)
+            MessagePatterns.set_patterns(handle, rest)
             state.graph_handles
           else
-            MessagePatterns.clear_graph_patterns(handle)
+            MessagePatterns.clear_patterns(handle)
             Map.reject(state.graph_handles, fn {_where, h} -> h == handle end)
           end
 

@@ -40,8 +40,8 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   alias FlameOn.Client.{Graph, Profile}
   alias FlameOn.Client.Capture.Common
   alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Node.{Patterns, TraceBackend}
-  alias FlameOn.Client.Owners.Tracer
+  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Owners.{Followers, Tracer}
 
   @doc """
   Starts the owner for the calling process (it stops when that one
@@ -129,8 +129,13 @@ defmodule FlameOn.Client.Owners.CrossProcess do
 
     # A process brought in from another node runs untraced until a part
     # turns its flags on: on a busy node that must not wait in the queue
-    # (each message here is handled in microseconds).
-    if part, do: Process.flag(:priority, :high)
+    # (each message here is handled in microseconds), nor for the code
+    # server to load what flags it (a node in interactive mode loads
+    # modules on first use: tens of milliseconds on a busy one).
+    if part do
+      Process.flag(:priority, :high)
+      {:module, _} = Code.ensure_loaded(Followers)
+    end
 
     with {:ok, core} <- new_core(capture, label),
          :ok <- register(core, root),
@@ -213,8 +218,8 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     {raw, stats, graph} = Native.finish(state.core, :stop)
     graph = Graph.build(graph, state.label)
     stacks = Profile.build(raw, stats, [], state.names).stacks
-    unfollow(Enum.uniq(graph.followers ++ MapSet.to_list(state.flagged)), state)
-    Patterns.release_graph()
+    Followers.unfollow(Enum.uniq(graph.followers ++ MapSet.to_list(state.flagged)), state)
+    Patterns.release_cross_process()
     state.mode.release(state.opts)
     part = %{graph: graph, stacks: stacks, watched: watched, flagged_at: state.flagged_at}
     {:stop, :normal, {:ok, part}, %{state | core: nil}}
@@ -236,13 +241,13 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   # A process took a request of the trace (the core says so): a part turns
   # its flags on if it came from another node; the mode watches it.
   def handle_info({:flame_on_callee, pid}, %{core: core} = state) when core != nil do
-    state = if state.part, do: flag(pid, state), else: state
+    state = if state.part, do: Followers.flag(pid, state), else: state
     watchers = state.mode.watch(state.watchers, core, pid, state.opts, nil)
     {:noreply, %{state | watchers: watchers}}
   end
 
   def handle_info({:flame_on_left, pid}, %{part: part} = state) when part != nil do
-    unfollow([pid], state)
+    Followers.unfollow([pid], state)
     {:noreply, %{state | flagged: MapSet.delete(state.flagged, pid)}}
   end
 
@@ -254,7 +259,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   end
 
   def handle_info(:unfollow_left, state) do
-    unfollow(Enum.uniq(state.leaving), state)
+    Followers.unfollow(Enum.uniq(state.leaving), state)
     {:noreply, %{state | leaving: []}}
   end
 
@@ -264,8 +269,8 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   # trace also clears every flag and token of ours, in Patterns).
   @impl GenServer
   def terminate(_reason, %{finished: followers} = state) when is_list(followers) do
-    unfollow(followers, state)
-    Patterns.release_graph()
+    Followers.unfollow(followers, state)
+    Patterns.release_cross_process()
   end
 
   def terminate(_reason, %{core: nil}), do: :ok
@@ -275,7 +280,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     # shutdown): nothing more is followed; Patterns gives cross-process
     # tracing back when it sees us go.
     Native.stop(state.core)
-    if state.part, do: unfollow(MapSet.to_list(state.flagged), state)
+    if state.part, do: Followers.unfollow(MapSet.to_list(state.flagged), state)
     :ok
   end
 
@@ -306,7 +311,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   defp take_tracing(core, root, label, mode, capture, legacy?) do
     opts = [call_patterns: mode.call_patterns?(), follow: capture.follow, legacy: legacy? == true]
 
-    case Patterns.acquire_graph(core, root, label, opts) do
+    case Patterns.acquire_cross_process(core, root, label, opts) do
       {:ok, handle} ->
         {:ok, handle}
 
@@ -342,7 +347,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
 
       {:error, reason} ->
         Native.stop(state.core)
-        Patterns.release_graph()
+        Patterns.release_cross_process()
         {:stop, reason}
     end
   end
@@ -376,53 +381,6 @@ defmodule FlameOn.Client.Owners.CrossProcess do
 
   defp lifetime(profile, state) do
     %{profile | stats: Map.put(profile.stats, :lifetime_exceeded, state.lifetime_exceeded)}
-  end
-
-  # A part: a process of this node took a request of the trace from
-  # another node (or joined otherwise); it follows the trace with the
-  # flags the send pattern would have given it.
-  defp flag(pid, state) do
-    case TraceBackend.tracer(state.handle, pid) do
-      {:ok, []} ->
-        retrace(state.handle, pid, state.follow)
-        at = System.monotonic_time(:microsecond)
-
-        %{
-          state
-          | flagged: MapSet.put(state.flagged, pid),
-            flagged_at: Map.put_new(state.flagged_at, pid, at)
-        }
-
-      _ours_or_gone ->
-        state
-    end
-  end
-
-  # Off in a process of its own: turning another process's flags off waits
-  # until that process is scheduled out, tens of milliseconds for a busy
-  # one, and this owner must stay free for the trace's other messages.
-  # A trace that brought the process back meanwhile (its message turned the
-  # flags on again, and the process took it) gets them back at once; a
-  # message not yet taken by then finds the process untraced (its spans
-  # stay right, its stacks for that message are missing).
-  defp unfollow(pids, %{handle: handle, follow: follow}) do
-    spawn(fn ->
-      Enum.each(pids, fn pid ->
-        with nil <- Native.graph_role(pid),
-             {:ok, {Native, :graph}} <- TraceBackend.tracer(handle, pid),
-             :ok <- TraceBackend.untrace(handle, pid),
-             role when role != nil <- Native.graph_role(pid) do
-          retrace(handle, pid, follow)
-        end
-      end)
-    end)
-  end
-
-  defp retrace(handle, pid, follow) do
-    TraceBackend.trace(handle, pid, true, Patterns.follower_flags(follow))
-  rescue
-    # it exited in between
-    ArgumentError -> :gone
   end
 
   # How off-CPU time reads in a cross-process trace's stacks. Default: wait

@@ -18,7 +18,7 @@ defmodule FlameOn.Client.Owners.Trace do
 
   require Logger
 
-  alias FlameOn.Client.{Capture, Profile, Shipper}
+  alias FlameOn.Client.{Capture, Profile, TraceStore}
 
   @typedoc """
   What to trace: `target` (`{:pid, pid}` or `{:pids, pids}`), `opts` (the
@@ -200,7 +200,7 @@ defmodule FlameOn.Client.Owners.Trace do
 
     result =
       with {:ok, profile} <- Capture.finish(capture, state.started_ts, stopped_ts) do
-        Shipper.keep(profile, config.settings)
+        TraceStore.keep(profile, config.settings)
         {:ok, profile}
       end
 

@@ -25,7 +25,6 @@ defmodule FlameOn.Client.Sampling.Budget do
   use GenServer
 
   @table :flame_on_active_samplers
-  @default_budget 2_000
 
   @doc false
   @spec start_link(keyword()) :: GenServer.on_start()
@@ -33,20 +32,7 @@ defmodule FlameOn.Client.Sampling.Budget do
 
   @doc "The budget in samples per second (application env `:sample_budget`)."
   @spec budget() :: pos_integer() | :infinity
-  def budget do
-    case Application.get_env(:flame_on_client, :sample_budget, @default_budget) do
-      n when is_integer(n) and n > 0 ->
-        n
-
-      :infinity ->
-        :infinity
-
-      other ->
-        raise ArgumentError,
-              "config :flame_on_client, :sample_budget must be a positive integer " <>
-                "(samples per second) or :infinity, got: #{inspect(other)}"
-    end
-  end
+  def budget, do: FlameOn.Client.Options.Config.sample_budget()
 
   @doc "The samplers sampling right now (at least 1 when asked by one of them)."
   @spec active() :: non_neg_integer()

@@ -1,4 +1,4 @@
-defmodule FlameOn.Client.TraceSessionTest do
+defmodule FlameOn.Client.TracerTest do
   use ExUnit.Case, async: false
 
   import FlameOn.Client.TestHelpers

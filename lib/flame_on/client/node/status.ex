@@ -1,0 +1,29 @@
+defmodule FlameOn.Client.Node.Status do
+  @moduledoc false
+  # FlameOn.Client.status/0: what the profiler holds on this node, read
+  # from each owner of node-wide state.
+
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.{BacktraceDepth, Breaker, Gates, Patterns, TraceBackend}
+  alias FlameOn.Client.Sampling.Budget
+
+  @spec status() :: map()
+  def status do
+    Breaker.check()
+
+    %{
+      breaker: if(reason = Breaker.state(), do: {:open, reason}, else: :closed),
+      sessions: Native.live_sessions(),
+      sessions_memory_bytes: Native.session_bytes(),
+      node_memory_bytes: :erlang.memory(:total),
+      pattern_users: Patterns.users(),
+      trace_sessions: length(TraceBackend.our_sessions()),
+      sample_traces: BacktraceDepth.users(),
+      active_samplers: Budget.active(),
+      sample_budget: Budget.budget(),
+      owners: DynamicSupervisor.count_children(FlameOn.Client.OwnerSupervisor).active,
+      captures_waiting: Gates.waiting(),
+      trace_store: FlameOn.Client.TraceStore.stats()
+    }
+  end
+end

@@ -1,0 +1,62 @@
+defmodule FlameOn.Client.Owners.Followers do
+  @moduledoc false
+  # The trace flags of the processes that follow a cross-process trace
+  # (FlameOn.Client.Owners.CrossProcess): turned on in a process that
+  # joined a node's part from another node (the send pattern cannot reach
+  # across nodes), and off in the ones that left or stay when the trace
+  # ends, unless another running trace follows them.
+
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.{Patterns, TraceBackend}
+
+  @doc false
+  # A part: a process of this node took a request of the trace from
+  # another node (or joined otherwise); it follows the trace with the
+  # flags the send pattern would have given it.
+  @spec flag(pid(), map()) :: map()
+  def flag(pid, state) do
+    case TraceBackend.tracer(state.handle, pid) do
+      {:ok, []} ->
+        retrace(state.handle, pid, state.follow)
+        at = System.monotonic_time(:microsecond)
+
+        %{
+          state
+          | flagged: MapSet.put(state.flagged, pid),
+            flagged_at: Map.put_new(state.flagged_at, pid, at)
+        }
+
+      _ours_or_gone ->
+        state
+    end
+  end
+
+  # Off in a process of its own: turning another process's flags off waits
+  # until that process is scheduled out, tens of milliseconds for a busy
+  # one, and this owner must stay free for the trace's other messages.
+  # A trace that brought the process back meanwhile (its message turned the
+  # flags on again, and the process took it) gets them back at once; a
+  # message not yet taken by then finds the process untraced (its spans
+  # stay right, its stacks for that message are missing).
+  @spec unfollow([pid()], %{handle: TraceBackend.t(), follow: :messages | :calls}) :: pid()
+  def unfollow(pids, %{handle: handle, follow: follow}) do
+    spawn(fn ->
+      Enum.each(pids, fn pid ->
+        with nil <- Native.graph_role(pid),
+             {:ok, {Native, :graph}} <- TraceBackend.tracer(handle, pid),
+             :ok <- TraceBackend.untrace(handle, pid),
+             role when role != nil <- Native.graph_role(pid) do
+          retrace(handle, pid, follow)
+        end
+      end)
+    end)
+  end
+
+  @spec retrace(TraceBackend.t(), pid(), :messages | :calls) :: non_neg_integer() | :gone
+  def retrace(handle, pid, follow) do
+    TraceBackend.trace(handle, pid, true, Patterns.follower_flags(follow))
+  rescue
+    # it exited in between
+    ArgumentError -> :gone
+  end
+end
