@@ -13,6 +13,7 @@ defmodule FlameOn.Client.ExUnitPartsTest do
 
   doctest FlameOn.Client.ExUnit
   doctest FlameOn.Client.ExUnit.TestRun
+  doctest FlameOn.Client.ExUnit.View
   doctest FlameOn.Client.ExUnit.Summary
 
   @config_key {FlameOn.Client.ExUnit.Config, :config}

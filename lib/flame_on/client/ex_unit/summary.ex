@@ -137,7 +137,7 @@ defmodule FlameOn.Client.ExUnit.Summary do
   defp pid_of_test?(pid, record), do: Map.get(record, :pid) in [nil, pid]
 
   @doc """
-  A stack of `FlameOn.Client.ExUnit.TestRun.top_stacks/2` as the summary
+  A stack of `FlameOn.Client.ExUnit.View.top_stacks/2` as the summary
   shows it: frames joined by `" > "`, long stacks cut in the middle.
 
       iex> FlameOn.Client.ExUnit.Summary.short_stack("T.test_x/1;W.fib/1 ×3..9;SLEEP")

@@ -1,0 +1,87 @@
+defmodule FlameOn.Client.Web.HTML do
+  @moduledoc false
+  # What every page of the web UI shares: the frame (head, stylesheet,
+  # header) and the helpers that turn values into text. Every value that
+  # comes from a trace or a request goes through h/1. Web.Pages and
+  # Web.TracePage build on it; it knows neither.
+
+  alias FlameOn.Client.Export
+
+  @style """
+  body { font: 14px/1.45 -apple-system, "Segoe UI", "DejaVu Sans", Verdana, sans-serif; margin: 0; color: #222; background: #fafaf6; }
+  header { background: #3b2f2a; color: #fff; padding: 10px 24px; display: flex; gap: 24px; align-items: baseline; }
+  header a { color: #ffd9a0; text-decoration: none; font-weight: 600; font-size: 17px; }
+  header .node { color: #d8cfc8; font-size: 13px; }
+  main { padding: 16px 24px 40px; max-width: 1400px; }
+  h1 { font-size: 20px; margin: 8px 0 12px; }
+  h2 { font-size: 16px; margin: 26px 0 8px; }
+  table { border-collapse: collapse; background: #fff; }
+  th, td { border: 1px solid #e3ddd0; padding: 4px 10px; text-align: left; vertical-align: top; }
+  th { background: #f1ece0; font-weight: 600; }
+  td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
+  tr:target { background: #fff3c4; }
+  form.capture { background: #fff; border: 1px solid #e3ddd0; padding: 12px 14px; display: flex; flex-wrap: wrap; gap: 12px; align-items: end; }
+  form.capture label { display: flex; flex-direction: column; font-size: 12px; color: #555; gap: 3px; }
+  form.capture input[type=text] { width: 340px; font: 14px monospace; padding: 5px; }
+  form.capture input[type=number] { width: 80px; padding: 5px; }
+  button { background: #b8561b; color: #fff; border: 0; padding: 7px 16px; font-size: 14px; border-radius: 3px; cursor: pointer; }
+  button.secondary { background: #8a8178; padding: 3px 10px; font-size: 12px; }
+  .hint { color: #666; font-size: 12px; }
+  .error { background: #fde8e4; border: 1px solid #e4a597; padding: 12px 14px; }
+  .waiting { background: #fff8e0; border: 1px solid #e8d48c; padding: 12px 14px; }
+  .flame { background: #fff; border: 1px solid #e3ddd0; }
+  .flame svg { display: block; width: 100%; height: auto; }
+  .procs a { margin-right: 10px; white-space: nowrap; }
+  .procs a.current { font-weight: 700; color: #000; text-decoration: none; }
+  .facts th { font-weight: normal; color: #555; font-size: 12px; }
+  .counters td:nth-child(odd) { color: #555; }
+  code { font-size: 13px; }
+  """
+
+  @doc "A page: `title`, `body` and any extra `head` elements, in the shared frame."
+  @spec layout(String.t(), iodata(), iodata()) :: iodata()
+  def layout(title, body, head \\ []) do
+    [
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+      "<title>",
+      h(title),
+      " · FlameOn</title>",
+      head,
+      "<style>",
+      @style,
+      "</style></head><body><header><a href=\"/\">FlameOn</a><span class=\"node\">",
+      h(Atom.to_string(node())),
+      "</span></header><main>",
+      body,
+      "</main></body></html>\n"
+    ]
+  end
+
+  @doc "`text` escaped for HTML text and attribute values."
+  @spec h(String.t()) :: iodata()
+  def h(text) when is_binary(text), do: Export.SVG.escape(text)
+
+  @doc "A system time in µs as UTC date and time (`-` when unknown)."
+  @spec time(integer() | nil) :: String.t()
+  def time(nil), do: "-"
+
+  def time(system_us) do
+    system_us
+    |> DateTime.from_unix!(:microsecond)
+    |> Calendar.strftime("%Y-%m-%d %H:%M:%S")
+  end
+
+  @doc "Microseconds for people: 850 µs, 12.3 ms, 4.56 s."
+  @spec duration(integer()) :: String.t()
+  def duration(us) when us < 1_000, do: "#{us} µs"
+
+  def duration(us) when us < 1_000_000,
+    do: :erlang.float_to_binary(us / 1000, decimals: 1) <> " ms"
+
+  def duration(us), do: :erlang.float_to_binary(us / 1_000_000, decimals: 2) <> " s"
+
+  @doc "A pid as the UI writes it in links: `0.123.0`."
+  @spec pid_text(pid()) :: String.t()
+  def pid_text(pid),
+    do: pid |> :erlang.pid_to_list() |> to_string() |> String.trim("<") |> String.trim(">")
+end
