@@ -4,7 +4,8 @@
  * resource points to it (fo_resource.h: xproc), made by new/1 for graph
  * traces only; every other trace has none and pays nothing for it. Freed
  * with the session. Guarded by the session's lock, but for what never
- * changes once made (the label, the ingest offset). */
+ * changes once made (the label, the ingest offset) and the router's mark
+ * (routed), which only the router reads and writes, under its own lock. */
 #ifndef FO_XPROC_H
 #define FO_XPROC_H
 
@@ -35,6 +36,8 @@ struct fo_xproc {
     uint64_t reason_keys[FO_XPROC_REASONS];
     uint32_t reason_count;
     fo_remote *remote;        /* processes on other nodes met */
+    int routed;               /* the router holds it under its label (fo_router.c;
+                                 the router's lock guards it, not the session's) */
 };
 
 /* The state of a new graph trace with this label; NULL when memory is
