@@ -154,11 +154,15 @@ int fo_router_register(fo_session_res *res, uint64_t label, uint64_t root)
 }
 
 /* The registered session whose root pid is, if any: a root that served
- * another trace's request goes back to its own trace afterwards. */
+ * another trace's request goes back to its own trace afterwards. The
+ * roots are read without their sessions' locks (a session's lock comes
+ * before the router's, never after: fo_router_role), hence atomically.
+ * A root being moved may read old or new: either way the session found
+ * is registered (this lock), so an entry made for it is covered. */
 static fo_session_res *session_rooted_at(uint64_t pid, const fo_session_res *except)
 {
     for (uint32_t i = 0; i < FO_ROUTER_MAX_SESSIONS; i++) {
-        if (labels[i].res != NULL && labels[i].res != except && labels[i].res->xproc->root_pid == pid)
+        if (labels[i].res != NULL && labels[i].res != except && fo_xproc_root(labels[i].res->xproc) == pid)
             return labels[i].res;
     }
     return NULL;

@@ -4,7 +4,9 @@
  * sessions, so concurrent traces reaching the same server never fight
  * over its tracer. The router sends each event to its session: seq_trace
  * events by label, process events by pid. Global to the node, behind one
- * read/write lock. */
+ * read/write lock. Lock order: a session's lock, then the router's (the
+ * tracer callbacks map and unmap followers under their session's lock);
+ * the router never takes a session's lock while it holds its own. */
 #ifndef FO_ROUTER_H
 #define FO_ROUTER_H
 
