@@ -73,7 +73,7 @@ static void tell(ErlNifEnv *env, const changes *c, int watch, ErlNifPid watcher,
     for (uint32_t i = 0; i < c->count; i++) {
         if (c->left[i] && has_owner)
             send_pid(env, &owner, fo_atom_flame_on_left, c->pids[i]);
-        else if (!c->left[i] && watch && c->pids[i] != c->res->xproc->root_pid)
+        else if (!c->left[i] && watch && c->pids[i] != fo_xproc_root(c->res->xproc))
             send_pid(env, &watcher, fo_atom_flame_on_callee, c->pids[i]);
     }
 }
@@ -138,7 +138,7 @@ static void on_seq_trace(ErlNifEnv *env, ERL_NIF_TERM label_term, ERL_NIF_TERM i
     d.ts = fo_tracer_clock_ns();
     with_follow(env, res, apply_seq, &d);
     /* a root that served this request goes back to its own trace */
-    if (d.decoded && d.corr.kind == FO_CORR_REPLY && d.corr.is_send && d.corr.from != res->xproc->root_pid)
+    if (d.decoded && d.corr.kind == FO_CORR_REPLY && d.corr.is_send && d.corr.from != fo_xproc_root(res->xproc))
         fo_router_restore_root(d.corr.from);
     enif_release_resource(res);
 }

@@ -9,9 +9,9 @@ int fo_root_register(fo_session_res *res, uint64_t root)
     if (x == NULL)
         return 0;
     fo_spin_lock(&res->lock);
-    int fresh = x->root_pid == 0 && res->core != NULL && atomic_load(&res->active);
+    int fresh = fo_xproc_root(x) == 0 && res->core != NULL && atomic_load(&res->active);
     if (fresh)
-        x->root_pid = root;
+        fo_xproc_set_root(x, root);
     fo_spin_unlock(&res->lock);
     return fresh && fo_router_register(res, x->label, root);
 }
@@ -22,9 +22,9 @@ int fo_root_move(fo_session_res *res, uint64_t root)
     if (x == NULL)
         return 0;
     fo_spin_lock(&res->lock);
-    int live = x->root_pid != 0 && res->core != NULL && atomic_load(&res->active);
+    int live = fo_xproc_root(x) != 0 && res->core != NULL && atomic_load(&res->active);
     if (live)
-        x->root_pid = root;
+        fo_xproc_set_root(x, root);
     fo_spin_unlock(&res->lock);
     return live && fo_router_map_pid(root, res);
 }
@@ -35,7 +35,8 @@ int fo_root_begin(fo_session_res *res, int64_t ts)
     if (x == NULL)
         return 0;
     fo_spin_lock(&res->lock);
-    uint32_t root = x->root_pid == 0 || res->core == NULL ? FO_NONE : fo_graph_root(x->graph, x->root_pid, ts);
+    uint64_t pid = fo_xproc_root(x);
+    uint32_t root = pid == 0 || res->core == NULL ? FO_NONE : fo_graph_root(x->graph, pid, ts);
     fo_spin_unlock(&res->lock);
     return root != FO_NONE;
 }

@@ -144,6 +144,7 @@ int fo_router_register(fo_session_res *res, uint64_t label, uint64_t root)
     if (!taken && free_slot < FO_ROUTER_MAX_SESSIONS && insert_pid(root, res)) {
         labels[free_slot].label = label;
         labels[free_slot].res = res;
+        res->xproc->routed = 1;
         session_count++;
         enif_keep_resource(res);
         ok = 1;
@@ -153,11 +154,15 @@ int fo_router_register(fo_session_res *res, uint64_t label, uint64_t root)
 }
 
 /* The registered session whose root pid is, if any: a root that served
- * another trace's request goes back to its own trace afterwards. */
+ * another trace's request goes back to its own trace afterwards. The
+ * roots are read without their sessions' locks (a session's lock comes
+ * before the router's, never after: fo_router_role), hence atomically.
+ * A root being moved may read old or new: either way the session found
+ * is registered (this lock), so an entry made for it is covered. */
 static fo_session_res *session_rooted_at(uint64_t pid, const fo_session_res *except)
 {
     for (uint32_t i = 0; i < FO_ROUTER_MAX_SESSIONS; i++) {
-        if (labels[i].res != NULL && labels[i].res != except && labels[i].res->xproc->root_pid == pid)
+        if (labels[i].res != NULL && labels[i].res != except && fo_xproc_root(labels[i].res->xproc) == pid)
             return labels[i].res;
     }
     return NULL;
@@ -191,8 +196,10 @@ void fo_router_unregister(fo_session_res *res)
             found = 1;
         }
     }
-    if (found)
+    if (found) {
+        res->xproc->routed = 0;
         drop_pids_of(res);
+    }
     enif_rwlock_rwunlock(lock);
     if (found)
         enif_release_resource(res);
@@ -230,10 +237,18 @@ fo_session_res *fo_router_by_pid(uint64_t pid)
     return res;
 }
 
+/* Only for a session the router holds. The callers see the session live
+ * under its lock, but that does not order them after stop/1's unregister:
+ * fo_root_move (capture_next's root) lets the lock go before it comes
+ * here, and stop/1 clears `active` after its own critical section, so
+ * even a follower joining (fo_graph_tracer.c, the session's lock held)
+ * may come here once unregister has dropped the session's pids. Checked
+ * in the critical section unregister's cleanup also runs in: either the
+ * entry comes first and drop_pids_of removes it, or it is refused. */
 int fo_router_map_pid(uint64_t pid, fo_session_res *res)
 {
     enif_rwlock_rwlock(lock);
-    int ok = insert_pid(pid, res);
+    int ok = res->xproc->routed && insert_pid(pid, res);
     enif_rwlock_rwunlock(lock);
     return ok;
 }

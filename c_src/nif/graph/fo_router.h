@@ -4,7 +4,9 @@
  * sessions, so concurrent traces reaching the same server never fight
  * over its tracer. The router sends each event to its session: seq_trace
  * events by label, process events by pid. Global to the node, behind one
- * read/write lock. */
+ * read/write lock. Lock order: a session's lock, then the router's (the
+ * tracer callbacks map and unmap followers under their session's lock);
+ * the router never takes a session's lock while it holds its own. */
 #ifndef FO_ROUTER_H
 #define FO_ROUTER_H
 
@@ -33,7 +35,11 @@ fo_session_res *fo_router_by_label(uint64_t label);
 fo_session_res *fo_router_by_pid(uint64_t pid);
 
 /* pid works for res from now on (a server takes the session of each
- * request it receives). 0 when the router is full. */
+ * request it receives). 0 when the router is full, or does not hold res
+ * (never registered, or unregistered already): a pid entry is only made
+ * for a registered session, in one critical section with that check, so
+ * unregister's cleanup never misses one and no entry outlives the
+ * router's reference on its session. */
 int fo_router_map_pid(uint64_t pid, fo_session_res *res);
 
 /* pid, if it is the root of a graph session, works for that session

@@ -4,11 +4,14 @@
  * resource points to it (fo_resource.h: xproc), made by new/1 for graph
  * traces only; every other trace has none and pays nothing for it. Freed
  * with the session. Guarded by the session's lock, but for what never
- * changes once made (the label, the ingest offset). */
+ * changes once made (the label, the ingest offset), the router's mark
+ * (routed), which only the router reads and writes, under its own lock,
+ * and the root, also read without the session's lock (atomic). */
 #ifndef FO_XPROC_H
 #define FO_XPROC_H
 
 #include <erl_nif.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "fo_graph.h"
@@ -23,7 +26,10 @@ typedef struct fo_xproc fo_xproc;
 struct fo_xproc {
     fo_graph *graph;          /* the span graph */
     uint64_t label;           /* the seq_trace label */
-    uint64_t root_pid;        /* the process that started it; 0 before graph_start/2 */
+    _Atomic uint64_t root_pid; /* the process that started it; 0 before graph_start/2.
+                                  Written under the session's lock, read also without
+                                  it (the router, under its own lock; the tracer
+                                  callbacks): fo_xproc_root, fo_xproc_set_root */
     int64_t ingest_offset_ns; /* Erlang monotonic - tracer clock, so trace messages
                                  (:process mode) join the tracer-clock events on one clock */
     int watch_callees;        /* tell watcher of each request a callee takes */
@@ -35,7 +41,21 @@ struct fo_xproc {
     uint64_t reason_keys[FO_XPROC_REASONS];
     uint32_t reason_count;
     fo_remote *remote;        /* processes on other nodes met */
+    int routed;               /* the router holds it under its label (fo_router.c;
+                                 the router's lock guards it, not the session's) */
 };
+
+/* The root process, read with or without the session's lock; set under
+ * it (fo_root.c). Relaxed: nothing else is published through it. */
+static inline uint64_t fo_xproc_root(const fo_xproc *x)
+{
+    return atomic_load_explicit(&x->root_pid, memory_order_relaxed);
+}
+
+static inline void fo_xproc_set_root(fo_xproc *x, uint64_t pid)
+{
+    atomic_store_explicit(&x->root_pid, pid, memory_order_relaxed);
+}
 
 /* The state of a new graph trace with this label; NULL when memory is
  * short. */
