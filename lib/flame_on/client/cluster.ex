@@ -7,10 +7,11 @@ defmodule FlameOn.Client.Cluster do
 
   A seq_trace token travels with messages across nodes by itself, but each
   node's seq_trace events go to that node's own system tracer. So when a
-  graph trace starts, the origin **arms** every connected node: over
-  `:erpc` (one concurrent call per node, `:arm_timeout_ms`, default 1000),
-  each starts a `FlameOn.Client.Cluster.Part` that takes graph tracing there
-  with the trace's label, before the traced function runs (no message of
+  cross-process trace starts, the origin **arms** every connected node:
+  over `:erpc` (one concurrent call per node, `:arm_timeout_ms`, default
+  1000), each starts the trace's part there (a process that takes
+  cross-process tracing on that node with the trace's label and mode),
+  before the traced function runs (no message of
   the trace can reach a node before it is ready). Nodes that do not run the
   application, or do not answer in time, are listed in
   `graph.stats.unreachable_nodes` as `{node, reason}` and the trace goes on
@@ -19,7 +20,7 @@ defmodule FlameOn.Client.Cluster do
   When the trace finishes, the origin **collects** each armed node's part
   (at most `:max_part_bytes`, default 4 MB, in external format: past it, the
   smallest stack entries go and `graph.stats.truncated_stack_entries` counts
-  them) and **merges** it (`FlameOn.Client.Cluster.Merge`): times move to
+  them) and **merges** it: times move to
   the origin's clock by an offset measured per node (the round trip of the
   fastest of a few `:erpc` calls; `graph.stats.nodes[node].clock_uncertainty_us`
   is half that round trip), stacks are keyed by the remote pids, spans carry

@@ -30,7 +30,7 @@ defmodule FlameOn.Client.Export do
   traced callee explains) are ordinary frames in all of them; the SVG colours
   them blue and grey, apart from the warm CPU frames.
 
-  All JSON is written by `FlameOn.Client.Export.JSON`; nothing here needs a
+  All JSON is written by a small encoder of ours; nothing here needs a
   dependency.
   """
 

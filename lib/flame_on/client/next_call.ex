@@ -19,7 +19,7 @@ defmodule FlameOn.Client.NextCall do
 
   While it waits, exactly **one function** has a pattern: a meta call
   pattern on `{module, function, arity}` whose meta tracer is a gate in the
-  NIF (`FlameOn.Client.Node.Gates` owns it). Processes calling other
+  NIF (a node-wide owner of ours holds it). Processes calling other
   functions pay nothing; callers of this one pay a breakpoint and one
   atomic read.
 
@@ -37,7 +37,7 @@ defmodule FlameOn.Client.NextCall do
   cleared and the process's trace flags are turned off: the node is as it
   was, also on timeout (the gate is closed atomically: a call racing the
   timeout is either captured whole or not at all) and when the waiting
-  process dies (`FlameOn.Client.Node.Gates` monitors it).
+  process dies (the pattern's owner monitors it).
 
   ## Options
 
@@ -64,7 +64,7 @@ defmodule FlameOn.Client.NextCall do
   not define raise `ArgumentError`. `{:error, {:already_waiting, pid}}`: another capture waits for the
   same function; `{:error, {:meta_traced, tracer}}`: another tool
   meta-traces it; `{:error, {:breaker_open, reason}}`: see
-  `FlameOn.Client.Node.Breaker`.
+  the `:breaker` settings in `FlameOn.Client.Options`.
 
   ## Cost
 
@@ -77,11 +77,11 @@ defmodule FlameOn.Client.NextCall do
   where that is acceptable.
 
   While a `:sample` capture waits, the node's `backtrace_depth` is raised
-  (as while any sample trace runs, see `FlameOn.Client.Node.Patterns`): the
+  (as while any sample trace runs): the
   first sample comes right at the call.
 
   **Limitation (one tracer per process).** Captures work in the legacy
-  trace session on every release (`FlameOn.Client.Node.Gates`),
+  trace session on every release,
   OTP 27 included, unlike FlameOn's other traces there. A process that
   already has a tracer in the legacy session when it makes the call
   (another tool's trace of that process) gets the capture's tracer for the

@@ -70,6 +70,15 @@ defmodule FlameOn.Client.Profile do
 
   @type stack :: String.t()
 
+  @typedoc "One stack sample's metrics (mode `:sample`)."
+  @type metric :: %{
+          t_us: integer(),
+          status: atom(),
+          message_queue_len: non_neg_integer(),
+          memory: non_neg_integer(),
+          reductions: non_neg_integer()
+        }
+
   @type t :: %__MODULE__{
           trace_id: pos_integer() | nil,
           name: String.t(),
@@ -80,7 +89,7 @@ defmodule FlameOn.Client.Profile do
           stacks: %{pid() => [{stack(), pos_integer()}]},
           graph: FlameOn.Client.Graph.t() | nil,
           samples: %{pid() => [{stack(), pos_integer(), non_neg_integer()}]},
-          metrics: %{pid() => [FlameOn.Client.Sampling.Sampler.metric()]},
+          metrics: %{pid() => [metric()]},
           stats: %{atom() => non_neg_integer()},
           tree: Tree.t() | nil
         }

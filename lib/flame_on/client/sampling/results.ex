@@ -16,13 +16,7 @@ defmodule FlameOn.Client.Sampling.Results do
   }
 
   @typedoc "One sample's metrics."
-  @type metric :: %{
-          t_us: integer(),
-          status: atom(),
-          message_queue_len: non_neg_integer(),
-          memory: non_neg_integer(),
-          reductions: non_neg_integer()
-        }
+  @type metric :: FlameOn.Client.Profile.metric()
 
   @typedoc "What a stopped sampler hands back."
   @type t :: %{
