@@ -31,8 +31,8 @@ defmodule FlameOn.Client.NextCall do
   exception-trace return. Every other caller, even one calling at the same
   instant on another scheduler, is told `discard`: no flag, token or
   return frame touches it, so exactly one call is captured. The gate adds
-  the call itself to the session (nothing of the process ran yet), and at
-  the call's return or exception it stops the session in the process's own
+  the call itself to the core session (nothing of the process ran yet), and at
+  the call's return or exception it stops the core session in the process's own
   context, before the process runs on in its caller. Then the pattern is
   cleared and the process's trace flags are turned off: the node is as it
   was, also on timeout (the gate is closed atomically: a call racing the

@@ -30,7 +30,7 @@ defmodule FlameOn.Client.Profile do
       (`:t_us` on `System.monotonic_time(:microsecond)`, `:status`,
       `:message_queue_len`, `:memory` in bytes, `:reductions` so far);
       empty in the other modes.
-    * `stats` – the native session's counters (`:events`,
+    * `stats` – the core session's counters (`:events`,
       `:dropped_events`, `:truncated_stacks`, ... see
       `FlameOn.Client.Core.Native.stats/1`) plus `:unprocessed_events`, the trace
       messages dropped because the session's finish timeout ran out, and

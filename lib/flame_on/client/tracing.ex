@@ -137,7 +137,7 @@ defmodule FlameOn.Client.Tracing do
     * `:duration_ms` (none) – stop the trace after this many milliseconds.
     * `:shipper`, `:threshold_ms` – as for `trace/3` (`:sample_rate` does
       not apply: an explicit trace always runs).
-    * `:timeout` (`30_000`) – milliseconds the session may spend on queued
+    * `:timeout` (`30_000`) – milliseconds the tracer process (mode `:process`) may spend on queued
       trace messages when the trace stops.
     * `:max_nodes`, `:max_depth`, `:max_processes`, `:max_frames`,
       `:max_stack_frames`, `:max_stack_bytes` – limits, as for

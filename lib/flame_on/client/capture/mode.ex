@@ -52,4 +52,42 @@ defmodule FlameOn.Client.Capture.Mode do
 
   @doc "The trace is over: stops the watchers; what they add to the profile."
   @callback unwatch(watchers :: map()) :: watched()
+
+  @doc """
+  `use FlameOn.Client.Capture.Mode` declares the behaviour and gives the
+  callbacks a mode often does not need their plain defaults: no node
+  state (`acquire/1`, `release/1`), no watchers (`watch/5`, `unwatch/1`),
+  nothing to see of a cross-process trace's callees (`follows_callees?/0`),
+  the NIF as the tracer (`tracer/0`). A mode overrides what it needs.
+  """
+  defmacro __using__(_opts) do
+    quote do
+      @behaviour FlameOn.Client.Capture.Mode
+
+      @impl true
+      def tracer, do: :core
+
+      @impl true
+      def follows_callees?, do: false
+
+      @impl true
+      def acquire(_opts), do: :ok
+
+      @impl true
+      def release(_opts), do: :ok
+
+      @impl true
+      def watch(watchers, _core, _pid, _opts, _root), do: watchers
+
+      @impl true
+      def unwatch(_watchers), do: %{metrics: %{}, stats: %{}}
+
+      defoverridable tracer: 0,
+                     follows_callees?: 0,
+                     acquire: 1,
+                     release: 1,
+                     watch: 5,
+                     unwatch: 1
+    end
+  end
 end

@@ -5,7 +5,7 @@ defmodule FlameOn.Client.Capture.Process do
   # ingests them into the core session in batches: the portable baseline
   # (a burst of events queues in its mailbox). Needs the call patterns on
   # every function while it runs; the tracer process takes them.
-  @behaviour FlameOn.Client.Capture.Mode
+  use FlameOn.Client.Capture.Mode
 
   @impl true
   def description,
@@ -18,20 +18,5 @@ defmodule FlameOn.Client.Capture.Process do
   def call_patterns?, do: true
 
   @impl true
-  def follows_callees?, do: false
-
-  @impl true
   def tracer, do: :process
-
-  @impl true
-  def acquire(_opts), do: :ok
-
-  @impl true
-  def release(_opts), do: :ok
-
-  @impl true
-  def watch(watchers, _core, _pid, _opts, _root), do: watchers
-
-  @impl true
-  def unwatch(_watchers), do: %{metrics: %{}, stats: %{}}
 end

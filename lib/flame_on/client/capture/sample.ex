@@ -7,7 +7,7 @@ defmodule FlameOn.Client.Capture.Sample do
   # session every :interval_us. Nothing is set on the code, so other
   # processes pay nothing. While it runs the node's backtrace_depth is
   # raised (FlameOn.Client.Node.BacktraceDepth), so stacks are deep enough.
-  @behaviour FlameOn.Client.Capture.Mode
+  use FlameOn.Client.Capture.Mode
 
   alias FlameOn.Client.Node.BacktraceDepth
   alias FlameOn.Client.Sampling.{Budget, Results, Sampler, Tick}
@@ -23,9 +23,6 @@ defmodule FlameOn.Client.Capture.Sample do
 
   @impl true
   def follows_callees?, do: true
-
-  @impl true
-  def tracer, do: :core
 
   # Sampled stacks need the node's backtrace_depth raised before the first
   # sample. What a sampler runs is loaded now too: loaded on demand

@@ -24,7 +24,7 @@ defmodule FlameOn.Client.Core.Native do
   #   * `ingest(session, messages)` – applies a list of
   #     `{:trace_ts, pid, tag, ..., ts}` messages. Returns `:ok`. A `ts`
   #     (native units, or `{mega, sec, micro}`) whose nanoseconds (moved to
-  #     the tracer clock in a graph session) fall outside a signed 64-bit
+  #     the tracer clock in a cross-process core session) fall outside a signed 64-bit
   #     integer makes its message malformed.
   #   * `stats(session)` – the counters, a map. `:memory_bytes` is what the
   #     core's tables hold; `:buffer_bytes` the most the event buffer of the
@@ -75,7 +75,7 @@ defmodule FlameOn.Client.Core.Native do
   #     starts the root span, right before tracing starts: the
   #     tracer state `:graph` (`{:tracer, FlameOn.Client.Core.Native, :graph}`,
   #     also the seq_trace system tracer) routes seq_trace events by label
-  #     and process events by pid. `finish/2` of a graph session returns a
+  #     and process events by pid. `finish/2` of a cross-process core session returns a
   #     third element, `%{spans: [span_map], edges: [edge_map], followers:
   #     [pid], stats: map, clock_offset_ns: n}` (`followers`: the processes
   #     still following the trace when it closed, the root aside).
@@ -83,7 +83,7 @@ defmodule FlameOn.Client.Core.Native do
   #     `{:flame_on_left, pid}` when a follower leaves the trace, and whether
   #     the trace follows every message (its processes have receive events)
   #     or GenServer calls only; `graph_role(pid)` says whether `pid` is the
-  #     root of a running graph trace (`:root`), works for one (`:follower`)
+  #     root of a running cross-process trace (`:root`), works for one (`:follower`)
   #     or neither (`nil`).
   #   * `sample(session, pid, stack, weight)` – a stack sample of `pid`, as
   #     `Process.info(pid, :current_stacktrace)` gives it (innermost first,
@@ -207,7 +207,7 @@ defmodule FlameOn.Client.Core.Native do
 
   @doc false
   # From now on `pid` gets `{:flame_on_callee, callee}` each time a callee
-  # receives a request of this graph trace (sample traces sample callees).
+  # receives a request of this cross-process trace (sample traces sample callees).
   @spec graph_watch_callees(session(), pid()) :: :ok
   def graph_watch_callees(_session, _pid), do: :erlang.nif_error(:nif_not_loaded)
 

@@ -24,7 +24,7 @@ defmodule FlameOn.Client.Node.Gates do
   #     meta-traces (one meta tracer per function);
   #   * clears it when the call fired (`disarm/0`), when the capture ends
   #     (`done/0`), or when the capturing process dies, and then also stops
-  #     the capture's session and turns tracing off in the process whose
+  #     the capture's core session and turns tracing off in the process whose
   #     call was being captured;
   #   * remembers the armed functions in the application environment, so
   #     that `sweep/0` finds them even when every process of ours died:
@@ -258,8 +258,8 @@ defmodule FlameOn.Client.Node.Gates do
     end
   end
 
-  # The capturing process died: nobody will finish its trace. Its session
-  # takes no more events, its graph owner stops, and the process whose call
+  # The capturing process died: nobody will finish its trace. Its core session
+  # takes no more events, its cross-process owner stops, and the process whose call
   # it captured (if any) is untraced.
   defp abandon(%{gate: gate, cleanup: cleanup}) do
     Native.next_cancel(gate)

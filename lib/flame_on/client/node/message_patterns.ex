@@ -63,7 +63,7 @@ defmodule FlameOn.Client.Node.MessagePatterns do
 
   @doc false
   # The send pattern of the cross-process traces running through `handle`
-  # (`traces`: the Patterns server's graph users), in its session. A tokened follower sending a message turns tracing on in the
+  # (`traces`: the Patterns server's cross-process users), in its session. A tokened follower sending a message turns tracing on in the
   # receiver before the message is delivered (following GenServer calls
   # only: a `$gen_call` request). First, for each trace, clauses for its
   # root when its token was cleared (a reply came back without one) or

@@ -90,10 +90,10 @@ defmodule FlameOn.Client.Node.Patterns do
 
   @doc """
   Registers the calling process as running a cross-process (graph) trace
-  with the native session `native`, and returns the handle the trace's
-  processes are traced through. The first graph user makes the NIF the
+  with the core session `native`, and returns the handle the trace's
+  processes are traced through. The first cross-process user makes the NIF the
   seq_trace system tracer (`{FlameOn.Client.Core.Native, :graph}`), opens the
-  graph tracing handle (a trace session of its own where the VM has them,
+  cross-process tracing handle (a trace session of its own where the VM has them,
   with the tracer `{FlameOn.Client.Core.Native, :graph}`) and sets there the
   send pattern that turns tracing on in every process a tokened follower
   sends a message to (following GenServer calls only: a `$gen_call`
@@ -104,20 +104,20 @@ defmodule FlameOn.Client.Node.Patterns do
   handle's call patterns for the caller (as `acquire/2` with the caller as
   the traced process); `release_cross_process/0` gives both back.
 
-  The last graph user of a handle (by `release_cross_process/0` or by dying) puts
+  The last cross-process user of a handle (by `release_cross_process/0` or by dying) puts
   the send and receive patterns back, turns tracing off on every process
   that still has the graph tracer there and closes the handle; the last
-  graph user of all gives the system tracer back (processes keep their
+  cross-process user of all gives the system tracer back (processes keep their
   seq_trace tokens until they take an untokened message:
-  `:seq_trace.reset_trace/0` can abort an OTP 25 VM). A graph user that dies
+  `:seq_trace.reset_trace/0` can abort an OTP 25 VM). A cross-process user that dies
   mid-trace has its session stopped. `call_patterns: false` (sample
-  traces) takes graph tracing only: no call pattern is set for it.
+  traces) takes cross-process tracing only: no call pattern is set for it.
   `follow: :messages` (the default) follows every message and spawn of the
   trace's processes (the receive pattern is set too); `follow: :calls` only
-  GenServer calls. `legacy: true` puts the trace's graph tracing in the
+  GenServer calls. `legacy: true` puts the trace's cross-process tracing in the
   legacy session even where the VM has trace sessions
   (`FlameOn.Client.capture_next/2`, whose caller gets its flags there); the
-  legacy graph tracing and the session's live side by side, each with its
+  legacy cross-process tracing and the session's live side by side, each with its
   own users, and share the system tracer.
   """
   @spec acquire_cross_process(reference(), pid() | nil, pos_integer() | nil, keyword()) ::
@@ -135,7 +135,7 @@ defmodule FlameOn.Client.Node.Patterns do
   end
 
   @doc """
-  The trace flags a process gets when it joins a graph trace that follows
+  The trace flags a process gets when it joins a cross-process trace that follows
   `follow` (`:messages` or `:calls`): the flags the send pattern turns on
   (set them with `FlameOn.Client.Node.TraceBackend` and the trace's graph
   handle, which adds its tracer where needed).
@@ -143,11 +143,11 @@ defmodule FlameOn.Client.Node.Patterns do
   @spec follower_flags(:messages | :calls) :: [atom()]
   defdelegate follower_flags(follow), to: MessagePatterns
 
-  @doc "The receive pattern of graph traces that follow every message."
+  @doc "The receive pattern of cross-process traces that follow every message."
   @spec receive_match_spec() :: [tuple()]
   defdelegate receive_match_spec(), to: MessagePatterns
 
-  @doc "Ends the calling process's graph trace registration (see `acquire_cross_process/4`)."
+  @doc "Ends the calling process's cross-process trace registration (see `acquire_cross_process/4`)."
   @spec release_cross_process() :: :ok
   def release_cross_process, do: GenServer.call(__MODULE__, :release_cross_process, @call_timeout)
 
@@ -182,7 +182,7 @@ defmodule FlameOn.Client.Node.Patterns do
     {:reply, :ok, remove_user(state, pid)}
   end
 
-  # One call takes both the call patterns and graph tracing (a trace makes
+  # One call takes both the call patterns and cross-process tracing (a trace makes
   # two calls to this server, not four: it is the one serialization point
   # of concurrent traces).
   def handle_call(
@@ -221,7 +221,7 @@ defmodule FlameOn.Client.Node.Patterns do
 
         case added do
           {:ok, state} ->
-            # A graph user without call patterns is watched on its own.
+            # A cross-process user without call patterns is watched on its own.
             ref = if patterns?, do: nil, else: Process.monitor(pid)
 
             trace = %{
@@ -248,7 +248,7 @@ defmodule FlameOn.Client.Node.Patterns do
     end
   end
 
-  # The call patterns first: the last graph user of a graph handle closes
+  # The call patterns first: the last cross-process user of a cross-process handle closes
   # the handle they are set through.
   def handle_call(:release_cross_process, {pid, _tag}, state) do
     {:reply, :ok, state |> remove_user(pid) |> drop_graph_user(pid)}
@@ -273,7 +273,7 @@ defmodule FlameOn.Client.Node.Patterns do
         end
 
         state = drop_user(state, rest, handle, kind)
-        # A graph handle is closed with its last graph user; any other is
+        # A cross-process handle is closed with its last cross-process user; any other is
         # the dead user's own.
         if handle not in Map.values(state.graph_handles), do: TraceBackend.close(handle)
         {:noreply, drop_graph_user(state, pid)}

@@ -13,7 +13,7 @@ defmodule FlameOn.Client.Node.Sweep do
   #     process (a trace nobody receives);
   #   * the seq_trace system tracer `{FlameOn.Client.Core.Native, _}`;
   #   * a send pattern whose clauses turn on tracing with our tracer module;
-  #   * the receive pattern of graph traces (its exact match spec);
+  #   * the receive pattern of cross-process traces (its exact match spec);
   #   * the local call patterns, when the `:on_load` pattern is ours: it is
   #     set first and cleared last (`FlameOn.Client.Node.Patterns`), so it marks
   #     that ours may be set on any function;
@@ -31,7 +31,7 @@ defmodule FlameOn.Client.Node.Sweep do
 
   # The match spec of our local call patterns (FlameOn.Client.Node.Patterns).
   @call_match_spec [{:_, [], [{:message, {:caller}}]}]
-  # The receive pattern of graph traces: the sender as the match-spec result
+  # The receive pattern of cross-process traces: the sender as the match-spec result
   # (`undefined` for timers and ports), or, for a message from another node
   # (whose sender the VM does not give), that node. (A timer's message
   # comes from the node `clock_service`.)
@@ -50,7 +50,7 @@ defmodule FlameOn.Client.Node.Sweep do
   @spec call_match_spec() :: [tuple()]
   def call_match_spec, do: @call_match_spec
 
-  @doc "The match spec of our receive pattern (graph traces)."
+  @doc "The match spec of our receive pattern (cross-process traces)."
   @spec receive_match_spec() :: [tuple()]
   def receive_match_spec, do: @receive_match_spec
 

@@ -6,7 +6,7 @@ defmodule FlameOn.Client.Node.TraceBackend do
   #
   #   * **Trace sessions** (OTP 27+, `:trace.session_create/3`): every trace
   #     FlameOn starts gets its own session, with our tracer (the NIF
-  #     `{FlameOn.Client.Core.Native, state}` or a session process) as the
+  #     `{FlameOn.Client.Core.Native, state}` or a tracer process) as the
   #     session's tracer. Its flags and patterns live in that session only, so
   #     another tool's patterns and flags — in its own session or in the
   #     legacy one — are never read, replaced or cleared, and its events keep
@@ -69,7 +69,7 @@ defmodule FlameOn.Client.Node.TraceBackend do
   A handle for a new trace with `tracer`: its own trace session where the
   VM has them, else the legacy session. A session is only made for a live
   tracer: a tracer module whose `enabled/3` answers `:remove` to
-  `:trace_status` (`{FlameOn.Client.Core.Native, :graph}` while no graph trace is
+  `:trace_status` (`{FlameOn.Client.Core.Native, :graph}` while no cross-process trace is
   registered) raises `ArgumentError`.
 
       iex> handle = FlameOn.Client.Node.TraceBackend.open(:trace, self())
@@ -189,8 +189,8 @@ defmodule FlameOn.Client.Node.TraceBackend do
   end
 
   @doc """
-  Turns off every flag `pid` has from our graph tracing, whoever holds the
-  handle: in each graph session of ours it is in, and in the legacy
+  Turns off every flag `pid` has from our cross-process tracing, whoever holds the
+  handle: in each cross-process core session of ours it is in, and in the legacy
   session while its tracer is the graph tracer (a follower of another
   cross-process trace that starts a trace of its own).
   """

@@ -14,8 +14,8 @@ defmodule FlameOn.Client.Owners.Tracer do
   #
   # ## Life cycle
   #
-  #   * `start/1` starts the session under `FlameOn.Client.OwnerSupervisor`.
-  #     It creates the native session, opens its trace handle (a trace
+  #   * `start/1` starts the tracer process under `FlameOn.Client.OwnerSupervisor`.
+  #     It creates the core session, opens its trace handle (an OTP trace
   #     session of the VM with this process as the tracer, OTP 27+; see
   #     `FlameOn.Client.Node.TraceBackend`), takes the call patterns from
   #     `FlameOn.Client.Node.Patterns` and, with `attach: :session` (the default),
@@ -23,7 +23,7 @@ defmodule FlameOn.Client.Owners.Tracer do
   #     `attach: :tracee` the traced process sets them on itself through
   #     `handle/1` (this is what `FlameOn.Client.profile/2` does, so that
   #     nothing of the wrapper ends up in the profile).
-  #   * While tracing, the session takes trace messages out of its mailbox in
+  #   * While tracing, the tracer process takes trace messages out of its mailbox in
   #     batches of up to 2000 and hands each batch to one
   #     `FlameOn.Client.Core.Native.ingest/2` call.
   #   * With `attach: :tracee` the traced process calls `end_mark/0` as soon
@@ -36,11 +36,11 @@ defmodule FlameOn.Client.Owners.Tracer do
   #     (`:erlang.trace_delivered/1`), drains them, finishes the native
   #     session, releases the patterns and closes the trace handle, replies
   #     with the profile and stops.
-  #   * If the traced process dies, the session finishes on its own and keeps
+  #   * If the traced process dies, the tracer process finishes on its own and keeps
   #     the profile for its owner (the process that called `start/1`), which
   #     can still call `finish/2`. If the owner is the traced process itself,
-  #     or dies, the session just stops.
-  #   * If the session itself crashes, `FlameOn.Client.Node.Patterns` (which
+  #     or dies, the tracer process just stops.
+  #   * If the tracer process itself crashes, `FlameOn.Client.Node.Patterns` (which
   #     monitors it) removes the traced process's flags and, with the last
   #     user, the patterns.
 
@@ -107,7 +107,7 @@ defmodule FlameOn.Client.Owners.Tracer do
   def start_link(opts), do: GenServer.start_link(__MODULE__, opts)
 
   @doc """
-  Stops tracing and returns the profile; the session then stops.
+  Stops tracing and returns the profile; the tracer process then stops.
 
   Options:
 
@@ -115,14 +115,14 @@ defmodule FlameOn.Client.Owners.Tracer do
       processes are charged up to it (`nil`: up to their last event).
       Default: when the flags were turned off.
     * `:started_ts` – native monotonic time at which the trace started, for
-      `started_at` and `duration_us`. Default: when the session set the
+      `started_at` and `duration_us`. Default: when the tracer process set the
       flags (or was started, with `attach: :tracee`).
-    * `:timeout` – milliseconds the session may spend on outstanding trace
+    * `:timeout` – milliseconds the tracer process may spend on outstanding trace
       messages (default #{@default_timeout}); messages left after it are
       dropped and counted in the `:dropped_events` and
       `:unprocessed_events` stats.
 
-  Returns `{:error, reason}` if the session is gone or does not answer.
+  Returns `{:error, reason}` if the tracer process is gone or does not answer.
   """
   @spec finish(pid(), keyword()) :: {:ok, Profile.t()} | {:error, term()}
   def finish(session, opts \\ []) when is_pid(session) and is_list(opts) do
@@ -172,7 +172,7 @@ defmodule FlameOn.Client.Owners.Tracer do
     attach = Keyword.get(opts, :attach, :session)
     limits = Map.put(Keyword.get(opts, :limits, %{}), :native_per_second, native_per_second())
 
-    # A cross-process trace hands its graph session in (`native:`): the
+    # A cross-process trace hands its cross-process core session in (`native:`): the
     # session ingests the traced process's own events into it, next to the
     # callees' and the correlation events the NIF tracer folds there.
     handle = TraceBackend.open(:trace, self())

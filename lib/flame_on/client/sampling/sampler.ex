@@ -1,6 +1,6 @@
 defmodule FlameOn.Client.Sampling.Sampler do
   @moduledoc false
-  # Samples one process's stack into a native session at a fixed interval
+  # Samples one process's stack into a core session at a fixed interval
   # (mode `:sample`). One sampler per sampled process, so a busy target that
   # is slow to answer delays only its own samples.
   #
