@@ -578,9 +578,10 @@ defmodule FlameOn.Client.ClusterTest do
     end)
 
     :ok = :erpc.call(b, :pg, :join, [scope, :workers, b_pid])
-    # both names reach this node
-    assert until(fn -> :global.whereis_name(name) == b_pid end)
-    assert until(fn -> :pg.get_members(scope, :workers) == [b_pid] end)
+    # both names reach this node (:global's sync can take seconds on a
+    # loaded machine)
+    assert until(fn -> :global.whereis_name(name) == b_pid end, 500)
+    assert until(fn -> :pg.get_members(scope, :workers) == [b_pid] end, 500)
 
     for call <- [
           fn -> GenServer.call({:global, name}, {:spin, 40}) end,
