@@ -604,8 +604,8 @@ defmodule FlameOn.Client.ClusterTest do
     end
   end
 
-  # true once fun returns true, within about a second
-  defp until(fun, tries \\ 100) do
+  # true once fun returns true, within tries × 10 ms
+  defp until(fun, tries) do
     cond do
       fun.() -> true
       tries == 0 -> false
