@@ -27,7 +27,7 @@ TEST_SRC := $(sort $(wildcard c_src/test/test_*.c))
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard c_src/test/*.c))
 TEST_BIN := $(patsubst c_src/test/%.c,build/test/%,$(TEST_SRC))
 ASAN_BIN := $(patsubst c_src/test/%.c,build/asan/%,$(TEST_SRC))
-LIBS := -lbsd
+LIBS := -lbsd -ldl -lpthread
 
 NIF_SO := priv/flame_on_client_nif.so
 

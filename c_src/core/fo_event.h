@@ -28,6 +28,8 @@ typedef struct {
 #define FO_EVF_HAS_MFA 0x1u    /* mfa is set (return_to: not `undefined`) */
 #define FO_EVF_HAS_CALLER 0x2u /* call: caller is set (not `undefined`) */
 #define FO_EVF_IN_CALL 0x4u    /* out: blocked in a call to another process */
+#define FO_EVF_HAS_THREAD 0x8u /* in/out/exit: thread is the OS thread it ran on
+                                  (CPU-sampled sessions) */
 
 typedef struct {
     fo_event_kind kind;
@@ -36,6 +38,7 @@ typedef struct {
     int64_t ts_ns;    /* one monotonic clock per session, nanoseconds */
     fo_mfa mfa;       /* call target / return_to target */
     fo_mfa caller;    /* call only */
+    uint64_t thread;  /* FO_EVF_HAS_THREAD only */
 } fo_event;
 
 #endif

@@ -37,6 +37,11 @@ typedef struct {
     uint32_t prev_wait_node;
     uint64_t prev_wait_ns;
     uint8_t pair_clean;  /* the last in/out pair ran no call, return or sample */
+    /* CPU-sampled sessions: on-CPU time not yet settled, and the time
+     * slice it runs in now (the thread of its last `in`, 0: none known) */
+    uint64_t cpu_ns;
+    uint64_t thread;
+    int64_t slice_from;
 } fo_proc;
 
 typedef struct {

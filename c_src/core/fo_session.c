@@ -17,6 +17,9 @@ struct fo_session {
     uint32_t regular_nodes; /* nodes counted against max_nodes */
     uint64_t last_pid;      /* one-entry cache of proc_for: events come in runs per process */
     uint32_t last_index;    /* UINT32_MAX: empty */
+    int cpu_sampled;        /* fo_session_set_cpu_sampled */
+    fo_cpu_source cpu_source;
+    void *cpu_ctx;
     fo_stats stats;
 };
 
@@ -230,6 +233,10 @@ static void charge(fo_session *s, fo_proc *p, int64_t ts)
     uint64_t delta = (uint64_t)ts - (uint64_t)p->last_ts;
     p->last_ts = ts;
     if (p->state == FO_PROC_RUNNING) {
+        if (s->cpu_sampled) {
+            p->cpu_ns += delta; /* shared among its samples' stacks later */
+            return;
+        }
         fo_tree_charge(&s->tree, current_node(p), delta);
         if (p->depth == 0 && !p->sampled)
             p->unsampled_ns += delta;
@@ -283,6 +290,37 @@ static void on_out(fo_session *s, fo_proc *p, uint32_t flags)
         hold_call_wait_in(s, p, node);
 }
 
+/* The samples of the slice that ends here, from the source, before the
+ * event moves the process off-CPU (a wait hangs under the last of them). */
+static void end_slice(fo_session *s, fo_proc *p, int64_t to_ns)
+{
+    uint64_t thread = p->thread;
+    p->thread = 0;
+    if (thread != 0 && s->cpu_source != NULL && to_ns > p->slice_from)
+        s->cpu_source(s->cpu_ctx, s, p->pid, thread, p->slice_from, to_ns);
+}
+
+/* CPU-sampled sessions: an `in` on a known thread opens a slice, anything
+ * that takes the process off that CPU ends it. */
+static void cpu_slice(fo_session *s, fo_proc *p, const fo_event *ev)
+{
+    switch (ev->kind) {
+    case FO_EV_IN:
+        end_slice(s, p, ev->ts_ns); /* an `out` went missing */
+        if (ev->flags & FO_EVF_HAS_THREAD) {
+            p->thread = ev->thread;
+            p->slice_from = ev->ts_ns;
+        }
+        break;
+    case FO_EV_OUT:
+    case FO_EV_EXIT:
+        end_slice(s, p, ev->ts_ns);
+        break;
+    default:
+        break;
+    }
+}
+
 void fo_session_apply(fo_session *s, const fo_event *ev)
 {
     fo_proc *p = proc_for(s, ev->pid);
@@ -297,6 +335,8 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         p->has_ts = 0;
     }
     charge(s, p, ev->ts_ns);
+    if (s->cpu_sampled)
+        cpu_slice(s, p, ev);
     switch (ev->kind) {
     case FO_EV_CALL:
         on_call(s, p, ev);
@@ -342,6 +382,29 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
     }
 }
 
+/* The stack becomes the sampled one: the frames both share from the root
+ * stay, the rest is unwound and the sampled frames pushed with the usual
+ * bounds. */
+static void replace_stack(fo_session *s, fo_proc *p, const fo_mfa *frames, uint32_t count)
+{
+    uint32_t keep = 0;
+    uint32_t differing = FO_NONE;
+    if (p->overflow == 0) {
+        while (keep < p->depth && keep < count) {
+            uint32_t id = intern(s, &frames[keep]);
+            if (id == FO_NONE || id != p->stack_frames[keep]) {
+                differing = id;
+                break;
+            }
+            keep++;
+        }
+    }
+    p->overflow = 0;
+    p->depth = keep;
+    for (uint32_t i = keep; i < count; i++)
+        push_frame(s, p, i == keep && differing != FO_NONE ? differing : intern(s, &frames[i]));
+}
+
 /* A sample replaces the stack: the frames both stacks share from the root
  * stay (so a run of samples in one function creates no nodes), the rest is
  * unwound and the sampled frames pushed with the usual bounds. Time up to
@@ -371,24 +434,8 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
     int answering = waited && backfill && p->pair_clean;
     if (p->state == FO_PROC_RUNNING)
         p->pair_clean = 0;
-    if (frames != NULL) {
-        uint32_t keep = 0;
-        uint32_t differing = FO_NONE;
-        if (p->overflow == 0) {
-            while (keep < p->depth && keep < count) {
-                uint32_t id = intern(s, &frames[keep]);
-                if (id == FO_NONE || id != p->stack_frames[keep]) {
-                    differing = id;
-                    break;
-                }
-                keep++;
-            }
-        }
-        p->overflow = 0;
-        p->depth = keep;
-        for (uint32_t i = keep; i < count; i++)
-            push_frame(s, p, i == keep && differing != FO_NONE ? differing : intern(s, &frames[i]));
-    }
+    if (frames != NULL)
+        replace_stack(s, p, frames, count);
     if (p->state == FO_PROC_OUT) {
         /* Sampled while off-CPU: the stack it waits in is exact now, so the
          * rest of the wait goes under it, in a leaf of the same kind. */
@@ -475,6 +522,115 @@ void fo_session_count_slept(fo_session *s, uint64_t pid, uint32_t times)
     }
     s->stats.samples += times;
     fo_tree_count_samples(&s->tree, s->procs.procs[index].sleep_node, times, 0);
+}
+
+void fo_session_set_cpu_sampled(fo_session *s, fo_cpu_source source, void *ctx)
+{
+    s->cpu_sampled = 1;
+    s->cpu_source = source;
+    s->cpu_ctx = ctx;
+}
+
+void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, uint32_t count)
+{
+    fo_proc *p = proc_for(s, pid);
+    if (p == NULL) {
+        s->stats.dropped_events++;
+        return;
+    }
+    s->stats.events++;
+    s->stats.samples++;
+    replace_stack(s, p, frames, count);
+    p->sampled = 1;
+    fo_tree_count_samples(&s->tree, current_node(p), 1, 0);
+}
+
+void fo_session_cpu_orphan(fo_session *s, uint64_t pid, const fo_mfa *leaf)
+{
+    fo_proc *p = proc_for(s, pid);
+    if (p == NULL) {
+        s->stats.dropped_events++;
+        return;
+    }
+    s->stats.events++;
+    s->stats.samples++;
+    s->stats.cpu_orphans++;
+    uint32_t at = current_node(p);
+    if (at == p->root)
+        s->stats.cpu_rootless++;
+    uint32_t frame = intern(s, leaf);
+    uint32_t node = frame == FO_NONE || p->overflow > 0 ? FO_NONE : regular_child(s, at, frame);
+    if (node == FO_NONE) {
+        s->stats.node_limit_hits++;
+        node = at;
+    }
+    fo_tree_count_samples(&s->tree, node, 1, 0);
+}
+
+/* Nodes a CPU sample can land on: a process's running stacks, not its
+ * wait leaves. */
+static int running_frame(uint32_t frame)
+{
+    return frame != FO_FRAME_SLEEP && frame != FO_FRAME_WAITING && frame != FO_FRAME_ATTRIBUTED &&
+           frame != FO_FRAME_GC;
+}
+
+void fo_session_cpu_settle(fo_session *s, int64_t end_ns)
+{
+    uint32_t procs = s->procs.count;
+    if (!s->cpu_sampled || procs == 0)
+        return;
+    for (uint32_t i = 0; i < procs; i++) {
+        fo_proc *p = &s->procs.procs[i];
+        if (p->root != FO_NONE && p->state == FO_PROC_RUNNING && end_ns != 0)
+            end_slice(s, p, end_ns);
+    }
+    /* per process: its samples, the node with the most of them, and the
+     * time given so far (what rounding leaves goes to that node) */
+    uint64_t *counts = calloc(procs, sizeof(uint64_t));
+    uint64_t *given = calloc(procs, sizeof(uint64_t));
+    uint32_t *busiest = malloc(sizeof(uint32_t) * procs);
+    if (counts == NULL || given == NULL || busiest == NULL) {
+        free(counts);
+        free(given);
+        free(busiest);
+        return; /* the time stays unsettled: it is not charged at all */
+    }
+    for (uint32_t i = 0; i < procs; i++)
+        busiest[i] = FO_NONE;
+    fo_tree_node *nodes = s->tree.nodes;
+    for (uint32_t n = 0; n < s->tree.count; n++) {
+        uint32_t proc = nodes[n].proc;
+        if (nodes[n].samples == 0 || !running_frame(nodes[n].frame) || proc >= procs)
+            continue;
+        counts[proc] += nodes[n].samples;
+        if (busiest[proc] == FO_NONE || nodes[n].samples > nodes[busiest[proc]].samples)
+            busiest[proc] = n;
+    }
+    for (uint32_t n = 0; n < s->tree.count; n++) {
+        uint32_t proc = nodes[n].proc;
+        if (nodes[n].samples == 0 || !running_frame(nodes[n].frame) || proc >= procs || counts[proc] == 0)
+            continue;
+        unsigned __int128 share = (unsigned __int128)s->procs.procs[proc].cpu_ns * nodes[n].samples;
+        uint64_t ns = (uint64_t)(share / counts[proc]);
+        fo_tree_charge(&s->tree, n, ns);
+        given[proc] += ns;
+    }
+    for (uint32_t i = 0; i < procs; i++) {
+        fo_proc *p = &s->procs.procs[i];
+        if (p->root == FO_NONE || p->cpu_ns == 0)
+            continue;
+        if (counts[i] == 0) {
+            fo_tree_charge(&s->tree, p->root, p->cpu_ns);
+            s->stats.cpu_unsampled_ns += p->cpu_ns;
+        } else if (p->cpu_ns > given[i]) {
+            fo_tree_charge(&s->tree, busiest[i], p->cpu_ns - given[i]);
+        }
+        p->cpu_ns = 0;
+    }
+    free(counts);
+    free(given);
+    free(busiest);
 }
 
 void fo_session_close(fo_session *s, int64_t end_ns)

@@ -38,6 +38,10 @@ typedef struct {
     uint64_t clock_skews;        /* events older than their process's previous one */
     uint64_t resyncs;            /* call/return_to that had to unwind or rebase the stack */
     uint64_t samples;            /* stack samples applied (counted in events too) */
+    uint64_t cpu_unsampled_ns;   /* CPU-sampled sessions: on-CPU time of processes no
+                                    CPU sample landed on (left on their roots) */
+    uint64_t cpu_orphans;        /* CPU samples with no frame of their process's code */
+    uint64_t cpu_rootless;       /* ... of those, the ones left under its bare root */
 } fo_stats;
 
 typedef struct fo_session fo_session;
@@ -93,6 +97,46 @@ void fo_session_sample_same(fo_session *s, uint64_t pid, int64_t ts_ns, uint64_t
  * samples of weight 0 on the wait leaf that wait was charged to; nothing
  * else changes (time comes from the events). Unknown pids are dropped. */
 void fo_session_count_slept(fo_session *s, uint64_t pid, uint32_t times);
+
+/* CPU-sampled (native) sessions. Stacks come from samples of the CPU a
+ * process ran on, taken at a fixed rate while it runs; in/out events still
+ * give its exact on- and off-CPU intervals. On-CPU time is not charged to
+ * the stack of the moment: each process's on-CPU time is summed, and
+ * fo_session_cpu_settle shares it among the stacks its samples landed on,
+ * in proportion to their counts (an unbiased estimate whatever the
+ * bursts' phase against the sampling; holding the last sampled stack
+ * instead would charge a burst no sample saw to the stack before it).
+ * Off-CPU time goes, as in the other modes, to a wait leaf under the stack
+ * the process was last sampled in.
+ *
+ * The samples come from the source: an `in` event flagged
+ * FO_EVF_HAS_THREAD opens a time slice of the process on that thread, and
+ * the next `in`, `out` or `exit` of the process (or the settle) ends it
+ * with one call, source(ctx, s, pid, thread, from_ns, to_ns), before the
+ * event itself applies; the source hands over the slice's samples with
+ * fo_session_cpu_sample / fo_session_cpu_orphan. Set once, before any
+ * event; source may be NULL (samples come by other means). */
+typedef void (*fo_cpu_source)(void *ctx, fo_session *s, uint64_t pid, uint64_t thread, int64_t from_ns,
+                              int64_t to_ns);
+void fo_session_set_cpu_sampled(fo_session *s, fo_cpu_source source, void *ctx);
+
+/* A CPU sample of pid, root frame first: its stack becomes the sampled
+ * one (where a later wait goes) and the sample is counted on it. No time
+ * moves. */
+void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, uint32_t count);
+
+/* A CPU sample of pid that names no frame of its code, only where it was
+ * in the runtime's (leaf): counted on leaf under the stack the process
+ * was last sampled in, which stays (stats.cpu_orphans; cpu_rootless when
+ * that is its bare root). */
+void fo_session_cpu_orphan(fo_session *s, uint64_t pid, const fo_mfa *leaf);
+
+/* Ends the slices still open at end_ns (0: leaves them), then shares each
+ * process's summed on-CPU time among its sampled stacks (see
+ * fo_session_set_cpu_sampled); a process with no sample keeps it on its
+ * root (stats.cpu_unsampled_ns). Call after fo_session_close; again later
+ * only settles what came since. */
+void fo_session_cpu_settle(fo_session *s, int64_t end_ns);
 
 /* Charge every live process's time from its last event up to end_ns to
  * where it is now (running stack or sleep leaf). Call once, at the end. */

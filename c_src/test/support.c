@@ -207,6 +207,44 @@ static void run_sample(fo_session *s, uint64_t pid, int64_t ts, const char *stac
     fo_session_sample_as(s, pid, ts, frames, count, weight, how);
 }
 
+/* CPU samples a script lays out ("at THREAD TS STACK"), which the
+ * session's source hands over by thread and time like the NIF's: STACK is
+ * root first, or "!M:F/A", a sample in the runtime naming only its leaf. */
+#define TS_MAX_SCRIPTED 64
+typedef struct {
+    uint64_t thread;
+    int64_t ts;
+    char stack[512];
+} scripted_sample;
+static scripted_sample scripted[TS_MAX_SCRIPTED];
+static size_t scripted_count;
+
+static void scripted_source(void *ctx, fo_session *s, uint64_t pid, uint64_t thread, int64_t from_ns,
+                            int64_t to_ns)
+{
+    (void)ctx;
+    for (size_t i = 0; i < scripted_count; i++) {
+        const scripted_sample *at = &scripted[i];
+        if (at->thread != thread || at->ts < from_ns || at->ts >= to_ns)
+            continue;
+        if (at->stack[0] == '!') {
+            fo_mfa leaf = ts_mfa(at->stack + 1);
+            fo_session_cpu_orphan(s, pid, &leaf);
+            continue;
+        }
+        fo_mfa frames[64];
+        uint32_t count = 0;
+        char copy[512];
+        snprintf(copy, sizeof copy, "%s", at->stack);
+        char *save = NULL;
+        for (char *part = strtok_r(copy, ";", &save); part != NULL; part = strtok_r(NULL, ";", &save)) {
+            assert_true(count < 64);
+            frames[count++] = ts_mfa(part);
+        }
+        fo_session_cpu_sample(s, pid, frames, count);
+    }
+}
+
 /* The rest of a sample line: " STACK", then " w=N" and/or " waited" or
  * " leading". */
 static void run_sample_line(fo_session *s, uint64_t pid, int64_t ts, const char *rest, const char *line)
@@ -263,6 +301,41 @@ void ts_run_line(fo_session *s, const char *line)
         fo_session_count_ignored(s, pid);
         return;
     }
+    if (strcmp(line, "cpu_sampled") == 0) {
+        scripted_count = 0;
+        fo_session_set_cpu_sampled(s, scripted_source, NULL);
+        return;
+    }
+    if (strcmp(line, "settle") == 0) {
+        fo_session_cpu_settle(s, 0);
+        return;
+    }
+    if (sscanf(line, "settle %" SCNd64 " %7s", &ts, extra) == 1) {
+        fo_session_cpu_settle(s, ts);
+        return;
+    }
+    char stack[512] = "";
+    uint64_t thread = 0;
+    if (sscanf(line, "at %" SCNu64 " %" SCNd64 " %511s %7s", &thread, &ts, stack, extra) == 3) {
+        assert_true(scripted_count < TS_MAX_SCRIPTED);
+        scripted_sample *at = &scripted[scripted_count++];
+        at->thread = thread;
+        at->ts = ts;
+        snprintf(at->stack, sizeof at->stack, "%s", stack);
+        return;
+    }
+    if (sscanf(line, "%" SCNu64 " cpu %511s %7s", &pid, stack, extra) == 2) {
+        fo_mfa frames[64];
+        uint32_t count = 0;
+        char *save = NULL;
+        for (char *part = strtok_r(stack, ";", &save); part != NULL; part = strtok_r(NULL, ";", &save)) {
+            assert_true(count < 64);
+            if (strcmp(part, "-") != 0)
+                frames[count++] = ts_mfa(part);
+        }
+        fo_session_cpu_sample(s, pid, frames, count);
+        return;
+    }
     if (sscanf(line, "call_started %" SCNu64 " %7s", &pid, extra) == 1) {
         fo_session_call_started(s, pid);
         return;
@@ -294,6 +367,11 @@ void ts_run_line(fo_session *s, const char *line)
     }
     else if (n == 3 && strcmp(kind, "in") == 0)
         ev = ev_kind(FO_EV_IN, pid, ts);
+    else if (n == 3 && strncmp(kind, "in@", 3) == 0) {
+        ev = ev_kind(FO_EV_IN, pid, ts);
+        ev.flags |= FO_EVF_HAS_THREAD;
+        ev.thread = strtoull(kind + 3, NULL, 10);
+    }
     else if (n == 3 && strcmp(kind, "exit") == 0)
         ev = ev_kind(FO_EV_EXIT, pid, ts);
     else if (n == 3 && strcmp(kind, "gc_start") == 0)
@@ -653,7 +731,10 @@ void ts_assert_pid(const fo_session *s, uint64_t pid, const char *const *expecte
     X(stack_overflows)                                                                             \
     X(clock_skews)                                                                                 \
     X(resyncs)                                                                                     \
-    X(samples)
+    X(samples)                                                                                     \
+    X(cpu_unsampled_ns)                                                                            \
+    X(cpu_orphans)                                                                                 \
+    X(cpu_rootless)
 
 char *ts_render_stats(const fo_stats *st)
 {

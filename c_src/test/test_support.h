@@ -16,6 +16,13 @@
  *     "PID TS sample M:F/A;M:F/A"       a stack sample, root frame first ("-": empty)
  *     "PID TS sample M:F/A w=N"         the same with weight N (default 0)
  *     "close TS"                        fo_session_close(s, TS)
+ *     "cpu_sampled"                     fo_session_set_cpu_sampled, with a source that
+ *                                       hands over the "at" samples below
+ *     "at THREAD TS M:F/A;M:F/A"        a CPU sample the source gives by thread and time
+ *                                       ("!M:F/A": one naming only its leaf, an orphan)
+ *     "PID TS in@THREAD"                an `in` on that OS thread (FO_EVF_HAS_THREAD)
+ *     "PID cpu M:F/A;M:F/A"             fo_session_cpu_sample (root frame first)
+ *     "settle" / "settle TS"            fo_session_cpu_settle(s, 0 / TS)
  *     "malformed N"                     fo_session_count_malformed(s, N)
  *     "ignored N"                       fo_session_count_ignored(s, N)
  *

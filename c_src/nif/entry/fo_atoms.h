@@ -66,6 +66,13 @@
     A(extra)                                                                                   \
     A(timestamp)                                                                               \
     A(replay)                                                                                  \
+    A(cpu_sampled)                                                                             \
+    A(cpu_root)                                                                                \
+    A(not_linux)                                                                               \
+    A(denied)                                                                                  \
+    A(no_support)                                                                              \
+    A(no_memory)                                                                               \
+    A(failed)                                                                                  \
     A(true)                                                                                    \
     A(false)                                                                                   \
     A(stop)                                                                                    \

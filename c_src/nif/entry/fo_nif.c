@@ -10,6 +10,7 @@
 #include "fo_graph_nif.h"
 #include "fo_handle.h"
 #include "fo_next.h"
+#include "fo_perf_nif.h"
 #include "fo_render_nif.h"
 #include "fo_resource.h"
 #include "fo_router.h"
@@ -26,6 +27,7 @@ static ErlNifFunc nif_funcs[] = {
     {"ingest", 2, fo_ingest_nif, 0},
     {"stats", 1, fo_stats_nif, 0},
     {"stop", 1, fo_stop_nif, 0},
+    {"cpu_here", 1, fo_cpu_here_nif, 0},
     {"graph_start", 2, fo_graph_start_nif, 0},
     {"graph_begin", 1, fo_graph_begin_nif, 0},
     {"graph_watch_callees", 2, fo_graph_watch_callees_nif, 0},
@@ -37,6 +39,11 @@ static ErlNifFunc nif_funcs[] = {
     {"sample", 5, fo_sample_nif, 0},
     {"sample_sleep", 3, fo_sample_sleep_nif, 0},
     {"sample_wake_cancel", 2, fo_sample_wake_cancel_nif, 0},
+    {"perf_probe", 0, fo_perf_probe_nif, 0},
+    {"perf_map", 0, fo_perf_map_nif, 0},
+    {"perf_acquire", 1, fo_perf_acquire_nif, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"perf_release", 1, fo_perf_release_nif, 0},
+    {"perf_stats", 0, fo_perf_stats_nif, 0},
     {"next_new", 3, fo_next_new_nif, 0},
     {"next_cancel", 1, fo_next_cancel_nif, 0},
     {"next_state", 1, fo_next_state_nif, 0},
@@ -54,8 +61,8 @@ static int on_load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
     (void)priv;
     (void)info;
     fo_atoms_init(env);
-    if (!fo_resource_open(env) || !fo_handle_open(env) || !fo_next_open(env) || !fo_router_init() ||
-        !fo_tracer_slots_init())
+    if (!fo_resource_open(env) || !fo_handle_open(env) || !fo_next_open(env) || !fo_perf_nif_open(env) ||
+        !fo_router_init() || !fo_tracer_slots_init())
         return 1;
     fo_clock_init();
     /* without the thread, producers fold their own rings when full */
@@ -74,8 +81,10 @@ static void on_unload(ErlNifEnv *env, void *priv)
 {
     (void)env;
     (void)priv;
-    if (--instances == 0)
+    if (--instances == 0) {
         fo_drainer_stop();
+        fo_perf_nif_unload();
+    }
 }
 
 ERL_NIF_INIT(Elixir.FlameOn.Client.Core.Native, nif_funcs, on_load, NULL, on_upgrade, on_unload)

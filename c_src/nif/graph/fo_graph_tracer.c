@@ -7,6 +7,7 @@
 #include "fo_atoms.h"
 #include "fo_decode.h"
 #include "fo_follow.h"
+#include "fo_perf.h"
 #include "fo_router.h"
 #include "fo_seq.h"
 #include "fo_wake_note.h"
@@ -312,6 +313,11 @@ static void on_process_event(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     }
     d.ev.pid = (uint64_t)pid.pid;
     d.ev.ts_ns = ts;
+    if (res->cpu_sampled && d.ev.kind == FO_EV_IN) {
+        fo_perf_note_thread();
+        d.ev.flags |= FO_EVF_HAS_THREAD;
+        d.ev.thread = fo_perf_thread_id();
+    }
     with_follow(env, res, apply_own, &d);
     fo_wake_note(&res->wakes, d.ev.kind, d.ev.pid);
     enif_release_resource(res);

@@ -1,7 +1,18 @@
 #include "fo_drainer.h"
 
+#include <errno.h>
+#include <pthread.h>
+#include <time.h>
+
 #include "fo_atoms.h"
+#include "fo_perf.h"
+#include "fo_symbols.h"
 #include "fo_tracer_slots.h"
+
+/* While native traces run, the kernel's sample rings are copied out this
+ * often (a ring holds a few hundred ms of samples at the most frequent
+ * sampling), and the perf map read for modules loaded since. */
+#define PERF_TICK_NS 20000000
 
 /* A message the thread sends for a tracer callback (fo_drainer_send_in). */
 typedef struct fo_mail {
@@ -10,8 +21,10 @@ typedef struct fo_mail {
     uint64_t pid;
 } fo_mail;
 
-static ErlNifMutex *mutex;
-static ErlNifCond *wakeup;
+/* pthread's, not enif's: the wait needs a timeout (PERF_TICK_NS) */
+static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wakeup;
+static int made; /* wakeup and the environments exist */
 static ErlNifTid thread;
 static int running;  /* under mutex */
 static int stopping; /* under mutex */
@@ -74,24 +87,58 @@ static void give_back(fo_session_res *res)
     enif_release_resource(res); /* may be the last reference: the destructor runs here */
 }
 
+static int64_t now_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+/* Waits for work (caller holds the mutex); while anyone samples, for
+ * PERF_TICK_NS at most. Returns 1 when it is time to pump the samples. */
+static int wait_for_work(int64_t *last_pump)
+{
+    while (first == NULL && mail == NULL && !stopping) {
+        if (!fo_perf_active()) {
+            pthread_cond_wait(&wakeup, &mutex);
+            continue;
+        }
+        int64_t due = *last_pump + PERF_TICK_NS;
+        if (now_ns() >= due)
+            break;
+        struct timespec at = {(time_t)(due / 1000000000), (long)(due % 1000000000)};
+        pthread_cond_timedwait(&wakeup, &mutex, &at);
+    }
+    if (stopping || !fo_perf_active() || now_ns() < *last_pump + PERF_TICK_NS)
+        return 0;
+    *last_pump = now_ns();
+    return 1;
+}
+
 static void *drainer_main(void *arg)
 {
     (void)arg;
-    enif_mutex_lock(mutex);
+    int64_t last_pump = 0;
+    pthread_mutex_lock(&mutex);
     for (;;) {
-        while (first == NULL && mail == NULL && !stopping)
-            enif_cond_wait(wakeup, mutex);
+        if (wait_for_work(&last_pump)) {
+            pthread_mutex_unlock(&mutex);
+            fo_perf_pump();
+            fo_symbols_refresh();
+            pthread_mutex_lock(&mutex);
+            continue;
+        }
         if (stopping)
             break;
         if (mail != NULL) {
             fo_mail *m = take_mail();
-            enif_mutex_unlock(mutex);
+            pthread_mutex_unlock(&mutex);
             deliver(m);
-            enif_mutex_lock(mutex);
+            pthread_mutex_lock(&mutex);
             continue;
         }
         fo_session_res *res = pop();
-        enif_mutex_unlock(mutex);
+        pthread_mutex_unlock(&mutex);
         /* A small ring is grown here, which takes its producers' slot too
          * (the ring moves): a few times per trace. */
         ERL_NIF_TERM key = atomic_load(&res->slot_term);
@@ -110,84 +157,99 @@ static void *drainer_main(void *arg)
         if (grow)
             fo_tracer_slots_release(key);
         give_back(res);
-        enif_mutex_lock(mutex);
+        pthread_mutex_lock(&mutex);
     }
-    enif_mutex_unlock(mutex);
+    pthread_mutex_unlock(&mutex);
     return NULL;
 }
 
 int fo_drainer_start(void)
 {
-    if (mutex == NULL) {
-        mutex = enif_mutex_create("flame_on_drainer");
-        wakeup = enif_cond_create("flame_on_drainer");
+    if (!made) {
+        pthread_condattr_t attr;
+        if (pthread_condattr_init(&attr) != 0)
+            return 0;
+        int ok = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0 && pthread_cond_init(&wakeup, &attr) == 0;
+        pthread_condattr_destroy(&attr);
+        if (!ok)
+            return 0;
         fold_env = enif_alloc_env();
         mail_env = enif_alloc_env();
-        if (mutex == NULL || wakeup == NULL || fold_env == NULL || mail_env == NULL)
+        made = 1;
+        if (fold_env == NULL || mail_env == NULL)
             return 0;
     }
-    enif_mutex_lock(mutex);
+    pthread_mutex_lock(&mutex);
     int ok = running;
     if (!running) {
         stopping = 0;
         running = enif_thread_create("flame_on_drainer", &thread, drainer_main, NULL, NULL) == 0;
         ok = running;
     }
-    enif_mutex_unlock(mutex);
+    pthread_mutex_unlock(&mutex);
     return ok;
+}
+
+void fo_drainer_kick(void)
+{
+    if (!made)
+        return;
+    pthread_mutex_lock(&mutex);
+    pthread_cond_signal(&wakeup);
+    pthread_mutex_unlock(&mutex);
 }
 
 void fo_drainer_stop(void)
 {
-    if (mutex == NULL)
+    if (!made)
         return;
-    enif_mutex_lock(mutex);
+    pthread_mutex_lock(&mutex);
     int was_running = running;
     stopping = 1;
     running = 0;
-    enif_cond_signal(wakeup);
-    enif_mutex_unlock(mutex);
+    pthread_cond_signal(&wakeup);
+    pthread_mutex_unlock(&mutex);
     if (was_running)
         enif_thread_join(thread, NULL);
     for (;;) {
-        enif_mutex_lock(mutex);
+        pthread_mutex_lock(&mutex);
         fo_session_res *res = pop();
-        enif_mutex_unlock(mutex);
+        pthread_mutex_unlock(&mutex);
         if (res == NULL)
             break;
         give_back(res);
     }
-    enif_mutex_lock(mutex);
+    pthread_mutex_lock(&mutex);
     discard(take_mail());
-    enif_mutex_unlock(mutex);
+    pthread_mutex_unlock(&mutex);
     /* the library is going away: nothing calls in any more */
-    enif_free_env(fold_env);
-    enif_free_env(mail_env);
+    if (fold_env != NULL)
+        enif_free_env(fold_env);
+    if (mail_env != NULL)
+        enif_free_env(mail_env);
     mail_env = NULL;
-    enif_cond_destroy(wakeup);
-    enif_mutex_destroy(mutex);
     fold_env = NULL;
-    wakeup = NULL;
-    mutex = NULL;
+    pthread_cond_destroy(&wakeup);
+    made = 0;
 }
 
 int fo_drainer_send_in(const ErlNifPid *to, uint64_t pid)
 {
-    if (mutex == NULL)
+    if (!made)
         return 0;
     fo_mail *m = enif_alloc(sizeof(*m));
     if (m == NULL)
         return 0;
     m->to = *to;
     m->pid = pid;
-    enif_mutex_lock(mutex);
+    pthread_mutex_lock(&mutex);
     int queued = running;
     if (queued) {
         m->next = mail;
         mail = m;
-        enif_cond_signal(wakeup);
+        pthread_cond_signal(&wakeup);
     }
-    enif_mutex_unlock(mutex);
+    pthread_mutex_unlock(&mutex);
     if (!queued)
         enif_free(m);
     return queued;
@@ -195,9 +257,9 @@ int fo_drainer_send_in(const ErlNifPid *to, uint64_t pid)
 
 int fo_drainer_request(fo_session_res *res)
 {
-    if (mutex == NULL)
+    if (!made)
         return 0;
-    enif_mutex_lock(mutex);
+    pthread_mutex_lock(&mutex);
     int queued = running;
     if (queued) {
         enif_keep_resource(res);
@@ -207,8 +269,8 @@ int fo_drainer_request(fo_session_res *res)
         else
             last->drain_next = res;
         last = res;
-        enif_cond_signal(wakeup);
+        pthread_cond_signal(&wakeup);
     }
-    enif_mutex_unlock(mutex);
+    pthread_mutex_unlock(&mutex);
     return queued;
 }

@@ -2,7 +2,9 @@
  * sessions into their cores, so the traced process only appends (see
  * fo_ring.h). A producer asks for it once its ring is half full. Without
  * a drainer (the thread could not start) producers fold their own rings
- * when full: slower, equally exact. */
+ * when full: slower, equally exact. While native traces run it also
+ * copies the CPU samples out of the kernel's rings every few ms
+ * (fo_perf_pump) and reads the perf map's new lines (fo_symbols). */
 #ifndef FO_DRAINER_H
 #define FO_DRAINER_H
 
@@ -10,6 +12,9 @@
 
 /* Starts the thread; 1 when it runs (or already ran). */
 int fo_drainer_start(void);
+
+/* Wakes the thread to look again (sampling started: it ticks from now). */
+void fo_drainer_kick(void);
 
 /* Stops and joins the thread, giving back every queued session. */
 void fo_drainer_stop(void);

@@ -61,6 +61,15 @@ int fo_resource_add_graph(fo_session_res *res, const fo_graph_limits *limits, ui
     return res->xproc != NULL;
 }
 
+void fo_resource_set_cpu_sampled(fo_session_res *res, const fo_cpu_scope *scope)
+{
+    if (res->xproc == NULL)
+        fo_clock_start(&res->clock, 0);
+    res->cpu_scope = *scope;
+    res->cpu_sampled = 1;
+    fo_session_set_cpu_sampled(res->core, fo_cpu_slice, &res->cpu_scope);
+}
+
 int64_t fo_resource_ingest_offset(const fo_session_res *res)
 {
     return res->xproc != NULL ? res->xproc->ingest_offset_ns : 0;

@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 
 #include "fo_clock.h"
+#include "fo_cpu.h"
 #include "fo_graph.h"
 #include "fo_ring.h"
 #include "fo_session.h"
@@ -36,6 +37,9 @@ struct fo_session_res {
     int64_t stopped_ns;    /* its time when stop/1 ran; 0 before */
     fo_xproc *xproc;       /* graph traces' cross-process state; NULL for the
                               rest. Set by new/1, never changed after. */
+    int cpu_sampled;       /* native mode (fo_resource_set_cpu_sampled); set by
+                              new/1, never changed after */
+    fo_cpu_scope cpu_scope;
     fo_stats final_stats;  /* kept after finish frees the core */
     uint32_t final_nodes, final_processes, final_frames;
     size_t accounted;      /* bytes of this session in the node-wide sum */
@@ -58,6 +62,11 @@ fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_seco
 /* Makes res a graph trace with this seq_trace label (res->xproc). 0 on
  * failure. */
 int fo_resource_add_graph(fo_session_res *res, const fo_graph_limits *limits, uint64_t label);
+
+/* Makes res a CPU-sampled (native) trace: its core takes its processes'
+ * samples from fo_cpu, its clock is CLOCK_MONOTONIC (the samples' clock),
+ * and its tracer callbacks note the thread of each `in`. Before any event. */
+void fo_resource_set_cpu_sampled(fo_session_res *res, const fo_cpu_scope *scope);
 
 /* Erlang monotonic time minus the tracer clock for a graph trace (trace
  * messages join its events on the tracer clock), 0 for the rest. */

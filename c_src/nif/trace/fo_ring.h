@@ -22,7 +22,8 @@
 
 /* One event, 56 bytes: the atoms of the MFAs are immediates that never
  * move, so they are stored as they are and turned into frames by the
- * fold. kind is an fo_event_kind, flags FO_EVF_*. */
+ * fold. kind is an fo_event_kind, flags FO_EVF_*. An `in` flagged
+ * FO_EVF_HAS_THREAD keeps its thread in caller_module. */
 typedef struct {
     int64_t ts;   /* a raw fo_clock reading, or nanoseconds (replays) */
     uint64_t pid;

@@ -12,7 +12,9 @@
 #include "fo_graph_tracer.h"
 #include "fo_handle.h"
 #include "fo_resource.h"
+#include "fo_perf.h"
 #include "fo_router.h"
+#include "fo_symbols.h"
 #include "fo_tracer_slots.h"
 #include "fo_xproc.h"
 
@@ -31,6 +33,21 @@ static int get_limit(ErlNifEnv *env, ERL_NIF_TERM map, ERL_NIF_TERM key, uint32_
     if (!enif_get_uint(env, value, &n))
         return 0;
     *field = n;
+    return 1;
+}
+
+/* {Module, Function, Arity} */
+static int get_root(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *mfa)
+{
+    int arity;
+    const ERL_NIF_TERM *items;
+    unsigned int n;
+    if (!enif_get_tuple(env, term, &arity, &items) || arity != 3 || !enif_is_atom(env, items[0]) ||
+        !enif_is_atom(env, items[1]) || !enif_get_uint(env, items[2], &n) || n > 255)
+        return 0;
+    mfa->module = (uint64_t)items[0];
+    mfa->function = (uint64_t)items[1];
+    mfa->arity = n;
     return 1;
 }
 
@@ -76,6 +93,16 @@ ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
                   !get_limit(env, argv[0], fo_atom_max_fanout, &graph_limits.max_fanout) ||
                   !fo_graph_limits_valid(&graph_limits)))
         return enif_make_badarg(env);
+    /* native mode: CPU samples, their frames kept from the innermost call
+     * of the root function out */
+    int cpu_sampled = enif_get_map_value(env, argv[0], fo_atom_cpu_sampled, &value) && value == fo_atom_true;
+    fo_cpu_scope scope;
+    memset(&scope, 0, sizeof scope);
+    if (cpu_sampled && enif_get_map_value(env, argv[0], fo_atom_cpu_root, &value) && value != fo_atom_nil) {
+        if (!get_root(env, value, &scope.root))
+            return enif_make_badarg(env);
+        scope.has_root = 1;
+    }
     fo_session_res *res = fo_resource_new(&limits, native_per_second, replay);
     if (res == NULL)
         return enif_raise_exception(env, enif_make_atom(env, "enomem"));
@@ -83,6 +110,8 @@ ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         enif_release_resource(res);
         return enif_raise_exception(env, enif_make_atom(env, "enomem"));
     }
+    if (cpu_sampled)
+        fo_resource_set_cpu_sampled(res, &scope);
     res->ring_request = ring_records;
     res->max_text_bytes = max_text_bytes;
     ERL_NIF_TERM term = fo_handle_make(env, res);
@@ -179,6 +208,31 @@ ERL_NIF_TERM fo_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     return term;
 }
 
+// cpu_here(Session): the calling process runs on this thread from now
+ERL_NIF_TERM fo_cpu_here_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid self;
+    if (!fo_handle_get(env, argv[0], &res) || !res->cpu_sampled || enif_self(env, &self) == NULL)
+        return enif_make_badarg(env);
+    fo_perf_note_thread();
+    fo_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = FO_EV_IN;
+    ev.flags = FO_EVF_HAS_THREAD;
+    ev.pid = (uint64_t)self.pid;
+    ev.thread = fo_perf_thread_id();
+    fo_spin_lock(&res->lock);
+    if (res->core != NULL && atomic_load(&res->active)) {
+        fo_resource_fold(res, env); /* its events so far come first */
+        ev.ts_ns = fo_clock_now(&res->clock);
+        fo_session_apply(res->core, &ev);
+    }
+    fo_spin_unlock(&res->lock);
+    return fo_atom_ok;
+}
+
 // stop(Session)
 ERL_NIF_TERM fo_stop_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
@@ -210,6 +264,8 @@ static ERL_NIF_TERM finish_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     /* No callback appends once the slot is gone, so the fold below sees
      * the last event. */
     fo_tracer_slots_unregister(res);
+    if (res->cpu_sampled)
+        fo_symbols_refresh(); /* names for the last samples' modules */
     fo_spin_lock(&res->lock);
     fo_session *core = res->core;
     if (core == NULL) {
@@ -235,6 +291,8 @@ static ERL_NIF_TERM finish_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     } else if (close) {
         fo_session_close(core, close_ns);
     }
+    if (res->cpu_sampled)
+        fo_session_cpu_settle(core, close ? close_ns : fo_tracer_clock_ns());
     ERL_NIF_TERM stacks = fo_export_tree(env, core, res->max_text_bytes);
     ERL_NIF_TERM stats = stats_term(env, res);
     res->final_stats = *fo_session_stats(core);

@@ -8,6 +8,7 @@
 #include "fo_graph_tracer.h"
 #include "fo_handle.h"
 #include "fo_next.h"
+#include "fo_perf.h"
 #include "fo_resource.h"
 #include "fo_tracer_slots.h"
 #include "fo_wake_note.h"
@@ -137,6 +138,12 @@ static int record(ErlNifEnv *env, fo_session_res *res, const ERL_NIF_TERM argv[]
         put_mfa(&ev.mfa, &rec->module, &rec->function, &rec->arity);
     if (ev.flags & FO_EVF_HAS_CALLER)
         put_mfa(&ev.caller, &rec->caller_module, &rec->caller_function, &rec->caller_arity);
+    if (res->cpu_sampled && ev.kind == FO_EV_IN) {
+        /* the `in` callback runs on the thread that runs the process next */
+        fo_perf_note_thread();
+        rec->flags |= FO_EVF_HAS_THREAD;
+        rec->caller_module = fo_perf_thread_id();
+    }
     if (fo_ring_publish(ring) >= ring->capacity / 2 &&
         !atomic_load_explicit(&ring->drain_queued, memory_order_relaxed) &&
         !atomic_exchange(&ring->drain_queued, 1) && !fo_drainer_request(res))

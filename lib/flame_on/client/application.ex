@@ -18,6 +18,8 @@ defmodule FlameOn.Client.Application do
       FlameOn.Client.Node.Patterns,
       # the node's backtrace_depth while samplers run
       FlameOn.Client.Node.BacktraceDepth,
+      # the CPU sampler of native traces (perf events), while any runs
+      FlameOn.Client.Node.PerfSampler,
       {DynamicSupervisor, name: FlameOn.Client.OwnerSupervisor, strategy: :one_for_one},
       # if it restarts, nothing else has to (samplers outlive it)
       FlameOn.Client.Sampling.Budget,

@@ -7,8 +7,12 @@ defmodule FlameOn.Client.Options do
   @modes %{
     nif: FlameOn.Client.Capture.Nif,
     process: FlameOn.Client.Capture.Process,
-    sample: FlameOn.Client.Capture.Sample
+    sample: FlameOn.Client.Capture.Sample,
+    native: FlameOn.Client.Capture.Native
   }
+  # `mode: :auto`: native where this VM can sample natively, else sample
+  @mode_names Map.keys(@modes) ++ [:auto]
+  @auto_description ":native where this VM can sample natively, else :sample"
 
   @limits [
     max_nodes: 200_000,
@@ -19,7 +23,7 @@ defmodule FlameOn.Client.Options do
     max_stack_bytes: 64 * 1024 * 1024
   ]
   @graph_limits [max_spans: 10_000, max_pending_calls: 4_096, max_fanout: 1_000]
-  @sampling [interval_us: 1_000, split_status: false, max_samples: 100_000]
+  @sampling [interval_us: 1_000, split_status: false, max_samples: 100_000, frequency: 499]
   @cross_process [
                    cross_process: nil,
                    follow: :messages,
@@ -67,7 +71,8 @@ defmodule FlameOn.Client.Options do
     mode:
       "`:nif` for `profile/2` and `mix profile.flame`; for the entry points meant " <>
         "for application code (`trace/3`, `start_trace/2`, telemetry, `capture_next/2`, " <>
-        "the web form): the application environment's `:mode`, else `:sample`",
+        "the web form): the application environment's `:mode`, else `:auto` " <>
+        "(`:native` where this VM can sample natively, else `:sample`)",
     cross_process: "the application environment's `:cross_process`, else `false`",
     max_stack_bytes: "`67_108_864` (64 MiB)",
     sample_rate: "the application environment's, else `1.0`",
@@ -122,10 +127,14 @@ defmodule FlameOn.Client.Options do
   ## Which entry point takes which
 
   #{@entries_doc}
-  `start_trace/2` and telemetry take `:mode` `:sample` or `:process`
-  (`:nif` reads as `:process`); `start_trace/2` accepts `:sample_rate` and
-  does not use it. `capture_next/2` reads `:mode` `:process` as `:nif`, and
-  its `:timeout` is how long to wait for the call.
+  `start_trace/2` and telemetry take `:mode` `:native`, `:sample`,
+  `:process` or `:auto` (`:nif` reads as `:process`); a whole-node
+  `start_trace({:top, n})` only samples. `start_trace/2` accepts
+  `:sample_rate` and does not use it. `capture_next/2` reads `:mode`
+  `:process` as `:nif`, and its `:timeout` is how long to wait for the
+  call. `mode: :auto` is `:native` where this VM can sample natively
+  (`FlameOn.Client.status/0` says whether, and why not), else `:sample`;
+  the profile's `:mode` says which ran.
 
   ## Application environment
 
@@ -196,11 +205,12 @@ defmodule FlameOn.Client.Options do
 
     mode =
       case {entry, mode} do
-        {:top, :sample} -> :sample
+        {:top, mode} when mode in [:sample, :auto] -> :sample
         {:top, other} -> invalid!(:mode, ":sample (whole-node traces only sample)", other)
         {_, :nif} -> :process
-        {_, mode} when mode in [:sample, :process] -> mode
-        {_, other} -> invalid!(:mode, ":process or :sample", other)
+        {_, mode} when mode in [:native, :sample, :process] -> mode
+        {_, :auto} -> auto_mode()
+        {_, other} -> invalid!(:mode, ":native, :process, :sample or :auto", other)
       end
 
     %{
@@ -224,8 +234,9 @@ defmodule FlameOn.Client.Options do
     mode =
       case Map.get(given, :mode) || default_mode() do
         :nif -> :process
-        mode when mode in [:sample, :process] -> mode
-        other -> invalid!(:mode, ":sample, :process or :nif", other)
+        :auto -> auto_mode()
+        mode when mode in [:native, :sample, :process] -> mode
+        other -> invalid!(:mode, ":native, :sample, :process, :nif or :auto", other)
       end
 
     {settings(given),
@@ -326,21 +337,31 @@ defmodule FlameOn.Client.Options do
 
   @doc """
   The capture mode of the entry points meant for application code when
-  none is given: the application environment's `:mode`, else `:sample` (no
-  call breakpoints, so a traced request does not slow the rest of the
-  node).
+  none is given: the application environment's `:mode`, else `:auto`
+  (no call breakpoints either way, so a traced request does not slow the
+  rest of the node).
   """
-  @spec default_mode() :: :nif | :process | :sample
+  @spec default_mode() :: :nif | :process | :sample | :native | :auto
   def default_mode do
-    case Application.get_env(:flame_on_client, :mode, :sample) do
-      mode when is_map_key(@modes, mode) ->
+    case Application.get_env(:flame_on_client, :mode, :auto) do
+      mode when mode in @mode_names ->
         mode
 
       other ->
         raise ArgumentError,
-              "config :flame_on_client, :mode must be #{Check.alternatives(Map.keys(@modes))}, " <>
+              "config :flame_on_client, :mode must be #{Check.alternatives(@mode_names)}, " <>
                 "got: #{inspect(other)}"
     end
+  end
+
+  @doc """
+  What `mode: :auto` runs: `:native` where this VM can sample natively
+  (`FlameOn.Client.Node.PerfSampler.availability/0`, checked once per VM),
+  else `:sample`.
+  """
+  @spec auto_mode() :: :native | :sample
+  def auto_mode do
+    if FlameOn.Client.Node.PerfSampler.available?(), do: :native, else: :sample
   end
 
   @doc """
@@ -356,7 +377,8 @@ defmodule FlameOn.Client.Options do
         _ -> Map.keys(@modes)
       end
 
-    for name <- Enum.sort(names), do: {name, mode_module(name).description()}
+    described = for name <- Enum.sort(names), do: {name, mode_module(name).description()}
+    if :native in names, do: described ++ [{:auto, @auto_description}], else: described
   end
 
   @doc "The module of a capture mode (a `FlameOn.Client.Capture.Mode`)."
@@ -371,16 +393,18 @@ defmodule FlameOn.Client.Options do
   # checked.
   defp given!(opts, entry) do
     {what, keys} = Keyword.fetch!(@entries, entry)
-    Check.given!(opts, what, keys, Map.keys(@modes))
+    Check.given!(opts, what, keys, @mode_names)
   end
 
   # Every capture option, the given ones over the defaults.
   defp capture(given, default_mode) do
     opts = Map.merge(Map.new(@capture), given)
 
+    mode = opts.mode || default_mode
+
     %{
       opts
-      | mode: opts.mode || default_mode,
+      | mode: if(mode == :auto, do: auto_mode(), else: mode),
         cross_process:
           if(opts.cross_process == nil,
             do: Application.get_env(:flame_on_client, :cross_process, false) == true,
@@ -413,7 +437,7 @@ defmodule FlameOn.Client.Options do
   @doc false
   # Raises ArgumentError unless `value` is a valid `key`.
   @spec check!(atom(), term()) :: :ok
-  def check!(key, value), do: Check.check!(key, value, Map.keys(@modes))
+  def check!(key, value), do: Check.check!(key, value, @mode_names)
 
   @doc false
   @spec invalid!(atom(), String.t(), term()) :: no_return()

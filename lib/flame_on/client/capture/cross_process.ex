@@ -35,6 +35,7 @@ defmodule FlameOn.Client.Capture.CrossProcess do
       mode: mode,
       opts: opts,
       root: if(match?({:self, _}, target), do: self()),
+      root_mfa: elem(target, 1),
       # the gate turns the caller's flags on in the legacy session, where
       # its :send flag runs the send pattern
       legacy: match?({:gate, _}, target)

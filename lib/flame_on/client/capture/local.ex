@@ -60,7 +60,7 @@ defmodule FlameOn.Client.Capture.Local do
   end
 
   defp open_core(%{mode: mode, opts: opts, target: target} = capture) do
-    with {:ok, core} <- Common.new_core(opts) do
+    with {:ok, core} <- Common.new_core(opts, mode.core_options(opts, root(capture))) do
       tracer = {Native, Native.tracer_state(core)}
       # A gate's match spec turns tracing on in the legacy session, with
       # the tracer in its flag list (FlameOn.Client.NextCall.Gate).

@@ -1,7 +1,7 @@
 defmodule FlameOn.Client.Capture.Mode do
   @moduledoc false
   # How a traced process's stacks are captured: one module per mode
-  # (FlameOn.Client.Capture.Nif, .Process, .Sample), listed by name in
+  # (FlameOn.Client.Capture.Nif, .Process, .Sample, .Native), listed by name in
   # FlameOn.Client.Options (the `:mode` option's values). The scopes
   # (FlameOn.Client.Capture.Local, .CrossProcess) and the cross-process
   # owner (FlameOn.Client.Owners.CrossProcess) ask the mode what they need
@@ -36,6 +36,13 @@ defmodule FlameOn.Client.Capture.Mode do
   """
   @callback follows_callees?() :: boolean()
 
+  @doc """
+  Keys the mode adds to the core session's options
+  (`FlameOn.Client.Core.Native.new/1`); `root` is the function the traced
+  process's stacks start at, or nil.
+  """
+  @callback core_options(opts :: map(), root :: mfa() | nil) :: map()
+
   @doc "Takes what the mode needs of the node besides patterns (raises when it cannot)."
   @callback acquire(opts :: map()) :: :ok
 
@@ -56,7 +63,8 @@ defmodule FlameOn.Client.Capture.Mode do
   @doc """
   `use FlameOn.Client.Capture.Mode` declares the behaviour and gives the
   callbacks a mode often does not need their plain defaults: no node
-  state (`acquire/1`, `release/1`), no watchers (`watch/5`, `unwatch/1`),
+  state (`acquire/1`, `release/1`), no core session options
+  (`core_options/2`), no watchers (`watch/5`, `unwatch/1`),
   nothing to see of a cross-process trace's callees (`follows_callees?/0`),
   the NIF as the tracer (`tracer/0`). A mode overrides what it needs.
   """
@@ -69,6 +77,9 @@ defmodule FlameOn.Client.Capture.Mode do
 
       @impl true
       def follows_callees?, do: false
+
+      @impl true
+      def core_options(_opts, _root), do: %{}
 
       @impl true
       def acquire(_opts), do: :ok
@@ -84,6 +95,7 @@ defmodule FlameOn.Client.Capture.Mode do
 
       defoverridable tracer: 0,
                      follows_callees?: 0,
+                     core_options: 2,
                      acquire: 1,
                      release: 1,
                      watch: 5,

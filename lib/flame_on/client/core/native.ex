@@ -175,6 +175,7 @@ defmodule FlameOn.Client.Core.Native do
   end
 
   @type session :: reference()
+  @type perf_error :: :not_linux | :denied | :no_support | :no_memory | :failed
 
   @spec new(map()) :: session()
   def new(_opts), do: :erlang.nif_error(:nif_not_loaded)
@@ -195,6 +196,9 @@ defmodule FlameOn.Client.Core.Native do
   @doc "Bytes held by the tables of all live sessions in this VM."
   @spec session_bytes() :: non_neg_integer()
   def session_bytes, do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec cpu_here(session()) :: :ok
+  def cpu_here(_session), do: :erlang.nif_error(:nif_not_loaded)
 
   @spec stop(session()) :: integer()
   def stop(_session), do: :erlang.nif_error(:nif_not_loaded)
@@ -261,6 +265,21 @@ defmodule FlameOn.Client.Core.Native do
   def render(_tree, _names), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
+  @spec perf_probe() :: :ok | {:error, perf_error(), integer()}
+  def perf_probe, do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec perf_map() :: boolean()
+  def perf_map, do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec perf_acquire(pos_integer()) :: {:ok, reference()} | {:error, perf_error(), integer()}
+  def perf_acquire(_frequency), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec perf_release(reference()) :: :ok
+  def perf_release(_user), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec perf_stats() :: map()
+  def perf_stats, do: :erlang.nif_error(:nif_not_loaded)
+
   @spec next_new(session(), pid(), [pid()]) :: reference()
   def next_new(_session, _owner, _excluded), do: :erlang.nif_error(:nif_not_loaded)
 

@@ -137,7 +137,9 @@ defmodule FlameOn.Client.Owners.CrossProcess do
       {:module, _} = Code.ensure_loaded(Followers)
     end
 
-    with {:ok, core} <- new_core(capture, label),
+    core_options = mode.core_options(capture, Keyword.get(opts, :root_mfa))
+
+    with {:ok, core} <- new_core(capture, Map.put(core_options, :label, label)),
          :ok <- register(core, root),
          :ok <- Native.graph_owner(core, self(), capture.follow == :messages),
          :ok <- watch_callees(core, mode, part),
@@ -286,8 +288,8 @@ defmodule FlameOn.Client.Owners.CrossProcess do
 
   # --- internals --------------------------------------------------------------
 
-  defp new_core(capture, label) do
-    with {:error, reason} <- Common.new_core(capture, %{label: label}), do: {:stop, reason}
+  defp new_core(capture, extra) do
+    with {:error, reason} <- Common.new_core(capture, extra), do: {:stop, reason}
   end
 
   # Registered first: the VM asks the tracer (enabled/3, trace_status)

@@ -1,0 +1,108 @@
+#include "fo_cpu.h"
+
+#include <string.h>
+
+#include "fo_perf.h"
+#include "fo_symbols.h"
+
+static int same_mfa(const fo_mfa *a, const fo_mfa *b)
+{
+    return a->module == b->module && a->function == b->function && a->arity == b->arity;
+}
+
+uint32_t fo_cpu_frames(const uint64_t *ips, uint32_t n, const fo_cpu_scope *scope, fo_mfa *frames, int *erlang)
+{
+    fo_mfa leafward[FO_PERF_MAX_FRAMES];
+    uint32_t count = 0;
+    fo_mfa c_leaf;
+    int has_c_leaf = 0;
+    for (uint32_t i = 0; i < n && i < FO_PERF_MAX_FRAMES; i++) {
+        /* a return address may be the first byte after its call's function */
+        uint64_t ip = i == 0 ? ips[0] : ips[i] - 1;
+        fo_mfa mfa;
+        fo_sym_kind kind = fo_symbols_jit(ip, &mfa);
+        if (kind == FO_SYM_ERLANG) {
+            leafward[count++] = mfa;
+            continue;
+        }
+        if (kind == FO_SYM_GLUE)
+            continue;
+        /* C code: the leaf is named; C frames past it come from frame
+         * pointers C code does not keep, and past an Erlang frame they are
+         * not the process's */
+        if (count > 0)
+            break;
+        if (i == 0) {
+            fo_symbols_native(ip, &c_leaf);
+            has_c_leaf = 1;
+        }
+    }
+    uint32_t keep = count;
+    if (scope != NULL && scope->has_root) {
+        for (uint32_t i = 0; i < count; i++) {
+            if (same_mfa(&leafward[i], &scope->root)) {
+                keep = i + 1;
+                break;
+            }
+        }
+    }
+    uint32_t out = 0;
+    for (uint32_t i = keep; i > 0; i--)
+        frames[out++] = leafward[i - 1];
+    if (has_c_leaf)
+        frames[out++] = c_leaf;
+    *erlang = keep > 0;
+    return out;
+}
+
+/* Orphans of a slice seen before its first sample with Erlang frames
+ * wait for it; past this many, the rest go at once. */
+#define MAX_PENDING 32
+
+typedef struct {
+    fo_session *s;
+    uint64_t pid;
+    const fo_cpu_scope *scope;
+    int have_context; /* a sample of this slice had Erlang frames */
+    fo_mfa pending[MAX_PENDING];
+    uint32_t pending_count;
+} slice;
+
+static void flush(slice *sl)
+{
+    for (uint32_t i = 0; i < sl->pending_count; i++)
+        fo_session_cpu_orphan(sl->s, sl->pid, &sl->pending[i]);
+    sl->pending_count = 0;
+}
+
+static void each(void *ctx, int64_t ts_ns, const uint64_t *ips, uint32_t n)
+{
+    (void)ts_ns;
+    slice *sl = ctx;
+    fo_mfa frames[FO_PERF_MAX_FRAMES + 1];
+    int erlang = 0;
+    uint32_t count = fo_cpu_frames(ips, n, sl->scope, frames, &erlang);
+    if (count == 0)
+        return;
+    if (erlang) {
+        fo_session_cpu_sample(sl->s, sl->pid, frames, count);
+        sl->have_context = 1;
+        flush(sl);
+    } else if (sl->have_context || sl->pending_count == MAX_PENDING) {
+        fo_session_cpu_orphan(sl->s, sl->pid, &frames[0]);
+    } else {
+        sl->pending[sl->pending_count++] = frames[0];
+    }
+}
+
+void fo_cpu_slice(void *ctx, fo_session *s, uint64_t pid, uint64_t thread, int64_t from_ns, int64_t to_ns)
+{
+    slice sl;
+    sl.s = s;
+    sl.pid = pid;
+    sl.scope = ctx;
+    sl.have_context = 0;
+    sl.pending_count = 0;
+    fo_perf_take(thread, from_ns, to_ns, each, &sl);
+    flush(&sl);
+}

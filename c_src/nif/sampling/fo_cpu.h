@@ -1,0 +1,35 @@
+/* The source of a CPU-sampled (native) session's samples: the core asks it
+ * for each time slice a traced process ran (fo_session_set_cpu_sampled);
+ * it takes the slice's samples of that thread from fo_perf, names their
+ * frames (fo_symbols) and hands them to the core.
+ *
+ * A sample's call chain, leaf first, runs through JIT code (Erlang
+ * functions, and the runtime's shared fragments between them) or starts
+ * in the runtime's C code. C code has no frame pointers, so a chain that
+ * starts there mostly ends at the fragment that called into C: such a
+ * sample names no Erlang frame (an orphan). It is counted on its C
+ * function under the process's stack of the nearest sample of the same
+ * slice that has Erlang frames; with none in the slice, under the stack
+ * the process was last sampled in (fo_session_cpu_orphan). */
+#ifndef FO_CPU_H
+#define FO_CPU_H
+
+#include <stdint.h>
+
+#include "fo_session.h"
+
+typedef struct {
+    fo_mfa root; /* has_root: frames outside its innermost call are dropped */
+    int has_root;
+} fo_cpu_scope;
+
+/* The fo_cpu_source for fo_session_set_cpu_sampled; ctx is an
+ * fo_cpu_scope (alive as long as the session). */
+void fo_cpu_slice(void *ctx, fo_session *s, uint64_t pid, uint64_t thread, int64_t from_ns, int64_t to_ns);
+
+/* A chain (leaf first, as fo_perf gives it) as frames, root first, into
+ * frames (room for n + 1). Returns the count; *erlang says whether any is
+ * an Erlang frame (else there is one: the C leaf). */
+uint32_t fo_cpu_frames(const uint64_t *ips, uint32_t n, const fo_cpu_scope *scope, fo_mfa *frames, int *erlang);
+
+#endif

@@ -1,0 +1,459 @@
+#include "fo_perf.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__linux__)
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#define FO_HAVE_PERF 1
+#else
+#define FO_HAVE_PERF 0
+#endif
+
+/* The kernel's ring per thread: 1 + 2^4 pages (64 KiB of samples, about
+ * 0.2 s at 1 kHz: the drainer copies it out every few ms). */
+#define RING_DATA_PAGES 16u
+/* Our buffer per thread: words of samples and the samples' index. 1 MiB
+ * and 8192 samples: seconds of samples at the frequencies we use, so a
+ * trace that folds late still finds its slices' samples. */
+#define BUFFER_WORDS (1u << 17)
+#define BUFFER_SAMPLES (1u << 13)
+
+/* Callchain values at or above this are PERF_CONTEXT_* markers. */
+#define CONTEXT_MARKER ((uint64_t)-4095)
+
+typedef struct {
+    int64_t ts;
+    uint64_t pos; /* absolute word index of its first ip */
+    uint32_t n;
+} sample_ref;
+
+typedef struct {
+    uint64_t tid; /* 0: free slot */
+    int fd;
+    void *ring;
+    size_t ring_bytes;
+    uint64_t *words;
+    uint64_t words_head, words_oldest; /* absolute indices */
+    sample_ref *refs;
+    uint64_t refs_head, refs_oldest;
+    int64_t dropped_until; /* newest time a sample left the buffer untaken */
+} perf_thread;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t users;     /* under lock */
+static uint32_t frequency; /* under lock */
+static perf_thread threads[FO_PERF_MAX_THREADS];
+static uint32_t open_count; /* under lock */
+static long page_bytes;
+/* 0 while nobody samples; a new value each time sampling starts, so the
+ * threads' "noted" marks of an earlier period do not count. */
+static _Atomic uint64_t generation;
+static uint64_t last_generation; /* under lock */
+static _Atomic uint64_t pending[FO_PERF_MAX_THREADS];
+static fo_perf_counters counters; /* under lock */
+
+static _Thread_local uint64_t cached_tid;
+static _Thread_local uint64_t noted_generation;
+
+uint64_t fo_perf_thread_id(void)
+{
+    if (cached_tid == 0) {
+#if FO_HAVE_PERF
+        cached_tid = (uint64_t)syscall(SYS_gettid);
+#else
+        cached_tid = 1;
+#endif
+    }
+    return cached_tid;
+}
+
+int fo_perf_active(void)
+{
+    return atomic_load_explicit(&generation, memory_order_relaxed) != 0;
+}
+
+void fo_perf_note_thread(void)
+{
+    uint64_t gen = atomic_load_explicit(&generation, memory_order_relaxed);
+    if (gen == 0 || noted_generation == gen)
+        return;
+    noted_generation = gen;
+    uint64_t tid = fo_perf_thread_id();
+    for (uint32_t i = 0; i < FO_PERF_MAX_THREADS; i++) {
+        uint64_t free_slot = 0;
+        if (atomic_compare_exchange_strong(&pending[i], &free_slot, tid))
+            return;
+    }
+}
+
+static fo_perf_status status_of(int err)
+{
+    switch (err) {
+    case EACCES:
+    case EPERM:
+        return FO_PERF_DENIED;
+    case ENOENT:
+    case ENODEV:
+    case ENOSYS:
+    case EOPNOTSUPP:
+        return FO_PERF_NO_SUPPORT;
+    case ENOMEM:
+        return FO_PERF_NO_MEMORY;
+    default:
+        return FO_PERF_FAILED;
+    }
+}
+
+#if FO_HAVE_PERF
+static int open_event(uint64_t tid, uint32_t freq)
+{
+    struct perf_event_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.freq = 1;
+    attr.sample_freq = freq;
+    attr.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CALLCHAIN;
+    attr.disabled = 1;
+    attr.exclude_kernel = 1;
+    attr.exclude_hv = 1;
+    attr.exclude_callchain_kernel = 1;
+    attr.use_clockid = 1;
+    attr.clockid = CLOCK_MONOTONIC;
+    attr.sample_max_stack = FO_PERF_MAX_FRAMES;
+    return (int)syscall(SYS_perf_event_open, &attr, (pid_t)tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+}
+#endif
+
+fo_perf_status fo_perf_probe(int *err)
+{
+    *err = 0;
+#if FO_HAVE_PERF
+    int fd = open_event(fo_perf_thread_id(), 99);
+    if (fd < 0) {
+        *err = errno;
+        return status_of(*err);
+    }
+    close(fd);
+    return FO_PERF_OK;
+#else
+    return FO_PERF_NOT_LINUX;
+#endif
+}
+
+static void free_buffers(perf_thread *t)
+{
+    free(t->words);
+    free(t->refs);
+    t->words = NULL;
+    t->refs = NULL;
+}
+
+/* Caller holds lock. */
+static fo_perf_status open_thread(uint64_t tid, int *err)
+{
+    *err = 0;
+    uint32_t free_at = FO_PERF_MAX_THREADS;
+    for (uint32_t i = 0; i < FO_PERF_MAX_THREADS; i++) {
+        if (threads[i].tid == tid)
+            return FO_PERF_OK;
+        if (threads[i].tid == 0 && free_at == FO_PERF_MAX_THREADS)
+            free_at = i;
+    }
+    if (free_at == FO_PERF_MAX_THREADS) {
+        counters.open_failures++;
+        return FO_PERF_NO_MEMORY;
+    }
+#if FO_HAVE_PERF
+    perf_thread *t = &threads[free_at];
+    memset(t, 0, sizeof *t);
+    t->fd = open_event(tid, frequency);
+    if (t->fd < 0) {
+        *err = errno;
+        counters.open_failures++;
+        return status_of(*err);
+    }
+    /* The rings count against perf_event_mlock_kb (516 KiB a user by
+     * default) and RLIMIT_MEMLOCK: with many threads, smaller rings. */
+    t->ring = MAP_FAILED;
+    for (uint32_t pages = RING_DATA_PAGES; pages >= 1 && t->ring == MAP_FAILED; pages /= 4) {
+        t->ring_bytes = (size_t)page_bytes * (1 + pages);
+        t->ring = mmap(NULL, t->ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd, 0);
+    }
+    t->words = calloc(BUFFER_WORDS, sizeof(uint64_t));
+    t->refs = calloc(BUFFER_SAMPLES, sizeof(sample_ref));
+    if (t->ring == MAP_FAILED || t->words == NULL || t->refs == NULL) {
+        *err = errno;
+        if (t->ring != MAP_FAILED)
+            munmap(t->ring, t->ring_bytes);
+        close(t->fd);
+        free_buffers(t);
+        memset(t, 0, sizeof *t);
+        counters.open_failures++;
+        return FO_PERF_NO_MEMORY;
+    }
+    t->tid = tid;
+    ioctl(t->fd, PERF_EVENT_IOC_ENABLE, 0);
+    open_count++;
+    return FO_PERF_OK;
+#else
+    (void)tid;
+    return FO_PERF_NOT_LINUX;
+#endif
+}
+
+static void close_thread(perf_thread *t)
+{
+#if FO_HAVE_PERF
+    ioctl(t->fd, PERF_EVENT_IOC_DISABLE, 0);
+    munmap(t->ring, t->ring_bytes);
+    close(t->fd);
+#endif
+    free_buffers(t);
+    memset(t, 0, sizeof *t);
+    open_count--;
+}
+
+/* Scheduler threads by the names releases give them: OTP 25 "1_scheduler",
+ * "1_dirty_cpu_s"; OTP 27 "erts_sched_1", "erts_dcpus_1". Dirty I/O
+ * threads (ten by default) only run what file and NIF calls send there:
+ * they are opened when a traced process's `in` comes from one, as any
+ * thread named otherwise. */
+static int scheduler_name(const char *comm)
+{
+    return strstr(comm, "_scheduler") != NULL || strstr(comm, "_dirty_cpu") != NULL ||
+           strncmp(comm, "erts_sched_", 11) == 0 || strncmp(comm, "erts_dcpus_", 11) == 0;
+}
+
+/* Caller holds lock. */
+static void open_named_threads(void)
+{
+    DIR *dir = opendir("/proc/self/task");
+    if (dir == NULL)
+        return;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        char *end = NULL;
+        unsigned long long tid = strtoull(entry->d_name, &end, 10);
+        if (end == entry->d_name || *end != '\0' || tid == 0)
+            continue;
+        char path[64], comm[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%llu/comm", tid);
+        FILE *f = fopen(path, "re");
+        if (f == NULL)
+            continue;
+        if (fgets(comm, sizeof comm, f) != NULL && scheduler_name(comm)) {
+            int err;
+            open_thread((uint64_t)tid, &err);
+        }
+        fclose(f);
+    }
+    closedir(dir);
+}
+
+fo_perf_status fo_perf_acquire(uint32_t freq, int *err)
+{
+    *err = 0;
+    pthread_mutex_lock(&lock);
+    fo_perf_status status = FO_PERF_OK;
+    if (users == 0) {
+        status = fo_perf_probe(err);
+        if (status == FO_PERF_OK) {
+            page_bytes = sysconf(_SC_PAGESIZE);
+            frequency = freq;
+            memset(&counters, 0, sizeof counters);
+            for (uint32_t i = 0; i < FO_PERF_MAX_THREADS; i++)
+                atomic_store(&pending[i], 0);
+            open_named_threads();
+            atomic_store(&generation, ++last_generation);
+        }
+    }
+    if (status == FO_PERF_OK)
+        users++;
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+void fo_perf_release(void)
+{
+    pthread_mutex_lock(&lock);
+    if (users > 0 && --users == 0) {
+        atomic_store(&generation, 0);
+        for (uint32_t i = 0; i < FO_PERF_MAX_THREADS; i++) {
+            if (threads[i].tid != 0)
+                close_thread(&threads[i]);
+        }
+        frequency = 0;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* Copies n bytes at ring offset `at` (wrapping) into out. */
+static void ring_copy(const unsigned char *data, size_t size, uint64_t at, void *out, size_t n)
+{
+    size_t start = (size_t)(at % size);
+    size_t first = size - start < n ? size - start : n;
+    memcpy(out, data + start, first);
+    if (first < n)
+        memcpy((unsigned char *)out + first, data, n - first);
+}
+
+/* Room for n more words and one more sample: the oldest samples go. */
+static void make_room(perf_thread *t, uint32_t n)
+{
+    while (t->refs_oldest < t->refs_head &&
+           (t->words_head + n - t->words_oldest > BUFFER_WORDS || t->refs_head - t->refs_oldest >= BUFFER_SAMPLES)) {
+        sample_ref *old = &t->refs[t->refs_oldest % BUFFER_SAMPLES];
+        if (old->ts > t->dropped_until)
+            t->dropped_until = old->ts;
+        t->refs_oldest++;
+        t->words_oldest = t->refs_oldest < t->refs_head ? t->refs[t->refs_oldest % BUFFER_SAMPLES].pos : t->words_head;
+    }
+}
+
+static void keep_sample(perf_thread *t, int64_t ts, const uint64_t *chain, uint64_t nr)
+{
+    uint64_t ips[FO_PERF_MAX_FRAMES];
+    uint32_t n = 0;
+    for (uint64_t i = 0; i < nr && n < FO_PERF_MAX_FRAMES; i++) {
+        if (chain[i] < CONTEXT_MARKER)
+            ips[n++] = chain[i];
+    }
+    if (n == 0)
+        return;
+    make_room(t, n);
+    for (uint32_t i = 0; i < n; i++)
+        t->words[(t->words_head + i) % BUFFER_WORDS] = ips[i];
+    sample_ref *ref = &t->refs[t->refs_head % BUFFER_SAMPLES];
+    ref->ts = ts;
+    ref->pos = t->words_head;
+    ref->n = n;
+    t->words_head += n;
+    t->refs_head++;
+    counters.samples++;
+}
+
+#if FO_HAVE_PERF
+/* Caller holds lock. */
+static void drain_ring(perf_thread *t)
+{
+    struct perf_event_mmap_page *meta = t->ring;
+    const unsigned char *data = (const unsigned char *)t->ring + page_bytes;
+    size_t size = t->ring_bytes - (size_t)page_bytes;
+    uint64_t head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
+    uint64_t tail = meta->data_tail;
+    /* a sample: header, pid/tid, time, nr, then the chain */
+    uint64_t record[4 + FO_PERF_MAX_FRAMES + 8];
+    while (tail < head) {
+        struct perf_event_header header;
+        ring_copy(data, size, tail, &header, sizeof header);
+        if (header.size < sizeof header)
+            break; /* cannot happen with a sane kernel: stop rather than spin */
+        if (header.type == PERF_RECORD_SAMPLE && header.size <= sizeof record) {
+            ring_copy(data, size, tail, record, header.size);
+            /* record[0] header, [1] pid|tid, [2] time, [3] nr, [4..] ips */
+            uint64_t nr = record[3];
+            uint64_t room = (header.size / sizeof(uint64_t)) - 4;
+            keep_sample(t, (int64_t)record[2], &record[4], nr < room ? nr : room);
+        } else if (header.type == PERF_RECORD_LOST && header.size >= sizeof header + 16) {
+            uint64_t lost[3];
+            ring_copy(data, size, tail, lost, sizeof lost);
+            counters.lost += lost[2];
+        }
+        tail += header.size;
+    }
+    __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
+}
+#endif
+
+void fo_perf_pump(void)
+{
+    if (!fo_perf_active())
+        return;
+    pthread_mutex_lock(&lock);
+    if (users > 0) {
+        for (uint32_t i = 0; i < FO_PERF_MAX_THREADS; i++) {
+            uint64_t tid = atomic_exchange(&pending[i], 0);
+            int err;
+            if (tid != 0)
+                open_thread(tid, &err);
+        }
+#if FO_HAVE_PERF
+        for (uint32_t i = 0; i < FO_PERF_MAX_THREADS; i++) {
+            if (threads[i].tid != 0)
+                drain_ring(&threads[i]);
+        }
+#endif
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+uint32_t fo_perf_take(uint64_t thread, int64_t from_ns, int64_t to_ns, fo_perf_each fn, void *ctx)
+{
+    uint32_t given = 0;
+    pthread_mutex_lock(&lock);
+    perf_thread *t = NULL;
+    for (uint32_t i = 0; i < FO_PERF_MAX_THREADS && t == NULL; i++) {
+        if (threads[i].tid == thread && thread != 0)
+            t = &threads[i];
+    }
+    if (t != NULL && from_ns < to_ns) {
+#if FO_HAVE_PERF
+        drain_ring(t); /* the slice may have ended a moment ago */
+#endif
+        if (from_ns <= t->dropped_until)
+            counters.overwritten++;
+        /* the first sample at or after from_ns: samples of one thread come
+         * in time order */
+        uint64_t lo = t->refs_oldest, hi = t->refs_head;
+        while (lo < hi) {
+            uint64_t mid = lo + (hi - lo) / 2;
+            if (t->refs[mid % BUFFER_SAMPLES].ts < from_ns)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        uint64_t ips[FO_PERF_MAX_FRAMES];
+        for (uint64_t k = lo; k < t->refs_head; k++) {
+            const sample_ref *ref = &t->refs[k % BUFFER_SAMPLES];
+            if (ref->ts >= to_ns)
+                break;
+            for (uint32_t i = 0; i < ref->n; i++)
+                ips[i] = t->words[(ref->pos + i) % BUFFER_WORDS];
+            fn(ctx, ref->ts, ips, ref->n);
+            given++;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return given;
+}
+
+void fo_perf_counters_read(fo_perf_counters *out)
+{
+    pthread_mutex_lock(&lock);
+    *out = counters;
+    out->users = users;
+    out->threads = open_count;
+    out->frequency = frequency;
+    pthread_mutex_unlock(&lock);
+}
+
+uint32_t fo_perf_open_fds(void)
+{
+    pthread_mutex_lock(&lock);
+    uint32_t n = open_count;
+    pthread_mutex_unlock(&lock);
+    return n;
+}

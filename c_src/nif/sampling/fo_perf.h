@@ -1,0 +1,92 @@
+/* CPU samples of the VM's scheduler threads, from Linux perf events, for
+ * CPU-sampled (native mode) traces. Node-wide: while any native trace runs
+ * (fo_perf_acquire .. fo_perf_release), every scheduler thread has one
+ * software task-clock event sampling it at a fixed frequency, with its
+ * user-space call chain (the kernel unwinds through the frame pointers the
+ * JIT keeps with +JPperf), its thread id and a CLOCK_MONOTONIC time. A
+ * thread is found two ways: by name when sampling starts, and by the
+ * tracer callbacks of native traces, which note the thread each `in` runs
+ * on (names differ between releases; the callbacks do not).
+ *
+ * The kernel's rings are copied out (fo_perf_pump, by the drainer thread
+ * every few milliseconds and by whoever folds a native trace) into a
+ * bounded buffer per thread, from which each trace takes the samples of
+ * its processes' time slices (fo_perf_take). Samples are attributed later,
+ * by thread and time, never in the sampled process: sampling costs the
+ * sampled thread only the kernel's interrupt.
+ *
+ * Everything (file descriptors, rings, buffers) is closed and freed when
+ * the last user releases it. One mutex guards it all; the callbacks take
+ * none (fo_perf_note_thread is lock-free). */
+#ifndef FO_PERF_H
+#define FO_PERF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Threads sampled at most, node-wide. */
+#define FO_PERF_MAX_THREADS 256u
+/* Frames a sample keeps, leaf first (the kernel's cap is 127). */
+#define FO_PERF_MAX_FRAMES 127u
+
+/* Why sampling cannot start, for the error a user reads. */
+typedef enum {
+    FO_PERF_OK = 0,
+    FO_PERF_NOT_LINUX,  /* no perf events on this system */
+    FO_PERF_DENIED,     /* perf_event_open refused (paranoid level, seccomp, capabilities) */
+    FO_PERF_NO_SUPPORT, /* the kernel has no such event (ENOENT, ENODEV, ENOSYS) */
+    FO_PERF_NO_MEMORY,  /* mmap of a ring failed, or memory is short */
+    FO_PERF_FAILED      /* anything else (errno in *err) */
+} fo_perf_status;
+
+/* Whether this process may sample its own threads: opens (and closes) one
+ * event on the calling thread. *err gets errno on failure. */
+fo_perf_status fo_perf_probe(int *err);
+
+/* One more user; the first opens the events (sampling at freq Hz) on the
+ * scheduler threads found by name. Later users share the frequency the
+ * first one chose. */
+fo_perf_status fo_perf_acquire(uint32_t freq, int *err);
+
+/* One user fewer; the last closes every event and frees every buffer. */
+void fo_perf_release(void);
+
+/* Whether anyone samples now (one relaxed load). */
+int fo_perf_active(void);
+
+/* The calling thread's OS thread id (read once per thread). */
+uint64_t fo_perf_thread_id(void);
+
+/* The tracer callback of a native trace's `in` event: the calling thread
+ * runs traced processes, so it must be sampled. Lock-free; a thread is
+ * noted once per sampling period. */
+void fo_perf_note_thread(void);
+
+/* Copies what the kernel wrote into the per-thread buffers, and opens the
+ * events of threads noted since. Takes the mutex. */
+void fo_perf_pump(void);
+
+/* Calls fn for each sample of thread `thread` taken at from_ns <= t <
+ * to_ns, oldest first: ips[0] is where the thread was, the rest return
+ * addresses, n at most FO_PERF_MAX_FRAMES. Samples the buffer no longer
+ * holds are counted (fo_perf_counters.overwritten). Returns how many fn
+ * got. Takes the mutex: call fo_perf_pump first for the samples up to now. */
+typedef void (*fo_perf_each)(void *ctx, int64_t ts_ns, const uint64_t *ips, uint32_t n);
+uint32_t fo_perf_take(uint64_t thread, int64_t from_ns, int64_t to_ns, fo_perf_each fn, void *ctx);
+
+typedef struct {
+    uint32_t users;
+    uint32_t threads;      /* threads with an open event */
+    uint32_t frequency;    /* Hz, 0 when not sampling */
+    uint64_t samples;      /* read from the kernel since sampling started */
+    uint64_t lost;         /* the kernel's ring was full (PERF_RECORD_LOST) */
+    uint64_t overwritten;  /* left the per-thread buffers before a trace took them */
+    uint64_t open_failures; /* threads whose event could not be opened */
+} fo_perf_counters;
+
+void fo_perf_counters_read(fo_perf_counters *out);
+
+/* Open file descriptors of ours (for leak checks). */
+uint32_t fo_perf_open_fds(void);
+
+#endif

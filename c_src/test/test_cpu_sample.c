@@ -1,0 +1,181 @@
+/* CPU-sampled sessions (native mode): in/out events give each process's
+ * exact on- and off-CPU time; CPU samples say where the on-CPU time went,
+ * in proportion to their counts once settled; a wait hangs under the
+ * stack the process was last sampled in. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "test_support.h"
+
+// clang-format off
+#define LINES(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define DEFAULT_LIMITS {0, 0, 0, 0, 0}
+
+static const ts_case cpu_cases[] = {
+    {"on_cpu_time_is_shared_by_sample_counts", DEFAULT_LIMITS,
+     LINES("cpu_sampled",
+           "1 0 in",
+           "1 cpu m:a/0;m:b/0",
+           "1 cpu m:a/0;m:b/0",
+           "1 cpu m:a/0;m:c/0",
+           "1 90 out",          /* 90 on CPU: b 2 samples, c 1 */
+           "1 100 in",          /* a;c;SLEEP: 10 */
+           "1 cpu m:a/0;m:b/0",
+           "1 130 out",         /* 30 more on CPU: 120 in all, b 3 of 4 samples */
+           "close 130",
+           "settle"),
+     LINES("1 m:a/0;m:b/0 90", "1 m:a/0;m:c/0 30", "1 m:a/0;m:c/0;SLEEP 10",
+           "1 m:a/0;m:b/0 samples=3 weight=0", "1 m:a/0;m:c/0 samples=1 weight=0"),
+     "events=8 samples=4"},
+
+    {"a_burst_no_sample_saw_is_not_charged_to_the_stack_before_it", DEFAULT_LIMITS,
+     /* parse ran 30 unseen, render was sampled: render gets all 100, which
+      * is the estimate (nothing says otherwise); with holding, the 30 of
+      * parse would have gone to the wait's stack */
+     LINES("cpu_sampled",
+           "1 0 in",
+           "1 cpu m:r/0;m:render/0",
+           "1 70 out",
+           "1 80 in",
+           "1 110 out",
+           "close 120",
+           "settle"),
+     LINES("1 m:r/0;m:render/0 100", "1 m:r/0;m:render/0;SLEEP 20",
+           "1 m:r/0;m:render/0 samples=1 weight=0"),
+     "events=5 samples=1"},
+
+    {"a_process_no_sample_landed_on_keeps_its_time_on_its_root", DEFAULT_LIMITS,
+     LINES("cpu_sampled",
+           "1 0 in",
+           "1 50 out",
+           "1 60 in",
+           "close 70",
+           "settle"),
+     LINES("1 (root) 60", "1 SLEEP 10"),
+     "events=3 cpu_unsampled_ns=60"},
+
+    {"rounding_leaves_nothing_out", DEFAULT_LIMITS,
+     /* 100 over three equal counts: 33 + 33 + 33, and 1 to the first busiest */
+     LINES("cpu_sampled",
+           "1 0 in",
+           "1 cpu m:a/0",
+           "1 cpu m:b/0",
+           "1 cpu m:c/0",
+           "close 100",
+           "settle"),
+     LINES("1 m:a/0 34", "1 m:b/0 33", "1 m:c/0 33",
+           "1 m:a/0 samples=1 weight=0", "1 m:b/0 samples=1 weight=0", "1 m:c/0 samples=1 weight=0"),
+     "events=4 samples=3"},
+
+    {"processes_are_settled_apart", DEFAULT_LIMITS,
+     LINES("cpu_sampled",
+           "1 0 in",
+           "2 0 in",
+           "1 cpu m:a/0",
+           "2 cpu m:x/0",
+           "2 cpu m:y/0",
+           "1 40 out",
+           "2 80 out",
+           "close 80",
+           "settle"),
+     LINES("1 m:a/0 40", "1 m:a/0;SLEEP 40", "2 m:x/0 40", "2 m:y/0 40",
+           "1 m:a/0 samples=1 weight=0", "2 m:x/0 samples=1 weight=0", "2 m:y/0 samples=1 weight=0"),
+     "events=7 samples=3"},
+
+    {"settling_twice_adds_only_what_came_since", DEFAULT_LIMITS,
+     LINES("cpu_sampled",
+           "1 0 in",
+           "1 cpu m:a/0",
+           "1 50 out",
+           "settle",
+           "1 60 in",
+           "1 cpu m:b/0",
+           "close 100",
+           "settle"),     /* 40 more: a 1 and b 1 sample: 20 each */
+     LINES("1 m:a/0 70", "1 m:a/0;SLEEP 10", "1 m:b/0 20",
+           "1 m:a/0 samples=1 weight=0", "1 m:b/0 samples=1 weight=0"),
+     "events=5 samples=2"},
+
+    {"the_source_gives_each_slice_its_own_threads_samples", DEFAULT_LIMITS,
+     /* pid 1 runs on thread 7 then 8; pid 2 on 7 between: each slice takes
+      * only the samples of its thread and time */
+     LINES("cpu_sampled",
+           "at 7 5 m:a/0;m:b/0",
+           "at 7 15 m:x/0",
+           "at 8 25 m:a/0;m:c/0",
+           "at 7 25 m:y/0",       /* thread 7 ran pid 2 then: not pid 1's */
+           "1 0 in@7",
+           "1 10 out",
+           "2 12 in@7",
+           "2 20 out",
+           "1 20 in@8",
+           "1 30 out",
+           "close 30",
+           "settle"),
+     LINES("1 m:a/0;m:b/0 10", "1 m:a/0;m:b/0;SLEEP 10", "1 m:a/0;m:c/0 10",
+           "2 m:x/0 8", "2 m:x/0;SLEEP 10",
+           "1 m:a/0;m:b/0 samples=1 weight=0", "1 m:a/0;m:c/0 samples=1 weight=0",
+           "2 m:x/0 samples=1 weight=0"),
+     "events=9 samples=3"},
+
+    {"a_slice_still_open_is_ended_by_the_settle", DEFAULT_LIMITS,
+     LINES("cpu_sampled",
+           "at 3 40 m:a/0",
+           "1 0 in@3",
+           "close 50",
+           "settle 50"),
+     LINES("1 m:a/0 50", "1 m:a/0 samples=1 weight=0"),
+     "events=2 samples=1"},
+
+    {"an_orphan_hangs_its_leaf_under_the_last_sampled_stack", DEFAULT_LIMITS,
+     LINES("cpu_sampled",
+           "at 1 5 m:a/0;m:b/0",
+           "at 1 6 !erlang:term_to_binary/1",
+           "at 1 30 !erlang:term_to_binary/1",
+           "1 0 in@1",
+           "1 10 out",
+           "1 20 in@1",
+           "1 40 out",
+           "close 40",
+           "settle"),
+     /* 30 on CPU over 3 samples */
+     LINES("1 m:a/0;m:b/0 10", "1 m:a/0;m:b/0;erlang:term_to_binary/1 20", "1 m:a/0;m:b/0;SLEEP 10",
+           "1 m:a/0;m:b/0 samples=1 weight=0", "1 m:a/0;m:b/0;erlang:term_to_binary/1 samples=2 weight=0"),
+     "events=7 samples=3 cpu_orphans=2"},
+
+    {"an_orphan_before_any_sample_is_rootless", DEFAULT_LIMITS,
+     LINES("cpu_sampled",
+           "at 1 5 !erlang:term_to_binary/1",
+           "1 0 in@1",
+           "1 10 out",
+           "close 10",
+           "settle"),
+     LINES("1 erlang:term_to_binary/1 10", "1 erlang:term_to_binary/1 samples=1 weight=0"),
+     "events=3 samples=1 cpu_orphans=1 cpu_rootless=1"},
+
+    {"an_in_without_its_out_ends_the_slice_before", DEFAULT_LIMITS,
+     LINES("cpu_sampled",
+           "at 1 5 m:a/0",
+           "at 2 15 m:b/0",
+           "1 0 in@1",
+           "1 10 in@2",
+           "1 20 out",
+           "close 20",
+           "settle"),
+     LINES("1 m:a/0 10", "1 m:b/0 10",
+           "1 m:a/0 samples=1 weight=0", "1 m:b/0 samples=1 weight=0"),
+     "events=5 samples=2"},
+};
+// clang-format on
+
+int main(void)
+{
+    return ts_run_cases("cpu_sample", cpu_cases, sizeof cpu_cases / sizeof cpu_cases[0]);
+}

@@ -1,0 +1,48 @@
+defmodule FlameOn.Client.Capture.Native do
+  @moduledoc false
+  # mode: :native – CPU samples of the scheduler threads from Linux perf
+  # events, opened from inside the VM (FlameOn.Client.Node.PerfSampler);
+  # the kernel unwinds each sample through the frame pointers the JIT keeps
+  # when the VM runs with +JPperf true, and the perf map it writes names
+  # the frames. A traced process gets only the :running flag (no call
+  # breakpoints): its `in` events say which thread runs it from when, so
+  # each sample goes to the traced process that was on that thread at that
+  # instant, and its in/out events keep its on- and off-CPU time exact.
+  # Sampling costs the sampled thread a kernel interrupt per sample and
+  # nothing else; the samples are read by the NIF's drainer thread.
+  use FlameOn.Client.Capture.Mode
+
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.PerfSampler
+
+  @impl true
+  def description, do: "CPU samples from Linux perf events (+JPperf true); no call breakpoints"
+
+  @impl true
+  def flags, do: [:running]
+
+  @impl true
+  def call_patterns?, do: false
+
+  @impl true
+  def core_options(_opts, root), do: %{cpu_sampled: true, cpu_root: root}
+
+  @impl true
+  def acquire(opts) do
+    case PerfSampler.acquire(opts.frequency) do
+      :ok -> :ok
+      {:error, why} -> raise ArgumentError, "mode: :native is not available: " <> why
+    end
+  end
+
+  @impl true
+  def release(_opts), do: PerfSampler.release()
+
+  # A process that traces itself is running as its flags go on: it says
+  # which thread it runs on (others say so at their next `in`).
+  @impl true
+  def watch(watchers, core, pid, _opts, _root) do
+    if pid == self(), do: Native.cpu_here(core)
+    watchers
+  end
+end

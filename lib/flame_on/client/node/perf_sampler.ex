@@ -1,0 +1,186 @@
+defmodule FlameOn.Client.Node.PerfSampler do
+  @moduledoc false
+  # The node's CPU sampler for native traces (mode :native): one Linux perf
+  # event per scheduler thread, opened by the NIF while any native trace
+  # runs and closed with the last one (FlameOn.Client.Core.Native's
+  # perf_acquire/perf_release). Each holder is monitored, so a holder that
+  # dies releases too; and this process holds the NIF's user, so if it
+  # dies itself the NIF closes the events when the user is collected.
+  #
+  # `availability/0` says whether native sampling can run in this VM and,
+  # when not, why and what to do, in words a user reads in the error
+  # (FlameOn.Client.Capture.Native) and in `FlameOn.Client.status/0`.
+
+  use GenServer
+
+  alias FlameOn.Client.Core.Native
+
+  @call_timeout 60_000
+
+  @doc false
+  @spec start_link(keyword()) :: GenServer.on_start()
+  def start_link(_opts \\ []), do: GenServer.start_link(__MODULE__, :ok, name: __MODULE__)
+
+  @doc """
+  Registers the calling process as a user of the sampler, sampling at
+  `frequency` Hz if it is the first (later users share the first one's
+  frequency): `:ok`, or `{:error, reason}` (see `availability/0`).
+  Acquiring twice from one process needs two releases.
+  """
+  @spec acquire(pos_integer()) :: :ok | {:error, String.t()}
+  def acquire(frequency) when is_integer(frequency) and frequency > 0,
+    do: GenServer.call(__MODULE__, {:acquire, frequency}, @call_timeout)
+
+  @doc "Ends one `acquire/1` of the calling process (nothing when it holds none)."
+  @spec release() :: :ok
+  def release, do: GenServer.call(__MODULE__, :release, @call_timeout)
+
+  @doc "The sampler's counters (`FlameOn.Client.Core.Native.perf_stats/0`) and its users."
+  @spec stats() :: map()
+  def stats, do: GenServer.call(__MODULE__, :stats, @call_timeout)
+
+  @doc """
+  `availability/0 == :ok`, checked once per VM (what it depends on, the
+  VM's flags and the kernel's settings, does not change while it runs).
+  """
+  @spec available?() :: boolean()
+  def available? do
+    case :persistent_term.get({__MODULE__, :available}, nil) do
+      nil ->
+        available = availability() == :ok
+        :persistent_term.put({__MODULE__, :available}, available)
+        available
+
+      available ->
+        available
+    end
+  end
+
+  @doc """
+  Whether native sampling can run in this VM: `:ok`, or `{:error, why}`
+  where `why` says what is missing and how to get it.
+  """
+  @spec availability() :: :ok | {:error, String.t()}
+  def availability do
+    cond do
+      :erlang.system_info(:emu_flavor) != :jit ->
+        {:error,
+         "this VM runs the BEAM interpreter, not the JIT (emu_flavor " <>
+           "#{inspect(:erlang.system_info(:emu_flavor))}): native sampling names Erlang " <>
+           "frames from the JIT's perf map; use an OTP 24+ build with the JIT (x86-64 or arm64)"}
+
+      not Native.perf_map() ->
+        {:error,
+         "the VM was not started with +JPperf true, so its JIT keeps no frame pointers " <>
+           "and writes no perf map (/tmp/perf-#{:os.getpid()}.map); start it with " <>
+           "ERL_FLAGS=\"+JPperf true\" (a release: add +JPperf true to vm.args)"}
+
+      true ->
+        case Native.perf_probe() do
+          :ok -> :ok
+          {:error, reason, errno} -> {:error, probe_error(reason, errno)}
+        end
+    end
+  end
+
+  defp probe_error(:denied, errno) do
+    "perf_event_open was refused (errno #{errno}): kernel.perf_event_paranoid is " <>
+      "#{paranoid()}, or a container's seccomp profile blocks the call; allow a process to " <>
+      "sample its own threads with sysctl kernel.perf_event_paranoid=2, or give the VM " <>
+      "CAP_PERFMON (in a container also a seccomp profile that allows perf_event_open)"
+  end
+
+  defp probe_error(:not_linux, _errno),
+    do: "native sampling uses Linux perf events; this system is #{inspect(:os.type())}"
+
+  defp probe_error(:no_support, errno),
+    do: "this kernel has no software task-clock perf event (errno #{errno})"
+
+  defp probe_error(reason, errno),
+    do: "perf_event_open failed (#{reason}, errno #{errno})"
+
+  defp paranoid do
+    case File.read("/proc/sys/kernel/perf_event_paranoid") do
+      {:ok, text} -> String.trim(text)
+      {:error, _} -> "unknown"
+    end
+  end
+
+  @impl GenServer
+  def init(:ok) do
+    Process.flag(:trap_exit, true)
+    {:ok, %{users: %{}, handle: nil}}
+  end
+
+  @impl GenServer
+  def handle_call({:acquire, frequency}, {pid, _tag}, state) do
+    case take(state, frequency) do
+      {:ok, state} ->
+        users =
+          case state.users do
+            %{^pid => {ref, n}} -> Map.put(state.users, pid, {ref, n + 1})
+            users -> Map.put(users, pid, {Process.monitor(pid), 1})
+          end
+
+        {:reply, :ok, %{state | users: users}}
+
+      {:error, _} = error ->
+        {:reply, error, state}
+    end
+  end
+
+  def handle_call(:release, {pid, _tag}, state), do: {:reply, :ok, drop(state, pid, 1)}
+
+  def handle_call(:stats, _from, state) do
+    {:reply, Map.put(Native.perf_stats(), :holders, map_size(state.users)), state}
+  end
+
+  @impl GenServer
+  def handle_info({:DOWN, ref, :process, pid, _reason}, state)
+      when is_map_key(state.users, pid) and
+             elem(:erlang.map_get(pid, state.users), 0) == ref do
+    {:noreply, drop(state, pid, :all)}
+  end
+
+  def handle_info(_msg, state), do: {:noreply, state}
+
+  @impl GenServer
+  def terminate(_reason, %{handle: handle}) do
+    if handle, do: Native.perf_release(handle)
+    :ok
+  end
+
+  defp take(%{handle: nil} = state, frequency) do
+    with :ok <- availability() do
+      case Native.perf_acquire(frequency) do
+        {:ok, handle} -> {:ok, %{state | handle: handle}}
+        {:error, reason, errno} -> {:error, probe_error(reason, errno)}
+      end
+    end
+  end
+
+  defp take(state, _frequency), do: {:ok, state}
+
+  defp drop(state, pid, how_many) do
+    case Map.pop(state.users, pid) do
+      {nil, _} ->
+        state
+
+      {{ref, n}, rest} ->
+        users =
+          if how_many == :all or n <= how_many do
+            Process.demonitor(ref, [:flush])
+            rest
+          else
+            Map.put(rest, pid, {ref, n - how_many})
+          end
+
+        if users == %{} and state.handle != nil do
+          Native.perf_release(state.handle)
+          %{state | users: users, handle: nil}
+        else
+          %{state | users: users}
+        end
+    end
+  end
+end
