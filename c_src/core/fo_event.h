@@ -25,7 +25,7 @@ typedef struct {
     uint32_t arity;
 } fo_mfa;
 
-#define FO_EVF_HAS_MFA 0x1u    /* mfa is set (return_to: not `undefined`) */
+#define FO_EVF_HAS_MFA 0x1u    /* mfa is set (return_to: not `undefined`; out: where it stopped) */
 #define FO_EVF_HAS_CALLER 0x2u /* call: caller is set (not `undefined`) */
 #define FO_EVF_IN_CALL 0x4u    /* out: blocked in a call to another process */
 #define FO_EVF_HAS_THREAD 0x8u /* in/out/exit: thread is the OS thread it ran on

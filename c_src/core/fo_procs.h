@@ -10,6 +10,17 @@
 
 typedef enum { FO_PROC_RUNNING = 0, FO_PROC_OUT, FO_PROC_EXITED } fo_proc_state;
 
+/* CPU-sampled sessions: stacks a process was seen in, by the frame it was
+ * seen at (see fo_session_cpu.c). */
+#define FO_CPU_CONTEXTS 16u
+#define FO_CPU_PENDING 16u
+typedef struct {
+    uint32_t key;   /* the function it was in (0: a free entry) */
+    uint32_t node;  /* the stack's innermost node */
+    uint32_t stamp; /* when it was kept (the process's context clock) */
+    uint8_t asked;  /* read by the helper (fo_session_cpu_context): kept longer */
+} fo_cpu_context;
+
 typedef struct {
     uint64_t pid;
     uint32_t root;       /* process root node */
@@ -42,6 +53,14 @@ typedef struct {
     uint64_t cpu_ns;
     uint64_t thread;
     int64_t slice_from;
+    fo_cpu_context contexts[FO_CPU_CONTEXTS];
+    uint32_t context_clock; /* stamps the contexts kept */
+    uint32_t out_key;      /* the frame its last `out` stopped in (0: unknown) */
+    uint8_t stack_known;   /* its stack is where it is: from a sample of this slice,
+                              or where its last `out` stopped */
+    uint8_t slice_sampled; /* a sample with Erlang frames came in this slice */
+    uint8_t pending_count; /* C-code samples since that sample, placed when */
+    uint32_t pending[FO_CPU_PENDING]; /* the next one or the slice's end says where */
 } fo_proc;
 
 typedef struct {

@@ -5,23 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fo_frames.h"
-#include "fo_procs.h"
-#include "fo_tree.h"
+#include "fo_session_parts.h"
 
-struct fo_session {
-    fo_limits limits;
-    fo_frames frames;
-    fo_tree tree;
-    fo_procs procs;
-    uint32_t regular_nodes; /* nodes counted against max_nodes */
-    uint64_t last_pid;      /* one-entry cache of proc_for: events come in runs per process */
-    uint32_t last_index;    /* UINT32_MAX: empty */
-    int cpu_sampled;        /* fo_session_set_cpu_sampled */
-    fo_cpu_source cpu_source;
-    void *cpu_ctx;
-    fo_stats stats;
-};
+
 
 /* Each process owns a root and a node-cap bucket outside max_nodes. */
 #define RESERVED_NODES_PER_PROCESS 2u
@@ -61,7 +47,7 @@ void fo_session_free(fo_session *s)
 
 /* The process of pid, made on first sight. NULL when it cannot be
  * followed (process limit, or no memory for its reserved nodes). */
-static fo_proc *proc_for(fo_session *s, uint64_t pid)
+fo_proc *fo_s_proc_for(fo_session *s, uint64_t pid)
 {
     if (s->last_index != UINT32_MAX && s->last_pid == pid) {
         fo_proc *hit = &s->procs.procs[s->last_index];
@@ -96,18 +82,18 @@ static fo_proc *proc_for(fo_session *s, uint64_t pid)
     return p;
 }
 
-static uint32_t current_node(const fo_proc *p)
+uint32_t fo_s_current_node(const fo_proc *p)
 {
     return p->depth == 0 ? p->root : p->stack_nodes[p->depth - 1];
 }
 
-static uint32_t top_frame(const fo_proc *p)
+uint32_t fo_s_top_frame(const fo_proc *p)
 {
     return p->depth == 0 ? FO_NONE : p->stack_frames[p->depth - 1];
 }
 
 /* A regular node under parent, within max_nodes; FO_NONE when full. */
-static uint32_t regular_child(fo_session *s, uint32_t parent, uint32_t frame)
+uint32_t fo_s_regular_child(fo_session *s, uint32_t parent, uint32_t frame)
 {
     int may_create = s->regular_nodes < s->limits.max_nodes;
     uint32_t before = s->tree.count;
@@ -117,7 +103,7 @@ static uint32_t regular_child(fo_session *s, uint32_t parent, uint32_t frame)
     return node;
 }
 
-static void push_frame(fo_session *s, fo_proc *p, uint32_t frame)
+void fo_s_push_frame(fo_session *s, fo_proc *p, uint32_t frame)
 {
     if (p->overflow > 0 || p->depth >= s->limits.max_stack_frames ||
         !fo_procs_reserve_stack(&s->procs, p, p->depth + 1, s->limits.max_stack_frames)) {
@@ -125,7 +111,7 @@ static void push_frame(fo_session *s, fo_proc *p, uint32_t frame)
         s->stats.stack_overflows++;
         return;
     }
-    uint32_t parent = current_node(p);
+    uint32_t parent = fo_s_current_node(p);
     uint32_t node;
     if (frame == FO_NONE) {
         s->stats.frame_limit_hits++;
@@ -135,13 +121,13 @@ static void push_frame(fo_session *s, fo_proc *p, uint32_t frame)
         s->stats.depth_truncations++;
         s->stats.truncated_stacks++;
         /* Everything past max_depth shares one "…" node. */
-        node = p->depth == s->limits.max_depth ? regular_child(s, parent, FO_FRAME_DEPTH_CAP) : parent;
+        node = p->depth == s->limits.max_depth ? fo_s_regular_child(s, parent, FO_FRAME_DEPTH_CAP) : parent;
         if (node == FO_NONE) {
             s->stats.node_limit_hits++;
             node = p->node_cap;
         }
     } else {
-        node = regular_child(s, parent, frame);
+        node = fo_s_regular_child(s, parent, frame);
         if (node == FO_NONE) {
             s->stats.node_limit_hits++;
             s->stats.truncated_stacks++;
@@ -154,7 +140,7 @@ static void push_frame(fo_session *s, fo_proc *p, uint32_t frame)
 }
 
 /* Index of frame on the stack, searching down from `from`; FO_NONE if absent. */
-static uint32_t find_below(const fo_proc *p, uint32_t frame, uint32_t from)
+uint32_t fo_s_find_below(const fo_proc *p, uint32_t frame, uint32_t from)
 {
     for (uint32_t i = from + 1; i-- > 0;) {
         if (p->stack_frames[i] == frame)
@@ -163,36 +149,36 @@ static uint32_t find_below(const fo_proc *p, uint32_t frame, uint32_t from)
     return FO_NONE;
 }
 
-static uint32_t intern(fo_session *s, const fo_mfa *mfa)
+uint32_t fo_s_intern(fo_session *s, const fo_mfa *mfa)
 {
     return fo_frames_intern(&s->frames, mfa);
 }
 
 static void on_call(fo_session *s, fo_proc *p, const fo_event *ev)
 {
-    uint32_t callee = intern(s, &ev->mfa);
+    uint32_t callee = fo_s_intern(s, &ev->mfa);
     if ((ev->flags & FO_EVF_HAS_CALLER) && p->overflow == 0) {
         /* the common case, a plain nested call, without hashing the caller */
-        uint32_t top = top_frame(p);
+        uint32_t top = fo_s_top_frame(p);
         fo_mfa top_mfa;
         if (top != FO_NONE && fo_frames_get(&s->frames, top, &top_mfa) &&
             top_mfa.module == ev->caller.module && top_mfa.function == ev->caller.function &&
             top_mfa.arity == ev->caller.arity) {
-            push_frame(s, p, callee);
+            fo_s_push_frame(s, p, callee);
             return;
         }
-        uint32_t caller = intern(s, &ev->caller);
-        uint32_t at = (p->depth >= 2 && caller != FO_NONE) ? find_below(p, caller, p->depth - 2) : FO_NONE;
+        uint32_t caller = fo_s_intern(s, &ev->caller);
+        uint32_t at = (p->depth >= 2 && caller != FO_NONE) ? fo_s_find_below(p, caller, p->depth - 2) : FO_NONE;
         if (at != FO_NONE) {
             p->depth = at + 1; /* a tail call, or frames an exception unwound */
             s->stats.resyncs++;
         } else {
             if (p->depth > 0)
                 s->stats.resyncs++;
-            push_frame(s, p, caller);
+            fo_s_push_frame(s, p, caller);
         }
     }
-    push_frame(s, p, callee);
+    fo_s_push_frame(s, p, callee);
 }
 
 static void on_return_to(fo_session *s, fo_proc *p, const fo_event *ev)
@@ -206,8 +192,8 @@ static void on_return_to(fo_session *s, fo_proc *p, const fo_event *ev)
             p->depth--;
         return;
     }
-    uint32_t target = intern(s, &ev->mfa);
-    uint32_t at = (p->depth >= 2 && target != FO_NONE) ? find_below(p, target, p->depth - 2) : FO_NONE;
+    uint32_t target = fo_s_intern(s, &ev->mfa);
+    uint32_t at = (p->depth >= 2 && target != FO_NONE) ? fo_s_find_below(p, target, p->depth - 2) : FO_NONE;
     if (at != FO_NONE) {
         p->depth = at + 1;
         return;
@@ -215,7 +201,7 @@ static void on_return_to(fo_session *s, fo_proc *p, const fo_event *ev)
     /* Returned into something we never saw called: start over from it. */
     s->stats.resyncs++;
     p->depth = 0;
-    push_frame(s, p, target);
+    fo_s_push_frame(s, p, target);
 }
 
 static void charge(fo_session *s, fo_proc *p, int64_t ts)
@@ -237,7 +223,7 @@ static void charge(fo_session *s, fo_proc *p, int64_t ts)
             p->cpu_ns += delta; /* shared among its samples' stacks later */
             return;
         }
-        fo_tree_charge(&s->tree, current_node(p), delta);
+        fo_tree_charge(&s->tree, fo_s_current_node(p), delta);
         if (p->depth == 0 && !p->sampled)
             p->unsampled_ns += delta;
     }
@@ -251,7 +237,7 @@ static void charge(fo_session *s, fo_proc *p, int64_t ts)
 
 /* Moves up to ns of from's time to to (what from holds caps it); returns
  * what moved. */
-static uint64_t move_time(fo_session *s, uint32_t from, uint32_t to, uint64_t ns)
+uint64_t fo_s_move_time(fo_session *s, uint32_t from, uint32_t to, uint64_t ns)
 {
     if (from == FO_NONE || from == to)
         return 0;
@@ -267,9 +253,9 @@ static uint64_t move_time(fo_session *s, uint32_t from, uint32_t to, uint64_t ns
  * what the call waited so far moves there too. A process cannot change
  * its stack while it waits, so the newest stack is the best one for the
  * whole wait, and attribution later finds all of it in one place. */
-static void hold_call_wait_in(fo_session *s, fo_proc *p, uint32_t leaf)
+void fo_s_hold_call_wait_in(fo_session *s, fo_proc *p, uint32_t leaf)
 {
-    move_time(s, p->call_wait_node, leaf, p->call_wait_ns);
+    fo_s_move_time(s, p->call_wait_node, leaf, p->call_wait_ns);
     p->call_wait_node = leaf;
 }
 
@@ -280,50 +266,19 @@ static void on_out(fo_session *s, fo_proc *p, uint32_t flags)
     p->state = FO_PROC_OUT;
     p->wait_ns = 0;
     uint32_t leaf = (flags & FO_EVF_IN_CALL) ? FO_FRAME_WAITING : FO_FRAME_SLEEP;
-    uint32_t node = regular_child(s, current_node(p), leaf);
+    uint32_t node = fo_s_regular_child(s, fo_s_current_node(p), leaf);
     if (node == FO_NONE) {
         s->stats.node_limit_hits++;
         node = p->node_cap;
     }
     p->sleep_node = node;
     if (leaf == FO_FRAME_WAITING && node != p->node_cap)
-        hold_call_wait_in(s, p, node);
-}
-
-/* The samples of the slice that ends here, from the source, before the
- * event moves the process off-CPU (a wait hangs under the last of them). */
-static void end_slice(fo_session *s, fo_proc *p, int64_t to_ns)
-{
-    uint64_t thread = p->thread;
-    p->thread = 0;
-    if (thread != 0 && s->cpu_source != NULL && to_ns > p->slice_from)
-        s->cpu_source(s->cpu_ctx, s, p->pid, thread, p->slice_from, to_ns);
-}
-
-/* CPU-sampled sessions: an `in` on a known thread opens a slice, anything
- * that takes the process off that CPU ends it. */
-static void cpu_slice(fo_session *s, fo_proc *p, const fo_event *ev)
-{
-    switch (ev->kind) {
-    case FO_EV_IN:
-        end_slice(s, p, ev->ts_ns); /* an `out` went missing */
-        if (ev->flags & FO_EVF_HAS_THREAD) {
-            p->thread = ev->thread;
-            p->slice_from = ev->ts_ns;
-        }
-        break;
-    case FO_EV_OUT:
-    case FO_EV_EXIT:
-        end_slice(s, p, ev->ts_ns);
-        break;
-    default:
-        break;
-    }
+        fo_s_hold_call_wait_in(s, p, node);
 }
 
 void fo_session_apply(fo_session *s, const fo_event *ev)
 {
-    fo_proc *p = proc_for(s, ev->pid);
+    fo_proc *p = fo_s_proc_for(s, ev->pid);
     if (p == NULL) {
         s->stats.dropped_events++;
         return;
@@ -336,7 +291,7 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
     }
     charge(s, p, ev->ts_ns);
     if (s->cpu_sampled)
-        cpu_slice(s, p, ev);
+        fo_s_cpu_event(s, p, ev);
     switch (ev->kind) {
     case FO_EV_CALL:
         on_call(s, p, ev);
@@ -385,13 +340,13 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
 /* The stack becomes the sampled one: the frames both share from the root
  * stay, the rest is unwound and the sampled frames pushed with the usual
  * bounds. */
-static void replace_stack(fo_session *s, fo_proc *p, const fo_mfa *frames, uint32_t count)
+void fo_s_replace_stack(fo_session *s, fo_proc *p, const fo_mfa *frames, uint32_t count)
 {
     uint32_t keep = 0;
     uint32_t differing = FO_NONE;
     if (p->overflow == 0) {
         while (keep < p->depth && keep < count) {
-            uint32_t id = intern(s, &frames[keep]);
+            uint32_t id = fo_s_intern(s, &frames[keep]);
             if (id == FO_NONE || id != p->stack_frames[keep]) {
                 differing = id;
                 break;
@@ -402,7 +357,7 @@ static void replace_stack(fo_session *s, fo_proc *p, const fo_mfa *frames, uint3
     p->overflow = 0;
     p->depth = keep;
     for (uint32_t i = keep; i < count; i++)
-        push_frame(s, p, i == keep && differing != FO_NONE ? differing : intern(s, &frames[i]));
+        fo_s_push_frame(s, p, i == keep && differing != FO_NONE ? differing : fo_s_intern(s, &frames[i]));
 }
 
 /* A sample replaces the stack: the frames both stacks share from the root
@@ -435,32 +390,32 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
     if (p->state == FO_PROC_RUNNING)
         p->pair_clean = 0;
     if (frames != NULL)
-        replace_stack(s, p, frames, count);
+        fo_s_replace_stack(s, p, frames, count);
     if (p->state == FO_PROC_OUT) {
         /* Sampled while off-CPU: the stack it waits in is exact now, so the
          * rest of the wait goes under it, in a leaf of the same kind. */
         uint32_t kind = s->tree.nodes[p->sleep_node].frame;
         if (kind != FO_FRAME_WAITING)
             kind = FO_FRAME_SLEEP;
-        uint32_t node = regular_child(s, current_node(p), kind);
+        uint32_t node = fo_s_regular_child(s, fo_s_current_node(p), kind);
         if (node == FO_NONE) {
             s->stats.node_limit_hits++;
             node = p->node_cap;
         }
         if (waited && kind == FO_FRAME_SLEEP && node != p->node_cap) {
-            move_time(s, p->sleep_node, node, p->wait_ns);
+            fo_s_move_time(s, p->sleep_node, node, p->wait_ns);
             if (p->pair_clean)
-                move_time(s, p->prev_wait_node, node, p->prev_wait_ns);
+                fo_s_move_time(s, p->prev_wait_node, node, p->prev_wait_ns);
             p->prev_wait_ns = 0;
         }
         p->sleep_node = node;
         if (kind == FO_FRAME_WAITING && node != p->node_cap)
-            hold_call_wait_in(s, p, node);
+            fo_s_hold_call_wait_in(s, p, node);
     } else if (answering && p->prev_wait_node != FO_NONE &&
                s->tree.nodes[p->prev_wait_node].frame == FO_FRAME_SLEEP) {
-        uint32_t node = regular_child(s, current_node(p), FO_FRAME_SLEEP);
+        uint32_t node = fo_s_regular_child(s, fo_s_current_node(p), FO_FRAME_SLEEP);
         if (node != FO_NONE)
-            move_time(s, p->prev_wait_node, node, p->prev_wait_ns);
+            fo_s_move_time(s, p->prev_wait_node, node, p->prev_wait_ns);
         p->prev_wait_ns = 0;
     }
     if (backfill)
@@ -469,7 +424,7 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
     if (!p->sampled) {
         /* Its first sample: what it ran before, with no stack known, was
          * this work too (a sampler starts a little after its process). */
-        uint32_t here = current_node(p);
+        uint32_t here = fo_s_current_node(p);
         uint64_t moved = p->unsampled_ns;
         if (moved > s->tree.nodes[p->root].self_ns)
             moved = s->tree.nodes[p->root].self_ns;
@@ -480,13 +435,13 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
         p->sampled = 1;
         p->unsampled_ns = 0;
     }
-    fo_tree_count_samples(&s->tree, p->state == FO_PROC_OUT ? p->sleep_node : current_node(p), times, weight);
+    fo_tree_count_samples(&s->tree, p->state == FO_PROC_OUT ? p->sleep_node : fo_s_current_node(p), times, weight);
 }
 
 void fo_session_sample_as(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,
                           uint64_t weight, unsigned how)
 {
-    fo_proc *p = proc_for(s, pid);
+    fo_proc *p = fo_s_proc_for(s, pid);
     if (p == NULL) {
         s->stats.dropped_events++;
         return;
@@ -505,7 +460,7 @@ void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa 
 
 void fo_session_sample_same(fo_session *s, uint64_t pid, int64_t ts_ns, uint64_t weight, uint32_t times)
 {
-    fo_proc *p = proc_for(s, pid);
+    fo_proc *p = fo_s_proc_for(s, pid);
     if (p == NULL || times == 0) {
         s->stats.dropped_events++;
         return;
@@ -522,115 +477,6 @@ void fo_session_count_slept(fo_session *s, uint64_t pid, uint32_t times)
     }
     s->stats.samples += times;
     fo_tree_count_samples(&s->tree, s->procs.procs[index].sleep_node, times, 0);
-}
-
-void fo_session_set_cpu_sampled(fo_session *s, fo_cpu_source source, void *ctx)
-{
-    s->cpu_sampled = 1;
-    s->cpu_source = source;
-    s->cpu_ctx = ctx;
-}
-
-void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, uint32_t count)
-{
-    fo_proc *p = proc_for(s, pid);
-    if (p == NULL) {
-        s->stats.dropped_events++;
-        return;
-    }
-    s->stats.events++;
-    s->stats.samples++;
-    replace_stack(s, p, frames, count);
-    p->sampled = 1;
-    fo_tree_count_samples(&s->tree, current_node(p), 1, 0);
-}
-
-void fo_session_cpu_orphan(fo_session *s, uint64_t pid, const fo_mfa *leaf)
-{
-    fo_proc *p = proc_for(s, pid);
-    if (p == NULL) {
-        s->stats.dropped_events++;
-        return;
-    }
-    s->stats.events++;
-    s->stats.samples++;
-    s->stats.cpu_orphans++;
-    uint32_t at = current_node(p);
-    if (at == p->root)
-        s->stats.cpu_rootless++;
-    uint32_t frame = intern(s, leaf);
-    uint32_t node = frame == FO_NONE || p->overflow > 0 ? FO_NONE : regular_child(s, at, frame);
-    if (node == FO_NONE) {
-        s->stats.node_limit_hits++;
-        node = at;
-    }
-    fo_tree_count_samples(&s->tree, node, 1, 0);
-}
-
-/* Nodes a CPU sample can land on: a process's running stacks, not its
- * wait leaves. */
-static int running_frame(uint32_t frame)
-{
-    return frame != FO_FRAME_SLEEP && frame != FO_FRAME_WAITING && frame != FO_FRAME_ATTRIBUTED &&
-           frame != FO_FRAME_GC;
-}
-
-void fo_session_cpu_settle(fo_session *s, int64_t end_ns)
-{
-    uint32_t procs = s->procs.count;
-    if (!s->cpu_sampled || procs == 0)
-        return;
-    for (uint32_t i = 0; i < procs; i++) {
-        fo_proc *p = &s->procs.procs[i];
-        if (p->root != FO_NONE && p->state == FO_PROC_RUNNING && end_ns != 0)
-            end_slice(s, p, end_ns);
-    }
-    /* per process: its samples, the node with the most of them, and the
-     * time given so far (what rounding leaves goes to that node) */
-    uint64_t *counts = calloc(procs, sizeof(uint64_t));
-    uint64_t *given = calloc(procs, sizeof(uint64_t));
-    uint32_t *busiest = malloc(sizeof(uint32_t) * procs);
-    if (counts == NULL || given == NULL || busiest == NULL) {
-        free(counts);
-        free(given);
-        free(busiest);
-        return; /* the time stays unsettled: it is not charged at all */
-    }
-    for (uint32_t i = 0; i < procs; i++)
-        busiest[i] = FO_NONE;
-    fo_tree_node *nodes = s->tree.nodes;
-    for (uint32_t n = 0; n < s->tree.count; n++) {
-        uint32_t proc = nodes[n].proc;
-        if (nodes[n].samples == 0 || !running_frame(nodes[n].frame) || proc >= procs)
-            continue;
-        counts[proc] += nodes[n].samples;
-        if (busiest[proc] == FO_NONE || nodes[n].samples > nodes[busiest[proc]].samples)
-            busiest[proc] = n;
-    }
-    for (uint32_t n = 0; n < s->tree.count; n++) {
-        uint32_t proc = nodes[n].proc;
-        if (nodes[n].samples == 0 || !running_frame(nodes[n].frame) || proc >= procs || counts[proc] == 0)
-            continue;
-        unsigned __int128 share = (unsigned __int128)s->procs.procs[proc].cpu_ns * nodes[n].samples;
-        uint64_t ns = (uint64_t)(share / counts[proc]);
-        fo_tree_charge(&s->tree, n, ns);
-        given[proc] += ns;
-    }
-    for (uint32_t i = 0; i < procs; i++) {
-        fo_proc *p = &s->procs.procs[i];
-        if (p->root == FO_NONE || p->cpu_ns == 0)
-            continue;
-        if (counts[i] == 0) {
-            fo_tree_charge(&s->tree, p->root, p->cpu_ns);
-            s->stats.cpu_unsampled_ns += p->cpu_ns;
-        } else if (p->cpu_ns > given[i]) {
-            fo_tree_charge(&s->tree, busiest[i], p->cpu_ns - given[i]);
-        }
-        p->cpu_ns = 0;
-    }
-    free(counts);
-    free(given);
-    free(busiest);
 }
 
 void fo_session_close(fo_session *s, int64_t end_ns)
@@ -669,10 +515,10 @@ uint64_t fo_session_attribute_wait(fo_session *s, uint64_t pid, uint64_t ns)
     uint64_t wanted = ns < p->call_wait_ns ? ns : p->call_wait_ns;
     if (wanted == 0 || s->tree.nodes[waiting].self_ns == 0)
         return 0;
-    uint32_t attributed = regular_child(s, s->tree.nodes[waiting].parent, FO_FRAME_ATTRIBUTED);
+    uint32_t attributed = fo_s_regular_child(s, s->tree.nodes[waiting].parent, FO_FRAME_ATTRIBUTED);
     if (attributed == FO_NONE)
         return 0; /* tree full: the wait stays WAITING, still counted in time */
-    uint64_t moved = move_time(s, waiting, attributed, wanted);
+    uint64_t moved = fo_s_move_time(s, waiting, attributed, wanted);
     p->call_wait_ns -= moved;
     return moved;
 }

@@ -42,6 +42,8 @@ typedef struct {
                                     CPU sample landed on (left on their roots) */
     uint64_t cpu_orphans;        /* CPU samples with no frame of their process's code */
     uint64_t cpu_rootless;       /* ... of those, the ones left under its bare root */
+    uint64_t cpu_contexts;       /* stacks from fo_session_cpu_context kept */
+    uint64_t cpu_unknown_stops;  /* `out`s in a function with no stack known for it */
 } fo_stats;
 
 typedef struct fo_session fo_session;
@@ -121,14 +123,33 @@ typedef void (*fo_cpu_source)(void *ctx, fo_session *s, uint64_t pid, uint64_t t
 void fo_session_set_cpu_sampled(fo_session *s, fo_cpu_source source, void *ctx);
 
 /* A CPU sample of pid, root frame first: its stack becomes the sampled
- * one (where a later wait goes) and the sample is counted on it. No time
- * moves. */
-void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, uint32_t count);
+ * one and the sample is counted on it. No time moves. The first
+ * erlang_frames frames are its own code (the rest, a frame of the
+ * runtime's C code it was in): the process is known to have been in that
+ * stack at its innermost Erlang frame (a context, see
+ * fo_session_cpu_context). */
+void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, uint32_t count,
+                           uint32_t erlang_frames);
+
+/* pid was seen in the stack frames (root first) while stopped in key's
+ * function (its tracer's helper read it with process_info when an `out`
+ * named key): an `out` in key's function from now on puts the process in
+ * the stack it was seen in there that shares the most frames with its
+ * stack of the moment (an `out` in a function on its stack unwinds to
+ * it; stats.cpu_unknown_stops counts the `out`s in functions it was never
+ * seen in, which leave its stack as it is). A process waiting in key's
+ * function now moves there, with its wait so far. Unknown pids are
+ * ignored. */
+void fo_session_cpu_context(fo_session *s, uint64_t pid, const fo_mfa *key, const fo_mfa *frames,
+                            uint32_t count);
 
 /* A CPU sample of pid that names no frame of its code, only where it was
- * in the runtime's (leaf): counted on leaf under the stack the process
- * was last sampled in, which stays (stats.cpu_orphans; cpu_rootless when
- * that is its bare root). */
+ * in the runtime's (leaf): counted on leaf under the stack the process is
+ * in (from a sample of this slice, or where its last `out` stopped), which
+ * stays; when that is not known (its last `out` stopped in a function it
+ * was never seen in), under its root and that function
+ * (stats.cpu_orphans; cpu_rootless counts those and the ones under a
+ * bare root). */
 void fo_session_cpu_orphan(fo_session *s, uint64_t pid, const fo_mfa *leaf);
 
 /* Ends the slices still open at end_ns (0: leaves them), then shares each

@@ -241,7 +241,7 @@ static void scripted_source(void *ctx, fo_session *s, uint64_t pid, uint64_t thr
             assert_true(count < 64);
             frames[count++] = ts_mfa(part);
         }
-        fo_session_cpu_sample(s, pid, frames, count);
+        fo_session_cpu_sample(s, pid, frames, count, count);
     }
 }
 
@@ -316,6 +316,19 @@ void ts_run_line(fo_session *s, const char *line)
     }
     char stack[512] = "";
     uint64_t thread = 0;
+    char key[64] = "";
+    if (sscanf(line, "context %" SCNu64 " %63s %511s %7s", &pid, key, stack, extra) == 3) {
+        fo_mfa frames[64];
+        uint32_t count = 0;
+        char *save = NULL;
+        for (char *part = strtok_r(stack, ";", &save); part != NULL; part = strtok_r(NULL, ";", &save)) {
+            assert_true(count < 64);
+            frames[count++] = ts_mfa(part);
+        }
+        fo_mfa key_mfa = ts_mfa(key);
+        fo_session_cpu_context(s, pid, &key_mfa, frames, count);
+        return;
+    }
     if (sscanf(line, "at %" SCNu64 " %" SCNd64 " %511s %7s", &thread, &ts, stack, extra) == 3) {
         assert_true(scripted_count < TS_MAX_SCRIPTED);
         scripted_sample *at = &scripted[scripted_count++];
@@ -333,7 +346,7 @@ void ts_run_line(fo_session *s, const char *line)
             if (strcmp(part, "-") != 0)
                 frames[count++] = ts_mfa(part);
         }
-        fo_session_cpu_sample(s, pid, frames, count);
+        fo_session_cpu_sample(s, pid, frames, count, count);
         return;
     }
     if (sscanf(line, "call_started %" SCNu64 " %7s", &pid, extra) == 1) {
@@ -367,7 +380,11 @@ void ts_run_line(fo_session *s, const char *line)
     }
     else if (n == 3 && strcmp(kind, "in") == 0)
         ev = ev_kind(FO_EV_IN, pid, ts);
-    else if (n == 3 && strncmp(kind, "in@", 3) == 0) {
+    else if (n == 3 && strncmp(kind, "out@", 4) == 0) {
+        ev = ev_kind(FO_EV_OUT, pid, ts);
+        ev.flags |= FO_EVF_HAS_MFA;
+        ev.mfa = ts_mfa(kind + 4);
+    } else if (n == 3 && strncmp(kind, "in@", 3) == 0) {
         ev = ev_kind(FO_EV_IN, pid, ts);
         ev.flags |= FO_EVF_HAS_THREAD;
         ev.thread = strtoull(kind + 3, NULL, 10);
@@ -734,7 +751,9 @@ void ts_assert_pid(const fo_session *s, uint64_t pid, const char *const *expecte
     X(samples)                                                                                     \
     X(cpu_unsampled_ns)                                                                            \
     X(cpu_orphans)                                                                                 \
-    X(cpu_rootless)
+    X(cpu_rootless)                                                                                \
+    X(cpu_contexts)                                                                                \
+    X(cpu_unknown_stops)
 
 char *ts_render_stats(const fo_stats *st)
 {

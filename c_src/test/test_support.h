@@ -21,6 +21,8 @@
  *     "at THREAD TS M:F/A;M:F/A"        a CPU sample the source gives by thread and time
  *                                       ("!M:F/A": one naming only its leaf, an orphan)
  *     "PID TS in@THREAD"                an `in` on that OS thread (FO_EVF_HAS_THREAD)
+ *     "PID TS out@M:F/A"                an `out` that stopped in M:F/A (FO_EVF_HAS_MFA)
+ *     "context PID M:F/A STACK"         fo_session_cpu_context: seen in STACK, stopped in M:F/A
  *     "PID cpu M:F/A;M:F/A"             fo_session_cpu_sample (root frame first)
  *     "settle" / "settle TS"            fo_session_cpu_settle(s, 0 / TS)
  *     "malformed N"                     fo_session_count_malformed(s, N)

@@ -67,6 +67,8 @@
     A(timestamp)                                                                               \
     A(replay)                                                                                  \
     A(cpu_sampled)                                                                             \
+    A(flame_on_context)                                                                        \
+    A(stale)                                                                                   \
     A(cpu_root)                                                                                \
     A(not_linux)                                                                               \
     A(denied)                                                                                  \

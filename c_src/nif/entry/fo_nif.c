@@ -6,6 +6,7 @@
 
 #include "fo_atoms.h"
 #include "fo_clock.h"
+#include "fo_cpu_nif.h"
 #include "fo_drainer.h"
 #include "fo_graph_nif.h"
 #include "fo_handle.h"
@@ -28,6 +29,8 @@ static ErlNifFunc nif_funcs[] = {
     {"stats", 1, fo_stats_nif, 0},
     {"stop", 1, fo_stop_nif, 0},
     {"cpu_here", 1, fo_cpu_here_nif, 0},
+    {"cpu_helper", 2, fo_cpu_helper_nif, 0},
+    {"cpu_context", 5, fo_cpu_context_nif, 0},
     {"graph_start", 2, fo_graph_start_nif, 0},
     {"graph_begin", 1, fo_graph_begin_nif, 0},
     {"graph_watch_callees", 2, fo_graph_watch_callees_nif, 0},

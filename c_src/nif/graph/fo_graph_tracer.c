@@ -6,6 +6,7 @@
 
 #include "fo_atoms.h"
 #include "fo_decode.h"
+#include "fo_drainer.h"
 #include "fo_follow.h"
 #include "fo_perf.h"
 #include "fo_router.h"
@@ -313,10 +314,15 @@ static void on_process_event(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     }
     d.ev.pid = (uint64_t)pid.pid;
     d.ev.ts_ns = ts;
+    ErlNifPid helper;
     if (res->cpu_sampled && d.ev.kind == FO_EV_IN) {
+        /* native mode: this thread runs the process next */
         fo_perf_note_thread();
         d.ev.flags |= FO_EVF_HAS_THREAD;
         d.ev.thread = fo_perf_thread_id();
+    } else if (res->cpu_sampled && d.ev.kind == FO_EV_OUT && (d.ev.flags & FO_EVF_HAS_MFA) &&
+               fo_cpu_asks_due(res->asks, d.ev.pid, &d.ev.mfa, ts, &helper)) {
+        fo_drainer_send_context(&helper, d.ev.pid, &d.ev.mfa);
     }
     with_follow(env, res, apply_own, &d);
     fo_wake_note(&res->wakes, d.ev.kind, d.ev.pid);

@@ -10,7 +10,19 @@ static int same_mfa(const fo_mfa *a, const fo_mfa *b)
     return a->module == b->module && a->function == b->function && a->arity == b->arity;
 }
 
-uint32_t fo_cpu_frames(const uint64_t *ips, uint32_t n, const fo_cpu_scope *scope, fo_mfa *frames, int *erlang)
+uint32_t fo_cpu_scope_start(const fo_cpu_scope *scope, const fo_mfa *frames, uint32_t count)
+{
+    if (scope == NULL || !scope->has_root)
+        return 0;
+    for (uint32_t i = count; i-- > 0;) {
+        if (same_mfa(&frames[i], &scope->root))
+            return i;
+    }
+    return 0;
+}
+
+uint32_t fo_cpu_frames(const uint64_t *ips, uint32_t n, const fo_cpu_scope *scope, fo_mfa *frames,
+                       uint32_t *erlang)
 {
     fo_mfa leafward[FO_PERF_MAX_FRAMES];
     uint32_t count = 0;
@@ -51,58 +63,33 @@ uint32_t fo_cpu_frames(const uint64_t *ips, uint32_t n, const fo_cpu_scope *scop
         frames[out++] = leafward[i - 1];
     if (has_c_leaf)
         frames[out++] = c_leaf;
-    *erlang = keep > 0;
+    *erlang = keep;
     return out;
 }
-
-/* Orphans of a slice seen before its first sample with Erlang frames
- * wait for it; past this many, the rest go at once. */
-#define MAX_PENDING 32
 
 typedef struct {
     fo_session *s;
     uint64_t pid;
     const fo_cpu_scope *scope;
-    int have_context; /* a sample of this slice had Erlang frames */
-    fo_mfa pending[MAX_PENDING];
-    uint32_t pending_count;
 } slice;
-
-static void flush(slice *sl)
-{
-    for (uint32_t i = 0; i < sl->pending_count; i++)
-        fo_session_cpu_orphan(sl->s, sl->pid, &sl->pending[i]);
-    sl->pending_count = 0;
-}
 
 static void each(void *ctx, int64_t ts_ns, const uint64_t *ips, uint32_t n)
 {
     (void)ts_ns;
     slice *sl = ctx;
     fo_mfa frames[FO_PERF_MAX_FRAMES + 1];
-    int erlang = 0;
+    uint32_t erlang = 0;
     uint32_t count = fo_cpu_frames(ips, n, sl->scope, frames, &erlang);
     if (count == 0)
         return;
-    if (erlang) {
-        fo_session_cpu_sample(sl->s, sl->pid, frames, count);
-        sl->have_context = 1;
-        flush(sl);
-    } else if (sl->have_context || sl->pending_count == MAX_PENDING) {
+    if (erlang > 0)
+        fo_session_cpu_sample(sl->s, sl->pid, frames, count, erlang);
+    else
         fo_session_cpu_orphan(sl->s, sl->pid, &frames[0]);
-    } else {
-        sl->pending[sl->pending_count++] = frames[0];
-    }
 }
 
 void fo_cpu_slice(void *ctx, fo_session *s, uint64_t pid, uint64_t thread, int64_t from_ns, int64_t to_ns)
 {
-    slice sl;
-    sl.s = s;
-    sl.pid = pid;
-    sl.scope = ctx;
-    sl.have_context = 0;
-    sl.pending_count = 0;
+    slice sl = {s, pid, ctx};
     fo_perf_take(thread, from_ns, to_ns, each, &sl);
-    flush(&sl);
 }

@@ -7,10 +7,8 @@
  * functions, and the runtime's shared fragments between them) or starts
  * in the runtime's C code. C code has no frame pointers, so a chain that
  * starts there mostly ends at the fragment that called into C: such a
- * sample names no Erlang frame (an orphan). It is counted on its C
- * function under the process's stack of the nearest sample of the same
- * slice that has Erlang frames; with none in the slice, under the stack
- * the process was last sampled in (fo_session_cpu_orphan). */
+ * sample names no Erlang frame (an orphan): the core places it
+ * (fo_session_cpu_orphan). */
 #ifndef FO_CPU_H
 #define FO_CPU_H
 
@@ -27,9 +25,14 @@ typedef struct {
  * fo_cpu_scope (alive as long as the session). */
 void fo_cpu_slice(void *ctx, fo_session *s, uint64_t pid, uint64_t thread, int64_t from_ns, int64_t to_ns);
 
+/* Where the scope's stacks start in frames (root first): the innermost
+ * call of its root function, 0 without one or when it is not there. */
+uint32_t fo_cpu_scope_start(const fo_cpu_scope *scope, const fo_mfa *frames, uint32_t count);
+
 /* A chain (leaf first, as fo_perf gives it) as frames, root first, into
- * frames (room for n + 1). Returns the count; *erlang says whether any is
- * an Erlang frame (else there is one: the C leaf). */
-uint32_t fo_cpu_frames(const uint64_t *ips, uint32_t n, const fo_cpu_scope *scope, fo_mfa *frames, int *erlang);
+ * frames (room for n + 1). Returns the count; *erlang gets how many are
+ * Erlang frames (they come first; a C leaf may follow). */
+uint32_t fo_cpu_frames(const uint64_t *ips, uint32_t n, const fo_cpu_scope *scope, fo_mfa *frames,
+                       uint32_t *erlang);
 
 #endif

@@ -123,8 +123,11 @@ static int open_event(uint64_t tid, uint32_t freq)
     attr.size = sizeof attr;
     attr.type = PERF_TYPE_SOFTWARE;
     attr.config = PERF_COUNT_SW_TASK_CLOCK;
-    attr.freq = 1;
-    attr.sample_freq = freq;
+    /* A fixed period of the thread's own CPU time (the task clock counts
+     * nanoseconds), not a frequency the kernel adapts: a frequency follows
+     * the thread's recent rate and undersamples a burst after idle time,
+     * where a period gives every nanosecond on CPU the same chance. */
+    attr.sample_period = 1000000000ull / freq;
     attr.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CALLCHAIN;
     attr.disabled = 1;
     attr.exclude_kernel = 1;

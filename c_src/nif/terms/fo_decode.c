@@ -141,6 +141,10 @@ static fo_decode_result decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_T
         out->kind = FO_EV_IN;
     } else if (tag == fo_atom_out || tag == fo_atom_out_exiting) {
         out->kind = FO_EV_OUT;
+        /* where it stopped (0 when the VM does not know): native mode's
+         * stacks for its wait */
+        if (decode_mfa(env, payload, &out->mfa, check_atoms))
+            out->flags = FO_EVF_HAS_MFA;
     } else if (tag == fo_atom_exit) {
         out->kind = FO_EV_EXIT;
     } else if (tag == fo_atom_gc_minor_start || tag == fo_atom_gc_major_start || tag == fo_atom_gc_start) {

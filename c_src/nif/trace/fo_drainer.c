@@ -14,11 +14,15 @@
  * sampling), and the perf map read for modules loaded since. */
 #define PERF_TICK_NS 20000000
 
-/* A message the thread sends for a tracer callback (fo_drainer_send_in). */
+/* A message the thread sends for a tracer callback: {flame_on_in, Pid}
+ * (fo_drainer_send_in), or {flame_on_context, Pid, {M, F, A}} when
+ * has_mfa (fo_drainer_send_context). */
 typedef struct fo_mail {
     struct fo_mail *next;
     ErlNifPid to;
     uint64_t pid;
+    int has_mfa;
+    fo_mfa mfa;
 } fo_mail;
 
 /* pthread's, not enif's: the wait needs a timeout (PERF_TICK_NS) */
@@ -62,10 +66,18 @@ static void deliver(fo_mail *m)
 {
     while (m != NULL) {
         fo_mail *next = m->next;
-        ErlNifPid woken;
-        woken.pid = (ERL_NIF_TERM)m->pid;
-        enif_send(NULL, &m->to, mail_env,
-                  enif_make_tuple2(mail_env, fo_atom_flame_on_in, enif_make_pid(mail_env, &woken)));
+        ErlNifPid about;
+        about.pid = (ERL_NIF_TERM)m->pid;
+        ERL_NIF_TERM pid = enif_make_pid(mail_env, &about);
+        ERL_NIF_TERM msg;
+        if (m->has_mfa) {
+            ERL_NIF_TERM mfa = enif_make_tuple3(mail_env, (ERL_NIF_TERM)m->mfa.module, (ERL_NIF_TERM)m->mfa.function,
+                                                enif_make_uint(mail_env, m->mfa.arity));
+            msg = enif_make_tuple3(mail_env, fo_atom_flame_on_context, pid, mfa);
+        } else {
+            msg = enif_make_tuple2(mail_env, fo_atom_flame_on_in, pid);
+        }
+        enif_send(NULL, &m->to, mail_env, msg);
         enif_clear_env(mail_env);
         enif_free(m);
         m = next;
@@ -233,7 +245,7 @@ void fo_drainer_stop(void)
     made = 0;
 }
 
-int fo_drainer_send_in(const ErlNifPid *to, uint64_t pid)
+static int post(const ErlNifPid *to, uint64_t pid, const fo_mfa *mfa)
 {
     if (!made)
         return 0;
@@ -242,6 +254,9 @@ int fo_drainer_send_in(const ErlNifPid *to, uint64_t pid)
         return 0;
     m->to = *to;
     m->pid = pid;
+    m->has_mfa = mfa != NULL;
+    if (mfa != NULL)
+        m->mfa = *mfa;
     pthread_mutex_lock(&mutex);
     int queued = running;
     if (queued) {
@@ -253,6 +268,16 @@ int fo_drainer_send_in(const ErlNifPid *to, uint64_t pid)
     if (!queued)
         enif_free(m);
     return queued;
+}
+
+int fo_drainer_send_in(const ErlNifPid *to, uint64_t pid)
+{
+    return post(to, pid, NULL);
+}
+
+int fo_drainer_send_context(const ErlNifPid *to, uint64_t pid, const fo_mfa *mfa)
+{
+    return post(to, pid, mfa);
 }
 
 int fo_drainer_request(fo_session_res *res)

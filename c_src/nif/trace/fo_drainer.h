@@ -27,6 +27,11 @@ void fo_drainer_stop(void);
  * is no drainer (or no memory): nothing is sent. */
 int fo_drainer_send_in(const ErlNifPid *to, uint64_t pid);
 
+/* Sends `to` {flame_on_context, Pid, {M, F, A}} from the drainer's thread
+ * (as fo_drainer_send_in): a native trace's helper is asked for pid's
+ * stack, which stopped in mfa (fo_cpu_ask.h). 0 when nothing is sent. */
+int fo_drainer_send_context(const ErlNifPid *to, uint64_t pid, const fo_mfa *mfa);
+
 /* Queues res for a fold, keeping a reference until it is done (the
  * caller makes sure res is alive: it holds res's slot lock, and the
  * handle owning res unregisters the slot before letting it go). 0 when

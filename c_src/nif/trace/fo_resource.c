@@ -21,6 +21,8 @@ static void session_dtor(ErlNifEnv *env, void *obj)
     fo_xproc_free(res->xproc);
     res->xproc = NULL;
     fo_ring_free(&res->ring);
+    enif_free(res->asks);
+    res->asks = NULL;
 }
 
 int fo_resource_open(ErlNifEnv *env)
@@ -61,13 +63,18 @@ int fo_resource_add_graph(fo_session_res *res, const fo_graph_limits *limits, ui
     return res->xproc != NULL;
 }
 
-void fo_resource_set_cpu_sampled(fo_session_res *res, const fo_cpu_scope *scope)
+int fo_resource_set_cpu_sampled(fo_session_res *res, const fo_cpu_scope *scope)
 {
+    res->asks = enif_alloc(sizeof(fo_cpu_asks));
+    if (res->asks == NULL)
+        return 0;
+    memset(res->asks, 0, sizeof(fo_cpu_asks));
     if (res->xproc == NULL)
         fo_clock_start(&res->clock, 0);
     res->cpu_scope = *scope;
     res->cpu_sampled = 1;
     fo_session_set_cpu_sampled(res->core, fo_cpu_slice, &res->cpu_scope);
+    return 1;
 }
 
 int64_t fo_resource_ingest_offset(const fo_session_res *res)

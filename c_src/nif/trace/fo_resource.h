@@ -13,6 +13,7 @@
 
 #include "fo_clock.h"
 #include "fo_cpu.h"
+#include "fo_cpu_ask.h"
 #include "fo_graph.h"
 #include "fo_ring.h"
 #include "fo_session.h"
@@ -40,6 +41,7 @@ struct fo_session_res {
     int cpu_sampled;       /* native mode (fo_resource_set_cpu_sampled); set by
                               new/1, never changed after */
     fo_cpu_scope cpu_scope;
+    fo_cpu_asks *asks;     /* native mode: which stops to ask the helper about */
     fo_stats final_stats;  /* kept after finish frees the core */
     uint32_t final_nodes, final_processes, final_frames;
     size_t accounted;      /* bytes of this session in the node-wide sum */
@@ -65,8 +67,10 @@ int fo_resource_add_graph(fo_session_res *res, const fo_graph_limits *limits, ui
 
 /* Makes res a CPU-sampled (native) trace: its core takes its processes'
  * samples from fo_cpu, its clock is CLOCK_MONOTONIC (the samples' clock),
- * and its tracer callbacks note the thread of each `in`. Before any event. */
-void fo_resource_set_cpu_sampled(fo_session_res *res, const fo_cpu_scope *scope);
+ * its tracer callbacks note the thread of each `in`, and ask its helper
+ * about the stops it knows no stack for (fo_cpu_ask.h). Before any event.
+ * 0 when memory is short. */
+int fo_resource_set_cpu_sampled(fo_session_res *res, const fo_cpu_scope *scope);
 
 /* Erlang monotonic time minus the tracer clock for a graph trace (trace
  * messages join its events on the tracer clock), 0 for the rest. */

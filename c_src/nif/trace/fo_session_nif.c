@@ -12,7 +12,6 @@
 #include "fo_graph_tracer.h"
 #include "fo_handle.h"
 #include "fo_resource.h"
-#include "fo_perf.h"
 #include "fo_router.h"
 #include "fo_symbols.h"
 #include "fo_tracer_slots.h"
@@ -110,8 +109,10 @@ ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         enif_release_resource(res);
         return enif_raise_exception(env, enif_make_atom(env, "enomem"));
     }
-    if (cpu_sampled)
-        fo_resource_set_cpu_sampled(res, &scope);
+    if (cpu_sampled && !fo_resource_set_cpu_sampled(res, &scope)) {
+        enif_release_resource(res);
+        return enif_raise_exception(env, enif_make_atom(env, "enomem"));
+    }
     res->ring_request = ring_records;
     res->max_text_bytes = max_text_bytes;
     ERL_NIF_TERM term = fo_handle_make(env, res);
@@ -183,16 +184,39 @@ ERL_NIF_TERM fo_ingest_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     return enif_schedule_nif(env, "ingest", 0, fo_ingest_nif, 2, next);
 }
 
+static void put_count(ErlNifEnv *env, ERL_NIF_TERM *map, const char *key, uint64_t value)
+{
+    enif_make_map_put(env, *map, enif_make_atom(env, key), enif_make_uint64(env, value), map);
+}
+
+/* Native mode's own counters (fo_session.h, fo_cpu_ask.h). */
+static ERL_NIF_TERM with_cpu_stats(ErlNifEnv *env, const fo_session_res *res, const fo_stats *st, ERL_NIF_TERM map)
+{
+    if (!res->cpu_sampled)
+        return map;
+    put_count(env, &map, "cpu_unsampled_ns", st->cpu_unsampled_ns);
+    put_count(env, &map, "cpu_orphans", st->cpu_orphans);
+    put_count(env, &map, "cpu_rootless", st->cpu_rootless);
+    put_count(env, &map, "cpu_contexts", st->cpu_contexts);
+    put_count(env, &map, "cpu_unknown_stops", st->cpu_unknown_stops);
+    put_count(env, &map, "cpu_asked", atomic_load(&res->asks->asked));
+    put_count(env, &map, "cpu_asks_limited", atomic_load(&res->asks->limited));
+    return map;
+}
+
 static ERL_NIF_TERM stats_term(ErlNifEnv *env, fo_session_res *res)
 {
     if (res->core == NULL)
-        return fo_export_stats(env, &res->final_stats, 0, res->final_nodes, res->final_processes,
-                               res->final_frames, res->ring.producer_folds, fo_ring_largest_bytes(&res->ring));
+        return with_cpu_stats(env, res, &res->final_stats,
+                              fo_export_stats(env, &res->final_stats, 0, res->final_nodes, res->final_processes,
+                                              res->final_frames, res->ring.producer_folds,
+                                              fo_ring_largest_bytes(&res->ring)));
     fo_resource_fold(res, env);
-    return fo_export_stats(env, fo_session_stats(res->core), fo_session_memory(res->core),
-                           fo_session_node_count(res->core), fo_session_process_count(res->core),
-                           fo_session_frame_count(res->core), res->ring.producer_folds,
-                           fo_ring_largest_bytes(&res->ring));
+    const fo_stats *st = fo_session_stats(res->core);
+    return with_cpu_stats(env, res, st,
+                          fo_export_stats(env, st, fo_session_memory(res->core), fo_session_node_count(res->core),
+                                          fo_session_process_count(res->core), fo_session_frame_count(res->core),
+                                          res->ring.producer_folds, fo_ring_largest_bytes(&res->ring)));
 }
 
 // stats(Session)
@@ -206,31 +230,6 @@ ERL_NIF_TERM fo_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     ERL_NIF_TERM term = stats_term(env, res);
     fo_spin_unlock(&res->lock);
     return term;
-}
-
-// cpu_here(Session): the calling process runs on this thread from now
-ERL_NIF_TERM fo_cpu_here_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    (void)argc;
-    fo_session_res *res;
-    ErlNifPid self;
-    if (!fo_handle_get(env, argv[0], &res) || !res->cpu_sampled || enif_self(env, &self) == NULL)
-        return enif_make_badarg(env);
-    fo_perf_note_thread();
-    fo_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.kind = FO_EV_IN;
-    ev.flags = FO_EVF_HAS_THREAD;
-    ev.pid = (uint64_t)self.pid;
-    ev.thread = fo_perf_thread_id();
-    fo_spin_lock(&res->lock);
-    if (res->core != NULL && atomic_load(&res->active)) {
-        fo_resource_fold(res, env); /* its events so far come first */
-        ev.ts_ns = fo_clock_now(&res->clock);
-        fo_session_apply(res->core, &ev);
-    }
-    fo_spin_unlock(&res->lock);
-    return fo_atom_ok;
 }
 
 // stop(Session)

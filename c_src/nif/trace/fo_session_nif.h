@@ -38,10 +38,4 @@ ERL_NIF_TERM fo_session_bytes_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM a
 // live_sessions() -> non_neg_integer(): session resources not yet freed.
 ERL_NIF_TERM fo_live_sessions_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
-// cpu_here(Session) -> ok: a CPU-sampled (native) session's process calling
-// it runs on the calling thread from now (a process that traces itself is
-// running when its flags go on: no `in` tells its thread until it is next
-// scheduled in).
-ERL_NIF_TERM fo_cpu_here_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-
 #endif

@@ -99,6 +99,39 @@ static void put_mfa(const fo_mfa *mfa, uint64_t *module, uint64_t *function, uin
     *arity = (uint16_t)mfa->arity;
 }
 
+/* Native mode: the `in` callback runs on the thread that runs the process
+ * next (the record keeps it); a stop where no stack may be known for it
+ * is asked about (fo_cpu_ask.h). ts is CLOCK_MONOTONIC there. */
+static void note_cpu(fo_session_res *res, fo_rec *rec, ErlNifEnv *env, const fo_event *ev, uint64_t pid, int64_t ts)
+{
+    if (ev->kind == FO_EV_IN) {
+        fo_perf_note_thread();
+        rec->flags |= FO_EVF_HAS_THREAD;
+        rec->caller_module = fo_perf_thread_id();
+        return;
+    }
+    if (ev->kind != FO_EV_OUT || !(ev->flags & FO_EVF_HAS_MFA))
+        return;
+    /* atoms only: the message is built later, in another environment */
+    fo_event checked = *ev;
+    ErlNifPid helper;
+    if (fo_decode_check_atoms(env, &checked) != FO_DECODED || !fo_cpu_asks_due(res->asks, pid, &ev->mfa, ts, &helper))
+        return;
+    /* At once, from here: a stack read a moment later is often read
+     * elsewhere. (A trace across processes sends through the drainer: a
+     * message from here would carry the traced process's seq_trace token.) */
+    ErlNifEnv *msg_env = enif_alloc_env();
+    if (msg_env == NULL)
+        return;
+    ErlNifPid about;
+    about.pid = (ERL_NIF_TERM)pid;
+    ERL_NIF_TERM mfa = enif_make_tuple3(msg_env, (ERL_NIF_TERM)ev->mfa.module, (ERL_NIF_TERM)ev->mfa.function,
+                                        enif_make_uint(msg_env, ev->mfa.arity));
+    enif_send(env, &helper, msg_env,
+              enif_make_tuple3(msg_env, fo_atom_flame_on_context, enif_make_pid(msg_env, &about), mfa));
+    enif_free_env(msg_env);
+}
+
 /* Caller holds res's slot: stamp, decode, append. 0 when opts is not a
  * map (a call made by hand: badarg). */
 static int record(ErlNifEnv *env, fo_session_res *res, const ERL_NIF_TERM argv[], uint64_t pid)
@@ -138,12 +171,8 @@ static int record(ErlNifEnv *env, fo_session_res *res, const ERL_NIF_TERM argv[]
         put_mfa(&ev.mfa, &rec->module, &rec->function, &rec->arity);
     if (ev.flags & FO_EVF_HAS_CALLER)
         put_mfa(&ev.caller, &rec->caller_module, &rec->caller_function, &rec->caller_arity);
-    if (res->cpu_sampled && ev.kind == FO_EV_IN) {
-        /* the `in` callback runs on the thread that runs the process next */
-        fo_perf_note_thread();
-        rec->flags |= FO_EVF_HAS_THREAD;
-        rec->caller_module = fo_perf_thread_id();
-    }
+    if (res->cpu_sampled)
+        note_cpu(res, rec, env, &ev, pid, ts);
     if (fo_ring_publish(ring) >= ring->capacity / 2 &&
         !atomic_load_explicit(&ring->drain_queued, memory_order_relaxed) &&
         !atomic_exchange(&ring->drain_queued, 1) && !fo_drainer_request(res))

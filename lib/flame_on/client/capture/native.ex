@@ -13,7 +13,11 @@ defmodule FlameOn.Client.Capture.Native do
   use FlameOn.Client.Capture.Mode
 
   alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Node.PerfSampler
+  alias FlameOn.Client.Node.{BacktraceDepth, PerfSampler}
+
+  # Stacks the helper reads with process_info: as deep as the CPU samples'
+  # (the kernel's 127 frames) would cost more than they tell.
+  @backtrace_depth 64
 
   @impl true
   def description, do: "CPU samples from Linux perf events (+JPperf true); no call breakpoints"
@@ -30,19 +34,34 @@ defmodule FlameOn.Client.Capture.Native do
   @impl true
   def acquire(opts) do
     case PerfSampler.acquire(opts.frequency) do
-      :ok -> :ok
+      :ok -> BacktraceDepth.acquire(@backtrace_depth)
       {:error, why} -> raise ArgumentError, "mode: :native is not available: " <> why
     end
   end
 
   @impl true
-  def release(_opts), do: PerfSampler.release()
+  def release(_opts) do
+    BacktraceDepth.release()
+    PerfSampler.release()
+  end
 
   # A process that traces itself is running as its flags go on: it says
-  # which thread it runs on (others say so at their next `in`).
+  # which thread it runs on (others say so at their next `in`). The
+  # trace's helper reads the stacks of stops no sample explains (one per
+  # trace).
   @impl true
   def watch(watchers, core, pid, _opts, _root) do
     if pid == self(), do: Native.cpu_here(core)
-    watchers
+
+    case watchers do
+      %{helper: _} -> watchers
+      _ -> Map.put(watchers, :helper, PerfSampler.helper(core))
+    end
+  end
+
+  @impl true
+  def unwatch(watchers) do
+    if helper = watchers[:helper], do: PerfSampler.stop_helper(helper)
+    %{metrics: %{}, stats: %{}}
   end
 end

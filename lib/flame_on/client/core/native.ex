@@ -200,6 +200,13 @@ defmodule FlameOn.Client.Core.Native do
   @spec cpu_here(session()) :: :ok
   def cpu_here(_session), do: :erlang.nif_error(:nif_not_loaded)
 
+  @spec cpu_helper(session(), pid()) :: :ok
+  def cpu_helper(_session, _helper), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec cpu_context(session(), pid(), mfa(), mfa(), list()) :: :ok | :stale | :stopped
+  def cpu_context(_session, _pid, _mfa, _current, _stack),
+    do: :erlang.nif_error(:nif_not_loaded)
+
   @spec stop(session()) :: integer()
   def stop(_session), do: :erlang.nif_error(:nif_not_loaded)
 

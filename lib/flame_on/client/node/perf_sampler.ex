@@ -35,6 +35,23 @@ defmodule FlameOn.Client.Node.PerfSampler do
   @spec release() :: :ok
   def release, do: GenServer.call(__MODULE__, :release, @call_timeout)
 
+  @doc """
+  A helper for the native trace of `core`, owned by the calling process
+  (it exits with it, or on `stop_helper/1`): told by the NIF which
+  processes stopped in a function it knows no stack for, it reads their
+  stacks (`Process.info(pid, :current_stacktrace)`) into the core.
+  Spawned here, so it inherits nothing of its owner's tracing.
+  """
+  @spec helper(Native.session()) :: pid()
+  def helper(core), do: GenServer.call(__MODULE__, {:helper, core, self()}, @call_timeout)
+
+  @doc "Stops a helper from `helper/1`."
+  @spec stop_helper(pid()) :: :ok
+  def stop_helper(helper) do
+    send(helper, :stop)
+    :ok
+  end
+
   @doc "The sampler's counters (`FlameOn.Client.Core.Native.perf_stats/0`) and its users."
   @spec stats() :: map()
   def stats, do: GenServer.call(__MODULE__, :stats, @call_timeout)
@@ -131,6 +148,12 @@ defmodule FlameOn.Client.Node.PerfSampler do
 
   def handle_call(:release, {pid, _tag}, state), do: {:reply, :ok, drop(state, pid, 1)}
 
+  def handle_call({:helper, core, owner}, _from, state) do
+    helper = spawn(fn -> help(core, Process.monitor(owner)) end)
+    :ok = Native.cpu_helper(core, helper)
+    {:reply, helper, state}
+  end
+
   def handle_call(:stats, _from, state) do
     {:reply, Map.put(Native.perf_stats(), :holders, map_size(state.users)), state}
   end
@@ -148,6 +171,41 @@ defmodule FlameOn.Client.Node.PerfSampler do
   def terminate(_reason, %{handle: handle}) do
     if handle, do: Native.perf_release(handle)
     :ok
+  end
+
+  # High priority: a stack read late is read somewhere else (the core then
+  # drops it as stale).
+  defp help(core, owner_ref) do
+    Process.flag(:priority, :high)
+    help_loop(core, owner_ref)
+  end
+
+  defp help_loop(core, owner_ref) do
+    receive do
+      {:flame_on_context, pid, mfa} ->
+        case Process.info(pid, [:current_function, :current_stacktrace]) do
+          [current_function: current, current_stacktrace: stack] ->
+            context(core, pid, mfa, current, stack)
+
+          nil ->
+            :ok
+        end
+
+        help_loop(core, owner_ref)
+
+      {:DOWN, ^owner_ref, :process, _, _} ->
+        :ok
+
+      :stop ->
+        :ok
+    end
+  end
+
+  defp context(core, pid, mfa, current, stack) do
+    Native.cpu_context(core, pid, mfa, current, stack)
+  rescue
+    # the trace was finished meanwhile
+    ArgumentError -> :ok
   end
 
   defp take(%{handle: nil} = state, frequency) do

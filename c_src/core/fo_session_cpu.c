@@ -1,0 +1,349 @@
+/* CPU-sampled (native) sessions: the rules are in fo_session.h and
+ * README.md ("CPU samples").
+ *
+ * A CPU sample says where a running process is; nothing says where it
+ * stops. Its `out` names the function it stopped in, and the process keeps
+ * a few stacks it was seen in, by the function it was seen at (contexts):
+ * the innermost Erlang frame of each CPU sample, and the stacks its
+ * tracer's helper reads with process_info for a function it stopped in
+ * (fo_session_cpu_context). At an `out` the process's stack becomes the one
+ * it was seen in at that function, the one sharing the most frames with
+ * its stack of the moment; its wait hangs there, and so do samples of the
+ * runtime's C code until the next sample with Erlang frames. Where it
+ * stopped in a function it was never seen in, its stack is unknown until
+ * the next sample with Erlang frames: C-code samples meanwhile go under
+ * its root and the function it stopped in, not under the stack it left. */
+#include <stdlib.h>
+
+#include "fo_session_parts.h"
+
+void fo_session_set_cpu_sampled(fo_session *s, fo_cpu_source source, void *ctx)
+{
+    s->cpu_sampled = 1;
+    s->cpu_source = source;
+    s->cpu_ctx = ctx;
+}
+
+/* The samples of the slice that ends here, from the source, before the
+ * event moves the process off-CPU. */
+static void end_slice(fo_session *s, fo_proc *p, int64_t to_ns)
+{
+    uint64_t thread = p->thread;
+    p->thread = 0;
+    if (thread != 0 && s->cpu_source != NULL && to_ns > p->slice_from)
+        s->cpu_source(s->cpu_ctx, s, p->pid, thread, p->slice_from, to_ns);
+}
+
+/* Keeps at most two stacks per function (the newer ones): a function in
+ * recursion is sampled at every depth, and must not crowd out the other
+ * functions' stacks. Past that room, a free entry, else the oldest one a
+ * sample gave, else the oldest. */
+static void remember(fo_proc *p, uint32_t key, uint32_t node, int asked)
+{
+    fo_cpu_context *same = NULL, *free_entry = NULL, *oldest_sampled = NULL, *oldest = NULL;
+    uint32_t with_key = 0;
+    for (uint32_t i = 0; i < FO_CPU_CONTEXTS; i++) {
+        fo_cpu_context *c = &p->contexts[i];
+        if (c->key == 0) {
+            free_entry = free_entry != NULL ? free_entry : c;
+            continue;
+        }
+        if (c->key == key && c->node == node) {
+            c->stamp = ++p->context_clock;
+            c->asked |= (uint8_t)asked;
+            return;
+        }
+        if (c->key == key) {
+            with_key++;
+            if (same == NULL || c->stamp < same->stamp)
+                same = c;
+        }
+        if (!c->asked && (oldest_sampled == NULL || c->stamp < oldest_sampled->stamp))
+            oldest_sampled = c;
+        if (oldest == NULL || c->stamp < oldest->stamp)
+            oldest = c;
+    }
+    fo_cpu_context *at = with_key >= 2 ? same : free_entry != NULL ? free_entry : oldest_sampled != NULL ? oldest_sampled : oldest;
+    at->key = key;
+    at->node = node;
+    at->stamp = ++p->context_clock;
+    at->asked = (uint8_t)asked;
+}
+
+/* p's stack becomes the path from its root to node. */
+static int set_stack_to(fo_session *s, fo_proc *p, uint32_t node)
+{
+    const fo_tree_node *nodes = s->tree.nodes;
+    uint32_t depth = nodes[node].depth;
+    if (depth == 0 || !fo_procs_reserve_stack(&s->procs, p, depth, s->limits.max_stack_frames))
+        return 0;
+    uint32_t at = node;
+    for (uint32_t i = depth; i-- > 0;) {
+        p->stack_nodes[i] = at;
+        p->stack_frames[i] = nodes[at].frame;
+        at = nodes[at].parent;
+    }
+    p->depth = depth;
+    p->overflow = 0;
+    return 1;
+}
+
+/* How many frames two stacks of one process share from the root. */
+static uint32_t shared_depth(const fo_tree *t, uint32_t a, uint32_t b)
+{
+    while (t->nodes[a].depth > t->nodes[b].depth)
+        a = t->nodes[a].parent;
+    while (t->nodes[b].depth > t->nodes[a].depth)
+        b = t->nodes[b].parent;
+    while (a != b && t->nodes[a].parent != UINT32_MAX) {
+        a = t->nodes[a].parent;
+        b = t->nodes[b].parent;
+    }
+    return t->nodes[a].depth;
+}
+
+/* C-code sample `leaf` of p goes under p's stack (known: where the
+ * process is), else under its root and the function it stopped in. */
+static void place_orphan(fo_session *s, fo_proc *p, uint32_t leaf, int known)
+{
+    uint32_t at = fo_s_current_node(p);
+    if (!known) {
+        at = p->root;
+        if (p->out_key != 0) {
+            uint32_t stop = fo_s_regular_child(s, at, p->out_key);
+            at = stop == FO_NONE ? at : stop;
+        }
+    }
+    if (at == p->root || !known)
+        s->stats.cpu_rootless++;
+    uint32_t node = leaf == FO_NONE || p->overflow > 0 ? FO_NONE : fo_s_regular_child(s, at, leaf);
+    if (node == FO_NONE) {
+        s->stats.node_limit_hits++;
+        node = at;
+    }
+    fo_tree_count_samples(&s->tree, node, 1, 0);
+}
+
+static void flush_pending(fo_session *s, fo_proc *p, int known)
+{
+    for (uint32_t i = 0; i < p->pending_count; i++)
+        place_orphan(s, p, p->pending[i], known);
+    p->pending_count = 0;
+}
+
+/* The process stopped in the function of frame `key`: 1 when its stack
+ * there is known (and is now its stack). */
+static int stop_at(fo_session *s, fo_proc *p, uint32_t key)
+{
+    p->out_key = key == FO_NONE ? 0 : key;
+    if (p->out_key == 0 || p->overflow > 0)
+        return p->stack_known;
+    if (fo_s_top_frame(p) == key)
+        return 1;
+    /* returned into a caller: the frames above it are gone */
+    uint32_t at = p->depth >= 2 ? fo_s_find_below(p, key, p->depth - 2) : FO_NONE;
+    if (at != FO_NONE) {
+        p->depth = at + 1;
+        return 1;
+    }
+    uint32_t here = fo_s_current_node(p);
+    uint32_t best = FO_NONE, best_shared = 0;
+    for (uint32_t i = 0; i < FO_CPU_CONTEXTS; i++) {
+        if (p->contexts[i].key != key)
+            continue;
+        uint32_t shared = shared_depth(&s->tree, p->contexts[i].node, here);
+        if (best == FO_NONE || shared > best_shared) {
+            best = p->contexts[i].node;
+            best_shared = shared;
+        }
+    }
+    if (best != FO_NONE && set_stack_to(s, p, best))
+        return 1;
+    s->stats.cpu_unknown_stops++;
+    return 0;
+}
+
+void fo_s_cpu_event(fo_session *s, fo_proc *p, const fo_event *ev)
+{
+    switch (ev->kind) {
+    case FO_EV_IN:
+        end_slice(s, p, ev->ts_ns); /* an `out` went missing */
+        flush_pending(s, p, 1);
+        p->slice_sampled = 0;
+        if (ev->flags & FO_EVF_HAS_THREAD) {
+            p->thread = ev->thread;
+            p->slice_from = ev->ts_ns;
+        }
+        break;
+    case FO_EV_OUT: {
+        end_slice(s, p, ev->ts_ns);
+        /* C code at the end of a slice is where it stopped (a BIF that
+         * trapped, a GC before a wait) more often than where it was last
+         * sampled: it goes under the stop's stack when that is known, else
+         * under that sample */
+        int known = stop_at(s, p, (ev->flags & FO_EVF_HAS_MFA) ? fo_s_intern(s, &ev->mfa) : 0);
+        flush_pending(s, p, 1);
+        p->stack_known = (uint8_t)known;
+        break;
+    }
+    case FO_EV_EXIT:
+        end_slice(s, p, ev->ts_ns);
+        flush_pending(s, p, 1);
+        for (uint32_t i = 0; i < FO_CPU_CONTEXTS; i++)
+            p->contexts[i].key = 0;
+        p->out_key = 0;
+        p->stack_known = 0;
+        break;
+    default:
+        break;
+    }
+}
+
+void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, uint32_t count,
+                           uint32_t erlang_frames)
+{
+    fo_proc *p = fo_s_proc_for(s, pid);
+    if (p == NULL) {
+        s->stats.dropped_events++;
+        return;
+    }
+    s->stats.events++;
+    s->stats.samples++;
+    flush_pending(s, p, 1); /* between two samples: under the one before */
+    fo_s_replace_stack(s, p, frames, count);
+    p->sampled = 1;
+    p->stack_known = 1;
+    p->slice_sampled = 1;
+    fo_tree_count_samples(&s->tree, fo_s_current_node(p), 1, 0);
+    if (erlang_frames > 0 && erlang_frames <= p->depth && p->overflow == 0)
+        remember(p, p->stack_frames[erlang_frames - 1], p->stack_nodes[erlang_frames - 1], 0);
+}
+
+void fo_session_cpu_orphan(fo_session *s, uint64_t pid, const fo_mfa *leaf)
+{
+    fo_proc *p = fo_s_proc_for(s, pid);
+    if (p == NULL) {
+        s->stats.dropped_events++;
+        return;
+    }
+    s->stats.events++;
+    s->stats.samples++;
+    s->stats.cpu_orphans++;
+    uint32_t frame = fo_s_intern(s, leaf);
+    if (p->slice_sampled && p->pending_count < FO_CPU_PENDING && frame != FO_NONE)
+        p->pending[p->pending_count++] = frame;
+    else
+        place_orphan(s, p, frame, p->stack_known);
+}
+
+/* The node of frames (root first) under p's root, made within the usual
+ * bounds; FO_NONE when the tree or the frame table is full. */
+static uint32_t path_node(fo_session *s, fo_proc *p, const fo_mfa *frames, uint32_t count)
+{
+    uint32_t node = p->root;
+    for (uint32_t i = 0; i < count && node != FO_NONE; i++) {
+        if (i >= s->limits.max_depth)
+            return fo_s_regular_child(s, node, FO_FRAME_DEPTH_CAP);
+        uint32_t frame = fo_s_intern(s, &frames[i]);
+        node = frame == FO_NONE ? FO_NONE : fo_s_regular_child(s, node, frame);
+    }
+    return node;
+}
+
+void fo_session_cpu_context(fo_session *s, uint64_t pid, const fo_mfa *key_mfa, const fo_mfa *frames,
+                            uint32_t count)
+{
+    uint32_t index = fo_procs_find(&s->procs, pid);
+    if (index == UINT32_MAX || count == 0)
+        return;
+    fo_proc *p = &s->procs.procs[index];
+    uint32_t key = fo_s_intern(s, key_mfa);
+    uint32_t node = p->root == FO_NONE || key == FO_NONE ? FO_NONE : path_node(s, p, frames, count);
+    if (node == FO_NONE)
+        return;
+    s->stats.cpu_contexts++;
+    remember(p, key, node, 1);
+    if (p->state != FO_PROC_OUT || p->out_key != key || fo_s_current_node(p) == node)
+        return;
+    /* it still waits where it was asked about: its wait moves there */
+    uint32_t kind = s->tree.nodes[p->sleep_node].frame;
+    if (kind != FO_FRAME_WAITING && kind != FO_FRAME_SLEEP)
+        return;
+    uint32_t leaf = fo_s_regular_child(s, node, kind);
+    if (leaf == FO_NONE || !set_stack_to(s, p, node))
+        return;
+    p->stack_known = 1;
+    if (kind == FO_FRAME_SLEEP)
+        fo_s_move_time(s, p->sleep_node, leaf, p->wait_ns);
+    p->sleep_node = leaf;
+    if (kind == FO_FRAME_WAITING)
+        fo_s_hold_call_wait_in(s, p, leaf);
+}
+
+/* Nodes a CPU sample can land on: a process's running stacks, not its
+ * wait leaves. */
+static int running_frame(uint32_t frame)
+{
+    return frame != FO_FRAME_SLEEP && frame != FO_FRAME_WAITING && frame != FO_FRAME_ATTRIBUTED &&
+           frame != FO_FRAME_GC;
+}
+
+void fo_session_cpu_settle(fo_session *s, int64_t end_ns)
+{
+    uint32_t procs = s->procs.count;
+    if (!s->cpu_sampled || procs == 0)
+        return;
+    for (uint32_t i = 0; i < procs; i++) {
+        fo_proc *p = &s->procs.procs[i];
+        if (p->root != FO_NONE && p->state == FO_PROC_RUNNING && end_ns != 0)
+            end_slice(s, p, end_ns);
+        if (p->root != FO_NONE)
+            flush_pending(s, p, 1);
+    }
+    /* per process: its samples, the node with the most of them, and the
+     * time given so far (what rounding leaves goes to that node) */
+    uint64_t *counts = calloc(procs, sizeof(uint64_t));
+    uint64_t *given = calloc(procs, sizeof(uint64_t));
+    uint32_t *busiest = malloc(sizeof(uint32_t) * procs);
+    if (counts == NULL || given == NULL || busiest == NULL) {
+        free(counts);
+        free(given);
+        free(busiest);
+        return; /* the time stays unsettled: it is not charged at all */
+    }
+    for (uint32_t i = 0; i < procs; i++)
+        busiest[i] = FO_NONE;
+    fo_tree_node *nodes = s->tree.nodes;
+    for (uint32_t n = 0; n < s->tree.count; n++) {
+        uint32_t proc = nodes[n].proc;
+        if (nodes[n].samples == 0 || !running_frame(nodes[n].frame) || proc >= procs)
+            continue;
+        counts[proc] += nodes[n].samples;
+        if (busiest[proc] == FO_NONE || nodes[n].samples > nodes[busiest[proc]].samples)
+            busiest[proc] = n;
+    }
+    for (uint32_t n = 0; n < s->tree.count; n++) {
+        uint32_t proc = nodes[n].proc;
+        if (nodes[n].samples == 0 || !running_frame(nodes[n].frame) || proc >= procs || counts[proc] == 0)
+            continue;
+        unsigned __int128 share = (unsigned __int128)s->procs.procs[proc].cpu_ns * nodes[n].samples;
+        uint64_t ns = (uint64_t)(share / counts[proc]);
+        fo_tree_charge(&s->tree, n, ns);
+        given[proc] += ns;
+    }
+    for (uint32_t i = 0; i < procs; i++) {
+        fo_proc *p = &s->procs.procs[i];
+        if (p->root == FO_NONE || p->cpu_ns == 0)
+            continue;
+        if (counts[i] == 0) {
+            fo_tree_charge(&s->tree, p->root, p->cpu_ns);
+            s->stats.cpu_unsampled_ns += p->cpu_ns;
+        } else if (p->cpu_ns > given[i]) {
+            fo_tree_charge(&s->tree, busiest[i], p->cpu_ns - given[i]);
+        }
+        p->cpu_ns = 0;
+    }
+    free(counts);
+    free(given);
+    free(busiest);
+}

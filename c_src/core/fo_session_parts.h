@@ -1,0 +1,56 @@
+/* The session's state and the helpers its files share: fo_session.c (the
+ * state machine of the event-driven modes) and fo_session_cpu.c
+ * (CPU-sampled sessions). Not a contract: fo_session.h is. */
+#ifndef FO_SESSION_PARTS_H
+#define FO_SESSION_PARTS_H
+
+#include "fo_frames.h"
+#include "fo_procs.h"
+#include "fo_session.h"
+#include "fo_tree.h"
+
+struct fo_session {
+    fo_limits limits;
+    fo_frames frames;
+    fo_tree tree;
+    fo_procs procs;
+    uint32_t regular_nodes; /* nodes counted against max_nodes */
+    uint64_t last_pid;      /* one-entry cache of fo_s_proc_for: events come in runs per process */
+    uint32_t last_index;    /* UINT32_MAX: empty */
+    int cpu_sampled;        /* fo_session_set_cpu_sampled */
+    fo_cpu_source cpu_source;
+    void *cpu_ctx;
+    fo_stats stats;
+};
+
+/* The process of pid, made on first sight. NULL when it cannot be
+ * followed (process limit, or no memory for its reserved nodes). */
+fo_proc *fo_s_proc_for(fo_session *s, uint64_t pid);
+
+/* The node on top of p's stack (its root when the stack is empty). */
+uint32_t fo_s_current_node(const fo_proc *p);
+/* The frame on top of p's stack, FO_NONE when empty. */
+uint32_t fo_s_top_frame(const fo_proc *p);
+/* Index of frame on p's stack, searching down from `from`; FO_NONE if absent. */
+uint32_t fo_s_find_below(const fo_proc *p, uint32_t frame, uint32_t from);
+
+/* A regular node under parent, within max_nodes; FO_NONE when full. */
+uint32_t fo_s_regular_child(fo_session *s, uint32_t parent, uint32_t frame);
+uint32_t fo_s_intern(fo_session *s, const fo_mfa *mfa);
+void fo_s_push_frame(fo_session *s, fo_proc *p, uint32_t frame);
+
+/* p's stack becomes frames (root first): the frames both share from the
+ * root stay, the rest is unwound and the new ones pushed with the usual
+ * bounds. */
+void fo_s_replace_stack(fo_session *s, fo_proc *p, const fo_mfa *frames, uint32_t count);
+
+/* Moves up to ns of from's time to to; returns what moved. */
+uint64_t fo_s_move_time(fo_session *s, uint32_t from, uint32_t to, uint64_t ns);
+/* The current call's wait is held in leaf from now (see fo_session.c). */
+void fo_s_hold_call_wait_in(fo_session *s, fo_proc *p, uint32_t leaf);
+
+/* fo_session_apply's step for CPU-sampled sessions, before the event
+ * itself applies (fo_session_cpu.c). */
+void fo_s_cpu_event(fo_session *s, fo_proc *p, const fo_event *ev);
+
+#endif

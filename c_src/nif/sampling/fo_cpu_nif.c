@@ -1,0 +1,111 @@
+#include "fo_cpu_nif.h"
+
+#include <string.h>
+
+#include "fo_atoms.h"
+#include "fo_decode.h"
+#include "fo_handle.h"
+#include "fo_perf.h"
+#include "fo_resource.h"
+
+/* Frames of a stack read with process_info kept at most (the VM's
+ * backtrace_depth caps it long before this). */
+#define MAX_CONTEXT_FRAMES 512u
+
+ERL_NIF_TERM fo_cpu_here_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid self;
+    if (!fo_handle_get(env, argv[0], &res) || !res->cpu_sampled || enif_self(env, &self) == NULL)
+        return enif_make_badarg(env);
+    fo_perf_note_thread();
+    fo_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = FO_EV_IN;
+    ev.flags = FO_EVF_HAS_THREAD;
+    ev.pid = (uint64_t)self.pid;
+    ev.thread = fo_perf_thread_id();
+    fo_spin_lock(&res->lock);
+    if (res->core != NULL && atomic_load(&res->active)) {
+        fo_resource_fold(res, env); /* its events so far come first */
+        ev.ts_ns = fo_clock_now(&res->clock);
+        fo_session_apply(res->core, &ev);
+    }
+    fo_spin_unlock(&res->lock);
+    return fo_atom_ok;
+}
+
+ERL_NIF_TERM fo_cpu_helper_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid helper;
+    if (!fo_handle_get(env, argv[0], &res) || !res->cpu_sampled || !enif_get_local_pid(env, argv[1], &helper))
+        return enif_make_badarg(env);
+    fo_cpu_asks_set_helper(res->asks, &helper);
+    return fo_atom_ok;
+}
+
+static int same_mfa(const fo_mfa *a, const fo_mfa *b)
+{
+    return a->module == b->module && a->function == b->function && a->arity == b->arity;
+}
+
+/* {M, F, A} or {M, F, A, Location}: the MFA part. */
+static int decode_frame(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
+{
+    int arity;
+    const ERL_NIF_TERM *items;
+    if (!enif_get_tuple(env, term, &arity, &items) || (arity != 3 && arity != 4))
+        return 0;
+    ERL_NIF_TERM mfa = arity == 3 ? term : enif_make_tuple3(env, items[0], items[1], items[2]);
+    return fo_decode_mfa(env, mfa, out);
+}
+
+ERL_NIF_TERM fo_cpu_context_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid pid;
+    fo_mfa key, current;
+    unsigned length;
+    if (!fo_handle_get(env, argv[0], &res) || !res->cpu_sampled || !enif_get_local_pid(env, argv[1], &pid) ||
+        !fo_decode_mfa(env, argv[2], &key) || !enif_get_list_length(env, argv[4], &length))
+        return enif_make_badarg(env);
+    /* read after it left that function (its answer waited for its next
+     * scheduling point): not the stack of that stop */
+    if (!fo_decode_mfa(env, argv[3], &current) || !same_mfa(&current, &key))
+        return fo_atom_stale;
+    uint32_t count = length < MAX_CONTEXT_FRAMES ? length : MAX_CONTEXT_FRAMES;
+    fo_mfa *frames = enif_alloc(sizeof(fo_mfa) * ((size_t)count + 1));
+    if (frames == NULL)
+        return enif_raise_exception(env, fo_atom_error);
+    /* innermost first: the root first for the core */
+    ERL_NIF_TERM list = argv[4], head;
+    for (uint32_t i = 0; i < count; i++) {
+        if (!enif_get_list_cell(env, list, &head, &list) || !decode_frame(env, head, &frames[count - 1 - i])) {
+            enif_free(frames);
+            return enif_make_badarg(env);
+        }
+    }
+    uint32_t from = fo_cpu_scope_start(&res->cpu_scope, frames, count);
+    count -= from;
+    /* a BIF that traps is its current function, not a frame */
+    if (count > 0 && !same_mfa(&frames[from + count - 1], &key))
+        frames[from + count++] = key;
+    ERL_NIF_TERM result = fo_atom_stale;
+    if (count > 0) {
+        result = fo_atom_stopped;
+        fo_spin_lock(&res->lock);
+        if (res->core != NULL && atomic_load(&res->active)) {
+            fo_resource_fold(res, env); /* its `out` comes first */
+            fo_session_cpu_context(res->core, (uint64_t)pid.pid, &key, frames + from, count);
+            fo_cpu_asks_answered(res->asks, (uint64_t)pid.pid, &key, fo_clock_now(&res->clock));
+            result = fo_atom_ok;
+        }
+        fo_spin_unlock(&res->lock);
+    }
+    enif_free(frames);
+    return result;
+}

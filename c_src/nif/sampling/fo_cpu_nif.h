@@ -1,0 +1,26 @@
+/* The NIFs of a native (CPU-sampled) trace's session: where its processes
+ * run and what its helper reads of their stacks. */
+#ifndef FO_CPU_NIF_H
+#define FO_CPU_NIF_H
+
+#include <erl_nif.h>
+
+// cpu_here(Session) -> ok: the calling process runs on the calling thread
+// from now (a process that traces itself is running when its flags go on:
+// no `in` tells its thread until it is next scheduled in).
+ERL_NIF_TERM fo_cpu_here_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+// cpu_helper(Session, Pid) -> ok: Pid is sent {flame_on_context, Pid2,
+// {M, F, A}} when a traced process stops in a function its stack there may
+// not be known for (fo_cpu_ask.h); set once.
+ERL_NIF_TERM fo_cpu_helper_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+// cpu_context(Session, Pid, {M, F, A}, Current, Stack) -> ok | stale | stopped
+//   Current and Stack: process_info(Pid, [current_function,
+//   current_stacktrace]), read because Pid stopped in M:F/A. stale: it is
+//   not in that function any more (Current is another), nothing is kept.
+//   A current function that is not the stack's innermost frame (a BIF
+//   that traps) is added as its innermost frame.
+ERL_NIF_TERM fo_cpu_context_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+#endif
