@@ -113,12 +113,23 @@ void fo_follow_event(const fo_follow *f, const fo_event *ev)
 {
     fo_graph *g = f->graph;
     switch (ev->kind) {
-    case FO_EV_IN:
-        /* held back until it is known who ended the wait */
-        if (!fo_graph_in(g, ev->pid, ev->ts_ns) && fo_graph_active(g, ev->pid))
+    case FO_EV_IN: {
+        /* held back until it is known who ended the wait; an `in` that
+         * says which thread runs it (CPU-sampled traces) is taken at once,
+         * as a sampler takes it (its samples need the time slice it opens) */
+        int held = fo_graph_in(g, ev->pid, ev->ts_ns);
+        int64_t ts;
+        if (!held && fo_graph_active(g, ev->pid)) {
             fo_session_apply(f->session, ev);
+        } else if (held && (ev->flags & FO_EVF_HAS_THREAD) && fo_graph_active(g, ev->pid) &&
+                   fo_graph_take_in(g, ev->pid, &ts)) {
+            fo_event in = *ev;
+            in.ts_ns = ts;
+            fo_session_apply(f->session, &in);
+        }
         drain(f);
         return;
+    }
     case FO_EV_OUT: {
         int fresh = fo_graph_out(g, ev->pid, ev->ts_ns);
         drain(f);

@@ -397,8 +397,11 @@ defmodule FlameOn.Client do
   share, `:sample_budget` in `FlameOn.Client.Options`), `:owners` (the
   processes that own a running trace or keep a finished one's profile),
   `:captures_waiting` (`capture_next/2` calls waiting for their call:
-  `[{mfa, pid}]`) and `:trace_store` (the recent traces kept, their size
-  and bounds, see `FlameOn.Client.TraceStore`).
+  `[{mfa, pid}]`), `:trace_store` (the recent traces kept, their size
+  and bounds, see `FlameOn.Client.TraceStore`) and `:native`: whether
+  `mode: :native` can run in this VM (`%{available: true, sampler:
+  counters}`, the CPU sampler's users, threads, frequency, samples and
+  losses) or why not and what to do (`%{available: false, reason: text}`).
   """
   @spec status() :: map()
   defdelegate status(), to: FlameOn.Client.Node.Status

@@ -201,7 +201,9 @@ defmodule FlameOn.Client.Profile do
   def frame_name({:"$status", status, 0}) when is_atom(status), do: "[#{status}]"
   def frame_name({:"$cut", _, 0}), do: "…"
   def frame_name({:"$native", :"", 0}), do: "[native]"
-  def frame_name({:"$native", symbol, 0}), do: sanitize("[native:" <> Atom.to_string(symbol) <> "]")
+
+  def frame_name({:"$native", symbol, 0}),
+    do: sanitize("[native:" <> Atom.to_string(symbol) <> "]")
 
   def frame_name({module, function, arity})
       when is_atom(module) and is_atom(function) and is_integer(arity) do

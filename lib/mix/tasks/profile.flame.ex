@@ -80,11 +80,17 @@ defmodule Mix.Tasks.Profile.Flame do
       `folded` needs it)
     * `--name NAME` – the trace's name, the first field of the folded
       lines (default `eval` for `-e`, the script's base name otherwise)
-    * `--mode nif|process|sample` – how the profile is captured (default
-      `nif`: exact call stacks; `sample`: stack samples every
-      `--interval-us` µs, no call breakpoints)
+    * `--mode nif|process|sample|native|auto` – how the profile is
+      captured (default `nif`: exact call stacks; `sample`: stack samples
+      every `--interval-us` µs, no call breakpoints; `native`: CPU samples
+      from Linux perf events, no call breakpoints, in a VM started with
+      `+JPperf true`, e.g. `ERL_FLAGS="+JPperf true" mix profile.flame
+      --mode native -e ...`; `auto`: `native` where it can run, else
+      `sample`)
     * `--interval-us N` – the sampling interval of `--mode sample`
       (default 1000, at least 1000)
+    * `--frequency HZ` – CPU samples a second of `--mode native` (default
+      499, at most 10000)
     * `--split-status` – `--mode sample`: put each sample's process status
       (`[running]`, `[runnable]`, `[waiting]`, ...) at the root of its stack
     * `--cross-process` – follow the processes the code sends messages to

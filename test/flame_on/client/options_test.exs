@@ -64,7 +64,7 @@ defmodule FlameOn.Client.OptionsTest do
 
     # a value of the wrong kind of a capture option raises as well
     assert_raise ArgumentError,
-                 ~r/expected :mode to be :nif, :process or :sample, got: :nfi/,
+                 ~r/expected :mode to be :auto, :native, :nif, :process or :sample, got: :nfi/,
                  fn ->
                    FlameOn.Client.trace("t", fn -> send(parent, :ran) end, mode: :nfi)
                  end
@@ -188,8 +188,10 @@ defmodule FlameOn.Client.OptionsTest do
 
   test "values of the wrong kind say what was expected" do
     for {opts, message} <- [
-          {[mode: :fast], ~r/expected :mode to be :nif, :process or :sample, got: :fast/},
+          {[mode: :fast],
+           ~r/expected :mode to be :auto, :native, :nif, :process or :sample, got: :fast/},
           {[interval_us: 10], ~r/expected :interval_us to be an integer of at least 1000/},
+          {[frequency: 0], ~r/expected :frequency to be an integer from 1 to 10000 \(Hz\)/},
           {[max_nodes: 0], ~r/expected :max_nodes to be a positive integer, got: 0/},
           {[follow: :all], ~r/expected :follow to be :messages or :calls/},
           {[cluster: :yes], ~r/expected :cluster to be false or a keyword list/},

@@ -16,6 +16,7 @@ defmodule FlameOn.Client.CLI.Options do
     name: :string,
     mode: :string,
     interval_us: :integer,
+    frequency: :integer,
     split_status: :boolean,
     cross_process: :boolean,
     follow: :string,
@@ -54,6 +55,7 @@ defmodule FlameOn.Client.CLI.Options do
         --name NAME        the trace's name
         --mode MODE        capture mode (default nif; see --mode below)
         --interval-us N    sampling interval of --mode sample (default 1000)
+        --frequency HZ     CPU samples a second of --mode native (default 499)
         --split-status     --mode sample: stacks split by process status
         --cross-process    follow messages and calls, print the span graph
         --follow messages|calls
@@ -111,6 +113,7 @@ defmodule FlameOn.Client.CLI.Options do
         if(opts[:cross_process], do: [cross_process: true], else: []) ++
         if(opts[:split_status], do: [split_status: true], else: []) ++
         positive!(opts, :interval_us) ++
+        positive!(opts, :frequency) ++
         positive!(opts, :max_nodes) ++ positive!(opts, :max_depth)
 
     %{
@@ -155,6 +158,7 @@ defmodule FlameOn.Client.CLI.Options do
         if(opts[:cross_process], do: [cross_process: true], else: []) ++
         if(opts[:split_status], do: [split_status: true], else: []) ++
         positive!(opts, :interval_us) ++
+        positive!(opts, :frequency) ++
         positive!(opts, :max_nodes) ++ positive!(opts, :max_depth)
 
     %{
@@ -174,6 +178,7 @@ defmodule FlameOn.Client.CLI.Options do
     :format,
     :split_status,
     :interval_us,
+    :frequency,
     :sleep,
     :max_nodes,
     :max_depth

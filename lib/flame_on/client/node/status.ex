@@ -4,7 +4,7 @@ defmodule FlameOn.Client.Node.Status do
   # from each owner of node-wide state.
 
   alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Node.{BacktraceDepth, Breaker, Gates, Patterns, TraceBackend}
+  alias FlameOn.Client.Node.{BacktraceDepth, Breaker, Gates, Patterns, PerfSampler, TraceBackend}
   alias FlameOn.Client.Sampling.Budget
 
   @spec status() :: map()
@@ -23,7 +23,17 @@ defmodule FlameOn.Client.Node.Status do
       sample_budget: Budget.budget(),
       owners: DynamicSupervisor.count_children(FlameOn.Client.OwnerSupervisor).active,
       captures_waiting: Gates.waiting(),
-      trace_store: FlameOn.Client.TraceStore.stats()
+      trace_store: FlameOn.Client.TraceStore.stats(),
+      native: native()
     }
+  end
+
+  # Whether mode :native can run here (checked now, not cached: a sysctl
+  # may have changed), and its sampler's counters while it runs.
+  defp native do
+    case PerfSampler.availability() do
+      :ok -> %{available: true, sampler: PerfSampler.stats()}
+      {:error, why} -> %{available: false, reason: why}
+    end
   end
 end

@@ -1,0 +1,266 @@
+defmodule FlameOn.Client.NativeModeTest do
+  # mode: :native – CPU samples of the scheduler threads from Linux perf
+  # events. The tests tagged :native run in a VM started with +JPperf true
+  # where perf_event_open is allowed (scripts/test runs them so); the ones
+  # tagged :native_unavailable in a VM where native sampling cannot run
+  # (the plain `mix test`). test_helper.exs picks the group this VM can run.
+  use ExUnit.Case, async: false
+
+  import FlameOn.Client.TestHelpers
+
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.PerfSampler
+  alias FlameOn.Client.Test.Workloads
+
+  @to_me {FlameOn.Client.Shipper.Process, pid: :flame_on_native_mode_test}
+
+  setup do
+    ensure_app_started()
+    assert_node_clean()
+    Process.register(self(), :flame_on_native_mode_test)
+    :ok
+  end
+
+  # trace/3 ships its profile (here, to the test process)
+  defp traced_profile(fun, opts) do
+    FlameOn.Client.trace("native", fun, [shipper: @to_me] ++ opts)
+    assert_receive {:flame_on_profile, profile}
+    profile
+  end
+
+  defp on_cpu_us(profile, pid) do
+    time_where(profile, pid, &(not String.contains?(&1, "SLEEP")))
+  end
+
+  defp open_fds, do: length(File.ls!("/proc/self/fd"))
+
+  defp sampler_idle? do
+    stats = Native.perf_stats()
+    stats.users == 0 and stats.threads == 0
+  end
+
+  # true once fun returns true, within tries × 10 ms
+  defp until(fun, tries) do
+    cond do
+      fun.() -> true
+      tries == 0 -> false
+      true -> Process.sleep(10) && until(fun, tries - 1)
+    end
+  end
+
+  describe "where native sampling runs (+JPperf true)" do
+    @describetag :native
+
+    test "profile/2: CPU samples name the work's frames under the root, no call pattern is set" do
+      fds = open_fds()
+
+      {seen, profile} =
+        FlameOn.Client.profile(
+          fn ->
+            Workloads.busy(300)
+            {patterns_set?(), patterns_on?({Workloads, :fib, 1}), Native.perf_stats().threads}
+          end,
+          mode: :native
+        )
+
+      {patterns?, fib_pattern?, threads} = seen
+      refute patterns?
+      refute fib_pattern?
+      # one event per scheduler thread at least
+      assert threads >= :erlang.system_info(:schedulers_online)
+      assert profile.mode == :native
+      assert profile.stats.samples > 0
+
+      stacks = profile.stacks[self()]
+      busy = time_where(profile, self(), &String.contains?(&1, "Workloads.fib/1"))
+      total = on_cpu_us(profile, self())
+      # 300 ms of fib: nearly all of the on-CPU time (the rest: the loop's
+      # own frame and the trace's start and end)
+      assert busy >= 0.8 * total, inspect(Enum.take(stacks, 5))
+      # (but for the moment before its first sample, and the waits there)
+      assert Enum.all?(stacks, fn {stack, _} ->
+               String.starts_with?(stack, "FlameOn.Client.profile/2") or stack in ["", "SLEEP"]
+             end)
+
+      # recursion keeps its depth, as in exact mode
+      assert max_frame_count(profile, self(), "FlameOn.Client.Test.Workloads.fib/1") >= 5
+      # the stacks add up to the traced wall time (within 10%)
+      assert_in_delta Enum.sum(Enum.map(stacks, &elem(&1, 1))),
+                      profile.duration_us,
+                      profile.duration_us * 0.1
+
+      assert until(&sampler_idle?/0, 100)
+      assert open_fds() == fds
+      assert_node_clean()
+    end
+
+    test "two phases: each gets its share of the on-CPU time" do
+      # 40 ms of recursion, 40 ms of an Enum pipeline, four times: halves
+      work = fn ->
+        for _ <- 1..4 do
+          Workloads.busy(40)
+          enum_for(40)
+        end
+      end
+
+      {_, profile} = FlameOn.Client.profile(work, mode: :native)
+      fib = time_where(profile, self(), &String.contains?(&1, "Workloads.fib/1"))
+      enum = time_where(profile, self(), &String.contains?(&1, "enum_until"))
+      share = fib / max(fib + enum, 1)
+      # ±15 pp: a few hundred samples, on a shared machine
+      assert share > 0.35 and share < 0.65, "fib #{fib} µs, enum #{enum} µs"
+    end
+
+    test "a wait in GenServer.call hangs under the call's frames, as in exact mode" do
+      {:ok, server} = Agent.start_link(fn -> :ok end)
+
+      {_, profile} =
+        FlameOn.Client.profile(
+          fn ->
+            for _ <- 1..10 do
+              Workloads.busy(5)
+              Agent.get(server, fn state -> Process.sleep(20) && state end)
+            end
+          end,
+          mode: :native
+        )
+
+      waits = time_where(profile, self(), &String.ends_with?(&1, ";SLEEP"))
+      in_call = time_where(profile, self(), &String.contains?(&1, "gen:do_call/4;SLEEP"))
+      # 10 waits of 20 ms; the first may hang elsewhere until its stack is read
+      assert waits >= 150_000
+      assert in_call >= 0.7 * waits, inspect(profile.stacks[self()], limit: 20)
+      Agent.stop(server)
+    end
+
+    test "cross_process: true: the callee's CPU work is in its own stacks" do
+      {:ok, server} = FlameOn.Client.Test.Server.start()
+
+      {result, profile} =
+        FlameOn.Client.profile(fn -> GenServer.call(server, {:spin, 150}) end,
+          mode: :native,
+          cross_process: true
+        )
+
+      assert result == :done
+      assert profile.mode == :native
+      spun = time_where(profile, server, &String.contains?(&1, "spin_until"))
+      assert spun >= 100_000, inspect(profile.stacks[server], limit: 10)
+      GenServer.stop(server)
+      assert until(&sampler_idle?/0, 100)
+      assert_node_clean()
+    end
+
+    test "mode :auto (the default of trace/3) runs native here" do
+      assert traced_profile(fn -> Workloads.busy(50) end, []).mode == :native
+      assert FlameOn.Client.status().native.available == true
+    end
+
+    test "the owner killed mid-trace: every perf event is closed" do
+      fds = open_fds()
+      parent = self()
+
+      pid =
+        spawn(fn ->
+          FlameOn.Client.profile(
+            fn ->
+              send(parent, {:tracing, self()})
+              Workloads.busy(10_000)
+            end,
+            mode: :native
+          )
+        end)
+
+      assert_receive {:tracing, ^pid}
+      assert until(fn -> Native.perf_stats().threads > 0 end, 100)
+      Process.exit(pid, :kill)
+      assert until(&sampler_idle?/0, 200), inspect(Native.perf_stats())
+      assert open_fds() == fds
+      assert_node_clean()
+    end
+
+    test "start_trace/2 and capture_next/2 take mode :native" do
+      parent = self()
+      worker = spawn(fn -> Workloads.wait_here(parent) end)
+      assert_receive {:waiting, ^worker}
+      {:ok, ref} = FlameOn.Client.start_trace(worker, mode: :native, shipper: @to_me)
+      send(worker, :go)
+      Process.sleep(20)
+      assert {:ok, profile} = FlameOn.Client.stop_trace(ref)
+      assert profile.mode == :native
+
+      task =
+        Task.async(fn -> FlameOn.Client.capture_next({Workloads, :busy, 1}, mode: :native) end)
+
+      assert until(fn -> FlameOn.Client.status().captures_waiting != [] end, 200)
+      Workloads.busy(30)
+      assert {:ok, next} = Task.await(task, 10_000)
+      assert next.mode == :native
+      assert time_where(next, next.pid, &String.contains?(&1, "fib/1")) > 0
+      assert until(&sampler_idle?/0, 100)
+    end
+
+    test "mix profile.flame --mode native --frequency writes the work's frames" do
+      out = Path.join(System.tmp_dir!(), "flame_on_native_#{System.unique_integer([:positive])}")
+      on_exit(fn -> File.rm_rf!(out) end)
+
+      output =
+        ExUnit.CaptureIO.capture_io(fn ->
+          Mix.Tasks.Profile.Flame.run(
+            ~w(--mode native --frequency 999 --no-warmup --format folded --out) ++
+              [out, "-e", "FlameOn.Client.Test.Workloads.busy(100)"]
+          )
+        end)
+
+      assert output =~ ~s|Top 10 functions by self time ("eval", mode native):|
+      assert output =~ "FlameOn.Client.Test.Workloads.fib/1"
+      folded = File.read!(Path.join(out, "eval.folded"))
+      assert folded =~ "FlameOn.Client.Test.Workloads.fib/1"
+      assert_node_clean()
+    end
+
+    test ":frequency sets the sampler's rate (the first trace's, while it runs)" do
+      {rate, _} =
+        FlameOn.Client.profile(fn -> PerfSampler.stats().frequency end,
+          mode: :native,
+          frequency: 199
+        )
+
+      assert rate == 199
+    end
+  end
+
+  describe "where native sampling cannot run" do
+    @describetag :native_unavailable
+
+    test "mode :native raises naming the cause and the fix" do
+      error =
+        assert_raise ArgumentError, fn ->
+          FlameOn.Client.profile(fn -> :ok end, mode: :native)
+        end
+
+      assert error.message =~ "mode: :native is not available"
+      assert error.message =~ "+JPperf true" or error.message =~ "perf_event_paranoid"
+      assert sampler_idle?()
+      assert_node_clean()
+    end
+
+    test "status/0 says why, and mode :auto falls back to :sample" do
+      assert %{available: false, reason: reason} = FlameOn.Client.status().native
+      assert is_binary(reason) and reason != ""
+      assert traced_profile(fn -> Workloads.busy(20) end, mode: :auto).mode == :sample
+    end
+  end
+
+  defp enum_for(ms) do
+    deadline = System.monotonic_time(:millisecond) + ms
+    enum_until(deadline)
+  end
+
+  defp enum_until(deadline) do
+    if System.monotonic_time(:millisecond) < deadline do
+      1..2_000 |> Enum.map(&(&1 * 3)) |> Enum.filter(&(rem(&1, 2) == 0)) |> Enum.sum()
+      enum_until(deadline)
+    end
+  end
+end
