@@ -193,6 +193,12 @@ void fo_follow_spawned(const fo_follow *f, uint64_t parent, uint64_t child, int6
     drain(f);
 }
 
+void fo_follow_running(const fo_follow *f, uint64_t pid, int64_t ts, uint64_t thread)
+{
+    if (fo_graph_active(f->graph, pid))
+        fo_session_cpu_running(f->session, pid, ts, thread);
+}
+
 int fo_follow_before_sample(const fo_follow *f, uint64_t pid)
 {
     int64_t ts;

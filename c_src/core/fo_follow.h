@@ -67,6 +67,10 @@ void fo_follow_spawned(const fo_follow *f, uint64_t parent, uint64_t child, int6
 
 /* Before a stack sample of pid is applied to the session: a scheduled-in
  * still held back is applied first. 1 when pid's samples count now. */
+/* A CPU-sampled trace: pid, taking a message of the trace, runs on thread
+ * at ts (fo_session_cpu_running), if it works for the trace now. */
+void fo_follow_running(const fo_follow *f, uint64_t pid, int64_t ts, uint64_t thread);
+
 int fo_follow_before_sample(const fo_follow *f, uint64_t pid);
 
 /* The trace ends: the graph closes at end_ts and the stacks stop where the

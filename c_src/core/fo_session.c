@@ -40,6 +40,7 @@ void fo_session_free(fo_session *s)
     if (s == NULL)
         return;
     fo_frames_destroy(&s->frames);
+    fo_seen_destroy(&s->seen);
     fo_tree_destroy(&s->tree);
     fo_procs_destroy(&s->procs);
     free(s);
@@ -536,7 +537,7 @@ const fo_stats *fo_session_stats(const fo_session *s)
 size_t fo_session_memory(const fo_session *s)
 {
     return sizeof(*s) + fo_frames_memory(&s->frames) + fo_tree_memory(&s->tree) +
-           fo_procs_memory(&s->procs);
+           fo_procs_memory(&s->procs) + fo_seen_memory(&s->seen);
 }
 
 uint32_t fo_session_node_count(const fo_session *s)

@@ -44,6 +44,8 @@ typedef struct {
     uint64_t cpu_rootless;       /* ... of those, the ones left under its bare root */
     uint64_t cpu_contexts;       /* stacks from fo_session_cpu_context kept */
     uint64_t cpu_unknown_stops;  /* `out`s in a function with no stack known for it */
+    uint64_t cpu_seen_stops;     /* `out`s placed where a sample saw it in that function */
+    uint64_t cpu_entered_stops;  /* `out`s taken as a call from this slice's last sample */
 } fo_stats;
 
 typedef struct fo_session fo_session;
@@ -130,6 +132,12 @@ void fo_session_set_cpu_sampled(fo_session *s, fo_cpu_source source, void *ctx);
  * fo_session_cpu_context). */
 void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, uint32_t count,
                            uint32_t erlang_frames);
+
+/* pid is running on thread (non-zero) at ts_ns: a process of a trace
+ * across processes takes a message of the trace, which it does running,
+ * and its `in` may have come before it joined. Opens its time slice there
+ * unless one is open on that thread. */
+void fo_session_cpu_running(fo_session *s, uint64_t pid, int64_t ts_ns, uint64_t thread);
 
 /* pid was seen in the stack frames (root first) while stopped in key's
  * function (its tracer's helper read it with process_info when an `out`

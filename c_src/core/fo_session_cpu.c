@@ -14,11 +14,13 @@
  * the next sample with Erlang frames: C-code samples meanwhile go under
  * its root and the function it stopped in, not under the stack it left. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "fo_session_parts.h"
 
 void fo_session_set_cpu_sampled(fo_session *s, fo_cpu_source source, void *ctx)
 {
+    fo_seen_init(&s->seen); /* without memory: stops find less, nothing else */
     s->cpu_sampled = 1;
     s->cpu_source = source;
     s->cpu_ctx = ctx;
@@ -68,6 +70,14 @@ static void remember(fo_proc *p, uint32_t key, uint32_t node, int asked)
     at->node = node;
     at->stamp = ++p->context_clock;
     at->asked = (uint8_t)asked;
+}
+
+/* p was seen in its stack now: every frame of it, at its node. */
+static void note_seen(fo_session *s, fo_proc *p, uint32_t frames)
+{
+    uint32_t proc = (uint32_t)(p - s->procs.procs);
+    for (uint32_t i = 0; i < frames && i < p->depth; i++)
+        fo_seen_put(&s->seen, proc, p->stack_frames[i], p->stack_nodes[i]);
 }
 
 /* p's stack becomes the path from its root to node. */
@@ -159,6 +169,20 @@ static int stop_at(fo_session *s, fo_proc *p, uint32_t key)
     }
     if (best != FO_NONE && set_stack_to(s, p, best))
         return 1;
+    /* seen in that function inside some other stack */
+    uint32_t seen = fo_seen_get(&s->seen, (uint32_t)(p - s->procs.procs), key);
+    if (seen != FO_NONE && set_stack_to(s, p, seen)) {
+        s->stats.cpu_seen_stops++;
+        return 1;
+    }
+    /* Preempted as it entered a function (the VM counts reductions at
+     * calls), or stopped in a BIF that traps: called from where it was
+     * last known to be. */
+    if (p->stack_known) {
+        fo_s_push_frame(s, p, key);
+        s->stats.cpu_entered_stops++;
+        return 1;
+    }
     s->stats.cpu_unknown_stops++;
     return 0;
 }
@@ -199,6 +223,21 @@ void fo_s_cpu_event(fo_session *s, fo_proc *p, const fo_event *ev)
     }
 }
 
+void fo_session_cpu_running(fo_session *s, uint64_t pid, int64_t ts_ns, uint64_t thread)
+{
+    fo_proc *p = fo_s_proc_for(s, pid);
+    if (p == NULL || thread == 0 || (p->state == FO_PROC_RUNNING && p->thread == thread))
+        return;
+    fo_event in;
+    memset(&in, 0, sizeof in);
+    in.kind = FO_EV_IN;
+    in.flags = FO_EVF_HAS_THREAD;
+    in.pid = pid;
+    in.ts_ns = ts_ns;
+    in.thread = thread;
+    fo_session_apply(s, &in);
+}
+
 void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, uint32_t count,
                            uint32_t erlang_frames)
 {
@@ -215,8 +254,10 @@ void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, ui
     p->stack_known = 1;
     p->slice_sampled = 1;
     fo_tree_count_samples(&s->tree, fo_s_current_node(p), 1, 0);
-    if (erlang_frames > 0 && erlang_frames <= p->depth && p->overflow == 0)
+    if (erlang_frames > 0 && erlang_frames <= p->depth && p->overflow == 0) {
         remember(p, p->stack_frames[erlang_frames - 1], p->stack_nodes[erlang_frames - 1], 0);
+        note_seen(s, p, erlang_frames);
+    }
 }
 
 void fo_session_cpu_orphan(fo_session *s, uint64_t pid, const fo_mfa *leaf)

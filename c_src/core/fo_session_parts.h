@@ -6,6 +6,7 @@
 
 #include "fo_frames.h"
 #include "fo_procs.h"
+#include "fo_seen.h"
 #include "fo_session.h"
 #include "fo_tree.h"
 
@@ -20,6 +21,7 @@ struct fo_session {
     int cpu_sampled;        /* fo_session_set_cpu_sampled */
     fo_cpu_source cpu_source;
     void *cpu_ctx;
+    fo_seen seen;           /* CPU-sampled: where each process was seen in each function */
     fo_stats stats;
 };
 

@@ -753,7 +753,9 @@ void ts_assert_pid(const fo_session *s, uint64_t pid, const char *const *expecte
     X(cpu_orphans)                                                                                 \
     X(cpu_rootless)                                                                                \
     X(cpu_contexts)                                                                                \
-    X(cpu_unknown_stops)
+    X(cpu_unknown_stops)                                                                           \
+    X(cpu_seen_stops)                                                                              \
+    X(cpu_entered_stops)
 
 char *ts_render_stats(const fo_stats *st)
 {

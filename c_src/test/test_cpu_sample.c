@@ -200,12 +200,12 @@ static const ts_case cpu_cases[] = {
      LINES("cpu_sampled",
            "at 1 5 m:a/0;m:p/0",
            "1 0 in@1",
-           "1 10 out@m:w/0",    /* never seen there: the wait starts under p */
+           "1 10 out@m:w/0",    /* never seen there: taken as a call from p */
            "context 1 m:w/0 m:a/0;m:w/0",
            "close 30",
            "settle"),
      LINES("1 m:a/0;m:p/0 10", "1 m:a/0;m:w/0;SLEEP 20", "1 m:a/0;m:p/0 samples=1 weight=0"),
-     "events=3 samples=1 cpu_contexts=1 cpu_unknown_stops=1"},
+     "events=3 samples=1 cpu_contexts=1 cpu_entered_stops=1"},
 
     {"of_two_stacks_seen_at_a_function_the_closer_wins", DEFAULT_LIMITS,
      LINES("cpu_sampled",
@@ -232,6 +232,37 @@ static const ts_case cpu_cases[] = {
      LINES("1 m:a/0;m:f/0 5", "1 m:a/0;m:g/0 5", "1 m:a/0;m:f/0;SLEEP 10",
            "1 m:a/0;m:f/0 samples=1 weight=0", "1 m:a/0;m:g/0 samples=1 weight=0"),
      "events=4 samples=2"},
+
+    {"a_stop_where_a_sample_saw_the_function_deeper_takes_that_stack", DEFAULT_LIMITS,
+     /* b was seen under a (not as the innermost frame): a stop in b while
+      * the stack is x goes back to a;b */
+     LINES("cpu_sampled",
+           "at 1 5 m:a/0;m:b/0;m:c/0",
+           "at 1 25 m:x/0",
+           "1 0 in@1",
+           "1 10 out",
+           "1 20 in@1",
+           "1 30 out@m:b/0",
+           "close 40",
+           "settle"),
+     LINES("1 m:a/0;m:b/0;m:c/0 10", "1 m:a/0;m:b/0;m:c/0;SLEEP 10", "1 m:x/0 10", "1 m:a/0;m:b/0;SLEEP 10",
+           "1 m:a/0;m:b/0;m:c/0 samples=1 weight=0", "1 m:x/0 samples=1 weight=0"),
+     "events=6 samples=2 cpu_seen_stops=1"},
+
+    {"a_stop_with_its_stack_unknown_leaves_the_c_code_under_the_stop", DEFAULT_LIMITS,
+     /* never sampled: a stop in f says only f; the C code after it goes
+      * under f at the root, not under a stack it was never seen in */
+     LINES("cpu_sampled",
+           "at 1 15 !erts:gc/0",
+           "1 0 in@1",
+           "1 10 out@m:f/0",
+           "1 12 in@1",
+           "1 20 out",
+           "close 20",
+           "settle"),
+     LINES("1 SLEEP 2", "1 m:f/0;erts:gc/0 18", "1 m:f/0;erts:gc/0 samples=1 weight=0"),
+     "events=5 samples=1 cpu_orphans=1 cpu_rootless=1 cpu_unknown_stops=1"},
+
 };
 // clang-format on
 

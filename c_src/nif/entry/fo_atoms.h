@@ -69,8 +69,8 @@
     A(cpu_sampled)                                                                             \
     A(flame_on_context)                                                                        \
     A(stale)                                                                                   \
+    A(moved)                                                                                   \
     A(cpu_root)                                                                                \
-    A(not_linux)                                                                               \
     A(denied)                                                                                  \
     A(no_support)                                                                              \
     A(no_memory)                                                                               \

@@ -111,6 +111,7 @@ typedef struct {
     int decoded;
     fo_corr corr;
     int64_t ts;
+    uint64_t thread; /* CPU-sampled traces: the thread this runs on; else 0 */
 } seq_data;
 
 /* Decoded under the session's lock: remote processes get keys of this
@@ -121,6 +122,10 @@ static void apply_seq(const fo_follow *f, void *data)
     d->decoded = fo_seq_decode(d->env, d->info, &d->corr, d->remote);
     if (d->decoded)
         fo_follow_correlation(f, &d->corr, d->ts);
+    /* the receiver takes the message running, on this thread: its `in`
+     * may have come before it worked for the trace */
+    if (d->decoded && d->thread != 0 && !d->corr.is_send && d->corr.to != 0)
+        fo_follow_running(f, d->corr.to, d->ts, d->thread);
 }
 
 // trace(seq_trace, graph, Label, Info, Opts)
@@ -138,6 +143,7 @@ static void on_seq_trace(ErlNifEnv *env, ERL_NIF_TERM label_term, ERL_NIF_TERM i
     d.remote = res->xproc->remote;
     d.decoded = 0;
     d.ts = fo_tracer_clock_ns();
+    d.thread = res->cpu_sampled ? fo_perf_thread_id() : 0;
     with_follow(env, res, apply_seq, &d);
     /* a root that served this request goes back to its own trace */
     if (d.decoded && d.corr.kind == FO_CORR_REPLY && d.corr.is_send && d.corr.from != fo_xproc_root(res->xproc))

@@ -63,31 +63,40 @@ static int decode_frame(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
     return fo_decode_mfa(env, mfa, out);
 }
 
+/* The first count frames of list (innermost first) into frames, root
+ * first. 0 when one is not a frame. */
+static int decode_stack(ErlNifEnv *env, ERL_NIF_TERM list, fo_mfa *frames, uint32_t count)
+{
+    ERL_NIF_TERM head;
+    for (uint32_t i = 0; i < count; i++) {
+        if (!enif_get_list_cell(env, list, &head, &list) || !decode_frame(env, head, &frames[count - 1 - i]))
+            return 0;
+    }
+    return 1;
+}
+
 ERL_NIF_TERM fo_cpu_context_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     fo_session_res *res;
     ErlNifPid pid;
-    fo_mfa key, current;
+    fo_mfa key, asked;
     unsigned length;
     if (!fo_handle_get(env, argv[0], &res) || !res->cpu_sampled || !enif_get_local_pid(env, argv[1], &pid) ||
-        !fo_decode_mfa(env, argv[2], &key) || !enif_get_list_length(env, argv[4], &length))
+        !fo_decode_mfa(env, argv[2], &asked) || !enif_get_list_length(env, argv[4], &length))
         return enif_make_badarg(env);
-    /* read after it left that function (its answer waited for its next
-     * scheduling point): not the stack of that stop */
-    if (!fo_decode_mfa(env, argv[3], &current) || !same_mfa(&current, &key))
+    /* The answer waits for the process's next scheduling point: it may
+     * have run and stopped elsewhere since it was asked about. Either way
+     * it is a stack it stopped in, at its current function. */
+    if (!fo_decode_mfa(env, argv[3], &key))
         return fo_atom_stale;
     uint32_t count = length < MAX_CONTEXT_FRAMES ? length : MAX_CONTEXT_FRAMES;
     fo_mfa *frames = enif_alloc(sizeof(fo_mfa) * ((size_t)count + 1));
     if (frames == NULL)
         return enif_raise_exception(env, fo_atom_error);
-    /* innermost first: the root first for the core */
-    ERL_NIF_TERM list = argv[4], head;
-    for (uint32_t i = 0; i < count; i++) {
-        if (!enif_get_list_cell(env, list, &head, &list) || !decode_frame(env, head, &frames[count - 1 - i])) {
-            enif_free(frames);
-            return enif_make_badarg(env);
-        }
+    if (!decode_stack(env, argv[4], frames, count)) {
+        enif_free(frames);
+        return enif_make_badarg(env);
     }
     uint32_t from = fo_cpu_scope_start(&res->cpu_scope, frames, count);
     count -= from;
@@ -102,7 +111,7 @@ ERL_NIF_TERM fo_cpu_context_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
             fo_resource_fold(res, env); /* its `out` comes first */
             fo_session_cpu_context(res->core, (uint64_t)pid.pid, &key, frames + from, count);
             fo_cpu_asks_answered(res->asks, (uint64_t)pid.pid, &key, fo_clock_now(&res->clock));
-            result = fo_atom_ok;
+            result = same_mfa(&key, &asked) ? fo_atom_ok : fo_atom_moved;
         }
         fo_spin_unlock(&res->lock);
     }

@@ -15,12 +15,14 @@ ERL_NIF_TERM fo_cpu_here_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
 // not be known for (fo_cpu_ask.h); set once.
 ERL_NIF_TERM fo_cpu_helper_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
-// cpu_context(Session, Pid, {M, F, A}, Current, Stack) -> ok | stale | stopped
+// cpu_context(Session, Pid, {M, F, A}, Current, Stack) -> ok | moved | stale | stopped
 //   Current and Stack: process_info(Pid, [current_function,
-//   current_stacktrace]), read because Pid stopped in M:F/A. stale: it is
-//   not in that function any more (Current is another), nothing is kept.
-//   A current function that is not the stack's innermost frame (a BIF
-//   that traps) is added as its innermost frame.
+//   current_stacktrace]), read because Pid stopped in M:F/A. The answer
+//   comes at Pid's next scheduling point: kept as the stack Pid stops in
+//   at Current (ok, or moved when that is no longer M:F/A: it ran and
+//   stopped elsewhere meanwhile); stale: no stack; stopped: the trace took
+//   no more. A current function that is not the stack's innermost frame
+//   (a BIF that traps) is added as its innermost frame.
 ERL_NIF_TERM fo_cpu_context_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 #endif

@@ -10,15 +10,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__linux__)
 #include <linux/perf_event.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#define FO_HAVE_PERF 1
-#else
-#define FO_HAVE_PERF 0
-#endif
 
 /* The kernel's ring per thread: 1 + 2^4 pages (64 KiB of samples, about
  * 0.2 s at 1 kHz: the drainer copies it out every few ms). */
@@ -69,11 +64,7 @@ static _Thread_local uint64_t noted_generation;
 uint64_t fo_perf_thread_id(void)
 {
     if (cached_tid == 0) {
-#if FO_HAVE_PERF
         cached_tid = (uint64_t)syscall(SYS_gettid);
-#else
-        cached_tid = 1;
-#endif
     }
     return cached_tid;
 }
@@ -115,7 +106,6 @@ static fo_perf_status status_of(int err)
     }
 }
 
-#if FO_HAVE_PERF
 static int open_event(uint64_t tid, uint32_t freq)
 {
     struct perf_event_attr attr;
@@ -138,12 +128,10 @@ static int open_event(uint64_t tid, uint32_t freq)
     attr.sample_max_stack = FO_PERF_MAX_FRAMES;
     return (int)syscall(SYS_perf_event_open, &attr, (pid_t)tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
 }
-#endif
 
 fo_perf_status fo_perf_probe(int *err)
 {
     *err = 0;
-#if FO_HAVE_PERF
     int fd = open_event(fo_perf_thread_id(), 99);
     if (fd < 0) {
         *err = errno;
@@ -151,9 +139,6 @@ fo_perf_status fo_perf_probe(int *err)
     }
     close(fd);
     return FO_PERF_OK;
-#else
-    return FO_PERF_NOT_LINUX;
-#endif
 }
 
 static void free_buffers(perf_thread *t)
@@ -179,7 +164,6 @@ static fo_perf_status open_thread(uint64_t tid, int *err)
         counters.open_failures++;
         return FO_PERF_NO_MEMORY;
     }
-#if FO_HAVE_PERF
     perf_thread *t = &threads[free_at];
     memset(t, 0, sizeof *t);
     t->fd = open_event(tid, frequency);
@@ -211,19 +195,13 @@ static fo_perf_status open_thread(uint64_t tid, int *err)
     ioctl(t->fd, PERF_EVENT_IOC_ENABLE, 0);
     open_count++;
     return FO_PERF_OK;
-#else
-    (void)tid;
-    return FO_PERF_NOT_LINUX;
-#endif
 }
 
 static void close_thread(perf_thread *t)
 {
-#if FO_HAVE_PERF
     ioctl(t->fd, PERF_EVENT_IOC_DISABLE, 0);
     munmap(t->ring, t->ring_bytes);
     close(t->fd);
-#endif
     free_buffers(t);
     memset(t, 0, sizeof *t);
     open_count--;
@@ -348,7 +326,6 @@ static void keep_sample(perf_thread *t, int64_t ts, const uint64_t *chain, uint6
     counters.samples++;
 }
 
-#if FO_HAVE_PERF
 /* Caller holds lock. */
 static void drain_ring(perf_thread *t)
 {
@@ -379,7 +356,6 @@ static void drain_ring(perf_thread *t)
     }
     __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
 }
-#endif
 
 void fo_perf_pump(void)
 {
@@ -393,12 +369,10 @@ void fo_perf_pump(void)
             if (tid != 0)
                 open_thread(tid, &err);
         }
-#if FO_HAVE_PERF
         for (uint32_t i = 0; i < FO_PERF_MAX_THREADS; i++) {
             if (threads[i].tid != 0)
                 drain_ring(&threads[i]);
         }
-#endif
     }
     pthread_mutex_unlock(&lock);
 }
@@ -413,9 +387,7 @@ uint32_t fo_perf_take(uint64_t thread, int64_t from_ns, int64_t to_ns, fo_perf_e
             t = &threads[i];
     }
     if (t != NULL && from_ns < to_ns) {
-#if FO_HAVE_PERF
         drain_ring(t); /* the slice may have ended a moment ago */
-#endif
         if (from_ns <= t->dropped_until)
             counters.overwritten++;
         /* the first sample at or after from_ns: samples of one thread come

@@ -32,7 +32,6 @@
 /* Why sampling cannot start, for the error a user reads. */
 typedef enum {
     FO_PERF_OK = 0,
-    FO_PERF_NOT_LINUX,  /* no perf events on this system */
     FO_PERF_DENIED,     /* perf_event_open refused (paranoid level, seccomp, capabilities) */
     FO_PERF_NO_SUPPORT, /* the kernel has no such event (ENOENT, ENODEV, ENOSYS) */
     FO_PERF_NO_MEMORY,  /* mmap of a ring failed, or memory is short */

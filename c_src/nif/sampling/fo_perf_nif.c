@@ -43,9 +43,6 @@ static ERL_NIF_TERM error_term(ErlNifEnv *env, fo_perf_status status, int err)
 {
     ERL_NIF_TERM reason;
     switch (status) {
-    case FO_PERF_NOT_LINUX:
-        reason = fo_atom_not_linux;
-        break;
     case FO_PERF_DENIED:
         reason = fo_atom_denied;
         break;

@@ -11,7 +11,7 @@ int fo_perf_nif_open(ErlNifEnv *env);
 void fo_perf_nif_unload(void);
 
 // perf_probe() -> ok | {error, Reason, Errno}
-//   Reason: not_linux | denied | no_support | no_memory | failed
+//   Reason: denied | no_support | no_memory | failed
 ERL_NIF_TERM fo_perf_probe_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 // perf_map() -> boolean(): the VM writes a perf map (+JPperf true or map)

@@ -199,6 +199,8 @@ static ERL_NIF_TERM with_cpu_stats(ErlNifEnv *env, const fo_session_res *res, co
     put_count(env, &map, "cpu_rootless", st->cpu_rootless);
     put_count(env, &map, "cpu_contexts", st->cpu_contexts);
     put_count(env, &map, "cpu_unknown_stops", st->cpu_unknown_stops);
+    put_count(env, &map, "cpu_seen_stops", st->cpu_seen_stops);
+    put_count(env, &map, "cpu_entered_stops", st->cpu_entered_stops);
     put_count(env, &map, "cpu_asked", atomic_load(&res->asks->asked));
     put_count(env, &map, "cpu_asks_limited", atomic_load(&res->asks->limited));
     return map;

@@ -175,7 +175,7 @@ defmodule FlameOn.Client.Core.Native do
   end
 
   @type session :: reference()
-  @type perf_error :: :not_linux | :denied | :no_support | :no_memory | :failed
+  @type perf_error :: :denied | :no_support | :no_memory | :failed
 
   @spec new(map()) :: session()
   def new(_opts), do: :erlang.nif_error(:nif_not_loaded)
@@ -203,7 +203,7 @@ defmodule FlameOn.Client.Core.Native do
   @spec cpu_helper(session(), pid()) :: :ok
   def cpu_helper(_session, _helper), do: :erlang.nif_error(:nif_not_loaded)
 
-  @spec cpu_context(session(), pid(), mfa(), mfa(), list()) :: :ok | :stale | :stopped
+  @spec cpu_context(session(), pid(), mfa(), mfa(), list()) :: :ok | :moved | :stale | :stopped
   def cpu_context(_session, _pid, _mfa, _current, _stack),
     do: :erlang.nif_error(:nif_not_loaded)
 

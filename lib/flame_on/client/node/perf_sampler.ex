@@ -107,9 +107,6 @@ defmodule FlameOn.Client.Node.PerfSampler do
       "CAP_PERFMON (in a container also a seccomp profile that allows perf_event_open)"
   end
 
-  defp probe_error(:not_linux, _errno),
-    do: "native sampling uses Linux perf events; this system is #{inspect(:os.type())}"
-
   defp probe_error(:no_support, errno),
     do: "this kernel has no software task-clock perf event (errno #{errno})"
 
