@@ -185,6 +185,30 @@ defmodule FlameOn.Bench.Native.Fidelity do
         String.contains?(s, "SLEEP") or String.contains?(s, "WAITING")
       end)
 
+    if System.get_env("DEBUG_STACKS") && mode == :native do
+      IO.inspect(
+        Map.take(profile.stats, [
+          :samples,
+          :cpu_orphans,
+          :cpu_contexts,
+          :cpu_unknown_stops,
+          :cpu_seen_stops,
+          :cpu_entered_stops,
+          :cpu_asked
+        ])
+      )
+
+      on_cpu
+      |> Enum.filter(&String.contains?(elem(&1, 0), "[native"))
+      |> Enum.sort_by(&(-elem(&1, 1)))
+      |> Enum.take(6)
+      |> Enum.each(fn {s, t} ->
+        IO.puts(
+          "  #{t} #{s |> String.replace("FlameOn.Bench.Native.fib/1;", "") |> String.slice(0, 220)}"
+        )
+      end)
+    end
+
     # each phase against the phases together, as the truth is
     by_phase =
       Map.new(phases, fn {frame, _} ->

@@ -206,7 +206,7 @@ void fo_s_cpu_event(fo_session *s, fo_proc *p, const fo_event *ev)
          * sampled: it goes under the stop's stack when that is known, else
          * under that sample */
         int known = stop_at(s, p, (ev->flags & FO_EVF_HAS_MFA) ? fo_s_intern(s, &ev->mfa) : 0);
-        flush_pending(s, p, 1);
+        flush_pending(s, p, known || p->slice_sampled);
         p->stack_known = (uint8_t)known;
         break;
     }
@@ -271,7 +271,7 @@ void fo_session_cpu_orphan(fo_session *s, uint64_t pid, const fo_mfa *leaf)
     s->stats.samples++;
     s->stats.cpu_orphans++;
     uint32_t frame = fo_s_intern(s, leaf);
-    if (p->slice_sampled && p->pending_count < FO_CPU_PENDING && frame != FO_NONE)
+    if (p->pending_count < FO_CPU_PENDING && frame != FO_NONE)
         p->pending[p->pending_count++] = frame;
     else
         place_orphan(s, p, frame, p->stack_known);

@@ -250,18 +250,36 @@ static const ts_case cpu_cases[] = {
      "events=6 samples=2 cpu_seen_stops=1"},
 
     {"a_stop_with_its_stack_unknown_leaves_the_c_code_under_the_stop", DEFAULT_LIMITS,
-     /* never sampled: a stop in f says only f; the C code after it goes
-      * under f at the root, not under a stack it was never seen in */
+     /* never sampled: a stop in g says only g; the C code of the slice
+      * that ends there goes under g at the root, not under a stack it was
+      * never seen in */
      LINES("cpu_sampled",
            "at 1 15 !erts:gc/0",
            "1 0 in@1",
            "1 10 out@m:f/0",
            "1 12 in@1",
-           "1 20 out",
+           "1 20 out@m:g/0",
            "close 20",
            "settle"),
-     LINES("1 SLEEP 2", "1 m:f/0;erts:gc/0 18", "1 m:f/0;erts:gc/0 samples=1 weight=0"),
-     "events=5 samples=1 cpu_orphans=1 cpu_rootless=1 cpu_unknown_stops=1"},
+     LINES("1 SLEEP 2", "1 m:g/0;erts:gc/0 18", "1 m:g/0;erts:gc/0 samples=1 weight=0"),
+     "events=5 samples=1 cpu_orphans=1 cpu_rootless=1 cpu_unknown_stops=2"},
+
+    {"c_code_of_a_slice_goes_under_where_it_stops", DEFAULT_LIMITS,
+     /* a slice that starts in f (its stop) runs C code, then stops in a
+      * BIF that traps, read at b;t: the C code was the BIF's */
+     LINES("cpu_sampled",
+           "at 1 5 m:a/0;m:f/0",
+           "at 1 25 !erts:t2b/0",
+           "1 0 in@1",
+           "1 10 out@m:f/0",
+           "1 20 in@1",
+           "context 1 m:t/0 m:a/0;m:b/0;m:t/0",
+           "1 30 out@m:t/0",
+           "close 30",
+           "settle"),
+     LINES("1 m:a/0;m:f/0 10", "1 m:a/0;m:f/0;SLEEP 10", "1 m:a/0;m:b/0;m:t/0;erts:t2b/0 10",
+           "1 m:a/0;m:f/0 samples=1 weight=0", "1 m:a/0;m:b/0;m:t/0;erts:t2b/0 samples=1 weight=0"),
+     "events=6 samples=2 cpu_orphans=1 cpu_contexts=1"},
 
 };
 // clang-format on

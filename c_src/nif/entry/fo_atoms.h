@@ -70,6 +70,7 @@
     A(flame_on_context)                                                                        \
     A(stale)                                                                                   \
     A(moved)                                                                                   \
+    A(slot)                                                                                    \
     A(cpu_root)                                                                                \
     A(denied)                                                                                  \
     A(no_support)                                                                              \

@@ -6,6 +6,7 @@
 
 #include "fo_atoms.h"
 #include "fo_decode.h"
+#include "fo_cpu_helpers.h"
 #include "fo_drainer.h"
 #include "fo_follow.h"
 #include "fo_perf.h"
@@ -327,8 +328,9 @@ static void on_process_event(ErlNifEnv *env, const ERL_NIF_TERM argv[])
         d.ev.flags |= FO_EVF_HAS_THREAD;
         d.ev.thread = fo_perf_thread_id();
     } else if (res->cpu_sampled && d.ev.kind == FO_EV_OUT && (d.ev.flags & FO_EVF_HAS_MFA) &&
-               fo_cpu_asks_due(res->asks, d.ev.pid, &d.ev.mfa, ts, &helper)) {
-        fo_drainer_send_context(&helper, d.ev.pid, &d.ev.mfa);
+               fo_cpu_asks_due(res->asks, d.ev.pid, &d.ev.mfa, ts) &&
+               fo_cpu_helpers_for(fo_perf_thread_id(), &helper)) {
+        fo_drainer_send_context(&helper, res->xproc->label, d.ev.pid, &d.ev.mfa);
     }
     with_follow(env, res, apply_own, &d);
     fo_wake_note(&res->wakes, d.ev.kind, d.ev.pid);

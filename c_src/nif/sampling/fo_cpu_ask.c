@@ -2,14 +2,6 @@
 
 #include "fo_hash.h"
 
-void fo_cpu_asks_set_helper(fo_cpu_asks *a, const ErlNifPid *helper)
-{
-    if (atomic_load(&a->has_helper))
-        return;
-    a->helper = *helper;
-    atomic_store(&a->has_helper, 1);
-}
-
 static uint64_t key_of(uint64_t pid, const fo_mfa *mfa)
 {
     uint64_t key = fo_hash_mix(pid ^ fo_hash_mix(mfa->module ^ fo_hash_mix(mfa->function + mfa->arity)));
@@ -31,10 +23,8 @@ void fo_cpu_asks_answered(fo_cpu_asks *a, uint64_t pid, const fo_mfa *mfa, int64
                           memory_order_relaxed);
 }
 
-int fo_cpu_asks_due(fo_cpu_asks *a, uint64_t pid, const fo_mfa *mfa, int64_t now_ns, ErlNifPid *helper)
+int fo_cpu_asks_due(fo_cpu_asks *a, uint64_t pid, const fo_mfa *mfa, int64_t now_ns)
 {
-    if (!atomic_load_explicit(&a->has_helper, memory_order_acquire))
-        return 0;
     uint64_t key = key_of(pid, mfa);
     uint32_t slot = slot_of(key);
     if (atomic_load_explicit(&a->key[slot], memory_order_relaxed) == key &&
@@ -52,6 +42,5 @@ int fo_cpu_asks_due(fo_cpu_asks *a, uint64_t pid, const fo_mfa *mfa, int64_t now
     atomic_store_explicit(&a->key[slot], key, memory_order_relaxed);
     atomic_store_explicit(&a->at[slot], now_ns, memory_order_relaxed);
     atomic_fetch_add_explicit(&a->asked, 1, memory_order_relaxed);
-    *helper = a->helper;
     return 1;
 }

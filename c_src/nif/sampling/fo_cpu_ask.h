@@ -1,11 +1,10 @@
 /* Which stops of a native trace's processes to ask about. A process
  * stopping (an `out`) in a function it was never seen in leaves the core
  * without its stack there (fo_session_cpu_context); the tracer callback
- * then asks the trace's helper process to read it with process_info. Each
+ * then asks a helper (fo_cpu_helpers.h) to read it with process_info. Each
  * (process, function) is asked about at most every FO_CPU_ASK_RETRY_NS
- * until a stack read there is kept (an answer read after the process left
- * the function is not), then every FO_CPU_ASK_REFRESH_NS (it may be
- * reached another way); the trace at most FO_CPU_ASK_PER_SECOND times a
+ * until a stack read there is kept, then every FO_CPU_ASK_REFRESH_NS (it
+ * may be reached another way); the trace at most FO_CPU_ASK_PER_SECOND times a
  * second: the rest are counted (limited), not asked.
  *
  * Written by the tracer callbacks of any scheduler without a lock: two
@@ -27,19 +26,14 @@
 typedef struct {
     _Atomic uint64_t key[FO_CPU_ASK_SLOTS];
     _Atomic int64_t at[FO_CPU_ASK_SLOTS];
-    ErlNifPid helper;           /* set once, before has_helper */
-    atomic_int has_helper;
     _Atomic int64_t second;     /* the rate limit's current second */
     atomic_uint in_second;      /* asks in it */
     atomic_ullong asked, limited;
 } fo_cpu_asks;
 
-/* Whoever reads the stacks from now on (once; later calls are ignored). */
-void fo_cpu_asks_set_helper(fo_cpu_asks *a, const ErlNifPid *helper);
-
 /* Whether pid's stop in mfa at now_ns should be asked about (and if so it
- * counts as asked); *helper gets whom to ask. */
-int fo_cpu_asks_due(fo_cpu_asks *a, uint64_t pid, const fo_mfa *mfa, int64_t now_ns, ErlNifPid *helper);
+ * counts as asked). */
+int fo_cpu_asks_due(fo_cpu_asks *a, uint64_t pid, const fo_mfa *mfa, int64_t now_ns);
 
 /* A stack read for pid's stop in mfa was kept (asked again only after
  * FO_CPU_ASK_REFRESH_NS). */

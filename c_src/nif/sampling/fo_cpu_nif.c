@@ -6,7 +6,10 @@
 #include "fo_decode.h"
 #include "fo_handle.h"
 #include "fo_perf.h"
+#include "fo_cpu_helpers.h"
 #include "fo_resource.h"
+#include "fo_router.h"
+#include "fo_tracer_slots.h"
 
 /* Frames of a stack read with process_info kept at most (the VM's
  * backtrace_depth caps it long before this). */
@@ -36,15 +39,54 @@ ERL_NIF_TERM fo_cpu_here_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     return fo_atom_ok;
 }
 
-ERL_NIF_TERM fo_cpu_helper_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM fo_cpu_helper_here_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    fo_session_res *res;
-    ErlNifPid helper;
-    if (!fo_handle_get(env, argv[0], &res) || !res->cpu_sampled || !enif_get_local_pid(env, argv[1], &helper))
+    (void)argv;
+    ErlNifPid self;
+    if (enif_self(env, &self) == NULL)
         return enif_make_badarg(env);
-    fo_cpu_asks_set_helper(res->asks, &helper);
+    fo_cpu_helpers_register(fo_perf_thread_id(), &self);
     return fo_atom_ok;
+}
+
+ERL_NIF_TERM fo_cpu_helper_gone_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    ErlNifPid helper;
+    if (!enif_get_local_pid(env, argv[0], &helper))
+        return enif_make_badarg(env);
+    fo_cpu_helpers_unregister(&helper);
+    return fo_atom_ok;
+}
+
+/* The session an ask names: {slot, Key} (a tracer slot's key: its slot is
+ * held, *slot_key set, until release_session) or {label, Label} (a
+ * cross-process trace: a reference is held). NULL when it is gone. */
+static fo_session_res *session_of(ErlNifEnv *env, ERL_NIF_TERM term, ERL_NIF_TERM *slot_key, int *bad)
+{
+    int arity;
+    const ERL_NIF_TERM *items;
+    ErlNifUInt64 value;
+    *slot_key = 0;
+    *bad = !enif_get_tuple(env, term, &arity, &items) || arity != 2 || !enif_get_uint64(env, items[1], &value) ||
+           (items[0] != fo_atom_slot && items[0] != fo_atom_label);
+    if (*bad)
+        return NULL;
+    if (items[0] == fo_atom_label)
+        return fo_router_by_label((uint64_t)value);
+    fo_session_res *res = fo_tracer_slots_acquire(items[1]);
+    if (res != NULL)
+        *slot_key = items[1];
+    return res;
+}
+
+static void release_session(fo_session_res *res, ERL_NIF_TERM slot_key)
+{
+    if (slot_key != 0)
+        fo_tracer_slots_release(slot_key);
+    else
+        enif_release_resource(res);
 }
 
 static int same_mfa(const fo_mfa *a, const fo_mfa *b)
@@ -75,26 +117,24 @@ static int decode_stack(ErlNifEnv *env, ERL_NIF_TERM list, fo_mfa *frames, uint3
     return 1;
 }
 
-ERL_NIF_TERM fo_cpu_context_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+/* cpu_context/5's work, with the session held. */
+static ERL_NIF_TERM context(ErlNifEnv *env, fo_session_res *res, const ErlNifPid *about, const fo_mfa *asked_mfa,
+                            ERL_NIF_TERM current, ERL_NIF_TERM stack, unsigned length)
 {
-    (void)argc;
-    fo_session_res *res;
-    ErlNifPid pid;
-    fo_mfa key, asked;
-    unsigned length;
-    if (!fo_handle_get(env, argv[0], &res) || !res->cpu_sampled || !enif_get_local_pid(env, argv[1], &pid) ||
-        !fo_decode_mfa(env, argv[2], &asked) || !enif_get_list_length(env, argv[4], &length))
+    ErlNifPid pid = *about;
+    fo_mfa key, asked = *asked_mfa;
+    if (!res->cpu_sampled)
         return enif_make_badarg(env);
     /* The answer waits for the process's next scheduling point: it may
      * have run and stopped elsewhere since it was asked about. Either way
      * it is a stack it stopped in, at its current function. */
-    if (!fo_decode_mfa(env, argv[3], &key))
+    if (!fo_decode_mfa(env, current, &key))
         return fo_atom_stale;
     uint32_t count = length < MAX_CONTEXT_FRAMES ? length : MAX_CONTEXT_FRAMES;
     fo_mfa *frames = enif_alloc(sizeof(fo_mfa) * ((size_t)count + 1));
     if (frames == NULL)
         return enif_raise_exception(env, fo_atom_error);
-    if (!decode_stack(env, argv[4], frames, count)) {
+    if (!decode_stack(env, stack, frames, count)) {
         enif_free(frames);
         return enif_make_badarg(env);
     }
@@ -116,5 +156,26 @@ ERL_NIF_TERM fo_cpu_context_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
         fo_spin_unlock(&res->lock);
     }
     enif_free(frames);
+    return result;
+}
+
+ERL_NIF_TERM fo_cpu_context_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    ErlNifPid pid;
+    fo_mfa asked;
+    unsigned length;
+    if (!enif_get_local_pid(env, argv[1], &pid) || !fo_decode_mfa(env, argv[2], &asked) ||
+        !enif_get_list_length(env, argv[4], &length))
+        return enif_make_badarg(env);
+    ERL_NIF_TERM slot_key;
+    int bad;
+    fo_session_res *res = session_of(env, argv[0], &slot_key, &bad);
+    if (bad)
+        return enif_make_badarg(env);
+    if (res == NULL)
+        return fo_atom_stopped;
+    ERL_NIF_TERM result = context(env, res, &pid, &asked, argv[3], argv[4], length);
+    release_session(res, slot_key);
     return result;
 }

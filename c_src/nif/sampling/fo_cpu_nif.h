@@ -10,12 +10,17 @@
 // no `in` tells its thread until it is next scheduled in).
 ERL_NIF_TERM fo_cpu_here_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
-// cpu_helper(Session, Pid) -> ok: Pid is sent {flame_on_context, Pid2,
-// {M, F, A}} when a traced process stops in a function its stack there may
-// not be known for (fo_cpu_ask.h); set once.
-ERL_NIF_TERM fo_cpu_helper_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+// cpu_helper_here() -> ok: the calling process is the helper of the thread
+// it runs on (fo_cpu_helpers.h): it is sent {flame_on_context, Session,
+// Pid, {M, F, A}} when a traced process stops on this thread in a
+// function its stack there may not be known for (fo_cpu_ask.h).
+ERL_NIF_TERM fo_cpu_helper_here_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+// cpu_helper_gone(Pid) -> ok: Pid helps no more.
+ERL_NIF_TERM fo_cpu_helper_gone_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 // cpu_context(Session, Pid, {M, F, A}, Current, Stack) -> ok | moved | stale | stopped
+//   Session: as the ask named it ({slot, Key} or {label, Label}).
 //   Current and Stack: process_info(Pid, [current_function,
 //   current_stacktrace]), read because Pid stopped in M:F/A. The answer
 //   comes at Pid's next scheduling point: kept as the stack Pid stops in

@@ -15,14 +15,15 @@
 #define PERF_TICK_NS 20000000
 
 /* A message the thread sends for a tracer callback: {flame_on_in, Pid}
- * (fo_drainer_send_in), or {flame_on_context, Pid, {M, F, A}} when
- * has_mfa (fo_drainer_send_context). */
+ * (fo_drainer_send_in), or {flame_on_context, {label, Label}, Pid, {M, F,
+ * A}} when has_mfa (fo_drainer_send_context). */
 typedef struct fo_mail {
     struct fo_mail *next;
     ErlNifPid to;
     uint64_t pid;
     int has_mfa;
     fo_mfa mfa;
+    uint64_t label;
 } fo_mail;
 
 /* pthread's, not enif's: the wait needs a timeout (PERF_TICK_NS) */
@@ -73,7 +74,8 @@ static void deliver(fo_mail *m)
         if (m->has_mfa) {
             ERL_NIF_TERM mfa = enif_make_tuple3(mail_env, (ERL_NIF_TERM)m->mfa.module, (ERL_NIF_TERM)m->mfa.function,
                                                 enif_make_uint(mail_env, m->mfa.arity));
-            msg = enif_make_tuple3(mail_env, fo_atom_flame_on_context, pid, mfa);
+            ERL_NIF_TERM session = enif_make_tuple2(mail_env, fo_atom_label, enif_make_uint64(mail_env, m->label));
+            msg = enif_make_tuple4(mail_env, fo_atom_flame_on_context, session, pid, mfa);
         } else {
             msg = enif_make_tuple2(mail_env, fo_atom_flame_on_in, pid);
         }
@@ -245,7 +247,7 @@ void fo_drainer_stop(void)
     made = 0;
 }
 
-static int post(const ErlNifPid *to, uint64_t pid, const fo_mfa *mfa)
+static int post(const ErlNifPid *to, uint64_t pid, const fo_mfa *mfa, uint64_t label)
 {
     if (!made)
         return 0;
@@ -255,6 +257,7 @@ static int post(const ErlNifPid *to, uint64_t pid, const fo_mfa *mfa)
     m->to = *to;
     m->pid = pid;
     m->has_mfa = mfa != NULL;
+    m->label = label;
     if (mfa != NULL)
         m->mfa = *mfa;
     pthread_mutex_lock(&mutex);
@@ -272,12 +275,12 @@ static int post(const ErlNifPid *to, uint64_t pid, const fo_mfa *mfa)
 
 int fo_drainer_send_in(const ErlNifPid *to, uint64_t pid)
 {
-    return post(to, pid, NULL);
+    return post(to, pid, NULL, 0);
 }
 
-int fo_drainer_send_context(const ErlNifPid *to, uint64_t pid, const fo_mfa *mfa)
+int fo_drainer_send_context(const ErlNifPid *to, uint64_t label, uint64_t pid, const fo_mfa *mfa)
 {
-    return post(to, pid, mfa);
+    return post(to, pid, mfa, label);
 }
 
 int fo_drainer_request(fo_session_res *res)

@@ -27,10 +27,11 @@ void fo_drainer_stop(void);
  * is no drainer (or no memory): nothing is sent. */
 int fo_drainer_send_in(const ErlNifPid *to, uint64_t pid);
 
-/* Sends `to` {flame_on_context, Pid, {M, F, A}} from the drainer's thread
- * (as fo_drainer_send_in): a native trace's helper is asked for pid's
- * stack, which stopped in mfa (fo_cpu_ask.h). 0 when nothing is sent. */
-int fo_drainer_send_context(const ErlNifPid *to, uint64_t pid, const fo_mfa *mfa);
+/* Sends `to` {flame_on_context, {label, Label}, Pid, {M, F, A}} from the
+ * drainer's thread (as fo_drainer_send_in): a helper is asked for the
+ * stack pid stopped in (mfa) in the cross-process trace of Label
+ * (fo_cpu_ask.h). 0 when nothing is sent. */
+int fo_drainer_send_context(const ErlNifPid *to, uint64_t label, uint64_t pid, const fo_mfa *mfa);
 
 /* Queues res for a fold, keeping a reference until it is done (the
  * caller makes sure res is alive: it holds res's slot lock, and the

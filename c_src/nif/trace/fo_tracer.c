@@ -8,6 +8,7 @@
 #include "fo_graph_tracer.h"
 #include "fo_handle.h"
 #include "fo_next.h"
+#include "fo_cpu_helpers.h"
 #include "fo_perf.h"
 #include "fo_resource.h"
 #include "fo_tracer_slots.h"
@@ -112,14 +113,17 @@ static void note_cpu(fo_session_res *res, fo_rec *rec, ErlNifEnv *env, const fo_
     }
     if (ev->kind != FO_EV_OUT || !(ev->flags & FO_EVF_HAS_MFA))
         return;
-    /* atoms only: the message is built later, in another environment */
+    /* atoms only: they go into a message */
     fo_event checked = *ev;
     ErlNifPid helper;
-    if (fo_decode_check_atoms(env, &checked) != FO_DECODED || !fo_cpu_asks_due(res->asks, pid, &ev->mfa, ts, &helper))
+    ERL_NIF_TERM key = atomic_load_explicit(&res->slot_term, memory_order_relaxed);
+    if (key == 0 || fo_decode_check_atoms(env, &checked) != FO_DECODED ||
+        !fo_cpu_asks_due(res->asks, pid, &ev->mfa, ts) || !fo_cpu_helpers_for(fo_perf_thread_id(), &helper))
         return;
-    /* At once, from here: a stack read a moment later is often read
-     * elsewhere. (A trace across processes sends through the drainer: a
-     * message from here would carry the traced process's seq_trace token.) */
+    /* At once, from here, to this thread's helper: it runs before the
+     * process is scheduled again and reads the stack it stopped in. (A
+     * trace across processes asks through the drainer: a message from
+     * here would carry the traced process's seq_trace token.) */
     ErlNifEnv *msg_env = enif_alloc_env();
     if (msg_env == NULL)
         return;
@@ -127,8 +131,9 @@ static void note_cpu(fo_session_res *res, fo_rec *rec, ErlNifEnv *env, const fo_
     about.pid = (ERL_NIF_TERM)pid;
     ERL_NIF_TERM mfa = enif_make_tuple3(msg_env, (ERL_NIF_TERM)ev->mfa.module, (ERL_NIF_TERM)ev->mfa.function,
                                         enif_make_uint(msg_env, ev->mfa.arity));
+    ERL_NIF_TERM session = enif_make_tuple2(msg_env, fo_atom_slot, key);
     enif_send(env, &helper, msg_env,
-              enif_make_tuple3(msg_env, fo_atom_flame_on_context, enif_make_pid(msg_env, &about), mfa));
+              enif_make_tuple4(msg_env, fo_atom_flame_on_context, session, enif_make_pid(msg_env, &about), mfa));
     enif_free_env(msg_env);
 }
 

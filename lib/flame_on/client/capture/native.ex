@@ -46,22 +46,10 @@ defmodule FlameOn.Client.Capture.Native do
   end
 
   # A process that traces itself is running as its flags go on: it says
-  # which thread it runs on (others say so at their next `in`). The
-  # trace's helper reads the stacks of stops no sample explains (one per
-  # trace).
+  # which thread it runs on (others say so at their next `in`).
   @impl true
   def watch(watchers, core, pid, _opts, _root) do
     if pid == self(), do: Native.cpu_here(core)
-
-    case watchers do
-      %{helper: _} -> watchers
-      _ -> Map.put(watchers, :helper, PerfSampler.helper(core))
-    end
-  end
-
-  @impl true
-  def unwatch(watchers) do
-    if helper = watchers[:helper], do: PerfSampler.stop_helper(helper)
-    %{metrics: %{}, stats: %{}}
+    watchers
   end
 end

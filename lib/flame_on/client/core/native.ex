@@ -200,10 +200,14 @@ defmodule FlameOn.Client.Core.Native do
   @spec cpu_here(session()) :: :ok
   def cpu_here(_session), do: :erlang.nif_error(:nif_not_loaded)
 
-  @spec cpu_helper(session(), pid()) :: :ok
-  def cpu_helper(_session, _helper), do: :erlang.nif_error(:nif_not_loaded)
+  @spec cpu_helper_here() :: :ok
+  def cpu_helper_here, do: :erlang.nif_error(:nif_not_loaded)
 
-  @spec cpu_context(session(), pid(), mfa(), mfa(), list()) :: :ok | :moved | :stale | :stopped
+  @spec cpu_helper_gone(pid()) :: :ok
+  def cpu_helper_gone(_helper), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec cpu_context({:slot | :label, non_neg_integer()}, pid(), mfa(), mfa(), list()) ::
+          :ok | :moved | :stale | :stopped
   def cpu_context(_session, _pid, _mfa, _current, _stack),
     do: :erlang.nif_error(:nif_not_loaded)
 

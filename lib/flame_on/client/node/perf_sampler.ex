@@ -35,23 +35,6 @@ defmodule FlameOn.Client.Node.PerfSampler do
   @spec release() :: :ok
   def release, do: GenServer.call(__MODULE__, :release, @call_timeout)
 
-  @doc """
-  A helper for the native trace of `core`, owned by the calling process
-  (it exits with it, or on `stop_helper/1`): told by the NIF which
-  processes stopped in a function it knows no stack for, it reads their
-  stacks (`Process.info(pid, :current_stacktrace)`) into the core.
-  Spawned here, so it inherits nothing of its owner's tracing.
-  """
-  @spec helper(Native.session()) :: pid()
-  def helper(core), do: GenServer.call(__MODULE__, {:helper, core, self()}, @call_timeout)
-
-  @doc "Stops a helper from `helper/1`."
-  @spec stop_helper(pid()) :: :ok
-  def stop_helper(helper) do
-    send(helper, :stop)
-    :ok
-  end
-
   @doc "The sampler's counters (`FlameOn.Client.Core.Native.perf_stats/0`) and its users."
   @spec stats() :: map()
   def stats, do: GenServer.call(__MODULE__, :stats, @call_timeout)
@@ -123,7 +106,7 @@ defmodule FlameOn.Client.Node.PerfSampler do
   @impl GenServer
   def init(:ok) do
     Process.flag(:trap_exit, true)
-    {:ok, %{users: %{}, handle: nil}}
+    {:ok, %{users: %{}, handle: nil, helpers: []}}
   end
 
   @impl GenServer
@@ -145,12 +128,6 @@ defmodule FlameOn.Client.Node.PerfSampler do
 
   def handle_call(:release, {pid, _tag}, state), do: {:reply, :ok, drop(state, pid, 1)}
 
-  def handle_call({:helper, core, owner}, _from, state) do
-    helper = spawn(fn -> help(core, Process.monitor(owner)) end)
-    :ok = Native.cpu_helper(core, helper)
-    {:reply, helper, state}
-  end
-
   def handle_call(:stats, _from, state) do
     {:reply, Map.put(Native.perf_stats(), :holders, map_size(state.users)), state}
   end
@@ -165,50 +142,66 @@ defmodule FlameOn.Client.Node.PerfSampler do
   def handle_info(_msg, state), do: {:noreply, state}
 
   @impl GenServer
-  def terminate(_reason, %{handle: handle}) do
+  def terminate(_reason, %{handle: handle, helpers: helpers}) do
+    stop_helpers(helpers)
     if handle, do: Native.perf_release(handle)
     :ok
   end
 
-  # High priority: a stack read late is read somewhere else (the core then
-  # drops it as stale).
-  defp help(core, owner_ref) do
-    Process.flag(:priority, :high)
-    help_loop(core, owner_ref)
+  # The helpers, one per scheduler, bound to it, high priority: asked by
+  # the tracer callback of the thread a traced process stopped on, the
+  # helper of that thread runs before the process is scheduled again, and
+  # reads the stack it stopped in (FlameOn.Client.Core.Native.cpu_context/5).
+  defp start_helpers do
+    for scheduler <- 1..:erlang.system_info(:schedulers_online) do
+      spawn_link(fn -> help(scheduler) end)
+    end
   end
 
-  defp help_loop(core, owner_ref) do
+  defp stop_helpers(helpers) do
+    Enum.each(helpers, fn helper ->
+      Native.cpu_helper_gone(helper)
+      send(helper, :stop)
+    end)
+  end
+
+  defp help(scheduler) do
+    Process.flag(:priority, :high)
+    :erlang.process_flag(:scheduler, scheduler)
+    # moves to its scheduler at its next scheduling point
+    :erlang.yield()
+    :ok = Native.cpu_helper_here()
+    help_loop()
+  end
+
+  defp help_loop do
     receive do
-      {:flame_on_context, pid, mfa} ->
+      {:flame_on_context, session, pid, mfa} ->
         case Process.info(pid, [:current_function, :current_stacktrace]) do
           [current_function: current, current_stacktrace: stack] ->
-            context(core, pid, mfa, current, stack)
+            context(session, pid, mfa, current, stack)
 
           nil ->
             :ok
         end
 
-        help_loop(core, owner_ref)
-
-      {:DOWN, ^owner_ref, :process, _, _} ->
-        :ok
+        help_loop()
 
       :stop ->
         :ok
     end
   end
 
-  defp context(core, pid, mfa, current, stack) do
-    Native.cpu_context(core, pid, mfa, current, stack)
+  defp context(session, pid, mfa, current, stack) do
+    Native.cpu_context(session, pid, mfa, current, stack)
   rescue
-    # the trace was finished meanwhile
     ArgumentError -> :ok
   end
 
   defp take(%{handle: nil} = state, frequency) do
     with :ok <- availability() do
       case Native.perf_acquire(frequency) do
-        {:ok, handle} -> {:ok, %{state | handle: handle}}
+        {:ok, handle} -> {:ok, %{state | handle: handle, helpers: start_helpers()}}
         {:error, reason, errno} -> {:error, probe_error(reason, errno)}
       end
     end
@@ -231,8 +224,9 @@ defmodule FlameOn.Client.Node.PerfSampler do
           end
 
         if users == %{} and state.handle != nil do
+          stop_helpers(state.helpers)
           Native.perf_release(state.handle)
-          %{state | users: users, handle: nil}
+          %{state | users: users, handle: nil, helpers: []}
         else
           %{state | users: users}
         end
