@@ -468,7 +468,7 @@ end
 
 jpperf = fn ->
   IO.puts(
-    "\n== +JPperf true by itself: fresh VMs with and without it, alternating; µs best of 6 VMs =="
+    "\n== +JPperf true by itself: fresh VMs with and without it, alternating; µs best of 10 VMs each =="
   )
 
   script = ~S"""
@@ -489,7 +489,7 @@ jpperf = fn ->
   elixir = System.find_executable("elixir")
 
   runs =
-    for _ <- 1..6, flag <- [:with, :without] do
+    for _ <- 1..10, flag <- [:with, :without] do
       env = [{"ERL_FLAGS", if(flag == :with, do: "+JPperf true", else: "")}]
       {out, 0} = System.cmd(elixir, [path], env: env)
       [a, b] = out |> String.trim() |> String.split() |> Enum.map(&String.to_integer/1)

@@ -44,6 +44,7 @@ typedef struct {
     uint64_t cpu_rootless;       /* ... of those, the ones left under its bare root */
     uint64_t cpu_contexts;       /* stacks from fo_session_cpu_context kept */
     uint64_t cpu_unknown_stops;  /* `out`s in a function with no stack known for it */
+    uint64_t cpu_cut_samples;    /* CPU samples whose call chain the kernel cut */
     uint64_t cpu_seen_stops;     /* `out`s placed where a sample saw it in that function */
     uint64_t cpu_entered_stops;  /* `out`s taken as a call from this slice's last sample */
 } fo_stats;
@@ -132,6 +133,15 @@ void fo_session_set_cpu_sampled(fo_session *s, fo_cpu_source source, void *ctx);
  * fo_session_cpu_context). */
 void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, uint32_t count,
                            uint32_t erlang_frames);
+
+/* A CPU sample whose call chain the kernel cut (a recursion deeper than
+ * it walks): frames are the innermost ones. They go under the stack the
+ * process was seen in at their outermost frame, up to that frame's first
+ * call there (so a recursion is not counted twice), else under `marker`
+ * (the front end's "…" frame; NULL: none) at its root. Otherwise as
+ * fo_session_cpu_sample. */
+void fo_session_cpu_sample_cut(fo_session *s, uint64_t pid, const fo_mfa *frames, uint32_t count,
+                               uint32_t erlang_frames, const fo_mfa *marker);
 
 /* pid is running on thread (non-zero) at ts_ns: a process of a trace
  * across processes takes a message of the trace, which it does running,

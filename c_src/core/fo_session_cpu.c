@@ -260,6 +260,50 @@ void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, ui
     }
 }
 
+/* Where a cut chain whose outermost frame is `frame` goes: the parent of
+ * the first node of that frame on the path to where the process was seen
+ * in it; FO_NONE when it was never seen there. */
+static uint32_t cut_prefix(fo_session *s, fo_proc *p, uint32_t frame)
+{
+    uint32_t node = fo_seen_get(&s->seen, (uint32_t)(p - s->procs.procs), frame);
+    if (node == FO_NONE)
+        return FO_NONE;
+    uint32_t first = FO_NONE;
+    for (uint32_t at = node; at != FO_NONE && at != p->root; at = s->tree.nodes[at].parent) {
+        if (s->tree.nodes[at].frame == frame)
+            first = at;
+    }
+    return first == FO_NONE ? FO_NONE : s->tree.nodes[first].parent;
+}
+
+void fo_session_cpu_sample_cut(fo_session *s, uint64_t pid, const fo_mfa *frames, uint32_t count,
+                               uint32_t erlang_frames, const fo_mfa *marker)
+{
+    fo_proc *p = fo_s_proc_for(s, pid);
+    uint32_t outer = p == NULL || count == 0 ? FO_NONE : fo_s_intern(s, &frames[0]);
+    if (outer == FO_NONE) {
+        fo_session_cpu_sample(s, pid, frames, count, erlang_frames);
+        return;
+    }
+    s->stats.events++;
+    s->stats.samples++;
+    s->stats.cpu_cut_samples++;
+    flush_pending(s, p, 1);
+    uint32_t prefix = cut_prefix(s, p, outer);
+    if (prefix == FO_NONE || prefix == p->root || !set_stack_to(s, p, prefix)) {
+        p->depth = 0;
+        p->overflow = 0;
+        if (marker != NULL)
+            fo_s_push_frame(s, p, fo_s_intern(s, marker));
+    }
+    for (uint32_t i = 0; i < count; i++)
+        fo_s_push_frame(s, p, fo_s_intern(s, &frames[i]));
+    p->sampled = 1;
+    p->stack_known = 1;
+    p->slice_sampled = 1;
+    fo_tree_count_samples(&s->tree, fo_s_current_node(p), 1, 0);
+}
+
 void fo_session_cpu_orphan(fo_session *s, uint64_t pid, const fo_mfa *leaf)
 {
     fo_proc *p = fo_s_proc_for(s, pid);

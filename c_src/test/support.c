@@ -232,16 +232,21 @@ static void scripted_source(void *ctx, fo_session *s, uint64_t pid, uint64_t thr
             fo_session_cpu_orphan(s, pid, &leaf);
             continue;
         }
+        int cut = at->stack[0] == '^';
         fo_mfa frames[64];
         uint32_t count = 0;
         char copy[512];
-        snprintf(copy, sizeof copy, "%s", at->stack);
+        snprintf(copy, sizeof copy, "%s", at->stack + cut);
         char *save = NULL;
         for (char *part = strtok_r(copy, ";", &save); part != NULL; part = strtok_r(NULL, ";", &save)) {
             assert_true(count < 64);
             frames[count++] = ts_mfa(part);
         }
-        fo_session_cpu_sample(s, pid, frames, count, count);
+        fo_mfa marker = ts_mfa("m:cut/0");
+        if (cut)
+            fo_session_cpu_sample_cut(s, pid, frames, count, count, &marker);
+        else
+            fo_session_cpu_sample(s, pid, frames, count, count);
     }
 }
 
@@ -754,6 +759,7 @@ void ts_assert_pid(const fo_session *s, uint64_t pid, const char *const *expecte
     X(cpu_rootless)                                                                                \
     X(cpu_contexts)                                                                                \
     X(cpu_unknown_stops)                                                                           \
+    X(cpu_cut_samples)                                                                             \
     X(cpu_seen_stops)                                                                              \
     X(cpu_entered_stops)
 

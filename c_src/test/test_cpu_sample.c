@@ -281,6 +281,21 @@ static const ts_case cpu_cases[] = {
            "1 m:a/0;m:f/0 samples=1 weight=0", "1 m:a/0;m:b/0;m:t/0;erts:t2b/0 samples=1 weight=0"),
      "events=6 samples=2 cpu_orphans=1 cpu_contexts=1"},
 
+    {"a_cut_chain_goes_under_where_its_outer_frame_was_seen_first", DEFAULT_LIMITS,
+     /* r recursed under a;b; a chain of r frames only (the kernel cut it)
+      * goes under a;b, its recursion counted once */
+     LINES("cpu_sampled",
+           "at 1 5 m:a/0;m:b/0;m:r/0;m:r/0",
+           "at 1 15 ^m:r/0;m:r/0;m:r/0",
+           "at 1 25 ^m:x/0",     /* never seen: under the marker at the root */
+           "1 0 in@1",
+           "1 30 out",
+           "close 30",
+           "settle"),
+     LINES("1 m:a/0;m:b/0;m:r/0;m:r/0 10", "1 m:a/0;m:b/0;m:r/0;m:r/0;m:r/0 10", "1 m:cut/0;m:x/0 10",
+           "1 m:a/0;m:b/0;m:r/0;m:r/0 samples=1 weight=0", "1 m:a/0;m:b/0;m:r/0;m:r/0;m:r/0 samples=1 weight=0",
+           "1 m:cut/0;m:x/0 samples=1 weight=0"),
+     "events=5 samples=3 cpu_cut_samples=2"},
 };
 // clang-format on
 

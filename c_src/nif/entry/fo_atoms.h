@@ -72,6 +72,7 @@
     A(moved)                                                                                   \
     A(slot)                                                                                    \
     A(cpu_root)                                                                                \
+    A(cpu_cut)                                                                                 \
     A(denied)                                                                                  \
     A(no_support)                                                                              \
     A(no_memory)                                                                               \

@@ -22,7 +22,7 @@ uint32_t fo_cpu_scope_start(const fo_cpu_scope *scope, const fo_mfa *frames, uin
 }
 
 uint32_t fo_cpu_frames(const uint64_t *ips, uint32_t n, const fo_cpu_scope *scope, fo_mfa *frames,
-                       uint32_t *erlang)
+                       uint32_t *erlang, int *cut)
 {
     fo_mfa leafward[FO_PERF_MAX_FRAMES];
     uint32_t count = 0;
@@ -50,14 +50,18 @@ uint32_t fo_cpu_frames(const uint64_t *ips, uint32_t n, const fo_cpu_scope *scop
         }
     }
     uint32_t keep = count;
+    int rooted = 0;
     if (scope != NULL && scope->has_root) {
-        for (uint32_t i = 0; i < count; i++) {
+        for (uint32_t i = 0; i < count && !rooted; i++) {
             if (same_mfa(&leafward[i], &scope->root)) {
                 keep = i + 1;
-                break;
+                rooted = 1;
             }
         }
     }
+    /* the kernel walks FO_PERF_MAX_FRAMES at most: a chain that long with
+     * no root lost its outer frames */
+    *cut = !rooted && n >= FO_PERF_MAX_FRAMES;
     uint32_t out = 0;
     for (uint32_t i = keep; i > 0; i--)
         frames[out++] = leafward[i - 1];
@@ -79,10 +83,14 @@ static void each(void *ctx, int64_t ts_ns, const uint64_t *ips, uint32_t n)
     slice *sl = ctx;
     fo_mfa frames[FO_PERF_MAX_FRAMES + 1];
     uint32_t erlang = 0;
-    uint32_t count = fo_cpu_frames(ips, n, sl->scope, frames, &erlang);
+    int cut = 0;
+    uint32_t count = fo_cpu_frames(ips, n, sl->scope, frames, &erlang, &cut);
     if (count == 0)
         return;
-    if (erlang > 0)
+    if (erlang > 0 && cut)
+        fo_session_cpu_sample_cut(sl->s, sl->pid, frames, count, erlang,
+                                  sl->scope != NULL && sl->scope->has_cut ? &sl->scope->cut : NULL);
+    else if (erlang > 0)
         fo_session_cpu_sample(sl->s, sl->pid, frames, count, erlang);
     else
         fo_session_cpu_orphan(sl->s, sl->pid, &frames[0]);

@@ -19,6 +19,8 @@
 typedef struct {
     fo_mfa root; /* has_root: frames outside its innermost call are dropped */
     int has_root;
+    fo_mfa cut;  /* has_cut: the root of a chain the kernel cut, seen nowhere */
+    int has_cut;
 } fo_cpu_scope;
 
 /* The fo_cpu_source for fo_session_set_cpu_sampled; ctx is an
@@ -31,8 +33,9 @@ uint32_t fo_cpu_scope_start(const fo_cpu_scope *scope, const fo_mfa *frames, uin
 
 /* A chain (leaf first, as fo_perf gives it) as frames, root first, into
  * frames (room for n + 1). Returns the count; *erlang gets how many are
- * Erlang frames (they come first; a C leaf may follow). */
+ * Erlang frames (they come first; a C leaf may follow); *cut whether the
+ * kernel cut the chain (it lost its outer frames). */
 uint32_t fo_cpu_frames(const uint64_t *ips, uint32_t n, const fo_cpu_scope *scope, fo_mfa *frames,
-                       uint32_t *erlang);
+                       uint32_t *erlang, int *cut);
 
 #endif

@@ -102,6 +102,11 @@ ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
             return enif_make_badarg(env);
         scope.has_root = 1;
     }
+    if (cpu_sampled && enif_get_map_value(env, argv[0], fo_atom_cpu_cut, &value) && value != fo_atom_nil) {
+        if (!get_root(env, value, &scope.cut))
+            return enif_make_badarg(env);
+        scope.has_cut = 1;
+    }
     fo_session_res *res = fo_resource_new(&limits, native_per_second, replay);
     if (res == NULL)
         return enif_raise_exception(env, enif_make_atom(env, "enomem"));
@@ -199,6 +204,7 @@ static ERL_NIF_TERM with_cpu_stats(ErlNifEnv *env, const fo_session_res *res, co
     put_count(env, &map, "cpu_rootless", st->cpu_rootless);
     put_count(env, &map, "cpu_contexts", st->cpu_contexts);
     put_count(env, &map, "cpu_unknown_stops", st->cpu_unknown_stops);
+    put_count(env, &map, "cpu_cut_samples", st->cpu_cut_samples);
     put_count(env, &map, "cpu_seen_stops", st->cpu_seen_stops);
     put_count(env, &map, "cpu_entered_stops", st->cpu_entered_stops);
     put_count(env, &map, "cpu_asked", atomic_load(&res->asks->asked));

@@ -29,7 +29,8 @@ defmodule FlameOn.Client.Capture.Native do
   def call_patterns?, do: false
 
   @impl true
-  def core_options(_opts, root), do: %{cpu_sampled: true, cpu_root: root}
+  def core_options(_opts, root),
+    do: %{cpu_sampled: true, cpu_root: root, cpu_cut: FlameOn.Client.Sampling.Tick.cut_frame()}
 
   @impl true
   def acquire(opts) do

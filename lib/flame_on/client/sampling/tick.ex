@@ -138,6 +138,10 @@ defmodule FlameOn.Client.Sampling.Tick do
   defp with_status(stack, _status, false), do: stack
   defp with_status(stack, status, true), do: stack ++ [status_frame(status)]
 
+  @doc "The root frame of a stack the VM or the kernel cut (its outer frames are not known)."
+  @spec cut_frame() :: mfa()
+  def cut_frame, do: @cut_frame
+
   @doc "The status frame that `split_status: true` puts at the root of each stack."
   @spec status_frame(atom()) :: {atom(), atom(), 0}
   def status_frame(status), do: {@status_module, status, 0}
