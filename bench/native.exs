@@ -1,13 +1,13 @@
 # Native mode (#23): fidelity against the untraced truth, the node's and the
 # traced process's tax, and what +JPperf true costs by itself.
 #
-#     ERL_FLAGS="+JPperf true" mix run bench/native.exs             # about 3 min
+#     ERL_FLAGS="+JPperf true" mix run bench/native.exs             # about 4 min
 #     ERL_FLAGS="+JPperf true" mix run bench/native.exs fidelity    # one part:
 #       fidelity | tax | jpperf
 #
 # Fidelity: each workload alternates two phases; the truth is each phase
-# timed inline, untraced (wall µs, best of the runs' medians). Then the same
-# workload runs for SECONDS (default 4) under :native, :sample and :nif, and
+# timed inline, untraced (wall µs, summed over 1.5 s). Then the same
+# workload runs for SECONDS (default 6) under :native, :sample and :nif, and
 # each phase's share of the traced process's on-CPU time is read from its
 # stacks (the time of the stacks holding the phase's frame, waits left out).
 # A row passes when native is within 3 pp of the truth. "rootless" is the
@@ -103,7 +103,7 @@ unless FlameOn.Client.Node.PerfSampler.available?() do
 end
 
 parts = if System.argv() == [], do: ["fidelity", "tax", "jpperf"], else: System.argv()
-seconds = String.to_integer(System.get_env("SECONDS", "4"))
+seconds = String.to_integer(System.get_env("SECONDS", "6"))
 
 IO.puts(
   "flame_on_client native mode, #{DateTime.utc_now() |> DateTime.truncate(:second)}, " <>
@@ -184,30 +184,6 @@ defmodule FlameOn.Bench.Native.Fidelity do
       |> Enum.reject(fn {s, _} ->
         String.contains?(s, "SLEEP") or String.contains?(s, "WAITING")
       end)
-
-    if System.get_env("DEBUG_STACKS") && mode == :native do
-      IO.inspect(
-        Map.take(profile.stats, [
-          :samples,
-          :cpu_orphans,
-          :cpu_contexts,
-          :cpu_unknown_stops,
-          :cpu_seen_stops,
-          :cpu_entered_stops,
-          :cpu_asked
-        ])
-      )
-
-      on_cpu
-      |> Enum.filter(&String.contains?(elem(&1, 0), "[native"))
-      |> Enum.sort_by(&(-elem(&1, 1)))
-      |> Enum.take(6)
-      |> Enum.each(fn {s, t} ->
-        IO.puts(
-          "  #{t} #{s |> String.replace("FlameOn.Bench.Native.fib/1;", "") |> String.slice(0, 220)}"
-        )
-      end)
-    end
 
     # each phase against the phases together, as the truth is
     by_phase =

@@ -45,6 +45,7 @@ typedef struct {
     uint64_t cpu_contexts;       /* stacks from fo_session_cpu_context kept */
     uint64_t cpu_unknown_stops;  /* `out`s in a function with no stack known for it */
     uint64_t cpu_cut_samples;    /* CPU samples whose call chain the kernel cut */
+    uint64_t cpu_called_samples; /* CPU samples in C code, their caller found on its stack */
     uint64_t cpu_seen_stops;     /* `out`s placed where a sample saw it in that function */
     uint64_t cpu_entered_stops;  /* `out`s taken as a call from this slice's last sample */
 } fo_stats;
@@ -160,6 +161,14 @@ void fo_session_cpu_running(fo_session *s, uint64_t pid, int64_t ts_ns, uint64_t
  * ignored. */
 void fo_session_cpu_context(fo_session *s, uint64_t pid, const fo_mfa *key, const fo_mfa *frames,
                             uint32_t count);
+
+/* A CPU sample of pid in the runtime's C code (leaf) that a function of
+ * its code called (caller: a BIF's caller, found on the C stack): its
+ * stack becomes the one it was known to be in at caller (on its stack of
+ * the moment, else where it was seen in it, else a call from its stack of
+ * the moment if that is known, else caller alone at its root), and the
+ * sample is counted on leaf under it. */
+void fo_session_cpu_sample_in(fo_session *s, uint64_t pid, const fo_mfa *caller, const fo_mfa *leaf);
 
 /* A CPU sample of pid that names no frame of its code, only where it was
  * in the runtime's (leaf): counted on leaf under the stack the process is

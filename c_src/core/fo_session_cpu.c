@@ -304,6 +304,48 @@ void fo_session_cpu_sample_cut(fo_session *s, uint64_t pid, const fo_mfa *frames
     fo_tree_count_samples(&s->tree, fo_s_current_node(p), 1, 0);
 }
 
+void fo_session_cpu_sample_in(fo_session *s, uint64_t pid, const fo_mfa *caller, const fo_mfa *leaf)
+{
+    fo_proc *p = fo_s_proc_for(s, pid);
+    if (p == NULL) {
+        s->stats.dropped_events++;
+        return;
+    }
+    uint32_t key = fo_s_intern(s, caller);
+    if (key == FO_NONE || p->overflow > 0) {
+        fo_session_cpu_orphan(s, pid, leaf);
+        return;
+    }
+    s->stats.events++;
+    s->stats.samples++;
+    s->stats.cpu_called_samples++;
+    flush_pending(s, p, 1);
+    uint32_t at = p->depth > 0 ? fo_s_find_below(p, key, p->depth - 1) : FO_NONE;
+    if (at != FO_NONE) {
+        p->depth = at + 1;
+    } else {
+        /* where it was seen in it, else a call from where it is known to
+         * be, else the caller alone */
+        uint32_t seen = fo_seen_get(&s->seen, (uint32_t)(p - s->procs.procs), key);
+        if (seen == FO_NONE || !set_stack_to(s, p, seen)) {
+            if (!p->stack_known)
+                p->depth = 0;
+            fo_s_push_frame(s, p, key);
+        }
+    }
+    p->sampled = 1;
+    p->stack_known = 1;
+    p->slice_sampled = 1;
+    uint32_t here = fo_s_current_node(p);
+    uint32_t frame = fo_s_intern(s, leaf);
+    uint32_t node = frame == FO_NONE || p->overflow > 0 ? FO_NONE : fo_s_regular_child(s, here, frame);
+    if (node == FO_NONE) {
+        s->stats.node_limit_hits++;
+        node = here;
+    }
+    fo_tree_count_samples(&s->tree, node, 1, 0);
+}
+
 void fo_session_cpu_orphan(fo_session *s, uint64_t pid, const fo_mfa *leaf)
 {
     fo_proc *p = fo_s_proc_for(s, pid);

@@ -227,6 +227,16 @@ static void scripted_source(void *ctx, fo_session *s, uint64_t pid, uint64_t thr
         const scripted_sample *at = &scripted[i];
         if (at->thread != thread || at->ts < from_ns || at->ts >= to_ns)
             continue;
+        if (at->stack[0] == '@') {
+            char caller[256];
+            snprintf(caller, sizeof caller, "%s", at->stack + 1);
+            char *bang = strchr(caller, '!');
+            assert_non_null(bang);
+            *bang = '\0';
+            fo_mfa from = ts_mfa(caller), leaf = ts_mfa(bang + 1);
+            fo_session_cpu_sample_in(s, pid, &from, &leaf);
+            continue;
+        }
         if (at->stack[0] == '!') {
             fo_mfa leaf = ts_mfa(at->stack + 1);
             fo_session_cpu_orphan(s, pid, &leaf);
@@ -760,6 +770,7 @@ void ts_assert_pid(const fo_session *s, uint64_t pid, const char *const *expecte
     X(cpu_contexts)                                                                                \
     X(cpu_unknown_stops)                                                                           \
     X(cpu_cut_samples)                                                                             \
+    X(cpu_called_samples)                                                                          \
     X(cpu_seen_stops)                                                                              \
     X(cpu_entered_stops)
 

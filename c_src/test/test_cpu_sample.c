@@ -296,6 +296,26 @@ static const ts_case cpu_cases[] = {
            "1 m:a/0;m:b/0;m:r/0;m:r/0 samples=1 weight=0", "1 m:a/0;m:b/0;m:r/0;m:r/0;m:r/0 samples=1 weight=0",
            "1 m:cut/0;m:x/0 samples=1 weight=0"),
      "events=5 samples=3 cpu_cut_samples=2"},
+    {"c_code_goes_under_the_caller_its_stack_names", DEFAULT_LIMITS,
+     /* b on the stack: there; g seen under a;h: there; n never seen: a
+      * call from the stack of the moment */
+     LINES("cpu_sampled",
+           "at 1 2 m:a/0;m:h/0;m:g/0",
+           "at 1 4 m:a/0;m:b/0;m:c/0",
+           "at 1 6 @m:b/0!erts:bif/0",
+           "at 1 8 @m:g/0!erts:bif/0",
+           "at 1 10 @m:n/0!erts:bif/0",
+           "1 0 in@1",
+           "1 12 out",
+           "close 12",
+           "settle"),
+     /* 12 over 5 samples: 2 each, the 2 left to the first busiest */
+     LINES("1 m:a/0;m:h/0;m:g/0 4", "1 m:a/0;m:b/0;m:c/0 2", "1 m:a/0;m:b/0;erts:bif/0 2",
+           "1 m:a/0;m:h/0;m:g/0;erts:bif/0 2", "1 m:a/0;m:h/0;m:g/0;m:n/0;erts:bif/0 2",
+           "1 m:a/0;m:h/0;m:g/0 samples=1 weight=0", "1 m:a/0;m:b/0;m:c/0 samples=1 weight=0",
+           "1 m:a/0;m:b/0;erts:bif/0 samples=1 weight=0", "1 m:a/0;m:h/0;m:g/0;erts:bif/0 samples=1 weight=0",
+           "1 m:a/0;m:h/0;m:g/0;m:n/0;erts:bif/0 samples=1 weight=0"),
+     "events=7 samples=5 cpu_called_samples=3"},
 };
 // clang-format on
 

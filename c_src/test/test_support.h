@@ -20,7 +20,8 @@
  *                                       hands over the "at" samples below
  *     "at THREAD TS M:F/A;M:F/A"        a CPU sample the source gives by thread and time
  *                                       ("!M:F/A": one naming only its leaf, an orphan;
- *                                       "^STACK": one the kernel cut, its innermost frames)
+ *                                       "^STACK": one the kernel cut, its innermost frames;
+ *                                       "@M:F/A!LEAF": one in C code LEAF that M:F/A called)
  *     "PID TS in@THREAD"                an `in` on that OS thread (FO_EVF_HAS_THREAD)
  *     "PID TS out@M:F/A"                an `out` that stopped in M:F/A (FO_EVF_HAS_MFA)
  *     "context PID M:F/A STACK"         fo_session_cpu_context: seen in STACK, stopped in M:F/A

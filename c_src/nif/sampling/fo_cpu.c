@@ -37,7 +37,7 @@ uint32_t fo_cpu_frames(const uint64_t *ips, uint32_t n, const fo_cpu_scope *scop
             leafward[count++] = mfa;
             continue;
         }
-        if (kind == FO_SYM_GLUE)
+        if (kind == FO_SYM_GLUE || kind == FO_SYM_FRAGMENT)
             continue;
         /* C code: the leaf is named; C frames past it come from frame
          * pointers C code does not keep, and past an Erlang frame they are
@@ -77,13 +77,39 @@ typedef struct {
     const fo_cpu_scope *scope;
 } slice;
 
-static void each(void *ctx, int64_t ts_ns, const uint64_t *ips, uint32_t n)
+/* Words of the C stack above a fragment's return address where the JIT
+ * keeps the Erlang caller's address. */
+#define CALLER_WINDOW 8u
+
+uint64_t fo_cpu_find_caller(uint64_t first_ip, const uint64_t *words, uint64_t n)
+{
+    fo_mfa mfa;
+    if (fo_symbols_jit(first_ip, &mfa) != FO_SYM_NONE)
+        return 0; /* in JIT code: its call chain names its frames */
+    /* The C code was called from a shared fragment (its return address on
+     * the C stack); just above it the fragment keeps the address in the
+     * Erlang code that called it. Words below it are the C code's own,
+     * and may hold stale addresses. */
+    for (uint64_t i = 0; i < n; i++) {
+        if (words[i] < 4096 || fo_symbols_jit(words[i] - 1, &mfa) != FO_SYM_FRAGMENT)
+            continue;
+        for (uint64_t j = i + 1; j < n && j <= i + CALLER_WINDOW; j++) {
+            if (words[j] > 4096 && fo_symbols_jit(words[j] - 1, &mfa) == FO_SYM_ERLANG)
+                return words[j] - 1;
+        }
+        return 0;
+    }
+    return 0;
+}
+
+static void each(void *ctx, int64_t ts_ns, const uint64_t *ips, uint32_t n, uint64_t caller)
 {
     (void)ts_ns;
     slice *sl = ctx;
     fo_mfa frames[FO_PERF_MAX_FRAMES + 1];
     uint32_t erlang = 0;
     int cut = 0;
+    fo_mfa called_from;
     uint32_t count = fo_cpu_frames(ips, n, sl->scope, frames, &erlang, &cut);
     if (count == 0)
         return;
@@ -92,6 +118,8 @@ static void each(void *ctx, int64_t ts_ns, const uint64_t *ips, uint32_t n)
                                   sl->scope != NULL && sl->scope->has_cut ? &sl->scope->cut : NULL);
     else if (erlang > 0)
         fo_session_cpu_sample(sl->s, sl->pid, frames, count, erlang);
+    else if (caller != 0 && fo_symbols_jit(caller, &called_from) == FO_SYM_ERLANG)
+        fo_session_cpu_sample_in(sl->s, sl->pid, &called_from, &frames[0]);
     else
         fo_session_cpu_orphan(sl->s, sl->pid, &frames[0]);
 }

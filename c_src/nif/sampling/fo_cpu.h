@@ -27,6 +27,11 @@ typedef struct {
  * fo_cpu_scope (alive as long as the session). */
 void fo_cpu_slice(void *ctx, fo_session *s, uint64_t pid, uint64_t thread, int64_t from_ns, int64_t to_ns);
 
+/* The Erlang caller a sample in C code names on its C stack copy
+ * (fo_perf_caller_fn): the address the calling fragment keeps just above
+ * its own return address. 0 for a sample in JIT code, or none found. */
+uint64_t fo_cpu_find_caller(uint64_t first_ip, const uint64_t *words, uint64_t n);
+
 /* Where the scope's stacks start in frames (root first): the innermost
  * call of its root function, 0 without one or when it is not there. */
 uint32_t fo_cpu_scope_start(const fo_cpu_scope *scope, const fo_mfa *frames, uint32_t count);

@@ -30,6 +30,7 @@
 typedef struct {
     int64_t ts;
     uint64_t pos; /* absolute word index of its first ip */
+    uint64_t caller; /* fo_perf.h: the JIT address found on the C stack, 0: none */
     uint32_t n;
 } sample_ref;
 
@@ -57,6 +58,7 @@ static _Atomic uint64_t generation;
 static uint64_t last_generation; /* under lock */
 static _Atomic uint64_t pending[FO_PERF_MAX_THREADS];
 static fo_perf_counters counters; /* under lock */
+static fo_perf_caller_fn caller_fn;
 
 static _Thread_local uint64_t cached_tid;
 static _Thread_local uint64_t noted_generation;
@@ -118,7 +120,8 @@ static int open_event(uint64_t tid, uint32_t freq)
      * the thread's recent rate and undersamples a burst after idle time,
      * where a period gives every nanosecond on CPU the same chance. */
     attr.sample_period = 1000000000ull / freq;
-    attr.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CALLCHAIN;
+    attr.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_STACK_USER;
+    attr.sample_stack_user = FO_PERF_STACK_BYTES;
     attr.disabled = 1;
     attr.exclude_kernel = 1;
     attr.exclude_hv = 1;
@@ -304,7 +307,7 @@ static void make_room(perf_thread *t, uint32_t n)
     }
 }
 
-static void keep_sample(perf_thread *t, int64_t ts, const uint64_t *chain, uint64_t nr)
+static void keep_sample(perf_thread *t, int64_t ts, const uint64_t *chain, uint64_t nr, uint64_t caller)
 {
     uint64_t ips[FO_PERF_MAX_FRAMES];
     uint32_t n = 0;
@@ -320,6 +323,7 @@ static void keep_sample(perf_thread *t, int64_t ts, const uint64_t *chain, uint6
     sample_ref *ref = &t->refs[t->refs_head % BUFFER_SAMPLES];
     ref->ts = ts;
     ref->pos = t->words_head;
+    ref->caller = caller;
     ref->n = n;
     t->words_head += n;
     t->refs_head++;
@@ -334,8 +338,9 @@ static void drain_ring(perf_thread *t)
     size_t size = t->ring_bytes - (size_t)page_bytes;
     uint64_t head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
     uint64_t tail = meta->data_tail;
-    /* a sample: header, pid/tid, time, nr, then the chain */
-    uint64_t record[4 + FO_PERF_MAX_FRAMES + 8];
+    /* a sample: header, pid/tid, time, nr, the chain, then the stack copy:
+     * its size, the bytes, their dynamic size */
+    uint64_t record[4 + FO_PERF_MAX_FRAMES + 3 + FO_PERF_STACK_BYTES / 8];
     while (tail < head) {
         struct perf_event_header header;
         ring_copy(data, size, tail, &header, sizeof header);
@@ -343,10 +348,19 @@ static void drain_ring(perf_thread *t)
             break; /* cannot happen with a sane kernel: stop rather than spin */
         if (header.type == PERF_RECORD_SAMPLE && header.size <= sizeof record) {
             ring_copy(data, size, tail, record, header.size);
-            /* record[0] header, [1] pid|tid, [2] time, [3] nr, [4..] ips */
-            uint64_t nr = record[3];
-            uint64_t room = (header.size / sizeof(uint64_t)) - 4;
-            keep_sample(t, (int64_t)record[2], &record[4], nr < room ? nr : room);
+            /* record[0] header, [1] pid|tid, [2] time, [3] nr, [4..] ips,
+             * then the stack copy: size, words, dynamic size */
+            uint64_t words = header.size / sizeof(uint64_t);
+            uint64_t nr = record[3] < words - 4 ? record[3] : words - 4;
+            uint64_t caller = 0;
+            uint64_t at = 4 + nr;
+            if (at < words && record[at] > 0 && at + 1 + record[at] / 8 < words) {
+                uint64_t copied = record[at] / 8;
+                uint64_t dyn = record[at + 1 + copied] / 8;
+                if (caller_fn != NULL && nr > 0)
+                    caller = caller_fn(record[4], &record[at + 1], dyn < copied ? dyn : copied);
+            }
+            keep_sample(t, (int64_t)record[2], &record[4], nr, caller);
         } else if (header.type == PERF_RECORD_LOST && header.size >= sizeof header + 16) {
             uint64_t lost[3];
             ring_copy(data, size, tail, lost, sizeof lost);
@@ -407,13 +421,19 @@ uint32_t fo_perf_take(uint64_t thread, int64_t from_ns, int64_t to_ns, fo_perf_e
                 break;
             for (uint32_t i = 0; i < ref->n; i++)
                 ips[i] = t->words[(ref->pos + i) % BUFFER_WORDS];
-            fn(ctx, ref->ts, ips, ref->n);
+            fn(ctx, ref->ts, ips, ref->n, ref->caller);
             given++;
         }
     }
     pthread_mutex_unlock(&lock);
     return given;
 }
+
+void fo_perf_set_caller_finder(fo_perf_caller_fn fn)
+{
+    caller_fn = fn;
+}
+
 
 void fo_perf_counters_read(fo_perf_counters *out)
 {

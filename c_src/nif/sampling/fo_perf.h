@@ -24,6 +24,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Bytes of the sampled thread's C stack each sample copies: while the
+ * runtime's C code runs a light BIF, the JIT's call site in the BIF's
+ * Erlang caller sits in a callee-saved register, which that C code saves
+ * on its stack; the copy lets fo_cpu name the caller (the call chain
+ * stops at the C code, which keeps no frame pointers). */
+#define FO_PERF_STACK_BYTES 2048u
+
 /* Threads sampled at most, node-wide. */
 #define FO_PERF_MAX_THREADS 256u
 /* Frames a sample keeps, leaf first (the kernel's cap is 127). */
@@ -67,10 +74,18 @@ void fo_perf_pump(void);
 
 /* Calls fn for each sample of thread `thread` taken at from_ns <= t <
  * to_ns, oldest first: ips[0] is where the thread was, the rest return
- * addresses, n at most FO_PERF_MAX_FRAMES. Samples the buffer no longer
+ * addresses, n at most FO_PERF_MAX_FRAMES; caller is what the caller
+ * finder found on its C stack (0: nothing). Samples the buffer no longer
  * holds are counted (fo_perf_counters.overwritten). Returns how many fn
  * got. Takes the mutex: call fo_perf_pump first for the samples up to now. */
-typedef void (*fo_perf_each)(void *ctx, int64_t ts_ns, const uint64_t *ips, uint32_t n);
+typedef void (*fo_perf_each)(void *ctx, int64_t ts_ns, const uint64_t *ips, uint32_t n, uint64_t caller);
+
+/* Finds the caller in a sample's C stack copy (words, lowest address
+ * first; first_ip: where the sample was): a JIT address in an Erlang
+ * function, 0 when none. Set by
+ * whoever names addresses (fo_cpu), called as samples are copied out. */
+typedef uint64_t (*fo_perf_caller_fn)(uint64_t first_ip, const uint64_t *words, uint64_t n);
+void fo_perf_set_caller_finder(fo_perf_caller_fn fn);
 uint32_t fo_perf_take(uint64_t thread, int64_t from_ns, int64_t to_ns, fo_perf_each fn, void *ctx);
 
 typedef struct {

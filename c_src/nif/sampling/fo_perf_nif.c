@@ -3,6 +3,7 @@
 #include <stdatomic.h>
 
 #include "fo_atoms.h"
+#include "fo_cpu.h"
 #include "fo_drainer.h"
 #include "fo_perf.h"
 #include "fo_symbols.h"
@@ -27,6 +28,7 @@ int fo_perf_nif_open(ErlNifEnv *env)
 {
     user_type = enif_open_resource_type(env, NULL, "flame_on_perf_user", user_dtor,
                                         ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER, NULL);
+    fo_perf_set_caller_finder(fo_cpu_find_caller);
     return user_type != NULL && fo_symbols_init();
 }
 

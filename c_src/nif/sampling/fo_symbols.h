@@ -23,9 +23,10 @@
 typedef enum {
     FO_SYM_NONE = 0, /* not JIT code (the runtime's C code, a library) */
     FO_SYM_ERLANG,   /* an Erlang function: mfa is set */
-    FO_SYM_GLUE      /* JIT code that is no function of the program: the
-                        runtime's shared fragments ($global::...), module
+    FO_SYM_GLUE,     /* JIT code that is no function of the program: module
                         headers, erts_beamasm's stubs, unnamed atoms */
+    FO_SYM_FRAGMENT  /* the runtime's shared JIT fragments ($global::...),
+                        which call its C code */
 } fo_sym_kind;
 
 int fo_symbols_init(void);
