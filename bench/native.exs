@@ -6,7 +6,8 @@
 #       fidelity | tax | jpperf
 #
 # Fidelity: each workload alternates two phases; the truth is each phase
-# timed inline, untraced (wall µs, summed over 1.5 s). Then the same
+# timed inline, untraced (per pass of the loop its share, the median of the
+# passes over 2 s). Then the same
 # workload runs for SECONDS (default 6) under :native, :sample and :nif, and
 # each phase's share of the traced process's on-CPU time is read from its
 # stacks (the time of the stacks holding the phase's frame, waits left out).
@@ -131,28 +132,32 @@ defmodule FlameOn.Bench.Native.Fidelity do
     {name, truth, rows}
   end
 
-  # each phase timed inline while the loop runs untraced: total µs
+  # each phase timed inline while the loop runs untraced for 2 s: per pass
+  # of the loop each phase's share, and the median of those (a pass the
+  # machine interrupted does not move it)
   defp truth(ctx, phases, between) do
-    deadline = System.monotonic_time(:millisecond) + 1500
-    acc = Map.new(phases, fn {frame, _} -> {frame, 0} end)
-    totals = truth_loop(ctx, phases, between, deadline, acc)
-    sum = totals |> Map.values() |> Enum.sum()
-    Map.new(totals, fn {frame, us} -> {frame, us / max(sum, 1)} end)
+    deadline = System.monotonic_time(:millisecond) + 2000
+    passes = truth_loop(ctx, phases, between, deadline, [])
+
+    Map.new(phases, fn {frame, _} ->
+      shares = passes |> Enum.map(&(&1[frame] / max(Enum.sum(Map.values(&1)), 1))) |> Enum.sort()
+      {frame, Enum.at(shares, div(length(shares), 2))}
+    end)
   end
 
   defp truth_loop(ctx, phases, between, deadline, acc) do
     if System.monotonic_time(:millisecond) >= deadline do
       acc
     else
-      acc =
-        Enum.reduce(phases, acc, fn {frame, fun}, acc ->
+      pass =
+        Map.new(phases, fn {frame, fun} ->
           t0 = System.monotonic_time(:nanosecond)
           fun.(ctx)
-          Map.update!(acc, frame, &(&1 + (System.monotonic_time(:nanosecond) - t0) / 1000))
+          {frame, System.monotonic_time(:nanosecond) - t0}
         end)
 
       between.(ctx)
-      truth_loop(ctx, phases, between, deadline, acc)
+      truth_loop(ctx, phases, between, deadline, [pass | acc])
     end
   end
 

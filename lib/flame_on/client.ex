@@ -81,8 +81,17 @@ defmodule FlameOn.Client do
       breakpoints** – the process's stack is sampled every `:interval_us`
       and the `:running` trace flag gives its exact on- and off-CPU time;
       stacks still add up to the traced wall time, and `profile.metrics`
-      holds each sample's status, queue length, memory and reductions. See
-      "Cost" below for when to use which.
+      holds each sample's status, queue length, memory and reductions.
+      `:native`: **no call breakpoints** – CPU samples of the scheduler
+      threads from Linux perf events (the VM started with `+JPperf true`),
+      each charged to the traced process that ran on that thread then;
+      on- and off-CPU time exact as in `:sample`, CPU bursts shorter than
+      a time slice seen as they happen. `:auto`: `:native` where this VM
+      can sample natively, else `:sample` (`profile.mode` says which ran).
+      See "Cost" below for when to use which.
+    * `:frequency` (`499`) – mode `:native`: CPU samples a second of each
+      scheduler thread's CPU time (1..10000; the first native trace's
+      frequency holds while any runs).
     * `:interval_us` (`1_000`) – mode `:sample`: the sampling interval,
       at least 1000 (the VM's timers tick in milliseconds).
     * `:split_status` (`false`) – mode `:sample`: put each sample's
@@ -113,6 +122,15 @@ defmodule FlameOn.Client do
   session of its own: other tracing tools are left alone, but concurrent
   exact traces each add their breakpoint check.
 
+  Mode `:native` sets no pattern either: while native traces run each
+  scheduler thread takes a kernel interrupt per sample, and the traced
+  process pays its `:running` trace events (the VM's own cost, about
+  1.05x on a tight loop it switches every few microseconds). It needs
+  Linux, the JIT, `+JPperf true` (which itself slows call-heavy code by
+  frame pointers: see the README) and `perf_event_open` allowed for the
+  VM's threads; otherwise it raises `ArgumentError` saying which is
+  missing.
+
   Mode `:sample` sets no pattern: other processes pay nothing. The traced
   process pays one stack read (a signal it answers at its next safe point,
   a few microseconds) per sample. Its limits: stacks are the VM's stack
@@ -140,7 +158,8 @@ defmodule FlameOn.Client do
           | {:max_frames, pos_integer()}
           | {:max_stack_frames, pos_integer()}
           | {:max_stack_bytes, pos_integer()}
-          | {:mode, :nif | :process | :sample}
+          | {:mode, :nif | :process | :sample | :native | :auto}
+          | {:frequency, pos_integer()}
           | {:interval_us, pos_integer()}
           | {:split_status, boolean()}
           | {:max_samples, pos_integer()}
