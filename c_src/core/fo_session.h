@@ -162,6 +162,14 @@ void fo_session_cpu_running(fo_session *s, uint64_t pid, int64_t ts_ns, uint64_t
 void fo_session_cpu_context(fo_session *s, uint64_t pid, const fo_mfa *key, const fo_mfa *frames,
                             uint32_t count);
 
+/* pid is now inside frames (root first: its outer frames; the ones it
+ * has called since are not known), as a trace that starts in the
+ * process's own root function knows: its stack becomes them, known, so a
+ * stop or a sample of the runtime's C code before its first CPU sample
+ * goes under them rather than under its bare root. No sample is counted,
+ * no time moves. Unknown pids are ignored. */
+void fo_session_cpu_inside(fo_session *s, uint64_t pid, const fo_mfa *frames, uint32_t count);
+
 /* A CPU sample of pid in the runtime's C code (leaf) that a function of
  * its code called (caller: a BIF's caller, found on the C stack): its
  * stack becomes the one it was known to be in at caller (on its stack of

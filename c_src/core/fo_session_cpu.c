@@ -260,6 +260,16 @@ void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, ui
     }
 }
 
+void fo_session_cpu_inside(fo_session *s, uint64_t pid, const fo_mfa *frames, uint32_t count)
+{
+    uint32_t index = fo_procs_find(&s->procs, pid);
+    if (index == UINT32_MAX || count == 0 || s->procs.procs[index].root == FO_NONE)
+        return;
+    fo_proc *p = &s->procs.procs[index];
+    fo_s_replace_stack(s, p, frames, count);
+    p->stack_known = 1;
+}
+
 /* Where a cut chain whose outermost frame is `frame` goes: the parent of
  * the first node of that frame on the path to where the process was seen
  * in it; FO_NONE when it was never seen there. */

@@ -262,6 +262,19 @@ static void scripted_source(void *ctx, fo_session *s, uint64_t pid, uint64_t thr
 
 /* The rest of a sample line: " STACK", then " w=N" and/or " waited" or
  * " leading". */
+/* "m:a/0;m:b/0" into frames (64 at most; "-" stands for no frame). */
+static uint32_t parse_frames(char *stack, fo_mfa *frames)
+{
+    uint32_t count = 0;
+    char *save = NULL;
+    for (char *part = strtok_r(stack, ";", &save); part != NULL; part = strtok_r(NULL, ";", &save)) {
+        assert_true(count < 64);
+        if (strcmp(part, "-") != 0)
+            frames[count++] = ts_mfa(part);
+    }
+    return count;
+}
+
 static void run_sample_line(fo_session *s, uint64_t pid, int64_t ts, const char *rest, const char *line)
 {
     char stack[512] = "";
@@ -334,14 +347,15 @@ void ts_run_line(fo_session *s, const char *line)
     char key[64] = "";
     if (sscanf(line, "context %" SCNu64 " %63s %511s %7s", &pid, key, stack, extra) == 3) {
         fo_mfa frames[64];
-        uint32_t count = 0;
-        char *save = NULL;
-        for (char *part = strtok_r(stack, ";", &save); part != NULL; part = strtok_r(NULL, ";", &save)) {
-            assert_true(count < 64);
-            frames[count++] = ts_mfa(part);
-        }
+        uint32_t count = parse_frames(stack, frames);
         fo_mfa key_mfa = ts_mfa(key);
         fo_session_cpu_context(s, pid, &key_mfa, frames, count);
+        return;
+    }
+    if (sscanf(line, "%" SCNu64 " inside %511s %7s", &pid, stack, extra) == 2) {
+        fo_mfa frames[64];
+        uint32_t count = parse_frames(stack, frames);
+        fo_session_cpu_inside(s, pid, frames, count);
         return;
     }
     if (sscanf(line, "at %" SCNu64 " %" SCNd64 " %511s %7s", &thread, &ts, stack, extra) == 3) {
@@ -354,13 +368,7 @@ void ts_run_line(fo_session *s, const char *line)
     }
     if (sscanf(line, "%" SCNu64 " cpu %511s %7s", &pid, stack, extra) == 2) {
         fo_mfa frames[64];
-        uint32_t count = 0;
-        char *save = NULL;
-        for (char *part = strtok_r(stack, ";", &save); part != NULL; part = strtok_r(NULL, ";", &save)) {
-            assert_true(count < 64);
-            if (strcmp(part, "-") != 0)
-                frames[count++] = ts_mfa(part);
-        }
+        uint32_t count = parse_frames(stack, frames);
         fo_session_cpu_sample(s, pid, frames, count, count);
         return;
     }

@@ -316,6 +316,32 @@ static const ts_case cpu_cases[] = {
            "1 m:a/0;m:b/0;erts:bif/0 samples=1 weight=0", "1 m:a/0;m:h/0;m:g/0;erts:bif/0 samples=1 weight=0",
            "1 m:a/0;m:h/0;m:g/0;m:n/0;erts:bif/0 samples=1 weight=0"),
      "events=7 samples=5 cpu_called_samples=3"},
+    {"a_process_inside_its_root_keeps_what_comes_before_its_first_sample_under_it", DEFAULT_LIMITS,
+     /* the trace started in r: a stop in f before any sample is a call
+      * from r, and the C code of that slice goes there, not to the root */
+     LINES("cpu_sampled",
+           "at 1 5 !erts:clock/0",
+           "1 0 in@1",
+           "1 inside m:r/0",
+           "1 10 out@m:f/0",
+           "1 12 in@1",
+           "close 20",
+           "settle"),
+     LINES("1 m:r/0;m:f/0;SLEEP 2", "1 m:r/0;m:f/0;erts:clock/0 18",
+           "1 m:r/0;m:f/0;erts:clock/0 samples=1 weight=0"),
+     "events=4 samples=1 cpu_orphans=1 cpu_entered_stops=1"},
+    {"a_caller_before_the_first_sample_is_called_from_the_root", DEFAULT_LIMITS,
+     LINES("cpu_sampled",
+           "at 1 5 @m:t/0!erts:clock/0",
+           "at 1 7 m:r/0;m:a/0",
+           "1 0 in@1",
+           "1 inside m:r/0",
+           "1 10 out",
+           "close 10",
+           "settle"),
+     LINES("1 m:r/0;m:t/0;erts:clock/0 5", "1 m:r/0;m:a/0 5",
+           "1 m:r/0;m:t/0;erts:clock/0 samples=1 weight=0", "1 m:r/0;m:a/0 samples=1 weight=0"),
+     "events=4 samples=2 cpu_called_samples=1"},
 };
 // clang-format on
 

@@ -34,6 +34,10 @@ ERL_NIF_TERM fo_cpu_here_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
         fo_resource_fold(res, env); /* its events so far come first */
         ev.ts_ns = fo_clock_now(&res->clock);
         fo_session_apply(res->core, &ev);
+        /* it runs inside its root function: what comes before its first
+         * sample goes under it */
+        if (res->cpu_scope.has_root)
+            fo_session_cpu_inside(res->core, ev.pid, &res->cpu_scope.root, 1);
     }
     fo_spin_unlock(&res->lock);
     return fo_atom_ok;

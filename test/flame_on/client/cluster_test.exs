@@ -177,7 +177,8 @@ defmodule FlameOn.Client.ClusterTest do
     spun = time_where(profile, pid, &String.contains?(&1, frame))
 
     assert spun >= 0.75 * seen,
-           "#{inspect(pid)}'s stacks (flagged #{lag} µs late): #{inspect(stacks, limit: 5)}"
+           "#{inspect(pid)}'s stacks (flagged #{lag} µs late, #{spun} of #{seen} µs under #{frame}): " <>
+             inspect(stacks, limit: 12)
   end
 
   test "A -> B: the root's wait is B's span on B, B's stacks are under its remote pid", %{
@@ -654,6 +655,45 @@ defmodule FlameOn.Client.ClusterTest do
     assert_exports(profile)
     assert_node_clean()
     assert_peer_clean(b)
+  end
+
+  # The peers inherit ERL_FLAGS: in scripts/test-native's run they sample
+  # natively too.
+  @tag :native
+  test "mode :native across nodes: B's server's CPU is in its stacks, no call pattern anywhere",
+       %{peers: peers} do
+    b = peers.b.node
+    b_pid = server(b, :fo_cluster_native_b)
+    parent = self()
+
+    {result, %Profile{graph: graph} = profile} =
+      FlameOn.Client.profile(
+        fn ->
+          reply = GenServer.call({:fo_cluster_native_b, b}, {:spin, 60})
+          on_b = :erpc.call(b, FlameOn.Client.TestHelpers, :patterns_set?, [])
+          send(parent, {:while, patterns_set?(), on_b})
+          reply
+        end,
+        cross_process: true,
+        mode: :native
+      )
+
+    assert result == :done
+    assert profile.mode == :native
+    assert_receive {:while, false, false}
+
+    [root | _] = graph.spans
+    b_span = span_of(graph, b_pid)
+    assert %Span{kind: :request, node: ^b} = b_span
+    assert b_span.span_id in root.children
+    assert_remote_stacks(profile, graph, b_pid, "FlameOn.Client.Test.Server.spin_until/1")
+    assert_node_clean()
+    assert_peer_clean(b)
+    # B's sampler closed with its part
+    assert until(
+             fn -> :erpc.call(b, FlameOn.Client.Core.Native, :perf_stats, []).threads == 0 end,
+             200
+           )
   end
 
   test "a node that goes away mid-trace costs its part, not the trace", %{peers: peers} do

@@ -70,6 +70,9 @@ defmodule FlameOn.Client.NativeModeTest do
       assert threads >= :erlang.system_info(:schedulers_online)
       assert profile.mode == :native
       assert profile.stats.samples > 0
+      # the node's sampler took at least these, and lost none
+      assert profile.stats.sampler_samples >= profile.stats.samples
+      assert profile.stats.sampler_lost == 0
 
       stacks = profile.stacks[self()]
       busy = time_where(profile, self(), &String.contains?(&1, "Workloads.fib/1"))
@@ -95,11 +98,13 @@ defmodule FlameOn.Client.NativeModeTest do
     end
 
     test "two phases: each gets its share of the on-CPU time" do
-      # 40 ms of recursion, 40 ms of an Enum pipeline, four times: halves
+      # 20 ms of recursion, 20 ms of an Enum pipeline, ten times: halves
+      # (short phases, many times: a moment the machine's other load takes
+      # the CPU lands on both)
       work = fn ->
-        for _ <- 1..4 do
-          Workloads.busy(40)
-          enum_for(40)
+        for _ <- 1..10 do
+          Workloads.busy(20)
+          enum_for(20)
         end
       end
 
@@ -107,8 +112,8 @@ defmodule FlameOn.Client.NativeModeTest do
       fib = time_where(profile, self(), &String.contains?(&1, "Workloads.fib/1"))
       enum = time_where(profile, self(), &String.contains?(&1, "enum_until"))
       share = fib / max(fib + enum, 1)
-      # ±15 pp: a few hundred samples, on a shared machine
-      assert share > 0.35 and share < 0.65, "fib #{fib} µs, enum #{enum} µs"
+      # ±17 pp: two hundred samples, on a shared machine
+      assert share > 0.33 and share < 0.67, "fib #{fib} µs, enum #{enum} µs"
     end
 
     test "a wait in GenServer.call hangs under the call's frames, as in exact mode" do

@@ -47,10 +47,28 @@ defmodule FlameOn.Client.Capture.Native do
   end
 
   # A process that traces itself is running as its flags go on: it says
-  # which thread it runs on (others say so at their next `in`).
+  # which thread it runs on (others say so at their next `in`). The
+  # sampler's counters as the trace starts: what it lost meanwhile goes
+  # into the profile's stats.
   @impl true
   def watch(watchers, core, pid, _opts, _root) do
     if pid == self(), do: Native.cpu_here(core)
-    watchers
+    Map.put_new_lazy(watchers, :sampler, &Native.perf_stats/0)
   end
+
+  @impl true
+  def unwatch(%{sampler: before}) do
+    now = Native.perf_stats()
+
+    %{
+      metrics: %{},
+      stats: %{
+        sampler_samples: max(now.samples - before.samples, 0),
+        sampler_lost: max(now.lost - before.lost, 0),
+        sampler_overwritten: max(now.overwritten - before.overwritten, 0)
+      }
+    }
+  end
+
+  def unwatch(_watchers), do: %{metrics: %{}, stats: %{}}
 end
