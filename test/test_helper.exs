@@ -13,6 +13,9 @@ Enum.each([:runtime_tools, :tools], &FlameOn.Client.Test.Tools.otp_lib/1)
 # tests of its absence in one that cannot.
 native? = FlameOn.Client.Node.PerfSampler.available?()
 
+# A crash in the library's code fails the suite (after it ran).
+FlameOn.Client.Test.CrashWatch.start()
+
 ExUnit.start(
   assert_receive_timeout: 5_000,
   exclude: if(native?, do: [:native_unavailable], else: [:native])

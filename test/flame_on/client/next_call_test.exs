@@ -105,7 +105,7 @@ defmodule FlameOn.Client.NextCallTest do
           [] -> []
           waiting -> [{:waiting, waiting}]
         end ++
-        case Application.get_env(:flame_on_client, :"$next_call_patterns") do
+        case :persistent_term.get({Gates, :armed}, nil) do
           nil -> []
           mfas -> [{:remembered, mfas}]
         end
@@ -484,7 +484,7 @@ defmodule FlameOn.Client.NextCallTest do
     gate = FlameOn.Client.Core.Native.next_new(native, self(), [])
     ms = [{:_, [], [{:exception_trace}]}]
     1 = :erlang.trace_pattern(@busy, ms, [{:meta, FlameOn.Client.Core.Native, {:next, gate}}])
-    Application.put_env(:flame_on_client, :"$next_call_patterns", [@busy])
+    :persistent_term.put({Gates, :armed}, [@busy])
     assert Gates.ours?(@busy)
     assert %{next_call_patterns: 1} = Sweep.run()
     assert :erlang.trace_info(@busy, :meta) == {:meta, false}

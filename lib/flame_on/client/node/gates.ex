@@ -26,7 +26,7 @@ defmodule FlameOn.Client.Node.Gates do
   #     (`done/0`), or when the capturing process dies, and then also stops
   #     the capture's core session and turns tracing off in the process whose
   #     call was being captured;
-  #   * remembers the armed functions in the application environment, so
+  #   * remembers the armed functions in a persistent term, so
   #     that `sweep/0` finds them even when every process of ours died:
   #     `FlameOn.Client.Node.Sweep` runs it, and so does this server when it
   #     starts and terminates. A pattern is swept only when its meta tracer
@@ -42,7 +42,7 @@ defmodule FlameOn.Client.Node.Gates do
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.TraceBackend
 
-  @env_key :"$next_call_patterns"
+  @armed_key {__MODULE__, :armed}
   @call_timeout 60_000
 
   @typedoc "What to undo if the capturing process dies."
@@ -92,21 +92,21 @@ defmodule FlameOn.Client.Node.Gates do
   def waiting, do: GenServer.call(__MODULE__, :waiting, @call_timeout)
 
   @doc """
-  Clears every meta pattern of ours that the application environment says
+  Clears every meta pattern of ours that the persistent term says
   may be set, whoever set it. Returns how many it cleared.
   """
   @spec sweep() :: non_neg_integer()
   def sweep do
-    # Read first, and written only when there is something: this runs in
+    # A persistent term, not the application environment: this runs in
     # the application's stop/1 too, where nothing may wait on the
     # application controller.
-    case Application.get_env(:flame_on_client, @env_key) do
+    case :persistent_term.get(@armed_key, nil) do
       nil ->
         0
 
       mfas ->
         cleared = Enum.count(mfas, &clear_if_ours/1)
-        Application.delete_env(:flame_on_client, @env_key)
+        :persistent_term.erase(@armed_key)
         cleared
     end
   end
@@ -309,14 +309,17 @@ defmodule FlameOn.Client.Node.Gates do
   end
 
   defp remember(mfa) do
-    mfas = Application.get_env(:flame_on_client, @env_key, [])
-    Application.put_env(:flame_on_client, @env_key, Enum.uniq([mfa | mfas]))
+    mfas = :persistent_term.get(@armed_key, [])
+    if mfa not in mfas, do: :persistent_term.put(@armed_key, [mfa | mfas])
   end
 
   defp forget(mfa) do
-    case Application.get_env(:flame_on_client, @env_key, []) -- [mfa] do
-      [] -> Application.delete_env(:flame_on_client, @env_key)
-      mfas -> Application.put_env(:flame_on_client, @env_key, mfas)
+    before = :persistent_term.get(@armed_key, [])
+
+    case before -- [mfa] do
+      ^before -> :ok
+      [] -> :persistent_term.erase(@armed_key)
+      mfas -> :persistent_term.put(@armed_key, mfas)
     end
   end
 end

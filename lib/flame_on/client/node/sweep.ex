@@ -41,10 +41,10 @@ defmodule FlameOn.Client.Node.Sweep do
     {[:_, :"$1", :_], [], [{:message, :"$1"}]}
   ]
   # Where the node's backtrace_depth is kept while samplers raised it.
-  @saved_depth_key :"$saved_backtrace_depth"
+  @saved_depth_key {__MODULE__, :saved_backtrace_depth}
   # The counter patterns (call_time, call_memory) a summary set in the
   # legacy session, where nothing tells them from another profiler's.
-  @counters_key :"$legacy_counters"
+  @counters_key {__MODULE__, :legacy_counters}
 
   @doc "The match spec of our local call patterns."
   @spec call_match_spec() :: [tuple()]
@@ -89,15 +89,17 @@ defmodule FlameOn.Client.Node.Sweep do
 
   @doc """
   Sets the node's `backtrace_depth` to `depth` for samplers, remembering the
-  value found first where a sweep finds it even after its owner died (the
-  application environment).
+  value found first where a sweep finds it even after its owner died (a
+  persistent term: unlike the application environment, writing it does not
+  wait on the application controller, which a process stopping with the
+  application must not do).
   """
   @spec raise_backtrace_depth(pos_integer()) :: :ok
   def raise_backtrace_depth(depth) do
     old = :erlang.system_flag(:backtrace_depth, depth)
 
-    if Application.get_env(:flame_on_client, @saved_depth_key) == nil,
-      do: Application.put_env(:flame_on_client, @saved_depth_key, old)
+    if :persistent_term.get(@saved_depth_key, nil) == nil,
+      do: :persistent_term.put(@saved_depth_key, old)
 
     :ok
   end
@@ -105,13 +107,13 @@ defmodule FlameOn.Client.Node.Sweep do
   @doc "Puts back the `backtrace_depth` saved by `save_backtrace_depth/0`; whether it did."
   @spec restore_backtrace_depth() :: boolean()
   def restore_backtrace_depth do
-    case Application.get_env(:flame_on_client, @saved_depth_key) do
+    case :persistent_term.get(@saved_depth_key, nil) do
       nil ->
         false
 
       depth ->
         :erlang.system_flag(:backtrace_depth, depth)
-        Application.delete_env(:flame_on_client, @saved_depth_key)
+        :persistent_term.erase(@saved_depth_key)
         true
     end
   end
@@ -119,25 +121,27 @@ defmodule FlameOn.Client.Node.Sweep do
   @doc """
   Notes that the `kind` counter patterns (`:call_time` or `:call_memory`)
   of the legacy session are ours (`true`, before they are set) or not any
-  more (`false`, after they are cleared), in the application environment:
+  more (`false`, after they are cleared), in a persistent term:
   nothing else tells them from another profiler's, and a sweep after a
   crash clears them.
   """
   @spec note_legacy_counters(:call_time | :call_memory, boolean()) :: :ok
   def note_legacy_counters(kind, ours?) do
-    kinds = Application.get_env(:flame_on_client, @counters_key, [])
-    kinds = if ours?, do: Enum.uniq([kind | kinds]), else: List.delete(kinds, kind)
-    Application.put_env(:flame_on_client, @counters_key, kinds)
+    before = :persistent_term.get(@counters_key, [])
+    kinds = if ours?, do: Enum.uniq([kind | before]), else: List.delete(before, kind)
+    # (an update costs the node a scan of every process: only a change)
+    if kinds != before, do: :persistent_term.put(@counters_key, kinds)
+    :ok
   end
 
   defp clear_counters do
-    kinds = Application.get_env(:flame_on_client, @counters_key, [])
+    kinds = :persistent_term.get(@counters_key, [])
 
     for kind <- kinds, target <- [{:_, :_, :_}, :on_load] do
       TraceBackend.pattern(TraceBackend.legacy(), target, false, [kind])
     end
 
-    Application.delete_env(:flame_on_client, @counters_key)
+    if kinds != [], do: :persistent_term.erase(@counters_key)
     kinds != []
   end
 

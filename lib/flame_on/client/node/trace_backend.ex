@@ -250,18 +250,21 @@ defmodule FlameOn.Client.Node.TraceBackend do
   def info(%__MODULE__{session: session}, what, item),
     do: apply(:trace, :info, [session, what, item])
 
-  @doc "The flags `pid` has in the handle's session (`[]` when none or gone)."
+  @doc "The flags `pid` has in the handle's session (`[]` when none, or the process or session is gone)."
   @spec flags(t(), pid()) :: [atom()]
   def flags(handle, pid) do
     case info(handle, pid, :flags) do
       {:flags, flags} -> flags
       _ -> []
     end
+  rescue
+    # the session ended meanwhile (OTP 27: `invalid trace session`)
+    ArgumentError -> []
   end
 
   @doc """
   `pid`'s tracer in the handle's session: `{:ok, tracer}` (`[]` when it has
-  none) or `:error` when the process is gone.
+  none) or `:error` when the process or the session is gone.
   """
   @spec tracer(t(), pid()) :: {:ok, term()} | :error
   def tracer(handle, pid) do
@@ -271,6 +274,9 @@ defmodule FlameOn.Client.Node.TraceBackend do
       {:tracer, module, state} -> {:ok, {module, state}}
       _ -> :error
     end
+  rescue
+    # the session ended meanwhile (OTP 27: `invalid trace session`)
+    ArgumentError -> :error
   end
 
   @doc """
