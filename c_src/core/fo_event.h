@@ -30,6 +30,7 @@ typedef struct {
 #define FO_EVF_IN_CALL 0x4u    /* out: blocked in a call to another process */
 #define FO_EVF_HAS_THREAD 0x8u /* in/out/exit: thread is the OS thread it ran on
                                   (CPU-sampled sessions) */
+#define FO_EVF_MAJOR_GC 0x10u  /* gc start/end: a major (fullsweep) collection */
 
 typedef struct {
     fo_event_kind kind;

@@ -33,6 +33,7 @@ typedef struct {
     uint32_t *stack_nodes;
     uint64_t call_wait_ns; /* WAITING time of the current call (graph traces) */
     uint32_t call_wait_node; /* the one WAITING leaf that holds it (FO_NONE: none yet) */
+    uint32_t gc_node;        /* while it collects garbage: its GC leaf (FO_NONE: not) */
     int64_t last_ts;
     uint8_t state;       /* fo_proc_state */
     uint8_t has_ts;

@@ -77,6 +77,7 @@ fo_proc *fo_s_proc_for(fo_session *s, uint64_t pid)
     }
     p->sleep_node = p->root;
     p->call_wait_node = FO_NONE;
+    p->gc_node = FO_NONE;
     p->prev_wait_node = FO_NONE;
     p->state = FO_PROC_RUNNING;
     p->unseen = 1;
@@ -219,6 +220,8 @@ static void charge(fo_session *s, fo_proc *p, int64_t ts)
     /* unsigned: far-apart timestamps must not overflow int64 */
     uint64_t delta = (uint64_t)ts - (uint64_t)p->last_ts;
     p->last_ts = ts;
+    if (fo_s_gc_charge(s, p, delta))
+        return;
     if (p->state == FO_PROC_RUNNING) {
         if (s->cpu_sampled) {
             p->cpu_ns += delta; /* shared among its samples' stacks later */
@@ -324,12 +327,14 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         p->unsampled_ns = 0;
         p->call_wait_ns = 0;
         p->call_wait_node = FO_NONE;
+        p->gc_node = FO_NONE;
         p->prev_wait_node = FO_NONE;
         p->prev_wait_ns = 0;
         p->wait_ns = 0;
         break;
     case FO_EV_GC_START:
     case FO_EV_GC_END:
+        fo_s_gc_event(s, p, ev);
         break;
     default:
         s->stats.events--;

@@ -17,8 +17,9 @@ enum {
     FO_FRAME_DEPTH_CAP = 2, /* frames past max_depth, folded into one "…" node */
     FO_FRAME_NODE_CAP = 3,  /* tree full: time of stacks that could not be stored */
     FO_FRAME_WAITING = 4,   /* scheduled out while blocked in a call (graph traces) */
-    FO_FRAME_GC = 5,        /* garbage collection, when gc events are given */
+    FO_FRAME_GC_MINOR = 5,  /* minor garbage collection, when gc events are given */
     FO_FRAME_ATTRIBUTED = 6, /* call wait a traced callee explains (graph traces) */
+    FO_FRAME_GC_MAJOR = 7,  /* major (fullsweep) garbage collection */
     FO_FRAME_FIRST_REAL = 8
 };
 
@@ -48,6 +49,10 @@ typedef struct {
     uint64_t cpu_called_samples; /* CPU samples in C code, their caller found on its stack */
     uint64_t cpu_seen_stops;     /* `out`s placed where a sample saw it in that function */
     uint64_t cpu_entered_stops;  /* `out`s taken as a call from this slice's last sample */
+    uint64_t gc_minor;           /* minor garbage collections started */
+    uint64_t gc_major;           /* major (fullsweep) ones */
+    uint64_t gc_minor_ns;        /* time on GC_MINOR leaves */
+    uint64_t gc_major_ns;        /* time on GC_MAJOR leaves */
 } fo_stats;
 
 typedef struct fo_session fo_session;

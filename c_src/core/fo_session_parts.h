@@ -51,6 +51,12 @@ uint64_t fo_s_move_time(fo_session *s, uint32_t from, uint32_t to, uint64_t ns);
 /* The current call's wait is held in leaf from now (see fo_session.c). */
 void fo_s_hold_call_wait_in(fo_session *s, fo_proc *p, uint32_t leaf);
 
+/* Garbage collection (fo_session_gc.c): a gc start or end event of p, and
+ * the time since its last event, which goes to its GC leaf while it
+ * collects (1: charged there). */
+void fo_s_gc_event(fo_session *s, fo_proc *p, const fo_event *ev);
+int fo_s_gc_charge(fo_session *s, fo_proc *p, uint64_t delta);
+
 /* fo_session_apply's step for CPU-sampled sessions, before the event
  * itself applies (fo_session_cpu.c). */
 void fo_s_cpu_event(fo_session *s, fo_proc *p, const fo_event *ev);

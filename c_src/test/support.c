@@ -418,6 +418,13 @@ void ts_run_line(fo_session *s, const char *line)
         ev = ev_kind(FO_EV_GC_START, pid, ts);
     else if (n == 3 && strcmp(kind, "gc_end") == 0)
         ev = ev_kind(FO_EV_GC_END, pid, ts);
+    else if (n == 3 && strcmp(kind, "gc_major_start") == 0) {
+        ev = ev_kind(FO_EV_GC_START, pid, ts);
+        ev.flags |= FO_EVF_MAJOR_GC;
+    } else if (n == 3 && strcmp(kind, "gc_major_end") == 0) {
+        ev = ev_kind(FO_EV_GC_END, pid, ts);
+        ev.flags |= FO_EVF_MAJOR_GC;
+    }
     else if (n == 4 && strcmp(kind, "call") == 0)
         ev = ev_call(pid, ts, a1, NULL);
     else if (n == 6 && strcmp(kind, "call") == 0 && strcmp(a2, "from") == 0)
@@ -551,8 +558,11 @@ static void ts_frame_name(const fo_session *s, uint32_t frame, char *buf, size_t
     case FO_FRAME_WAITING:
         name = "WAITING";
         break;
-    case FO_FRAME_GC:
-        name = "GC";
+    case FO_FRAME_GC_MINOR:
+        name = "GC_MINOR";
+        break;
+    case FO_FRAME_GC_MAJOR:
+        name = "GC_MAJOR";
         break;
     case FO_FRAME_ATTRIBUTED:
         name = "ATTRIBUTED";
@@ -780,7 +790,11 @@ void ts_assert_pid(const fo_session *s, uint64_t pid, const char *const *expecte
     X(cpu_cut_samples)                                                                             \
     X(cpu_called_samples)                                                                          \
     X(cpu_seen_stops)                                                                              \
-    X(cpu_entered_stops)
+    X(cpu_entered_stops)                                                                           \
+    X(gc_minor)                                                                                    \
+    X(gc_major)                                                                                    \
+    X(gc_minor_ns)                                                                                 \
+    X(gc_major_ns)
 
 char *ts_render_stats(const fo_stats *st)
 {
@@ -902,7 +916,8 @@ void ts_check_tree(const fo_session *s)
                       p->proc);
         if (p->frame == FO_FRAME_SLEEP)
             TREE_FAIL("node %" PRIu32 ": child of a SLEEP leaf", id);
-        if (p->frame == FO_FRAME_DEPTH_CAP && ni->frame != FO_FRAME_SLEEP)
+        if (p->frame == FO_FRAME_DEPTH_CAP && ni->frame != FO_FRAME_SLEEP && ni->frame != FO_FRAME_GC_MINOR &&
+            ni->frame != FO_FRAME_GC_MAJOR)
             TREE_FAIL("node %" PRIu32 ": frame %" PRIu32 " below the depth-cap node", id,
                       ni->frame);
         if (ni->frame == FO_FRAME_NODE_CAP) {

@@ -153,6 +153,8 @@ typedef struct {
     int64_t last_ts;
     uint32_t depth;
     fo_mfa stack[MAX_GEN_DEPTH + 8];
+    int gc;                     /* collecting: its time goes to gc_path */
+    char gc_path[PATH_MAX_LEN]; /* the stack it started in, and its GC leaf */
 } mproc;
 
 typedef struct {
@@ -201,17 +203,10 @@ static void path_add(char *buf, size_t *len, const char *name)
     *len += n;
 }
 
-static void model_charge(model *m, int index, uint64_t dt)
+/* p's stack as a path (max_depth folded into the cap's name); its length */
+static size_t model_stack_path(const model *m, const mproc *p, char *path)
 {
-    if (dt == 0)
-        return;
-    const mproc *p = &m->procs[index];
-    char key[PATH_MAX_LEN];
     size_t len = 0;
-    int w = snprintf(key, sizeof key, "%" PRIu64 " ", p->pid);
-    assert_true(w > 0);
-    size_t prefix = (size_t)w;
-    char path[PATH_MAX_LEN];
     path[0] = '\0';
     for (uint32_t d = 0; d < p->depth; d++) {
         if (d == m->max_depth) {
@@ -222,8 +217,28 @@ static void model_charge(model *m, int index, uint64_t dt)
         ts_mfa_format(p->stack[d], name, sizeof name);
         path_add(path, &len, name);
     }
-    if (p->out)
-        path_add(path, &len, "SLEEP");
+    return len;
+}
+
+static void model_charge(model *m, int index, uint64_t dt)
+{
+    if (dt == 0)
+        return;
+    const mproc *p = &m->procs[index];
+    char key[PATH_MAX_LEN];
+    int w = snprintf(key, sizeof key, "%" PRIu64 " ", p->pid);
+    assert_true(w > 0);
+    size_t prefix = (size_t)w;
+    char path[PATH_MAX_LEN];
+    size_t len;
+    if (p->gc) {
+        len = strlen(p->gc_path);
+        memcpy(path, p->gc_path, len + 1);
+    } else {
+        len = model_stack_path(m, p, path);
+        if (p->out)
+            path_add(path, &len, "SLEEP");
+    }
     assert_true(prefix + len + 8 < sizeof key);
     memcpy(key + prefix, len > 0 ? path : "(root)", (len > 0 ? len : 6) + 1);
     *strmap_slot(&m->folded, key) += dt;
@@ -305,9 +320,17 @@ static void model_apply(model *m, const fo_event *ev)
         p->has_ts = 0;
         p->out = 0;
         p->depth = 0;
+        p->gc = 0;
         break;
     case FO_EV_GC_START:
+        if (!p->gc) {
+            size_t len = model_stack_path(m, p, p->gc_path);
+            path_add(p->gc_path, &len, (ev->flags & FO_EVF_MAJOR_GC) ? "GC_MAJOR" : "GC_MINOR");
+            p->gc = 1;
+        }
+        break;
     case FO_EV_GC_END:
+        p->gc = 0;
         break;
     }
 }

@@ -271,12 +271,26 @@ static const ts_case session_cases[] = {
            "close 130"),
      LINES("1 m:a/0 30"), "events=3"},
 
-    {"gc_events_charge_but_change_nothing", DEFAULT_LIMITS,
+    {"a_collection_is_a_gc_leaf_under_the_stack_it_started_in", DEFAULT_LIMITS,
      LINES("1 0 call m:a/0", "1 10 gc_start", /* a: 10 */
-           "1 50 gc_end",                      /* a: 40 */
+           "1 50 gc_end",                      /* a;GC_MINOR: 40 */
            "1 60 call m:b/0 from m:a/0",       /* a: 10 */
-           "close 100"),                       /* a;b: 40 */
-     LINES("1 m:a/0 60", "1 m:a/0;m:b/0 40"), "events=4"},
+           "1 70 gc_major_start",              /* a;b: 10 */
+           "1 75 gc_major_end",                /* a;b;GC_MAJOR: 5 */
+           "close 100"),                       /* a;b: 25 */
+     LINES("1 m:a/0 20", "1 m:a/0;GC_MINOR 40", "1 m:a/0;m:b/0 35", "1 m:a/0;m:b/0;GC_MAJOR 5"),
+     "events=6 gc_minor=1 gc_major=1 gc_minor_ns=40 gc_major_ns=5"},
+
+    {"a_collection_while_scheduled_out_is_gc_not_sleep", DEFAULT_LIMITS,
+     /* the VM collects a waiting process too: GC, then the wait goes on */
+     LINES("1 0 call m:a/0", "1 10 out", "1 20 gc_start", "1 26 gc_end", "1 30 in", "close 40"),
+     LINES("1 m:a/0 20", "1 m:a/0;SLEEP 14", "1 m:a/0;GC_MINOR 6"),
+     "events=5 gc_minor=1 gc_minor_ns=6"},
+
+    {"a_collection_ends_with_its_process", DEFAULT_LIMITS,
+     LINES("1 0 call m:a/0", "1 10 gc_start", "1 20 exit", "1 30 call m:b/0", "close 40"),
+     LINES("1 m:a/0 10", "1 m:a/0;GC_MINOR 10", "1 m:b/0 10"),
+     "events=4 gc_minor=1 gc_minor_ns=10"},
 
     {"malformed_count_is_added", DEFAULT_LIMITS,
      LINES("malformed 3", "1 0 call m:a/0", "malformed 2", "close 10"), LINES("1 m:a/0 10"),

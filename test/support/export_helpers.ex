@@ -387,7 +387,7 @@ defmodule FlameOn.Client.Test.ExportHelpers do
       b => [
         {"Srv.handle_call/3", 200},
         {"Srv.handle_call/3;GenServer.call/3;WAITING", 10},
-        {"Srv.handle_call/3;GC", 4}
+        {"Srv.handle_call/3;GC_MINOR", 4}
       ],
       c => [{"Leaf.work/0", 80}, {"Leaf.work/0;SLEEP", 9}]
     }

@@ -26,6 +26,7 @@
     A(gc_major_end)                                                                            \
     A(gc_start)                                                                                \
     A(gc_end)                                                                                  \
+    A(garbage_collection)                                                                      \
     A(sleep)                                                                                   \
     A(depth_cap)                                                                               \
     A(node_cap)                                                                                \
@@ -34,7 +35,8 @@
     A(plain)                                                                                   \
     A(waited)                                                                                  \
     A(leading)                                                                                 \
-    A(gc)                                                                                      \
+    A(gc_minor)                                                                                \
+    A(gc_major)                                                                                \
     A(process)                                                                                 \
     A(max_nodes)                                                                               \
     A(max_depth)                                                                               \

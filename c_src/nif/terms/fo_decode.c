@@ -149,8 +149,12 @@ static fo_decode_result decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_T
         out->kind = FO_EV_EXIT;
     } else if (tag == fo_atom_gc_minor_start || tag == fo_atom_gc_major_start || tag == fo_atom_gc_start) {
         out->kind = FO_EV_GC_START;
+        if (tag == fo_atom_gc_major_start)
+            out->flags = FO_EVF_MAJOR_GC;
     } else if (tag == fo_atom_gc_minor_end || tag == fo_atom_gc_major_end || tag == fo_atom_gc_end) {
         out->kind = FO_EV_GC_END;
+        if (tag == fo_atom_gc_major_end)
+            out->flags = FO_EVF_MAJOR_GC;
     } else {
         return FO_DECODE_IGNORED;
     }

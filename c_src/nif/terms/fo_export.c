@@ -17,8 +17,10 @@ static ERL_NIF_TERM frame_term(ErlNifEnv *env, const fo_session *s, uint32_t fra
         return fo_atom_node_cap;
     case FO_FRAME_WAITING:
         return fo_atom_waiting;
-    case FO_FRAME_GC:
-        return fo_atom_gc;
+    case FO_FRAME_GC_MINOR:
+        return fo_atom_gc_minor;
+    case FO_FRAME_GC_MAJOR:
+        return fo_atom_gc_major;
     case FO_FRAME_ATTRIBUTED:
         return fo_atom_attributed;
     default:

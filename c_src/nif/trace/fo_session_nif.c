@@ -194,9 +194,14 @@ static void put_count(ErlNifEnv *env, ERL_NIF_TERM *map, const char *key, uint64
     enif_make_map_put(env, *map, enif_make_atom(env, key), enif_make_uint64(env, value), map);
 }
 
-/* Native mode's own counters (fo_session.h, fo_cpu_ask.h). */
+/* Native mode's own counters (fo_session.h, fo_cpu_ask.h), and the
+ * garbage collections of every mode. */
 static ERL_NIF_TERM with_cpu_stats(ErlNifEnv *env, const fo_session_res *res, const fo_stats *st, ERL_NIF_TERM map)
 {
+    put_count(env, &map, "gc_minor", st->gc_minor);
+    put_count(env, &map, "gc_major", st->gc_major);
+    put_count(env, &map, "gc_minor_ns", st->gc_minor_ns);
+    put_count(env, &map, "gc_major_ns", st->gc_major_ns);
     if (!res->cpu_sampled)
         return map;
     put_count(env, &map, "cpu_unsampled_ns", st->cpu_unsampled_ns);

@@ -46,7 +46,8 @@ defmodule FlameOn.Client.Profile do
 
   `{MyApp.Mod, :fun, 2}` is `"MyApp.Mod.fun/2"`, `{:lists, :reverse, 1}` is
   `"lists:reverse/1"`. Synthetic frames: `"SLEEP"` (scheduled out),
-  `"WAITING"` (unattributed wait), `"GC"`, `"[running]"`, `"[runnable]"`,
+  `"WAITING"` (unattributed wait), `"GC_MINOR"` and `"GC_MAJOR"` (a
+  garbage collection, where the trace gets its events), `"[running]"`, `"[runnable]"`,
   `"[waiting]"`, ... (the sampled process status at the root of each stack,
   mode `:sample` with `split_status: true`), `"…"` (frames past `max_depth`)
   and `"[truncated]"` (stacks past `max_nodes` / `max_frames`). `";"` and
@@ -104,7 +105,8 @@ defmodule FlameOn.Client.Profile do
           | :depth_cap
           | :node_cap
           | :waiting
-          | :gc
+          | :gc_minor
+          | :gc_major
           | :attributed
           | :undefined
 
@@ -114,7 +116,8 @@ defmodule FlameOn.Client.Profile do
     node_cap: "[truncated]",
     waiting: "WAITING",
     attributed: "ATTRIBUTED",
-    gc: "GC"
+    gc_minor: "GC_MINOR",
+    gc_major: "GC_MAJOR"
   }
 
   @doc """

@@ -72,7 +72,7 @@ defmodule FlameOn.Client.FoldedTest do
           {[], 2_000},
           {[{:lists, :reverse, 1}, {MyApp.Mod, :run, 2}], 1_500_000},
           {[:sleep, {MyApp.Mod, :run, 2}], 3_000},
-          {[:gc, :waiting, :node_cap, :depth_cap, {MyApp.Mod, :run, 2}], 7_000}
+          {[:gc_minor, :waiting, :node_cap, :depth_cap, {MyApp.Mod, :run, 2}], 7_000}
         ]
       }
 
@@ -83,7 +83,7 @@ defmodule FlameOn.Client.FoldedTest do
                  {"", 2},
                  {"MyApp.Mod.run/2;SLEEP", 3},
                  {"MyApp.Mod.run/2;lists:reverse/1", 1500},
-                 {"MyApp.Mod.run/2;…;[truncated];WAITING;GC", 7}
+                 {"MyApp.Mod.run/2;…;[truncated];WAITING;GC_MINOR", 7}
                ]
              }
 
@@ -97,7 +97,7 @@ defmodule FlameOn.Client.FoldedTest do
                t;<0.4242.0> 2
                t;<0.4242.0>;MyApp.Mod.run/2;SLEEP 3
                t;<0.4242.0>;MyApp.Mod.run/2;lists:reverse/1 1500
-               t;<0.4242.0>;MyApp.Mod.run/2;…;[truncated];WAITING;GC 7
+               t;<0.4242.0>;MyApp.Mod.run/2;…;[truncated];WAITING;GC_MINOR 7
                """
     end
 
@@ -143,7 +143,8 @@ defmodule FlameOn.Client.FoldedTest do
       assert Profile.frame_name(:depth_cap) == "…"
       assert Profile.frame_name(:node_cap) == "[truncated]"
       assert Profile.frame_name(:waiting) == "WAITING"
-      assert Profile.frame_name(:gc) == "GC"
+      assert Profile.frame_name(:gc_minor) == "GC_MINOR"
+      assert Profile.frame_name(:gc_major) == "GC_MAJOR"
     end
   end
 end

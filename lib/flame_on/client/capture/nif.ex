@@ -2,7 +2,8 @@ defmodule FlameOn.Client.Capture.Nif do
   @moduledoc false
   # mode: :nif – exact stacks from call tracing, with the NIF as the tracer
   # module: the VM hands each call, return_to and scheduling event to the
-  # NIF inside the traced process, which folds it into the core session
+  # NIF inside the traced process, and each garbage collection of it
+  # (a GC_MINOR or GC_MAJOR leaf), which folds it into the core session
   # with no message. Needs the call patterns on every function while it
   # runs (every process of the node pays their breakpoint check).
   use FlameOn.Client.Capture.Mode
@@ -12,7 +13,7 @@ defmodule FlameOn.Client.Capture.Nif do
 
   # The NIF stamps events itself, so no :monotonic_timestamp flag.
   @impl true
-  def flags, do: [:call, :return_to, :running, :arity]
+  def flags, do: [:call, :return_to, :running, :arity, :garbage_collection]
 
   @impl true
   def call_patterns?, do: true

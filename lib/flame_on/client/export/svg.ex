@@ -231,7 +231,8 @@ defmodule FlameOn.Client.Export.SVG do
   defp color(:process, _name), do: "rgb(222,205,160)"
   defp color(:frame, "WAITING"), do: "rgb(80,140,230)"
   defp color(:frame, "SLEEP"), do: "rgb(165,165,165)"
-  defp color(:frame, "GC"), do: "rgb(180,120,220)"
+  defp color(:frame, "GC_MINOR"), do: "rgb(180,120,220)"
+  defp color(:frame, "GC_MAJOR"), do: "rgb(150,90,200)"
   defp color(:frame, "…"), do: "rgb(205,205,205)"
   defp color(:frame, "[truncated]"), do: "rgb(205,205,205)"
 
@@ -245,7 +246,8 @@ defmodule FlameOn.Client.Export.SVG do
     items = [
       {"CPU", color(:frame, "CPU")},
       {"WAITING (unexplained wait)", color(:frame, "WAITING")},
-      {"SLEEP (scheduled out)", color(:frame, "SLEEP")}
+      {"SLEEP (scheduled out)", color(:frame, "SLEEP")},
+      {"GC", color(:frame, "GC_MINOR")}
     ]
 
     {parts, _x} =

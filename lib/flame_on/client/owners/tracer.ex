@@ -51,7 +51,7 @@ defmodule FlameOn.Client.Owners.Tracer do
   alias FlameOn.Client.Profile
   alias FlameOn.Client.Node.TraceBackend
 
-  @flags [:call, :return_to, :running, :arity, :monotonic_timestamp]
+  @flags [:call, :return_to, :running, :arity, :garbage_collection, :monotonic_timestamp]
   @batch_size 2000
   @default_timeout 30_000
   # Extra time the caller of finish/2 waits beyond the drain budget, for
@@ -76,7 +76,7 @@ defmodule FlameOn.Client.Owners.Tracer do
   The trace flags a session uses (without the `{:tracer, pid}` entry).
 
       iex> FlameOn.Client.Owners.Tracer.trace_flags()
-      [:call, :return_to, :running, :arity, :monotonic_timestamp]
+      [:call, :return_to, :running, :arity, :garbage_collection, :monotonic_timestamp]
   """
   @spec trace_flags() :: [atom()]
   def trace_flags, do: @flags
