@@ -49,6 +49,7 @@ typedef struct {
     uint64_t cpu_called_samples; /* CPU samples in C code, their caller found on its stack */
     uint64_t cpu_seen_stops;     /* `out`s placed where a sample saw it in that function */
     uint64_t cpu_entered_stops;  /* `out`s taken as a call from this slice's last sample */
+    uint64_t cpu_broken_chains;  /* C-code samples whose chain missed the process's root frame */
     uint64_t gc_minor;           /* minor garbage collections started */
     uint64_t gc_major;           /* major (fullsweep) ones */
     uint64_t gc_minor_ns;        /* time on GC_MINOR leaves */

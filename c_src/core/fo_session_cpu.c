@@ -190,6 +190,20 @@ static int stop_at(fo_session *s, fo_proc *p, uint32_t key)
 void fo_s_cpu_event(fo_session *s, fo_proc *p, const fo_event *ev)
 {
     switch (ev->kind) {
+    case FO_EV_GC_START:
+        /* The collection's time is exact (its GC leaf): the slice pauses
+         * on its thread, and the collector's own samples are not taken */
+        if (p->thread != 0 && p->gc_node == FO_NONE && p->slice_from != INT64_MAX) {
+            uint64_t thread = p->thread;
+            end_slice(s, p, ev->ts_ns);
+            p->thread = thread;
+            p->slice_from = INT64_MAX;
+        }
+        break;
+    case FO_EV_GC_END:
+        if (p->thread != 0 && p->slice_from == INT64_MAX)
+            p->slice_from = ev->ts_ns;
+        break;
     case FO_EV_IN:
         end_slice(s, p, ev->ts_ns); /* an `out` went missing */
         flush_pending(s, p, 1);
@@ -244,6 +258,16 @@ void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, ui
     fo_proc *p = fo_s_proc_for(s, pid);
     if (p == NULL) {
         s->stats.dropped_events++;
+        return;
+    }
+    /* The kernel follows frame pointers out of C code that keeps none: a
+     * chain from a C leaf that does not reach the process's outermost
+     * frame broke on the way (seen: one Erlang frame, at the root). Its
+     * innermost Erlang frame is where the C code was called from. */
+    if (count > erlang_frames && erlang_frames > 0 && p->depth > 0 && p->overflow == 0 &&
+        fo_s_intern(s, &frames[0]) != p->stack_frames[0]) {
+        s->stats.cpu_broken_chains++;
+        fo_session_cpu_sample_in(s, pid, &frames[erlang_frames - 1], &frames[count - 1]);
         return;
     }
     s->stats.events++;

@@ -245,18 +245,23 @@ static void scripted_source(void *ctx, fo_session *s, uint64_t pid, uint64_t thr
         int cut = at->stack[0] == '^';
         fo_mfa frames[64];
         uint32_t count = 0;
+        uint32_t erlang = 0;
         char copy[512];
         snprintf(copy, sizeof copy, "%s", at->stack + cut);
         char *save = NULL;
+        /* "m:a/0;m:b/0;!erts:c/0": Erlang frames, then a C leaf */
         for (char *part = strtok_r(copy, ";", &save); part != NULL; part = strtok_r(NULL, ";", &save)) {
             assert_true(count < 64);
-            frames[count++] = ts_mfa(part);
+            int c_leaf = part[0] == '!';
+            frames[count++] = ts_mfa(part + c_leaf);
+            if (!c_leaf)
+                erlang = count;
         }
         fo_mfa marker = ts_mfa("m:cut/0");
         if (cut)
-            fo_session_cpu_sample_cut(s, pid, frames, count, count, &marker);
+            fo_session_cpu_sample_cut(s, pid, frames, count, erlang, &marker);
         else
-            fo_session_cpu_sample(s, pid, frames, count, count);
+            fo_session_cpu_sample(s, pid, frames, count, erlang);
     }
 }
 
@@ -791,6 +796,7 @@ void ts_assert_pid(const fo_session *s, uint64_t pid, const char *const *expecte
     X(cpu_called_samples)                                                                          \
     X(cpu_seen_stops)                                                                              \
     X(cpu_entered_stops)                                                                           \
+    X(cpu_broken_chains)                                                                           \
     X(gc_minor)                                                                                    \
     X(gc_major)                                                                                    \
     X(gc_minor_ns)                                                                                 \

@@ -342,6 +342,37 @@ static const ts_case cpu_cases[] = {
      LINES("1 m:r/0;m:t/0;erts:clock/0 5", "1 m:r/0;m:a/0 5",
            "1 m:r/0;m:t/0;erts:clock/0 samples=1 weight=0", "1 m:r/0;m:a/0 samples=1 weight=0"),
      "events=4 samples=2 cpu_called_samples=1"},
+    {"a_collection_pauses_the_slice_its_samples_are_not_taken", DEFAULT_LIMITS,
+     /* 10 of GC, exact; the sample in the collector is not one of a's or
+      * b's, and the running time left (20) is shared by the other two */
+     LINES("cpu_sampled",
+           "at 1 5 m:a/0",
+           "at 1 15 !erts:gc/0",
+           "at 1 25 m:a/0;m:b/0",
+           "1 0 in@1",
+           "1 10 gc_start",
+           "1 20 gc_end",
+           "1 30 out",
+           "close 30",
+           "settle"),
+     LINES("1 m:a/0 10", "1 m:a/0;GC_MINOR 10", "1 m:a/0;m:b/0 10",
+           "1 m:a/0 samples=1 weight=0", "1 m:a/0;m:b/0 samples=1 weight=0"),
+     "events=6 samples=2 gc_minor=1 gc_minor_ns=10"},
+    {"a_c_chain_that_misses_the_root_is_a_call_from_its_erlang_frame", DEFAULT_LIMITS,
+     /* the kernel's walk out of the C code stopped at t: t was seen under
+      * r;a, so the C code goes there; a chain from the root is kept */
+     LINES("cpu_sampled",
+           "at 1 2 m:r/0;m:a/0;m:t/0",
+           "at 1 4 m:t/0;!erts:clock/0",
+           "at 1 5 m:r/0;m:a/0;m:t/0;!erts:clock/0",
+           "1 0 in@1",
+           "1 inside m:r/0",
+           "1 6 out",
+           "close 6",
+           "settle"),
+     LINES("1 m:r/0;m:a/0;m:t/0 2", "1 m:r/0;m:a/0;m:t/0;erts:clock/0 4",
+           "1 m:r/0;m:a/0;m:t/0 samples=1 weight=0", "1 m:r/0;m:a/0;m:t/0;erts:clock/0 samples=2 weight=0"),
+     "events=5 samples=3 cpu_called_samples=1 cpu_broken_chains=1"},
 };
 // clang-format on
 

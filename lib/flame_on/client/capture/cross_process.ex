@@ -85,17 +85,22 @@ defmodule FlameOn.Client.Capture.CrossProcess do
   # mode tracer :process: the root's own events go to its timeline (its
   # receive events too), and its :send flag runs the cross-process
   # handle's send pattern.
+  #
+  # Garbage collections are not followed across processes yet (the graph
+  # tracer and the callees' flags do not take them): none for the root
+  # either, so that all its processes tell their time the same way.
   defp flags(target, opts, mode, %{handle: handle, timeline: timeline}) do
     follow = if opts.follow == :messages, do: @follow_flags, else: []
+    own = mode.flags() -- [:garbage_collection]
 
     case mode.tracer() do
       :core ->
-        [{handle, mode.flags() ++ @graph_flags ++ follow}]
+        [{handle, own ++ @graph_flags ++ follow}]
 
       :process when elem(target, 0) == :self ->
         timeline_handle = Tracer.handle(timeline)
         if follow != [], do: receive_pattern(timeline_handle)
-        [{timeline_handle, mode.flags() ++ (follow -- [:set_on_spawn])}, {handle, [:send]}]
+        [{timeline_handle, own ++ (follow -- [:set_on_spawn])}, {handle, [:send]}]
     end
   end
 

@@ -23,7 +23,7 @@ defmodule FlameOn.Client.Capture.Native do
   def description, do: "CPU samples from Linux perf events (+JPperf true); no call breakpoints"
 
   @impl true
-  def flags, do: [:running]
+  def flags, do: [:running, :garbage_collection]
 
   @impl true
   def call_patterns?, do: false

@@ -16,7 +16,7 @@ defmodule FlameOn.Client.Capture.Sample do
   def description, do: "stack samples and exact on/off-CPU time; no call breakpoints"
 
   @impl true
-  def flags, do: [:running]
+  def flags, do: [:running, :garbage_collection]
 
   @impl true
   def call_patterns?, do: false
