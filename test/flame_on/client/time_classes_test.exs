@@ -18,6 +18,11 @@ defmodule FlameOn.Client.TimeClassesTest do
     for _ <- 1..times, reduce: 0, do: (acc -> acc + length(:erlang.binary_to_list(bin)))
   end
 
+  # the least share of the collections' time under the allocating function
+  defp placed_share(mode) when mode in [:nif, :process], do: 1.0
+  defp placed_share(:native), do: 0.5
+  defp placed_share(:sample), do: 0.0
+
   # what an independent :erlang.trace of the same work says: collections
   # and their time (µs)
   defp traced_gc(fun) do
@@ -76,11 +81,7 @@ defmodule FlameOn.Client.TimeClassesTest do
       in_builder = Enum.sum(for {stack, us} <- gc_stacks, stack =~ "build_lists/1", do: us)
       all_gc = Enum.sum(Enum.map(gc_stacks, &elem(&1, 1)))
 
-      case unquote(mode) do
-        mode when mode in [:nif, :process] -> assert in_builder == all_gc, inspect(gc_stacks)
-        :native -> assert in_builder >= 0.5 * all_gc, inspect(gc_stacks)
-        :sample -> :ok
-      end
+      assert in_builder >= placed_share(unquote(mode)) * all_gc, inspect(gc_stacks)
 
       stats = profile.stats
       assert stats.gc_minor + stats.gc_major >= 1
