@@ -25,6 +25,11 @@ typedef struct {
     uint32_t arity;
 } fo_mfa;
 
+static inline int fo_mfa_equal(const fo_mfa *a, const fo_mfa *b)
+{
+    return a->module == b->module && a->function == b->function && a->arity == b->arity;
+}
+
 #define FO_EVF_HAS_MFA 0x1u    /* mfa is set (return_to: not `undefined`; out: where it stopped) */
 #define FO_EVF_HAS_CALLER 0x2u /* call: caller is set (not `undefined`) */
 #define FO_EVF_IN_CALL 0x4u    /* out: blocked in a call to another process */

@@ -15,11 +15,6 @@ static uint64_t mfa_hash(const fo_mfa *m)
     return h ^ (h >> 31);
 }
 
-static int mfa_equal(const fo_mfa *a, const fo_mfa *b)
-{
-    return a->module == b->module && a->function == b->function && a->arity == b->arity;
-}
-
 static uint64_t rehash_frame(const void *table, uint32_t index)
 {
     return mfa_hash(&((const fo_frames *)table)->mfas[index]);
@@ -58,7 +53,7 @@ uint32_t fo_frames_intern(fo_frames *t, const fo_mfa *mfa)
     uint64_t hash = mfa_hash(mfa);
     for (uint32_t i = fo_index_start(&t->index, hash); t->index.slots[i] != 0; i = fo_index_next(&t->index, i)) {
         uint32_t index = t->index.slots[i] - 1;
-        if (mfa_equal(&t->mfas[index], mfa))
+        if (fo_mfa_equal(&t->mfas[index], mfa))
             return t->first_id + index;
     }
     if (t->count >= t->limit)

@@ -329,6 +329,15 @@ defmodule FlameOn.Client.TestHelpers do
     |> Enum.max(fn -> 0 end)
   end
 
+  @doc "True once `fun.()` returns true, polled every 10 ms up to `tries` times."
+  def until(fun, tries) do
+    cond do
+      fun.() -> true
+      tries == 0 -> false
+      true -> Process.sleep(10) && until(fun, tries - 1)
+    end
+  end
+
   @doc "Microseconds of `pid`'s stacks for which `fun.(stack)` is true."
   def time_where(profile, pid, fun) do
     for {stack, us} <- Map.get(profile.stacks, pid, []), fun.(stack), reduce: 0 do

@@ -5,17 +5,12 @@
 #include "fo_perf.h"
 #include "fo_symbols.h"
 
-static int same_mfa(const fo_mfa *a, const fo_mfa *b)
-{
-    return a->module == b->module && a->function == b->function && a->arity == b->arity;
-}
-
 uint32_t fo_cpu_scope_start(const fo_cpu_scope *scope, const fo_mfa *frames, uint32_t count)
 {
     if (scope == NULL || !scope->has_root)
         return 0;
     for (uint32_t i = count; i-- > 0;) {
-        if (same_mfa(&frames[i], &scope->root))
+        if (fo_mfa_equal(&frames[i], &scope->root))
             return i;
     }
     return 0;
@@ -53,7 +48,7 @@ uint32_t fo_cpu_frames(const uint64_t *ips, uint32_t n, const fo_cpu_scope *scop
     int rooted = 0;
     if (scope != NULL && scope->has_root) {
         for (uint32_t i = 0; i < count && !rooted; i++) {
-            if (same_mfa(&leafward[i], &scope->root)) {
+            if (fo_mfa_equal(&leafward[i], &scope->root)) {
                 keep = i + 1;
                 rooted = 1;
             }

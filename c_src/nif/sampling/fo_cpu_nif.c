@@ -93,29 +93,13 @@ static void release_session(fo_session_res *res, ERL_NIF_TERM slot_key)
         enif_release_resource(res);
 }
 
-static int same_mfa(const fo_mfa *a, const fo_mfa *b)
-{
-    return a->module == b->module && a->function == b->function && a->arity == b->arity;
-}
-
-/* {M, F, A} or {M, F, A, Location}: the MFA part. */
-static int decode_frame(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
-{
-    int arity;
-    const ERL_NIF_TERM *items;
-    if (!enif_get_tuple(env, term, &arity, &items) || (arity != 3 && arity != 4))
-        return 0;
-    ERL_NIF_TERM mfa = arity == 3 ? term : enif_make_tuple3(env, items[0], items[1], items[2]);
-    return fo_decode_mfa(env, mfa, out);
-}
-
 /* The first count frames of list (innermost first) into frames, root
  * first. 0 when one is not a frame. */
 static int decode_stack(ErlNifEnv *env, ERL_NIF_TERM list, fo_mfa *frames, uint32_t count)
 {
     ERL_NIF_TERM head;
     for (uint32_t i = 0; i < count; i++) {
-        if (!enif_get_list_cell(env, list, &head, &list) || !decode_frame(env, head, &frames[count - 1 - i]))
+        if (!enif_get_list_cell(env, list, &head, &list) || !fo_decode_frame(env, head, &frames[count - 1 - i]))
             return 0;
     }
     return 1;
@@ -145,7 +129,7 @@ static ERL_NIF_TERM context(ErlNifEnv *env, fo_session_res *res, const ErlNifPid
     uint32_t from = fo_cpu_scope_start(&res->cpu_scope, frames, count);
     count -= from;
     /* a BIF that traps is its current function, not a frame */
-    if (count > 0 && !same_mfa(&frames[from + count - 1], &key))
+    if (count > 0 && !fo_mfa_equal(&frames[from + count - 1], &key))
         frames[from + count++] = key;
     ERL_NIF_TERM result = fo_atom_stale;
     if (count > 0) {
@@ -155,7 +139,7 @@ static ERL_NIF_TERM context(ErlNifEnv *env, fo_session_res *res, const ErlNifPid
             fo_resource_fold(res, env); /* its `out` comes first */
             fo_session_cpu_context(res->core, (uint64_t)pid.pid, &key, frames + from, count);
             fo_cpu_asks_answered(res->asks, (uint64_t)pid.pid, &key, fo_clock_now(&res->clock));
-            result = same_mfa(&key, &asked) ? fo_atom_ok : fo_atom_moved;
+            result = fo_mfa_equal(&key, &asked) ? fo_atom_ok : fo_atom_moved;
         }
         fo_spin_unlock(&res->lock);
     }

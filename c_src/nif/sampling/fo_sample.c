@@ -17,17 +17,6 @@
 /* {slept, N}: ticks a sampler slept through (fo_wake.h), not a stack. */
 #define FO_SAMPLE_SLEPT 0x100u
 
-/* {M, F, A} or {M, F, A, Location}: the MFA part. */
-static int decode_frame(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
-{
-    int arity;
-    const ERL_NIF_TERM *items;
-    if (!enif_get_tuple(env, term, &arity, &items) || (arity != 3 && arity != 4))
-        return 0;
-    ERL_NIF_TERM mfa = arity == 3 ? term : enif_make_tuple3(env, items[0], items[1], items[2]);
-    return fo_decode_mfa(env, mfa, out);
-}
-
 /* frames == NULL: the stack the process already has, `times` times. */
 static ERL_NIF_TERM apply(ErlNifEnv *env, fo_session_res *res, uint64_t pid, int64_t ts, const fo_mfa *frames,
                           uint32_t count, uint64_t weight, unsigned how, uint32_t times)
@@ -107,7 +96,7 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     /* The list is innermost first; the core wants the root first. */
     list = argv[2];
     for (uint32_t i = 0; i < count; i++) {
-        if (!enif_get_list_cell(env, list, &head, &list) || !decode_frame(env, head, &frames[count - 1 - i])) {
+        if (!enif_get_list_cell(env, list, &head, &list) || !fo_decode_frame(env, head, &frames[count - 1 - i])) {
             enif_free(frames);
             return enif_make_badarg(env);
         }

@@ -217,3 +217,13 @@ void fo_decode_apply(fo_session *s, fo_decode_result result, const fo_event *ev)
     else
         fo_session_count_malformed(s, 1);
 }
+
+int fo_decode_frame(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out)
+{
+    int arity;
+    const ERL_NIF_TERM *items;
+    if (!enif_get_tuple(env, term, &arity, &items) || (arity != 3 && arity != 4))
+        return 0;
+    ERL_NIF_TERM mfa = arity == 3 ? term : enif_make_tuple3(env, items[0], items[1], items[2]);
+    return fo_decode_mfa(env, mfa, out);
+}

@@ -38,6 +38,9 @@ fo_decode_result fo_decode_check_atoms(ErlNifEnv *env, fo_event *ev);
 /* {M, F, Arity} or {M, F, Args} into an fo_mfa; 0 when it is neither. */
 int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out);
 
+/* A stacktrace frame, {M, F, A} or {M, F, A, Location}: its MFA part. */
+int fo_decode_frame(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out);
+
 /* What a decoded event does to a session: applied, or counted as ignored
  * or malformed. The one place both front ends hand events to the core. */
 void fo_decode_apply(fo_session *s, fo_decode_result result, const fo_event *ev);

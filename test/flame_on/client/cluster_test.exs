@@ -605,15 +605,6 @@ defmodule FlameOn.Client.ClusterTest do
     end
   end
 
-  # true once fun returns true, within tries × 10 ms
-  defp until(fun, tries) do
-    cond do
-      fun.() -> true
-      tries == 0 -> false
-      true -> Process.sleep(10) && until(fun, tries - 1)
-    end
-  end
-
   test "mode :sample across nodes: B's server is sampled, no call pattern is set on either node",
        %{peers: peers} do
     b = peers.b.node

@@ -39,15 +39,6 @@ defmodule FlameOn.Client.NativeModeTest do
     stats.users == 0 and stats.threads == 0
   end
 
-  # true once fun returns true, within tries × 10 ms
-  defp until(fun, tries) do
-    cond do
-      fun.() -> true
-      tries == 0 -> false
-      true -> Process.sleep(10) && until(fun, tries - 1)
-    end
-  end
-
   describe "where native sampling runs (+JPperf true)" do
     @describetag :native
 
