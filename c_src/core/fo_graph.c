@@ -278,6 +278,8 @@ struct fo_graph {
     uint8_t has_root;
     uint8_t closed;
     uint8_t follow_messages;
+    uint8_t outsider_count;
+    uint64_t outsiders[FO_GRAPH_OUTSIDERS];
     fo_graph_stats stats;
 };
 
@@ -335,6 +337,22 @@ uint64_t fo_graph_trace_id(const fo_graph *g)
 void fo_graph_follow_messages(fo_graph *g, int on)
 {
     g->follow_messages = on != 0;
+}
+
+int fo_graph_outsider(fo_graph *g, uint64_t pid)
+{
+    if (g->outsider_count >= FO_GRAPH_OUTSIDERS)
+        return 0;
+    g->outsiders[g->outsider_count++] = pid;
+    return 1;
+}
+
+static int outsider(const fo_graph *g, uint64_t pid)
+{
+    for (uint8_t i = 0; i < g->outsider_count; i++)
+        if (g->outsiders[i] == pid)
+            return 1;
+    return 0;
 }
 
 /* b - a for b >= a, as unsigned: far-apart timestamps must not overflow
@@ -1215,7 +1233,7 @@ int fo_graph_reply_received(fo_graph *g, uint64_t caller, uint64_t tag, int64_t 
 
 static void invite(fo_graph *g, const gproc *q, uint64_t to)
 {
-    if (to == 0 || !can_pass_on(g, q) || top_span(g, to) != FO_NONE)
+    if (to == 0 || !can_pass_on(g, q) || top_span(g, to) != FO_NONE || outsider(g, to))
         return;
     ginvite *i = &g->invites[g->invite_next];
     g->invite_next = (g->invite_next + 1) % INVITES;
@@ -1270,6 +1288,8 @@ void fo_graph_message_sent(fo_graph *g, uint64_t from, uint64_t to, int64_t ts)
  * from is on another node. The new span, or FO_NONE. */
 static uint32_t join(fo_graph *g, uint32_t parent, uint64_t from, uint64_t to, int64_t ts)
 {
+    if (outsider(g, to))
+        return FO_NONE;
     gproc *p = find_proc(g, to);
     drop_provisional(g, p, ts);
     if (p != NULL && p->top != FO_NONE)

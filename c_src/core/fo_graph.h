@@ -192,6 +192,13 @@ uint64_t fo_graph_trace_id(const fo_graph *g);
  * takes, whichever comes first. */
 void fo_graph_follow_messages(fo_graph *g, int on);
 
+/* A process of the profiler's own that the trace's messages reach but
+ * that never works for it (capture_next's waiting process: the captured
+ * process tells it of the call with the trace's token). No message or
+ * spawn brings it in. 0 when FO_GRAPH_OUTSIDERS are noted already. */
+#define FO_GRAPH_OUTSIDERS 4
+int fo_graph_outsider(fo_graph *g, uint64_t pid);
+
 /* The root process's span (id 0); FO_NONE if a root exists already or the
  * graph is closed. */
 uint32_t fo_graph_root(fo_graph *g, uint64_t pid, int64_t ts);

@@ -30,6 +30,7 @@
  *     "close TS"                      fo_graph_close
  *     "active P 0|1"                  assert fo_graph_active
  *     "following P 0|1"               assert fo_graph_following
+ *     "outsider P"                    fo_graph_outsider
  *     "waiting P N CALLEE|-"          assert fo_graph_waiting_call
  *     "current P ID|-"                assert fo_graph_current_span
  *     "note KIND P TS [NS]"           assert the next note (joined, left,
@@ -228,6 +229,8 @@ static int run_line(fo_graph *g, const char *line)
     if (n == 3 && strcmp(w[0], "active") == 0) {
         if (fo_graph_active(g, key(w[1])) != num(w[2], line))
             fail_msg("'%s' does not hold", line);
+    } else if (n == 2 && strcmp(w[0], "outsider") == 0) {
+        assert_int_equal(fo_graph_outsider(g, key(w[1])), 1);
     } else if (n == 3 && strcmp(w[0], "following") == 0) {
         if (fo_graph_following(g, key(w[1])) != num(w[2], line))
             fail_msg("'%s' does not hold", line);
@@ -1058,6 +1061,21 @@ static const graph_case graph_cases[] = {
            "2 S 0 26..30 self=4 wait=0/0/0 on=- ok work"),
      "spans=3 processes=2 wakes=2 attributed_wakes=2 joins=2 edges=2",
      LINES("0->1 12..20 ns=8 wakes=1", "0->2 26..30 ns=4 wakes=1"), 0, 0},
+
+    /* capture_next: the captured root tells the capture's own process W of
+     * its call (with the trace's token) and spawns a task T: T works for
+     * the trace, W never does. */
+    {"an_outsider_is_never_brought_in", DEFAULTS,
+     LINES("outsider W", "root A 0",
+           "msgsent A W 1", "msg W A 2", "following W 0",
+           "spawn A T 3", "msgsent A T 4", "msg T A 5", "following T 1", "out A 6",
+           "msgsent T A 20", "in A 21", "rcv A 21 T",
+           "msgsent A W 30", "msg W A 31", "following W 0",
+           "close 40"),
+     LINES("0 A - 0..40 self=25 wait=15/14/1(p1) on=T ok root",
+           "1 T 0 3..20 self=17 wait=0/0/0 on=- ok work"),
+     "spans=2 processes=2 wakes=1 attributed_wakes=1 joins=1 edges=1",
+     LINES("0->1 6..20 ns=14 wakes=1"), 0, 0},
 
     /* httpc-like: the handler replies to the manager's call, then goes on
      * with the HTTP exchange (a port wakes it) and sends the result. */

@@ -64,6 +64,20 @@ ERL_NIF_TERM fo_graph_owner_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     return fo_atom_ok;
 }
 
+// graph_outsider(Session, Pid)
+ERL_NIF_TERM fo_graph_outsider_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid pid;
+    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->xproc == NULL)
+        return enif_make_badarg(env);
+    fo_spin_lock(&res->lock);
+    int noted = fo_graph_outsider(res->xproc->graph, (uint64_t)pid.pid);
+    fo_spin_unlock(&res->lock);
+    return noted ? fo_atom_ok : fo_atom_error;
+}
+
 // graph_role(Pid)
 ERL_NIF_TERM fo_graph_role_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {

@@ -23,6 +23,10 @@ ERL_NIF_TERM fo_graph_watch_callees_nif(ErlNifEnv *env, int argc, const ERL_NIF_
 // FollowMessages false: the trace follows GenServer calls only, and its
 // processes have no receive events.
 ERL_NIF_TERM fo_graph_owner_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+// graph_outsider(Session, Pid) -> ok | error: no message or spawn of the
+// trace brings Pid in (a process of ours the trace's messages reach);
+// error when FO_GRAPH_OUTSIDERS are noted already.
+ERL_NIF_TERM fo_graph_outsider_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 // graph_role(Pid) -> root | follower | nil: Pid is the root of a running
 // graph trace, or works for one (its trace flags must stay), or neither.

@@ -34,6 +34,8 @@ defmodule FlameOn.Client.NextCallTest.Work do
 
   def via_server(server, ms), do: {:via, GenServer.call(server, {:spin, ms})}
 
+  def via_task(ms), do: {:task, Task.await(Task.async(fn -> busy(ms) end))}
+
   def fail(ms) do
     busy(ms)
     raise ArgumentError, "failed on purpose"
@@ -289,6 +291,30 @@ defmodule FlameOn.Client.NextCallTest do
              )
 
       GenServer.stop(server)
+      assert_captures_clean()
+    end
+  end
+
+  # The same graph whichever entry point traced the call: profile/2 with
+  # cross_process: true shows a Task the call starts as a span of it.
+  for mode <- [:sample, :nif] do
+    test "mode #{mode}, cross_process: a Task.async of the captured call is a span of it" do
+      task = capture_async({Work, :via_task, 1}, mode: unquote(mode), cross_process: true)
+      [{caller, {:task, _}, _flags}] = go(callers(1, fn -> Work.via_task(30) end))
+      assert {:ok, profile} = Task.await(task, 30_000)
+
+      graph = profile.graph
+      assert [root | others] = graph.spans
+      assert root.pid == caller
+      assert [work] = others
+      assert work.parent_span_id == root.span_id
+      assert work.ended_at - work.started_at >= 25_000
+      assert work.self_us > 0
+      assert root.attributed_wait_us > 0
+      assert Map.has_key?(profile.stacks, work.pid)
+      # the capture's own process (told of the call with the trace's token)
+      # is no span of it
+      refute Enum.any?(graph.spans, &(&1.pid == task.pid))
       assert_captures_clean()
     end
   end

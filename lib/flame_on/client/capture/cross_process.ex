@@ -12,8 +12,7 @@ defmodule FlameOn.Client.Capture.CrossProcess do
   #
   # Targets: {:self, root} (the root is the calling process) and {:gate,
   # mfa} (the root is the next caller of mfa; the gate's match spec gives
-  # it its flags and token in the legacy session, and it follows GenServer
-  # calls only).
+  # it its flags and token in the legacy session).
 
   alias FlameOn.Client.{Cluster, Owners}
   alias FlameOn.Client.Capture.Common

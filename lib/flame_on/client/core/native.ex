@@ -229,6 +229,13 @@ defmodule FlameOn.Client.Core.Native do
   @spec graph_owner(session(), pid(), boolean()) :: :ok
   def graph_owner(_session, _owner, _follow_messages), do: :erlang.nif_error(:nif_not_loaded)
 
+  @doc false
+  # No message or spawn of the trace brings `pid` in: a process of ours
+  # that the trace's processes tell things (capture_next's waiting
+  # process). `:error` when the graph notes no more.
+  @spec graph_outsider(session(), pid()) :: :ok | :error
+  def graph_outsider(_session, _pid), do: :erlang.nif_error(:nif_not_loaded)
+
   @spec graph_role(pid()) :: :root | :follower | nil
   def graph_role(_pid), do: :erlang.nif_error(:nif_not_loaded)
 

@@ -41,17 +41,11 @@ defmodule FlameOn.Client.NextCall.Gate do
     end
   end
 
-  # Cross-process: GenServer calls only, as before wake-up attribution:
-  # following every message would also follow what the gate's caller tells
-  # the capture itself (a span of the capture's own process). The owner's
-  # lifetime runs from now; the call's from its entry.
-  defp gate_opts(%{cross_process: true} = opts, wait_ms) do
-    %{
-      opts
-      | follow: :calls,
-        max_duration_ms: min(opts.max_duration_ms + bound(wait_ms), @max_timeout)
-    }
-  end
+  # Cross-process: the owner's lifetime runs from now; the call's from its
+  # entry. (The trace follows every message, as profile/2's: a Task the
+  # call starts is a span of it.)
+  defp gate_opts(%{cross_process: true} = opts, wait_ms),
+    do: %{opts | max_duration_ms: min(opts.max_duration_ms + bound(wait_ms), @max_timeout)}
 
   defp gate_opts(opts, _wait_ms), do: opts
 
@@ -60,6 +54,9 @@ defmodule FlameOn.Client.NextCall.Gate do
 
   defp armed(mfa, capture, opts, wait_ms) do
     gate = Native.next_new(capture.core, self(), excluded(capture))
+    # the captured process tells this one of its call with the trace's
+    # token: no span of the trace
+    if capture[:owner], do: :ok = Native.graph_outsider(capture.core, self())
     flags = gate_flags(capture)
     cleanup = %{native: capture.core, flags: flags, graph_owner: capture[:owner]}
 
