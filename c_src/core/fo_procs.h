@@ -41,6 +41,12 @@ typedef struct {
     uint64_t unsampled_ns; /* running time charged to the bare root before that */
     uint8_t unseen;      /* running since an `in` (or since it appeared) with no
                             call, return or sample since: its stack is unknown */
+    /* What the burst since its last `in` charged to the stack it left
+     * (fo_session_unseen.c): running time, and GC time [minor, major]. */
+    uint32_t unseen_node;
+    uint64_t unseen_ns;
+    uint32_t unseen_gc_node[2];
+    uint64_t unseen_gc_ns[2];
     /* The off-CPU interval now (since the last `out`) and the one before
      * the last in/out pair: a sampler's stack request wakes a waiting
      * process just to answer, and that pair must not hide where the wait

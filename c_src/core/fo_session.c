@@ -81,6 +81,7 @@ fo_proc *fo_s_proc_for(fo_session *s, uint64_t pid)
     p->prev_wait_node = FO_NONE;
     p->state = FO_PROC_RUNNING;
     p->unseen = 1;
+    fo_s_unseen_forget(p);
     return p;
 }
 
@@ -220,14 +221,20 @@ static void charge(fo_session *s, fo_proc *p, int64_t ts)
     /* unsigned: far-apart timestamps must not overflow int64 */
     uint64_t delta = (uint64_t)ts - (uint64_t)p->last_ts;
     p->last_ts = ts;
-    if (fo_s_gc_charge(s, p, delta))
+    int unseen = p->unseen && p->state == FO_PROC_RUNNING && !s->cpu_sampled;
+    if (fo_s_gc_charge(s, p, delta)) {
+        if (unseen)
+            fo_s_unseen_note(s, p, p->gc_node, delta);
         return;
+    }
     if (p->state == FO_PROC_RUNNING) {
         if (s->cpu_sampled) {
             p->cpu_ns += delta; /* shared among its samples' stacks later */
             return;
         }
         fo_tree_charge(&s->tree, fo_s_current_node(p), delta);
+        if (unseen)
+            fo_s_unseen_note(s, p, fo_s_current_node(p), delta);
         if (p->depth == 0 && !p->sampled)
             p->unsampled_ns += delta;
     }
@@ -300,11 +307,13 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
     case FO_EV_CALL:
         on_call(s, p, ev);
         p->unseen = 0;
+        fo_s_unseen_forget(p);
         p->pair_clean = 0;
         break;
     case FO_EV_RETURN_TO:
         on_return_to(s, p, ev);
         p->unseen = 0;
+        fo_s_unseen_forget(p);
         p->pair_clean = 0;
         break;
     case FO_EV_OUT:
@@ -318,6 +327,7 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         }
         p->state = FO_PROC_RUNNING;
         p->unseen = 1;
+        fo_s_unseen_forget(p);
         break;
     case FO_EV_EXIT:
         p->state = FO_PROC_EXITED;
@@ -397,6 +407,13 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
         p->pair_clean = 0;
     if (frames != NULL)
         fo_s_replace_stack(s, p, frames, count);
+    if (backfill || p->state == FO_PROC_OUT) {
+        /* the burst's time charged at its events goes where it ran (the
+         * first sample's move below must not take it twice) */
+        uint64_t from_root = p->unseen_node == p->root ? p->unseen_ns : 0;
+        fo_s_unseen_place(s, p);
+        p->unsampled_ns -= from_root < p->unsampled_ns ? from_root : p->unsampled_ns;
+    }
     if (p->state == FO_PROC_OUT) {
         /* Sampled while off-CPU: the stack it waits in is exact now, so the
          * rest of the wait goes under it, in a leaf of the same kind. */

@@ -57,6 +57,13 @@ void fo_s_hold_call_wait_in(fo_session *s, fo_proc *p, uint32_t leaf);
 void fo_s_gc_event(fo_session *s, fo_proc *p, const fo_event *ev);
 int fo_s_gc_charge(fo_session *s, fo_proc *p, uint64_t delta);
 
+/* An unseen burst's time (fo_session_unseen.c): forget what was noted,
+ * note delta charged to node while unseen, and move what was noted under
+ * p's current stack (a sample just replaced it). */
+void fo_s_unseen_forget(fo_proc *p);
+void fo_s_unseen_note(fo_session *s, fo_proc *p, uint32_t node, uint64_t delta);
+void fo_s_unseen_place(fo_session *s, fo_proc *p);
+
 /* fo_session_apply's step for CPU-sampled sessions, before the event
  * itself applies (fo_session_cpu.c). */
 void fo_s_cpu_event(fo_session *s, fo_proc *p, const fo_event *ev);

@@ -162,11 +162,12 @@ static const ts_case sample_cases[] = {
      LINES("1 0 sample m:a/0;m:b/0",
            "1 10 out",                        /* a;b: 10 */
            "1 50 in",                         /* a;b;SLEEP: 40 (then asked for its stack) */
-           "1 52 out",                        /* a;b: 2, answering */
-           "1 55 sample m:a/0;m:w/0 waited",  /* a;b;SLEEP: 3; 40 + 3 move under a;w */
+           "1 52 out",                        /* 2, answering, unseen */
+           "1 55 sample m:a/0;m:w/0 waited",  /* a;b;SLEEP: 3; 40 + 3 move under a;w,
+                                                 the 2 too: it ended there */
            "1 90 in",                         /* a;w;SLEEP: 35 */
            "close 100"),                      /* a;w: 10 */
-     LINES("1 m:a/0;m:b/0 12", "1 m:a/0;m:w/0;SLEEP 78", "1 m:a/0;m:w/0 10",
+     LINES("1 m:a/0;m:b/0 10", "1 m:a/0;m:w/0;SLEEP 78", "1 m:a/0;m:w/0 12",
            "1 m:a/0;m:b/0 samples=1 weight=0", "1 m:a/0;m:w/0;SLEEP samples=1 weight=0"),
      "events=6 samples=2"},
 
@@ -208,11 +209,12 @@ static const ts_case sample_cases[] = {
      LINES("1 0 sample m:a/0;m:b/0",
            "1 10 out",
            "1 50 in", "1 52 out",
-           "1 55 sample m:a/0;m:w/0",         /* may have run meanwhile: only the rest moves */
+           "1 55 sample m:a/0;m:w/0",         /* may have run meanwhile: only the rest
+                                                 moves, and the 2 of the unseen burst */
            "1 90 in",
            "close 100"),
-     LINES("1 m:a/0;m:b/0 12", "1 m:a/0;m:b/0;SLEEP 43", "1 m:a/0;m:w/0;SLEEP 35",
-           "1 m:a/0;m:w/0 10", "1 m:a/0;m:b/0 samples=1 weight=0",
+     LINES("1 m:a/0;m:b/0 10", "1 m:a/0;m:b/0;SLEEP 43", "1 m:a/0;m:w/0;SLEEP 35",
+           "1 m:a/0;m:w/0 12", "1 m:a/0;m:b/0 samples=1 weight=0",
            "1 m:a/0;m:w/0;SLEEP samples=1 weight=0"),
      "events=6 samples=2"},
 
@@ -224,6 +226,33 @@ static const ts_case sample_cases[] = {
      LINES("1 m:p/0;m:w/0 80", "1 m:p/0 20", "1 m:p/0 samples=2 weight=0",
            "1 m:p/0;m:w/0 samples=1 weight=0"),
      "events=3 samples=3"},
+
+    /* the first burst's collections and the running between them (their
+     * events charge the stack the burst left) go where its sample shows */
+    {"an_unseen_bursts_collections_go_under_its_first_sample", DEFAULT_LIMITS,
+     LINES("1 0 sample m:p/0 leading",
+           "1 10 gc_start", "1 14 gc_end",                /* 10 run, GC 4 */
+           "1 20 gc_major_start", "1 30 gc_major_end",    /* 6 run, GC 10 */
+           "1 40 sample m:p/0;m:w/0",                     /* 10 run: all of it under w */
+           "1 50 gc_start", "1 52 gc_end",                /* seen: under w */
+           "close 60"),
+     LINES("1 m:p/0;m:w/0 44", "1 m:p/0;m:w/0;GC_MINOR 6", "1 m:p/0;m:w/0;GC_MAJOR 10",
+           "1 m:p/0 samples=1 weight=0", "1 m:p/0;m:w/0 samples=1 weight=0"),
+     "events=8 samples=2 gc_minor=2 gc_major=1 gc_minor_ns=6 gc_major_ns=10"},
+
+    /* a burst that ends unseen ended where a sample of its wait shows,
+     * not in the stack it woke in (a Process.sleep it returned from) */
+    {"an_unseen_burst_goes_where_its_wait_is_sampled", DEFAULT_LIMITS,
+     LINES("1 0 sample m:p/0;m:s/0",
+           "1 10 out", "1 50 in",                         /* s: 10, s;SLEEP 40 */
+           "1 53 gc_start", "1 55 gc_end", "1 60 out",    /* unseen: 3 + 5 run, GC 2 */
+           "1 70 sample m:p/0;m:r/0",                     /* waiting in r (the wait
+                                                             before it stays) */
+           "close 80"),
+     LINES("1 m:p/0;m:s/0 10", "1 m:p/0;m:s/0;SLEEP 50", "1 m:p/0;m:r/0 8",
+           "1 m:p/0;m:r/0;GC_MINOR 2", "1 m:p/0;m:r/0;SLEEP 10",
+           "1 m:p/0;m:s/0 samples=1 weight=0", "1 m:p/0;m:r/0;SLEEP samples=1 weight=0"),
+     "events=7 samples=2 gc_minor=1 gc_minor_ns=2"},
 
     {"a_leading_sample_then_a_wait_keeps_the_wait_under_it", DEFAULT_LIMITS,
      LINES("1 0 sample m:p/0 leading", "1 10 out", "1 40 in", "1 60 sample m:p/0;m:w/0",
