@@ -4,6 +4,11 @@ defmodule FlameOn.Client.Sampling.Results do
   # counters and metrics series), and what the samplers of one trace add
   # to its profile together.
 
+  # Fewer samples than this and a process's stacks say next to nothing of
+  # where its time went (its work was shorter than a few sampling
+  # intervals): `undersampled_processes` counts them.
+  @few_samples 3
+
   # The counters of a sampler that took no sample.
   @none %{
     metrics: [],
@@ -47,7 +52,9 @@ defmodule FlameOn.Client.Sampling.Results do
   counters `late_ticks`, `throttled_ticks`, `same_samples` (samples of a
   waiting process that repeated its stack without asking it),
   `slept_samples` (those of them its sampler slept through),
-  `dropped_metrics` and `sampled_processes`.
+  `dropped_metrics`, `sampled_processes` and `undersampled_processes` (those
+  sampled fewer than #{@few_samples} times: their work was shorter than a
+  few sampling intervals, and their stacks show little of it).
   """
   @spec summarize([{pid(), t()}]) :: %{metrics: map(), stats: map()}
   def summarize(results) do
@@ -61,7 +68,8 @@ defmodule FlameOn.Client.Sampling.Results do
         same_samples: sum.(:same_samples),
         slept_samples: sum.(:slept_samples),
         dropped_metrics: sum.(:dropped_metrics),
-        sampled_processes: length(results)
+        sampled_processes: length(results),
+        undersampled_processes: Enum.count(results, fn {_, r} -> r.samples < @few_samples end)
       }
     }
   end
