@@ -110,6 +110,25 @@ defmodule FlameOn.Client.CoexistenceTest do
     end
   end
 
+  # (A newcomer's report: after an exact trace and at once a cross-process
+  # one, the tool's session got no more call events of the target.)
+  test "an exact trace and right after it a cross-process one, of other code", %{tool: tool} do
+    assert_tool_intact(tool)
+
+    for opts <- [[mode: :nif], [mode: :nif, cross_process: true]] do
+      if TraceBackend.sessions?() do
+        assert {:ok, %FlameOn.Client.Profile{}} =
+                 FlameOn.Client.profile(fn -> Workloads.busy(5) end, opts)
+                 |> then(fn {_, profile} -> {:ok, profile} end)
+      else
+        assert_raise ArgumentError, fn -> FlameOn.Client.profile(fn -> :ok end, opts) end
+      end
+    end
+
+    assert_ours_gone()
+    assert_tool_intact(tool)
+  end
+
   for mode <- [:process, :sample] do
     @mode mode
     test "start_trace/2 of the tool's own server, mode #{inspect(mode)}", %{
