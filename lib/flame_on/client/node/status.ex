@@ -9,6 +9,7 @@ defmodule FlameOn.Client.Node.Status do
 
   @spec status() :: map()
   def status do
+    FlameOn.Client.Runtime.ensure_started!()
     Breaker.check()
     # Live traces only: a finished trace's session resource lives on until
     # the process holding its handle collects garbage (awaiting_gc).
