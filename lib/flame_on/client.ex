@@ -407,8 +407,12 @@ defmodule FlameOn.Client do
 
   Keys: `:breaker` (`:closed` or `{:open, reason}`: new traces do not
   start while it is open, see `:breaker` in `FlameOn.Client.Options`),
-  `:sessions` (live core sessions: the C state of a trace),
-  `:sessions_memory_bytes` (their tables), `:node_memory_bytes`,
+  `:sessions` (the traces running now: core sessions, the C state of a
+  trace, not yet stopped or finished), `:sessions_awaiting_gc` (core
+  sessions whose trace is over but whose handle some process holds until
+  its next garbage collection; a finished one has freed its tables
+  already), `:sessions_memory_bytes` (the tables of the sessions not yet
+  finished or collected), `:node_memory_bytes`,
   `:pattern_users` (traces holding the call patterns), `:trace_sessions`
   (OTP trace sessions of ours, OTP 27+), `:sample_traces` (traces holding
   a raised `backtrace_depth`), `:active_samplers` and `:sample_budget`

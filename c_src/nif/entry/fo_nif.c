@@ -22,6 +22,7 @@
 
 static ErlNifFunc nif_funcs[] = {
     {"live_sessions", 0, fo_live_sessions_nif, 0},
+    {"open_sessions", 0, fo_open_sessions_nif, 0},
     {"session_bytes", 0, fo_session_bytes_nif, 0},
     {"new", 1, fo_new_nif, 0},
     {"tracer_state", 1, fo_tracer_state_nif, 0},

@@ -17,6 +17,7 @@ static void handle_dtor(ErlNifEnv *env, void *obj)
     (void)env;
     handle *h = obj;
     if (h->res != NULL) {
+        fo_resource_close(h->res); /* nothing can stop or finish it any more */
         fo_tracer_slots_unregister(h->res);
         enif_release_resource(h->res);
         h->res = NULL;

@@ -6,14 +6,17 @@
 
 static ErlNifResourceType *session_type;
 
-/* Sessions alive in this VM, for leak checks (`Native.live_sessions/0`). */
+/* Sessions alive in this VM, for leak checks (`Native.live_sessions/0`),
+ * and those of them whose trace is not over (`Native.open_sessions/0`). */
 static atomic_long live_sessions;
+static atomic_long open_sessions;
 static atomic_long session_bytes;
 
 static void session_dtor(ErlNifEnv *env, void *obj)
 {
     (void)env;
     fo_session_res *res = obj;
+    fo_resource_close(res);
     atomic_fetch_sub(&live_sessions, 1);
     fo_resource_unaccount(res);
     fo_session_free(res->core);
@@ -40,6 +43,8 @@ fo_session_res *fo_resource_new(const fo_limits *limits, int64_t native_per_seco
         return NULL;
     memset(res, 0, sizeof(*res));
     atomic_fetch_add(&live_sessions, 1);
+    atomic_fetch_add(&open_sessions, 1);
+    atomic_store(&res->open, 1);
     res->native_per_second = native_per_second;
     res->ring_request = FO_RING_DEFAULT_RECORDS;
     res->max_text_bytes = FO_DEFAULT_MAX_STACK_BYTES;
@@ -89,11 +94,23 @@ void fo_resource_mark_stopped(fo_session_res *res)
         res->stopped_ns = fo_clock_now(&res->clock);
     fo_spin_unlock(&res->lock);
     atomic_store(&res->active, 0);
+    fo_resource_close(res);
 }
 
 long fo_resource_live_sessions(void)
 {
     return atomic_load(&live_sessions);
+}
+
+void fo_resource_close(fo_session_res *res)
+{
+    if (atomic_exchange(&res->open, 0) != 0)
+        atomic_fetch_sub(&open_sessions, 1);
+}
+
+long fo_resource_open_sessions(void)
+{
+    return atomic_load(&open_sessions);
 }
 
 void fo_resource_account(fo_session_res *res)

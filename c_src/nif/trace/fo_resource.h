@@ -31,6 +31,7 @@ typedef struct fo_xproc fo_xproc; /* fo_xproc.h */
 struct fo_session_res {
     fo_spinlock lock;
     atomic_int active;     /* 0 once finished: tracer callbacks read it unlocked */
+    atomic_int open;       /* 1 until fo_resource_close: counted in open_sessions */
     fo_session *core;      /* NULL once finished */
     int64_t native_per_second;
     int replay;            /* trace/5 takes recorded timestamps from Opts */
@@ -110,8 +111,17 @@ static inline void fo_resource_account_sometimes(fo_session_res *res)
     }
 }
 
-/* Session resources not yet destroyed, node-wide. */
+/* Session resources not yet destroyed, node-wide: open ones and those
+ * closed but still referenced (a handle in a term not yet collected). */
 long fo_resource_live_sessions(void);
 
+/* The trace is over (stopped, finished, its handle gone or the resource
+ * destroyed, whichever comes first; later calls do nothing): it no longer
+ * counts in fo_resource_open_sessions. */
+void fo_resource_close(fo_session_res *res);
+
+/* Sessions whose trace is not over (not stopped, finished or dropped),
+ * node-wide: the live traces, whenever the garbage collector runs. */
+long fo_resource_open_sessions(void);
 
 #endif

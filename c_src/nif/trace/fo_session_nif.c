@@ -317,6 +317,7 @@ static ERL_NIF_TERM finish_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     res->core = NULL;
     atomic_store(&res->active, 0);
     fo_spin_unlock(&res->lock);
+    fo_resource_close(res);
     fo_session_free(core);
     if (res->xproc != NULL)
         fo_router_unregister(res); /* finished without stop/1 */
@@ -366,4 +367,12 @@ ERL_NIF_TERM fo_live_sessions_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM a
     (void)argc;
     (void)argv;
     return enif_make_long(env, fo_resource_live_sessions());
+}
+
+// open_sessions()
+ERL_NIF_TERM fo_open_sessions_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    (void)argv;
+    return enif_make_long(env, fo_resource_open_sessions());
 }

@@ -38,4 +38,8 @@ ERL_NIF_TERM fo_session_bytes_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM a
 // live_sessions() -> non_neg_integer(): session resources not yet freed.
 ERL_NIF_TERM fo_live_sessions_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
+// open_sessions() -> non_neg_integer(): sessions whose trace is not over
+// (not stopped, finished or dropped): live traces, however late the GC.
+ERL_NIF_TERM fo_open_sessions_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
 #endif

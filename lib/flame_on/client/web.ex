@@ -80,6 +80,7 @@ defmodule FlameOn.Client.Web do
   """
   @spec start(keyword()) :: {:ok, String.t()} | {:error, term()}
   def start(opts \\ []) do
+    FlameOn.Client.Runtime.ensure_started!()
     opts = FlameOn.Client.Options.web!(opts)
     ip = ip(opts.ip)
     loopback = loopback?(ip)

@@ -50,6 +50,7 @@ defmodule FlameOn.Client.Capture do
   """
   @spec open(target(), map()) :: {:ok, t()} | {:error, term()}
   def open(target, %{} = opts) do
+    FlameOn.Client.Runtime.ensure_started!()
     scope = if opts.cross_process, do: CrossProcess, else: Local
 
     with :ok <- Breaker.check() do

@@ -33,6 +33,7 @@ defmodule FlameOn.Client.Capture.Counters do
   """
   @spec run((() -> result), map()) :: {result, Summary.t()} when result: term()
   def run(fun, %{type: type} = opts) do
+    FlameOn.Client.Runtime.ensure_started!()
     check_release!(type)
     caller = self()
     # The caller is the tracer, but with :silent nothing is sent to it.

@@ -189,9 +189,20 @@ defmodule FlameOn.Client.Core.Native do
   @spec stats(session()) :: map()
   def stats(_session), do: :erlang.nif_error(:nif_not_loaded)
 
-  @doc "Session resources alive in this VM (for leak checks)."
+  @doc """
+  Session resources alive in this VM (for leak checks): open ones, and
+  those whose trace is over but whose handle the garbage collector has
+  not yet freed.
+  """
   @spec live_sessions() :: non_neg_integer()
   def live_sessions, do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc """
+  Sessions whose trace is not over (neither stopped, finished, nor its
+  handle freed): the live traces, whenever the garbage collector runs.
+  """
+  @spec open_sessions() :: non_neg_integer()
+  def open_sessions, do: :erlang.nif_error(:nif_not_loaded)
 
   @doc "Bytes held by the tables of all live sessions in this VM."
   @spec session_bytes() :: non_neg_integer()

@@ -9,11 +9,16 @@ defmodule FlameOn.Client.Node.Status do
 
   @spec status() :: map()
   def status do
+    FlameOn.Client.Runtime.ensure_started!()
     Breaker.check()
+    # Live traces only: a finished trace's session resource lives on until
+    # the process holding its handle collects garbage (awaiting_gc).
+    open = Native.open_sessions()
 
     %{
       breaker: if(reason = Breaker.state(), do: {:open, reason}, else: :closed),
-      sessions: Native.live_sessions(),
+      sessions: open,
+      sessions_awaiting_gc: max(Native.live_sessions() - open, 0),
       sessions_memory_bytes: Native.session_bytes(),
       node_memory_bytes: :erlang.memory(:total),
       pattern_users: Patterns.users(),

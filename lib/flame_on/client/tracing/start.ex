@@ -28,6 +28,8 @@ defmodule FlameOn.Client.Tracing.Start do
 
   # ref_pid: the process, or the processes chosen, as the Ref shows them.
   defp start(ref_pid, target, config) do
+    FlameOn.Client.Runtime.ensure_started!()
+
     owner_config = %{
       target: target,
       opts: config.capture,
