@@ -27,13 +27,30 @@ defmodule FlameOn.Client.Web do
   ## Security
 
   Starting a trace is an admin action. By default the UI listens on
-  `127.0.0.1` only, answers only requests whose `Host` is a loopback name
-  (so a web page cannot reach it through DNS rebinding), and every form
-  carries a CSRF token that the POST must send back (and a browser's
-  cross-site POST is refused). On any other address it **refuses to start
-  without a `:token`**, and then every request must carry it: as
-  `Authorization: Bearer TOKEN`, or open `URL?token=TOKEN` once (the token
-  goes to an HTTP-only, same-site cookie and out of the address bar).
+  `127.0.0.1` only and answers only requests whose `Host` is a loopback
+  name (so a web page cannot reach it through DNS rebinding). On any other
+  address it **refuses to start without a `:token`** (and raises
+  `ArgumentError` for one shorter than 16 characters), and then every
+  request must carry it: as `Authorization: Bearer TOKEN` (the scheme in
+  any case), or open `URL?token=TOKEN` once. That link sets the cookie
+  `flame_on_token_PORT` (`PORT` the UI's port) and takes the token out of
+  the address bar; the cookie holds not the token but an HMAC of it under
+  a key random per server start, so a local service on another port of
+  the same host (browsers send it cookies of every port) does not learn
+  the token, and the cookie is worth nothing once the UI restarts.
+
+  Every form carries a CSRF token bound to the browser (signed
+  double-submit): the first page a browser gets sets the cookie
+  `flame_on_csrf_PORT` to a random id, the form carries an HMAC of that id,
+  and a POST must send both, matching; a token without its cookie, or with
+  another browser's, is refused (`403`), and so is a POST whose `Origin`
+  is another site or whose `Sec-Fetch-Site` is not `same-origin`.
+
+  Both cookies are `Path=/; HttpOnly; SameSite=Strict`, and `Secure` when
+  the request says `X-Forwarded-Proto: https` (the UI speaks plain HTTP;
+  put a TLS proxy in front of it off loopback, and have the proxy set that
+  header).
+
   Pages send a strict Content-Security-Policy (the flame graph's own inline
   script is the only script) and may not be framed.
 
@@ -60,8 +77,8 @@ defmodule FlameOn.Client.Web do
     * `:ip` (`{127, 0, 0, 1}`) – the address to listen on, a tuple or a
       string (`"0.0.0.0"`, `"::1"`).
     * `:token` (none) – required unless `:ip` is a loopback address; a
-      string (use a long random one: shorter than 16 characters is logged
-      as a warning).
+      string of at least 16 characters off loopback (use a long random
+      one; on loopback a shorter one is logged as a warning).
     * `:max_timeout_ms` (`600_000`) – the longest wait the capture form
       accepts.
     * `:max_captures` (`8`) – captures waiting at once.
@@ -107,8 +124,9 @@ defmodule FlameOn.Client.Web do
           ip: ip,
           port: opts.port,
           loopback: loopback,
-          token: token(opts.token),
-          csrf: Base.url_encode64(:crypto.strong_rand_bytes(24), padding: false),
+          token: token(opts.token, loopback),
+          # what the cookies' values and the CSRF tokens are derived from
+          secret: :crypto.strong_rand_bytes(32),
           max_timeout_ms: opts.max_timeout_ms,
           max_captures: opts.max_captures,
           max_connections: opts.max_connections,
@@ -161,15 +179,27 @@ defmodule FlameOn.Client.Web do
   defp loopback?({0, 0, 0, 0, 0, 0, 0, 1}), do: true
   defp loopback?(_ip), do: false
 
-  defp token(nil), do: nil
+  defp token(nil, _loopback), do: nil
 
-  defp token(token) do
-    if byte_size(token) < @min_token do
-      Logger.warning(
-        "FlameOn web UI: a token shorter than #{@min_token} characters is easy to guess"
-      )
+  defp token(token, loopback) do
+    length = String.length(token)
+
+    cond do
+      length >= @min_token ->
+        token
+
+      loopback ->
+        Logger.warning(
+          "FlameOn web UI: a token shorter than #{@min_token} characters is easy to guess"
+        )
+
+        token
+
+      true ->
+        raise ArgumentError,
+              "FlameOn.Client.Web.start/1: off loopback the :token must be at least " <>
+                "#{@min_token} characters (got #{length}); a random one: " <>
+                "Base.url_encode64(:crypto.strong_rand_bytes(24), padding: false)"
     end
-
-    token
   end
 end

@@ -97,6 +97,34 @@ defmodule FlameOn.Client.WebEdgesTest do
 
   defp get(url, path, headers \\ []), do: request(url, "GET", path, headers, "")
 
+  defp header(headers, name) do
+    case headers[name] do
+      [value] -> value
+      nil -> nil
+    end
+  end
+
+  # A browser's first page: the form's CSRF token and the cookie it is bound
+  # to (as a request header).
+  defp browser(url, headers \\ []) do
+    {200, response, body} = get(url, "/", headers)
+    [_, token] = Regex.run(~r/name="_csrf_token" value="([^"]+)"/, body)
+    [_, cookie] = Regex.run(~r/^(flame_on_csrf_\d+=[^;]+);/, header(response, "set-cookie"))
+    {token, {"cookie", cookie}}
+  end
+
+  # A POST without side effects: cancelling a capture that does not exist
+  # (303 once past the CSRF check).
+  defp cancel(url, token, headers) do
+    request(
+      url,
+      "POST",
+      "/captures/none/cancel",
+      [{"content-type", "application/x-www-form-urlencoded"} | headers],
+      URI.encode_query(%{"_csrf_token" => token})
+    )
+  end
+
   # --- lines and headers too long -------------------------------------------------
 
   test "a request line over the limit is answered 414 and the connection closed, not reset" do
@@ -198,5 +226,103 @@ defmodule FlameOn.Client.WebEdgesTest do
     assert Enum.all?(endings, fn {raw, _} -> raw == "" or status(raw) == 408 end)
     assert Enum.any?(endings, fn {raw, _} -> status(raw) == 408 end)
     assert {200, _, _} = get(url, "/")
+  end
+
+  # --- CSRF, token, cookies, auth -------------------------------------------------
+
+  test "the CSRF token is bound to the browser's cookie: without it, or with another's, refused" do
+    url = start!()
+    port = port(url)
+    {token_a, cookie_a} = browser(url)
+    {token_b, cookie_b} = browser(url)
+    assert token_a != token_b
+    assert String.starts_with?(elem(cookie_a, 1), "flame_on_csrf_#{port}=")
+
+    assert {303, _, _} = cancel(url, token_a, [cookie_a])
+    assert {303, _, _} = cancel(url, token_b, [cookie_b])
+    # the token alone (what one constant token per server allowed), or with
+    # another browser's cookie
+    assert {403, _, body} = cancel(url, token_a, [])
+    assert body =~ "CSRF"
+    assert {403, _, _} = cancel(url, token_a, [cookie_b])
+    assert {403, _, _} = cancel(url, "", [cookie_a])
+    assert {403, _, _} = cancel(url, token_a, [{"cookie", "flame_on_csrf_#{port}=forged"}])
+
+    # a browser keeps its id: its next page sets no cookie and carries the same token
+    {200, headers, body} = get(url, "/", [cookie_a])
+    assert header(headers, "set-cookie") == nil
+    assert body =~ ~s(name="_csrf_token" value="#{token_a}")
+
+    # the cookie's attributes; Secure behind a TLS proxy
+    {200, headers, _} = get(url, "/")
+    set_cookie = header(headers, "set-cookie")
+    assert set_cookie =~ "; Path=/; HttpOnly; SameSite=Strict"
+    refute set_cookie =~ "Secure"
+    {200, headers, _} = get(url, "/", [{"x-forwarded-proto", "https"}])
+    assert header(headers, "set-cookie") =~ "; Path=/; HttpOnly; SameSite=Strict; Secure"
+  end
+
+  test "?token= sets a cookie named for the port that does not hold the token" do
+    token = "a-long-random-token-0123456789"
+    url = start!(ip: {0, 0, 0, 0}, token: token)
+    port = port(url)
+    local = "http://127.0.0.1:#{port}/"
+
+    assert {303, headers, _} = get(local, "/traces?token=#{token}&x=1")
+    assert header(headers, "location") == "/traces?x=1"
+    set_cookie = header(headers, "set-cookie")
+
+    assert [_, name, value, attributes] =
+             Regex.run(~r/^(flame_on_token_\d+)=([^;]+)(;.*)$/, set_cookie)
+
+    assert name == "flame_on_token_#{port}"
+    refute value =~ token
+    assert attributes == "; Path=/; HttpOnly; SameSite=Strict"
+
+    assert {200, _, _} = get(local, "/", [{"cookie", "other=1; #{name}=#{value}"}])
+    # the raw token as a cookie, under either name, is not a session
+    assert {401, _, _} = get(local, "/", [{"cookie", "#{name}=#{token}"}])
+    assert {401, _, _} = get(local, "/", [{"cookie", "flame_on_token=#{token}"}])
+    assert {401, _, _} = get(local, "/", [{"cookie", "#{name}=#{value}x"}])
+
+    {303, headers, _} = get(local, "/?token=#{token}", [{"x-forwarded-proto", "HTTPS"}])
+    assert header(headers, "set-cookie") =~ "; SameSite=Strict; Secure"
+  end
+
+  test "off loopback a token shorter than 16 characters is refused; on loopback it is a warning" do
+    error =
+      assert_raise ArgumentError, fn ->
+        Web.start(ip: {0, 0, 0, 0}, port: 0, token: "short-token")
+      end
+
+    assert error.message =~ "the :token must be at least 16 characters (got 11)"
+
+    assert_raise ArgumentError, fn ->
+      Web.start(ip: "0.0.0.0", port: 0, token: String.duplicate("x", 15))
+    end
+
+    assert Web.urls() == []
+
+    log =
+      ExUnit.CaptureLog.capture_log(fn ->
+        {:ok, url} = Web.start(port: 0, token: "short")
+        Web.stop(url)
+      end)
+
+    assert log =~ "shorter than 16 characters"
+  end
+
+  test "the Authorization scheme is matched in any case" do
+    token = "a-long-random-token-0123456789"
+    url = start!(ip: {0, 0, 0, 0}, token: token)
+    local = "http://127.0.0.1:#{port(url)}/"
+
+    for value <- ["Bearer #{token}", "bearer #{token}", "BEARER #{token}", "bEaReR  #{token} "] do
+      assert {200, _, _} = get(local, "/", [{"authorization", value}]), value
+    end
+
+    for value <- ["Basic #{token}", "Bearer", "bearer wrong", token] do
+      assert {401, _, _} = get(local, "/", [{"authorization", value}]), value
+    end
   end
 end
