@@ -44,15 +44,30 @@ defmodule FlameOn.Client.Web do
   `flame_on_csrf_PORT` to a random id, the form carries an HMAC of that id,
   and a POST must send both, matching; a token without its cookie, or with
   another browser's, is refused (`403`), and so is a POST whose `Origin`
-  is another site or whose `Sec-Fetch-Site` is not `same-origin`.
+  is another origin or whose `Sec-Fetch-Site` is `same-site` or
+  `cross-site`.
 
   Both cookies are `Path=/; HttpOnly; SameSite=Strict`, and `Secure` when
   the request says `X-Forwarded-Proto: https` (the UI speaks plain HTTP;
   put a TLS proxy in front of it off loopback, and have the proxy set that
   header).
 
-  Pages send a strict Content-Security-Policy (the flame graph's own inline
-  script is the only script) and may not be framed.
+  Every page is sent with this Content-Security-Policy, `NONCE` a random
+  value new in each response:
+
+      default-src 'none'; script-src 'nonce-NONCE'; style-src 'nonce-NONCE';
+      form-action 'self'; frame-ancestors 'none'; base-uri 'none'
+
+  so the only scripts and stylesheets that run are the page's own inline
+  `<script>` and `<style>` elements, each carrying that nonce (the page's
+  stylesheet; on a trace page the flame graph's stylesheet and script, and
+  the one line that starts it); no `'unsafe-inline'`, so no `on...=` or
+  `style=` attribute runs, and nothing is loaded from anywhere. Redirects
+  and downloads are sent with `default-src 'none'; form-action 'self';
+  frame-ancestors 'none'; base-uri 'none'`. Pages may not be framed
+  (`X-Frame-Options: DENY` too), and are sent with
+  `X-Content-Type-Options: nosniff`, `Referrer-Policy: no-referrer` and
+  `Cache-Control: no-store`.
 
   Bad input (a module that does not exist, an arity out of range, a timeout
   past `:max_timeout_ms`, a malformed request) is answered with an error

@@ -325,4 +325,84 @@ defmodule FlameOn.Client.WebEdgesTest do
       assert {401, _, _} = get(local, "/", [{"authorization", value}]), value
     end
   end
+
+  # --- Content-Security-Policy --------------------------------------------------------
+
+  # The policy's nonce, after checking the policy allows nothing inline
+  # without it, and that every inline script and stylesheet of the page
+  # carries it.
+  defp strict_nonce!(headers, body) do
+    policy = header(headers, "content-security-policy")
+    refute policy =~ "unsafe"
+
+    assert [_, nonce] =
+             Regex.run(~r/script-src 'nonce-([A-Za-z0-9_-]{16,})'; style-src 'nonce-\1';/, policy)
+
+    assert policy =~ "default-src 'none';"
+    assert policy =~ "frame-ancestors 'none'"
+    tags = Regex.scan(~r/<(?:script|style)\b[^>]*>/i, body) |> Enum.map(&hd/1)
+    assert tags != []
+    assert Enum.all?(tags, &(&1 =~ ~s( nonce="#{nonce}"))), inspect(tags)
+    # attributes the policy would not run
+    assert Regex.scan(~r/<[^>]*\s(?:on[a-z]+|style)=/i, body) == []
+    nonce
+  end
+
+  test "every page's Content-Security-Policy allows its inline scripts and styles by a nonce of its own" do
+    url = start!()
+    {_, profile} = FlameOn.Client.profile(fn -> Enum.sum(1..50_000) end, name: "csp")
+    {:ok, id} = TraceStore.put(profile)
+
+    {200, headers, body} = get(url, "/traces/#{id}")
+    trace_nonce = strict_nonce!(headers, body)
+    assert body =~ "<svg"
+    # the SVG's own script, and the call of its init (its onload= is not run)
+    assert length(Regex.scan(~r/<script\b/, body)) == 2
+    assert body =~ ~s[<script nonce="#{trace_nonce}">init(null);</script>]
+
+    {200, headers, body} = get(url, "/")
+    index_nonce = strict_nonce!(headers, body)
+    {404, headers, body} = get(url, "/nowhere")
+    error_nonce = strict_nonce!(headers, body)
+    assert Enum.uniq([trace_nonce, index_nonce, error_nonce]) |> length() == 3
+
+    # the waiting page: its Cancel form had a style= attribute
+    {token, cookie} = browser(url)
+
+    {303, headers, _} =
+      request(
+        url,
+        "POST",
+        "/capture",
+        [{"content-type", "application/x-www-form-urlencoded"}, cookie],
+        URI.encode_query(%{
+          "function" => "FlameOn.Client.WebEdgesTest.never_called/0",
+          "timeout" => "30",
+          "_csrf_token" => token
+        })
+      )
+
+    location = header(headers, "location")
+    {200, headers, body} = get(url, location)
+    assert body =~ ~s(id="capture-waiting")
+    strict_nonce!(headers, body)
+
+    {303, _, _} =
+      request(
+        url,
+        "POST",
+        location <> "/cancel",
+        [{"content-type", "application/x-www-form-urlencoded"}, cookie],
+        URI.encode_query(%{"_csrf_token" => token})
+      )
+
+    # a download runs nothing, even opened in place
+    {200, headers, _} = get(url, "/traces/#{id}/download/svg")
+    policy = header(headers, "content-security-policy")
+    assert policy =~ "default-src 'none';"
+    refute policy =~ "script-src"
+    assert_node_clean()
+  end
+
+  def never_called, do: :never
 end

@@ -463,6 +463,17 @@ defmodule FlameOn.Client.WebTest do
       assert Chromium.eval!(page, "document.getElementById('details').textContent") =~
                "Work.spin/2"
 
+      # under the page's strict Content-Security-Policy (a nonce, no
+      # 'unsafe-inline'): the page's stylesheet and the SVG's apply, and
+      # the SVG's script ran (hover above, search below)
+      assert Chromium.eval!(
+               page,
+               "getComputedStyle(document.querySelector('header')).backgroundColor"
+             ) == "rgb(59, 47, 42)"
+
+      assert Chromium.eval!(page, "getComputedStyle(document.getElementById('unzoom')).display") ==
+               "none"
+
       Chromium.eval!(page, "search('spin')")
 
       assert Chromium.eval!(page, "document.getElementById('matched').textContent") =~

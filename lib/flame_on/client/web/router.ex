@@ -39,7 +39,7 @@ defmodule FlameOn.Client.Web.Router do
 
   @doc "An error page."
   @spec error(pos_integer(), String.t()) :: HTTP.response()
-  def error(status, message), do: html(status, Pages.error(status, message))
+  def error(status, message), do: html(status, &Pages.error(status, message, &1))
 
   # --- access -------------------------------------------------------------------
 
@@ -196,7 +196,9 @@ defmodule FlameOn.Client.Web.Router do
   defp route(%{method: method, path: path} = request, config) do
     case {method, String.split(path, "/", trim: true)} do
       {"GET", []} ->
-        html(200, Pages.index(config, TraceStore.list(), Captures.waiting(config.server)))
+        traces = TraceStore.list()
+        waiting = Captures.waiting(config.server)
+        html(200, &Pages.index(config, traces, waiting, &1))
 
       {"POST", ["capture"]} ->
         with {:ok, form} <- form(request) do
@@ -333,13 +335,13 @@ defmodule FlameOn.Client.Web.Router do
   defp capture_page(id, config) do
     case Captures.capture(config.server, id) do
       {:ok, %{status: :waiting} = capture} ->
-        html(200, Pages.waiting(capture, config))
+        html(200, &Pages.waiting(capture, config, &1))
 
       {:ok, %{status: {:ok, trace_id}}} ->
         redirect("/traces/#{trace_id}")
 
       {:ok, %{status: {:error, reason}} = capture} ->
-        html(200, Pages.capture_failed(capture, reason))
+        html(200, &Pages.capture_failed(capture, reason, &1))
 
       :error ->
         error(404, "no capture #{id} (finished captures are kept a while, then forgotten)")
@@ -356,12 +358,12 @@ defmodule FlameOn.Client.Web.Router do
     end
   end
 
-  defp trace_page(profile, nil, _config), do: html(200, Pages.trace(profile, nil))
+  defp trace_page(profile, nil, _config), do: html(200, &Pages.trace(profile, nil, &1))
 
   defp trace_page(profile, text, _config) do
     case Enum.find(Map.keys(profile.stacks), &(pid_text(&1) == text)) do
       nil -> error(404, "no process #{text} in trace #{profile.trace_id}")
-      pid -> html(200, Pages.trace(profile, pid))
+      pid -> html(200, &Pages.trace(profile, pid, &1))
     end
   end
 
@@ -409,16 +411,30 @@ defmodule FlameOn.Client.Web.Router do
 
   defp redirect(location), do: {303, [{"location", location} | security_headers()], ""}
 
-  defp html(status, body),
-    do: {status, [{"content-type", "text/html; charset=utf-8"} | security_headers()], body}
+  # A page: built with a nonce of its own, the one its
+  # Content-Security-Policy allows (see security_headers/1).
+  defp html(status, page) do
+    nonce = Base.url_encode64(:crypto.strong_rand_bytes(18), padding: false)
 
-  # The flame graph's own script runs inline; nothing is loaded from
-  # elsewhere, nothing may frame the page.
-  defp security_headers do
+    {status, [{"content-type", "text/html; charset=utf-8"} | security_headers(nonce)],
+     page.(nonce)}
+  end
+
+  # Nothing is loaded from elsewhere, nothing may frame the page, and the
+  # only scripts and stylesheets that run are the page's own inline ones,
+  # each carrying the response's nonce (no 'unsafe-inline': an attribute
+  # like onclick= or style= does nothing). Redirects and downloads run
+  # nothing at all.
+  defp security_headers(nonce \\ nil) do
+    inline =
+      if nonce,
+        do: "script-src 'nonce-#{nonce}'; style-src 'nonce-#{nonce}'; ",
+        else: ""
+
     [
       {"content-security-policy",
-       "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; " <>
-         "img-src data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"},
+       "default-src 'none'; " <>
+         inline <> "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"},
       {"x-content-type-options", "nosniff"},
       {"x-frame-options", "DENY"},
       {"referrer-policy", "no-referrer"},
