@@ -27,19 +27,64 @@ defmodule FlameOn.Client.Web do
   ## Security
 
   Starting a trace is an admin action. By default the UI listens on
-  `127.0.0.1` only, answers only requests whose `Host` is a loopback name
-  (so a web page cannot reach it through DNS rebinding), and every form
-  carries a CSRF token that the POST must send back (and a browser's
-  cross-site POST is refused). On any other address it **refuses to start
-  without a `:token`**, and then every request must carry it: as
-  `Authorization: Bearer TOKEN`, or open `URL?token=TOKEN` once (the token
-  goes to an HTTP-only, same-site cookie and out of the address bar).
-  Pages send a strict Content-Security-Policy (the flame graph's own inline
-  script is the only script) and may not be framed.
+  `127.0.0.1` only and answers only requests whose `Host` is a loopback
+  name (so a web page cannot reach it through DNS rebinding). On any other
+  address it **refuses to start without a `:token`** (and raises
+  `ArgumentError` for one shorter than 16 characters), and then every
+  request must carry it: as `Authorization: Bearer TOKEN` (the scheme in
+  any case), or open `URL?token=TOKEN` once. That link sets the cookie
+  `flame_on_token_PORT` (`PORT` the UI's port) and takes the token out of
+  the address bar; the cookie holds not the token but an HMAC of it under
+  a key random per server start, so a local service on another port of
+  the same host (browsers send it cookies of every port) does not learn
+  the token, and the cookie is worth nothing once the UI restarts.
+
+  Every form carries a CSRF token bound to the browser (signed
+  double-submit): the first page a browser gets sets the cookie
+  `flame_on_csrf_PORT` to a random id, the form carries an HMAC of that id,
+  and a POST must send both, matching; a token without its cookie, or with
+  another browser's, is refused (`403`), and so is a POST whose `Origin`
+  is another origin or whose `Sec-Fetch-Site` is `same-site` or
+  `cross-site`.
+
+  Both cookies are `Path=/; HttpOnly; SameSite=Strict`, and `Secure` when
+  the request says `X-Forwarded-Proto: https` (the UI speaks plain HTTP;
+  put a TLS proxy in front of it off loopback, and have the proxy set that
+  header).
+
+  Every page is sent with this Content-Security-Policy, `NONCE` a random
+  value new in each response:
+
+      default-src 'none'; script-src 'nonce-NONCE'; style-src 'nonce-NONCE';
+      form-action 'self'; frame-ancestors 'none'; base-uri 'none'
+
+  so the only scripts and stylesheets that run are the page's own inline
+  `<script>` and `<style>` elements, each carrying that nonce (the page's
+  stylesheet; on a trace page the flame graph's stylesheet and script, and
+  the one line that starts it); no `'unsafe-inline'`, so no `on...=` or
+  `style=` attribute runs, and nothing is loaded from anywhere. Redirects
+  and downloads are sent with `default-src 'none'; form-action 'self';
+  frame-ancestors 'none'; base-uri 'none'`. Pages may not be framed
+  (`X-Frame-Options: DENY` too), and are sent with
+  `X-Content-Type-Options: nosniff`, `Referrer-Policy: no-referrer` and
+  `Cache-Control: no-store`.
 
   Bad input (a module that does not exist, an arity out of range, a timeout
   past `:max_timeout_ms`, a malformed request) is answered with an error
   page; it never crashes the server nor leaves a trace on.
+
+  Requests are read within bounds, and one answer each (then the connection
+  closes): the request line and each header at most 8 KB (longer: `414` or
+  `431`), 64 headers (`431`), a body of at most 64 KB (`413`), one `Host` and
+  at most one `Content-Length` (two: `400`). The request line and headers
+  must arrive within 3 s of the first read (else `408`; a connection that
+  sent nothing is closed), the body within 10 s. A request refused before
+  it was read whole is answered, and the connection closed only after what
+  the client still sends is read (for at most 1 s), so the client gets the
+  answer rather than a reset. When all `:max_connections` are taken, the
+  connection that has been sending its request the longest is closed to
+  make room: clients that hold a partial request cannot keep one that
+  sends its request at once from being served.
 
   ## Options of `start/1`
 
@@ -47,13 +92,14 @@ defmodule FlameOn.Client.Web do
     * `:ip` (`{127, 0, 0, 1}`) – the address to listen on, a tuple or a
       string (`"0.0.0.0"`, `"::1"`).
     * `:token` (none) – required unless `:ip` is a loopback address; a
-      string (use a long random one: shorter than 16 characters is logged
-      as a warning).
+      string of at least 16 characters off loopback (use a long random
+      one; on loopback a shorter one is logged as a warning).
     * `:max_timeout_ms` (`600_000`) – the longest wait the capture form
       accepts.
     * `:max_captures` (`8`) – captures waiting at once.
-    * `:max_connections` (`32`) – connections served at once (more get a
-      503).
+    * `:max_connections` (`32`) – connections served at once. Past it the
+      one still sending its request the longest gives way; when every
+      connection is past its request, the new one gets a `503`.
 
   Returns `{:ok, url}`, `{:error, :token_required}` for a non-loopback
   address without a token, or `{:error, reason}` when the port cannot be
@@ -94,8 +140,9 @@ defmodule FlameOn.Client.Web do
           ip: ip,
           port: opts.port,
           loopback: loopback,
-          token: token(opts.token),
-          csrf: Base.url_encode64(:crypto.strong_rand_bytes(24), padding: false),
+          token: token(opts.token, loopback),
+          # what the cookies' values and the CSRF tokens are derived from
+          secret: :crypto.strong_rand_bytes(32),
           max_timeout_ms: opts.max_timeout_ms,
           max_captures: opts.max_captures,
           max_connections: opts.max_connections,
@@ -148,15 +195,27 @@ defmodule FlameOn.Client.Web do
   defp loopback?({0, 0, 0, 0, 0, 0, 0, 1}), do: true
   defp loopback?(_ip), do: false
 
-  defp token(nil), do: nil
+  defp token(nil, _loopback), do: nil
 
-  defp token(token) do
-    if byte_size(token) < @min_token do
-      Logger.warning(
-        "FlameOn web UI: a token shorter than #{@min_token} characters is easy to guess"
-      )
+  defp token(token, loopback) do
+    length = String.length(token)
+
+    cond do
+      length >= @min_token ->
+        token
+
+      loopback ->
+        Logger.warning(
+          "FlameOn web UI: a token shorter than #{@min_token} characters is easy to guess"
+        )
+
+        token
+
+      true ->
+        raise ArgumentError,
+              "FlameOn.Client.Web.start/1: off loopback the :token must be at least " <>
+                "#{@min_token} characters (got #{length}); a random one: " <>
+                "Base.url_encode64(:crypto.strong_rand_bytes(24), padding: false)"
     end
-
-    token
   end
 end

@@ -97,10 +97,13 @@ defmodule FlameOn.Client.WebTest do
     end
   end
 
+  # What a browser gets from the page: the form's CSRF token, and the
+  # cookie it is bound to (as a request header).
   defp csrf(url) do
-    {200, _, body} = get(url, "/")
+    {200, headers, body} = get(url, "/")
     [_, token] = Regex.run(~r/name="_csrf_token" value="([^"]+)"/, body)
-    token
+    [_, cookie] = Regex.run(~r/^(flame_on_csrf_\d+=[^;]+);/, headers["set-cookie"])
+    {token, {"cookie", cookie}}
   end
 
   defp post_form(url, path, form, headers \\ []) do
@@ -199,15 +202,19 @@ defmodule FlameOn.Client.WebTest do
     assert {403, _, body} = post_form(url, "/capture", form)
     assert body =~ "CSRF"
     assert {403, _, _} = post_form(url, "/capture", Map.put(form, "_csrf_token", "forged"))
-    token = csrf(url)
+    {token, cookie} = csrf(url)
+    # the token without its cookie
+    assert {403, _, _} = post_form(url, "/capture", Map.put(form, "_csrf_token", token))
 
     assert {403, _, _} =
              post_form(url, "/capture", Map.put(form, "_csrf_token", token), [
+               cookie,
                {"origin", "http://evil.example"}
              ])
 
     assert {403, _, _} =
              post_form(url, "/capture", Map.put(form, "_csrf_token", token), [
+               cookie,
                {"sec-fetch-site", "cross-site"}
              ])
 
@@ -216,7 +223,7 @@ defmodule FlameOn.Client.WebTest do
   end
 
   test "bad input is answered with an error page, and nothing is left on", %{url: url} do
-    token = csrf(url)
+    {token, cookie} = csrf(url)
 
     for {form, status, message} <- [
           {%{"function" => "No.Such.Module.f/1"}, 400, "no module named No.Such.Module"},
@@ -229,7 +236,7 @@ defmodule FlameOn.Client.WebTest do
           {%{"function" => "Enum.map/2", "mode" => "fast"}, 400, "mode must be"}
         ] do
       form = Map.merge(%{"timeout" => "5", "_csrf_token" => token}, form)
-      assert {^status, _, body} = post_form(url, "/capture", form)
+      assert {^status, _, body} = post_form(url, "/capture", form, [cookie])
       assert body =~ ~s(id="error-message")
       assert body =~ message
     end
@@ -246,7 +253,7 @@ defmodule FlameOn.Client.WebTest do
   end
 
   test "a capture from the form: waiting page, then the trace's page", %{url: url} do
-    token = csrf(url)
+    {token, cookie} = csrf(url)
 
     form = %{
       "function" => "FlameOn.Client.WebTest.Work.handle/1",
@@ -256,7 +263,7 @@ defmodule FlameOn.Client.WebTest do
     }
 
     assert {303, %{"location" => "/captures/" <> id = location}, _} =
-             post_form(url, "/capture", form)
+             post_form(url, "/capture", form, [cookie])
 
     assert {200, _, waiting} = get(url, location)
     assert waiting =~ ~s(id="capture-waiting")
@@ -264,7 +271,7 @@ defmodule FlameOn.Client.WebTest do
     {200, _, index} = get(url, "/")
     assert index =~ "/captures/#{id}"
     # one capture per function
-    assert {409, _, _} = post_form(url, "/capture", form)
+    assert {409, _, _} = post_form(url, "/capture", form, [cookie])
 
     wait_until(fn -> match?([{{Work, :handle, 1}, _}], Gates.waiting()) end)
     Work.handle(10)
@@ -290,7 +297,7 @@ defmodule FlameOn.Client.WebTest do
   end
 
   test "a capture that times out, and one cancelled, say so", %{url: url} do
-    token = csrf(url)
+    {token, cookie} = csrf(url)
 
     form = %{
       "function" => "FlameOn.Client.WebTest.Work.never_called/0",
@@ -298,7 +305,7 @@ defmodule FlameOn.Client.WebTest do
       "_csrf_token" => token
     }
 
-    {303, %{"location" => location}, _} = post_form(url, "/capture", form)
+    {303, %{"location" => location}, _} = post_form(url, "/capture", form, [cookie])
     Process.sleep(1_500)
     {200, _, page} = get(url, location)
     assert page =~ ~s(id="capture-error")
@@ -310,11 +317,13 @@ defmodule FlameOn.Client.WebTest do
       "_csrf_token" => token
     }
 
-    {303, %{"location" => "/captures/" <> id = location}, _} = post_form(url, "/capture", form)
+    {303, %{"location" => "/captures/" <> id = location}, _} =
+      post_form(url, "/capture", form, [cookie])
+
     wait_until(fn -> match?([{{Work, :handle, 1}, _}], Gates.waiting()) end)
 
     assert {303, %{"location" => "/"}, _} =
-             post_form(url, "/captures/#{id}/cancel", %{"_csrf_token" => token})
+             post_form(url, "/captures/#{id}/cancel", %{"_csrf_token" => token}, [cookie])
 
     {200, _, page} = get(url, location)
     assert page =~ "was cancelled"
@@ -327,13 +336,15 @@ defmodule FlameOn.Client.WebTest do
     :erlang.trace_pattern(:on_load, true, [:local])
 
     try do
+      {token, cookie} = csrf(url)
+
       form = %{
         "function" => "FlameOn.Client.WebTest.Work.handle/1",
         "mode" => "nif",
-        "_csrf_token" => csrf(url)
+        "_csrf_token" => token
       }
 
-      {303, %{"location" => location}, _} = post_form(url, "/capture", form)
+      {303, %{"location" => location}, _} = post_form(url, "/capture", form, [cookie])
 
       wait_until(fn ->
         match?({200, _, _}, get(url, location)) and
@@ -371,7 +382,8 @@ defmodule FlameOn.Client.WebTest do
       assert {303, headers, _} = get(local, "/?token=#{token}")
       assert headers["location"] == "/"
       assert headers["set-cookie"] =~ "HttpOnly"
-      assert {200, _, _} = get(local, "/", [{"cookie", "flame_on_token=#{token}"}])
+      [_, session] = Regex.run(~r/^(flame_on_token_#{port}=[^;]+);/, headers["set-cookie"])
+      assert {200, _, _} = get(local, "/", [{"cookie", session}])
       assert {401, _, _} = post_form(local, "/capture", %{"function" => "Enum.map/2"})
     after
       Web.stop(url)
@@ -450,6 +462,17 @@ defmodule FlameOn.Client.WebTest do
 
       assert Chromium.eval!(page, "document.getElementById('details').textContent") =~
                "Work.spin/2"
+
+      # under the page's strict Content-Security-Policy (a nonce, no
+      # 'unsafe-inline'): the page's stylesheet and the SVG's apply, and
+      # the SVG's script ran (hover above, search below)
+      assert Chromium.eval!(
+               page,
+               "getComputedStyle(document.querySelector('header')).backgroundColor"
+             ) == "rgb(59, 47, 42)"
+
+      assert Chromium.eval!(page, "getComputedStyle(document.getElementById('unzoom')).display") ==
+               "none"
 
       Chromium.eval!(page, "search('spin')")
 

@@ -4,6 +4,11 @@ defmodule FlameOn.Client.Web.HTML do
   # header) and the helpers that turn values into text. Every value that
   # comes from a trace or a request goes through h/1. Web.Pages and
   # Web.TracePage build on it; it knows neither.
+  #
+  # Every page is built with its response's nonce (Web.Router): every
+  # inline <script> and <style> carries it, else the page's
+  # Content-Security-Policy does not run it. No style= or on...= attribute
+  # anywhere: the policy ignores them.
 
   alias FlameOn.Client.Export
 
@@ -26,6 +31,7 @@ defmodule FlameOn.Client.Web.HTML do
   form.capture input[type=number] { width: 80px; padding: 5px; }
   button { background: #b8561b; color: #fff; border: 0; padding: 7px 16px; font-size: 14px; border-radius: 3px; cursor: pointer; }
   button.secondary { background: #8a8178; padding: 3px 10px; font-size: 12px; }
+  form.cancel { margin-top: 12px; }
   .hint { color: #666; font-size: 12px; }
   .error { background: #fde8e4; border: 1px solid #e4a597; padding: 12px 14px; }
   .waiting { background: #fff8e0; border: 1px solid #e8d48c; padding: 12px 14px; }
@@ -38,16 +44,19 @@ defmodule FlameOn.Client.Web.HTML do
   code { font-size: 13px; }
   """
 
-  @doc "A page: `title`, `body` and any extra `head` elements, in the shared frame."
-  @spec layout(String.t(), iodata(), iodata()) :: iodata()
-  def layout(title, body, head \\ []) do
+  @doc """
+  A page: `title`, `body` and any extra `head` elements, in the shared
+  frame; its stylesheet carries `nonce`.
+  """
+  @spec layout(String.t(), iodata(), String.t(), iodata()) :: iodata()
+  def layout(title, body, nonce, head \\ []) do
     [
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
       "<title>",
       h(title),
       " · FlameOn</title>",
       head,
-      "<style>",
+      ~s(<style nonce="#{h(nonce)}">),
       @style,
       "</style></head><body><header><a href=\"/\">FlameOn</a><span class=\"node\">",
       h(Atom.to_string(node())),

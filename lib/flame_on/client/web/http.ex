@@ -1,14 +1,24 @@
 defmodule FlameOn.Client.Web.HTTP do
   @moduledoc false
   # One HTTP/1.1 exchange on a socket, with the VM's own HTTP parser
-  # (`packet: :http_bin`): a request is read whole within bounds (line and
-  # header sizes, header count, body size, time), answered, and the
-  # connection closed. Enough for an admin page, no dependency.
+  # (`:erlang.decode_packet/3` on a raw socket, so that a line too long is
+  # ours to answer, not the socket driver's to drop): a request is read
+  # whole within bounds (line and header sizes, header count, body size,
+  # time: the head within @head_timeout of the first read, the body
+  # within @body_timeout), answered, and the connection closed. A request
+  # refused before it was read whole is answered, then the connection
+  # half-closed and the rest of what the client sends read and dropped for
+  # a while (a "lingering close"): closing a socket with unread data sends
+  # a reset, and a reset can destroy the answer before the client read it.
+  # Enough for an admin page, no dependency.
 
   @max_line 8_192
   @max_headers 64
   @max_body 65_536
-  @recv_timeout 10_000
+  @head_timeout 3_000
+  @body_timeout 10_000
+  @linger_ms 1_000
+  @linger_bytes 1_048_576
 
   @type request :: %{
           method: String.t(),
@@ -21,22 +31,32 @@ defmodule FlameOn.Client.Web.HTTP do
 
   @type response :: {pos_integer(), [{String.t(), iodata()}], iodata()}
 
+  @doc "How long a client has to send a request's line and headers, in ms."
+  @spec head_timeout() :: pos_integer()
+  def head_timeout, do: @head_timeout
+
+  @doc "The longest request line or header line, in bytes."
+  @spec max_line() :: pos_integer()
+  def max_line, do: @max_line
+
   @doc "Socket options for accepted connections (set on the listening socket)."
   @spec socket_options() :: list()
-  def socket_options,
-    do: [:binary, packet: :http_bin, active: false, packet_size: @max_line, nodelay: true]
+  def socket_options, do: [:binary, packet: :raw, active: false, nodelay: true]
 
   @doc """
   Reads one request. `{:ok, request}`, or `{:error, {status, message}}` for
-  a request that cannot be served (answered with that status), or
-  `{:error, :closed}` when the client went away.
+  a request that cannot be served (answered with that status, see
+  `send_refusal/2`), or `{:error, :closed}` when the client went away or
+  sent nothing in time.
   """
   @spec read(:gen_tcp.socket()) ::
           {:ok, request()} | {:error, :closed | {pos_integer(), String.t()}}
   def read(socket) do
-    with {:ok, method, target} <- request_line(socket),
-         {:ok, headers} <- headers(socket, %{}, 0),
-         {:ok, body} <- body(socket, headers),
+    deadline = now() + @head_timeout
+
+    with {:ok, method, target, rest} <- request_line(socket, "", deadline),
+         {:ok, headers, rest} <- headers(socket, rest, deadline, %{}, 0),
+         {:ok, body} <- body(socket, rest, headers),
          {:ok, path, query} <- split_target(target) do
       peer =
         case :inet.peername(socket) do
@@ -48,53 +68,95 @@ defmodule FlameOn.Client.Web.HTTP do
     end
   end
 
-  defp request_line(socket) do
-    case :gen_tcp.recv(socket, 0, @recv_timeout) do
-      {:ok, {:http_request, method, {:abs_path, target}, {1, _minor}}} ->
-        {:ok, to_string(method), target}
+  defp request_line(socket, buffer, deadline) do
+    case packet(socket, :http_bin, buffer, deadline, {414, "request line too long"}) do
+      {:ok, {:http_request, method, {:abs_path, target}, {1, _minor}}, rest} ->
+        {:ok, to_string(method), target, rest}
 
-      {:ok, {:http_request, _method, _target, {1, _}}} ->
+      {:ok, {:http_request, _method, _target, {1, _}}, _rest} ->
         {:error, {400, "the request target must be a path"}}
 
-      {:ok, {:http_request, _method, _target, _version}} ->
+      {:ok, {:http_request, _method, _target, _version}, _rest} ->
         {:error, {505, "HTTP/1.x only"}}
 
-      {:ok, {:http_error, _line}} ->
+      # empty lines before the request line are allowed (RFC 9112 2.2)
+      {:ok, {:http_error, line}, rest} when line in ["\r\n", "\n"] ->
+        request_line(socket, rest, deadline)
+
+      {:ok, _other, _rest} ->
         {:error, {400, "malformed request line"}}
 
-      {:error, :emsgsize} ->
-        {:error, {414, "request line too long"}}
-
-      {:error, _} ->
-        {:error, :closed}
+      {:error, _} = error ->
+        error
     end
   end
 
-  defp headers(_socket, _acc, n) when n > @max_headers,
+  defp headers(_socket, _buffer, _deadline, _acc, n) when n > @max_headers,
     do: {:error, {431, "too many request headers"}}
 
-  defp headers(socket, acc, n) do
-    case :gen_tcp.recv(socket, 0, @recv_timeout) do
-      {:ok, {:http_header, _, name, _, value}} ->
+  defp headers(socket, buffer, deadline, acc, n) do
+    case packet(socket, :httph_bin, buffer, deadline, {431, "request header too long"}) do
+      {:ok, {:http_header, _, name, _, value}, rest} ->
         key = name |> to_string() |> String.downcase()
-        # repeated headers: the first one counts
-        headers(socket, Map.put_new(acc, key, value), n + 1)
 
-      {:ok, :http_eoh} ->
-        {:ok, acc}
+        cond do
+          # two Hosts or two lengths: which one the server, a proxy in
+          # front and the browser each take is anybody's guess (RFC 9112
+          # 3.2, 6.3)
+          key in ["host", "content-length"] and Map.has_key?(acc, key) ->
+            {:error, {400, "more than one #{key} header"}}
 
-      {:ok, {:http_error, _}} ->
+          true ->
+            # other repeated headers: the first one counts
+            headers(socket, rest, deadline, Map.put_new(acc, key, value), n + 1)
+        end
+
+      {:ok, :http_eoh, rest} ->
+        {:ok, acc, rest}
+
+      {:ok, _other, _rest} ->
         {:error, {400, "malformed request header"}}
 
-      {:error, :emsgsize} ->
-        {:error, {431, "request header too long"}}
-
-      {:error, _} ->
-        {:error, :closed}
+      {:error, _} = error ->
+        error
     end
   end
 
-  defp body(socket, headers) do
+  # The next packet of `type` from `buffer` and the socket, at most
+  # @max_line bytes (else `too_long`), by `deadline` (else a 408, or
+  # :closed when the client sent nothing at all).
+  defp packet(socket, type, buffer, deadline, too_long) do
+    case :erlang.decode_packet(type, buffer, []) do
+      {:ok, packet, rest} ->
+        if byte_size(buffer) - byte_size(rest) > @max_line,
+          do: {:error, too_long},
+          else: {:ok, packet, rest}
+
+      # a whole line would have been decoded
+      {:more, _} when byte_size(buffer) > @max_line ->
+        {:error, too_long}
+
+      {:more, _} ->
+        case :gen_tcp.recv(socket, 0, max(deadline - now(), 0)) do
+          {:ok, data} ->
+            packet(socket, type, buffer <> data, deadline, too_long)
+
+          {:error, :timeout} when buffer == "" and type == :http_bin ->
+            {:error, :closed}
+
+          {:error, :timeout} ->
+            {:error, {408, "the request was not sent in time"}}
+
+          {:error, _} ->
+            {:error, :closed}
+        end
+
+      {:error, _} ->
+        {:error, {400, "malformed request"}}
+    end
+  end
+
+  defp body(socket, buffer, headers) do
     case Map.fetch(headers, "content-length") do
       :error ->
         if Map.has_key?(headers, "transfer-encoding"),
@@ -104,18 +166,20 @@ defmodule FlameOn.Client.Web.HTTP do
       {:ok, text} ->
         case Integer.parse(text) do
           {0, ""} -> {:ok, ""}
-          {n, ""} when n > 0 and n <= @max_body -> read_body(socket, n)
+          {n, ""} when n > 0 and n <= @max_body -> read_body(socket, buffer, n)
           {n, ""} when n > @max_body -> {:error, {413, "request body too large"}}
           _ -> {:error, {400, "bad Content-Length"}}
         end
     end
   end
 
-  defp read_body(socket, n) do
-    :ok = :inet.setopts(socket, packet: :raw)
+  defp read_body(_socket, buffer, n) when byte_size(buffer) >= n,
+    do: {:ok, binary_part(buffer, 0, n)}
 
-    case :gen_tcp.recv(socket, n, @recv_timeout) do
-      {:ok, body} -> {:ok, body}
+  defp read_body(socket, buffer, n) do
+    case :gen_tcp.recv(socket, n - byte_size(buffer), @body_timeout) do
+      {:ok, data} -> {:ok, buffer <> data}
+      {:error, :timeout} -> {:error, {408, "the request body was not sent in time"}}
       {:error, _} -> {:error, :closed}
     end
   end
@@ -142,9 +206,43 @@ defmodule FlameOn.Client.Web.HTTP do
     ArgumentError -> {:error, {400, "malformed form or query"}}
   end
 
-  @doc "Writes `response` and closes the connection."
+  @doc "Writes `response` and closes the connection (the request was read whole)."
   @spec send_response(:gen_tcp.socket(), response()) :: :ok
-  def send_response(socket, {status, headers, body}) do
+  def send_response(socket, response) do
+    write(socket, response)
+    :gen_tcp.close(socket)
+    :ok
+  end
+
+  @doc """
+  Writes `response` to a request that was not read whole, and closes the
+  connection without a reset: half-closed first, then what the client
+  still sends is read and dropped, for at most #{@linger_ms} ms and
+  #{@linger_bytes} bytes, or until the client closes its side.
+  """
+  @spec send_refusal(:gen_tcp.socket(), response()) :: :ok
+  def send_refusal(socket, response) do
+    write(socket, response)
+    :gen_tcp.shutdown(socket, :write)
+    drain(socket, now() + @linger_ms, @linger_bytes)
+    :gen_tcp.close(socket)
+    :ok
+  end
+
+  defp drain(socket, deadline, left) do
+    wait = deadline - now()
+
+    if wait > 0 and left > 0 do
+      case :gen_tcp.recv(socket, 0, wait) do
+        {:ok, data} -> drain(socket, deadline, left - byte_size(data))
+        {:error, _} -> :ok
+      end
+    else
+      :ok
+    end
+  end
+
+  defp write(socket, {status, headers, body}) do
     body = IO.iodata_to_binary(body)
 
     head = [
@@ -160,9 +258,9 @@ defmodule FlameOn.Client.Web.HTTP do
     ]
 
     :gen_tcp.send(socket, [head, body])
-    :gen_tcp.close(socket)
-    :ok
   end
+
+  defp now, do: System.monotonic_time(:millisecond)
 
   defp reason(200), do: "OK"
   defp reason(303), do: "See Other"
@@ -171,6 +269,7 @@ defmodule FlameOn.Client.Web.HTTP do
   defp reason(403), do: "Forbidden"
   defp reason(404), do: "Not Found"
   defp reason(405), do: "Method Not Allowed"
+  defp reason(408), do: "Request Timeout"
   defp reason(409), do: "Conflict"
   defp reason(411), do: "Length Required"
   defp reason(413), do: "Content Too Large"

@@ -1,11 +1,12 @@
 defmodule FlameOn.Client.Web.Pages do
   @moduledoc false
   # The web UI's HTML, as iodata. Every value that comes from a trace or a
-  # request is escaped; the only script is the flame graph's own. Here:
+  # request is escaped; the only script is the flame graph's own. Each page
+  # takes its response's nonce (see Web.HTML). Here:
   # the index, a waiting or failed capture, errors; the trace page is
   # Web.TracePage's, the shared frame and text helpers Web.HTML's.
 
-  import FlameOn.Client.Web.HTML, only: [layout: 2, layout: 3, h: 1, time: 1, duration: 1]
+  import FlameOn.Client.Web.HTML, only: [layout: 3, layout: 4, h: 1, time: 1, duration: 1]
 
   alias FlameOn.Client.Profile
   alias FlameOn.Client.TraceStore
@@ -13,15 +14,19 @@ defmodule FlameOn.Client.Web.Pages do
   alias FlameOn.Client.Web.TracePage
 
   @doc "The list of recent traces and the capture form."
-  @spec index(map(), [TraceStore.summary()], [map()]) :: iodata()
-  def index(config, traces, waiting) do
-    layout("FlameOn", [
-      "<h1>Capture the next call of a function</h1>",
-      capture_form(config),
-      waiting_list(waiting),
-      "<h2>Recent traces</h2>",
-      traces_table(traces)
-    ])
+  @spec index(map(), [TraceStore.summary()], [map()], String.t()) :: iodata()
+  def index(config, traces, waiting, nonce) do
+    layout(
+      "FlameOn",
+      [
+        "<h1>Capture the next call of a function</h1>",
+        capture_form(config),
+        waiting_list(waiting),
+        "<h2>Recent traces</h2>",
+        traces_table(traces)
+      ],
+      nonce
+    )
   end
 
   defp capture_form(config) do
@@ -104,8 +109,8 @@ defmodule FlameOn.Client.Web.Pages do
   end
 
   @doc "A capture still waiting for its call: reloads itself every second."
-  @spec waiting(map(), map()) :: iodata()
-  def waiting(capture, config) do
+  @spec waiting(map(), map(), String.t()) :: iodata()
+  def waiting(capture, config, nonce) do
     name = Profile.frame_name(capture.mfa)
 
     left =
@@ -125,17 +130,18 @@ defmodule FlameOn.Client.Web.Pages do
         if(capture.opts[:cross_process], do: ", cross-process", else: ""),
         "). This page reloads itself and opens the trace when the call returns; ",
         "it gives up in #{left} s.</div>",
-        ~s(<form method="post" action="/captures/#{h(capture.id)}/cancel" style="margin-top:12px">),
+        ~s(<form class="cancel" method="post" action="/captures/#{h(capture.id)}/cancel">),
         ~s(<input type="hidden" name="_csrf_token" value="#{h(config.csrf)}">),
         ~s(<button type="submit" class="secondary">Cancel</button></form>)
       ],
+      nonce,
       ~s(<meta http-equiv="refresh" content="1">)
     )
   end
 
   @doc "A capture that ended without a trace."
-  @spec capture_failed(map(), term()) :: iodata()
-  def capture_failed(capture, reason) do
+  @spec capture_failed(map(), term(), String.t()) :: iodata()
+  def capture_failed(capture, reason, nonce) do
     name = Profile.frame_name(capture.mfa)
 
     text =
@@ -162,30 +168,38 @@ defmodule FlameOn.Client.Web.Pages do
           "The capture of #{name} failed: #{inspect(other)}"
       end
 
-    layout("Capture of #{name}", [
-      "<h1>Capture of <code>",
-      h(name),
-      "</code></h1>",
-      ~s(<div class="error" id="capture-error">),
-      h(text),
-      ~s(</div><p><a href="/">Back to the traces</a></p>)
-    ])
+    layout(
+      "Capture of #{name}",
+      [
+        "<h1>Capture of <code>",
+        h(name),
+        "</code></h1>",
+        ~s(<div class="error" id="capture-error">),
+        h(text),
+        ~s(</div><p><a href="/">Back to the traces</a></p>)
+      ],
+      nonce
+    )
   end
 
   @doc "An error page."
-  @spec error(pos_integer(), String.t()) :: iodata()
-  def error(status, message) do
-    layout("Error #{status}", [
-      "<h1>Error #{status}</h1>",
-      ~s(<div class="error" id="error-message">),
-      h(message),
-      ~s(</div><p><a href="/">Back to the traces</a></p>)
-    ])
+  @spec error(pos_integer(), String.t(), String.t()) :: iodata()
+  def error(status, message, nonce) do
+    layout(
+      "Error #{status}",
+      [
+        "<h1>Error #{status}</h1>",
+        ~s(<div class="error" id="error-message">),
+        h(message),
+        ~s(</div><p><a href="/">Back to the traces</a></p>)
+      ],
+      nonce
+    )
   end
 
   @doc "One trace: facts, process selector, flame graph, spans, stats, downloads."
-  @spec trace(Profile.t(), pid() | nil) :: iodata()
-  defdelegate trace(profile, pid), to: TracePage
+  @spec trace(Profile.t(), pid() | nil, String.t()) :: iodata()
+  defdelegate trace(profile, pid, nonce), to: TracePage
 
   @doc "A pid as the UI writes it in links: `0.123.0`."
   @spec pid_text(pid()) :: String.t()

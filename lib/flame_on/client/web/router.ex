@@ -3,6 +3,20 @@ defmodule FlameOn.Client.Web.Router do
   # Request in, response out: access checks first (token, Host, CSRF on
   # every POST), then the pages. Nothing here raises on bad input: every
   # refusal is an error page with its status.
+  #
+  # Cookies are named for the server's port (cookies are not scoped by
+  # port: two UIs on one host would overwrite each other's), and hold no
+  # secret of the user's: values derived from config.secret, which is
+  # random per server and never leaves it.
+  #
+  #   * flame_on_token_PORT: HMAC(secret, token), set by ?token=TOKEN,
+  #     accepted in place of the token; a local service on another port
+  #     that receives it does not learn the token, and it is worth nothing
+  #     once the server restarts.
+  #   * flame_on_csrf_PORT: a random id per browser, set by the first
+  #     page it gets. A form carries HMAC(secret, id) and a POST must send
+  #     both, matching (signed double-submit): the form token of one
+  #     browser is worth nothing with another's cookie, or none.
 
   alias FlameOn.Client.Export
   alias FlameOn.Client.NextCall
@@ -12,20 +26,20 @@ defmodule FlameOn.Client.Web.Router do
   alias FlameOn.Client.Web.Pages
   alias FlameOn.Client.Web.Captures
 
-  @token_cookie "flame_on_token"
-
   @doc "The response to `request` on the server with `config`."
   @spec handle(HTTP.request(), map()) :: HTTP.response()
   def handle(request, config) do
     with :ok <- check_host(request, config),
          :ok <- check_token(request, config) do
-      route(request, config)
+      {browser, set_cookie} = browser(request, config)
+      {status, headers, body} = route(request, Map.put(config, :csrf, csrf(config, browser)))
+      {status, set_cookie ++ headers, body}
     end
   end
 
   @doc "An error page."
   @spec error(pos_integer(), String.t()) :: HTTP.response()
-  def error(status, message), do: html(status, Pages.error(status, message))
+  def error(status, message), do: html(status, &Pages.error(status, message, &1))
 
   # --- access -------------------------------------------------------------------
 
@@ -55,12 +69,12 @@ defmodule FlameOn.Client.Web.Router do
 
   defp check_token(_request, %{token: nil}), do: :ok
 
-  defp check_token(%{headers: headers, query: query} = request, %{token: token}) do
+  defp check_token(%{headers: headers, query: query} = request, %{token: token} = config) do
     cond do
       bearer(headers) |> equal?(token) ->
         :ok
 
-      cookie(headers, @token_cookie) |> equal?(token) ->
+      cookie(headers, token_cookie(config)) |> equal?(session(config)) ->
         :ok
 
       # the link with ?token=: remembered in a cookie, and the token taken
@@ -72,7 +86,7 @@ defmodule FlameOn.Client.Web.Router do
         {303,
          [
            {"location", location},
-           {"set-cookie", "#{@token_cookie}=#{token}; Path=/; HttpOnly; SameSite=Strict"}
+           {"set-cookie", set_cookie(request, token_cookie(config), session(config))}
            | security_headers()
          ], ""}
 
@@ -84,11 +98,51 @@ defmodule FlameOn.Client.Web.Router do
     end
   end
 
+  # the scheme in any case (RFC 9110 11.1)
   defp bearer(headers) do
-    case headers["authorization"] do
-      "Bearer " <> token -> String.trim(token)
+    with value when is_binary(value) <- headers["authorization"],
+         [scheme, token] <- String.split(String.trim(value), [" ", "\t"], parts: 2),
+         "bearer" <- String.downcase(scheme) do
+      String.trim(token)
+    else
       _ -> nil
     end
+  end
+
+  defp token_cookie(config), do: "flame_on_token_#{config.port}"
+  defp csrf_cookie(config), do: "flame_on_csrf_#{config.port}"
+
+  # what the token cookie holds: see the top
+  defp session(config), do: mac(config, "session:" <> config.token)
+
+  # what a form of the browser with `browser` carries
+  defp csrf(config, browser), do: mac(config, "csrf:" <> browser)
+
+  defp mac(config, data),
+    do: Base.url_encode64(:crypto.mac(:hmac, :sha256, config.secret, data), padding: false)
+
+  # The browser's id from its CSRF cookie, or a new one and the cookie.
+  defp browser(%{headers: headers} = request, config) do
+    case cookie(headers, csrf_cookie(config)) do
+      id when is_binary(id) and byte_size(id) == 32 ->
+        {id, []}
+
+      _ ->
+        id = Base.url_encode64(:crypto.strong_rand_bytes(24), padding: false)
+        {id, [{"set-cookie", set_cookie(request, csrf_cookie(config), id)}]}
+    end
+  end
+
+  # Secure when a TLS proxy in front says the browser came over HTTPS (the
+  # server itself speaks plain HTTP). A client that lies about it only
+  # gets a cookie its browser will not send back over HTTP.
+  defp set_cookie(%{headers: headers}, name, value) do
+    secure =
+      if String.downcase(headers["x-forwarded-proto"] || "") == "https",
+        do: "; Secure",
+        else: ""
+
+    "#{name}=#{value}; Path=/; HttpOnly; SameSite=Strict" <> secure
   end
 
   defp cookie(headers, name) do
@@ -112,9 +166,11 @@ defmodule FlameOn.Client.Web.Router do
 
   def equal?(_a, _b), do: false
 
-  # A POST must come from our own form: its CSRF token, and (when the
-  # browser says) from our own origin.
+  # A POST must come from our own form: its CSRF token, matching the
+  # browser's CSRF cookie, and (when the browser says) from our own origin.
   defp check_csrf(%{headers: headers, method: "POST"}, form, config) do
+    browser = cookie(headers, csrf_cookie(config))
+
     cond do
       headers["sec-fetch-site"] not in [nil, "same-origin", "none"] ->
         error(403, "cross-site request refused")
@@ -123,8 +179,12 @@ defmodule FlameOn.Client.Web.Router do
           URI.parse(origin).authority != headers["host"] ->
         error(403, "cross-origin request refused")
 
-      not equal?(form["_csrf_token"], config.csrf) ->
-        error(403, "missing or wrong CSRF token: reload the page and submit its form again")
+      not is_binary(browser) or not equal?(form["_csrf_token"], csrf(config, browser)) ->
+        error(
+          403,
+          "missing or wrong CSRF token, or no CSRF cookie: reload the page " <>
+            "(with cookies on) and submit its form again"
+        )
 
       true ->
         :ok
@@ -136,7 +196,9 @@ defmodule FlameOn.Client.Web.Router do
   defp route(%{method: method, path: path} = request, config) do
     case {method, String.split(path, "/", trim: true)} do
       {"GET", []} ->
-        html(200, Pages.index(config, TraceStore.list(), Captures.waiting(config.server)))
+        traces = TraceStore.list()
+        waiting = Captures.waiting(config.server)
+        html(200, &Pages.index(config, traces, waiting, &1))
 
       {"POST", ["capture"]} ->
         with {:ok, form} <- form(request) do
@@ -273,13 +335,13 @@ defmodule FlameOn.Client.Web.Router do
   defp capture_page(id, config) do
     case Captures.capture(config.server, id) do
       {:ok, %{status: :waiting} = capture} ->
-        html(200, Pages.waiting(capture, config))
+        html(200, &Pages.waiting(capture, config, &1))
 
       {:ok, %{status: {:ok, trace_id}}} ->
         redirect("/traces/#{trace_id}")
 
       {:ok, %{status: {:error, reason}} = capture} ->
-        html(200, Pages.capture_failed(capture, reason))
+        html(200, &Pages.capture_failed(capture, reason, &1))
 
       :error ->
         error(404, "no capture #{id} (finished captures are kept a while, then forgotten)")
@@ -296,12 +358,12 @@ defmodule FlameOn.Client.Web.Router do
     end
   end
 
-  defp trace_page(profile, nil, _config), do: html(200, Pages.trace(profile, nil))
+  defp trace_page(profile, nil, _config), do: html(200, &Pages.trace(profile, nil, &1))
 
   defp trace_page(profile, text, _config) do
     case Enum.find(Map.keys(profile.stacks), &(pid_text(&1) == text)) do
       nil -> error(404, "no process #{text} in trace #{profile.trace_id}")
-      pid -> html(200, Pages.trace(profile, pid))
+      pid -> html(200, &Pages.trace(profile, pid, &1))
     end
   end
 
@@ -349,16 +411,30 @@ defmodule FlameOn.Client.Web.Router do
 
   defp redirect(location), do: {303, [{"location", location} | security_headers()], ""}
 
-  defp html(status, body),
-    do: {status, [{"content-type", "text/html; charset=utf-8"} | security_headers()], body}
+  # A page: built with a nonce of its own, the one its
+  # Content-Security-Policy allows (see security_headers/1).
+  defp html(status, page) do
+    nonce = Base.url_encode64(:crypto.strong_rand_bytes(18), padding: false)
 
-  # The flame graph's own script runs inline; nothing is loaded from
-  # elsewhere, nothing may frame the page.
-  defp security_headers do
+    {status, [{"content-type", "text/html; charset=utf-8"} | security_headers(nonce)],
+     page.(nonce)}
+  end
+
+  # Nothing is loaded from elsewhere, nothing may frame the page, and the
+  # only scripts and stylesheets that run are the page's own inline ones,
+  # each carrying the response's nonce (no 'unsafe-inline': an attribute
+  # like onclick= or style= does nothing). Redirects and downloads run
+  # nothing at all.
+  defp security_headers(nonce \\ nil) do
+    inline =
+      if nonce,
+        do: "script-src 'nonce-#{nonce}'; style-src 'nonce-#{nonce}'; ",
+        else: ""
+
     [
       {"content-security-policy",
-       "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; " <>
-         "img-src data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"},
+       "default-src 'none'; " <>
+         inline <> "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"},
       {"x-content-type-options", "nosniff"},
       {"x-frame-options", "DENY"},
       {"referrer-policy", "no-referrer"},

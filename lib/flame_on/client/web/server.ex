@@ -1,7 +1,8 @@
 defmodule FlameOn.Client.Web.Server do
   @moduledoc false
   # One web UI: the listening socket, an acceptor, a process per
-  # connection (at most :max_connections at once; past it a 503), and the
+  # connection (at most :max_connections at once; see handle_call
+  # :connection for who gives way past it), and the
   # captures started from its form (at most :max_captures waiting at once;
   # the last @kept_captures finished ones are remembered for their pages;
   # FlameOn.Client.Web.Captures asks for them). Runs under
@@ -63,7 +64,18 @@ defmodule FlameOn.Client.Web.Server do
 
   # The acceptor asks before it hands a connection over: a process per
   # connection, watched here so the count stays right however it ends.
+  # When all are taken, the one that has been sending its request the
+  # longest gives way (it is closed): connections that hold a partial
+  # request (slow or idle clients, on purpose or not) cannot keep a client
+  # that sends its request at once from being served. Only when every
+  # connection is past its request (being answered) is the new one
+  # refused, with a 503.
   def handle_call(:connection, _from, state) do
+    state =
+      if map_size(state.connections) >= state.config.max_connections,
+        do: evict_oldest_reading(state),
+        else: state
+
     if map_size(state.connections) >= state.config.max_connections do
       {:reply, :busy, state}
     else
@@ -78,7 +90,8 @@ defmodule FlameOn.Client.Web.Server do
           end
         end)
 
-      {:reply, {:ok, pid}, %{state | connections: Map.put(state.connections, ref, pid)}}
+      connection = %{pid: pid, reading: true, since: System.monotonic_time()}
+      {:reply, {:ok, pid}, %{state | connections: Map.put(state.connections, ref, connection)}}
     end
   end
 
@@ -148,6 +161,18 @@ defmodule FlameOn.Client.Web.Server do
     end
   end
 
+  # a connection has read its request: it is being answered
+  @impl GenServer
+  def handle_cast({:request_read, pid}, state) do
+    connections =
+      Map.new(state.connections, fn
+        {ref, %{pid: ^pid} = c} -> {ref, %{c | reading: false}}
+        other -> other
+      end)
+
+    {:noreply, %{state | connections: connections}}
+  end
+
   @impl GenServer
   def handle_info({:capture_done, id, _runner, result}, state) do
     {:noreply, finish(state, id, result)}
@@ -155,7 +180,7 @@ defmodule FlameOn.Client.Web.Server do
 
   def handle_info({:DOWN, ref, :process, pid, reason}, state) do
     case Map.pop(state.connections, ref) do
-      {^pid, connections} ->
+      {%{pid: ^pid}, connections} ->
         {:noreply, %{state | connections: connections}}
 
       {nil, _} ->
@@ -183,6 +208,22 @@ defmodule FlameOn.Client.Web.Server do
         do: Process.exit(runner, :kill)
 
     :ok
+  end
+
+  defp evict_oldest_reading(state) do
+    reading = for {ref, %{reading: true} = c} <- state.connections, do: {ref, c}
+
+    case reading do
+      [] ->
+        state
+
+      _ ->
+        {ref, %{pid: pid}} = Enum.min_by(reading, fn {_, c} -> c.since end)
+        Process.demonitor(ref, [:flush])
+        # its socket closes with it
+        Process.exit(pid, :kill)
+        %{state | connections: Map.delete(state.connections, ref)}
+    end
   end
 
   # Who waits for mfa already: one of our captures (its runner may not
@@ -261,19 +302,39 @@ defmodule FlameOn.Client.Web.Server do
         end
 
       :busy ->
-        HTTP.send_response(socket, Router.error(503, "too many connections, try again"))
+        # answered by a process of its own: it reads and drops the
+        # request for a moment (HTTP.send_refusal/2), the acceptor does not
+        refusal =
+          spawn(fn ->
+            receive do
+              {:socket, s} -> refuse(s, 503, "too many connections, try again")
+            after
+              5_000 -> :ok
+            end
+          end)
+
+        case :gen_tcp.controlling_process(socket, refusal) do
+          :ok -> send(refusal, {:socket, socket})
+          {:error, _} -> :gen_tcp.close(socket)
+        end
     end
   end
 
-  defp handle(socket, config) do
-    response =
-      case HTTP.read(socket) do
-        {:ok, request} -> Router.handle(request, config)
-        {:error, :closed} -> nil
-        {:error, {status, message}} -> Router.error(status, message)
-      end
+  defp refuse(socket, status, message),
+    do: HTTP.send_refusal(socket, Router.error(status, message))
 
-    if response, do: HTTP.send_response(socket, response), else: :gen_tcp.close(socket)
+  defp handle(socket, config) do
+    case HTTP.read(socket) do
+      {:ok, request} ->
+        GenServer.cast(config.server, {:request_read, self()})
+        HTTP.send_response(socket, Router.handle(request, config))
+
+      {:error, :closed} ->
+        :gen_tcp.close(socket)
+
+      {:error, {status, message}} ->
+        refuse(socket, status, message)
+    end
   catch
     kind, reason ->
       Logger.error("FlameOn web UI: " <> Exception.format(kind, reason, __STACKTRACE__))

@@ -4,7 +4,7 @@ defmodule FlameOn.Client.Web.TracePage do
   # selector, the flame graph inline, the spans, the stats and the
   # downloads.
 
-  import FlameOn.Client.Web.HTML, only: [layout: 2, h: 1, time: 1, duration: 1, pid_text: 1]
+  import FlameOn.Client.Web.HTML, only: [layout: 3, h: 1, time: 1, duration: 1, pid_text: 1]
 
   alias FlameOn.Client.Export
   alias FlameOn.Client.Graph
@@ -14,8 +14,8 @@ defmodule FlameOn.Client.Web.TracePage do
   defp only(tree, pid), do: %{tree | nodes: Map.take(tree.nodes, [pid])}
 
   @doc "One trace: facts, process selector, flame graph, spans, stats, downloads."
-  @spec trace(Profile.t(), pid() | nil) :: iodata()
-  def trace(%Profile{} = profile, pid) do
+  @spec trace(Profile.t(), pid() | nil, String.t()) :: iodata()
+  def trace(%Profile{} = profile, pid, nonce) do
     id = profile.trace_id
     names = process_names(profile)
 
@@ -26,28 +26,32 @@ defmodule FlameOn.Client.Web.TracePage do
 
     title = if pid, do: "#{profile.name} #{names[pid]}", else: profile.name
 
-    layout(profile.name, [
-      "<h1>",
-      h(profile.name),
-      "</h1>",
-      facts(profile),
-      "<h2>Flame graph</h2>",
-      processes(profile, pid, names),
-      ~s(<div class="flame" id="flame">),
-      inline_svg(shown, title),
-      "</div>",
-      ~s(<p class="hint">Hover a frame for its time; click to zoom in, the root to zoom out; ),
-      "Ctrl-F or / to search. Time off CPU is <b>SLEEP</b> (grey) or, cross-process, ",
-      "<b>WAITING</b> (blue: wait no traced callee explains).</p>",
-      spans(profile, names),
-      "<h2>Downloads</h2><p>",
-      for format <- downloads() do
-        ~s(<a href="/traces/#{id}/download/#{format}" download>#{format}</a> )
-      end,
-      ~s(</p><p class="hint">folded: flamegraph.pl, inferno · speedscope: speedscope.app · ),
-      "perfetto: ui.perfetto.dev · pprof: go tool pprof</p>",
-      stats(profile)
-    ])
+    layout(
+      profile.name,
+      [
+        "<h1>",
+        h(profile.name),
+        "</h1>",
+        facts(profile),
+        "<h2>Flame graph</h2>",
+        processes(profile, pid, names),
+        ~s(<div class="flame" id="flame">),
+        inline_svg(shown, title, nonce),
+        "</div>",
+        ~s(<p class="hint">Hover a frame for its time; click to zoom in, the root to zoom out; ),
+        "Ctrl-F or / to search. Time off CPU is <b>SLEEP</b> (grey) or, cross-process, ",
+        "<b>WAITING</b> (blue: wait no traced callee explains).</p>",
+        spans(profile, names),
+        "<h2>Downloads</h2><p>",
+        for format <- downloads() do
+          ~s(<a href="/traces/#{id}/download/#{format}" download>#{format}</a> )
+        end,
+        ~s(</p><p class="hint">folded: flamegraph.pl, inferno · speedscope: speedscope.app · ),
+        "perfetto: ui.perfetto.dev · pprof: go tool pprof</p>",
+        stats(profile)
+      ],
+      nonce
+    )
   end
 
   defp facts(profile) do
@@ -101,14 +105,26 @@ defmodule FlameOn.Client.Web.TracePage do
   defp link_class(href, false), do: ~s(<a href="#{h(href)}">)
 
   # The SVG of FlameOn.Client.Export, in the page: the same document, so
-  # its script (hover, zoom, search) runs here.
-  defp inline_svg(profile, title) do
+  # its script (hover, zoom, search) runs here, under the page's
+  # Content-Security-Policy: its <style> and <script> get the nonce, and
+  # its onload= attribute (which the policy would not run) is replaced by
+  # a script after it that calls init. Every name in it is escaped, so a
+  # "<script" or "<style" in it is the SVG's own.
+  defp inline_svg(profile, title, nonce) do
     svg = profile |> Export.svg(title: title) |> IO.iodata_to_binary()
 
-    case svg do
-      "<?xml" <> _ -> svg |> String.split("\n", parts: 2) |> List.last()
-      _ -> svg
-    end
+    svg =
+      case svg do
+        "<?xml" <> _ -> svg |> String.split("\n", parts: 2) |> List.last()
+        _ -> svg
+      end
+
+    [
+      svg
+      |> String.replace(~s[ onload="init(evt)"], "", global: false)
+      |> String.replace(~r/<(script|style)\b/, ~s(<\\1 nonce="#{h(nonce)}")),
+      ~s[<script nonce="#{h(nonce)}">init(null);</script>]
+    ]
   end
 
   defp spans(%Profile{graph: nil}, _names), do: []
