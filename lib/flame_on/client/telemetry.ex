@@ -11,8 +11,8 @@ defmodule FlameOn.Client.Telemetry do
       )
 
   On an event `prefix ++ [:start]`, a sampled handler starts tracing the
-  process that emitted it (by default in mode `:sample`: stack samples and
-  exact on/off-CPU time, no call breakpoints; or `mode: :process`, call
+  process that emitted it (by default in mode `:auto`: `:native` where this
+  VM can sample natively, else `:sample`; no call breakpoints either way; or `mode: :process`, call
   tracing with a tracer process), owned by a process of FlameOn's, and
   keeps the trace in that process's dictionary under
   `{FlameOn.Client.Telemetry, prefix}`. On `prefix ++ [:stop]` or

@@ -47,8 +47,9 @@ defmodule FlameOn.Client.Tracing do
 
   ## Mode and cost
 
-  Traces here default to `mode: :sample` (or the application
-  environment's `:mode`): the traced process's stack is sampled every
+  Traces here default to `mode: :auto` (or the application environment's
+  `:mode`): `:native` where this VM can sample natively, else `:sample`.
+  In `:sample` the traced process's stack is sampled every
   `:interval_us` (1 ms) and the `:running` trace flag gives its exact on- and
   off-CPU time, with **no call breakpoints**, so a sampled request costs the
   rest of the node nothing and the traced process a few per cent. Pass
@@ -117,8 +118,8 @@ defmodule FlameOn.Client.Tracing do
       # ... five seconds later the trace stops on its own and is shipped ...
       {:ok, profile} = FlameOn.Client.Tracing.stop_trace(ref)
 
-  The trace runs in `mode: :sample` by default (a sampler samples the
-  process; no call breakpoints) or, with `mode: :process`, with call
+  The trace runs in `mode: :auto` by default (`:native` where this VM can
+  sample natively, else `:sample`: no call breakpoints either way) or, with `mode: :process`, with call
   tracing (a tracer process takes its trace messages; the node's call
   patterns are set while it runs). A process of FlameOn's owns the trace. The profile is shipped once, when the trace finishes: at
   `stop_trace/1`, after `:duration_ms`, or when the traced process exits.
