@@ -10,6 +10,7 @@ defmodule FlameOn.Client.Capture.Sample do
   use FlameOn.Client.Capture.Mode
 
   alias FlameOn.Client.Node.BacktraceDepth
+  alias FlameOn.Client.Options.Config
   alias FlameOn.Client.Sampling.{Budget, Results, Sampler, Tick}
 
   @impl true
@@ -31,7 +32,7 @@ defmodule FlameOn.Client.Capture.Sample do
   # busy processes).
   @impl true
   def acquire(opts) do
-    Enum.each([Sampler, Tick, Results, Budget, :rand], &Code.ensure_loaded/1)
+    Enum.each([Sampler, Tick, Results, Budget, Config, :rand], &Code.ensure_loaded/1)
     BacktraceDepth.acquire(backtrace_depth(opts))
   end
 

@@ -240,11 +240,14 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     {:stop, :normal, state}
   end
 
-  # A process took a request of the trace (the core says so): a part turns
-  # its flags on if it came from another node; the mode watches it.
+  # A process took a request of the trace (the core says so): the mode
+  # watches it, and a part turns its flags on if it came from another node.
+  # Watched first: turning a running process's flags on waits until it is
+  # scheduled out (tens of milliseconds for a busy callee on a busy node),
+  # and its sampler can sample it meanwhile.
   def handle_info({:flame_on_callee, pid}, %{core: core} = state) when core != nil do
-    state = if state.part, do: Followers.flag(pid, state), else: state
     watchers = state.mode.watch(state.watchers, core, pid, state.opts, nil)
+    state = if state.part, do: Followers.flag(pid, state), else: state
     {:noreply, %{state | watchers: watchers}}
   end
 
