@@ -41,7 +41,7 @@ typedef struct {
     uint64_t unsampled_ns; /* running time charged to the bare root before that */
     uint8_t unseen;      /* running since an `in` (or since it appeared) with no
                             call, return or sample since: its stack is unknown */
-    /* What the burst since its last `in` charged to the stack it left
+    /* What the bursts since its last sample charged to the stack it left
      * (fo_session_unseen.c): running time, and GC time [minor, major]. */
     uint32_t unseen_node;
     uint64_t unseen_ns;

@@ -327,7 +327,8 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         }
         p->state = FO_PROC_RUNNING;
         p->unseen = 1;
-        fo_s_unseen_forget(p);
+        /* the notes stay: every burst since the last sample is unseen
+         * (preempted, or woken), and they all go where the next one says */
         break;
     case FO_EV_EXIT:
         p->state = FO_PROC_EXITED;
@@ -396,22 +397,27 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
      * the first look at where the burst went, so the burst is charged to
      * the sampled stack. Otherwise a sample's stack holds until the next
      * event, and time up to this sample belongs to the previous one. */
-    int backfill = p->unseen && p->state == FO_PROC_RUNNING;
+    int fresh = p->unseen && p->state == FO_PROC_RUNNING;
+    /* A stack it waits in (its `out` not applied yet) is not where the
+     * burst ran: the burst is charged as an `out` would charge it, and
+     * placed as one of a burst that ended (below). */
+    int waits = (how & (FO_SAMPLE_WAITED | FO_SAMPLE_WAITING)) != 0;
+    int backfill = fresh && !waits;
     if (!backfill)
         charge(s, p, ts_ns);
     /* Waited, and running since an `in` with nothing seen: it is still
      * answering this very request (its `out` comes after), so the wait
      * before that `in` was spent in the sampled stack too. */
-    int answering = waited && backfill && p->pair_clean;
+    int answering = waited && fresh && p->pair_clean;
     if (p->state == FO_PROC_RUNNING)
         p->pair_clean = 0;
     if (frames != NULL)
         fo_s_replace_stack(s, p, frames, count);
-    if (backfill || p->state == FO_PROC_OUT) {
+    if (fresh || p->state == FO_PROC_OUT) {
         /* the burst's time charged at its events goes where it ran (the
          * first sample's move below must not take it twice) */
         uint64_t from_root = p->unseen_node == p->root ? p->unseen_ns : 0;
-        fo_s_unseen_place(s, p);
+        fo_s_unseen_place(s, p, waits || (p->state == FO_PROC_OUT && (how & FO_SAMPLE_BUSY) == 0));
         p->unsampled_ns -= from_root < p->unsampled_ns ? from_root : p->unsampled_ns;
     }
     if (p->state == FO_PROC_OUT) {
@@ -425,9 +431,10 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
             s->stats.node_limit_hits++;
             node = p->node_cap;
         }
-        if (waited && kind == FO_FRAME_SLEEP && node != p->node_cap) {
+        /* answered waiting, it waits where it did since its last `out` */
+        if ((waited || (how & FO_SAMPLE_WAITING)) && kind == FO_FRAME_SLEEP && node != p->node_cap) {
             fo_s_move_time(s, p->sleep_node, node, p->wait_ns);
-            if (p->pair_clean)
+            if (waited && p->pair_clean)
                 fo_s_move_time(s, p->prev_wait_node, node, p->prev_wait_ns);
             p->prev_wait_ns = 0;
         }
@@ -443,8 +450,12 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
     }
     if (backfill)
         charge(s, p, ts_ns);
-    p->unseen = (how & FO_SAMPLE_LEADING) != 0;
-    if (!p->sampled) {
+    /* A leading stack is from before the work; so is a waited one taken as
+     * the process was scheduled in (it answered before running any code):
+     * the burst it runs now is not in it. */
+    int before_burst = waited && p->state == FO_PROC_RUNNING;
+    p->unseen = (how & FO_SAMPLE_LEADING) != 0 || before_burst;
+    if (!p->sampled && (how & FO_SAMPLE_LEADING) == 0) {
         /* Its first sample: what it ran before, with no stack known, was
          * this work too (a sampler starts a little after its process). */
         uint32_t here = fo_s_current_node(p);

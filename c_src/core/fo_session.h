@@ -87,8 +87,12 @@ void fo_session_sample(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa 
  * - LEADING: the stack was taken just before the process's traced work
  *   starts (a process sampling itself as its trace begins): it only holds
  *   until the next sample shows where the work went, which takes the time
- *   since, as a sample after an `in` does. */
-enum { FO_SAMPLE_WAITED = 1u, FO_SAMPLE_LEADING = 2u };
+ *   since, as a sample after an `in` does.
+ * - BUSY: the process was running or runnable (preempted) when asked: the
+ *   stack is where it works, scheduled out or not, not where it waits.
+ * - WAITING: it was waiting when asked, and ran since (not WAITED): the
+ *   stack is where it waits now, even if its `out` is not applied yet. */
+enum { FO_SAMPLE_WAITED = 1u, FO_SAMPLE_LEADING = 2u, FO_SAMPLE_BUSY = 4u, FO_SAMPLE_WAITING = 8u };
 
 /* fo_session_sample with what the front end knows (FO_SAMPLE_* bits). */
 void fo_session_sample_as(fo_session *s, uint64_t pid, int64_t ts_ns, const fo_mfa *frames, uint32_t count,

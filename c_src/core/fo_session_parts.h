@@ -59,10 +59,11 @@ int fo_s_gc_charge(fo_session *s, fo_proc *p, uint64_t delta);
 
 /* An unseen burst's time (fo_session_unseen.c): forget what was noted,
  * note delta charged to node while unseen, and move what was noted under
- * p's current stack (a sample just replaced it). */
+ * p's current stack (a sample just replaced it; ended: the sample found
+ * the burst over, p waiting). */
 void fo_s_unseen_forget(fo_proc *p);
 void fo_s_unseen_note(fo_session *s, fo_proc *p, uint32_t node, uint64_t delta);
-void fo_s_unseen_place(fo_session *s, fo_proc *p);
+void fo_s_unseen_place(fo_session *s, fo_proc *p, int ended);
 
 /* fo_session_apply's step for CPU-sampled sessions, before the event
  * itself applies (fo_session_cpu.c). */

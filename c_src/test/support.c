@@ -302,6 +302,14 @@ static void run_sample_line(fo_session *s, uint64_t pid, int64_t ts, const char 
             how |= FO_SAMPLE_LEADING;
             continue;
         }
+        if (strcmp(opt, "busy") == 0) {
+            how |= FO_SAMPLE_BUSY;
+            continue;
+        }
+        if (strcmp(opt, "waiting") == 0) {
+            how |= FO_SAMPLE_WAITING;
+            continue;
+        }
         char *end = NULL;
         if (strncmp(opt, "w=", 2) != 0 || opt[2] == '\0' || opt[2] == '-')
             fail_msg("bad sample option in '%s' (want w=N or waited)", line);

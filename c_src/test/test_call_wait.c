@@ -50,11 +50,11 @@ static const ts_case call_wait_cases[] = {
            "1 600 in",                    /* a;s;WAITING: 500 (a signal wakes it) */
            "1 610 out_call",              /* a burst of 10, unseen */
            "1 650 sample m:a/0;m:r/0",    /* a;s;WAITING: 40; the 540 move under a;r,
-                                             and the burst: it ended there */
+                                             and the burst to a, which s and r share */
            "1 1100 in",                   /* a;r;WAITING: 450 */
            "attribute 1 900",             /* 900 of 990 explained */
            "close 1100"),
-     LINES("1 m:a/0;m:s/0 100", "1 m:a/0;m:r/0 10", "1 m:a/0;m:r/0;WAITING 90",
+     LINES("1 m:a/0;m:s/0 100", "1 m:a/0 10", "1 m:a/0;m:r/0;WAITING 90",
            "1 m:a/0;m:r/0;ATTRIBUTED 900",
            "1 m:a/0;m:s/0 samples=1 weight=0", "1 m:a/0;m:r/0;WAITING samples=1 weight=0"),
      "events=6 samples=2"},
@@ -63,11 +63,11 @@ static const ts_case call_wait_cases[] = {
      LINES("1 0 sample m:a/0",
            "call_started 1", "1 10 out_call", "1 30 in",   /* a;WAITING: 20, first call */
            "call_started 1", "1 40 out_call",              /* an unseen burst of 10 */
-           "1 50 sample m:a/0;m:r/0",                      /* a;WAITING: 10 and the
-                                                              burst, moved */
+           "1 50 sample m:a/0;m:r/0",                      /* a;WAITING: 10, moved;
+                                                              the burst stays in a */
            "1 70 in",                                      /* a;r;WAITING: 20 */
            "attribute 1 1000", "close 70"),
-     LINES("1 m:a/0 10", "1 m:a/0;m:r/0 10", "1 m:a/0;WAITING 20", "1 m:a/0;m:r/0;ATTRIBUTED 30",
+     LINES("1 m:a/0 20", "1 m:a/0;WAITING 20", "1 m:a/0;m:r/0;ATTRIBUTED 30",
            "1 m:a/0 samples=1 weight=0", "1 m:a/0;m:r/0;WAITING samples=1 weight=0"),
      "events=6 samples=2"},
 

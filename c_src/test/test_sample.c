@@ -164,10 +164,10 @@ static const ts_case sample_cases[] = {
            "1 50 in",                         /* a;b;SLEEP: 40 (then asked for its stack) */
            "1 52 out",                        /* 2, answering, unseen */
            "1 55 sample m:a/0;m:w/0 waited",  /* a;b;SLEEP: 3; 40 + 3 move under a;w,
-                                                 the 2 too: it ended there */
+                                                 the 2 under a: b and w share it */
            "1 90 in",                         /* a;w;SLEEP: 35 */
            "close 100"),                      /* a;w: 10 */
-     LINES("1 m:a/0;m:b/0 10", "1 m:a/0;m:w/0;SLEEP 78", "1 m:a/0;m:w/0 12",
+     LINES("1 m:a/0;m:b/0 10", "1 m:a/0 2", "1 m:a/0;m:w/0;SLEEP 78", "1 m:a/0;m:w/0 10",
            "1 m:a/0;m:b/0 samples=1 weight=0", "1 m:a/0;m:w/0;SLEEP samples=1 weight=0"),
      "events=6 samples=2"},
 
@@ -175,11 +175,12 @@ static const ts_case sample_cases[] = {
      LINES("1 0 sample m:a/0;m:b/0",
            "1 10 out",                        /* a;b: 10 */
            "1 50 in",                         /* a;b;SLEEP: 40, moved under a;w */
-           "1 52 sample m:a/0;m:w/0 waited",  /* a;w: 2 (the answering burst) */
+           "1 52 sample m:a/0;m:w/0 waited",  /* a: 2 (the answering burst, which b
+                                                 and w share) */
            "1 53 out",                        /* a;w: 1 */
            "1 90 in",                         /* a;w;SLEEP: 37 */
            "close 100"),                      /* a;w: 10 */
-     LINES("1 m:a/0;m:b/0 10", "1 m:a/0;m:w/0;SLEEP 77", "1 m:a/0;m:w/0 13",
+     LINES("1 m:a/0;m:b/0 10", "1 m:a/0 2", "1 m:a/0;m:w/0;SLEEP 77", "1 m:a/0;m:w/0 11",
            "1 m:a/0;m:b/0 samples=1 weight=0", "1 m:a/0;m:w/0 samples=1 weight=0"),
      "events=6 samples=2"},
 
@@ -210,11 +211,11 @@ static const ts_case sample_cases[] = {
            "1 10 out",
            "1 50 in", "1 52 out",
            "1 55 sample m:a/0;m:w/0",         /* may have run meanwhile: only the rest
-                                                 moves, and the 2 of the unseen burst */
+                                                 moves; the unseen burst's 2 go to a */
            "1 90 in",
            "close 100"),
-     LINES("1 m:a/0;m:b/0 10", "1 m:a/0;m:b/0;SLEEP 43", "1 m:a/0;m:w/0;SLEEP 35",
-           "1 m:a/0;m:w/0 12", "1 m:a/0;m:b/0 samples=1 weight=0",
+     LINES("1 m:a/0;m:b/0 10", "1 m:a/0 2", "1 m:a/0;m:b/0;SLEEP 43", "1 m:a/0;m:w/0;SLEEP 35",
+           "1 m:a/0;m:w/0 10", "1 m:a/0;m:b/0 samples=1 weight=0",
            "1 m:a/0;m:w/0;SLEEP samples=1 weight=0"),
      "events=6 samples=2"},
 
@@ -240,8 +241,69 @@ static const ts_case sample_cases[] = {
            "1 m:p/0 samples=1 weight=0", "1 m:p/0;m:w/0 samples=1 weight=0"),
      "events=8 samples=2 gc_minor=2 gc_major=1 gc_minor_ns=6 gc_major_ns=10"},
 
-    /* a burst that ends unseen ended where a sample of its wait shows,
-     * not in the stack it woke in (a Process.sleep it returned from) */
+    /* before the first sample: the burst was the traced code's, one frame
+     * into the stack its wait is sampled in (f), not the trace's root (p)
+     * and not the function it waits in (sleep) */
+    {"a_first_burst_that_ended_unseen_goes_under_the_traced_code", DEFAULT_LIMITS,
+     LINES("1 0 sample m:p/0 leading",
+           "1 10 out",                                    /* a burst of 10 */
+           "1 15 sample m:p/0;m:f/0;m:sleep/0 waited",     /* the wait, found in sleep */
+           "1 40 in",
+           "close 50"),
+     LINES("1 m:p/0;m:f/0 10", "1 m:p/0;m:f/0;m:sleep/0;SLEEP 30", "1 m:p/0;m:f/0;m:sleep/0 10",
+           "1 m:p/0 samples=1 weight=0", "1 m:p/0;m:f/0;m:sleep/0;SLEEP samples=1 weight=0"),
+     "events=4 samples=2"},
+
+    /* a waited stack answered as the process was scheduled in is from
+     * before the burst it then runs: the burst goes where the next sample
+     * shows, not to the sleep it woke from */
+    {"a_stack_answered_at_the_wake_does_not_hold_the_burst_after_it", DEFAULT_LIMITS,
+     LINES("1 0 sample m:p/0;m:f/0",
+           "1 5 out", "1 20 in",
+           "1 21 sample m:p/0;m:f/0;m:sleep/0 waited",
+           "1 40 sample m:p/0;m:f/0;m:spin/0",
+           "close 50"),
+     LINES("1 m:p/0;m:f/0 6", "1 m:p/0;m:f/0;m:sleep/0;SLEEP 15",
+           "1 m:p/0;m:f/0;m:spin/0 29", "1 m:p/0;m:f/0 samples=1 weight=0",
+           "1 m:p/0;m:f/0;m:sleep/0 samples=1 weight=0", "1 m:p/0;m:f/0;m:spin/0 samples=1 weight=0"),
+     "events=5 samples=3"},
+
+    /* preempted (scheduled out, runnable) and sampled so: the bursts before
+     * ran where the sample shows, not in the sleep they woke from */
+    {"bursts_before_a_busy_sample_of_a_preempted_process_go_where_it_shows", DEFAULT_LIMITS,
+     LINES("1 0 sample m:p/0;m:f/0;m:sleep/0", "1 1 out",   /* 1 seen in sleep */
+           "1 5 in", "1 15 out", "1 16 in", "1 26 out",   /* woke, preempted twice */
+           "1 30 sample m:p/0;m:spin/0 busy",
+           "1 31 in", "close 40"),
+     /* (the preempted waits stay SLEEP leaves where they were charged) */
+     LINES("1 m:p/0;m:f/0;m:sleep/0 1", "1 m:p/0;m:f/0;m:sleep/0;SLEEP 9", "1 m:p/0;m:spin/0 29",
+           "1 m:p/0;m:spin/0;SLEEP 1", "1 m:p/0;m:f/0;m:sleep/0 samples=1 weight=0",
+           "1 m:p/0;m:spin/0;SLEEP samples=1 weight=0"),
+     "events=8 samples=2"},
+
+    /* seen waiting before its `out` came: the stack is where it waits, and
+     * the burst before it goes where an `out` would have sent it */
+    {"a_waiting_sample_before_its_out_places_the_burst_as_after_it", DEFAULT_LIMITS,
+     LINES("1 0 sample m:p/0 leading",
+           "1 10 sample m:p/0;m:f/0;m:sleep/0 waiting",
+           "1 11 out", "close 20"),
+     LINES("1 m:p/0;m:f/0 10", "1 m:p/0;m:f/0;m:sleep/0 1", "1 m:p/0;m:f/0;m:sleep/0;SLEEP 9",
+           "1 m:p/0 samples=1 weight=0", "1 m:p/0;m:f/0;m:sleep/0 samples=1 weight=0"),
+     "events=3 samples=2"},
+
+    /* answered waiting (it ran since the tick looked: not waited), it has
+     * waited in that stack since its last `out`; the wait before, not */
+    {"a_waiting_sample_takes_the_wait_since_the_last_out", DEFAULT_LIMITS,
+     LINES("1 0 sample m:a/0;m:b/0", "1 10 out", "1 20 in", "1 22 out",
+           "1 30 sample m:a/0;m:w/0 waiting", "1 40 in", "close 50"),
+     LINES("1 m:a/0;m:b/0 10", "1 m:a/0;m:b/0;SLEEP 10", "1 m:a/0 2", "1 m:a/0;m:w/0;SLEEP 18",
+           "1 m:a/0;m:w/0 10", "1 m:a/0;m:b/0 samples=1 weight=0",
+           "1 m:a/0;m:w/0;SLEEP samples=1 weight=0"),
+     "events=6 samples=2"},
+
+    /* a burst that ends unseen ran in what the stack it woke in (a
+     * Process.sleep it returned from) shares with the one a sample of its
+     * next wait shows: p */
     {"an_unseen_burst_goes_where_its_wait_is_sampled", DEFAULT_LIMITS,
      LINES("1 0 sample m:p/0;m:s/0",
            "1 10 out", "1 50 in",                         /* s: 10, s;SLEEP 40 */
@@ -249,15 +311,17 @@ static const ts_case sample_cases[] = {
            "1 70 sample m:p/0;m:r/0",                     /* waiting in r (the wait
                                                              before it stays) */
            "close 80"),
-     LINES("1 m:p/0;m:s/0 10", "1 m:p/0;m:s/0;SLEEP 50", "1 m:p/0;m:r/0 8",
-           "1 m:p/0;m:r/0;GC_MINOR 2", "1 m:p/0;m:r/0;SLEEP 10",
+     LINES("1 m:p/0;m:s/0 10", "1 m:p/0;m:s/0;SLEEP 50", "1 m:p/0 8",
+           "1 m:p/0;GC_MINOR 2", "1 m:p/0;m:r/0;SLEEP 10",
            "1 m:p/0;m:s/0 samples=1 weight=0", "1 m:p/0;m:r/0;SLEEP samples=1 weight=0"),
      "events=7 samples=2 gc_minor=1 gc_minor_ns=2"},
 
     {"a_leading_sample_then_a_wait_keeps_the_wait_under_it", DEFAULT_LIMITS,
+     /* the bursts before the first sample (0-10, 40-60) were the traced
+      * work: under the stack that sample shows, never the bare root */
      LINES("1 0 sample m:p/0 leading", "1 10 out", "1 40 in", "1 60 sample m:p/0;m:w/0",
            "close 70"),
-     LINES("1 m:p/0 10", "1 m:p/0;SLEEP 30", "1 m:p/0;m:w/0 30", "1 m:p/0 samples=1 weight=0",
+     LINES("1 m:p/0;SLEEP 30", "1 m:p/0;m:w/0 40", "1 m:p/0 samples=1 weight=0",
            "1 m:p/0;m:w/0 samples=1 weight=0"),
      "events=4 samples=2"},
 

@@ -35,6 +35,7 @@
     A(plain)                                                                                   \
     A(waited)                                                                                  \
     A(leading)                                                                                 \
+    A(busy)                                                                                    \
     A(gc_minor)                                                                                \
     A(gc_major)                                                                                \
     A(process)                                                                                 \

@@ -63,6 +63,10 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
             how = FO_SAMPLE_WAITED;
         else if (argv[4] == fo_atom_leading)
             how = FO_SAMPLE_LEADING;
+        else if (argv[4] == fo_atom_busy)
+            how = FO_SAMPLE_BUSY;
+        else if (argv[4] == fo_atom_waiting)
+            how = FO_SAMPLE_WAITING;
         else if (argv[4] != fo_atom_plain)
             return enif_make_badarg(env);
     }

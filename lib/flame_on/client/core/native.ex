@@ -106,7 +106,9 @@ defmodule FlameOn.Client.Core.Native do
   #     whole wait it is in, not only the rest of it, goes under the sampled
   #     stack, although answering woke it for a moment) or `:leading` (the
   #     stack was taken just before the traced work starts: the next sample
-  #     takes the time since).
+  #     takes the time since), `:busy` (it saw `pid` running or runnable:
+  #     the stack is where it works, even scheduled out) or `:waiting` (it
+  #     saw `pid` waiting, not as `:waited`: the stack is where it waits).
   #   * `next_new(session, owner, excluded)` – the gate of
   #     `FlameOn.Client.NextCall`: with the meta pattern
   #     `{:meta, FlameOn.Client.Core.Native, {:next, gate}}` on one function, the
@@ -259,7 +261,7 @@ defmodule FlameOn.Client.Core.Native do
           pid(),
           list() | :same | {:same | :slept, pos_integer()},
           non_neg_integer(),
-          :plain | :waited | :leading
+          :plain | :waited | :leading | :busy | :waiting
         ) ::
           :ok | :stopped | :idle
   def sample(_session, _pid, _stack, _weight, _how), do: :erlang.nif_error(:nif_not_loaded)

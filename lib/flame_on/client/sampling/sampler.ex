@@ -126,11 +126,13 @@ defmodule FlameOn.Client.Sampling.Sampler do
     # A process sampling itself samples its first stack right here, signal
     # free, with its own frames (this function and below) left out: the
     # last thing before its first traced event, so the profile's time
-    # starts there and not before the sampler's spawn.
-    {state, {deadline, _late}} =
-      if target == self(),
-        do: {Tick.tick(%{state | own: true}), next_deadline(now_us(), interval_us)},
-        else: {state, {now_us(), 0}}
+    # starts there and not before the sampler's spawn. Its sampler asks
+    # again at once: the answer comes at the process's first scheduling
+    # point, the end of its first burst or its first wait, and shows where
+    # that burst went (an interval later, a short first burst and the wait
+    # after it were over unseen, on the trace's bare root).
+    state = if target == self(), do: Tick.tick(%{state | own: true}), else: state
+    deadline = now_us()
 
     send(sampler, {:begin, spawner, %{state | own: false}, deadline})
     sampler

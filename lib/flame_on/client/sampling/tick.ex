@@ -37,8 +37,8 @@ defmodule FlameOn.Client.Sampling.Tick do
   end
 
   defp ask(%{target: target} = state, status, mql, reds) do
-    case Process.info(target, [:current_stacktrace, :memory, :reductions]) do
-      [current_stacktrace: stack, memory: memory, reductions: answered] ->
+    case Process.info(target, [:current_stacktrace, :memory, :reductions, :status]) do
+      [current_stacktrace: stack, memory: memory, reductions: answered, status: now] ->
         stack =
           stack
           |> drop_own(state)
@@ -50,10 +50,15 @@ defmodule FlameOn.Client.Sampling.Tick do
         # Seen waiting, and it answered before running anything: the stack
         # is where the whole wait it is in was spent. A process sampling
         # itself does so as its trace begins: its work comes after.
+        # As it answered (a running process answers at its next scheduling
+        # point, often the wait that ends its burst): running or preempted,
+        # the stack is where it works; waiting, where it waits.
         how =
           cond do
             state.own -> :leading
             status == :waiting and answered == reds -> :waited
+            now == :waiting -> :waiting
+            now in [:running, :runnable, :garbage_collecting] -> :busy
             true -> :plain
           end
 
