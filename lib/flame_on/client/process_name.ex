@@ -1,6 +1,7 @@
 defmodule FlameOn.Client.ProcessName do
   @moduledoc """
-  What a process is called: a name, to show with its pid beside it,
+  What a process is called in every output: a name, with its pid beside it
+  (`FlameOn.Client.Profile.process_label/2`):
   `"MyApp.Inventory <0.178.0>"`.
 
   The name is the first of:
@@ -27,6 +28,15 @@ defmodule FlameOn.Client.ProcessName do
   its pid alone, as is a process whose name could not be read (it exited
   before the trace saw it, or it runs on a node that sent no names).
 
+  Names are read **while the trace runs**, since a process may be gone by
+  the time its profile is exported: when a process is first traced, when a
+  cross-process trace follows a new process (and again shortly after, for
+  a `proc_lib` process caught before it said what it is), and for any
+  process still unnamed when the trace finishes. They are kept in the
+  profile (`FlameOn.Client.Profile`'s `process_names`) and in the span
+  graph (each `FlameOn.Client.Graph.Span`'s `name`). A trace across nodes
+  names each node's processes on that node.
+
   Reading a name is one `process_info/2` call with a list of items. From
   OTP 26.2 it asks for the three dictionary keys alone; before, it copies
   the process dictionary once.
@@ -49,6 +59,7 @@ defmodule FlameOn.Client.ProcessName do
       nil
   """
 
+  alias FlameOn.Client.Graph
   alias FlameOn.Client.Profile
 
   @typedoc "Names by process: a string, or `nil` for a process that was read and has none."
@@ -123,9 +134,44 @@ defmodule FlameOn.Client.ProcessName do
     end)
   end
 
+  @doc """
+  Names `profile`'s processes: the names in `known` (read while it ran),
+  then those still missing, read now; they go into `process_names` and
+  each span's `name`.
+  """
+  @spec name_profile(Profile.t(), names()) :: Profile.t()
+  def name_profile(%Profile{} = profile, known) do
+    known = Map.merge(known, profile.process_names)
+    names = known |> complete(pids(profile)) |> strings()
+
+    %{
+      profile
+      | process_names: Map.merge(profile.process_names, names),
+        graph: name_graph(profile.graph, names)
+    }
+  end
+
+  @doc "Each span named after its process in `names` (one `names` lacks keeps its name)."
+  @spec name_graph(Graph.t() | nil, names()) :: Graph.t() | nil
+  def name_graph(nil, _names), do: nil
+
+  def name_graph(%Graph{spans: spans} = graph, names) do
+    %{graph | spans: Enum.map(spans, &%{&1 | name: Map.get(names, &1.pid) || &1.name})}
+  end
+
   @doc "The names that are strings (those read without one left out)."
   @spec strings(names()) :: %{pid() => String.t()}
   def strings(names), do: for({pid, name} <- names, is_binary(name), into: %{}, do: {pid, name})
+
+  # Every process a profile shows.
+  defp pids(%Profile{} = profile) do
+    spans = if profile.graph, do: Enum.map(profile.graph.spans, & &1.pid), else: []
+
+    Enum.uniq(
+      [profile.pid | Map.keys(profile.stacks)] ++
+        Map.keys(profile.samples) ++ Map.keys(profile.metrics) ++ spans
+    )
+  end
 
   ## Reading
 

@@ -186,13 +186,18 @@ defmodule FlameOn.Client.ExportSampledTest do
       callee: a
     } do
       events = profile |> Export.perfetto() |> json_decode!() |> Map.fetch!("traceEvents")
-      label = pid_text(a)
-      spans = for %{"ph" => "X", "cat" => "span"} = e <- events, e["args"]["pid"] == label, do: e
+
+      spans =
+        for %{"ph" => "X", "cat" => "span"} = e <- events, e["args"]["pid"] == pid_text(a), do: e
+
       assert [%{"tid" => tid} | _] = spans
       assert Enum.all?(spans, &(&1["tid"] == tid))
       slices = for %{"ph" => "X"} = e <- events, do: e
       from = slices |> Enum.map(& &1["ts"]) |> Enum.min()
       to = slices |> Enum.map(&(&1["ts"] + &1["dur"])) |> Enum.max()
+
+      # counters are keyed by the process's label: its name, then its pid
+      label = "FlameOn.Client.Test.Server #{pid_text(a)}"
 
       for name <- ["message_queue_len", "memory", "reductions/ms"] do
         counters =

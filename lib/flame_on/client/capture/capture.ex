@@ -29,7 +29,7 @@ defmodule FlameOn.Client.Capture do
   # FlameOn.Client.Options. Adding a mode is one module under capture/ and
   # one line there (see ARCHITECTURE.md).
 
-  alias FlameOn.Client.{Options, Profile}
+  alias FlameOn.Client.{Options, ProcessName, Profile}
   alias FlameOn.Client.Capture.{Common, CrossProcess, Local}
   alias FlameOn.Client.Node.{Breaker, TraceBackend}
 
@@ -69,10 +69,19 @@ defmodule FlameOn.Client.Capture do
   @doc """
   `pid` is about to be traced (its flags go on right after, or already
   did): starts its watchers (a process that traces itself takes its first
-  sample here).
+  sample here) and reads its name (`FlameOn.Client.ProcessName`), while it
+  surely runs.
   """
   @spec begin(t(), pid()) :: t()
-  def begin(%{scope: scope} = capture, pid), do: scope.begin(capture, pid)
+  def begin(%{scope: scope} = capture, pid) do
+    capture = scope.begin(capture, pid)
+    # Without the seq_trace token (a cross-process trace's root has it by
+    # now): the code server loading what the read needs must not join.
+    token = :seq_trace.set_token([])
+    names = ProcessName.complete(Map.get(capture, :names, %{}), [pid])
+    :seq_trace.set_token(token)
+    Map.put(capture, :names, names)
+  end
 
   @doc """
   Traces `pid` (another process) now: its flags, then `begin/2`. `:error`
@@ -108,8 +117,11 @@ defmodule FlameOn.Client.Capture do
   `duration_us`).
   """
   @spec finish(t(), integer(), integer() | nil) :: {:ok, Profile.t()} | {:error, term()}
-  def finish(%{scope: scope} = capture, started_ts, end_ts),
-    do: scope.finish(capture, started_ts, end_ts)
+  def finish(%{scope: scope} = capture, started_ts, end_ts) do
+    with {:ok, profile} <- scope.finish(capture, started_ts, end_ts) do
+      {:ok, ProcessName.name_profile(profile, Map.get(capture, :names, %{}))}
+    end
+  end
 
   @doc """
   Gives back whatever the capture still holds (it failed, or its owner is

@@ -28,6 +28,10 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   #   * A part turns the flags on itself in each process of its node that
   #     joins from another node ({:flame_on_callee, pid}): the send pattern
   #     cannot reach across nodes.
+  #   * Each process that joins is named then (FlameOn.Client.ProcessName),
+  #     while it surely runs: a short-lived one (a Task) is gone by the end.
+  #     One that joins as it is spawned has not said what it is yet: it is
+  #     read again a little later, a few times.
   #   * If the root (the origin) or the origin's owner (a part) dies first,
   #     the trace is stopped and this process stops; if this process dies,
   #     Patterns (which monitors it) stops the trace and, with the last
@@ -35,9 +39,14 @@ defmodule FlameOn.Client.Owners.CrossProcess do
 
   use GenServer, restart: :temporary
 
-  @leave_grace_ms 5
+  import Bitwise, only: [<<<: 2]
 
-  alias FlameOn.Client.{Graph, Profile}
+  @leave_grace_ms 5
+  # A process read before it said what it is (ProcessName.lookup/1's
+  # :early) is read again this many times at most (retry_name/2).
+  @name_tries 8
+
+  alias FlameOn.Client.{Graph, ProcessName, Profile}
   alias FlameOn.Client.Capture.Common
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.Patterns
@@ -142,7 +151,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     with {:ok, core} <- new_core(capture, Map.put(core_options, :label, label)),
          :ok <- register(core, root),
          :ok <- Native.graph_owner(core, self(), capture.follow == :messages),
-         :ok <- watch_callees(core, mode, part),
+         :ok <- Native.graph_watch_callees(core, self()),
          {:ok, handle} <- take_tracing(core, root, label, mode, capture, opts[:legacy]),
          :ok <- if(part, do: mode.acquire(capture), else: :ok) do
       lifetime_ms = if part, do: part.lifetime_ms, else: capture.max_duration_ms
@@ -169,7 +178,10 @@ defmodule FlameOn.Client.Owners.CrossProcess do
         # a part: the processes it flagged and still follow, and when it
         # flagged each (µs, this node's clock)
         flagged: MapSet.new(),
-        flagged_at: %{}
+        flagged_at: %{},
+        # the processes that joined, named as they did: pid => name, or
+        # nil when it has none (ProcessName.names())
+        process_names: %{}
       }
 
       # The root's Tracer (mode :process) starts under the same supervisor,
@@ -220,10 +232,22 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     {raw, stats, graph} = Native.finish(state.core, :stop)
     graph = Graph.build(graph, state.label)
     stacks = Profile.build(raw, stats, [], state.names).stacks
+    # named here, on their own node
+    pids = Enum.map(graph.spans, & &1.pid) ++ Map.keys(stacks)
+    names = state.process_names |> ProcessName.complete(pids) |> ProcessName.strings()
+    graph = ProcessName.name_graph(graph, names)
     Followers.unfollow(Enum.uniq(graph.followers ++ MapSet.to_list(state.flagged)), state)
     Patterns.release_cross_process()
     state.mode.release(state.opts)
-    part = %{graph: graph, stacks: stacks, watched: watched, flagged_at: state.flagged_at}
+
+    part = %{
+      graph: graph,
+      stacks: stacks,
+      watched: watched,
+      flagged_at: state.flagged_at,
+      names: names
+    }
+
     {:stop, :normal, {:ok, part}, %{state | core: nil}}
   end
 
@@ -241,12 +265,25 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   end
 
   # A process took a request of the trace (the core says so): a part turns
-  # its flags on if it came from another node; the mode watches it.
+  # its flags on if it came from another node; the mode watches it (a mode
+  # that follows callees, and every mode on a part); it is named, once.
   def handle_info({:flame_on_callee, pid}, %{core: core} = state) when core != nil do
     state = if state.part, do: Followers.flag(pid, state), else: state
-    watchers = state.mode.watch(state.watchers, core, pid, state.opts, nil)
-    {:noreply, %{state | watchers: watchers}}
+
+    watchers =
+      if state.part || state.mode.follows_callees?(),
+        do: state.mode.watch(state.watchers, core, pid, state.opts, nil),
+        else: state.watchers
+
+    state = %{state | watchers: watchers}
+
+    if Map.has_key?(state.process_names, pid),
+      do: {:noreply, state},
+      else: {:noreply, name(state, pid, 1)}
   end
+
+  def handle_info({:flame_on_name, pid, try}, %{core: core} = state) when core != nil,
+    do: {:noreply, name(state, pid, try)}
 
   def handle_info({:flame_on_left, pid}, %{part: part} = state) when part != nil do
     Followers.unfollow([pid], state)
@@ -302,13 +339,35 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     ArgumentError -> {:stop, :noproc}
   end
 
-  # The core tells this process of each process that joins when the mode
-  # watches them (a sampler each) or when this is a part (it flags them).
-  defp watch_callees(core, mode, part) do
-    if part || mode.follows_callees?(),
-      do: Native.graph_watch_callees(core, self()),
-      else: :ok
+  # A process that joined: its name, or what is known of it so far
+  # ("Task") and another read a little later (it has not run yet: it was
+  # spawned into the trace); none once it is gone.
+  defp name(state, pid, try) do
+    case ProcessName.lookup(pid) do
+      {:ok, name} ->
+        %{state | process_names: Map.put(state.process_names, pid, name)}
+
+      {:early, so_far} ->
+        retry_name(pid, try)
+
+        if so_far,
+          do: %{state | process_names: Map.put(state.process_names, pid, so_far)},
+          else: state
+
+      :gone ->
+        state
+    end
   end
+
+  # The first read of a process spawned into the trace is served as it
+  # first runs, before its first instruction: the next, at once, as it
+  # next takes its signals (after a time slice at most); then after 1, 2,
+  # 4, ... ms.
+  defp retry_name(_pid, try) when try >= @name_tries, do: :ok
+  defp retry_name(pid, 1), do: send(self(), {:flame_on_name, pid, 2})
+
+  defp retry_name(pid, try),
+    do: Process.send_after(self(), {:flame_on_name, pid, try + 1}, 1 <<< (try - 2))
 
   defp take_tracing(core, root, label, mode, capture, legacy?) do
     opts = [call_patterns: mode.call_patterns?(), follow: capture.follow, legacy: legacy? == true]
@@ -355,7 +414,8 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   end
 
   defp finish_trace(%{timeline: timeline} = state, opts) when is_pid(timeline) do
-    with {:ok, profile} <- Tracer.finish(timeline, opts), do: {:ok, lifetime(profile, state)}
+    with {:ok, profile} <- Tracer.finish(timeline, opts),
+         do: {:ok, profile |> ProcessName.name_profile(state.process_names) |> lifetime(state)}
   end
 
   defp finish_trace(state, opts) do
@@ -377,8 +437,13 @@ defmodule FlameOn.Client.Owners.CrossProcess do
       Common.fields(state.opts, root, started_ts, end_ts) ++
         [trace_id: state.label, graph: Graph.build(graph, state.label)]
 
-    profile = Profile.build(raw, stats, fields, state.names)
-    {:ok, lifetime(%{profile | metrics: watched.metrics}, state)}
+    profile =
+      raw
+      |> Profile.build(stats, fields, state.names)
+      |> Map.put(:metrics, watched.metrics)
+      |> ProcessName.name_profile(state.process_names)
+
+    {:ok, lifetime(profile, state)}
   end
 
   defp lifetime(profile, state) do
