@@ -258,8 +258,10 @@ defmodule FlameOn.Client.Export do
       `"wall"` stays the default;
     * one sample per distinct stack and process: `location_id`s leaf first
       (pprof's order), the stack's microseconds as its value (then its
-      sample count and reductions, 0 for a stack no sample landed on) and a
-      `"pid"` string label (`"<0.96.0>"`);
+      sample count and reductions, 0 for a stack no sample landed on), a
+      `"pid"` string label (`"<0.96.0>"`) and, for a process with a name,
+      a `"process"` string label (`"MyApp.Inventory"`: `go tool pprof
+      -tagfocus=process=Inventory`, `-tagroot=process`);
     * one `Location` and one `Function` per distinct frame name (same id);
     * `string_table[0]` is `""`; `duration_nanos` is the trace's wall time
       and `time_nanos` its start (when `started_at` is set).

@@ -316,6 +316,7 @@ defmodule FlameOn.Client.ExportTest do
       assert labels ==
                Enum.sort([
                  {"pid", server_pid},
+                 {"process", "FlameOn.Client.Test.Server"},
                  {"pid", List.to_string(:erlang.pid_to_list(self()))}
                ])
     end

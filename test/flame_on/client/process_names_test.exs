@@ -62,7 +62,7 @@ defmodule FlameOn.Client.ProcessNamesTest do
   # GenServer's module, a Task's function, a spawn's function), with its
   # pid beside it; read while the trace runs, so that processes gone by
   # export time keep their names. Checked in the folded lines, the SVG,
-  # the web UI's trace page, speedscope and Perfetto.
+  # the web UI's trace page, speedscope, Perfetto and pprof.
   use ExUnit.Case, async: false
 
   import FlameOn.Client.Test.ExportHelpers
@@ -247,6 +247,15 @@ defmodule FlameOn.Client.ProcessNamesTest do
       for %{"ph" => "M", "name" => "thread_name", "args" => %{"name" => n}} <- events, do: n
 
     for {_pid, _name, label} <- labels, do: assert(label in threads, inspect({label, threads}))
+
+    # pprof: a "pid" and a "process" label on each of its samples
+    pprof = profile |> Export.pprof() |> pprof_decode!()
+
+    for {pid, name, _label} <- labels do
+      mine = for s <- pprof.samples, {"pid", pid_text(pid)} in s.labels, do: s.labels
+      assert mine != [], name
+      assert Enum.all?(mine, &(&1 == [{"pid", pid_text(pid)}, {"process", name}])), name
+    end
   end
 
   defp pid_text(pid), do: Profile.pid_text(pid)
