@@ -69,18 +69,19 @@ defmodule FlameOn.Client.Capture do
   @doc """
   `pid` is about to be traced (its flags go on right after, or already
   did): starts its watchers (a process that traces itself takes its first
-  sample here) and reads its name (`FlameOn.Client.ProcessName`), while it
-  surely runs.
+  sample here) and, for another process, reads its name
+  (`FlameOn.Client.ProcessName`) while it surely runs. A process that
+  traces itself is named in `finish/3`: it runs then, and its traced work
+  has not started yet here (the profile's duration has).
   """
   @spec begin(t(), pid()) :: t()
   def begin(%{scope: scope} = capture, pid) do
     capture = scope.begin(capture, pid)
-    # Without the seq_trace token (a cross-process trace's root has it by
-    # now): the code server loading what the read needs must not join.
-    token = :seq_trace.set_token([])
-    names = ProcessName.complete(Map.get(capture, :names, %{}), [pid])
-    :seq_trace.set_token(token)
-    Map.put(capture, :names, names)
+    names = Map.get(capture, :names, %{})
+
+    if pid == self(),
+      do: Map.put(capture, :names, names),
+      else: Map.put(capture, :names, ProcessName.complete(names, [pid]))
   end
 
   @doc """
