@@ -29,9 +29,9 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   #     joins from another node ({:flame_on_callee, pid}): the send pattern
   #     cannot reach across nodes.
   #   * Each process that joins is named then (FlameOn.Client.ProcessName),
-  #     while it surely runs: a short-lived one (a Task) is gone by the end.
-  #     One that joins as it is spawned has not said what it is yet: it is
-  #     read again a little later, a few times.
+  #     while it surely runs (a short-lived one, a Task, is gone by the
+  #     end), by a FlameOn.Client.Owners.Namer: a read waits on the process,
+  #     and this process must not.
   #   * If the root (the origin) or the origin's owner (a part) dies first,
   #     the trace is stopped and this process stops; if this process dies,
   #     Patterns (which monitors it) stops the trace and, with the last
@@ -39,18 +39,13 @@ defmodule FlameOn.Client.Owners.CrossProcess do
 
   use GenServer, restart: :temporary
 
-  import Bitwise, only: [<<<: 2]
-
   @leave_grace_ms 5
-  # A process read before it said what it is (ProcessName.lookup/1's
-  # :early) is read again this many times at most (retry_name/2).
-  @name_tries 8
 
   alias FlameOn.Client.{Graph, ProcessName, Profile}
   alias FlameOn.Client.Capture.Common
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.Patterns
-  alias FlameOn.Client.Owners.{Followers, Tracer}
+  alias FlameOn.Client.Owners.{Followers, Namer, Tracer}
 
   @doc """
   Starts the owner for the calling process (it stops when that one
@@ -179,9 +174,10 @@ defmodule FlameOn.Client.Owners.CrossProcess do
         # flagged each (µs, this node's clock)
         flagged: MapSet.new(),
         flagged_at: %{},
-        # the processes that joined, named as they did: pid => name, or
-        # nil when it has none (ProcessName.names())
-        process_names: %{}
+        # the processes that joined, named as they did (by the namer):
+        # pid => name, or nil when it has none (ProcessName.names())
+        process_names: %{},
+        namer: Namer.start()
       }
 
       # The root's Tracer (mode :process) starts under the same supervisor,
@@ -234,7 +230,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     stacks = Profile.build(raw, stats, [], state.names).stacks
     # named here, on their own node
     pids = Enum.map(graph.spans, & &1.pid) ++ Map.keys(stacks)
-    names = state.process_names |> ProcessName.complete(pids) |> ProcessName.strings()
+    names = state |> named() |> ProcessName.complete(pids) |> ProcessName.strings()
     graph = ProcessName.name_graph(graph, names)
     Followers.unfollow(Enum.uniq(graph.followers ++ MapSet.to_list(state.flagged)), state)
     Patterns.release_cross_process()
@@ -275,15 +271,12 @@ defmodule FlameOn.Client.Owners.CrossProcess do
         do: state.mode.watch(state.watchers, core, pid, state.opts, nil),
         else: state.watchers
 
-    state = %{state | watchers: watchers}
-
-    if Map.has_key?(state.process_names, pid),
-      do: {:noreply, state},
-      else: {:noreply, name(state, pid, 1)}
+    unless Map.has_key?(state.process_names, pid), do: Namer.name(state.namer, pid)
+    {:noreply, %{state | watchers: watchers}}
   end
 
-  def handle_info({:flame_on_name, pid, try}, %{core: core} = state) when core != nil,
-    do: {:noreply, name(state, pid, try)}
+  def handle_info({:flame_on_named, pid, name}, state),
+    do: {:noreply, %{state | process_names: Map.put(state.process_names, pid, name)}}
 
   def handle_info({:flame_on_left, pid}, %{part: part} = state) when part != nil do
     Followers.unfollow([pid], state)
@@ -339,35 +332,12 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     ArgumentError -> {:stop, :noproc}
   end
 
-  # A process that joined: its name, or what is known of it so far
-  # ("Task") and another read a little later (it has not run yet: it was
-  # spawned into the trace); none once it is gone.
-  defp name(state, pid, try) do
-    case ProcessName.lookup(pid) do
-      {:ok, name} ->
-        %{state | process_names: Map.put(state.process_names, pid, name)}
-
-      {:early, so_far} ->
-        retry_name(pid, try)
-
-        if so_far,
-          do: %{state | process_names: Map.put(state.process_names, pid, so_far)},
-          else: state
-
-      :gone ->
-        state
-    end
+  # The names of the processes that joined: the namer stops, and what it
+  # sent is taken.
+  defp named(state) do
+    Namer.stop(state.namer)
+    Namer.take(state.process_names)
   end
-
-  # The first read of a process spawned into the trace is served as it
-  # first runs, before its first instruction: the next, at once, as it
-  # next takes its signals (after a time slice at most); then after 1, 2,
-  # 4, ... ms.
-  defp retry_name(_pid, try) when try >= @name_tries, do: :ok
-  defp retry_name(pid, 1), do: send(self(), {:flame_on_name, pid, 2})
-
-  defp retry_name(pid, try),
-    do: Process.send_after(self(), {:flame_on_name, pid, try + 1}, 1 <<< (try - 2))
 
   defp take_tracing(core, root, label, mode, capture, legacy?) do
     opts = [call_patterns: mode.call_patterns?(), follow: capture.follow, legacy: legacy? == true]
@@ -415,7 +385,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
 
   defp finish_trace(%{timeline: timeline} = state, opts) when is_pid(timeline) do
     with {:ok, profile} <- Tracer.finish(timeline, opts),
-         do: {:ok, profile |> ProcessName.name_profile(state.process_names) |> lifetime(state)}
+         do: {:ok, profile |> ProcessName.name_profile(named(state)) |> lifetime(state)}
   end
 
   defp finish_trace(state, opts) do
@@ -441,7 +411,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
       raw
       |> Profile.build(stats, fields, state.names)
       |> Map.put(:metrics, watched.metrics)
-      |> ProcessName.name_profile(state.process_names)
+      |> ProcessName.name_profile(named(state))
 
     {:ok, lifetime(profile, state)}
   end
