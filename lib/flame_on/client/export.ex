@@ -26,9 +26,13 @@ defmodule FlameOn.Client.Export do
 
   Every format keeps all processes of the profile apart (one speedscope
   profile, Perfetto track, SVG subtree or pprof `pid` label each), with the
-  traced process first. `SLEEP` (scheduled out) and `WAITING` (wait that no
-  traced callee explains) are ordinary frames in all of them; the SVG colours
-  them blue and grey, apart from the warm CPU frames.
+  traced process first. Each process is shown by its name, read while the
+  trace ran (`FlameOn.Client.ProcessName`: its registered name, process
+  label or initial call), with its pid beside it:
+  `"MyApp.Inventory <0.178.0>"` (`FlameOn.Client.Profile.process_label/2`),
+  or its pid alone when it has none. `SLEEP` (scheduled out) and `WAITING`
+  (wait that no traced callee explains) are ordinary frames in all of them;
+  the SVG colours them blue and grey, apart from the warm CPU frames.
 
   All JSON is written by a small encoder of ours; nothing here needs a
   dependency.
@@ -58,8 +62,10 @@ defmodule FlameOn.Client.Export do
   def formats, do: @formats
 
   @doc """
-  Collapsed stacks, `Profile.folded/1`: one `name;<pid>;frame;...;frame µs`
-  line per distinct stack.
+  Collapsed stacks, `Profile.folded/1`: one `name;<process>;frame;...;frame µs`
+  line per distinct stack; `<process>` is `<0.96.0>`, or
+  `MyApp.Inventory_<0.96.0>` for a named process (its label with
+  whitespace made `_`, so that the line still splits at its last space).
 
   Options:
 
@@ -91,7 +97,8 @@ defmodule FlameOn.Client.Export do
   (`"$schema": "https://www.speedscope.app/file-format-schema.json"`).
 
   `shared.frames` holds each distinct frame name once; `profiles` has one
-  `"evented"` profile per process, named `"<name> <pid>"`, in microseconds,
+  `"evented"` profile per process, named `"<name> <process label>"`
+  (`"checkout MyApp.Inventory <0.96.0>"`), in microseconds,
   written from the profile's tree (`FlameOn.Client.Profile.Tree`): each
   node opens (`"O"`) where its previous sibling closed and closes (`"C"`)
   after its total time, children in name order, so the file grows with the
@@ -125,8 +132,9 @@ defmodule FlameOn.Client.Export do
 
   All BEAM processes are threads of one trace-event process (`pid` 1), each
   with its own `tid` (1, 2, ... the traced process first) named by a
-  `thread_name` metadata event (`"<0.96.0>"`, or `"my_server <0.96.0>"` when
-  the graph recorded a registered name); `process_name` names the trace.
+  `thread_name` metadata event, the process's label (`"<0.96.0>"`, or
+  `"MyApp.Inventory <0.96.0>"` for a named process); `process_name` names
+  the trace.
   A trace across nodes has one trace-event process per node instead: the
   origin's is `pid` 1, the other nodes' 2, 3, ... in name order, each named
   `"<trace> on <node>"`; a process of another node is labelled
@@ -167,8 +175,9 @@ defmodule FlameOn.Client.Export do
   sample divided by the time since it (so a late tick, or a gap while a
   cross-process trace's callee served others, shows no spike; none at a
   series' first sample). The value is in `args` under the process's label
-  (`{"<0.96.0>": 3}`), which makes Perfetto draw one counter track per
-  process and counter, named `"memory <0.96.0>"`. Counters describe the
+  (`{"<0.96.0>": 3}`, `{"MyApp.Inventory <0.96.0>": 3}`), which makes
+  Perfetto draw one counter track per process and counter, named
+  `"memory <0.96.0>"`. Counters describe the
   whole process, not only the trace's work. A sample taken just outside the
   trace (the first one is taken as tracing starts) is drawn at its edge.
 
@@ -199,8 +208,8 @@ defmodule FlameOn.Client.Export do
   blue, `SLEEP` grey, `GC_MINOR` and `GC_MAJOR` purple, CPU frames warm colours.
 
   By default the graph merges all processes: the root is the profile, one
-  level below it one node per process (traced process first), then each
-  process's stacks. Frames narrower than `:min_width` pixels are left out
+  level below it one node per process (traced process first), named by its
+  label (`"MyApp.Inventory <0.96.0>"`), then each process's stacks. Frames narrower than `:min_width` pixels are left out
   (their time still counts in their parents).
 
   Options:
@@ -249,8 +258,10 @@ defmodule FlameOn.Client.Export do
       `"wall"` stays the default;
     * one sample per distinct stack and process: `location_id`s leaf first
       (pprof's order), the stack's microseconds as its value (then its
-      sample count and reductions, 0 for a stack no sample landed on) and a
-      `"pid"` string label (`"<0.96.0>"`);
+      sample count and reductions, 0 for a stack no sample landed on), a
+      `"pid"` string label (`"<0.96.0>"`) and, for a process with a name,
+      a `"process"` string label (`"MyApp.Inventory"`: `go tool pprof
+      -tagfocus=process=Inventory`, `-tagroot=process`);
     * one `Location` and one `Function` per distinct frame name (same id);
     * `string_table[0]` is `""`; `duration_nanos` is the trace's wall time
       and `time_nanos` its start (when `started_at` is set).

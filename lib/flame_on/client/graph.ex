@@ -60,7 +60,6 @@ defmodule FlameOn.Client.Graph do
       span_id: raw.span_id,
       parent_span_id: raw.parent_span_id,
       pid: raw.pid,
-      name: name(raw.pid),
       started_at: started_at,
       ended_at: ended_at,
       kind: Map.get(raw, :kind, :root),
@@ -112,14 +111,4 @@ defmodule FlameOn.Client.Graph do
 
   defp node_of({_name, node}), do: node
   defp node_of(pid), do: node(pid)
-
-  # Names are read on the process's own node (a part names its own).
-  defp name(pid) when not is_pid(pid) or node(pid) != node(), do: inspect(pid)
-
-  defp name(pid) do
-    case Process.info(pid, :registered_name) do
-      {:registered_name, name} when is_atom(name) and name != [] -> inspect(name)
-      _ -> inspect(pid)
-    end
-  end
 end

@@ -41,6 +41,12 @@ defmodule FlameOn.Client.Profile do
       calling-context tree per process, which the exporters walk; `nil` in
       a profile made by hand (`FlameOn.Client.Profile.Tree.of/1` builds it
       from `stacks`).
+    * `process_names` – `%{pid => name}`, the names of the profile's
+      processes, read while the trace ran (`FlameOn.Client.ProcessName`:
+      the registered name, else the process label, else the initial call,
+      `"Task MyApp.Mailer.deliver/1"`); a process without one is not there.
+      Every output shows a process as `process_label/2` does,
+      `"MyApp.Inventory <0.178.0>"`.
 
   ## Frame names
 
@@ -67,7 +73,8 @@ defmodule FlameOn.Client.Profile do
             samples: %{},
             metrics: %{},
             stats: %{},
-            tree: nil
+            tree: nil,
+            process_names: %{}
 
   @type stack :: String.t()
 
@@ -92,7 +99,8 @@ defmodule FlameOn.Client.Profile do
           samples: %{pid() => [{stack(), pos_integer(), non_neg_integer()}]},
           metrics: %{pid() => [metric()]},
           stats: %{atom() => non_neg_integer()},
-          tree: Tree.t() | nil
+          tree: Tree.t() | nil,
+          process_names: %{pid() => String.t()}
         }
 
   alias FlameOn.Client.Profile.Tree
@@ -123,7 +131,9 @@ defmodule FlameOn.Client.Profile do
   @doc """
   The profile in the collapsed ("folded") stack format read by
   `flamegraph.pl`, inferno and speedscope: one line per stack,
-  `name;<pid>;frame;...;frame microseconds`.
+  `name;<process>;frame;...;frame microseconds`, where `<process>` is
+  `process_label/2` with whitespace and `;` made `_`: `<0.42.0>`, or
+  `MyApp.Inventory_<0.42.0>` for a process with a name.
 
       iex> profile = %FlameOn.Client.Profile{
       ...>   name: "demo",
@@ -131,18 +141,65 @@ defmodule FlameOn.Client.Profile do
       ...> }
       iex> profile |> FlameOn.Client.Profile.folded() |> IO.iodata_to_binary()
       "demo;<0.42.0>;Demo.run/0;lists:seq/2 12\\n"
+      iex> profile = %{profile | process_names: %{:c.pid(0, 42, 0) => "Task Demo.run/0"}}
+      iex> profile |> FlameOn.Client.Profile.folded() |> IO.iodata_to_binary()
+      "demo;Task_Demo.run/0_<0.42.0>;Demo.run/0;lists:seq/2 12\\n"
   """
   @spec folded(t()) :: iodata()
-  def folded(%__MODULE__{name: name, stacks: stacks}) do
+  def folded(%__MODULE__{name: name, stacks: stacks} = profile) do
     name = sanitize(name)
+    names = names(profile)
 
     for {pid, entries} <- Enum.sort(stacks),
-        prefix = [name, ?; | pid_text(pid)],
+        prefix = [name, ?; | sanitize(process_label(pid, names))],
         {stack, us} <- entries do
       case stack do
         "" -> [prefix, ?\s, Integer.to_string(us), ?\n]
         _ -> [prefix, ?;, stack, ?\s, Integer.to_string(us), ?\n]
       end
+    end
+  end
+
+  @doc """
+  The names of the profile's processes: `process_names`, over those its
+  span graph's spans carry (a profile made by hand or by an older
+  version may name its processes there only, a registered one as
+  `":my_server"`).
+
+      iex> pid = :c.pid(0, 42, 0)
+      iex> FlameOn.Client.Profile.names(%FlameOn.Client.Profile{process_names: %{pid => "MyApp.Cart"}})
+      %{:c.pid(0, 42, 0) => "MyApp.Cart"}
+  """
+  @spec names(t()) :: %{pid() => String.t()}
+  def names(%__MODULE__{process_names: names, graph: graph}) do
+    Map.merge(span_names(graph), names || %{})
+  end
+
+  defp span_names(%{spans: spans}) do
+    for %{pid: pid, name: name} <- spans,
+        is_binary(name),
+        not String.starts_with?(name, "#PID<"),
+        into: %{},
+        do: {pid, String.trim_leading(name, ":")}
+  end
+
+  defp span_names(_graph), do: %{}
+
+  @doc """
+  How every output shows a process: its name (`names/1`) then its pid
+  (`pid_text/1`), or its pid alone.
+
+      iex> pid = :c.pid(0, 178, 0)
+      iex> FlameOn.Client.Profile.process_label(pid, %{pid => "MyApp.Inventory"})
+      "MyApp.Inventory <0.178.0>"
+      iex> FlameOn.Client.Profile.process_label(pid, %{})
+      "<0.178.0>"
+  """
+  @spec process_label(pid() | {atom(), node()}, %{pid() => String.t()}) :: String.t()
+  def process_label(pid, names) do
+    case names do
+      %{^pid => name} when is_binary(name) -> name <> " " <> pid_text(pid)
+      _ -> pid_text(pid)
     end
   end
 

@@ -50,9 +50,12 @@ defmodule Mix.Tasks.FlameOn.Demo do
 
     shell.info("\nTop 10 stacks by time:")
 
+    names = FlameOn.Client.Profile.names(profile)
+
     for {pid, stack, us} <- top_stacks(profile, 10) do
       label = if stack == "", do: "(no traced function)", else: stack
-      shell.info("  #{String.pad_leading(Integer.to_string(us), 9)} µs  #{inspect(pid)} #{label}")
+      process = FlameOn.Client.Profile.process_label(pid, names)
+      shell.info("  #{String.pad_leading(Integer.to_string(us), 9)} µs  #{process} #{label}")
     end
 
     shell.info("\nSpans (self / attributed wait / unattributed wait, µs):")
@@ -61,7 +64,8 @@ defmodule Mix.Tasks.FlameOn.Demo do
       parent = if span.parent_span_id, do: " <- span #{span.parent_span_id}", else: " (root)"
 
       shell.info(
-        "  span #{span.span_id} #{span.name}#{parent}: #{span.self_us} / " <>
+        "  span #{span.span_id} #{FlameOn.Client.Profile.process_label(span.pid, names)}#{parent}: " <>
+          "#{span.self_us} / " <>
           "#{span.attributed_wait_us} / #{span.unattributed_wait_us} #{inspect(span.status)}"
       )
     end

@@ -286,18 +286,20 @@ defmodule FlameOn.Client.ClusterTest do
     assert graph.stats.joined_remote_calls == 2
 
     # folded lines: one per stack, the remote ones too, each remote pid as
-    # its node prints it, then @node
+    # its node prints it, then @node, after its name (read on its node)
     folded = profile |> Profile.folded() |> IO.iodata_to_binary()
     [_, number, serial] = Regex.run(~r/^<\d+\.(\d+)\.(\d+)>$/, inspect_pid(c_pid))
     c_text = "<0.#{number}.#{serial}>@#{c}"
     assert Profile.pid_text(c_pid) == c_text
+    assert profile.process_names[c_pid] == "fo_cluster_c"
+    assert c_span.name == "fo_cluster_c"
 
     # (C's spin is in its stacks unless C got its flags near its end)
     if flag_lag(graph, c_pid) < duration(c_span) - 5_000 do
       assert folded
              |> String.split("\n", trim: true)
              |> Enum.any?(
-               &(String.starts_with?(&1, "flame_on;#{c_text};") and
+               &(String.starts_with?(&1, "flame_on;fo_cluster_c_#{c_text};") and
                    &1 =~ "FlameOn.Client.Test.Server.spin_until/1")
              )
     end

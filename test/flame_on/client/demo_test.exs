@@ -43,7 +43,8 @@ defmodule FlameOn.Client.DemoTest do
     assert lines != []
 
     for line <- lines do
-      assert line =~ ~r/^demo;<\d+\.\d+\.\d+>;?[^ ]* \d+$/, line
+      # the process: its pid, after its name if it has one (Echo_<0.123.0>)
+      assert line =~ ~r/^demo;([^; ]+_)?<\d+\.\d+\.\d+>;?[^ ]* \d+$/, line
     end
 
     text = Enum.join(lines, "\n")

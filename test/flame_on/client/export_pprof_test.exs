@@ -70,7 +70,9 @@ defmodule FlameOn.Client.ExportPprofTest do
 
     decoded =
       for sample <- pprof.samples do
-        assert [{"pid", pid}] = sample.labels
+        # and a process label for the named process (b is :my_server)
+        assert [{"pid", pid} | process] = sample.labels
+        assert process == if(pid == "<0.9002.0>", do: [{"process", "my_server"}], else: [])
         stack = sample.locations |> Enum.reverse() |> Enum.map_join(";", name)
         {pid, stack, hd(sample.values)}
       end
@@ -126,7 +128,7 @@ defmodule FlameOn.Client.ExportPprofTest do
 
       decoded =
         for sample <- pprof.samples do
-          assert [{"pid", pid}] = sample.labels
+          assert [{"pid", pid} | _process] = sample.labels
           assert [_us, _samples, _reductions] = sample.values
           stack = sample.locations |> Enum.reverse() |> Enum.map_join(";", name)
           {{pid, stack}, sample.values}

@@ -172,7 +172,7 @@ defmodule FlameOn.Client.ExportSampledTest do
 
       for pid <- [profile.pid, a] do
         text = pid_text(pid)
-        mine = for s <- pprof.samples, s.labels == [{"pid", text}], do: s.values
+        mine = for s <- pprof.samples, match?([{"pid", ^text} | _], s.labels), do: s.values
         [wall, samples, reductions] = Enum.zip_with(mine, &Enum.sum/1)
         assert wall == Profile.total_us(profile, pid)
         assert samples == length(profile.metrics[pid])
@@ -186,13 +186,18 @@ defmodule FlameOn.Client.ExportSampledTest do
       callee: a
     } do
       events = profile |> Export.perfetto() |> json_decode!() |> Map.fetch!("traceEvents")
-      label = pid_text(a)
-      spans = for %{"ph" => "X", "cat" => "span"} = e <- events, e["args"]["pid"] == label, do: e
+
+      spans =
+        for %{"ph" => "X", "cat" => "span"} = e <- events, e["args"]["pid"] == pid_text(a), do: e
+
       assert [%{"tid" => tid} | _] = spans
       assert Enum.all?(spans, &(&1["tid"] == tid))
       slices = for %{"ph" => "X"} = e <- events, do: e
       from = slices |> Enum.map(& &1["ts"]) |> Enum.min()
       to = slices |> Enum.map(&(&1["ts"] + &1["dur"])) |> Enum.max()
+
+      # counters are keyed by the process's label: its name, then its pid
+      label = "FlameOn.Client.Test.Server #{pid_text(a)}"
 
       for name <- ["message_queue_len", "memory", "reductions/ms"] do
         counters =

@@ -34,7 +34,8 @@ defmodule FlameOn.Client.ExportTest do
       {a, b, _c} = pids()
       profile = fixture_profile()
       text = bin(Export.folded(profile, pids: [b]))
-      assert text =~ "fixture;<0.9002.0>;Srv.handle_call/3 200\n"
+      # b is registered as :my_server (the fixture's span graph says so)
+      assert text =~ "fixture;my_server_<0.9002.0>;Srv.handle_call/3 200\n"
       refute text =~ "<0.9001.0>"
       both = bin(Export.folded(profile, pids: [a, b]))
 
@@ -300,16 +301,22 @@ defmodule FlameOn.Client.ExportTest do
       assert speedscope["profiles"] |> Enum.map(& &1["endValue"]) |> Enum.sum() ==
                total_us(profile)
 
-      server_label = List.to_string(:erlang.pid_to_list(server))
+      # the server is named after its callback module
+      server_pid = List.to_string(:erlang.pid_to_list(server))
       frames = svg_frames(svg_parse!(File.read!(written[:svg])))
-      assert Enum.any?(frames, &(&1.depth == 1 and &1.name == server_label))
+
+      assert Enum.any?(
+               frames,
+               &(&1.depth == 1 and &1.name == "FlameOn.Client.Test.Server #{server_pid}")
+             )
 
       pprof = pprof_decode!(File.read!(written[:pprof]))
       labels = pprof.samples |> Enum.flat_map(& &1.labels) |> Enum.uniq() |> Enum.sort()
 
       assert labels ==
                Enum.sort([
-                 {"pid", server_label},
+                 {"pid", server_pid},
+                 {"process", "FlameOn.Client.Test.Server"},
                  {"pid", List.to_string(:erlang.pid_to_list(self()))}
                ])
     end

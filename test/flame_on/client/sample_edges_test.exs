@@ -21,6 +21,11 @@ defmodule FlameOn.Client.SampleEdgesTest do
 
     assert profile.stats.sampled_processes == 1
     assert profile.stats.undersampled_processes == 1
+
+    # the web page says so, and what to do
+    html = profile |> FlameOn.Client.Web.Pages.trace(nil, "n") |> IO.iodata_to_binary()
+    assert html =~ "Few samples:"
+    assert html =~ "exact mode"
   end
 
   test "work over many sampling intervals is not undersampled" do
@@ -34,6 +39,8 @@ defmodule FlameOn.Client.SampleEdgesTest do
     assert profile.stats.sampled_processes == 1
     # on a loaded machine the sampler may run late, but not 20 times over
     assert profile.stats.undersampled_processes == 0, inspect(profile.stats)
+    html = profile |> FlameOn.Client.Web.Pages.trace(nil, "n") |> IO.iodata_to_binary()
+    refute html =~ "Few samples:"
   end
 
   def first_burst, do: {:burst, spin(System.monotonic_time(:microsecond) + 500)}

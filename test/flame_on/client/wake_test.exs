@@ -448,7 +448,7 @@ defmodule FlameOn.Client.WakeTest do
 
       names = profile.graph.spans |> Enum.map(& &1.name) |> Enum.uniq()
       assert length(profile.graph.spans) >= 2
-      assert ":mnesia_tm" in names or ":mnesia_locker" in names, inspect(names)
+      assert "mnesia_tm" in names or "mnesia_locker" in names, inspect(names)
       root = root(profile)
       assert root.attributed_wait_us > 0
       assert length(edges_from(profile, root)) >= 2

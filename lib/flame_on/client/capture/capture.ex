@@ -29,7 +29,7 @@ defmodule FlameOn.Client.Capture do
   # FlameOn.Client.Options. Adding a mode is one module under capture/ and
   # one line there (see ARCHITECTURE.md).
 
-  alias FlameOn.Client.{Options, Profile}
+  alias FlameOn.Client.{Options, ProcessName, Profile}
   alias FlameOn.Client.Capture.{Common, CrossProcess, Local}
   alias FlameOn.Client.Node.{Breaker, TraceBackend}
 
@@ -70,10 +70,20 @@ defmodule FlameOn.Client.Capture do
   @doc """
   `pid` is about to be traced (its flags go on right after, or already
   did): starts its watchers (a process that traces itself takes its first
-  sample here).
+  sample here) and, for another process, reads its name
+  (`FlameOn.Client.ProcessName`) while it surely runs. A process that
+  traces itself is named in `finish/3`: it runs then, and its traced work
+  has not started yet here (the profile's duration has).
   """
   @spec begin(t(), pid()) :: t()
-  def begin(%{scope: scope} = capture, pid), do: scope.begin(capture, pid)
+  def begin(%{scope: scope} = capture, pid) do
+    capture = scope.begin(capture, pid)
+    names = Map.get(capture, :names, %{})
+
+    if pid == self(),
+      do: Map.put(capture, :names, names),
+      else: Map.put(capture, :names, ProcessName.complete(names, [pid]))
+  end
 
   @doc """
   Traces `pid` (another process) now: its flags, then `begin/2`. `:error`
@@ -109,8 +119,11 @@ defmodule FlameOn.Client.Capture do
   `duration_us`).
   """
   @spec finish(t(), integer(), integer() | nil) :: {:ok, Profile.t()} | {:error, term()}
-  def finish(%{scope: scope} = capture, started_ts, end_ts),
-    do: scope.finish(capture, started_ts, end_ts)
+  def finish(%{scope: scope} = capture, started_ts, end_ts) do
+    with {:ok, profile} <- scope.finish(capture, started_ts, end_ts) do
+      {:ok, ProcessName.name_profile(profile, Map.get(capture, :names, %{}))}
+    end
+  end
 
   @doc """
   Gives back whatever the capture still holds (it failed, or its owner is

@@ -136,7 +136,8 @@ defmodule FlameOn.Client.CLI.Report do
     end
   end
 
-  defp span_label(span), do: span.name || inspect(span.pid)
+  # its name (read while tracing) and its pid, as every output shows it
+  defp span_label(span), do: Profile.process_label(span.pid, %{span.pid => span.name})
 
   # What ended the unattributed wait, when there is any.
   defp causes(%{unattributed_by: by}) do

@@ -18,7 +18,8 @@ defmodule FlameOn.Client.Cluster.Merge do
   #   * numbers the spans again, parents before children (the origin's root
   #     is 0), and rebuilds every children list;
   #   * keys the part's stacks by their (remote) pids beside the origin's
-  #     (the profile's `tree` then goes: exporters rebuild it from `stacks`).
+  #     (the profile's `tree` then goes: exporters rebuild it from `stacks`),
+  #     and its process names (read there) beside the origin's.
   #
   # A :remote span no part answered stays: the time the sender waited for
   # a node whose part is missing.
@@ -87,10 +88,17 @@ defmodule FlameOn.Client.Cluster.Merge do
         Map.merge(acc, Map.get(part, :metrics, %{}))
       end)
 
+    # parts from a node running an older version name none
+    process_names =
+      Enum.reduce(parts, profile.process_names, fn {_node, part}, acc ->
+        Map.merge(acc, Map.get(part, :names, %{}))
+      end)
+
     %{
       profile
       | stacks: stacks,
         metrics: metrics,
+        process_names: process_names,
         tree: tree(profile, parts),
         graph: %{graph | spans: spans, edges: edges, stats: stats}
     }

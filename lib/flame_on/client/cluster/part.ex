@@ -54,22 +54,33 @@ defmodule FlameOn.Client.Cluster.Part do
   @spec collect(pid(), pos_integer()) :: {:ok, map()} | {:error, term()}
   def collect(owner, max_bytes) do
     with {:ok, seen} <- Owners.CrossProcess.collect(owner) do
-      {:ok, pack(seen.graph, seen.stacks, seen.watched, seen.flagged_at, max_bytes)}
+      {:ok, pack(seen, max_bytes)}
     end
   end
 
   # The part as it travels: the span graph, the stacks by pid, the
-  # watchers' metrics and counters, how late each process got its flags.
-  @spec pack(FlameOn.Client.Graph.t(), map(), Mode.watched(), map(), pos_integer()) :: map()
-  defp pack(graph, stacks, watched, flagged_at, max_bytes) do
+  # watchers' metrics and counters, how late each process got its flags,
+  # the processes' names (FlameOn.Client.ProcessName, read here).
+  @spec pack(
+          %{
+            graph: FlameOn.Client.Graph.t(),
+            stacks: map(),
+            watched: Mode.watched(),
+            flagged_at: map(),
+            names: map()
+          },
+          pos_integer()
+        ) :: map()
+  defp pack(%{graph: graph, watched: watched} = seen, max_bytes) do
     bound(
       %{
         node: node(),
         graph: %{graph | followers: []},
-        stacks: stacks,
-        flag_lag_us: flag_lags(graph, flagged_at),
+        stacks: seen.stacks,
+        flag_lag_us: flag_lags(graph, seen.flagged_at),
         metrics: watched.metrics,
-        sampled: watched.stats
+        sampled: watched.stats,
+        names: seen.names
       },
       max_bytes
     )

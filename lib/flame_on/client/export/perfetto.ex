@@ -22,7 +22,7 @@ defmodule FlameOn.Client.Export.Perfetto do
 
   @spec encode(Profile.t()) :: iodata()
   def encode(%Profile{} = profile) do
-    names = Util.registered_names(profile)
+    names = Util.names(profile)
     spans = spans(profile)
     tids = tids(profile, spans)
     # Processes with stacks but no span (all of them without a graph).

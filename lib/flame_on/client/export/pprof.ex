@@ -7,7 +7,7 @@ defmodule FlameOn.Client.Export.Pprof do
   #              string_table 6, time_nanos 9, duration_nanos 10,
   #              period_type 11, period 12, comment 13, default_sample_type 14 }
   #   ValueType{ type 1, unit 2 }            (string table indexes)
-  #   Sample   { location_id 1 (packed, leaf first), value 2 (packed), label 3 }
+  #   Sample   { location_id 1 (packed, leaf first), value 2 (packed), label 3 (repeated) }
   #   Label    { key 1, str 2 }
   #   Location { id 1, line 4 }   Line { function_id 1, line 2 }
   #   Function { id 1, name 2, system_name 3, filename 4 }
@@ -35,13 +35,14 @@ defmodule FlameOn.Client.Export.Pprof do
     tree = Tree.of(profile)
     sampled? = profile.samples != %{}
 
+    names = Util.names(profile)
+
     {samples, acc} =
       profile
       |> pids()
       |> Enum.flat_map_reduce(acc, fn pid, acc ->
-        {pid_str, strings} = Util.intern(Util.pid_text(pid), acc.strings)
-        label = bytes(3, message([int(1, pid_key), int(2, pid_str)]))
-        rows(tree, pid, sampled?, label, %{acc | strings: strings})
+        {labels, strings} = labels(pid, names, pid_key, acc.strings)
+        rows(tree, pid, sampled?, labels, %{acc | strings: strings})
       end)
 
     frames = Enum.sort_by(acc.frames, fn {_name, {id, _str}} -> id end)
@@ -97,6 +98,23 @@ defmodule FlameOn.Client.Export.Pprof do
          message([int(1, samples_str), int(2, count)]),
          message([int(1, reductions), int(2, count)])
        ], strings}
+    end
+  end
+
+  # A process's sample labels: "pid" ("<0.96.0>"), and "process" (its
+  # name, "MyApp.Inventory") when it has one.
+  defp labels(pid, names, pid_key, strings) do
+    {pid_str, strings} = Util.intern(Util.pid_text(pid), strings)
+    pid_label = bytes(3, message([int(1, pid_key), int(2, pid_str)]))
+
+    case names do
+      %{^pid => name} ->
+        {process_key, strings} = Util.intern("process", strings)
+        {name_str, strings} = Util.intern(name, strings)
+        {[pid_label, bytes(3, message([int(1, process_key), int(2, name_str)]))], strings}
+
+      _ ->
+        {pid_label, strings}
     end
   end
 

@@ -16,7 +16,7 @@ defmodule FlameOn.Client.Export.Speedscope do
 
   @spec encode(Profile.t()) :: iodata()
   def encode(%Profile{} = profile) do
-    names = Util.registered_names(profile)
+    names = Util.names(profile)
     tree = Tree.of(profile)
 
     {profiles, {index, _next}} =

@@ -30,7 +30,7 @@ defmodule FlameOn.Client.Export.SVG do
   @spec encode(Profile.t(), keyword()) :: iodata() | %{pid() => iodata()}
   def encode(%Profile{} = profile, opts) do
     opts = validate!(opts)
-    names = Util.registered_names(profile)
+    names = Util.names(profile)
     tree = Tree.of(profile)
 
     if opts[:per_process] do

@@ -2,7 +2,6 @@ defmodule FlameOn.Client.Export.Util do
   @moduledoc false
   # Helpers shared by the exporters: process order and labels, stack parsing.
 
-  alias FlameOn.Client.Graph
   alias FlameOn.Client.Profile
 
   @doc "`\"<0.96.0>\"` (`\"<0.96.0>@node\"` on another node): `Profile.pid_text/1`."
@@ -27,30 +26,15 @@ defmodule FlameOn.Client.Export.Util do
   def order_map(map, root), do: for(pid <- order(Map.keys(map), root), do: {pid, map[pid]})
 
   @doc """
-  Registered names known from the span graph (captured while tracing),
-  `%{pid => name_text}`. Empty without a graph.
+  The names of the profile's processes, `%{pid => name}`
+  (`FlameOn.Client.Profile.names/1`: read while tracing).
   """
-  @spec registered_names(Profile.t()) :: %{pid() => String.t()}
-  def registered_names(%Profile{graph: %Graph{spans: spans}}) do
-    # a span unnamed is named after its pid, on its own node (a pid of
-    # another node prints another way there)
-    for %{pid: pid, name: name} <- spans,
-        is_binary(name),
-        not String.starts_with?(name, "#PID<"),
-        into: %{},
-        do: {pid, name}
-  end
+  @spec names(Profile.t()) :: %{pid() => String.t()}
+  defdelegate names(profile), to: Profile
 
-  def registered_names(%Profile{}), do: %{}
-
-  @doc "`\"<0.96.0>\"`, or `\"my_server <0.96.0>\"` for a registered process."
+  @doc "`\"<0.96.0>\"`, or `\"MyApp.Inventory <0.96.0>\"` for a named process (`Profile.process_label/2`)."
   @spec process_label(pid(), %{pid() => String.t()}) :: String.t()
-  def process_label(pid, names) do
-    case names do
-      %{^pid => name} -> "#{String.trim_leading(name, ":")} #{pid_text(pid)}"
-      _ -> pid_text(pid)
-    end
-  end
+  defdelegate process_label(pid, names), to: Profile
 
   @doc "A stack's frames, root first (`\"\"` has none)."
   @spec frames(String.t()) :: [String.t()]

@@ -6,6 +6,9 @@ defmodule FlameOn.Client.Graph.Span do
   when; `parent_span_id` is the span that brought it in. Spans link
   processes: a stack never continues from one process into another.
 
+    * `name` – the process's name (`FlameOn.Client.ProcessName`: its
+      registered name, process label or initial call, read while the
+      trace ran), or `nil` when it has none.
     * `kind` – `:root` (the traced function's process, the whole trace),
       `:request` (a `GenServer.call` request it served, until its reply),
       `:work` (other work for the trace: it took a message of the trace, or

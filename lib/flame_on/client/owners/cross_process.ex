@@ -28,6 +28,10 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   #   * A part turns the flags on itself in each process of its node that
   #     joins from another node ({:flame_on_callee, pid}): the send pattern
   #     cannot reach across nodes.
+  #   * Each process that joins is named then (FlameOn.Client.ProcessName),
+  #     while it surely runs (a short-lived one, a Task, is gone by the
+  #     end), by a FlameOn.Client.Owners.Namer: a read waits on the process,
+  #     and this process must not.
   #   * If the root (the origin) or the origin's owner (a part) dies first,
   #     the trace is stopped and this process stops; if this process dies,
   #     Patterns (which monitors it) stops the trace and, with the last
@@ -37,11 +41,11 @@ defmodule FlameOn.Client.Owners.CrossProcess do
 
   @leave_grace_ms 5
 
-  alias FlameOn.Client.{Graph, Profile}
+  alias FlameOn.Client.{Graph, ProcessName, Profile}
   alias FlameOn.Client.Capture.Common
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.Patterns
-  alias FlameOn.Client.Owners.{Followers, Tracer}
+  alias FlameOn.Client.Owners.{Followers, Namer, Tracer}
 
   @doc """
   Starts the owner for the calling process (it stops when that one
@@ -142,7 +146,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     with {:ok, core} <- new_core(capture, Map.put(core_options, :label, label)),
          :ok <- register(core, root),
          :ok <- Native.graph_owner(core, self(), capture.follow == :messages),
-         :ok <- watch_callees(core, mode, part),
+         :ok <- Native.graph_watch_callees(core, self()),
          {:ok, handle} <- take_tracing(core, root, label, mode, capture, opts[:legacy]),
          :ok <- if(part, do: mode.acquire(capture), else: :ok) do
       lifetime_ms = if part, do: part.lifetime_ms, else: capture.max_duration_ms
@@ -169,7 +173,11 @@ defmodule FlameOn.Client.Owners.CrossProcess do
         # a part: the processes it flagged and still follow, and when it
         # flagged each (µs, this node's clock)
         flagged: MapSet.new(),
-        flagged_at: %{}
+        flagged_at: %{},
+        # the processes that joined, named as they did (by the namer):
+        # pid => name, or nil when it has none (ProcessName.names())
+        process_names: %{},
+        namer: Namer.start()
       }
 
       # The root's Tracer (mode :process) starts under the same supervisor,
@@ -220,10 +228,22 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     {raw, stats, graph} = Native.finish(state.core, :stop)
     graph = Graph.build(graph, state.label)
     stacks = Profile.build(raw, stats, [], state.names).stacks
+    # named here, on their own node
+    pids = Enum.map(graph.spans, & &1.pid) ++ Map.keys(stacks)
+    names = state |> named() |> ProcessName.complete(pids) |> ProcessName.strings()
+    graph = ProcessName.name_graph(graph, names)
     Followers.unfollow(Enum.uniq(graph.followers ++ MapSet.to_list(state.flagged)), state)
     Patterns.release_cross_process()
     state.mode.release(state.opts)
-    part = %{graph: graph, stacks: stacks, watched: watched, flagged_at: state.flagged_at}
+
+    part = %{
+      graph: graph,
+      stacks: stacks,
+      watched: watched,
+      flagged_at: state.flagged_at,
+      names: names
+    }
+
     {:stop, :normal, {:ok, part}, %{state | core: nil}}
   end
 
@@ -241,15 +261,24 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   end
 
   # A process took a request of the trace (the core says so): the mode
-  # watches it, and a part turns its flags on if it came from another node.
-  # Watched first: turning a running process's flags on waits until it is
-  # scheduled out (tens of milliseconds for a busy callee on a busy node),
-  # and its sampler can sample it meanwhile.
+  # watches it (a mode that follows callees, and every mode on a part), a
+  # part turns its flags on if it came from another node, and it is named,
+  # once. Watched first: turning a running process's flags on waits until
+  # it is scheduled out (tens of milliseconds for a busy callee on a busy
+  # node), and its sampler can sample it meanwhile.
   def handle_info({:flame_on_callee, pid}, %{core: core} = state) when core != nil do
-    watchers = state.mode.watch(state.watchers, core, pid, state.opts, nil)
+    watchers =
+      if state.part || state.mode.follows_callees?(),
+        do: state.mode.watch(state.watchers, core, pid, state.opts, nil),
+        else: state.watchers
+
     state = if state.part, do: Followers.flag(pid, state), else: state
+    unless Map.has_key?(state.process_names, pid), do: Namer.name(state.namer, pid)
     {:noreply, %{state | watchers: watchers}}
   end
+
+  def handle_info({:flame_on_named, pid, name}, state),
+    do: {:noreply, %{state | process_names: Map.put(state.process_names, pid, name)}}
 
   def handle_info({:flame_on_left, pid}, %{part: part} = state) when part != nil do
     Followers.unfollow([pid], state)
@@ -305,12 +334,11 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     ArgumentError -> {:stop, :noproc}
   end
 
-  # The core tells this process of each process that joins when the mode
-  # watches them (a sampler each) or when this is a part (it flags them).
-  defp watch_callees(core, mode, part) do
-    if part || mode.follows_callees?(),
-      do: Native.graph_watch_callees(core, self()),
-      else: :ok
+  # The names of the processes that joined: the namer stops, and what it
+  # sent is taken.
+  defp named(state) do
+    Namer.stop(state.namer)
+    Namer.take(state.process_names)
   end
 
   defp take_tracing(core, root, label, mode, capture, legacy?) do
@@ -358,7 +386,8 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   end
 
   defp finish_trace(%{timeline: timeline} = state, opts) when is_pid(timeline) do
-    with {:ok, profile} <- Tracer.finish(timeline, opts), do: {:ok, lifetime(profile, state)}
+    with {:ok, profile} <- Tracer.finish(timeline, opts),
+         do: {:ok, profile |> ProcessName.name_profile(named(state)) |> lifetime(state)}
   end
 
   defp finish_trace(state, opts) do
@@ -380,8 +409,13 @@ defmodule FlameOn.Client.Owners.CrossProcess do
       Common.fields(state.opts, root, started_ts, end_ts) ++
         [trace_id: state.label, graph: Graph.build(graph, state.label)]
 
-    profile = Profile.build(raw, stats, fields, state.names)
-    {:ok, lifetime(%{profile | metrics: watched.metrics}, state)}
+    profile =
+      raw
+      |> Profile.build(stats, fields, state.names)
+      |> Map.put(:metrics, watched.metrics)
+      |> ProcessName.name_profile(named(state))
+
+    {:ok, lifetime(profile, state)}
   end
 
   defp lifetime(profile, state) do

@@ -32,7 +32,8 @@ defmodule FlameOn.Client.Web.TracePage do
         "<h1>",
         h(profile.name),
         "</h1>",
-        facts(profile),
+        facts(profile, names),
+        undersampled(profile),
         "<h2>Flame graph</h2>",
         processes(profile, pid, names),
         ~s(<div class="flame" id="flame">),
@@ -54,13 +55,13 @@ defmodule FlameOn.Client.Web.TracePage do
     )
   end
 
-  defp facts(profile) do
+  defp facts(profile, names) do
     rows = [
       {"When (UTC)",
        time(profile.started_at && profile.started_at + System.time_offset(:microsecond))},
       {"Duration", duration(profile.duration_us)},
       {"Mode", h(to_string(profile.mode))},
-      {"Process", h(if(profile.pid, do: pid_label(profile.pid), else: "-"))},
+      {"Process", h(if(profile.pid, do: names[profile.pid], else: "-"))},
       {"Processes", Integer.to_string(map_size(profile.stacks))},
       {"Spans", Integer.to_string(if(profile.graph, do: length(profile.graph.spans), else: 0))},
       {"Trace id", Integer.to_string(profile.trace_id)}
@@ -74,8 +75,6 @@ defmodule FlameOn.Client.Web.TracePage do
       "</tr></table>"
     ]
   end
-
-  defp pid_label(pid), do: pid |> :erlang.pid_to_list() |> to_string()
 
   defp processes(profile, current, names) do
     pids = profile.stacks |> Map.keys() |> Enum.sort_by(&{&1 != profile.pid, &1})
@@ -150,10 +149,10 @@ defmodule FlameOn.Client.Web.TracePage do
           if(Map.has_key?(profile.stacks, s.pid),
             do: [
               ~s(<a href="?pid=#{pid_text(s.pid)}">),
-              h(names[s.pid] || pid_label(s.pid)),
+              h(names[s.pid]),
               "</a>"
             ],
-            else: h(s.name || pid_label(s.pid))
+            else: h(names[s.pid])
           ),
           ~s(</td><td class="n">+),
           duration(s.started_at - t0),
@@ -168,7 +167,7 @@ defmodule FlameOn.Client.Web.TracePage do
           ~s(</td><td class="n">),
           duration(s.unattributed_wait_us),
           "</td><td>",
-          waiting_on(s, spans),
+          waiting_on(s, spans, names),
           "</td><td>",
           h(status(s.status)),
           "</td></tr>"
@@ -179,12 +178,12 @@ defmodule FlameOn.Client.Web.TracePage do
     ]
   end
 
-  defp waiting_on(%{waiting_on_pid: nil}, _spans), do: "-"
+  defp waiting_on(%{waiting_on_pid: nil}, _spans, _names), do: "-"
 
-  defp waiting_on(%{waiting_on_pid: pid} = span, spans) do
+  defp waiting_on(%{waiting_on_pid: pid} = span, spans, names) do
     case Enum.find(spans, &(&1.pid == pid and &1.parent_span_id == span.span_id)) do
-      nil -> h(pid_label(pid))
-      callee -> [~s(<a href="#span-#{callee.span_id}">), h(pid_label(pid)), "</a>"]
+      nil -> h(names[pid])
+      callee -> [~s(<a href="#span-#{callee.span_id}">), h(names[pid]), "</a>"]
     end
   end
 
@@ -192,6 +191,20 @@ defmodule FlameOn.Client.Web.TracePage do
   defp status(other), do: inspect(other, limit: 8, printable_limit: 200)
 
   defp stats(profile), do: counters("Stats", profile.stats)
+
+  # A sampler that saw a process fewer than a few times shows next to
+  # nothing of its work (stats.undersampled_processes).
+  defp undersampled(%{mode: :sample, stats: %{undersampled_processes: n}}) when n > 0 do
+    [
+      ~s(<p class="hint"><b>Few samples:</b> ),
+      if(n == 1, do: "a process was", else: "#{n} processes were"),
+      " sampled fewer than 3 times: the call was shorter than a few sampling ",
+      "intervals, so its stacks show little of it. Capture it in exact mode ",
+      "(<code>mode: :nif</code>) to see inside.</p>"
+    ]
+  end
+
+  defp undersampled(_profile), do: []
 
   defp counters(_title, stats) when map_size(stats) == 0, do: []
 
@@ -217,38 +230,18 @@ defmodule FlameOn.Client.Web.TracePage do
     ]
   end
 
-  # A process's name: its registered name (from the span graph, or asked
-  # now if it still runs), then its pid.
+  # Each process as every output shows it (Profile.process_label/2: its
+  # name, read while tracing, then its pid), the spans' and the waited-on
+  # processes too: %{pid => label}.
   defp process_names(profile) do
-    # a span's name is its registered name, or its pid inspected
-    from_graph =
-      if profile.graph,
-        do:
-          for(
-            s <- profile.graph.spans,
-            s.name,
-            s.name != inspect(s.pid),
-            into: %{},
-            do: {s.pid, s.name}
-          ),
-        else: %{}
+    names = Profile.names(profile)
+    spans = if profile.graph, do: profile.graph.spans, else: []
 
-    Map.new(Map.keys(profile.stacks), fn pid ->
-      name =
-        case from_graph[pid] do
-          nil -> registered(pid)
-          name -> "#{name} #{pid_label(pid)}"
-        end
+    pids =
+      [profile.pid | Map.keys(profile.stacks)] ++
+        Enum.flat_map(spans, &[&1.pid, &1.waiting_on_pid])
 
-      {pid, name}
-    end)
-  end
-
-  defp registered(pid) do
-    case Process.info(pid, :registered_name) do
-      {:registered_name, name} when is_atom(name) -> "#{inspect(name)} #{pid_label(pid)}"
-      _ -> pid_label(pid)
-    end
+    for pid <- pids, pid != nil, into: %{}, do: {pid, Profile.process_label(pid, names)}
   end
 
   @doc "The formats a trace page offers for download."

@@ -1,0 +1,105 @@
+defmodule FlameOn.Client.Owners.Namer do
+  @moduledoc false
+  # Names the processes that join a cross-process trace
+  # (FlameOn.Client.ProcessName) for the trace's owner
+  # (FlameOn.Client.Owners.CrossProcess), which must not wait on them: a
+  # read is a signal the process answers at its next signal check, which a
+  # process spawned into the trace reaches only once it first runs, and a
+  # busy one only at the end of its time slice (or of its work). A part's
+  # owner flags the processes that join its node: it cannot wait that long.
+  #
+  # The owner hands it pids (name/2); it sends back
+  # {:flame_on_named, pid, name} as it learns each name (the owner takes
+  # the last still queued when it finishes: take/1). A process read before
+  # it said what it is (its first read is served before its first
+  # instruction) is read again at once, then after 1, 2, 4, ... ms, a few
+  # times; what is known meanwhile ("Task") is sent too. It stops with
+  # stop/1, or when the owner goes.
+
+  import Bitwise, only: [<<<: 2]
+
+  alias FlameOn.Client.ProcessName
+
+  @tries 8
+
+  @doc """
+  Starts the namer of the calling process (the owner). What it runs is
+  loaded first: loaded on demand (a node in interactive mode), by a code
+  server as busy as the traced work may be, the first reads came too late
+  for short-lived processes.
+  """
+  @spec start() :: pid()
+  def start do
+    {:module, _} = Code.ensure_loaded(ProcessName)
+    _ = ProcessName.read(self())
+    :proc_lib.spawn(__MODULE__, :init, [self()])
+  end
+
+  @doc "Names `pid` (once: a pid handed again is skipped)."
+  @spec name(pid(), pid()) :: :ok
+  def name(namer, pid) do
+    send(namer, {:name, pid, 1})
+    :ok
+  end
+
+  @doc """
+  `names` (`pid => name`) with the names the namer sent that are still in
+  the calling process's mailbox.
+  """
+  @spec take(map()) :: map()
+  def take(names) do
+    receive do
+      {:flame_on_named, pid, name} -> take(Map.put(names, pid, name))
+    after
+      0 -> names
+    end
+  end
+
+  @doc "Stops the namer; what it sent is in the mailbox (`take/1`)."
+  @spec stop(pid()) :: :ok
+  def stop(namer) do
+    Process.exit(namer, :kill)
+    :ok
+  end
+
+  @doc false
+  def init(owner) do
+    ref = Process.monitor(owner)
+    loop(owner, ref, MapSet.new())
+  end
+
+  defp loop(owner, ref, seen) do
+    receive do
+      {:DOWN, ^ref, :process, _, _} ->
+        :ok
+
+      {:name, pid, 1} ->
+        unless MapSet.member?(seen, pid), do: read(owner, pid, 1)
+        loop(owner, ref, MapSet.put(seen, pid))
+
+      {:name, pid, try} ->
+        read(owner, pid, try)
+        loop(owner, ref, seen)
+    end
+  end
+
+  defp read(owner, pid, try) do
+    case ProcessName.lookup(pid) do
+      {:ok, name} ->
+        send(owner, {:flame_on_named, pid, name})
+
+      {:early, so_far} ->
+        if so_far, do: send(owner, {:flame_on_named, pid, so_far})
+        again(pid, try)
+
+      :gone ->
+        :ok
+    end
+  end
+
+  defp again(_pid, try) when try >= @tries, do: :ok
+  defp again(pid, 1), do: send(self(), {:name, pid, 2})
+
+  defp again(pid, try),
+    do: Process.send_after(self(), {:name, pid, try + 1}, 1 <<< (try - 2))
+end
