@@ -32,13 +32,19 @@ ERL_NIF_TERM fo_graph_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     return fo_root_begin(res, fo_tracer_clock_ns()) ? fo_atom_ok : enif_make_badarg(env);
 }
 
+/* argv[0] a cross-process session's handle, argv[1] a local pid */
+static int graph_and_pid(ErlNifEnv *env, const ERL_NIF_TERM argv[], fo_session_res **res, ErlNifPid *pid)
+{
+    return fo_handle_get(env, argv[0], res) && enif_get_local_pid(env, argv[1], pid) && (*res)->xproc != NULL;
+}
+
 // graph_watch_callees(Session, Pid)
 ERL_NIF_TERM fo_graph_watch_callees_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     fo_session_res *res;
     ErlNifPid pid;
-    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->xproc == NULL)
+    if (!graph_and_pid(env, argv, &res, &pid))
         return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
     res->xproc->watcher = pid;
@@ -53,8 +59,7 @@ ERL_NIF_TERM fo_graph_owner_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     (void)argc;
     fo_session_res *res;
     ErlNifPid pid;
-    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->xproc == NULL ||
-        (argv[2] != fo_atom_true && argv[2] != fo_atom_false))
+    if (!graph_and_pid(env, argv, &res, &pid) || (argv[2] != fo_atom_true && argv[2] != fo_atom_false))
         return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
     res->xproc->owner = pid;
@@ -70,7 +75,7 @@ ERL_NIF_TERM fo_graph_outsider_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     (void)argc;
     fo_session_res *res;
     ErlNifPid pid;
-    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid) || res->xproc == NULL)
+    if (!graph_and_pid(env, argv, &res, &pid))
         return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
     int noted = fo_graph_outsider(res->xproc->graph, (uint64_t)pid.pid);
