@@ -450,6 +450,7 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
     }
     if (backfill)
         charge(s, p, ts_ns);
+    fo_s_unseen_forget(p); /* all placed now, the backfill above included */
     /* A leading stack is from before the work; so is a waited one taken as
      * the process was scheduled in (it answered before running any code):
      * the burst it runs now is not in it. */

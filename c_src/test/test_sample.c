@@ -301,6 +301,15 @@ static const ts_case sample_cases[] = {
            "1 m:a/0;m:w/0;SLEEP samples=1 weight=0"),
      "events=6 samples=2"},
 
+    /* a burst placed by one sample is not placed again by the next */
+    {"a_backfilled_burst_stays_where_its_sample_put_it", DEFAULT_LIMITS,
+     LINES("1 0 sample m:f/0;m:g/0", "1 2 out", "1 12 in", "1 14 sample m:f/0", "1 16 out", "1 21 in",
+           "1 21 sample m:f/0;m:g/0", "1 23 out", "1 33 in", "1 35 sample m:f/0", "1 37 out", "1 42 in",
+           "close 42"),
+     LINES("1 m:f/0 8", "1 m:f/0;SLEEP 10", "1 m:f/0;m:g/0 4", "1 m:f/0;m:g/0;SLEEP 20",
+           "1 m:f/0 samples=2 weight=0", "1 m:f/0;m:g/0 samples=2 weight=0"),
+     "events=12 samples=4"},
+
     /* a burst that ends unseen ran in what the stack it woke in (a
      * Process.sleep it returned from) shares with the one a sample of its
      * next wait shows: p */
