@@ -12,6 +12,15 @@ defmodule FlameOn.Client.Test.Server do
   @impl true
   def handle_call({:spin, ms}, _from, state), do: {:reply, spin_until(deadline(ms)), state}
 
+  # Does `request` once this process has trace flags of ours (or after
+  # 5 s without): a process called from another node gets its flags from
+  # its node's part a moment after it took the request, later on a loaded
+  # machine; a test that looks at its work makes it wait for them.
+  def handle_call({:when_flagged, request}, from, state) do
+    wait_flagged(System.monotonic_time(:millisecond) + 5_000)
+    handle_call(request, from, state)
+  end
+
   def handle_call({:sleep, ms}, _from, state) do
     Process.sleep(ms)
     {:reply, :slept, state}
@@ -42,6 +51,14 @@ defmodule FlameOn.Client.Test.Server do
   end
 
   defp deadline(ms), do: System.monotonic_time(:microsecond) + ms * 1000
+
+  defp wait_flagged(until_ms) do
+    if FlameOn.Client.TestHelpers.our_flags(self()) == [] and
+         System.monotonic_time(:millisecond) < until_ms do
+      Process.sleep(1)
+      wait_flagged(until_ms)
+    end
+  end
 
   defp spin_until(deadline) do
     if System.monotonic_time(:microsecond) < deadline, do: spin_until(deadline), else: :done

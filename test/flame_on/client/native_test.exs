@@ -82,9 +82,60 @@ defmodule FlameOn.Client.NativeTest do
       assert Native.sample(session, self(), stack, 2 ** 64 - 1) == :ok
     end
 
-    test "the VM stays up" do
-      assert Enum.sum(1..10) == 55
-      assert is_map(Native.stats(Native.new(%{})))
+    # The bad arguments above, thrown at one live session a hundred times
+    # each: every call raises, and the VM and the session are still whole
+    # afterwards (a bad argument that wrote through a wrong pointer or
+    # freed the session would show here): the events given after them fold
+    # into the exact stacks, and a new session works beside it.
+    test "the VM stays up: a session that got every bad argument still profiles exactly" do
+      session = Native.new(%{native_per_second: 1_000_000_000})
+      pid = self()
+      f = {M, :f, 0}
+      g = {M, :g, 0}
+
+      bad_calls = [
+        fn -> Native.new(%{max_nodes: 2 ** 64}) end,
+        fn -> Native.new(%{native_per_second: 0}) end,
+        fn -> Native.ingest(session, :x) end,
+        fn -> Native.ingest(session, {:trace_ts, pid, :in, 0, 1}) end,
+        fn -> Native.ingest(make_ref(), []) end,
+        fn -> Native.stats(:atomics.new(1, [])) end,
+        fn -> Native.finish(session, :x) end,
+        fn -> Native.finish(session, 2 ** 64) end,
+        fn -> Native.finish(self(), nil) end,
+        fn -> Native.sample(session, pid, [{M, :f, 0, []}], -1) end,
+        fn -> Native.sample(session, pid, [{M, :f, 0, []}], 2 ** 64) end,
+        fn -> Native.sample(session, :not_a_pid, [f], 0) end,
+        fn -> Native.sample(session, pid, [:x], 0) end,
+        fn -> Native.sample(session, pid, [f | :t], 0) end,
+        fn -> Native.sample(make_ref(), pid, [f], 0) end
+      ]
+
+      for bad <- bad_calls, _ <- 1..100 do
+        assert_raise ArgumentError, bad
+      end
+
+      # none of them added anything to the session
+      assert %{events: 0, samples: 0, malformed_events: 0} = Native.stats(session)
+
+      :ok =
+        Native.ingest(session, [
+          call(pid, f, :undefined, 1_000),
+          call(pid, g, f, 3_000),
+          {:trace_ts, pid, :return_to, f, 5_000}
+        ])
+
+      {tree, stats} = Native.finish(session, 10_000)
+      assert stats.events == 3 and stats.malformed_events == 0
+      # f: 1_000..3_000 and 5_000..10_000; g: 3_000..5_000 (ns)
+      entries = for {frames, ns} <- Map.fetch!(raw_stacks(tree), pid), ns > 0, do: {frames, ns}
+      assert Enum.sort(entries) == [{[f], 7_000}, {[g, f], 2_000}]
+
+      fresh = Native.new(%{})
+      assert Native.sample(fresh, pid, [{M, :h, 0, []}], 3) == :ok
+      {fresh_tree, fresh_stats} = Native.finish(fresh, nil)
+      assert fresh_stats.samples == 1
+      assert [{[{M, :h, 0}], _ns, 1, 3}] = Map.fetch!(raw_stacks(fresh_tree), pid)
     end
   end
 

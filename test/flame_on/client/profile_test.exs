@@ -48,22 +48,12 @@ for mode <- [:nif, :process] do
       assert_node_clean()
     end
 
-    # Tolerance: the SLEEP leaf under Process.sleep/1 must be 50 ms ±20%
-    # (40..60 ms). On a loaded machine the VM itself may wake the process late;
-    # the profile is then still right (always checked against the sleep's
-    # measured wall time, also ±20%), and the 50 ms check is retried, up to 3
-    # attempts; it applies to an attempt where the VM slept on time (tests do
-    # not fail on the machine's timing).
-    test "Process.sleep(50) shows a SLEEP leaf of 50 ms (tolerance ±20%)" do
-      {slept, wall} = measure_sleep(3)
-
-      if wall <= 60_000,
-        do: assert(slept in 40_000..60_000, "SLEEP under Process.sleep/1 was #{slept} µs")
-
-      assert_node_clean()
-    end
-
-    defp measure_sleep(attempts) do
+    # The SLEEP leaf under Process.sleep/1 is the time the process slept:
+    # never less than the 50 ms asked for (-20%), and within 20% of the
+    # sleep's own wall time, measured around it (a loaded machine may wake
+    # the process late: the leaf must then be as long as the sleep was,
+    # not 50 ms).
+    test "Process.sleep(50) shows a SLEEP leaf of the time slept: 50 ms or more, its wall time ±20%" do
       {wall, profile} =
         profile(fn ->
           t0 = System.monotonic_time(:microsecond)
@@ -72,9 +62,10 @@ for mode <- [:nif, :process] do
         end)
 
       slept = time_where(profile, self(), &String.ends_with?(&1, "Process.sleep/1;SLEEP"))
+      assert wall >= 50_000
+      assert slept >= 40_000, "SLEEP under Process.sleep(50) was #{slept} µs"
       assert_in_delta slept, wall, 0.2 * wall, "SLEEP #{slept} µs for a sleep of #{wall} µs"
-
-      if wall > 60_000 and attempts > 1, do: measure_sleep(attempts - 1), else: {slept, wall}
+      assert_node_clean()
     end
 
     test "a process's stacks add up to the trace's duration (within 5%)" do

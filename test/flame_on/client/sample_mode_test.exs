@@ -105,13 +105,34 @@ defmodule FlameOn.Client.SampleModeTest do
   end
 
   test "trace/3 and its shippers work in sample mode" do
-    {result, profile} =
-      FlameOn.Client.profile(fn -> FlameOn.Client.trace("t", fn -> Workloads.busy(10) end) end,
-        mode: :sample
+    dir = Path.join(System.tmp_dir!(), "flame_on_sample_#{System.unique_integer([:positive])}")
+    on_exit(fn -> File.rm_rf!(dir) end)
+
+    shippers = [
+      {FlameOn.Client.Shipper.Process, pid: self()},
+      {FlameOn.Client.Shipper.Directory, dir: dir}
+    ]
+
+    result =
+      FlameOn.Client.trace("sampled trace", fn -> Workloads.busy(30) end,
+        mode: :sample,
+        shipper: shippers
       )
 
-    assert is_integer(result)
+    assert is_integer(result) and result > 0
+
+    # the process shipper got the sampled profile of the work
+    assert_receive {:flame_on_profile, %Profile{} = profile}
+    refute_received {:flame_on_profile, _}
+    assert profile.name == "sampled trace" and profile.mode == :sample
+    assert profile.pid == self()
     assert profile.stats.samples > 0
+    assert time_where(profile, self(), &String.contains?(&1, "Workloads.fib/1")) > 0
+
+    # the directory shipper wrote the same profile's folded stacks
+    assert File.ls!(dir) == ["sampled_trace-#{profile.trace_id}"]
+    path = Path.join([dir, "sampled_trace-#{profile.trace_id}", "sampled_trace.folded"])
+    assert File.read!(path) == IO.iodata_to_binary(Profile.folded(profile))
     assert_node_clean()
   end
 

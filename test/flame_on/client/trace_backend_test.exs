@@ -164,10 +164,31 @@ defmodule FlameOn.Client.TraceBackendTest do
     assert TraceBackend.our_sessions() == []
 
     send(owner, :stop)
-    spawn(fn -> TraceBackend.open(:trace, test) end)
-    # the VM destroys a session when its last handle is gone
-    Process.sleep(50)
-    assert TraceBackend.our_sessions() == []
+
+    # The VM destroys a session when its last handle is gone: a process
+    # opens one, says what it opened (not the handle itself, which would
+    # keep the session alive here) and exits.
+    {opener, monitor} =
+      spawn_monitor(fn ->
+        handle = TraceBackend.open(:trace, test)
+        send(test, {:opened, TraceBackend.scope(handle), length(TraceBackend.our_sessions())})
+      end)
+
+    assert_receive {:opened, scope, sessions}
+    assert_receive {:DOWN, ^monitor, :process, ^opener, :normal}
+
+    if TraceBackend.sessions?() do
+      # its own session, alive while it held the handle
+      assert scope != :legacy and sessions == 1
+    else
+      # no sessions before OTP 27: the handle names the legacy session,
+      # which has nothing of its own to destroy
+      assert scope == :legacy and sessions == 0
+    end
+
+    assert until(fn -> TraceBackend.our_sessions() == [] end, 500),
+           "sessions left after their last handle went: #{inspect(TraceBackend.our_sessions())}"
+
     # On the legacy session the pattern was node-global: clear it.
     :erlang.trace_pattern({Workloads, :fib, 1}, false, [:local])
     assert_node_clean()
