@@ -170,6 +170,8 @@ defmodule FlameOn.Client.Capture.CrossProcess do
     with {:ok, profile} <- finished do
       profile = Cluster.finish(capture.cluster, profile)
       Owners.CrossProcess.stop(owner)
+      # (what answered meanwhile may have had the token from the trace)
+      :seq_trace.set_token([])
       {:ok, profile}
     end
   end

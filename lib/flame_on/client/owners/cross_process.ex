@@ -212,6 +212,11 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   # The trace is over: its profile. The owner runs on (the parts of a
   # trace across nodes stop when it goes) until stop/1.
   def handle_call({:finish, opts}, _from, state) do
+    # A message of the trace's may have given this process the token (a
+    # process keeps it until it takes an untokened message): the reply
+    # must not hand it back to the caller, whose trace is over.
+    :seq_trace.set_token([])
+
     case finish_trace(state, opts) do
       {:ok, profile} ->
         followers = Enum.uniq(profile.graph.followers ++ state.leaving)
