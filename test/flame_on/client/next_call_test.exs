@@ -413,7 +413,9 @@ defmodule FlameOn.Client.NextCallTest do
       # the local patterns came and went; the meta pattern is still ours
       assert :erlang.trace_info(@busy, :traced) == {:traced, false}
       assert Gates.ours?(@busy)
-      go(callers(1, fn -> Work.busy(20) end))
+      # (60 ms: a sampler on a loaded machine may start late, and must
+      # still see the spin)
+      go(callers(1, fn -> Work.busy(60) end))
       assert {:ok, profile} = Task.await(task, 30_000)
       assert Enum.any?(stacks(profile), &(&1 =~ "Work.spin/2"))
       assert_captures_clean()
