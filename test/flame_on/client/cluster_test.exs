@@ -684,7 +684,10 @@ defmodule FlameOn.Client.ClusterTest do
     b_span = span_of(graph, b_pid)
     assert %Span{kind: :request, node: ^b} = b_span
     assert b_span.span_id in root.children
-    assert_remote_stacks(profile, graph, b_pid, "FlameOn.Client.Test.Server.spin_until/1")
+    # B's CPU under B's handler (a CPU sample whose chain the kernel cut in
+    # C code can lose the spin_until/1 frame between them: native mode's
+    # fidelity, issue #23)
+    assert_remote_stacks(profile, graph, b_pid, "FlameOn.Client.Test.Server.handle_call/3")
     assert_node_clean()
     assert_peer_clean(b)
     # B's sampler closed with its part
