@@ -426,13 +426,19 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
         uint32_t kind = s->tree.nodes[p->sleep_node].frame;
         if (kind != FO_FRAME_WAITING)
             kind = FO_FRAME_SLEEP;
+        /* found runnable (preempted, not waiting): so it has been since its
+         * `out`, and stays until its `in` */
+        int preempted = (how & FO_SAMPLE_BUSY) != 0 && kind == FO_FRAME_SLEEP;
+        if (preempted)
+            kind = FO_FRAME_RUNNABLE;
         uint32_t node = fo_s_regular_child(s, fo_s_current_node(p), kind);
         if (node == FO_NONE) {
             s->stats.node_limit_hits++;
             node = p->node_cap;
         }
         /* answered waiting, it waits where it did since its last `out` */
-        if ((waited || (how & FO_SAMPLE_WAITING)) && kind == FO_FRAME_SLEEP && node != p->node_cap) {
+        if ((waited || (how & FO_SAMPLE_WAITING) || preempted) && kind != FO_FRAME_WAITING &&
+            node != p->node_cap) {
             fo_s_move_time(s, p->sleep_node, node, p->wait_ns);
             if (waited && p->pair_clean)
                 fo_s_move_time(s, p->prev_wait_node, node, p->prev_wait_ns);

@@ -20,7 +20,8 @@ enum {
     FO_FRAME_GC_MINOR = 5,  /* minor garbage collection, when gc events are given */
     FO_FRAME_ATTRIBUTED = 6, /* call wait a traced callee explains (graph traces) */
     FO_FRAME_GC_MAJOR = 7,  /* major (fullsweep) garbage collection */
-    FO_FRAME_FIRST_REAL = 8
+    FO_FRAME_RUNNABLE = 8,  /* scheduled out while it could run (preempted), a leaf */
+    FO_FRAME_FIRST_REAL = 9
 };
 
 #define FO_NONE UINT32_MAX

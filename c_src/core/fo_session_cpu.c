@@ -446,7 +446,7 @@ void fo_session_cpu_context(fo_session *s, uint64_t pid, const fo_mfa *key_mfa, 
 static int running_frame(uint32_t frame)
 {
     return frame != FO_FRAME_SLEEP && frame != FO_FRAME_WAITING && frame != FO_FRAME_ATTRIBUTED &&
-           frame != FO_FRAME_GC_MINOR && frame != FO_FRAME_GC_MAJOR;
+           frame != FO_FRAME_GC_MINOR && frame != FO_FRAME_GC_MAJOR && frame != FO_FRAME_RUNNABLE;
 }
 
 void fo_session_cpu_settle(fo_session *s, int64_t end_ns)

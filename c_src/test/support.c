@@ -580,6 +580,9 @@ static void ts_frame_name(const fo_session *s, uint32_t frame, char *buf, size_t
     case FO_FRAME_ATTRIBUTED:
         name = "ATTRIBUTED";
         break;
+    case FO_FRAME_RUNNABLE:
+        name = "RUNNABLE";
+        break;
     default:
         break;
     }
@@ -928,10 +931,10 @@ void ts_check_tree(const fo_session *s)
         if (ni->proc != p->proc)
             TREE_FAIL("node %" PRIu32 ": proc %" PRIu32 ", parent proc %" PRIu32, id, ni->proc,
                       p->proc);
-        if (p->frame == FO_FRAME_SLEEP)
-            TREE_FAIL("node %" PRIu32 ": child of a SLEEP leaf", id);
+        if (p->frame == FO_FRAME_SLEEP || p->frame == FO_FRAME_RUNNABLE)
+            TREE_FAIL("node %" PRIu32 ": child of a SLEEP or RUNNABLE leaf", id);
         if (p->frame == FO_FRAME_DEPTH_CAP && ni->frame != FO_FRAME_SLEEP && ni->frame != FO_FRAME_GC_MINOR &&
-            ni->frame != FO_FRAME_GC_MAJOR)
+            ni->frame != FO_FRAME_GC_MAJOR && ni->frame != FO_FRAME_RUNNABLE)
             TREE_FAIL("node %" PRIu32 ": frame %" PRIu32 " below the depth-cap node", id,
                       ni->frame);
         if (ni->frame == FO_FRAME_NODE_CAP) {

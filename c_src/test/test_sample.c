@@ -275,10 +275,12 @@ static const ts_case sample_cases[] = {
            "1 5 in", "1 15 out", "1 16 in", "1 26 out",   /* woke, preempted twice */
            "1 30 sample m:p/0;m:spin/0 busy",
            "1 31 in", "close 40"),
-     /* (the preempted waits stay SLEEP leaves where they were charged) */
-     LINES("1 m:p/0;m:f/0;m:sleep/0 1", "1 m:p/0;m:f/0;m:sleep/0;SLEEP 9", "1 m:p/0;m:spin/0 29",
-           "1 m:p/0;m:spin/0;SLEEP 1", "1 m:p/0;m:f/0;m:sleep/0 samples=1 weight=0",
-           "1 m:p/0;m:spin/0;SLEEP samples=1 weight=0"),
+     /* found runnable at 30, it has been since its `out` at 26, under the
+      * stack it runs in, until its `in`; the preemption no sample saw
+      * (15-16) stays a SLEEP where it was charged */
+     LINES("1 m:p/0;m:f/0;m:sleep/0 1", "1 m:p/0;m:f/0;m:sleep/0;SLEEP 5", "1 m:p/0;m:spin/0 29",
+           "1 m:p/0;m:spin/0;RUNNABLE 5", "1 m:p/0;m:f/0;m:sleep/0 samples=1 weight=0",
+           "1 m:p/0;m:spin/0;RUNNABLE samples=1 weight=0"),
      "events=8 samples=2"},
 
     /* seen waiting before its `out` came: the stack is where it waits, and

@@ -36,6 +36,7 @@
     A(waited)                                                                                  \
     A(leading)                                                                                 \
     A(busy)                                                                                    \
+    A(runnable)                                                                                \
     A(gc_minor)                                                                                \
     A(gc_major)                                                                                \
     A(process)                                                                                 \

@@ -23,6 +23,8 @@ static ERL_NIF_TERM frame_term(ErlNifEnv *env, const fo_session *s, uint32_t fra
         return fo_atom_gc_major;
     case FO_FRAME_ATTRIBUTED:
         return fo_atom_attributed;
+    case FO_FRAME_RUNNABLE:
+        return fo_atom_runnable;
     default:
         break;
     }

@@ -205,7 +205,8 @@ defmodule FlameOn.Client.Export do
   (clicking the root or "Reset Zoom" zooms out), and searches frame names by
   regular expression ("Search", Ctrl-F or `/`; Escape clears): matches turn
   magenta and the bottom right shows their share of the time. `WAITING` is
-  blue, `SLEEP` grey, `GC_MINOR` and `GC_MAJOR` purple, CPU frames warm colours.
+  blue, `SLEEP` grey, `GC_MINOR` and `GC_MAJOR` purple, `RUNNABLE` green, CPU
+  frames warm colours.
 
   By default the graph merges all processes: the root is the profile, one
   level below it one node per process (traced process first), named by its

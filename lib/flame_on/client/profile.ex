@@ -53,7 +53,8 @@ defmodule FlameOn.Client.Profile do
   `{MyApp.Mod, :fun, 2}` is `"MyApp.Mod.fun/2"`, `{:lists, :reverse, 1}` is
   `"lists:reverse/1"`. Synthetic frames: `"SLEEP"` (scheduled out),
   `"WAITING"` (unattributed wait), `"GC_MINOR"` and `"GC_MAJOR"` (a
-  garbage collection, where the trace gets its events), `"[running]"`, `"[runnable]"`,
+  garbage collection, where the trace gets its events), `"RUNNABLE"`
+  (scheduled out while it could run: preempted, as mode `:sample` finds it), `"[running]"`, `"[runnable]"`,
   `"[waiting]"`, ... (the sampled process status at the root of each stack,
   mode `:sample` with `split_status: true`), `"…"` (frames past `max_depth`)
   and `"[truncated]"` (stacks past `max_nodes` / `max_frames`). `";"` and
@@ -116,6 +117,7 @@ defmodule FlameOn.Client.Profile do
           | :gc_minor
           | :gc_major
           | :attributed
+          | :runnable
           | :undefined
 
   @reserved %{
@@ -125,7 +127,8 @@ defmodule FlameOn.Client.Profile do
     waiting: "WAITING",
     attributed: "ATTRIBUTED",
     gc_minor: "GC_MINOR",
-    gc_major: "GC_MAJOR"
+    gc_major: "GC_MAJOR",
+    runnable: "RUNNABLE"
   }
 
   @doc """

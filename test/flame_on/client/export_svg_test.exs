@@ -141,7 +141,7 @@ defmodule FlameOn.Client.ExportSVGTest do
 
       for f <- frames,
           f.depth >= 2,
-          f.name not in ["WAITING", "SLEEP", "GC_MINOR", "GC_MAJOR", "…"] do
+          f.name not in ["WAITING", "SLEEP", "RUNNABLE", "GC_MINOR", "GC_MAJOR", "…"] do
         [r, g, b] =
           Regex.run(~r/rgb\((\d+),(\d+),(\d+)\)/, f.fill, capture: :all_but_first)
           |> Enum.map(&String.to_integer/1)

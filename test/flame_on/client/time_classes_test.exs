@@ -104,4 +104,35 @@ defmodule FlameOn.Client.TimeClassesTest do
       assert_node_clean()
     end
   end
+
+  def spin_until(deadline) do
+    if System.monotonic_time(:microsecond) < deadline, do: spin_until(deadline), else: :ok
+  end
+
+  # One scheduler online and a busy process beside the traced one: it is
+  # preempted again and again, runnable rather than waiting. A sample that
+  # finds it so makes that time off CPU a RUNNABLE leaf under its stack.
+  test "mode :sample: a preempted process's time off CPU is RUNNABLE, under the stack it runs" do
+    online = :erlang.system_flag(:schedulers_online, 1)
+
+    try do
+      hog = spawn(fn -> spin_until(System.monotonic_time(:microsecond) + 2_000_000) end)
+
+      {_, profile} =
+        FlameOn.Client.profile(
+          fn -> spin_until(System.monotonic_time(:microsecond) + 300_000) end,
+          mode: :sample
+        )
+
+      Process.exit(hog, :kill)
+      stacks = profile.stacks[self()]
+      runnable = for {stack, us} <- stacks, String.ends_with?(stack, ";RUNNABLE"), do: {stack, us}
+      assert Enum.sum(Enum.map(runnable, &elem(&1, 1))) > 0, inspect(stacks)
+      # where it runs, never waits
+      assert Enum.all?(runnable, fn {stack, _} -> stack =~ "spin_until/1" end), inspect(runnable)
+      refute Enum.any?(stacks, fn {stack, _} -> String.ends_with?(stack, ";WAITING") end)
+    after
+      :erlang.system_flag(:schedulers_online, online)
+    end
+  end
 end

@@ -44,9 +44,9 @@ defmodule FlameOn.Client.Core.Native do
   #     the calling-context tree as the core holds it, whatever its depth in
   #     one compact piece, `{frames, pids, nodes, max_stack_bytes}`. `frames`
   #     is a tuple indexed by frame id: `{module, function, arity}`, or for
-  #     the reserved ids 0..7 `:process` (a process root), `:sleep`,
+  #     the reserved ids 0..8 `:process` (a process root), `:sleep`,
   #     `:depth_cap`, `:node_cap`, `:waiting`, `:gc_minor`, `:attributed`,
-  #     `:gc_major`. `pids` is a tuple indexed by process. `nodes` is a
+  #     `:gc_major`, `:runnable`. `pids` is a tuple indexed by process. `nodes` is a
   #     binary of 36 bytes per node, parents before children:
   #     `<<parent::32-native, frame::32-native, process::32-native,
   #     self_ns::64-native, samples::64-native, weight::64-native>>`

@@ -233,6 +233,7 @@ defmodule FlameOn.Client.Export.SVG do
   defp color(:frame, "SLEEP"), do: "rgb(165,165,165)"
   defp color(:frame, "GC_MINOR"), do: "rgb(180,120,220)"
   defp color(:frame, "GC_MAJOR"), do: "rgb(150,90,200)"
+  defp color(:frame, "RUNNABLE"), do: "rgb(120,190,150)"
   defp color(:frame, "…"), do: "rgb(205,205,205)"
   defp color(:frame, "[truncated]"), do: "rgb(205,205,205)"
 
@@ -247,7 +248,8 @@ defmodule FlameOn.Client.Export.SVG do
       {"CPU", color(:frame, "CPU")},
       {"WAITING (unexplained wait)", color(:frame, "WAITING")},
       {"SLEEP (scheduled out)", color(:frame, "SLEEP")},
-      {"GC", color(:frame, "GC_MINOR")}
+      {"GC", color(:frame, "GC_MINOR")},
+      {"RUNNABLE (preempted)", color(:frame, "RUNNABLE")}
     ]
 
     {parts, _x} =
