@@ -291,28 +291,27 @@ static void run_sample_line(fo_session *s, uint64_t pid, int64_t ts, const char 
         fail_msg("bad script line '%s'", line);
     uint64_t weight = 0;
     unsigned how = 0;
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } hows[] = {{"waited", FO_SAMPLE_WAITED},
+                {"leading", FO_SAMPLE_LEADING},
+                {"busy", FO_SAMPLE_BUSY},
+                {"waiting", FO_SAMPLE_WAITING}};
     const char *opts[2] = {opt1, opt2};
     for (int i = 0; i + 1 < n; i++) {
         const char *opt = opts[i];
-        if (strcmp(opt, "waited") == 0) {
-            how |= FO_SAMPLE_WAITED;
-            continue;
-        }
-        if (strcmp(opt, "leading") == 0) {
-            how |= FO_SAMPLE_LEADING;
-            continue;
-        }
-        if (strcmp(opt, "busy") == 0) {
-            how |= FO_SAMPLE_BUSY;
-            continue;
-        }
-        if (strcmp(opt, "waiting") == 0) {
-            how |= FO_SAMPLE_WAITING;
+        unsigned bit = 0;
+        for (size_t h = 0; h < sizeof hows / sizeof hows[0] && bit == 0; h++)
+            if (strcmp(opt, hows[h].name) == 0)
+                bit = hows[h].bit;
+        if (bit != 0) {
+            how |= bit;
             continue;
         }
         char *end = NULL;
         if (strncmp(opt, "w=", 2) != 0 || opt[2] == '\0' || opt[2] == '-')
-            fail_msg("bad sample option in '%s' (want w=N or waited)", line);
+            fail_msg("bad sample option in '%s' (want w=N, waited, leading, busy or waiting)", line);
         weight = strtoull(opt + 2, &end, 10);
         if (*end != '\0')
             fail_msg("bad sample weight in '%s' (want w=N)", line);
