@@ -120,7 +120,9 @@ for mode <- [:nif, :process] do
     test "stacks start at FlameOn.Client.profile/2" do
       {_, profile} = profile(fn -> Workloads.fib(5) end)
 
-      for {stack, _us} <- profile.stacks[self()], stack != "" do
+      # ("": time before the first traced call, at the process's root; a
+      # collection in that moment is a GC leaf there)
+      for {stack, _us} <- profile.stacks[self()], stack not in ["", "GC_MINOR", "GC_MAJOR"] do
         assert String.starts_with?(stack, "FlameOn.Client.profile/2"), stack
       end
 
