@@ -428,4 +428,25 @@ defmodule FlameOn.Client do
   """
   @spec status() :: map()
   defdelegate status(), to: FlameOn.Client.Node.Status
+
+  @doc """
+  A differential profile of `new` against `base`: per stack, the value in
+  each run (`FlameOn.Client.Diff`), to write as a flame graph coloured by
+  change with `FlameOn.Client.Export.write/4`. Each side is a
+  `FlameOn.Client.Profile`, a folded file's path or folded text.
+
+  Options: `by: :merged` (default: all processes together) or `:process`
+  (the traced processes matched with each other, the other processes by
+  name); `normalize: true` (default: new scaled so that the typical stack
+  is unchanged, the weighted median of the per-stack ratios), `:total`
+  (to the base's total) or `false`; `alloc: true` compares allocations
+  instead of time; `:name`.
+
+      iex> diff = FlameOn.Client.diff("main;work 100\n", "main;work 300\n", normalize: false)
+      iex> diff.stacks
+      %{all: [{"main;work", 100, 300}]}
+  """
+  @spec diff(FlameOn.Client.Diff.side(), FlameOn.Client.Diff.side(), keyword()) ::
+          FlameOn.Client.Diff.t()
+  defdelegate diff(base, new, opts \\ []), to: FlameOn.Client.Diff, as: :new
 end

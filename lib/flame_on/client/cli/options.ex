@@ -25,6 +25,8 @@ defmodule FlameOn.Client.CLI.Options do
     max_depth: :integer,
     top: :integer,
     summary: :string,
+    diff_base: :string,
+    diff_normalize: :string,
     next: :string,
     timeout: :integer,
     node: :string,
@@ -62,6 +64,8 @@ defmodule FlameOn.Client.CLI.Options do
         --sleep default|raw
         --summary call_time|call_memory  per-function counters, written as CSV
         --max-nodes N, --max-depth N, --top N
+        --diff-base FILE   also write the diff against FILE (an earlier run's .folded)
+        --diff-normalize median|total|none  how the diff scales the new run (median)
         --next MODULE.FUN/ARITY  profile the next call of it, by any process
         --timeout MS       --next: wait at most this long (default 30000)
         --node NODE        --next on that node (with --sname/--longname, --cookie)
@@ -122,6 +126,8 @@ defmodule FlameOn.Client.CLI.Options do
       out: opts[:out] || "flame_on_out",
       formats: formats!(opts[:format]),
       top: opts |> positive!(:top) |> Keyword.get(:top, 10),
+      diff_base: opts[:diff_base],
+      diff_normalize: diff_normalize!(opts),
       source: source
     }
   end
@@ -167,6 +173,8 @@ defmodule FlameOn.Client.CLI.Options do
       out: opts[:out] || "flame_on_out",
       formats: formats!(opts[:format]),
       top: opts |> positive!(:top) |> Keyword.get(:top, 10),
+      diff_base: opts[:diff_base],
+      diff_normalize: diff_normalize!(opts),
       warmup: Keyword.get(opts, :warmup, true)
     }
   end
@@ -181,7 +189,9 @@ defmodule FlameOn.Client.CLI.Options do
     :frequency,
     :sleep,
     :max_nodes,
-    :max_depth
+    :max_depth,
+    :diff_base,
+    :diff_normalize
   ]
 
   defp summary_type!(opts) do
@@ -203,6 +213,14 @@ defmodule FlameOn.Client.CLI.Options do
 
         type
     end
+  end
+
+  defp diff_normalize!(opts) do
+    if opts[:diff_normalize] && !opts[:diff_base],
+      do: usage!("--diff-normalize goes with --diff-base")
+
+    choices = %{"median" => :median, "total" => :total, "none" => false}
+    choice!(opts, :diff_normalize, choices, :median)
   end
 
   defp default_name(nil), do: "eval"

@@ -17,13 +17,23 @@ defmodule FlameOn.Client.Export.Speedscope do
   @spec encode(Profile.t()) :: iodata()
   def encode(%Profile{} = profile) do
     names = Util.names(profile)
-    tree = Tree.of(profile)
 
+    profiles =
+      for pid <- Util.pids(profile),
+          do: {pid, "#{profile.name} #{Util.process_label(pid, names)}"}
+
+    encode_tree(profile.name, Tree.of(profile), profiles, "microseconds")
+  end
+
+  @doc false
+  # One file of several profiles: `[{key, title}]`, each the tree's nodes
+  # under `key`, in `unit` (a speedscope unit: "microseconds", "none", ...).
+  # A diff writes its base and new profiles into one file this way.
+  @spec encode_tree(String.t(), Tree.t(), [{term(), String.t()}], String.t()) :: iodata()
+  def encode_tree(name, tree, profiles, unit) do
     {profiles, {index, _next}} =
-      profile
-      |> Util.pids()
-      |> Enum.map_reduce({%{}, 0}, fn pid, frames ->
-        evented(profile, tree, pid, names, frames)
+      Enum.map_reduce(profiles, {%{}, 0}, fn {key, title}, frames ->
+        evented(tree, key, title, unit, frames)
       end)
 
     frames =
@@ -34,7 +44,7 @@ defmodule FlameOn.Client.Export.Speedscope do
     JSON.encode!(%{
       "$schema" => @schema,
       "exporter" => Util.exporter(),
-      "name" => profile.name,
+      "name" => name,
       "activeProfileIndex" => 0,
       "shared" => %{"frames" => frames},
       "profiles" => profiles
@@ -43,9 +53,9 @@ defmodule FlameOn.Client.Export.Speedscope do
 
   # Open frames are kept as a stack of {depth, frame, ends_at, cursor}:
   # cursor is where the next child opens.
-  defp evented(profile, tree, pid, names, frames) do
+  defp evented(tree, key, title, unit, frames) do
     {events, open, frames, total} =
-      Tree.reduce(tree, pid, {[], [], frames, 0}, fn
+      Tree.reduce(tree, key, {[], [], frames, 0}, fn
         {0, _name, _self, total, _s, _w}, {events, _open, frames, _} ->
           {events, [{0, nil, total, 0}], frames, total}
 
@@ -63,8 +73,8 @@ defmodule FlameOn.Client.Export.Speedscope do
 
     json = %{
       "type" => "evented",
-      "name" => "#{profile.name} #{Util.process_label(pid, names)}",
-      "unit" => "microseconds",
+      "name" => title,
+      "unit" => unit,
       "startValue" => 0,
       "endValue" => total,
       "events" => Enum.reverse(events)
