@@ -63,19 +63,19 @@ defmodule FlameOn.Client.Diff do
 
   ## Examples
 
-      iex> base = "run;a 100\\nrun;b 100\\n"
-      iex> new = "run;a 110\\nrun;b 440\\n"
+      iex> base = "run;a 100\\nrun;b 100\\nrun;c 100\\n"
+      iex> new = "run;a 110\\nrun;b 110\\nrun;c 440\\n"
       iex> diff = FlameOn.Client.diff(base, new)
       iex> diff.stacks
-      %{all: [{"run;a", 100, 100}, {"run;b", 100, 400}]}
-      iex> FlameOn.Client.Diff.inclusive(diff, "b")
+      %{all: [{"run;a", 100, 100}, {"run;b", 100, 100}, {"run;c", 100, 400}]}
+      iex> FlameOn.Client.Diff.inclusive(diff, "c")
       {100, 400}
       iex> FlameOn.Client.Diff.percent(100, 400)
       300.0
       iex> FlameOn.Client.diff(base, new, normalize: false).stacks
-      %{all: [{"run;a", 100, 110}, {"run;b", 100, 440}]}
-      iex> diff |> FlameOn.Client.Diff.folded() |> IO.iodata_to_binary()
-      "folded_text;run;a 100 100\\nfolded_text;run;b 100 400\\n"
+      %{all: [{"run;a", 100, 110}, {"run;b", 100, 110}, {"run;c", 100, 440}]}
+      iex> FlameOn.Client.diff(base, new, name: "run") |> FlameOn.Client.Diff.folded() |> IO.iodata_to_binary()
+      "run;run;a 100 100\\nrun;run;b 100 100\\nrun;run;c 100 400\\n"
   """
 
   alias FlameOn.Client.Diff.Input

@@ -42,16 +42,28 @@ defmodule FlameOn.Client.Diff.Scale do
     end
   end
 
-  # The ratio where the weights, in ratio order, pass half their sum.
+  # The ratio where the weights, in ratio order, pass half their sum (the
+  # mean of two ratios whose weights split it exactly).
   defp weighted_median(pairs) do
     half = Enum.reduce(pairs, 0, fn {_r, w}, acc -> acc + w end) / 2
 
     pairs
     |> Enum.sort()
     |> Enum.reduce_while(0, fn {ratio, w}, acc ->
-      if acc + w >= half, do: {:halt, {:ratio, ratio}}, else: {:cont, acc + w}
+      cond do
+        acc + w > half -> {:halt, {:ratio, ratio}}
+        acc + w == half -> {:halt, {:between, ratio}}
+        true -> {:cont, acc + w}
+      end
     end)
-    |> then(fn {:ratio, ratio} -> ratio / 1 end)
+    |> case do
+      {:ratio, ratio} -> ratio / 1
+      {:between, ratio} -> (ratio + next_ratio(pairs, ratio)) / 2
+    end
+  end
+
+  defp next_ratio(pairs, ratio) do
+    pairs |> Enum.map(&elem(&1, 0)) |> Enum.filter(&(&1 > ratio)) |> Enum.min(fn -> ratio end)
   end
 
   defp total(groups) do
