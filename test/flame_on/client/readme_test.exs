@@ -355,6 +355,15 @@ defmodule FlameOn.Client.ReadmeTest do
         assert Enum.any?(binding.summary.entries, &(&1.function == "MyApp.work/0"))
         assert "work.csv" |> File.read!() |> String.starts_with?("function,calls,time_us,")
 
+      code =~ "FlameOn.Client.diff(before, now)" ->
+        assert %FlameOn.Client.Diff{by: :merged, normalize: :median} = binding.diff
+        assert Enum.any?(binding.diff.stacks.all, fn {stack, _, _} -> stack =~ "MyApp.work/0" end)
+
+        for file <-
+              ~w(work.diff.svg work.diff.folded work.diff.speedscope.json) ++
+                ~w(work.base.pb.gz work.new.pb.gz),
+            do: assert(File.exists?(Path.join("flame_on_out", file)), file)
+
       code =~ "unreachable_nodes" ->
         assert %{nodes: _, unreachable_nodes: _} = binding.profile.graph.stats
 
