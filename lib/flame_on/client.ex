@@ -442,7 +442,7 @@ defmodule FlameOn.Client do
   (to the base's total) or `false`; `alloc: true` compares allocations
   instead of time; `:name`.
 
-      iex> diff = FlameOn.Client.diff("main;work 100\n", "main;work 300\n", normalize: false)
+      iex> diff = FlameOn.Client.diff("main;work 100\\n", "main;work 300\\n", normalize: false)
       iex> diff.stacks
       %{all: [{"main;work", 100, 300}]}
   """
