@@ -124,7 +124,10 @@ defmodule FlameOn.Client.DiffExportTest do
 
     test "the page says what it compares", %{svg: svg} do
       assert svg =~ "<title>work: diff</title>"
-      assert svg =~ "base 1,054 µs · new 1,234 µs (×1.000, the median stack&apos;s ratio)"
+
+      assert svg =~
+               "base 1,054 µs · new 1,234 µs (×1.000, the median stack&apos;s ratio) · widths: the new run"
+
       assert svg =~ ">grew</text>" and svg =~ ">shrank</text>"
     end
 

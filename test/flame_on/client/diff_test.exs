@@ -136,6 +136,10 @@ defmodule FlameOn.Client.DiffTest do
         FlameOn.Client.diff("\n\n", "a 1\n")
       end
 
+      assert_raise ArgumentError, ~r/folded text, line 1: three columns \(a diff's/, fn ->
+        FlameOn.Client.diff("a;b 10 40\n", "a 1\n")
+      end
+
       assert_raise ArgumentError, ~r/got: :nope/, fn -> FlameOn.Client.diff(:nope, "a 1\n") end
 
       assert_raise ArgumentError, ~r/invalid diff option :by: :pid/, fn ->

@@ -55,23 +55,30 @@ defmodule FlameOn.Client.Diff.FoldedReader do
   defp line!(line, source, n) do
     case split_value(line) do
       {:ok, stack, value} ->
-        case :binary.split(stack, ";") do
-          [trace, rest] ->
-            case :binary.split(rest, ";") do
-              [process | frames] ->
-                if Regex.match?(@process, process),
-                  do: {trace, process, Enum.join(frames), value},
-                  else: {nil, nil, stack, value}
-            end
-
-          [_one] ->
-            {nil, nil, stack, value}
+        # a stack that ends in a number too: a diff's "stack base new"
+        if match?({:ok, _, _}, split_value(stack)) do
+          raise ArgumentError,
+                "#{source}, line #{n}: three columns (a diff's stack base new?), " <>
+                  "where a side of a diff has folded stacks (stack count)"
         end
+
+        fields(stack, value)
 
       :error ->
         raise ArgumentError,
               "#{source}, line #{n}: not a folded stack (frame;frame;... count): " <>
                 inspect(String.slice(line, 0, 120))
+    end
+  end
+
+  # Profile.folded/1's "name;<process>;frames" or another tool's "frames".
+  defp fields(stack, value) do
+    with [trace, rest] <- :binary.split(stack, ";"),
+         [process | frames] <- :binary.split(rest, ";"),
+         true <- Regex.match?(@process, process) do
+      {trace, process, Enum.join(frames), value}
+    else
+      _ -> {nil, nil, stack, value}
     end
   end
 

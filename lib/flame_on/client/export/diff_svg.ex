@@ -44,8 +44,7 @@ defmodule FlameOn.Client.Export.DiffSVG do
       legend: [
         {"grew", color(1, 4)},
         {"shrank", color(4, 1)},
-        {"within #{@same_within}%", @neutral},
-        {"widths: new", "rgb(250,250,246)"}
+        {"within #{@same_within}%", @neutral}
       ],
       paint: &paint(&1, &2, diff.unit)
     }
@@ -62,7 +61,8 @@ defmodule FlameOn.Client.Export.DiffSVG do
       end
 
     "base #{SVG.thousands(diff.base_total)} #{diff.unit} · new " <>
-      "#{SVG.thousands(diff.new_total)} #{diff.unit} (#{how}) · red grew, blue shrank"
+      "#{SVG.thousands(diff.new_total)} #{diff.unit} (#{how}) · widths: the new run · " <>
+      "red grew, blue shrank"
   end
 
   defp round_to(x), do: :erlang.float_to_binary(x / 1, decimals: 3)
