@@ -27,7 +27,7 @@ defmodule FlameOn.Client.Diff.FoldedReader do
             {name, order, stacks, n + 1}
 
           line ->
-            {trace, process, stack, value} = line!(line, source, n)
+            {trace, process, stack, value} = line!(line, source, n, stacks)
             order = if Map.has_key?(stacks, process), do: order, else: [process | order]
             sums = stacks |> Map.get(process, %{}) |> Map.update(stack, value, &(&1 + value))
             {name || trace, order, Map.put(stacks, process, sums), n + 1}
@@ -51,18 +51,20 @@ defmodule FlameOn.Client.Diff.FoldedReader do
   @spec line?(String.t()) :: boolean()
   def line?(text), do: match?({:ok, _, _}, split_value(String.trim_trailing(text)))
 
-  # {trace name | nil, process label | nil, stack, value}
-  defp line!(line, source, n) do
+  # {trace name | nil, process label | nil, stack, value}; `known`'s keys
+  # are the processes seen so far.
+  defp line!(line, source, n, known) do
     case split_value(line) do
       {:ok, stack, value} ->
         # a stack that ends in a number too: a diff's "stack base new"
-        if match?({:ok, _, _}, split_value(stack)) do
+        if stack != "" and :binary.last(stack) in ?0..?9 and
+             match?({:ok, _, _}, split_value(stack)) do
           raise ArgumentError,
                 "#{source}, line #{n}: three columns (a diff's stack base new?), " <>
                   "where a side of a diff has folded stacks (stack count)"
         end
 
-        fields(stack, value)
+        fields(stack, value, known)
 
       :error ->
         raise ArgumentError,
@@ -72,10 +74,10 @@ defmodule FlameOn.Client.Diff.FoldedReader do
   end
 
   # Profile.folded/1's "name;<process>;frames" or another tool's "frames".
-  defp fields(stack, value) do
+  defp fields(stack, value, known) do
     with [trace, rest] <- :binary.split(stack, ";"),
          [process | frames] <- :binary.split(rest, ";"),
-         true <- Regex.match?(@process, process) do
+         true <- Map.has_key?(known, process) or Regex.match?(@process, process) do
       {trace, process, Enum.join(frames), value}
     else
       _ -> {nil, nil, stack, value}
