@@ -324,6 +324,17 @@ defmodule FlameOn.Client.Export do
       [folded: Path.join(dir, "my_trace.folded"), pprof: Path.join(dir, "my_trace.pb.gz")]
       iex> FlameOn.Client.Export.write(profile, dir, [:flamegraph])
       ** (ArgumentError) unknown export format :flamegraph, expected one of [:folded, :speedscope, :perfetto, :svg, :pprof] or :all
+
+  A diff:
+
+      iex> dir = Path.join(System.tmp_dir!(), "flame_on_export_doctest")
+      iex> diff = FlameOn.Client.diff("a;b 10\\n", "a;b 40\\n", name: "ab")
+      iex> FlameOn.Client.Export.write(diff, dir, [:folded, :pprof])
+      [folded: Path.join(dir, "ab.diff.folded"), pprof: Path.join(dir, "ab.base.pb.gz"), pprof: Path.join(dir, "ab.new.pb.gz")]
+      iex> File.read!(Path.join(dir, "ab.diff.folded"))
+      "ab;a;b 10 10\\n"
+      iex> FlameOn.Client.Export.write(diff, dir, [:perfetto])
+      ** (ArgumentError) a diff has no timeline: :perfetto does not apply to it (a diff is written as [:folded, :svg, :speedscope, :pprof])
   """
   @spec write(Profile.t() | Diff.t(), Path.t(), [format()] | :all, keyword()) ::
           [{format(), Path.t()}]
