@@ -3,6 +3,7 @@ defmodule FlameOn.Client.DiffTest do
   use ExUnit.Case, async: false
 
   import FlameOn.Client.TestHelpers
+  import FlameOn.Client.Test.ExportHelpers, only: [svg_parse!: 1, svg_frames: 1]
 
   alias FlameOn.Client.Diff
   alias FlameOn.Client.Profile
@@ -41,26 +42,45 @@ defmodule FlameOn.Client.DiffTest do
       Workloads.two_parts(1)
       {_, _} = FlameOn.Client.profile(fn -> Workloads.two_parts(1) end)
 
-      failures =
+      result =
         Enum.reduce_while(1..4, [], fn _attempt, failures ->
           {_, base} = FlameOn.Client.profile(fn -> Workloads.two_parts(1) end)
           {_, new} = FlameOn.Client.profile(fn -> Workloads.two_parts(4) end)
+          diff = FlameOn.Client.diff(base, new)
 
-          case check_workload_diff(base, new) do
-            :ok -> {:halt, :ok}
+          case check_workload_diff(diff, base, new) do
+            :ok -> {:halt, {:ok, diff}}
             {:error, why} -> {:cont, [why | failures]}
           end
         end)
 
-      with [_ | _] <- failures,
-           do: flunk("no attempt held:\n" <> Enum.join(Enum.reverse(failures), "\n"))
+      diff =
+        case result do
+          {:ok, diff} -> diff
+          failures -> flunk("no attempt held:\n" <> Enum.join(Enum.reverse(failures), "\n"))
+        end
 
+      # its flame graph: grown/1 deep red, its title the change; steady/1 pale
+      frames =
+        diff
+        |> FlameOn.Client.Export.DiffSVG.encode([])
+        |> svg_parse!()
+        |> svg_frames()
+        |> Map.new(&{&1.name, &1})
+
+      assert [_, g] = Regex.run(~r/\Argb\(255,(\d+),\1\)\z/, frames[@grown].fill)
+      assert String.to_integer(g) < 60
+
+      assert frames[@grown].title =~
+               ~r/^#{@grown} \(base [\d,]+ µs, new [\d,]+ µs, \+[23]\d\d\.\d%, \+[\d,]+ µs\)$/
+
+      assert [_ | channels] = Regex.run(~r/\Argb\((\d+),(\d+),(\d+)\)\z/, frames[@steady].fill)
+      assert Enum.all?(channels, &(String.to_integer(&1) >= 200)), frames[@steady].fill
       assert_node_clean()
     end
   end
 
-  defp check_workload_diff(base, new) do
-    diff = FlameOn.Client.diff(base, new)
+  defp check_workload_diff(diff, base, new) do
     frames = frames(diff)
     big = for {path, {b, n}} <- frames, b >= diff.base_total * 0.02, do: {path, b, n}
     grown = for {path, b, n} <- big, @grown in path, do: {List.last(path), Diff.percent(b, n)}
