@@ -23,8 +23,9 @@ defmodule FlameOn.Client.Diff do
     * `:merged` (default) – every process of a profile together: a stack's
       value is its sum over the processes, keyed by the stack alone.
     * `:process` – one group per kind of process: the traced process of
-      each run (`profile.pid`; in a folded file, its process with the most
-      time, as a trace's own process is busy for the whole trace) with the
+      each run (`profile.pid`; in a folded file, or a profile made by hand
+      without one, its process with the most time, as a trace's own
+      process is busy for the whole trace) with the
       other's; a named process (`profile.process_names`, see
       `FlameOn.Client.ProcessName`: registered name, label or initial call)
       with the processes of the same name in the other run (several tasks

@@ -234,9 +234,11 @@ defmodule FlameOn.Client.DiffTest do
                all: [{"handle_call", 40, 80}, {"job", 20, 20}, {"run", 100, 100}, {"x", 7, 7}]
              }
 
-      # from its folded text, the root is the process with the most time
+      # from its folded text, or made without a pid, the root is the
+      # process with the most time
       from_folded = FlameOn.Client.diff(Profile.folded(base), new, by: :process)
       assert from_folded.stacks == diff.stacks
+      assert FlameOn.Client.diff(%{base | pid: nil}, new, by: :process).stacks == diff.stacks
     end
   end
 

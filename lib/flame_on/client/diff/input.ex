@@ -37,10 +37,11 @@ defmodule FlameOn.Client.Diff.Input do
       end
 
     names = Profile.names(profile)
+    root = root(values, profile.pid)
 
     processes =
       for {pid, stacks} <- Enum.sort(values) do
-        %{name: sanitize(names[pid]), root?: pid == profile.pid, stacks: stacks}
+        %{name: sanitize(names[pid]), root?: pid == root, stacks: stacks}
       end
 
     %__MODULE__{
@@ -67,6 +68,18 @@ defmodule FlameOn.Client.Diff.Input do
     raise ArgumentError,
           "a diff compares FlameOn.Client.Profile structs, folded files or folded text, " <>
             "got: #{inspect(other, limit: 5)}"
+  end
+
+  # The traced process; in a profile made by hand without one, the process
+  # with the most time (as in a folded file).
+  defp root(values, pid) when is_map_key(values, pid), do: pid
+  defp root(values, _pid) when values == %{}, do: nil
+
+  defp root(values, _pid) do
+    {pid, _stacks} =
+      Enum.max_by(values, fn {_pid, stacks} -> stacks |> Enum.map(&elem(&1, 1)) |> Enum.sum() end)
+
+    pid
   end
 
   defp file!(path) do
