@@ -54,6 +54,25 @@ defmodule FlameOn.Client.MixDiffTest do
     assert_node_clean()
   end
 
+  test "--next with --diff-base: the captured call against an earlier one", %{out: out} do
+    next = ~w(--next FlameOn.Client.Test.Workloads.two_parts/1 --mode nif --format folded --out)
+    run_task(next ++ [out, "-e", @code])
+    base = Path.join(out, "before.folded")
+    File.rename!(Path.join(out, "FlameOn.Client.Test.Workloads.two_parts_1.folded"), base)
+
+    output =
+      run_task(
+        next ++ [out, "--diff-base", base, "-e", "FlameOn.Client.Test.Workloads.two_parts(4)"]
+      )
+
+    assert output =~ "Diff against #{base}"
+    diff = Path.join(out, "FlameOn.Client.Test.Workloads.two_parts_1.diff.folded")
+    assert output =~ "#{diff} (folded)"
+    lines = diff |> File.read!() |> String.split("\n", trim: true)
+    assert Enum.any?(lines, &(&1 =~ ~r/;FlameOn\.Client\.Test\.Workloads\.grown\/1;\S+ \d+ \d+$/))
+    assert_node_clean()
+  end
+
   test "--diff-normalize none compares absolute times", %{out: out} do
     base = Path.join(out, "base.folded")
     File.mkdir_p!(out)
