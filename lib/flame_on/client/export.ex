@@ -15,6 +15,11 @@ defmodule FlameOn.Client.Export do
   | `:svg` | `svg/2` | `<name>.svg` | any browser (self-contained, interactive) |
   | `:pprof` | `pprof/1` | `<name>.pb.gz` | `go tool pprof`, pprof-compatible UIs |
 
+  `write/4` also writes a `FlameOn.Client.Diff`, two profiles compared
+  (`FlameOn.Client.diff/3`): a flame graph coloured by change, the
+  three-column folded form of `difffolded.pl`, and the two profiles for
+  speedscope and `go tool pprof -diff_base`.
+
   ## Time, stacks and timelines
 
   A profile's stacks carry the total time spent in each distinct stack, not
