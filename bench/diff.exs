@@ -91,7 +91,7 @@ defmodule FlameOn.Bench.Diff do
   end
 
   # Two runs of four processes: the root, MyApp.Cart, a task, an unnamed one.
-  def profiles do
+  defp profiles do
     names = for i <- 1..400, do: "Mod#{rem(i, 37)}.fun#{i}/#{rem(i, 4)}"
     names = List.to_tuple(names)
     stacks = distinct_stacks(names, @stacks + div(@stacks, 50))
