@@ -237,6 +237,30 @@ defmodule FlameOn.Client.Diff do
   end
 
   @doc """
+  Each function's self time (or words) in both runs, `[{function, base,
+  new}]`, the largest change (either way) first: the sum of the stacks it
+  is the last frame of, in every group, new scaled. A stack of no frame
+  counts as `"(no traced function)"`.
+
+      iex> diff = FlameOn.Client.diff("run;a 100\\nrun;b 50\\n", "run;a 100\\nrun;b 150\\nrun;b;c 10\\n", normalize: false)
+      iex> FlameOn.Client.Diff.self_changes(diff)
+      [{"b", 50, 150}, {"c", 0, 10}, {"a", 100, 100}]
+  """
+  @spec self_changes(t()) :: [{String.t(), non_neg_integer(), non_neg_integer()}]
+  def self_changes(%__MODULE__{stacks: stacks}) do
+    stacks
+    |> Enum.flat_map(fn {_group, rows} -> rows end)
+    |> Enum.reduce(%{}, fn {stack, b, n}, acc ->
+      Map.update(acc, leaf(stack), {b, n}, fn {sb, sn} -> {sb + b, sn + n} end)
+    end)
+    |> Enum.map(fn {leaf, {b, n}} -> {leaf, b, n} end)
+    |> Enum.sort_by(fn {leaf, b, n} -> {-abs(n - b), leaf} end)
+  end
+
+  defp leaf(""), do: "(no traced function)"
+  defp leaf(stack), do: stack |> :binary.split(";", [:global]) |> List.last()
+
+  @doc """
   The change from `base` to `new` in percent of `base`; `:new` where base
   is 0 (and new is not).
 

@@ -71,20 +71,13 @@ defmodule FlameOn.Client.CLI.Diff do
     shell.info("\nLargest changes in self time:")
     shell.info("     BASE µs      NEW µs   CHANGE  FUNCTION")
 
-    diff.stacks
-    |> Enum.flat_map(fn {_group, rows} -> rows end)
-    |> Enum.reduce(%{}, fn {stack, b, n}, acc ->
-      Map.update(acc, leaf(stack), {b, n}, fn {sb, sn} -> {sb + b, sn + n} end)
-    end)
-    |> Enum.sort_by(fn {leaf, {b, n}} -> {-abs(n - b), leaf} end)
+    diff
+    |> Diff.self_changes()
     |> Enum.take(top)
-    |> Enum.each(fn {leaf, {b, n}} ->
+    |> Enum.each(fn {leaf, b, n} ->
       shell.info("  #{pad(b, 10)}  #{pad(n, 10)}  #{change(b, n)}  #{leaf}")
     end)
   end
-
-  defp leaf(""), do: "(no traced function)"
-  defp leaf(stack), do: stack |> :binary.split(";", [:global]) |> List.last()
 
   defp change(b, n) do
     case Diff.percent(b, n) do

@@ -4,7 +4,8 @@ defmodule FlameOn.Client.Web.TracePage do
   # selector, the flame graph inline, the spans, the stats and the
   # downloads.
 
-  import FlameOn.Client.Web.HTML, only: [layout: 3, h: 1, time: 1, duration: 1, pid_text: 1]
+  import FlameOn.Client.Web.HTML,
+    only: [layout: 3, h: 1, time: 1, duration: 1, pid_text: 1, inline_svg: 2]
 
   alias FlameOn.Client.Export
   alias FlameOn.Client.Graph
@@ -13,9 +14,12 @@ defmodule FlameOn.Client.Web.TracePage do
   defp only(nil, _pid), do: nil
   defp only(tree, pid), do: %{tree | nodes: Map.take(tree.nodes, [pid])}
 
-  @doc "One trace: facts, process selector, flame graph, spans, stats, downloads."
-  @spec trace(Profile.t(), pid() | nil, String.t()) :: iodata()
-  def trace(%Profile{} = profile, pid, nonce) do
+  @doc """
+  One trace: facts, links to compare it with `others` (`[{summary, :older
+  | :newer}]`), process selector, flame graph, spans, stats, downloads.
+  """
+  @spec trace(Profile.t(), pid() | nil, String.t(), [{map(), :older | :newer}]) :: iodata()
+  def trace(%Profile{} = profile, pid, nonce, others \\ []) do
     id = profile.trace_id
     names = process_names(profile)
 
@@ -33,11 +37,12 @@ defmodule FlameOn.Client.Web.TracePage do
         h(profile.name),
         "</h1>",
         facts(profile, names),
+        compare_links(profile, others),
         undersampled(profile),
         "<h2>Flame graph</h2>",
         processes(profile, pid, names),
         ~s(<div class="flame" id="flame">),
-        inline_svg(shown, title, nonce),
+        inline_svg(Export.svg(shown, title: title), nonce),
         "</div>",
         ~s(<p class="hint">Hover a frame for its time; click to zoom in, the root to zoom out; ),
         "Ctrl-F or / to search. Time off CPU is <b>SLEEP</b> (grey), <b>RUNNABLE</b> ",
@@ -77,6 +82,34 @@ defmodule FlameOn.Client.Web.TracePage do
     ]
   end
 
+  # Other traces of the same name, each a link to its diff with this one:
+  # the older of the two is the base.
+  defp compare_links(_profile, []), do: []
+
+  defp compare_links(profile, others) do
+    [
+      ~s(<p class="procs" id="compare">Compare with another run of this name: ),
+      for {other, age} <- others do
+        {base, new} =
+          if age == :older,
+            do: {other.trace_id, profile.trace_id},
+            else: {profile.trace_id, other.trace_id}
+
+        [
+          ~s(<a href="/diff?base=#{base}&amp;new=#{new}">),
+          if(age == :older, do: "older ", else: "newer "),
+          Integer.to_string(other.trace_id),
+          " · ",
+          time(other.started_at_system_us),
+          " · ",
+          duration(other.duration_us),
+          "</a>"
+        ]
+      end,
+      "</p>"
+    ]
+  end
+
   defp processes(profile, current, names) do
     pids = profile.stacks |> Map.keys() |> Enum.sort_by(&{&1 != profile.pid, &1})
 
@@ -103,29 +136,6 @@ defmodule FlameOn.Client.Web.TracePage do
 
   defp link_class(href, true), do: ~s(<a class="current" href="#{h(href)}">)
   defp link_class(href, false), do: ~s(<a href="#{h(href)}">)
-
-  # The SVG of FlameOn.Client.Export, in the page: the same document, so
-  # its script (hover, zoom, search) runs here, under the page's
-  # Content-Security-Policy: its <style> and <script> get the nonce, and
-  # its onload= attribute (which the policy would not run) is replaced by
-  # a script after it that calls init. Every name in it is escaped, so a
-  # "<script" or "<style" in it is the SVG's own.
-  defp inline_svg(profile, title, nonce) do
-    svg = profile |> Export.svg(title: title) |> IO.iodata_to_binary()
-
-    svg =
-      case svg do
-        "<?xml" <> _ -> svg |> String.split("\n", parts: 2) |> List.last()
-        _ -> svg
-      end
-
-    [
-      svg
-      |> String.replace(~s[ onload="init(evt)"], "", global: false)
-      |> String.replace(~r/<(script|style)\b/, ~s(<\\1 nonce="#{h(nonce)}")),
-      ~s[<script nonce="#{h(nonce)}">init(null);</script>]
-    ]
-  end
 
   defp spans(%Profile{graph: nil}, _names), do: []
 
