@@ -192,7 +192,8 @@ defmodule FlameOn.Client.ExUnit do
       formats: files[:formats],
       capture: capture,
       select: select!(System.get_env("FLAME_ON")),
-      summary: summary
+      summary: summary,
+      regression: files[:regression]
     }
 
     Config.put(config)

@@ -58,8 +58,9 @@ defmodule FlameOn.Client.Options do
     capture_next: {"FlameOn.Client.capture_next/2", @capture_keys ++ [:shipper, :store]},
     summary: {"FlameOn.Client.summary/2", [:type, :set_on_spawn, :name]},
     ex_unit:
-      {"FlameOn.Client.ExUnit.start/1", [:dir, :formats, :summary] ++ (@capture_keys -- [:name])},
-    ex_unit_tag: {"a flame: tag", [:dir, :formats] ++ (@capture_keys -- [:name])},
+      {"FlameOn.Client.ExUnit.start/1",
+       [:dir, :formats, :summary, :regression] ++ (@capture_keys -- [:name])},
+    ex_unit_tag: {"a flame: tag", [:dir, :formats, :regression] ++ (@capture_keys -- [:name])},
     web:
       {"FlameOn.Client.Web.start/1",
        [:port, :ip, :token, :max_timeout_ms, :max_captures, :max_connections]},
@@ -279,13 +280,13 @@ defmodule FlameOn.Client.Options do
   @doc """
   `FlameOn.Client.ExUnit.start/1`'s options (`:ex_unit`) or a `flame:`
   tag's (`:ex_unit_tag`): `{files, capture}`, the file options (`:dir`,
-  `:formats`, `:summary`) and the capture options as given (each checked;
+  `:formats`, `:summary`, `:regression`) and the capture options as given (each checked;
   the defaults are filled in when a test is profiled).
   """
   @spec ex_unit!(term(), :ex_unit | :ex_unit_tag) :: {keyword(), keyword()}
   def ex_unit!(opts, entry) when entry in [:ex_unit, :ex_unit_tag] do
     given!(opts, entry)
-    Keyword.split(opts, [:dir, :formats, :summary])
+    Keyword.split(opts, [:dir, :formats, :summary, :regression])
   end
 
   @doc "`FlameOn.Client.Web.start/1`'s options, with their defaults."
