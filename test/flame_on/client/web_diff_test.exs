@@ -283,6 +283,17 @@ defmodule FlameOn.Client.WebDiffTest do
                ~r/Matched \/grows\//
 
       assert Chromium.eval!(page, "document.querySelectorAll('#grown tr').length") >= 2
+
+      screenshot =
+        Path.join(
+          System.tmp_dir!(),
+          "flame_on_web_diff_#{System.unique_integer([:positive])}.png"
+        )
+
+      Chromium.eval!(page, "search(null); window.scrollTo(0, 0)")
+      Chromium.screenshot!(page, screenshot)
+      assert File.stat!(screenshot).size > 10_000
+      IO.puts("\nweb UI diff page screenshot: #{screenshot}")
     after
       Chromium.stop(browser)
     end
