@@ -401,11 +401,13 @@ void fo_s_replace_stack(fo_session *s, fo_proc *p, const fo_mfa *frames, uint32_
                 break;
             }
             /* collapsing, a kept entry stands for its frame's run in the
-             * sample (as pushing the run would make it) */
+             * sample (as pushing the run would make it), and the frames
+             * folded into it count as pushed ones do */
             uint32_t repeats = 0;
             for (i++; s->collapse_recursion && i < count && fo_mfa_equal(&frames[i], &frames[i - 1]); i++)
                 repeats += repeats < UINT32_MAX;
             p->stack_repeats[keep] = repeats;
+            s->stats.collapsed_recursion += repeats;
             keep++;
         }
     }

@@ -39,7 +39,8 @@ typedef struct {
     uint64_t stack_overflows;    /* pushes past max_stack_frames (depth kept as a count) */
     uint64_t clock_skews;        /* events older than their process's previous one */
     uint64_t resyncs;            /* call/return_to that had to unwind or rebase the stack */
-    uint64_t collapsed_recursion; /* calls folded into the same frame on top of the stack
+    uint64_t collapsed_recursion; /* calls folded into the same frame on top of the stack,
+                                     and repeated frames of sampled stacks
                                      (fo_session_set_collapse_recursion) */
     uint64_t samples;            /* stack samples applied (counted in events too) */
     uint64_t cpu_unsampled_ns;   /* CPU-sampled sessions: on-CPU time of processes no

@@ -189,7 +189,7 @@ static const ts_case recursion_cases[] = {
     {"a_sampled_stack_collapses_and_returns_count_it_down", DEFAULT_LIMITS,
      LINES("collapse_recursion",
            "1 0 sample m:main/0;m:map/2;m:map/2;m:map/2;m:f/1",
-           "1 100 sample m:main/0;m:map/2;m:map/2;m:g/0", /* map kept, its run now 2 */
+           "1 100 sample m:main/0;m:map/2;m:map/2;m:g/0", /* map kept, its run now 2 (1 folded) */
            "1 110 ret m:map/2",                            /* [main, map x2] */
            "1 120 ret m:map/2",                            /* [main, map] */
            "1 130 ret m:main/0",                           /* [main] */
@@ -197,7 +197,7 @@ static const ts_case recursion_cases[] = {
      LINES("1 m:main/0 20", "1 m:main/0;m:map/2 20", "1 m:main/0;m:map/2;m:f/1 100",
            "1 m:main/0;m:map/2;m:g/0 10",
            "1 m:main/0;m:map/2;m:f/1 samples=1 weight=0", "1 m:main/0;m:map/2;m:g/0 samples=1 weight=0"),
-     "events=5 samples=2 collapsed_recursion=2"},
+     "events=5 samples=2 collapsed_recursion=3"},
 
     {"off_a_sampled_stack_keeps_its_real_depth", DEFAULT_LIMITS,
      LINES("1 0 sample m:main/0;m:map/2;m:map/2;m:f/1",
@@ -212,8 +212,8 @@ static const ts_case recursion_cases[] = {
            "close 20"),
      LINES("1 m:main/0;m:r/0 10", "1 m:main/0;m:r/0;" CAP " 10",
            "1 m:main/0;m:r/0 samples=1 weight=0", "1 m:main/0;m:r/0;" CAP " samples=1 weight=0"),
-     /* the second sample's run of r is the kept frame's: not counted again */
-     "events=2 samples=2 collapsed_recursion=3 depth_truncations=1 truncated_stacks=1"},
+     /* each sampled stack counts the frames it folds: 3, then 1 */
+     "events=2 samples=2 collapsed_recursion=4 depth_truncations=1 truncated_stacks=1"},
 
     {"cpu_samples_collapse", DEFAULT_LIMITS,
      LINES("collapse_recursion",
@@ -226,7 +226,7 @@ static const ts_case recursion_cases[] = {
            "settle"),
      LINES("1 m:main/0;m:map/2;m:f/1 50", "1 m:main/0;m:map/2;m:g/0 50",
            "1 m:main/0;m:map/2;m:f/1 samples=1 weight=0", "1 m:main/0;m:map/2;m:g/0 samples=1 weight=0"),
-     "events=4 samples=2 collapsed_recursion=2"},
+     "events=4 samples=2 collapsed_recursion=3"},
 
     {"a_cut_cpu_chain_of_a_recursion_lands_on_its_collapsed_frame", DEFAULT_LIMITS,
      /* r seen under a;b; a cut chain of r frames only goes under a;b, on

@@ -31,11 +31,13 @@ defmodule FlameOn.Client do
       merges under it. Time is unchanged (the frame holds what its copies
       held), only the depth goes: a 30 000-deep `Enum.map/2` stays a few
       frames deep, so `max_depth` is not reached, no `…` frame hides the
-      work, and the SVG and web views stay readable. `stats.collapsed_recursion`
-      counts the calls folded. Mutual recursion (`a` → `b` → `a`) keeps its
-      depth. `false` keeps every frame of the real stack (the exact folded
-      stacks, as `:erlang.trace` saw them), up to `max_depth`. It applies
-      to every mode and every output, as stacks are built in the core.
+      work, and the SVG and web views stay readable.
+      `stats.collapsed_recursion` counts the calls folded (in modes
+      `:sample` and `:native`, the repeated frames of the sampled stacks).
+      Mutual recursion (`a` → `b` → `a`) keeps its depth. `false` keeps
+      every frame of the real stack (the exact folded stacks, as
+      `:erlang.trace` saw them), up to `max_depth`. It applies to every
+      mode and every output, as stacks are built in the core.
     * `:max_processes` (`10_000`) – processes one trace follows.
     * `:max_frames` (`100_000`) – distinct `{module, function, arity}`
       frames.
