@@ -230,7 +230,7 @@ defmodule FlameOn.Client.Profile do
   # a :remote span's callee as its caller named it (see FlameOn.Client.Graph)
   def pid_text(other), do: inspect(other)
 
-  @doc """
+  @doc ~S"""
   What made a profile's stacks truncated (`stats.truncated_stacks`), and the
   option that raises each limit reached: a sentence, or `nil` when nothing
   was truncated. `:options` names them as `FlameOn.Client.profile/2` takes
