@@ -157,7 +157,8 @@ void fo_s_push_frame(fo_session *s, fo_proc *p, uint32_t frame)
     p->depth++;
 }
 
-void fo_s_pop_frame(fo_proc *p)
+/* Pops one call: a repeat of a collapsed recursion first. */
+static void pop_call(fo_proc *p)
 {
     if (p->depth == 0)
         return;
@@ -216,7 +217,7 @@ static void on_return_to(fo_session *s, fo_proc *p, const fo_event *ev)
         return;
     }
     if (!(ev->flags & FO_EVF_HAS_MFA)) {
-        fo_s_pop_frame(p);
+        pop_call(p);
         return;
     }
     uint32_t target = fo_s_intern(s, &ev->mfa);

@@ -41,9 +41,8 @@ uint32_t fo_s_find_below(const fo_proc *p, uint32_t frame, uint32_t from);
 uint32_t fo_s_regular_child(fo_session *s, uint32_t parent, uint32_t frame);
 uint32_t fo_s_intern(fo_session *s, const fo_mfa *mfa);
 /* Pushes frame (or, collapsing recursion, counts a repeat of the frame
- * on top); pops one call (a repeat first). */
+ * on top). */
 void fo_s_push_frame(fo_session *s, fo_proc *p, uint32_t frame);
-void fo_s_pop_frame(fo_proc *p);
 
 /* p's stack becomes frames (root first): the frames both share from the
  * root stay, the rest is unwound and the new ones pushed with the usual
