@@ -31,7 +31,8 @@ defmodule FlameOn.Client.Profile do
       `:message_queue_len`, `:memory` in bytes, `:reductions` so far);
       empty in the other modes.
     * `stats` – the core session's counters (`:events`,
-      `:dropped_events`, `:truncated_stacks`, ... see
+      `:dropped_events`, `:truncated_stacks`, `:collapsed_recursion` (the
+      calls direct recursion folded into one frame), ... see
       `FlameOn.Client.Core.Native.stats/1`) plus `:unprocessed_events`, the trace
       messages dropped because the session's finish timeout ran out, and
       `:stacks_without_text`, the stacks left out of `stacks` and `samples`
