@@ -31,6 +31,8 @@ typedef struct {
     uint32_t overflow;   /* pushes past max_stack_frames, only counted */
     uint32_t *stack_frames;
     uint32_t *stack_nodes;
+    uint32_t *stack_repeats; /* collapsed recursion: more calls of the entry's
+                                frame it stands for (0: one call) */
     uint64_t call_wait_ns; /* WAITING time of the current call (graph traces) */
     uint32_t call_wait_node; /* the one WAITING leaf that holds it (FO_NONE: none yet) */
     uint32_t gc_node;        /* while it collects garbage: its GC leaf (FO_NONE: not) */

@@ -39,6 +39,9 @@ typedef struct {
     uint64_t stack_overflows;    /* pushes past max_stack_frames (depth kept as a count) */
     uint64_t clock_skews;        /* events older than their process's previous one */
     uint64_t resyncs;            /* call/return_to that had to unwind or rebase the stack */
+    uint64_t collapsed_recursion; /* calls folded into the same frame on top of the stack,
+                                     and repeated frames of sampled stacks
+                                     (fo_session_set_collapse_recursion) */
     uint64_t samples;            /* stack samples applied (counted in events too) */
     uint64_t cpu_unsampled_ns;   /* CPU-sampled sessions: on-CPU time of processes no
                                     CPU sample landed on (left on their roots) */
@@ -62,6 +65,17 @@ typedef struct fo_session fo_session;
 /* NULL when limits are invalid or memory is short. */
 fo_session *fo_session_new(const fo_limits *limits);
 void fo_session_free(fo_session *s);
+
+/* Direct recursion (a frame calling itself, the same MFA directly on top
+ * of itself) collapses into one frame: the call counts a repeat on the
+ * stack entry instead of pushing, and a return_to into that same frame
+ * counts one down instead of popping. Time, samples and the frames below
+ * are as without it (the collapsed frame holds what its copies held; its
+ * callees from every level merge); only the depth changes, and max_depth
+ * counts frames after collapsing. Counted in stats.collapsed_recursion.
+ * Off by default (stacks keep their real depth). Set once, before any
+ * event. */
+void fo_session_set_collapse_recursion(fo_session *s, int on);
 
 /* Apply one event. Never fails: what cannot be stored is counted. */
 void fo_session_apply(fo_session *s, const fo_event *ev);

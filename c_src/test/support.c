@@ -341,6 +341,10 @@ void ts_run_line(fo_session *s, const char *line)
         fo_session_count_ignored(s, pid);
         return;
     }
+    if (strcmp(line, "collapse_recursion") == 0) {
+        fo_session_set_collapse_recursion(s, 1);
+        return;
+    }
     if (strcmp(line, "cpu_sampled") == 0) {
         scripted_count = 0;
         fo_session_set_cpu_sampled(s, scripted_source, NULL);
@@ -796,6 +800,7 @@ void ts_assert_pid(const fo_session *s, uint64_t pid, const char *const *expecte
     X(stack_overflows)                                                                             \
     X(clock_skews)                                                                                 \
     X(resyncs)                                                                                     \
+    X(collapsed_recursion)                                                                         \
     X(samples)                                                                                     \
     X(cpu_unsampled_ns)                                                                            \
     X(cpu_orphans)                                                                                 \

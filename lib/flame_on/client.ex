@@ -21,8 +21,23 @@ defmodule FlameOn.Client do
       folded line.
     * `:max_nodes` (`200_000`) – distinct stacks kept; time of stacks past it
       goes to a `[truncated]` frame.
-    * `:max_depth` (`512`) – frames kept per stack; deeper frames fold into
-      one `…` frame.
+    * `:max_depth` (`512`) – frames kept per stack, counted after
+      `:collapse_recursion`; deeper frames fold into one `…` frame
+      (`stats.truncated_stacks` counts them).
+    * `:collapse_recursion` (`true`) – a function calling itself directly
+      (the same `{module, function, arity}` on top of itself: `lists:map/2`,
+      `Enum.map/2`'s list helper, `foldr`, a hand-written body recursion)
+      is one frame, and what it calls from every level of the recursion
+      merges under it. Time is unchanged (the frame holds what its copies
+      held), only the depth goes: a 30 000-deep `Enum.map/2` stays a few
+      frames deep, so `max_depth` is not reached, no `…` frame hides the
+      work, and the SVG and web views stay readable.
+      `stats.collapsed_recursion` counts the calls folded (in modes
+      `:sample` and `:native`, the repeated frames of the sampled stacks).
+      Mutual recursion (`a` → `b` → `a`) keeps its depth. `false` keeps
+      every frame of the real stack (the exact folded stacks, as
+      `:erlang.trace` saw them), up to `max_depth`. It applies to every
+      mode and every output, as stacks are built in the core.
     * `:max_processes` (`10_000`) – processes one trace follows.
     * `:max_frames` (`100_000`) – distinct `{module, function, arity}`
       frames.
@@ -158,6 +173,7 @@ defmodule FlameOn.Client do
           | {:max_frames, pos_integer()}
           | {:max_stack_frames, pos_integer()}
           | {:max_stack_bytes, pos_integer()}
+          | {:collapse_recursion, boolean()}
           | {:mode, :nif | :process | :sample | :native | :auto}
           | {:frequency, pos_integer()}
           | {:interval_us, pos_integer()}

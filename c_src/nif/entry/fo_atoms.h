@@ -45,6 +45,7 @@
     A(max_processes)                                                                           \
     A(max_frames)                                                                              \
     A(max_stack_frames)                                                                        \
+    A(collapse_recursion)                                                                      \
     A(native_per_second)                                                                       \
     A(events)                                                                                  \
     A(dropped_events)                                                                          \

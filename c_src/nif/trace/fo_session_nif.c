@@ -71,6 +71,13 @@ ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
          native_per_second > 1000000000000LL))
         return enif_make_badarg(env);
     int replay = enif_get_map_value(env, argv[0], fo_atom_replay, &value) && value == fo_atom_true;
+    /* collapse_recursion: true | false (absent or nil: false) */
+    int collapse = 0;
+    if (enif_get_map_value(env, argv[0], fo_atom_collapse_recursion, &value) && value != fo_atom_nil) {
+        if (value != fo_atom_true && value != fo_atom_false)
+            return enif_make_badarg(env);
+        collapse = value == fo_atom_true;
+    }
     uint32_t ring_records = FO_RING_DEFAULT_RECORDS;
     if (!get_limit(env, argv[0], fo_atom_buffer_events, &ring_records) || ring_records == 0 ||
         ring_records > FO_RING_MAX_RECORDS)
@@ -118,6 +125,7 @@ ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         enif_release_resource(res);
         return enif_raise_exception(env, enif_make_atom(env, "enomem"));
     }
+    fo_session_set_collapse_recursion(res->core, collapse);
     res->ring_request = ring_records;
     res->max_text_bytes = max_text_bytes;
     ERL_NIF_TERM term = fo_handle_make(env, res);
@@ -195,9 +203,10 @@ static void put_count(ErlNifEnv *env, ERL_NIF_TERM *map, const char *key, uint64
 }
 
 /* Native mode's own counters (fo_session.h, fo_cpu_ask.h), and the
- * garbage collections of every mode. */
+ * garbage collections and collapsed recursion of every mode. */
 static ERL_NIF_TERM with_cpu_stats(ErlNifEnv *env, const fo_session_res *res, const fo_stats *st, ERL_NIF_TERM map)
 {
+    put_count(env, &map, "collapsed_recursion", st->collapsed_recursion);
     put_count(env, &map, "gc_minor", st->gc_minor);
     put_count(env, &map, "gc_major", st->gc_major);
     put_count(env, &map, "gc_minor_ns", st->gc_minor_ns);

@@ -23,6 +23,8 @@ defmodule FlameOn.Client.Options do
     max_stack_bytes: 64 * 1024 * 1024
   ]
   @graph_limits [max_spans: 10_000, max_pending_calls: 4_096, max_fanout: 1_000]
+  # How the core builds stacks (the core session takes these with the limits).
+  @stacks [collapse_recursion: true]
   @sampling [interval_us: 1_000, split_status: false, max_samples: 100_000, frequency: 499]
   @cross_process [
                    cross_process: nil,
@@ -32,10 +34,10 @@ defmodule FlameOn.Client.Options do
                    max_duration_ms: 60_000
                  ] ++ @graph_limits
   @capture [name: "flame_on", mode: nil, timeout: 30_000] ++
-             @sampling ++ @limits ++ @cross_process
+             @sampling ++ @limits ++ @stacks ++ @cross_process
   @shipping [sample_rate: nil, threshold_ms: nil, shipper: nil]
 
-  @limit_keys Keyword.keys(@limits) ++ Keyword.keys(@graph_limits)
+  @limit_keys Keyword.keys(@limits) ++ Keyword.keys(@graph_limits) ++ Keyword.keys(@stacks)
   @sampling_keys Keyword.keys(@sampling)
   @capture_keys Keyword.keys(@capture)
 
@@ -46,15 +48,15 @@ defmodule FlameOn.Client.Options do
     start_trace:
       {"FlameOn.Client.start_trace/2",
        [:name, :mode, :duration_ms, :timeout, :sample_rate, :threshold_ms, :shipper] ++
-         @sampling_keys ++ Keyword.keys(@limits)},
+         @sampling_keys ++ Keyword.keys(@limits) ++ Keyword.keys(@stacks)},
     top:
       {"FlameOn.Client.start_trace/2 ({:top, n})",
        [:name, :mode, :duration_ms, :timeout, :sample_rate, :threshold_ms, :shipper, :window_ms] ++
-         @sampling_keys ++ Keyword.keys(@limits)},
+         @sampling_keys ++ Keyword.keys(@limits) ++ Keyword.keys(@stacks)},
     telemetry:
       {"the FlameOn.Client.Telemetry handler config",
        [:name, :mode, :max_duration_ms, :sample_rate, :threshold_ms, :shipper] ++
-         @sampling_keys ++ Keyword.keys(@limits)},
+         @sampling_keys ++ Keyword.keys(@limits) ++ Keyword.keys(@stacks)},
     capture_next: {"FlameOn.Client.capture_next/2", @capture_keys ++ [:shipper, :store]},
     summary: {"FlameOn.Client.summary/2", [:type, :set_on_spawn, :name]},
     ex_unit:
@@ -328,7 +330,10 @@ defmodule FlameOn.Client.Options do
   @spec sample_budget() :: pos_integer() | :infinity
   defdelegate sample_budget(), to: Config
 
-  @doc "The limit keys the core session takes (`FlameOn.Client.Core.Native.new/1`)."
+  @doc """
+  The keys the core session takes (`FlameOn.Client.Core.Native.new/1`):
+  the limits, and `:collapse_recursion`.
+  """
   @spec limit_keys() :: [atom()]
   def limit_keys, do: @limit_keys
 

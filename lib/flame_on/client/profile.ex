@@ -31,7 +31,8 @@ defmodule FlameOn.Client.Profile do
       `:message_queue_len`, `:memory` in bytes, `:reductions` so far);
       empty in the other modes.
     * `stats` – the core session's counters (`:events`,
-      `:dropped_events`, `:truncated_stacks`, ... see
+      `:dropped_events`, `:truncated_stacks`, `:collapsed_recursion` (the
+      calls direct recursion folded into one frame), ... see
       `FlameOn.Client.Core.Native.stats/1`) plus `:unprocessed_events`, the trace
       messages dropped because the session's finish timeout ran out, and
       `:stacks_without_text`, the stacks left out of `stacks` and `samples`
@@ -229,6 +230,55 @@ defmodule FlameOn.Client.Profile do
 
   # a :remote span's callee as its caller named it (see FlameOn.Client.Graph)
   def pid_text(other), do: inspect(other)
+
+  @doc ~S"""
+  What made a profile's stacks truncated (`stats.truncated_stacks`), and the
+  option that raises each limit reached: a sentence, or `nil` when nothing
+  was truncated. `:options` names them as `FlameOn.Client.profile/2` takes
+  them, `:switches` as `mix profile.flame` does.
+
+      iex> FlameOn.Client.Profile.truncation_hint(%{truncated_stacks: 9, depth_truncations: 9})
+      "9 calls went past :max_depth into a \"…\" frame: raise :max_depth " <>
+        "(direct recursion counts as one frame while :collapse_recursion is true, the default)"
+      iex> FlameOn.Client.Profile.truncation_hint(%{truncated_stacks: 0})
+      nil
+  """
+  @spec truncation_hint(map(), :options | :switches) :: String.t() | nil
+  def truncation_hint(stats, names \\ :options) do
+    name = fn key ->
+      case names do
+        :options -> inspect(key)
+        :switches -> "--" <> String.replace(Atom.to_string(key), "_", "-")
+      end
+    end
+
+    collapse =
+      case names do
+        :options -> "while :collapse_recursion is true, the default"
+        :switches -> "unless --no-collapse-recursion"
+      end
+
+    reasons =
+      for {key, limit, text} <- [
+            {:depth_truncations, :max_depth, "calls went past"},
+            {:node_limit_hits, :max_nodes, "stacks found the tree full at"},
+            {:frame_limit_hits, :max_frames, "functions found the frame table full at"},
+            {:stack_overflows, :max_stack_frames, "calls went past"}
+          ],
+          n = Map.get(stats, key, 0),
+          is_integer(n) and n > 0 do
+        if limit == :max_depth,
+          do:
+            "#{n} #{text} #{name.(limit)} into a \"…\" frame: raise #{name.(limit)} " <>
+              "(direct recursion counts as one frame #{collapse})",
+          else: "#{n} #{text} #{name.(limit)}: raise #{name.(limit)}"
+      end
+
+    if Map.get(stats, :truncated_stacks, 0) in [nil, 0] and
+         Map.get(stats, :stack_overflows, 0) in [nil, 0],
+       do: nil,
+       else: Enum.join(reasons, "; ")
+  end
 
   @doc """
   Total microseconds in `pid`'s stacks (0 for a process not in the profile).

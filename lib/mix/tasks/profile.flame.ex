@@ -128,6 +128,10 @@ defmodule Mix.Tasks.Profile.Flame do
     * `--sleep default|raw` – `raw` keeps every scheduled-out interval as
       `SLEEP` in cross-process traces
     * `--max-nodes N`, `--max-depth N` – limits (see `FlameOn.Client`)
+    * `--no-collapse-recursion` – keep direct recursion at its real depth
+      (exact stacks; `--max-depth` then counts every call). By default a
+      function calling itself is one frame (`collapse_recursion: true`, see
+      `FlameOn.Client`), so a deep `Enum.map/2` stays readable
     * `--summary call_time|call_memory` – per-function counters instead of
       a flame graph (see above); `--mode`, `--cross-process`, `--format` and
       the other capture options do not go with it

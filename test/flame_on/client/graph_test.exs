@@ -387,16 +387,19 @@ defmodule FlameOn.Client.GraphTest do
     a =
       spawn(fn ->
         {_, profile} =
-          graph_profile(fn ->
-            send(parent, {:ready, self()})
+          graph_profile(
+            fn ->
+              send(parent, {:ready, self()})
 
-            # serve one GenServer request by hand, then work on
-            receive do
-              {:"$gen_call", from, :hello} -> GenServer.reply(from, :hi)
-            end
+              # serve one GenServer request by hand, then work on
+              receive do
+                {:"$gen_call", from, :hello} -> GenServer.reply(from, :hi)
+              end
 
-            Workloads.fib(16)
-          end)
+              Workloads.fib(16)
+            end,
+            collapse_recursion: false
+          )
 
         send(parent, {:a_done, profile})
       end)

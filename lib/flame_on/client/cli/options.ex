@@ -23,6 +23,7 @@ defmodule FlameOn.Client.CLI.Options do
     sleep: :string,
     max_nodes: :integer,
     max_depth: :integer,
+    collapse_recursion: :boolean,
     top: :integer,
     summary: :string,
     diff_base: :string,
@@ -64,6 +65,8 @@ defmodule FlameOn.Client.CLI.Options do
         --sleep default|raw
         --summary call_time|call_memory  per-function counters, written as CSV
         --max-nodes N, --max-depth N, --top N
+        --no-collapse-recursion  keep direct recursion at its real depth
+                           (exact stacks; --max-depth then counts every call)
         --diff-base FILE   also write the diff against FILE (an earlier run's .folded)
         --diff-normalize median|total|none  how the diff scales the new run (median)
         --next MODULE.FUN/ARITY  profile the next call of it, by any process
@@ -116,6 +119,7 @@ defmodule FlameOn.Client.CLI.Options do
       end) ++
         if(opts[:cross_process], do: [cross_process: true], else: []) ++
         if(opts[:split_status], do: [split_status: true], else: []) ++
+        if(opts[:collapse_recursion] == false, do: [collapse_recursion: false], else: []) ++
         positive!(opts, :interval_us) ++
         positive!(opts, :frequency) ++
         positive!(opts, :max_nodes) ++ positive!(opts, :max_depth)
@@ -163,6 +167,7 @@ defmodule FlameOn.Client.CLI.Options do
       ] ++
         if(opts[:cross_process], do: [cross_process: true], else: []) ++
         if(opts[:split_status], do: [split_status: true], else: []) ++
+        if(opts[:collapse_recursion] == false, do: [collapse_recursion: false], else: []) ++
         positive!(opts, :interval_us) ++
         positive!(opts, :frequency) ++
         positive!(opts, :max_nodes) ++ positive!(opts, :max_depth)
@@ -190,6 +195,7 @@ defmodule FlameOn.Client.CLI.Options do
     :sleep,
     :max_nodes,
     :max_depth,
+    :collapse_recursion,
     :diff_base,
     :diff_normalize
   ]

@@ -191,9 +191,16 @@ defmodule FlameOn.Client.CLI.Report do
     for key <- [:dropped_events, :truncated_stacks, :malformed_events],
         n = Map.get(stats, key, 0),
         is_integer(n) and n > 0 do
-      Mix.shell().info(
-        "Warning: #{key}: #{n} (a limit was reached; see the options of FlameOn.Client)"
-      )
+      hint =
+        case key == :truncated_stacks && Profile.truncation_hint(stats, :switches) do
+          text when text in [nil, false, ""] ->
+            "a limit was reached; see the options of FlameOn.Client"
+
+          text ->
+            text
+        end
+
+      Mix.shell().info("Warning: #{key}: #{n} (#{hint})")
     end
   end
 

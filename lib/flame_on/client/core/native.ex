@@ -10,7 +10,8 @@ defmodule FlameOn.Client.Core.Native do
   #
   #   * `new(opts)` – a session resource. `opts` is a map with the optional
   #     integer keys `:max_nodes`, `:max_depth`, `:max_processes`,
-  #     `:max_frames`, `:max_stack_frames` and `:native_per_second`
+  #     `:max_frames`, `:max_stack_frames`, `collapse_recursion: true`
+  #     (direct recursion as one frame; absent: real depth) and `:native_per_second`
   #     (`System.convert_time_unit(1, :second, :native)`, to turn
   #     `:monotonic_timestamp` values into nanoseconds), `replay: true`
   #     for a session whose `trace/5` calls replay recorded events, and

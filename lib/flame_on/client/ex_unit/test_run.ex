@@ -216,8 +216,12 @@ defmodule FlameOn.Client.ExUnit.TestRun do
   defp warnings(stats) do
     for key <- [:dropped_events, :truncated_stacks, :dropped_metrics, :lifetime_exceeded],
         value = Map.get(stats, key),
-        value not in [nil, 0, false],
-        do: "#{key}: #{value}"
+        value not in [nil, 0, false] do
+      case key == :truncated_stacks && FlameOn.Client.Profile.truncation_hint(stats) do
+        text when text in [nil, false, ""] -> "#{key}: #{value}"
+        text -> "#{key}: #{value} (#{text})"
+      end
+    end
   end
 
   @doc """

@@ -39,6 +39,7 @@ defmodule FlameOn.Client.Web.TracePage do
         facts(profile, names),
         compare_links(profile, others),
         undersampled(profile),
+        truncated(profile),
         "<h2>Flame graph</h2>",
         processes(profile, pid, names),
         ~s(<div class="flame" id="flame">),
@@ -216,6 +217,14 @@ defmodule FlameOn.Client.Web.TracePage do
   end
 
   defp undersampled(_profile), do: []
+
+  # Stacks cut by a limit: which one, and the option that raises it.
+  defp truncated(profile) do
+    case Profile.truncation_hint(profile.stats) do
+      text when text in [nil, ""] -> []
+      text -> [~s(<p class="hint" id="truncated"><b>Truncated:</b> ), h(text), ".</p>"]
+    end
+  end
 
   defp counters(_title, stats) when map_size(stats) == 0, do: []
 
