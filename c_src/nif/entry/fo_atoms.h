@@ -102,6 +102,10 @@
     A(started_ns)                                                                             \
     A(ended_ns)                                                                               \
     A(self_ns)                                                                                \
+    A(gc_ns)                                                                                  \
+    A(runnable_ns)                                                                            \
+    A(runnable_wakes)                                                                         \
+    A(collections)                                                                            \
     A(wait_ns)                                                                                \
     A(attributed_wait_ns)                                                                     \
     A(unattributed_wait_ns)                                                                   \

@@ -22,7 +22,9 @@ ERL_NIF_TERM fo_graph_tracer_enabled(ErlNifEnv *env, ERL_NIF_TERM tag)
         return fo_router_sessions() > 0 ? fo_atom_trace : fo_atom_remove;
     if (tag == fo_atom_call || tag == fo_atom_return_to || tag == fo_atom_in || tag == fo_atom_out ||
         tag == fo_atom_exit || tag == fo_atom_in_exiting || tag == fo_atom_out_exiting ||
-        tag == fo_atom_seq_trace || tag == fo_atom_receive || tag == fo_atom_spawned)
+        tag == fo_atom_seq_trace || tag == fo_atom_receive || tag == fo_atom_spawned ||
+        tag == fo_atom_gc_minor_start || tag == fo_atom_gc_minor_end || tag == fo_atom_gc_major_start ||
+        tag == fo_atom_gc_major_end)
         return fo_atom_trace;
     /* send events only exist so the send match spec runs; spawn, link... */
     return fo_atom_discard;

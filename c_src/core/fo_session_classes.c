@@ -1,0 +1,61 @@
+/* Classes of time (see fo_session.h): runnable time (a wait that, as it
+ * turned out, was no wait: no message ended it, the process was
+ * preempted or moved to a dirty scheduler to collect) moves from its wait
+ * leaf to a RUNNABLE sibling; each process's collections are counted. */
+#include "fo_session_parts.h"
+
+uint64_t fo_session_runnable_wait(fo_session *s, uint64_t pid, uint64_t ns)
+{
+    uint32_t index = fo_procs_find(&s->procs, pid);
+    if (index == UINT32_MAX || ns == 0)
+        return 0;
+    fo_proc *p = &s->procs.procs[index];
+    if (p->root == FO_NONE)
+        return 0;
+    /* Where the wait is held: a call's (graph traces) on its one WAITING
+     * leaf, which holds it all; else the wait going on, or the last one,
+     * on its SLEEP leaf. Those count their last piece only (an in/out pair
+     * between pieces with no call: the stack did not change, so the pieces
+     * are all on that leaf), so the leaf's time bounds the move. */
+    uint32_t from;
+    uint64_t *held;
+    int whole = 0;
+    if (p->call_wait_node != FO_NONE && p->call_wait_ns > 0) {
+        from = p->call_wait_node;
+        held = &p->call_wait_ns;
+        whole = 1;
+    } else if (p->state == FO_PROC_OUT) {
+        from = p->sleep_node;
+        held = &p->wait_ns;
+    } else {
+        from = p->prev_wait_node;
+        held = &p->prev_wait_ns;
+    }
+    if (from == FO_NONE || from == p->node_cap)
+        return 0;
+    uint32_t frame = s->tree.nodes[from].frame;
+    if (frame != FO_FRAME_WAITING && frame != FO_FRAME_SLEEP)
+        return 0;
+    uint64_t wanted = whole && *held < ns ? *held : ns;
+    if (wanted == 0)
+        return 0;
+    uint32_t to = fo_s_regular_child(s, s->tree.nodes[from].parent, FO_FRAME_RUNNABLE);
+    if (to == FO_NONE)
+        return 0; /* tree full: the time stays where it is, still counted */
+    uint64_t moved = fo_s_move_time(s, from, to, wanted);
+    *held = *held > moved ? *held - moved : 0;
+    return moved;
+}
+
+int fo_session_is_out(const fo_session *s, uint64_t pid)
+{
+    uint32_t index = fo_procs_find(&s->procs, pid);
+    return index != UINT32_MAX && s->procs.procs[index].state == FO_PROC_OUT;
+}
+
+void fo_session_process_gcs(const fo_session *s, uint32_t proc, uint64_t *minor, uint64_t *major)
+{
+    int known = proc < s->procs.count;
+    *minor = known ? s->procs.procs[proc].gcs[0] : 0;
+    *major = known ? s->procs.procs[proc].gcs[1] : 0;
+}
