@@ -232,6 +232,19 @@ uint64_t fo_session_attribute_wait(fo_session *s, uint64_t pid, uint64_t ns);
  * Returns the ns moved (fo_session_runnable.c). */
 uint64_t fo_session_runnable_wait(fo_session *s, uint64_t pid, uint64_t ns);
 
+/* Receive events (FO_EV_RECEIVE) come for every process, so each wait
+ * can be told by what ended it (exact modes; set once, before any event):
+ * a process scheduled in that runs its code (a call, a return) or exits
+ * with no receive event since its wait began took no message, so it was
+ * runnable (preempted, a BIF that yields, a dirty collection), not
+ * waiting: that time moves from its SLEEP leaf to a RUNNABLE sibling. A
+ * receive (before its `in`, as the VM may deliver it, or after) says it
+ * waited. An `out` again or a garbage collection says nothing: the same
+ * wait goes on (a signal woke it, or the VM collects it before it takes
+ * its message), as in the span graph. Without this, every wait stays a
+ * SLEEP leaf. */
+void fo_session_track_receives(fo_session *s, int on);
+
 /* 1 when pid is scheduled out as far as its stacks know. */
 int fo_session_is_out(const fo_session *s, uint64_t pid);
 

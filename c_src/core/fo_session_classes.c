@@ -1,7 +1,9 @@
 /* Classes of time (see fo_session.h): runnable time (a wait that, as it
  * turned out, was no wait: no message ended it, the process was
  * preempted or moved to a dirty scheduler to collect) moves from its wait
- * leaf to a RUNNABLE sibling; each process's collections are counted. */
+ * leaf to a RUNNABLE sibling, as the span graph decides it (graph traces)
+ * or as the receive events say (exact modes); each process's collections
+ * are counted. */
 #include "fo_session_parts.h"
 
 uint64_t fo_session_runnable_wait(fo_session *s, uint64_t pid, uint64_t ns)
@@ -58,4 +60,63 @@ void fo_session_process_gcs(const fo_session *s, uint32_t proc, uint64_t *minor,
     int known = proc < s->procs.count;
     *minor = known ? s->procs.procs[proc].gcs[0] : 0;
     *major = known ? s->procs.procs[proc].gcs[1] : 0;
+}
+
+void fo_session_track_receives(fo_session *s, int on)
+{
+    s->track_receives = on != 0;
+}
+
+/* The off-CPU pieces since the wait began (in/out pairs with no message
+ * between: a signal, a BIF that yields, a dirty collection) had no
+ * message at their end: they were runnable. With no call or return
+ * between them the stack did not change, so they are all on the SLEEP
+ * leaf of the last one; they move to a RUNNABLE sibling. */
+static void wait_was_runnable(fo_session *s, fo_proc *p)
+{
+    uint32_t from = p->prev_wait_node;
+    if (from == FO_NONE || from == p->node_cap || s->tree.nodes[from].frame != FO_FRAME_SLEEP)
+        return;
+    uint32_t to = fo_s_regular_child(s, s->tree.nodes[from].parent, FO_FRAME_RUNNABLE);
+    if (to == FO_NONE)
+        return; /* tree full: it stays SLEEP, still counted */
+    uint64_t moved = fo_s_move_time(s, from, to, p->undecided_ns);
+    p->prev_wait_ns = p->prev_wait_ns > moved ? p->prev_wait_ns - moved : 0;
+    p->prev_wait_node = to;
+}
+
+void fo_s_receives_event(fo_session *s, fo_proc *p, const fo_event *ev)
+{
+    switch (ev->kind) {
+    case FO_EV_RECEIVE:
+        /* delivered while it was out (before its `in`), or taken as it
+         * runs: whatever it waited since its wait began, it waited for a
+         * message */
+        if (p->state == FO_PROC_OUT)
+            p->got_message = 1;
+        p->undecided_ns = 0;
+        return;
+    case FO_EV_IN:
+        if (p->state != FO_PROC_OUT)
+            return;
+        if (p->got_message)
+            p->undecided_ns = 0;
+        else
+            p->undecided_ns += p->wait_ns; /* this piece, charged by now */
+        p->got_message = 0;
+        return;
+    case FO_EV_CALL:
+    case FO_EV_RETURN_TO:
+    case FO_EV_EXIT:
+        /* it runs its code (or ends) with no message taken */
+        if (p->undecided_ns > 0 && p->state == FO_PROC_RUNNING)
+            wait_was_runnable(s, p);
+        p->undecided_ns = 0;
+        p->got_message = 0;
+        return;
+    default:
+        /* out again, or a collection: the same wait may go on (a signal
+         * woke it, or the VM collects it before it takes its message) */
+        return;
+    }
 }

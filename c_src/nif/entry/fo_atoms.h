@@ -106,6 +106,7 @@
     A(runnable_ns)                                                                            \
     A(runnable_wakes)                                                                         \
     A(collections)                                                                            \
+    A(receives)                                                                               \
     A(wait_ns)                                                                                \
     A(attributed_wait_ns)                                                                     \
     A(unattributed_wait_ns)                                                                   \

@@ -361,7 +361,7 @@ void fo_graph_ingest(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM msg)
     fo_decode_result decoded = fo_decode_trace_msg(env, msg, res->native_per_second, x->ingest_offset_ns, &ev);
     int arity;
     const ERL_NIF_TERM *items;
-    if (decoded == FO_DECODE_IGNORED && enif_get_tuple(env, msg, &arity, &items) && (arity == 5 || arity == 6) &&
+    if (decoded != FO_DECODE_MALFORMED && enif_get_tuple(env, msg, &arity, &items) && (arity == 5 || arity == 6) &&
         items[2] == fo_atom_receive) {
         /* {trace_ts, Pid, receive, Msg, Sender, Ts} with the receive
          * pattern; without it no sender (the core then asks the tokened

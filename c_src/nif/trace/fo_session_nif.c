@@ -118,6 +118,9 @@ ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         enif_release_resource(res);
         return enif_raise_exception(env, enif_make_atom(env, "enomem"));
     }
+    /* exact modes: receive events tell runnable time from waits */
+    if (!graph && enif_get_map_value(env, argv[0], fo_atom_receives, &value) && value == fo_atom_true)
+        fo_session_track_receives(res->core, 1);
     res->ring_request = ring_records;
     res->max_text_bytes = max_text_bytes;
     ERL_NIF_TERM term = fo_handle_make(env, res);
