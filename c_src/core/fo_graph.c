@@ -709,6 +709,8 @@ static void end_span(fo_graph *g, uint32_t s, int64_t ts, uint8_t status, uint64
     sp->reason = reason;
     unlink_open(g, s);
     gproc *p = &g->procs[sp->proc];
+    if (p->top == FO_NONE)
+        p->collecting = 0; /* the rest of it is not the trace's (nor in its stacks) */
     if (sp->provisional) {
         sp->dropped = 1;
         g->stats.dropped_continuations++;

@@ -6,6 +6,21 @@
  * are counted. */
 #include "fo_session_parts.h"
 
+/* Moves up to ns of the wait leaf from (SLEEP or WAITING, not p's node
+ * cap) to a RUNNABLE sibling; returns what moved. */
+static uint64_t to_runnable(fo_session *s, const fo_proc *p, uint32_t from, uint64_t ns)
+{
+    if (from == FO_NONE || from == p->node_cap || ns == 0)
+        return 0;
+    uint32_t frame = s->tree.nodes[from].frame;
+    if (frame != FO_FRAME_WAITING && frame != FO_FRAME_SLEEP)
+        return 0;
+    uint32_t to = fo_s_regular_child(s, s->tree.nodes[from].parent, FO_FRAME_RUNNABLE);
+    if (to == FO_NONE)
+        return 0; /* tree full: the time stays where it is, still counted */
+    return fo_s_move_time(s, from, to, ns);
+}
+
 uint64_t fo_session_runnable_wait(fo_session *s, uint64_t pid, uint64_t ns)
 {
     uint32_t index = fo_procs_find(&s->procs, pid);
@@ -33,18 +48,7 @@ uint64_t fo_session_runnable_wait(fo_session *s, uint64_t pid, uint64_t ns)
         from = p->prev_wait_node;
         held = &p->prev_wait_ns;
     }
-    if (from == FO_NONE || from == p->node_cap)
-        return 0;
-    uint32_t frame = s->tree.nodes[from].frame;
-    if (frame != FO_FRAME_WAITING && frame != FO_FRAME_SLEEP)
-        return 0;
-    uint64_t wanted = whole && *held < ns ? *held : ns;
-    if (wanted == 0)
-        return 0;
-    uint32_t to = fo_s_regular_child(s, s->tree.nodes[from].parent, FO_FRAME_RUNNABLE);
-    if (to == FO_NONE)
-        return 0; /* tree full: the time stays where it is, still counted */
-    uint64_t moved = fo_s_move_time(s, from, to, wanted);
+    uint64_t moved = to_runnable(s, p, from, whole && *held < ns ? *held : ns);
     *held = *held > moved ? *held - moved : 0;
     return moved;
 }
@@ -74,15 +78,8 @@ void fo_session_track_receives(fo_session *s, int on)
  * leaf of the last one; they move to a RUNNABLE sibling. */
 static void wait_was_runnable(fo_session *s, fo_proc *p)
 {
-    uint32_t from = p->prev_wait_node;
-    if (from == FO_NONE || from == p->node_cap || s->tree.nodes[from].frame != FO_FRAME_SLEEP)
-        return;
-    uint32_t to = fo_s_regular_child(s, s->tree.nodes[from].parent, FO_FRAME_RUNNABLE);
-    if (to == FO_NONE)
-        return; /* tree full: it stays SLEEP, still counted */
-    uint64_t moved = fo_s_move_time(s, from, to, p->undecided_ns);
+    uint64_t moved = to_runnable(s, p, p->prev_wait_node, p->undecided_ns);
     p->prev_wait_ns = p->prev_wait_ns > moved ? p->prev_wait_ns - moved : 0;
-    p->prev_wait_node = to;
 }
 
 void fo_s_receives_event(fo_session *s, fo_proc *p, const fo_event *ev)

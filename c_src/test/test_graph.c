@@ -1222,6 +1222,22 @@ static const graph_case graph_cases[] = {
      LINES("0 A - 0..30 self=21 run=5 gc=4 wait=0/0/0 on=- ok root"),
      "spans=1 processes=1 wakes=1 runnable_wakes=1 collections=1", NULL, 0, 0},
 
+    /* A server's span ends mid-collection (its reply): the rest of that
+     * collection is not the trace's, and the next one, in its next span,
+     * counts from its start. */
+    {"a_collection_across_spans", DEFAULTS,
+     LINES("root A 0",
+           "send A B t1 10", "out A 10", "recv B A t1 12", "gc B 14 start", "reply B t1 16",
+           "in A 17", "rcv A 17 B", "resume A t1 17",
+           "send A B t2 20", "out A 20", "recv B A t2 22", "gc B 23 end", "gc B 24 start", "gc B 25 end",
+           "reply B t2 26", "in A 27", "rcv A 27 B", "resume A t2 27",
+           "close 30"),
+     LINES("0 A - 0..30 self=16 wait=14/8/6(p6) on=B ok root",
+           "1 B 0 12..16 self=2 gc=2 wait=0/0/0 on=- ok req",
+           "2 B 0 22..26 self=3 gc=1 wait=0/0/0 on=- ok req"),
+     "spans=3 processes=2 calls=2 wakes=2 attributed_wakes=2 edges=2 collections=2",
+     LINES("0->1 12..16 ns=4 wakes=1", "0->2 22..26 ns=4 wakes=1"), 0, 0},
+
     /* An exit mid-collection: the span takes the collection up to it. */
     {"exit_mid_collection", DEFAULTS,
      LINES("root A 0", "spawn A T 2", "gc T 5 start", "exit T 8 normal", "gc T 9 end", "close 10"),
