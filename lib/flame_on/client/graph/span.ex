@@ -21,9 +21,10 @@ defmodule FlameOn.Client.Graph.Span do
       classes, in whole microseconds that add up exactly:
       `self_us + gc_us + runnable_us + wait_us == ended_at - started_at`.
       Each is what the process's stacks show for the same time (the
-      `GC_MINOR`/`GC_MAJOR`, `RUNNABLE` and `WAITING`/`ATTRIBUTED` leaves;
-      the sum over a process's spans matches its leaves of that class,
-      rounding aside, when its spans do not nest).
+      `GC_MINOR`/`GC_MAJOR`, `RUNNABLE` and `WAITING` leaves, the last for
+      the unattributed wait; `FlameOn.Client.Profile` `time_classes`): the
+      sum over a process's spans matches its leaves of that class, rounding
+      aside, when its spans do not nest.
     * `self_us` – running its code on a CPU.
     * `gc_us` – collecting its garbage (minor and major collections, from
       the VM's `garbage_collection` trace events; on a dirty scheduler

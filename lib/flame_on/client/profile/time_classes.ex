@@ -17,7 +17,10 @@ defmodule FlameOn.Client.Profile.TimeClasses do
       wait (`cross_process: true`: no message taken); mode `:sample` by a
       sample that finds the process runnable.
     * `waiting_us` – the `"SLEEP"`, `"WAITING"` and `"ATTRIBUTED"` leaves:
-      off a CPU in a receive.
+      off a CPU in a receive. With `cross_process: true` the part of a wait
+      that a span of the trace explains is not in the waiter's stacks (the
+      span graph links it to that span; `sleep: :raw` keeps it), so it is
+      not here either: what is here is its spans' `unattributed_wait_us`.
     * `gc_minor_count`, `gc_major_count`, `gc_count` – the collections the
       process started (`gc_count` is their sum), counted where their time
       is.
