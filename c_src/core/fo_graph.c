@@ -701,14 +701,13 @@ static void end_span(fo_graph *g, uint32_t s, int64_t ts, uint8_t status, uint64
     }
     if (sp->open_calls > 0)
         settle_calls_of(g, s);
-    gproc *owner = &g->procs[sp->proc];
-    if (owner->collecting)
-        sp->gc = add_sat(sp->gc, overlap(owner->gc_start, ts, sp->started, ts));
+    gproc *p = &g->procs[sp->proc];
+    if (p->collecting)
+        sp->gc = add_sat(sp->gc, overlap(p->gc_start, ts, sp->started, ts));
     sp->ended = ts;
     sp->status = status;
     sp->reason = reason;
     unlink_open(g, s);
-    gproc *p = &g->procs[sp->proc];
     if (p->top == FO_NONE)
         p->collecting = 0; /* the rest of it is not the trace's (nor in its stacks) */
     if (sp->provisional) {
