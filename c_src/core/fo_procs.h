@@ -36,6 +36,9 @@ typedef struct {
     uint64_t call_wait_ns; /* WAITING time of the current call (graph traces) */
     uint32_t call_wait_node; /* the one WAITING leaf that holds it (FO_NONE: none yet) */
     uint32_t gc_node;        /* while it collects garbage: its GC leaf (FO_NONE: not) */
+    uint64_t gcs[2];         /* collections started: minor, major (fo_session_process_gcs) */
+    uint64_t undecided_ns;   /* tracking receives: off-CPU since its wait began, no message seen yet */
+    uint8_t got_message;     /* tracking receives: a message came while it was scheduled out */
     int64_t last_ts;
     uint8_t state;       /* fo_proc_state */
     uint8_t has_ts;

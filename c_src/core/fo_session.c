@@ -333,6 +333,8 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         p->has_ts = 0;
     }
     charge(s, p, ev->ts_ns);
+    if (s->track_receives)
+        fo_s_receives_event(s, p, ev);
     if (s->cpu_sampled)
         fo_s_cpu_event(s, p, ev);
     switch (ev->kind) {
@@ -379,6 +381,8 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
     case FO_EV_GC_END:
         fo_s_gc_event(s, p, ev);
         break;
+    case FO_EV_RECEIVE:
+        break; /* fo_s_receives_event, when tracked */
     default:
         s->stats.events--;
         s->stats.ignored_events++;

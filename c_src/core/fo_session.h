@@ -239,6 +239,34 @@ void fo_session_call_started(fo_session *s, uint64_t pid);
  * moved. */
 uint64_t fo_session_attribute_wait(fo_session *s, uint64_t pid, uint64_t ns);
 
+/* ns of pid's last wait were no wait: nothing ended it, the process was
+ * runnable (preempted; graph traces learn it when it runs on with no
+ * message taken). Moves up to ns from the leaf that holds that wait (the
+ * call's WAITING leaf, else its SLEEP leaf) to a RUNNABLE sibling.
+ * Returns the ns moved (fo_session_runnable.c). */
+uint64_t fo_session_runnable_wait(fo_session *s, uint64_t pid, uint64_t ns);
+
+/* Receive events (FO_EV_RECEIVE) come for every process, so each wait
+ * can be told by what ended it (exact modes; set once, before any event):
+ * a process scheduled in that runs its code (a call, a return) or exits
+ * with no receive event since its wait began took no message, so it was
+ * runnable (preempted, a BIF that yields, a dirty collection), not
+ * waiting: that time moves from its SLEEP leaf to a RUNNABLE sibling. A
+ * receive (before its `in`, as the VM may deliver it, or after) says it
+ * waited. An `out` again or a garbage collection says nothing: the same
+ * wait goes on (a signal woke it, or the VM collects it before it takes
+ * its message), as in the span graph. Without this, every wait stays a
+ * SLEEP leaf. */
+void fo_session_track_receives(fo_session *s, int on);
+
+/* 1 when pid is scheduled out as far as its stacks know. */
+int fo_session_is_out(const fo_session *s, uint64_t pid);
+
+/* The garbage collections process proc (0..process_count-1) started,
+ * minor and major (as stats.gc_minor and gc_major count them, per
+ * process); 0 for one out of range. */
+void fo_session_process_gcs(const fo_session *s, uint32_t proc, uint64_t *minor, uint64_t *major);
+
 const fo_stats *fo_session_stats(const fo_session *s);
 
 /* Bytes held by the session's tables (for memory bounds and reporting). */

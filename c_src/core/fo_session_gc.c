@@ -14,6 +14,7 @@ void fo_s_gc_event(fo_session *s, fo_proc *p, const fo_event *ev)
     if (p->gc_node != FO_NONE)
         return; /* one collection at a time: a nested start is the same one */
     int major = (ev->flags & FO_EVF_MAJOR_GC) != 0;
+    p->gcs[major]++;
     if (major)
         s->stats.gc_major++;
     else

@@ -23,6 +23,7 @@ struct fo_session {
     fo_cpu_source cpu_source;
     void *cpu_ctx;
     fo_seen seen;           /* CPU-sampled: where each process was seen in each function */
+    int track_receives;     /* fo_session_track_receives */
     fo_stats stats;
 };
 
@@ -67,6 +68,10 @@ int fo_s_gc_charge(fo_session *s, fo_proc *p, uint64_t delta);
 void fo_s_unseen_forget(fo_proc *p);
 void fo_s_unseen_note(fo_session *s, fo_proc *p, uint32_t node, uint64_t delta);
 void fo_s_unseen_place(fo_session *s, fo_proc *p, int ended);
+
+/* fo_session_apply's step for sessions that track receives, before the
+ * event itself applies (fo_session_classes.c). */
+void fo_s_receives_event(fo_session *s, fo_proc *p, const fo_event *ev);
 
 /* fo_session_apply's step for CPU-sampled sessions, before the event
  * itself applies (fo_session_cpu.c). */

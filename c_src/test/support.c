@@ -388,6 +388,10 @@ void ts_run_line(fo_session *s, const char *line)
         fo_session_cpu_sample(s, pid, frames, count, count);
         return;
     }
+    if (strcmp(line, "track_receives") == 0) {
+        fo_session_track_receives(s, 1);
+        return;
+    }
     if (sscanf(line, "call_started %" SCNu64 " %7s", &pid, extra) == 1) {
         fo_session_call_started(s, pid);
         return;
@@ -430,6 +434,8 @@ void ts_run_line(fo_session *s, const char *line)
     }
     else if (n == 3 && strcmp(kind, "exit") == 0)
         ev = ev_kind(FO_EV_EXIT, pid, ts);
+    else if (n == 3 && strcmp(kind, "receive") == 0)
+        ev = ev_kind(FO_EV_RECEIVE, pid, ts);
     else if (n == 3 && strcmp(kind, "gc_start") == 0)
         ev = ev_kind(FO_EV_GC_START, pid, ts);
     else if (n == 3 && strcmp(kind, "gc_end") == 0)

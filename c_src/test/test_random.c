@@ -345,6 +345,8 @@ static void model_apply(model *m, const fo_event *ev)
     case FO_EV_GC_END:
         p->gc = 0;
         break;
+    case FO_EV_RECEIVE:
+        break; /* untracked: only counted */
     }
 }
 

@@ -103,6 +103,11 @@
     A(started_ns)                                                                             \
     A(ended_ns)                                                                               \
     A(self_ns)                                                                                \
+    A(gc_ns)                                                                                  \
+    A(runnable_ns)                                                                            \
+    A(runnable_wakes)                                                                         \
+    A(collections)                                                                            \
+    A(receives)                                                                               \
     A(wait_ns)                                                                                \
     A(attributed_wait_ns)                                                                     \
     A(unattributed_wait_ns)                                                                   \

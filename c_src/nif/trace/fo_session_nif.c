@@ -126,6 +126,9 @@ ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         return enif_raise_exception(env, enif_make_atom(env, "enomem"));
     }
     fo_session_set_collapse_recursion(res->core, collapse);
+    /* exact modes: receive events tell runnable time from waits */
+    if (!graph && enif_get_map_value(env, argv[0], fo_atom_receives, &value) && value == fo_atom_true)
+        fo_session_track_receives(res->core, 1);
     res->ring_request = ring_records;
     res->max_text_bytes = max_text_bytes;
     ERL_NIF_TERM term = fo_handle_make(env, res);
@@ -228,6 +231,26 @@ static ERL_NIF_TERM with_cpu_stats(ErlNifEnv *env, const fo_session_res *res, co
     return map;
 }
 
+/* At finish: the collections of each process that had any, pid =>
+ * {Minor, Major} under the stats' process_gcs (FlameOn.Client.Profile
+ * takes it out for its time_classes). */
+static ERL_NIF_TERM with_process_gcs(ErlNifEnv *env, const fo_session *core, ERL_NIF_TERM stats)
+{
+    ERL_NIF_TERM map = enif_make_new_map(env);
+    for (uint32_t p = 0; p < fo_session_process_count(core); p++) {
+        uint64_t minor, major;
+        fo_session_process_gcs(core, p, &minor, &major);
+        if (minor == 0 && major == 0)
+            continue;
+        ErlNifPid pid;
+        pid.pid = (ERL_NIF_TERM)fo_session_process_pid(core, p);
+        enif_make_map_put(env, map, enif_make_pid(env, &pid),
+                          enif_make_tuple2(env, enif_make_uint64(env, minor), enif_make_uint64(env, major)), &map);
+    }
+    enif_make_map_put(env, stats, enif_make_atom(env, "process_gcs"), map, &stats);
+    return stats;
+}
+
 static ERL_NIF_TERM stats_term(ErlNifEnv *env, fo_session_res *res)
 {
     if (res->core == NULL)
@@ -317,7 +340,7 @@ static ERL_NIF_TERM finish_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     if (res->cpu_sampled)
         fo_session_cpu_settle(core, close ? close_ns : fo_tracer_clock_ns());
     ERL_NIF_TERM stacks = fo_export_tree(env, core, res->max_text_bytes);
-    ERL_NIF_TERM stats = stats_term(env, res);
+    ERL_NIF_TERM stats = with_process_gcs(env, core, stats_term(env, res));
     res->final_stats = *fo_session_stats(core);
     fo_resource_unaccount(res);
     res->final_nodes = fo_session_node_count(core);

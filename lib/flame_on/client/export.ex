@@ -153,7 +153,7 @@ defmodule FlameOn.Client.Export do
 
     * one complete slice (`ph: "X"`, `cat: "span"`) per span on its
       process's track, named after the process (the root span after the
-      profile), with `self_us`, `wait_us`, `attributed_wait_us`,
+      profile), with `self_us`, `gc_us`, `runnable_us`, `wait_us`, `attributed_wait_us`,
       `unattributed_wait_us`, `unattributed_by`, `kind`, `status`,
       `span_id`, ... in `args`;
     * for each request span (a call the parent made), a `"wait"` slice

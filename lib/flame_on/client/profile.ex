@@ -42,6 +42,11 @@ defmodule FlameOn.Client.Profile do
       calling-context tree per process, which the exporters walk; `nil` in
       a profile made by hand (`FlameOn.Client.Profile.Tree.of/1` builds it
       from `stacks`).
+    * `time_classes` – `%{pid => classes}`: each process's time by class,
+      running, `gc_minor_us`, `gc_major_us`, `runnable_us` and waiting, with
+      its collections counted (`gc_count`); the classes add up to its time
+      in `stacks`. See `FlameOn.Client.Profile.TimeClasses`. Empty in a
+      profile made by hand (`TimeClasses.of/2` derives it from a tree).
     * `process_names` – `%{pid => name}`, the names of the profile's
       processes, read while the trace ran (`FlameOn.Client.ProcessName`:
       the registered name, else the process label, else the initial call,
@@ -55,7 +60,7 @@ defmodule FlameOn.Client.Profile do
   `"lists:reverse/1"`. Synthetic frames: `"SLEEP"` (scheduled out),
   `"WAITING"` (unattributed wait), `"GC_MINOR"` and `"GC_MAJOR"` (a
   garbage collection, where the trace gets its events), `"RUNNABLE"`
-  (scheduled out while it could run: preempted, as mode `:sample` finds it), `"[running]"`, `"[runnable]"`,
+  (scheduled out while it could run: preempted, see `time_classes`), `"[running]"`, `"[runnable]"`,
   `"[waiting]"`, ... (the sampled process status at the root of each stack,
   mode `:sample` with `split_status: true`), `"…"` (frames past `max_depth`)
   and `"[truncated]"` (stacks past `max_nodes` / `max_frames`). `";"` and
@@ -63,6 +68,8 @@ defmodule FlameOn.Client.Profile do
   parseable (an anonymous function in an ExUnit test is named like
   `-test fib/1-fun-0-`).
   """
+
+  alias FlameOn.Client.Profile.{TimeClasses, Tree}
 
   defstruct trace_id: nil,
             name: "flame_on",
@@ -76,6 +83,7 @@ defmodule FlameOn.Client.Profile do
             metrics: %{},
             stats: %{},
             tree: nil,
+            time_classes: %{},
             process_names: %{}
 
   @type stack :: String.t()
@@ -102,10 +110,9 @@ defmodule FlameOn.Client.Profile do
           metrics: %{pid() => [metric()]},
           stats: %{atom() => non_neg_integer()},
           tree: Tree.t() | nil,
+          time_classes: %{pid() => TimeClasses.t()},
           process_names: %{pid() => String.t()}
         }
-
-  alias FlameOn.Client.Profile.Tree
 
   @typedoc "A frame as `FlameOn.Client.Core.Native.finish/2` returns it."
   @type frame ::
@@ -348,12 +355,16 @@ defmodule FlameOn.Client.Profile do
     {stacks, samples, trees, tree_names, without_text} =
       FlameOn.Client.Core.Native.render(tree, texts)
 
+    tree = %Tree{names: tree_names, nodes: trees}
+    {gcs, stats} = Map.pop(stats, :process_gcs, %{})
+
     struct!(
       __MODULE__,
       [
         stacks: stacks,
         samples: samples,
-        tree: %Tree{names: tree_names, nodes: trees},
+        tree: tree,
+        time_classes: TimeClasses.of(tree, gcs),
         stats: Map.put(stats, :stacks_without_text, without_text)
       ] ++ fields
     )

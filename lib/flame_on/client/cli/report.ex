@@ -86,7 +86,7 @@ defmodule FlameOn.Client.CLI.Report do
     shell = Mix.shell()
     depth = span_depths(graph.spans)
     shell.info("\nSpans (#{length(graph.spans)}):")
-    shell.info("    SELF µs  ATTRIBUTED µs  UNATTRIBUTED µs  PROCESS")
+    shell.info("    SELF µs    GC µs  RUNNABLE µs  ATTRIBUTED µs  UNATTRIBUTED µs  PROCESS")
 
     # The first spans in trace order (the root and its first callees); a
     # long trace's full list is in the Perfetto file.
@@ -100,7 +100,8 @@ defmodule FlameOn.Client.CLI.Report do
       on = if span.node in [nil, node()], do: "", else: " on #{span.node}"
 
       shell.info(
-        "  #{pad(span.self_us, 9)}  #{pad(span.attributed_wait_us, 13)}  " <>
+        "  #{pad(span.self_us, 9)}  #{pad(span.gc_us, 7)}  #{pad(span.runnable_us, 11)}  " <>
+          "#{pad(span.attributed_wait_us, 13)}  " <>
           "#{pad(span.unattributed_wait_us, 15)}  #{indent}#{span_label(span)}#{kind}#{on}" <>
           "#{causes(span)}#{status}"
       )

@@ -21,7 +21,10 @@ defmodule FlameOn.Client.Core.Native do
   #     fills up to this size: bigger buffers spare the traced process folds
   #     on a busy machine but cost it cache misses),
   #     and `:max_stack_bytes` (64 MiB, at most 16 GiB): the bytes of stack
-  #     texts `render/2` writes at most.
+  #     texts `render/2` writes at most,
+  #     and `:receives` (`true`: the traced processes have the `:receive`
+  #     flag, so a wait that no message ended is told runnable, a
+  #     `RUNNABLE` leaf; exact modes).
   #   * `ingest(session, messages)` – applies a list of
   #     `{:trace_ts, pid, tag, ..., ts}` messages. Returns `:ok`. A `ts`
   #     (native units, or `{mega, sec, micro}`) whose nanoseconds (moved to

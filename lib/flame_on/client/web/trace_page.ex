@@ -148,7 +148,8 @@ defmodule FlameOn.Client.Web.TracePage do
       ~s(<p class="hint">One span per process part: the root, and each request a traced callee handled. ),
       "A caller's wait on its callee is <i>attributed</i> when the callee's span explains it.</p>",
       ~s(<table id="spans"><tr><th>Span</th><th>Parent</th><th>Process</th><th class="n">Start</th>),
-      ~s(<th class="n">Duration</th><th class="n">Self</th><th class="n">Wait</th>),
+      ~s(<th class="n">Duration</th><th class="n">Self</th><th class="n">GC</th>),
+      ~s(<th class="n">Runnable</th><th class="n">Wait</th>),
       ~s(<th class="n">Attributed</th><th class="n">Unattributed</th><th>Waiting on</th><th>Status</th></tr>),
       for s <- spans do
         [
@@ -172,6 +173,10 @@ defmodule FlameOn.Client.Web.TracePage do
           duration(s.ended_at - s.started_at),
           ~s(</td><td class="n">),
           duration(s.self_us),
+          ~s(</td><td class="n">),
+          duration(s.gc_us),
+          ~s(</td><td class="n">),
+          duration(s.runnable_us),
           ~s(</td><td class="n">),
           duration(s.wait_us),
           ~s(</td><td class="n">),
