@@ -580,14 +580,40 @@ defmodule FlameOn.Client.Continuous do
     do: %{state | counters: %{c | ship_failed: c.ship_failed + 1}}
 
   # The shipping process: asks for a window, ships it to every shipper,
-  # reports, asks again.
+  # reports, asks again. A failing destination is logged when it starts
+  # failing and when it recovers, not once a window.
   defp outbox(server, shippers, name, result) do
     send(server, {:outbox_ready, self(), result})
 
     receive do
       {:ship, window} ->
         profile = Window.to_profile([window], name: name)
-        results = Enum.map(shippers, fn {module, opts} -> ship_one(module, opts, profile) end)
+
+        results =
+          Enum.map(shippers, fn {module, opts} ->
+            failing? = Process.get({:failing, module}, false)
+
+            case ship_one(module, opts, profile) do
+              :ok ->
+                if failing?,
+                  do: Logger.info("FlameOn continuous: shipper #{inspect(module)} recovered")
+
+                Process.put({:failing, module}, false)
+                :ok
+
+              {:error, why} ->
+                unless failing? do
+                  Logger.warning(
+                    "FlameOn continuous: shipper #{inspect(module)} failed: #{why} " <>
+                      "(failures are counted in FlameOn.Client.Continuous.stats/0, logged again after a success)"
+                  )
+                end
+
+                Process.put({:failing, module}, true)
+                :error
+            end
+          end)
+
         result = if Enum.all?(results, &(&1 == :ok)), do: :ok, else: :error
         outbox(server, shippers, name, result)
     end
@@ -595,21 +621,10 @@ defmodule FlameOn.Client.Continuous do
 
   defp ship_one(module, opts, profile) do
     case module.ship(profile, opts) do
-      :ok ->
-        :ok
-
-      other ->
-        Logger.warning("FlameOn continuous: shipper #{inspect(module)} failed: #{inspect(other)}")
-
-        :error
+      :ok -> :ok
+      other -> {:error, inspect(other)}
     end
   catch
-    kind, reason ->
-      Logger.warning(
-        "FlameOn continuous: shipper #{inspect(module)} crashed: " <>
-          Exception.format_banner(kind, reason, __STACKTRACE__)
-      )
-
-      :error
+    kind, reason -> {:error, Exception.format_banner(kind, reason, __STACKTRACE__)}
   end
 end
