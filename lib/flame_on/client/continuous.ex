@@ -8,7 +8,7 @@ defmodule FlameOn.Client.Continuous do
 
   Off by default. Start it from the application environment:
 
-      config :flame_on_client, continuous: [hz: #{19}, window_ms: 10_000]
+      config :flame_on_client, continuous: [hz: 19, window_ms: 10_000]
 
   or at runtime, or under your own supervisor:
 
@@ -27,7 +27,7 @@ defmodule FlameOn.Client.Continuous do
   Each window (`:window_ms`, 10 s by default) it picks the `:top` (20)
   processes that did the most reductions in the previous window (one
   `Process.info(pid, :reductions)` per process of the node, once a
-  window), and at `:hz` (#{19} a second by default) it reads each one's
+  window), and at `:hz` (19 a second by default) it reads each one's
   status without a signal. A process that is running or runnable (on CPU,
   or wanting it) gets its stack asked with
   `Process.info(pid, :current_stacktrace)`: one sample, worth one sampling
@@ -86,7 +86,7 @@ defmodule FlameOn.Client.Continuous do
 
   ## Options
 
-    * `:hz` – samples a second per sampled process (#{19}).
+    * `:hz` – samples a second per sampled process (19).
     * `:top` – the processes sampled each window (20).
     * `:window_ms` – window length (10 000).
     * `:depth` – stack depth cap (32).
@@ -291,6 +291,7 @@ defmodule FlameOn.Client.Continuous do
   @impl GenServer
   def init(opts) do
     Process.flag(:trap_exit, true)
+    Process.flag(:priority, :high)
     # what a tick and a window's close run, loaded now and not on a busy node
     Enum.each([Window, ProcessName, Profile, Profile.Tree, :rand], &Code.ensure_loaded/1)
     if opts[:depth] > 7, do: BacktraceDepth.acquire(opts[:depth] + 1)
@@ -338,11 +339,11 @@ defmodule FlameOn.Client.Continuous do
   @impl GenServer
   def handle_info(:tick, state), do: {:noreply, state |> tick() |> schedule_tick()}
 
-  def handle_info(:choose, state), do: {:noreply, choose(state)}
+  def handle_info(:choose, state), do: {:noreply, at_normal_priority(state, &choose/1)}
 
   def handle_info(:close, state) do
     Process.send_after(self(), :close, state.opts[:window_ms])
-    {:noreply, state |> close() |> choose()}
+    {:noreply, at_normal_priority(state, &(&1 |> close() |> choose()))}
   end
 
   def handle_info({:outbox_ready, pid, result}, %{outbox: pid} = state) do
@@ -399,6 +400,19 @@ defmodule FlameOn.Client.Continuous do
   catch
     # the backtrace_depth owner is gone: it restored the flag as it went
     :exit, _ -> :ok
+  end
+
+  # Ticks run at high priority: a few status reads and stack requests
+  # (tens of µs), on time even when every scheduler is busy (at normal
+  # priority a tick waited behind the busy processes it samples, and most
+  # came late). The scan of every process and the closing of a window
+  # (milliseconds on a large node) run at normal priority, so they never
+  # keep a scheduler from the node's own work.
+  defp at_normal_priority(state, fun) do
+    Process.flag(:priority, :normal)
+    state = fun.(state)
+    Process.flag(:priority, :high)
+    state
   end
 
   ## Sampling

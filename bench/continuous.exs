@@ -1,0 +1,150 @@
+# The always-on node tax of continuous profiling (FlameOn.Client.Continuous),
+# paired: the same untraced work (two processes on the two schedulers,
+# fib and an Enum/Map pipeline) timed with continuous profiling off and on
+# at several frequencies (two long-lived workers: see `workers/1`), in interleaved blocks whose order rotates each
+# round (each block starts or leaves off the profiler, lets it settle,
+# times `runs` runs, stops it), beside 10 000 idle processes so that the
+# once-a-window scan of every process's reductions costs what it would on
+# a real node. Windows are 1 s here, ten times the default's scans.
+#
+#     mix run bench/continuous.exs            # about 2 min
+#     ROUNDS=6 HZ=19,99 mix run bench/continuous.exs
+#
+# Prints best / p25 / median per condition and their ratios to "off".
+
+defmodule FlameOn.Bench.Continuous do
+  @moduledoc false
+
+  def fib(n) when n < 2, do: n
+  def fib(n), do: fib(n - 1) + fib(n - 2)
+
+  def pipeline do
+    m = Map.new(1..2000, fn k -> {k, rem(k * 7919, 1009)} end)
+    m |> Map.values() |> Enum.map(&(&1 * 2)) |> Enum.filter(&(&1 > 300)) |> Enum.sort()
+  end
+
+  # Long-lived workers (continuous profiling samples the processes that
+  # were busy in the previous window: fresh processes per run would never
+  # be sampled, and the bench would measure nothing but the profiler's own
+  # ticks).
+  def workers(n) do
+    for _ <- 1..n, do: spawn(fn -> serve() end)
+  end
+
+  defp serve do
+    receive do
+      {:run, fun, from} ->
+        fun.()
+        send(from, :done)
+        serve()
+
+      :stop ->
+        :ok
+    end
+  end
+
+  # µs for every worker to run `fun` once
+  def time(fun, workers) do
+    t0 = System.monotonic_time(:microsecond)
+    for w <- workers, do: send(w, {:run, fun, self()})
+    for _ <- workers, do: receive(do: (:done -> :ok))
+    System.monotonic_time(:microsecond) - t0
+  end
+
+  def stats(ts) do
+    s = Enum.sort(ts)
+    {hd(s), Enum.at(s, div(length(s), 4)), Enum.at(s, div(length(s), 2))}
+  end
+end
+
+alias FlameOn.Bench.Continuous, as: B
+alias FlameOn.Client.Continuous
+
+rounds = String.to_integer(System.get_env("ROUNDS", "10"))
+runs = 10
+
+hzs =
+  System.get_env("HZ", "19,49,99")
+  |> String.split(",", trim: true)
+  |> Enum.map(&String.to_integer/1)
+
+workloads = [
+  {"fib(33), 2 processes", fn -> B.fib(33) end},
+  {"Enum/Map x120, 2 processes", fn -> for _ <- 1..120, do: B.pipeline() end}
+]
+
+conditions = [:off | Enum.map(hzs, &{:on, &1})]
+
+workers = B.workers(2)
+idle = for _ <- 1..10_000, do: spawn(fn -> receive do: (:stop -> :ok) end)
+Continuous.stop()
+
+IO.puts(
+  "flame_on_client continuous tax, #{DateTime.utc_now() |> DateTime.truncate(:second)}, " <>
+    "OTP #{System.otp_release()}, #{:erlang.system_info(:schedulers_online)} schedulers, " <>
+    "#{length(Process.list())} processes, #{rounds} rounds x #{runs} runs, top 20, windows 1 s"
+)
+
+# warm up
+for {_, fun} <- workloads, do: B.time(fun, workers)
+
+results =
+  Enum.reduce(1..rounds, %{}, fn round, acc ->
+    order =
+      Enum.drop(conditions, rem(round, length(conditions))) ++
+        Enum.take(conditions, rem(round, length(conditions)))
+
+    Enum.reduce(order, acc, fn condition, acc ->
+      case condition do
+        :off -> :ok
+        {:on, hz} -> {:ok, _} = Continuous.start(hz: hz, window_ms: 1_000)
+      end
+
+      # busy workers while the profiler picks its first window's processes
+      settle = System.monotonic_time(:millisecond) + 300
+
+      Stream.repeatedly(fn -> B.time(elem(hd(workloads), 1), workers) end)
+      |> Enum.find(fn _ -> System.monotonic_time(:millisecond) > settle end)
+
+      acc =
+        Enum.reduce(workloads, acc, fn {name, fun}, acc ->
+          ts = for _ <- 1..runs, do: B.time(fun, workers)
+          Map.update(acc, {name, condition}, ts, &(ts ++ &1))
+        end)
+
+      stats = if condition != :off, do: Continuous.stats()
+      Continuous.stop()
+
+      if stats do
+        Map.update(acc, {:stats, condition}, [stats], &[stats | &1])
+      else
+        acc
+      end
+    end)
+  end)
+
+for {:on, hz} = c <- conditions -- [:off] do
+  all = results[{:stats, c}]
+  sum = fn key -> Enum.sum(Enum.map(all, &Map.fetch!(&1, key))) end
+
+  IO.puts(
+    "  #{String.pad_leading("#{hz}", 3)} Hz: #{sum.(:samples) + sum.(:open_window_samples)} samples, " <>
+      "#{sum.(:windows)} windows, #{sum.(:ticks)} ticks (#{sum.(:late_ticks)} late)"
+  )
+end
+
+for {name, _} <- workloads do
+  {best0, p250, med0} = B.stats(results[{name, :off}])
+  IO.puts("\n#{name}: off best #{best0} µs, p25 #{p250}, median #{med0}")
+
+  for {:on, hz} = c <- conditions -- [:off] do
+    {best, p25, med} = B.stats(results[{name, c}])
+
+    IO.puts(
+      "  on #{String.pad_leading("#{hz}", 3)} Hz: best #{Float.round(best / best0, 3)}x  " <>
+        "p25 #{Float.round(p25 / p250, 3)}x  median #{Float.round(med / med0, 3)}x"
+    )
+  end
+end
+
+Enum.each(idle ++ workers, &send(&1, :stop))
