@@ -147,4 +147,51 @@ for {name, _} <- workloads do
   end
 end
 
+# The profiler's own work, timed apart (noise-free where the paired rounds
+# are not): a tick at the defaults (status of 20 processes, the stacks of
+# the 2 busy ones) and the once-a-window scan of every process.
+IO.puts("\n== the profiler's own work ==")
+waiting = Enum.take(idle, 18)
+busy = for _ <- 1..2, do: spawn(fn -> Stream.repeatedly(fn -> B.fib(20) end) |> Stream.run() end)
+targets = busy ++ waiting
+Process.flag(:priority, :high)
+Process.sleep(50)
+
+tick = fn ->
+  for pid <- targets do
+    case :erlang.process_info(pid, [:status, :reductions]) do
+      [status: s, reductions: _] when s in [:running, :runnable] ->
+        :erlang.process_info(pid, :current_stacktrace)
+
+      _ ->
+        :ok
+    end
+  end
+end
+
+tick_us = for(_ <- 1..500, do: elem(:timer.tc(tick), 0)) |> Enum.sort() |> Enum.at(250)
+
+Process.flag(:priority, :normal)
+
+scan = fn ->
+  for pid <- Process.list(),
+      {:reductions, r} <- [:erlang.process_info(pid, :reductions)],
+      into: %{},
+      do: {pid, r}
+end
+
+scan_us = for(_ <- 1..20, do: elem(:timer.tc(scan), 0)) |> Enum.sort() |> Enum.at(10)
+Enum.each(busy, &Process.exit(&1, :kill))
+
+for hz <- hzs do
+  per_s = tick_us * hz + scan_us / 10
+
+  IO.puts(
+    "  #{String.pad_leading("#{hz}", 3)} Hz: tick #{tick_us} µs (median; caller waits for the stacks), " <>
+      "scan of #{length(Process.list())} processes #{scan_us} µs a window: " <>
+      "#{Float.round(per_s / 1000, 2)} ms a second with 10 s windows = " <>
+      "#{Float.round(per_s / 20_000, 3)}% of 2 schedulers"
+  )
+end
+
 Enum.each(idle ++ workers, &send(&1, :stop))

@@ -156,6 +156,7 @@ defmodule FlameOn.Client.Continuous do
   @spec start([option()]) :: DynamicSupervisor.on_start_child()
   def start(opts \\ []) do
     opts = validate!(opts)
+    {:ok, _} = Application.ensure_all_started(:flame_on_client)
     DynamicSupervisor.start_child(FlameOn.Client.OwnerSupervisor, {__MODULE__, opts})
   end
 

@@ -226,6 +226,35 @@ defmodule FlameOn.Client.ContinuousTest do
     assert {"[truncated]", _, _} = List.keyfind(closed.stacks["churn"], "[truncated]", 0)
   end
 
+  test "windows merge per process name, the name's first pid shown; stacks in µs of samples" do
+    [p1, p2, p3] = for _ <- 1..3, do: spawn(fn -> :ok end)
+    opts = [depth: 32, max_stacks: 100]
+    stack = [{M, :leaf, 0, []}, {M, :root, 1, []}]
+
+    w1 =
+      Window.open(0, 10_000)
+      |> Window.add(p1, p1, nil, stack, 5, opts)
+      |> Window.add("Worker", p2, "Worker", stack, 7, opts)
+      |> Window.close(100, 1_000_000)
+
+    w2 =
+      Window.open(100, 20_000)
+      |> Window.add("Worker", p1, "Worker", stack, 1, opts)
+      |> Window.add(p3, p3, nil, [{M, :other, 0, []}], 2, opts)
+      |> Window.close(200, 1_000_000)
+
+    profile = Window.to_profile([w1, w2], name: "x")
+    # "Worker" was p2 first; p1 (unnamed in w1) is a process of its own
+    assert profile.process_names == %{p2 => "Worker"}
+    assert profile.stacks[p2] == [{"M.root/1;M.leaf/0", 10_000 + 20_000}]
+    assert profile.samples[p2] == [{"M.root/1;M.leaf/0", 2, 8}]
+    assert profile.stacks[p1] == [{"M.root/1;M.leaf/0", 10_000}]
+    assert profile.stacks[p3] == [{"M.other/0", 20_000}]
+    assert profile.duration_us == 200_000
+    assert profile.stats.windows == 2 and profile.stats.samples == 4
+    assert profile.stats.processes == 3
+  end
+
   test "stacks are cut at :depth with a … root" do
     window = Window.open(0, 10_000)
     stack = for i <- 1..10, do: {M, :"f#{i}", 0, []}

@@ -274,17 +274,26 @@ defmodule FlameOn.Client.Continuous.Window do
         {merged, Map.merge(w.pids, pids), Map.merge(w.names, names)}
       end)
 
+    # Keys that share a pid (a process that got its name mid-range) are
+    # one process of the profile.
+    by_pid =
+      Enum.reduce(merged, %{}, fn {key, texts}, acc ->
+        Map.update(acc, Map.fetch!(pids, key), texts, fn known ->
+          Map.merge(known, texts, fn _t, {n0, r0, us0}, {n, r, us} ->
+            {n0 + n, r0 + r, us0 + us}
+          end)
+        end)
+      end)
+
     stacks =
-      for {key, texts} <- merged, into: %{} do
-        {Map.fetch!(pids, key),
-         texts |> Enum.map(fn {t, {_n, _r, us}} -> {t, us} end) |> Enum.sort()}
-      end
+      Map.new(by_pid, fn {pid, texts} ->
+        {pid, texts |> Enum.map(fn {t, {_n, _r, us}} -> {t, us} end) |> Enum.sort()}
+      end)
 
     samples =
-      for {key, texts} <- merged, into: %{} do
-        {Map.fetch!(pids, key),
-         texts |> Enum.map(fn {t, {n, r, _}} -> {t, n, r} end) |> Enum.sort()}
-      end
+      Map.new(by_pid, fn {pid, texts} ->
+        {pid, texts |> Enum.map(fn {t, {n, r, _}} -> {t, n, r} end) |> Enum.sort()}
+      end)
 
     process_names =
       for {key, name} <- names, Map.has_key?(merged, key), into: %{}, do: {pids[key], name}
@@ -316,7 +325,7 @@ defmodule FlameOn.Client.Continuous.Window do
       stats: %{
         windows: length(windows),
         samples: total,
-        processes: map_size(merged),
+        processes: map_size(by_pid),
         interval_us: interval_us,
         sample_hz: if(interval_us > 0, do: div(1_000_000, interval_us), else: 0),
         dropped_stacks: Enum.reduce(windows, 0, &(&1.dropped_stacks + &2)),
