@@ -124,6 +124,7 @@ results =
       acc =
         Enum.reduce(workloads, acc, fn {name, fun}, acc ->
           ts = for _ <- 1..runs, do: B.time(fun, workers)
+          acc = Map.put(acc, {name, condition, round}, ts)
           Map.update(acc, {name, condition}, ts, &(ts ++ &1))
         end)
 
@@ -163,10 +164,22 @@ for {name, _} <- workloads do
     {best, p25, med} = B.stats(Enum.map(on, &elem(&1, 0)))
     cpu = Enum.sum(Enum.map(on, &elem(&1, 1))) / length(on)
 
+    # paired: each round's on block against that round's off block
+    mean_cpu = fn ts -> Enum.sum(Enum.map(ts, &elem(&1, 1))) / length(ts) end
+
+    paired =
+      Enum.sort(
+        for r <- 1..rounds,
+            do: mean_cpu.(results[{name, c, r}]) / mean_cpu.(results[{name, :off, r}])
+      )
+
+    q = fn f -> Float.round(Enum.at(paired, min(round(f * (rounds - 1)), rounds - 1)), 3) end
+
     IO.puts(
       "  on #{String.pad_leading("#{hz}", 3)} Hz: wall best #{Float.round(best / best0, 3)}x  " <>
         "p25 #{Float.round(p25 / p250, 3)}x  median #{Float.round(med / med0, 3)}x; " <>
-        "VM CPU #{Float.round(cpu / cpu0, 3)}x"
+        "VM CPU #{Float.round(cpu / cpu0, 3)}x pooled, paired by round median #{q.(0.5)}x " <>
+        "(p25 #{q.(0.25)}, p75 #{q.(0.75)})"
     )
   end
 end

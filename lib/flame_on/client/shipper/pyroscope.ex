@@ -24,7 +24,9 @@ defmodule FlameOn.Client.Shipper.Pyroscope do
   with the name URL-encoded, `from`/`until` the profile's start and end
   (`started_at`, `duration_us`), and the body the gzipped pprof. Each
   sample carries a `pid` label and, for a named process, a `process` label
-  (`go tool pprof -tagfocus=process=...`).
+  (`go tool pprof -tagfocus=process=...`). In a continuous profile the
+  pprof's `wall` values (µs) are on-CPU time, samples × the sampling
+  interval; its `samples` and `reductions` sample types are there too.
 
   Options:
 
