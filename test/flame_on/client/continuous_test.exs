@@ -299,6 +299,32 @@ defmodule FlameOn.Client.ContinuousTest do
     refute Continuous.running?()
   end
 
+  test "config :flame_on_client, continuous: [...] starts it with the application" do
+    :ok = Application.stop(:flame_on_client)
+    Application.put_env(:flame_on_client, :continuous, window_ms: 100, hz: 50)
+
+    try do
+      FlameOn.Client.TestHelpers.ensure_app_started()
+      assert Continuous.running?()
+      assert Continuous.stats().options[:hz] == 50
+      pid = Process.whereis(Continuous)
+
+      assert {Continuous, ^pid, :worker, _} =
+               List.keyfind(Supervisor.which_children(FlameOn.Client.Supervisor), Continuous, 0)
+
+      # stop/0 ends it for good (:transient)
+      Continuous.stop()
+      Process.sleep(50)
+      refute Continuous.running?()
+    after
+      Application.delete_env(:flame_on_client, :continuous)
+      :ok = Application.stop(:flame_on_client)
+      FlameOn.Client.TestHelpers.ensure_app_started()
+    end
+
+    refute Continuous.running?()
+  end
+
   test "a second start reports the running one" do
     {:ok, pid} = Continuous.start(window_ms: 1_000)
     assert {:error, {:already_started, ^pid}} = Continuous.start()

@@ -10,6 +10,8 @@ defmodule FlameOn.Client.PyroscopeTest do
   alias FlameOn.Client.Profile
   alias FlameOn.Client.Shipper.Pyroscope
 
+  doctest Pyroscope
+
   defmodule Spin do
     @moduledoc false
     def spin(0), do: :ok
