@@ -108,8 +108,15 @@ defmodule FlameOn.Client.ContinuousTest do
     t1 = System.os_time(:millisecond)
     Process.sleep(300)
 
-    a = Continuous.profile(from: t0, to: switch - 300)
-    b = Continuous.profile(from: switch + 300, to: t1)
+    # the ranges end and start at window edges on either side of the
+    # switch (a range takes every window that overlaps it)
+    windows = Continuous.windows()
+    %{to: a_to} = windows |> Enum.filter(&(&1.to <= switch)) |> List.last()
+    %{from: b_from} = Enum.find(windows, &(&1.from >= switch))
+    assert b_from < t1
+
+    a = Continuous.profile(from: t0, to: a_to)
+    b = Continuous.profile(from: b_from, to: t1)
 
     assert text(a) =~ "PhaseA.spin/1"
     refute text(a) =~ "PhaseB.spin/1"

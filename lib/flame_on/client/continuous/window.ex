@@ -186,7 +186,14 @@ defmodule FlameOn.Client.Continuous.Window do
     if bytes(stacks, window.names) <= max_bytes do
       {stacks, 0}
     else
-      budget = max_bytes - bytes(%{}, window.names) - map_size(stacks) * (@entry_bytes + 16)
+      # what stays whatever is kept: the names, and per process its key
+      # and its "[truncated]" stack
+      fixed =
+        Enum.reduce(Map.keys(stacks), bytes(%{}, window.names), fn key, acc ->
+          acc + key_bytes(key) + @entry_bytes + byte_size(@overflow) + @entry_bytes
+        end)
+
+      budget = max_bytes - fixed
 
       {kept, overflow, _} =
         for({key, entries} <- stacks, {text, n, r} <- entries, do: {key, text, n, r})
