@@ -332,6 +332,16 @@ defmodule FlameOn.Client.ContinuousTest do
     refute Continuous.running?()
   end
 
+  test "a range without windows is an empty profile that every export takes" do
+    {:ok, _} = Continuous.start(window_ms: 10_000)
+    now = System.os_time(:millisecond)
+    profile = Continuous.profile(from: now - 60_000, to: now)
+    assert profile.stacks == %{} and profile.duration_us == 0 and profile.stats.windows == 0
+
+    for format <- [:folded, :speedscope, :perfetto, :svg, :pprof],
+        do: apply(Export, format, [profile])
+  end
+
   test "a second start reports the running one" do
     {:ok, pid} = Continuous.start(window_ms: 1_000)
     assert {:error, {:already_started, ^pid}} = Continuous.start()

@@ -307,7 +307,8 @@ defmodule FlameOn.Client.Continuous.Window do
 
     {from, to} =
       case windows do
-        [] -> {Keyword.get(opts, :from, 0), Keyword.get(opts, :to, 0)}
+        # no window: an empty profile at the range's end
+        [] -> {Keyword.get(opts, :to, 0), Keyword.get(opts, :to, 0)}
         [first | _] -> {first.from, List.last(windows).to}
       end
 
