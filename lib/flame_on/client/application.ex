@@ -11,29 +11,38 @@ defmodule FlameOn.Client.Application do
 
   @impl Application
   def start(_type, _args) do
-    children =
-      [
-        # first, and apart: the recent traces and the web UIs outlive a
-        # restart of the tracing processes below
-        ui_supervisor(),
-        FlameOn.Client.Node.Patterns,
-        # the node's backtrace_depth while samplers run
-        FlameOn.Client.Node.BacktraceDepth,
-        # the CPU sampler of native traces (perf events), while any runs
-        FlameOn.Client.Node.PerfSampler,
-        {DynamicSupervisor, name: FlameOn.Client.OwnerSupervisor, strategy: :one_for_one},
-        # if it restarts, nothing else has to (samplers outlive it)
-        FlameOn.Client.Sampling.Budget,
-        # capture_next's one-function patterns; restarted (and swept) with
-        # the pattern owner
-        FlameOn.Client.Node.Gates
-      ] ++ continuous()
+    children = [
+      # first, and apart: the recent traces and the web UIs outlive a
+      # restart of the tracing processes below
+      ui_supervisor(),
+      FlameOn.Client.Node.Patterns,
+      # the node's backtrace_depth while samplers run
+      FlameOn.Client.Node.BacktraceDepth,
+      # the CPU sampler of native traces (perf events), while any runs
+      FlameOn.Client.Node.PerfSampler,
+      {DynamicSupervisor, name: FlameOn.Client.OwnerSupervisor, strategy: :one_for_one},
+      # if it restarts, nothing else has to (samplers outlive it)
+      FlameOn.Client.Sampling.Budget,
+      # capture_next's one-function patterns; restarted (and swept) with
+      # the pattern owner
+      FlameOn.Client.Node.Gates,
+      # continuous profiling: started here when configured, by
+      # FlameOn.Client.Continuous.start/1 otherwise; last, as it needs
+      # the backtrace_depth owner
+      %{
+        id: FlameOn.Client.ContinuousSupervisor,
+        type: :supervisor,
+        start:
+          {Supervisor, :start_link,
+           [continuous(), [strategy: :one_for_one, name: FlameOn.Client.ContinuousSupervisor]]}
+      }
+    ]
 
     Supervisor.start_link(children, strategy: :rest_for_one, name: FlameOn.Client.Supervisor)
   end
 
   # `config :flame_on_client, continuous: [...]` (or `true`: the defaults)
-  # starts continuous profiling, last: it needs the backtrace_depth owner.
+  # starts continuous profiling.
   defp continuous do
     case Application.get_env(:flame_on_client, :continuous) do
       nil -> []

@@ -168,11 +168,14 @@ defmodule FlameOn.Client.Continuous do
   Starts continuous profiling under flame_on_client's supervisor.
   `{:error, {:already_started, pid}}` when it runs already (one per node).
   """
-  @spec start([option()]) :: DynamicSupervisor.on_start_child()
+  @spec start([option()]) :: Supervisor.on_start_child()
   def start(opts \\ []) do
     opts = validate!(opts)
     {:ok, _} = Application.ensure_all_started(:flame_on_client)
-    DynamicSupervisor.start_child(FlameOn.Client.OwnerSupervisor, {__MODULE__, opts})
+    supervisor = FlameOn.Client.ContinuousSupervisor
+    # one stopped earlier (or configured and stopped) is still a child
+    _ = Supervisor.delete_child(supervisor, __MODULE__)
+    Supervisor.start_child(supervisor, child_spec(opts))
   end
 
   @doc "Stops continuous profiling (its windows go with it); `:ok` when it was not running."
@@ -194,6 +197,23 @@ defmodule FlameOn.Client.Continuous do
   @doc "Whether continuous profiling runs."
   @spec running?() :: boolean()
   def running?, do: Process.whereis(__MODULE__) != nil
+
+  @doc false
+  # FlameOn.Client.status/0's `:continuous`: `false`, or its counters.
+  @spec status() :: false | map()
+  def status do
+    if running?() do
+      stats = stats()
+      options = Map.new(Keyword.take(stats.options, [:hz, :top, :window_ms, :depth]))
+      stats |> Map.delete(:options) |> Map.merge(options)
+    else
+      false
+    end
+  rescue
+    ArgumentError -> false
+  catch
+    :exit, _ -> false
+  end
 
   @doc """
   A child spec for your own supervisor (`restart: :transient`: `stop/0`

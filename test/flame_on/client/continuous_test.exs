@@ -283,6 +283,10 @@ defmodule FlameOn.Client.ContinuousTest do
       )
 
     assert backtrace_depth() == 41
+    status = FlameOn.Client.status()
+    assert %{depth: 40, windows: _, hz: 19} = status.continuous
+    # continuous profiling is not a trace
+    assert status.sample_traces == 0 and status.owners == 0
     worker = busy(fn -> PhaseA.spin(1_000) end)
     assert_receive {:flame_on_profile, %FlameOn.Client.Profile{mode: :sample}}
     halt(worker)
@@ -293,6 +297,7 @@ defmodule FlameOn.Client.ContinuousTest do
     assert_receive {:DOWN, ^ref, :process, _, _}
     refute Continuous.running?()
     assert backtrace_depth() == depth
+    assert FlameOn.Client.status().continuous == false
     Process.sleep(50)
     left = MapSet.difference(MapSet.new(Process.list()), before)
     assert Enum.filter(left, &Process.alive?/1) == []
@@ -316,13 +321,17 @@ defmodule FlameOn.Client.ContinuousTest do
       assert Continuous.stats().options[:hz] == 50
       pid = Process.whereis(Continuous)
 
-      assert {Continuous, ^pid, :worker, _} =
-               List.keyfind(Supervisor.which_children(FlameOn.Client.Supervisor), Continuous, 0)
+      assert [{Continuous, ^pid, :worker, _}] =
+               Supervisor.which_children(FlameOn.Client.ContinuousSupervisor)
 
       # stop/0 ends it for good (:transient)
       Continuous.stop()
       Process.sleep(50)
       refute Continuous.running?()
+      # and start/1 starts it again, with its own options
+      {:ok, pid} = Continuous.start(hz: 7)
+      assert Continuous.stats().options[:hz] == 7
+      assert {:error, {:already_started, ^pid}} = Continuous.start()
     after
       Application.delete_env(:flame_on_client, :continuous)
       :ok = Application.stop(:flame_on_client)
