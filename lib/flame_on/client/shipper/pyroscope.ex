@@ -34,7 +34,9 @@ defmodule FlameOn.Client.Shipper.Pyroscope do
       the `:ssl` application).
     * `:app` (required) – the application name.
     * `:labels` – `%{key => value}` added to the name's labels (`node` is
-      always there: `node()`).
+      always there: `node()`); characters Pyroscope does not take in a
+      label name, and `,` `=` `{` `}` in a value, become `_`.
+    * `:profile_type` – the name's suffix, `"cpu"` (`<app>.cpu{...}`).
     * `:tenant_id` – sent as `X-Scope-OrgID` (multi-tenant Grafana Pyroscope).
     * `:basic_auth` – `{user, password}`; or `:token` – a bearer token.
     * `:sample_rate` – the `sampleRate` parameter; by default the
@@ -65,6 +67,7 @@ defmodule FlameOn.Client.Shipper.Pyroscope do
     basic_auth: nil,
     token: nil,
     sample_rate: nil,
+    profile_type: "cpu",
     timeout: 5_000,
     retries: 2,
     backoff_ms: 500
@@ -90,6 +93,9 @@ defmodule FlameOn.Client.Shipper.Pyroscope do
       true
       iex> url =~ "%2Cenv%3Dprod%7D&from=" and url =~ "&format=pprof&sampleRate=19&spyName=flame_on_client"
       true
+      iex> url = FlameOn.Client.Shipper.Pyroscope.ingest_url(profile, url: "http://h", app: "a", labels: %{"my key" => "a,b"})
+      iex> URI.decode_query(URI.parse(url).query)["name"] =~ ",my_key=a_b}"
+      true
   """
   @spec ingest_url(Profile.t(), keyword()) :: String.t()
   def ingest_url(%Profile{} = profile, opts) do
@@ -97,10 +103,14 @@ defmodule FlameOn.Client.Shipper.Pyroscope do
       [{"node", Atom.to_string(node())}] ++
         (opts
          |> Keyword.get(:labels, %{})
-         |> Enum.map(fn {k, v} -> {to_string(k), to_string(v)} end)
+         |> Enum.map(fn {k, v} -> {label_key(k), label_value(v)} end)
          |> Enum.sort())
 
-    name = "#{opts[:app]}.cpu{" <> Enum.map_join(labels, ",", fn {k, v} -> "#{k}=#{v}" end) <> "}"
+    type = Keyword.get(opts, :profile_type) || "cpu"
+
+    name =
+      "#{opts[:app]}.#{type}{" <>
+        Enum.map_join(labels, ",", fn {k, v} -> "#{k}=#{v}" end) <> "}"
 
     {from, until} = span(profile)
 
@@ -127,6 +137,15 @@ defmodule FlameOn.Client.Shipper.Pyroscope do
 
     String.trim_trailing(opts[:url], "/") <> "/ingest?" <> query
   end
+
+  # Pyroscope's label names are [A-Za-z_][A-Za-z0-9_.]*; a value cannot
+  # hold the name's own syntax (`,`, `=`, `{`, `}`).
+  defp label_key(key) do
+    key = key |> to_string() |> String.replace(~r/[^A-Za-z0-9_.]/, "_")
+    if key =~ ~r/^[A-Za-z_]/, do: key, else: "_" <> key
+  end
+
+  defp label_value(value), do: value |> to_string() |> String.replace(~r/[,={}]/, "_")
 
   # Unix seconds: the profile's start and end, at least one second apart.
   defp span(%Profile{started_at: started, duration_us: duration}) when is_integer(started) do
