@@ -440,7 +440,9 @@ defmodule FlameOn.Client do
   and bounds, see `FlameOn.Client.TraceStore`) and `:native`: whether
   `mode: :native` can run in this VM (`%{available: true, sampler:
   counters}`, the CPU sampler's users, threads, frequency, samples and
-  losses) or why not and what to do (`%{available: false, reason: text}`).
+  losses) or why not and what to do (`%{available: false, reason: text}`),
+  `:continuous` (`false`, or `FlameOn.Client.Continuous.stats/0` while
+  continuous profiling runs).
   """
   @spec status() :: map()
   defdelegate status(), to: FlameOn.Client.Node.Status
