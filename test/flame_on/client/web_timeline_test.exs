@@ -364,6 +364,8 @@ defmodule FlameOn.Client.WebTimelineOffTest do
   setup do
     ensure_app_started()
     Continuous.stop()
+    # backtrace_depth back as it was, nothing left traced
+    assert_node_clean()
     {:ok, url} = Web.start(port: 0)
     on_exit(fn -> Web.stop(url) end)
     %{url: url}
