@@ -119,7 +119,11 @@ defmodule FlameOn.Client.WebTimelineTest do
     windows = Continuous.windows()
     %{to: a_to} = windows |> Enum.filter(&(&1.to <= switch)) |> List.last()
     %{from: b_from} = Enum.find(windows, &(&1.from >= switch))
-    %{url: url, a: {t0, a_to}, b: {b_from, t1}}
+
+    worker =
+      worker |> :erlang.pid_to_list() |> to_string() |> String.trim("<") |> String.trim(">")
+
+    %{url: url, a: {t0, a_to}, b: {b_from, t1}, worker: worker}
   end
 
   defp query({a_from, a_to}, b \\ nil, extra \\ "") do
@@ -211,6 +215,14 @@ defmodule FlameOn.Client.WebTimelineTest do
     assert byte_size(:zlib.gunzip(pprof)) > 0
     assert {404, _, _} = get(url, "/timeline/download/exe?" <> query(a))
 
+    # the worker's stacks alone
+    {200, _, body} = get(url, "/timeline?" <> query(a, nil, "&pid=#{ctx.worker}"))
+
+    assert body =~
+             ~r{<a class="current" href="/timeline\?a_from=\d+&amp;a_to=\d+&amp;pid=#{ctx.worker}">}
+
+    assert flame(body) =~ @a
+
     # B's range the other way round has both (B mostly)
     {200, _, body} = get(url, "/timeline?" <> query(ctx.b))
     assert flame(body) =~ @b
@@ -271,6 +283,10 @@ defmodule FlameOn.Client.WebTimelineTest do
            "range B (1 to 2, Unix ms) holds no window"},
           {"/timeline?" <> query({a_from, a_to}, b, "&normalize=%3Cb%3E"),
            "normalize must be one of median, total, none, got: &quot;&lt;b&gt;&quot;"},
+          {"/timeline?" <> query({a_from, a_to}, nil, "&pid=0.0.0"),
+           "no process &quot;0.0.0&quot; in range A"},
+          {"/timeline?" <> query({a_from, a_to}, b, "&pid=#{ctx.worker}"),
+           "is for range A alone, not for a diff"},
           {"/timeline?a_from=%3Cscript%3E&a_to=1",
            "a_from must be a time in Unix milliseconds, got: &quot;&lt;script&gt;&quot;"}
         ] do

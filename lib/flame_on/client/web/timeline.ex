@@ -31,28 +31,41 @@ defmodule FlameOn.Client.Web.Timeline do
           a: range() | nil,
           b: range() | nil,
           compare: Compare.t() | nil,
-          normalize: String.t()
+          normalize: String.t(),
+          pid: pid() | nil
         }
 
   @doc """
   The timeline a query asks for, or `{:error, 400, message, timeline}` (the
   timeline without ranges) for a range that is half given, not two
   integers, empty (`from` not before `to`) or holds no window of the ring,
-  for a range B without a range A, and for a bad `normalize`.
+  for a range B without a range A, for a bad `normalize`, and for a `pid`
+  (`0.123.0`: range A's flame graph of that process alone) that is not
+  one of range A's processes, or given with a range B.
   """
   @spec resolve(map()) :: {:ok, t()} | {:error, 400, String.t(), t()}
   def resolve(query) do
     status = Continuous.status()
     windows = windows()
-    bare = %{status: status, windows: windows, a: nil, b: nil, compare: nil, normalize: "median"}
+
+    bare = %{
+      status: status,
+      windows: windows,
+      a: nil,
+      b: nil,
+      compare: nil,
+      normalize: "median",
+      pid: nil
+    }
 
     result =
       with {:ok, normalize, _} <- Compare.normalize(query["normalize"]),
            {:ok, a} <- range(query, "a", "A", bare),
            {:ok, b} <- range(query, "b", "B", bare),
            :ok <- b_needs_a(a, b),
+           {:ok, pid} <- process(query["pid"], a, b),
            {:ok, compare} <- compare(a, b, normalize) do
-        {:ok, %{bare | a: a, b: b, compare: compare, normalize: normalize}}
+        {:ok, %{bare | a: a, b: b, compare: compare, normalize: normalize, pid: pid}}
       end
 
     case result do
@@ -165,6 +178,21 @@ defmodule FlameOn.Client.Web.Timeline do
        "range B is compared with range A: give a_from and a_to too (or pick B as range A)"}
 
   defp b_needs_a(_a, _b), do: :ok
+
+  defp process(blank, _a, _b) when blank in [nil, ""], do: {:ok, nil}
+
+  defp process(text, nil, _b),
+    do: {:error, 400, "pid #{inspect(text)} picks a process of range A: give a_from and a_to"}
+
+  defp process(text, _a, %{}),
+    do: {:error, 400, "pid #{inspect(text)} is for range A alone, not for a diff"}
+
+  defp process(text, a, nil) do
+    case Enum.find(Map.keys(a.profile.stacks), &(FlameOn.Client.Web.HTML.pid_text(&1) == text)) do
+      nil -> {:error, 400, "no process #{inspect(text)} in range A"}
+      pid -> {:ok, pid}
+    end
+  end
 
   defp compare(_a, nil, _normalize), do: {:ok, nil}
 

@@ -8,7 +8,8 @@ defmodule FlameOn.Client.Web.TimelinePage do
   # (under the page's nonce) lets a drag across the bars fill the form;
   # without it the links and the form do everything.
 
-  import FlameOn.Client.Web.HTML, only: [layout: 3, h: 1, time: 1, duration: 1, inline_svg: 2]
+  import FlameOn.Client.Web.HTML,
+    only: [layout: 3, h: 1, time: 1, duration: 1, inline_svg: 2, pid_text: 1]
 
   alias FlameOn.Client.Export
   alias FlameOn.Client.Profile
@@ -251,9 +252,16 @@ defmodule FlameOn.Client.Web.TimelinePage do
 
   defp selection(%{a: nil}, _nonce), do: []
 
-  defp selection(%{a: a, b: nil}, nonce) do
+  defp selection(%{a: a, b: nil} = timeline, nonce) do
     profile = a.profile
     query = URI.encode_query(Timeline.query_params(a, nil))
+    names = Profile.names(profile)
+    pid = timeline.pid
+
+    {shown, title} =
+      if pid,
+        do: {only(profile, pid), profile.name <> " " <> Profile.process_label(pid, names)},
+        else: {profile, profile.name}
 
     [
       ~s(<h2 id="range-a">Range A: ),
@@ -267,8 +275,9 @@ defmodule FlameOn.Client.Web.TimelinePage do
         else: []
       ),
       "<h2>Flame graph</h2>",
+      processes(profile, pid, names, query),
       ~s(<div class="flame" id="flame">),
-      inline_svg(Export.svg(profile, title: profile.name), nonce),
+      inline_svg(Export.svg(shown, title: title), nonce),
       "</div>",
       ~s{<p class="hint">Hover a frame for its CPU time (samples × the sampling interval); },
       "click to zoom in, the root to zoom out; Ctrl-F or / to search. A process is its name ",
@@ -298,6 +307,51 @@ defmodule FlameOn.Client.Web.TimelinePage do
       ),
       DiffPage.body(compare, nonce)
     ]
+  end
+
+  defp only(profile, pid) do
+    tree = profile.tree && %{profile.tree | nodes: Map.take(profile.tree.nodes, [pid])}
+
+    %{
+      profile
+      | stacks: Map.take(profile.stacks, [pid]),
+        samples: Map.take(profile.samples || %{}, [pid]),
+        tree: tree
+    }
+  end
+
+  # One link a process, busiest first (as the trace page's selector).
+  defp processes(profile, current, names, query) do
+    pids =
+      profile.stacks
+      |> Map.keys()
+      |> Enum.map(&{Profile.total_us(profile, &1), &1})
+      |> Enum.sort(:desc)
+
+    if length(pids) < 2 and current == nil do
+      []
+    else
+      link = fn href, current? ->
+        class = if current?, do: ~s( class="current"), else: ""
+        [~s(<a#{class} href="/timeline?), h(href), ~s(">)]
+      end
+
+      [
+        ~s(<p class="procs" id="processes">Process: ),
+        link.(query, current == nil),
+        "all</a>",
+        for {us, p} <- pids do
+          [
+            link.(query <> "&pid=" <> pid_text(p), current == p),
+            h(Profile.process_label(p, names)),
+            " · ",
+            duration(us),
+            "</a>"
+          ]
+        end,
+        "</p>"
+      ]
+    end
   end
 
   defp range_table(id, ranges) do
