@@ -44,12 +44,16 @@ defmodule FlameOn.Client.Web do
       range takes every window it overlaps, as `Continuous.profile/1`
       does). A drag across the bars fills the form too (a small script
       under the page's nonce; without it the links and the form do it
-      all). Range A alone: its profile's flame graph inline and its
-      downloads (`/timeline/download/FORMAT?...`, the formats of a trace
-      page). A and B: B's diff against A, drawn as `/diff` draws one, its
-      downloads at `/timeline/download/NAME?...`. A range half given, not
+      all; links pick the last minute, 5 and 15, or every window). Range
+      A alone: its profile's flame graph inline (every process, or one
+      with `&pid=0.123.0`, picked on the page), its downloads
+      (`/timeline/download/FORMAT?...`, the formats of a trace page), and
+      a link to its diff against the range as long just before it. A and
+      B: B's diff against A, drawn as `/diff` draws one, its downloads at
+      `/timeline/download/NAME?...`. A range half given, not
       Unix ms, empty (`from` not before `to`), holding no window of the
-      ring, or a range B without a range A is a 400 whose page says why
+      ring, a range B without a range A, or a `pid` not in range A (or
+      with a range B) is a 400 whose page says why
       (the timeline below it). When continuous profiling does not run the
       page says how to start it (`config :flame_on_client, continuous:
       true` or `FlameOn.Client.Continuous.start/1`); the index links it.

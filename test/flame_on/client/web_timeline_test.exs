@@ -179,6 +179,9 @@ defmodule FlameOn.Client.WebTimelineTest do
 
     # the form, nothing picked yet, and the drag script under the nonce
     assert body =~ ~s(<form class="capture" id="range-form" method="get" action="/timeline">)
+    assert body =~ ~s(id="timeline-all">All windows</a>)
+    # the ring holds seconds, not a minute
+    refute body =~ "Last minute"
     refute body =~ ~s(id="flame")
     [_, nonce] = Regex.run(~r/script-src 'nonce-([^']+)'/, headers["content-security-policy"])
     assert body =~ ~s(<script nonce="#{nonce}">)
@@ -223,9 +226,18 @@ defmodule FlameOn.Client.WebTimelineTest do
 
     assert flame(body) =~ @a
 
-    # B's range the other way round has both (B mostly)
+    # B's range the other way round has both (B mostly), and a link to its
+    # diff against the range as long before it
     {200, _, body} = get(url, "/timeline?" <> query(ctx.b))
     assert flame(body) =~ @b
+
+    [_, before] =
+      Regex.run(~r{<p class="procs" id="compare-before"><a href="/timeline\?([^"]+)">}, body)
+
+    {200, _, diff} = get(url, "/timeline?" <> String.replace(before, "&amp;", "&"))
+    assert diff =~ ~s(<table class="facts" id="diff-ranges">)
+    [_, grown] = Regex.run(~r{<table id="grown">(.*?)</table>}s, diff)
+    assert grown =~ @b
   end
 
   test "ranges A and B: B's diff against A, B's function red and A's blue", ctx do
@@ -318,6 +330,15 @@ defmodule FlameOn.Client.WebTimelineTest do
       assert Chromium.eval!(page, "document.getElementById('timeline-pick').hidden") == false
       assert Chromium.eval!(page, "document.querySelector('input[value=b]').checked")
       assert Chromium.eval!(page, "document.querySelectorAll('#frames g').length") >= 2
+
+      range_a =
+        Path.join(
+          System.tmp_dir!(),
+          "flame_on_web_range_#{System.unique_integer([:positive])}.png"
+        )
+
+      Chromium.screenshot!(page, range_a)
+      IO.puts("\nweb UI range A screenshot: #{range_a}")
 
       # B: from the first window at or after the switch, three windows on
       i =

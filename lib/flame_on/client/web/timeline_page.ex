@@ -228,9 +228,30 @@ defmodule FlameOn.Client.Web.TimelinePage do
       ~s(</select></label><button type="submit" id="range-submit">Show</button></form>),
       ~s(<p class="hint">Range A alone: its flame graph. With range B: B's ),
       "differential flame graph against A (red grew, blue shrank). A range takes every ",
-      ~s(window it overlaps. <a href="/timeline?a_from=#{hd(windows).from}&amp;a_to=),
-      ~s(#{List.last(windows).to}" id="timeline-all">All windows</a> · ),
+      "window it overlaps. ",
+      quick_links(windows),
       ~s(<a href="/timeline" id="timeline-clear">Clear</a></p>)
+    ]
+  end
+
+  # the last minute, 5 and 15 (as far as the ring reaches back), all of it
+  defp quick_links(windows) do
+    first = hd(windows).from
+    last = List.last(windows).to
+
+    lasts =
+      for {ms, label} <- [
+            {60_000, "Last minute"},
+            {300_000, "last 5 minutes"},
+            {900_000, "last 15 minutes"}
+          ],
+          first < last - ms do
+        [~s(<a href="/timeline?a_from=#{last - ms}&amp;a_to=#{last}">#{label}</a> · )]
+      end
+
+    [
+      lasts,
+      ~s(<a href="/timeline?a_from=#{first}&amp;a_to=#{last}" id="timeline-all">All windows</a> · )
     ]
   end
 
@@ -292,6 +313,7 @@ defmodule FlameOn.Client.Web.TimelinePage do
       end,
       ~s(</p><p class="hint">folded: flamegraph.pl, inferno · speedscope: speedscope.app · ),
       "perfetto: ui.perfetto.dev · pprof: go tool pprof</p>",
+      compare_before(a, timeline.windows),
       TracePage.counters("Stats", profile.stats)
     ]
   end
@@ -307,6 +329,25 @@ defmodule FlameOn.Client.Web.TimelinePage do
       ),
       DiffPage.body(compare, nonce)
     ]
+  end
+
+  # What changed: the range as long as A's windows just before them as the
+  # base, A's windows as the new side.
+  defp compare_before(%{windows: [first | _] = windows}, all) do
+    from = first.from
+    to = List.last(windows).to
+    before = from - (to - from)
+
+    if Enum.any?(all, &(&1.to > before and &1.from < from)) do
+      [
+        ~s(<p class="procs" id="compare-before"><a href="/timeline?a_from=#{before}&amp;a_to=#{from}),
+        ~s(&amp;b_from=#{from}&amp;b_to=#{to}">Compare with the ),
+        duration((to - from) * 1000),
+        " before it</a> (the diff of this range against the one before, as the base)</p>"
+      ]
+    else
+      []
+    end
   end
 
   defp only(profile, pid) do
