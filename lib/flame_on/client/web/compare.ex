@@ -2,7 +2,9 @@ defmodule FlameOn.Client.Web.Compare do
   @moduledoc false
   # /diff?base=ID&new=ID[&normalize=median|total|none]: two traces of the
   # store and their FlameOn.Client.Diff (resolve/1), and the files the
-  # diff page offers (download/2). Knows no HTML: Web.DiffPage draws it,
+  # diff page offers (download/2). Any two profiles compared the same way
+  # (new/6: the timeline's two ranges, Web.Timeline) carry the path and
+  # query of their own page. Knows no HTML: Web.DiffPage draws it,
   # Web.Router answers with it.
 
   alias FlameOn.Client.Export.Diff, as: DiffFiles

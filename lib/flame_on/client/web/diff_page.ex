@@ -3,7 +3,9 @@ defmodule FlameOn.Client.Web.DiffPage do
   # The page of two traces compared (/diff, Web.Compare): both traces'
   # facts, the normalisation and the links to the others, the diff's flame
   # graph inline (red grew, blue shrank), the functions whose self time
-  # grew and shrank most, and the downloads.
+  # grew and shrank most, and the downloads. body/2 is all but the
+  # facts, which the timeline's diff of two ranges shows too
+  # (Web.TimelinePage).
 
   import FlameOn.Client.Web.HTML, only: [layout: 3, h: 1, time: 1, duration: 1, inline_svg: 2]
 
