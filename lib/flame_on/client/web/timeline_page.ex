@@ -141,7 +141,9 @@ defmodule FlameOn.Client.Web.TimelinePage do
           h(Timeline.span(w.from, w.to)),
           " · #{w.samples} samples",
           if(interval_us, do: [" · ", duration(w.samples * interval_us), " CPU"], else: []),
-          " · #{w.processes} processes</title>",
+          " · #{w.processes} ",
+          if(w.processes == 1, do: "process", else: "processes"),
+          "</title>",
           ~s(<rect class="hit" x="#{num(x)}" y="0" width="#{num(slot)}" height="#{@height}"/>),
           ~s(<rect class="bar" x="#{num(x + gap / 2)}" y="#{@height - bar}" ),
           ~s(width="#{num(max(slot - gap, 0.5))}" height="#{bar}"/></a>)
@@ -176,7 +178,8 @@ defmodule FlameOn.Client.Web.TimelinePage do
   defp labels(windows, slot) do
     every = max(div(length(windows), 6), 1)
 
-    # a start label needs about 100 units clear of the last one, at the end
+    # a start label (about 90 units wide) ends clear of the last window's
+    # end, drawn as wide to the left of the right edge
     starts =
       for {w, i} <- Enum.with_index(windows),
           rem(i, every) == 0,
