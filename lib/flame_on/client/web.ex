@@ -1,8 +1,8 @@
 defmodule FlameOn.Client.Web do
   @moduledoc """
   A small web UI, built into the library: the node's recent traces, their
-  interactive flame graphs and span graphs, and a form to capture the next
-  call of any function. On OTP's `:gen_tcp`, no dependency.
+  interactive flame graphs and span graphs, a form to capture the next
+  call of any function, and continuous profiling's timeline. On OTP's `:gen_tcp`, no dependency.
 
       {:ok, url} = FlameOn.Client.Web.start(port: 4040)
       # => {:ok, "http://127.0.0.1:4040/"}
@@ -36,6 +36,27 @@ defmodule FlameOn.Client.Web do
       same trace twice is allowed (the page says nothing changed); a trace
       not in the store is a 404, a missing side or another `normalize`
       a 400.
+    * `/timeline?a_from=MS&a_to=MS&b_from=MS&b_to=MS&normalize=...` –
+      `FlameOn.Client.Continuous`'s retained windows (`Continuous.windows/0`)
+      as a bar chart drawn on the server (an inline SVG: one bar a window,
+      as tall as its samples; each bar a link that picks its window), and a
+      GET form for range A and an optional range B (times in Unix ms; a
+      range takes every window it overlaps, as `Continuous.profile/1`
+      does). A drag across the bars fills the form too (a small script
+      under the page's nonce; without it the links and the form do it
+      all; links pick the last minute, 5 and 15, or every window). Range
+      A alone: its profile's flame graph inline (every process, or one
+      with `&pid=0.123.0`, picked on the page), its downloads
+      (`/timeline/download/FORMAT?...`, the formats of a trace page), and
+      a link to its diff against the range as long just before it. A and
+      B: B's diff against A, drawn as `/diff` draws one, its downloads at
+      `/timeline/download/NAME?...`. A range half given, not
+      Unix ms, empty (`from` not before `to`), holding no window of the
+      ring, a range B without a range A, or a `pid` not in range A (or
+      with a range B) is a 400 whose page says why
+      (the timeline below it). When continuous profiling does not run the
+      page says how to start it (`config :flame_on_client, continuous:
+      true` or `FlameOn.Client.Continuous.start/1`); the index links it.
 
   ## Security
 
@@ -74,8 +95,9 @@ defmodule FlameOn.Client.Web do
   so the only scripts and stylesheets that run are the page's own inline
   `<script>` and `<style>` elements, each carrying that nonce (the page's
   stylesheet; on a trace page the flame graph's stylesheet and script, and
-  the one line that starts it); no `'unsafe-inline'`, so no `on...=` or
-  `style=` attribute runs, and nothing is loaded from anywhere. Redirects
+  the one line that starts it; on the timeline, the drag that picks a
+  range); no `'unsafe-inline'`, so no `on...=` or `style=` attribute
+  runs, and nothing is loaded from anywhere. Redirects
   and downloads are sent with `default-src 'none'; form-action 'self';
   frame-ancestors 'none'; base-uri 'none'`. Pages may not be framed
   (`X-Frame-Options: DENY` too), and are sent with

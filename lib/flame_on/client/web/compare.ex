@@ -2,7 +2,9 @@ defmodule FlameOn.Client.Web.Compare do
   @moduledoc false
   # /diff?base=ID&new=ID[&normalize=median|total|none]: two traces of the
   # store and their FlameOn.Client.Diff (resolve/1), and the files the
-  # diff page offers (download/2). Knows no HTML: Web.DiffPage draws it,
+  # diff page offers (download/2). Any two profiles compared the same way
+  # (new/6: the timeline's two ranges, Web.Timeline) carry the path and
+  # query of their own page. Knows no HTML: Web.DiffPage draws it,
   # Web.Router answers with it.
 
   alias FlameOn.Client.Export.Diff, as: DiffFiles
@@ -20,12 +22,18 @@ defmodule FlameOn.Client.Web.Compare do
     {"pprof-new", "application/octet-stream"}
   ]
 
-  @typedoc "A comparison: both traces, the diff, and the normalisation's query name."
+  @typedoc """
+  A comparison: both sides, the diff, the normalisation's query name, and
+  where the page that shows it is: `path` (`"/diff"`; its downloads are at
+  `path <> "/download/NAME"`) and `params`, the query that picks the sides.
+  """
   @type t :: %{
           base: FlameOn.Client.Profile.t(),
           new: FlameOn.Client.Profile.t(),
           diff: FlameOn.Client.Diff.t(),
-          normalize: String.t()
+          normalize: String.t(),
+          path: String.t(),
+          params: [{String.t(), String.t() | integer()}]
         }
 
   @doc "The query names of the normalisations, the default first."
@@ -43,19 +51,46 @@ defmodule FlameOn.Client.Web.Compare do
   """
   @spec resolve(map()) :: {:ok, t()} | {:error, pos_integer(), String.t()}
   def resolve(query) do
-    with {:ok, name, normalize} <- normalize(query["normalize"]),
+    with {:ok, _name, _normalize} <- normalize(query["normalize"]),
          {:ok, base_id} <- given(query, "base"),
          {:ok, new_id} <- given(query, "new"),
          {:ok, base} <- stored(base_id),
          {:ok, new} <- stored(new_id) do
-      diff = FlameOn.Client.diff(base, new, normalize: normalize)
-      {:ok, %{base: base, new: new, diff: diff, normalize: name}}
+      params = [{"base", base.trace_id}, {"new", new.trace_id}]
+      new(base, new, query["normalize"], "/diff", params)
     end
   end
 
-  defp normalize(blank) when blank in [nil, ""], do: normalize("median")
+  @doc """
+  Two profiles compared, shown by the page at `path` picked by `params`
+  (see `t:t/0`); `{:error, 400, message}` for a bad `normalize` (its query
+  text; `nil` or `""`: the default).
+  """
+  @spec new(
+          FlameOn.Client.Profile.t(),
+          FlameOn.Client.Profile.t(),
+          String.t() | nil,
+          String.t(),
+          [{String.t(), String.t() | integer()}],
+          keyword()
+        ) :: {:ok, t()} | {:error, 400, String.t()}
+  def new(base, new, normalize, path, params, diff_opts \\ []) do
+    with {:ok, name, value} <- normalize(normalize) do
+      diff = FlameOn.Client.diff(base, new, [normalize: value] ++ diff_opts)
 
-  defp normalize(text) do
+      {:ok, %{base: base, new: new, diff: diff, normalize: name, path: path, params: params}}
+    end
+  end
+
+  @doc """
+  A `normalize` query value checked: `{:ok, query name, Diff's
+  :normalize}` (`nil` or `""`: the default), or `{:error, 400, message}`.
+  """
+  @spec normalize(String.t() | nil) ::
+          {:ok, String.t(), :median | :total | false} | {:error, 400, String.t()}
+  def normalize(blank) when blank in [nil, ""], do: normalize("median")
+
+  def normalize(text) do
     case List.keyfind(@normalize, text, 0) do
       {name, value} ->
         {:ok, name, value}
@@ -92,11 +127,7 @@ defmodule FlameOn.Client.Web.Compare do
   @doc "The query string of a comparison (optionally with another normalisation)."
   @spec query(t(), String.t() | nil) :: String.t()
   def query(compare, normalize \\ nil) do
-    URI.encode_query([
-      {"base", compare.base.trace_id},
-      {"new", compare.new.trace_id},
-      {"normalize", normalize || compare.normalize}
-    ])
+    URI.encode_query(compare.params ++ [{"normalize", normalize || compare.normalize}])
   end
 
   @doc "A download: `{:ok, file name, content type, body}`, or `:error` for an unknown one."

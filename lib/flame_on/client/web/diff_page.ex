@@ -3,7 +3,9 @@ defmodule FlameOn.Client.Web.DiffPage do
   # The page of two traces compared (/diff, Web.Compare): both traces'
   # facts, the normalisation and the links to the others, the diff's flame
   # graph inline (red grew, blue shrank), the functions whose self time
-  # grew and shrank most, and the downloads.
+  # grew and shrank most, and the downloads. body/2 is all but the
+  # facts, which the timeline's diff of two ranges shows too
+  # (Web.TimelinePage).
 
   import FlameOn.Client.Web.HTML, only: [layout: 3, h: 1, time: 1, duration: 1, inline_svg: 2]
 
@@ -27,20 +29,36 @@ defmodule FlameOn.Client.Web.DiffPage do
         "</h1>",
         facts(compare),
         same_trace(base, new),
-        normalization(compare),
-        "<h2>Flame graph of the change</h2>",
-        ~s(<div class="flame" id="flame">),
-        inline_svg(DiffSVG.encode(diff, title: title), nonce),
-        "</div>",
-        ~s(<p class="hint">Frames are as wide as the new run's time; <b>red</b> grew, ),
-        "<b>blue</b> shrank, the deeper the larger the change (full at 4x or a quarter), ",
-        "grey within 0.5%. Hover a frame for both runs' times; click to zoom in; ",
-        "Ctrl-F or / to search.</p>",
-        changes(diff),
-        downloads(compare)
+        body(compare, nonce)
       ],
       nonce
     )
+  end
+
+  @doc """
+  What every page of a diff shows below its facts (the timeline's too):
+  the normalisation and the links to the others, the diff's flame graph
+  inline, the functions whose self time grew and shrank most, and the
+  downloads (at `compare.path <> "/download/NAME"`).
+  """
+  @spec body(Compare.t(), String.t()) :: iodata()
+  def body(compare, nonce) do
+    %{diff: diff} = compare
+    title = "Diff: #{diff.name}"
+
+    [
+      normalization(compare),
+      "<h2>Flame graph of the change</h2>",
+      ~s(<div class="flame" id="flame">),
+      inline_svg(DiffSVG.encode(diff, title: title), nonce),
+      "</div>",
+      ~s(<p class="hint">Frames are as wide as the new run's time; <b>red</b> grew, ),
+      "<b>blue</b> shrank, the deeper the larger the change (full at 4x or a quarter), ",
+      "grey within 0.5%. Hover a frame for both runs' times; click to zoom in; ",
+      "Ctrl-F or / to search.</p>",
+      changes(diff),
+      downloads(compare)
+    ]
   end
 
   defp facts(%{base: base, new: new}) do
@@ -92,7 +110,16 @@ defmodule FlameOn.Client.Web.DiffPage do
       " (in stacks). Switch: ",
       for name <- Compare.normalizations() do
         class = if name == compare.normalize, do: ~s( class="current"), else: ""
-        [~s(<a#{class} href="/diff?), h(Compare.query(compare, name)), ~s(">), name, "</a>"]
+
+        [
+          ~s(<a#{class} href="),
+          h(compare.path),
+          "?",
+          h(Compare.query(compare, name)),
+          ~s(">),
+          name,
+          "</a>"
+        ]
       end,
       "</p>",
       ~s(<p class="hint">median: the typical stack comes out unchanged, so a slower machine ),
@@ -155,7 +182,9 @@ defmodule FlameOn.Client.Web.DiffPage do
   defp downloads(compare) do
     link = fn name ->
       [
-        ~s(<a href="/diff/download/#{name}?),
+        ~s(<a href="),
+        h(compare.path),
+        ~s(/download/#{name}?),
         h(Compare.query(compare)),
         ~s(" download>),
         h(Compare.file_name(compare, name)),

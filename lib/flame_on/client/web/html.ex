@@ -42,6 +42,16 @@ defmodule FlameOn.Client.Web.HTML do
   .facts th { font-weight: normal; color: #555; font-size: 12px; }
   .counters td:nth-child(odd) { color: #555; }
   code { font-size: 13px; }
+  svg.timeline { display: block; width: 100%; height: auto; background: #fff; border: 1px solid #e3ddd0; user-select: none; }
+  svg.timeline .hit { fill: transparent; }
+  svg.timeline .bar { fill: #c9a27e; }
+  svg.timeline a.win:hover .bar { fill: #8a6a4e; }
+  svg.timeline .in-a .bar { fill: #d9652b; }
+  svg.timeline .in-b .bar { fill: #3a78c2; }
+  svg.timeline .in-a.in-b .bar { fill: #8a4d9c; }
+  svg.timeline .drag { fill: #3b2f2a; fill-opacity: 0.15; pointer-events: none; }
+  svg.timeline .axis { font-size: 11px; fill: #666; }
+  svg.timeline .base { stroke: #bbb; }
   """
 
   @doc """

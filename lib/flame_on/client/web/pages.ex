@@ -22,6 +22,7 @@ defmodule FlameOn.Client.Web.Pages do
         "<h1>Capture the next call of a function</h1>",
         capture_form(config),
         waiting_list(waiting),
+        continuous_link(),
         "<h2>Recent traces</h2>",
         traces_table(traces)
       ],
@@ -57,6 +58,20 @@ defmodule FlameOn.Client.Web.Pages do
       selected = if name == default, do: " selected", else: ""
       ~s{<option value="#{name}"#{selected}>#{name} (#{h(description)})</option>}
     end
+  end
+
+  defp continuous_link do
+    text =
+      case FlameOn.Client.Continuous.status() do
+        false -> "not running: how to start it"
+        status -> "running, #{status.windows} windows"
+      end
+
+    [
+      ~s(<p class="procs" id="continuous-link"><a href="/timeline">Continuous profiling</a> ),
+      h("(#{text}): the node's samples over time, a flame graph of any range, the diff of two."),
+      "</p>"
+    ]
   end
 
   defp waiting_list([]), do: []
@@ -250,6 +265,10 @@ defmodule FlameOn.Client.Web.Pages do
   @doc "Two traces compared: see `FlameOn.Client.Web.Compare`."
   @spec diff(FlameOn.Client.Web.Compare.t(), String.t()) :: iodata()
   defdelegate diff(compare, nonce), to: FlameOn.Client.Web.DiffPage, as: :render
+
+  @doc "The continuous-profiling timeline (`FlameOn.Client.Web.Timeline`), with an error or not."
+  @spec timeline(FlameOn.Client.Web.Timeline.t(), String.t() | nil, String.t()) :: iodata()
+  defdelegate timeline(timeline, error, nonce), to: FlameOn.Client.Web.TimelinePage, as: :render
 
   @doc "A pid as the UI writes it in links: `0.123.0`."
   @spec pid_text(pid()) :: String.t()

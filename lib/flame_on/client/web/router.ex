@@ -26,6 +26,7 @@ defmodule FlameOn.Client.Web.Router do
   alias FlameOn.Client.Web.Pages
   alias FlameOn.Client.Web.Captures
   alias FlameOn.Client.Web.Compare
+  alias FlameOn.Client.Web.Timeline
 
   @doc "The response to `request` on the server with `config`."
   @spec handle(HTTP.request(), map()) :: HTTP.response()
@@ -237,6 +238,35 @@ defmodule FlameOn.Client.Web.Router do
             {:ok, file, type, body} -> attachment(file, type, body)
             :error -> error(404, "no download #{name}: #{Enum.join(Compare.downloads(), ", ")}")
           end
+        end
+
+      {"GET", ["timeline"]} ->
+        case Timeline.resolve(request.query) do
+          {:ok, timeline} ->
+            html(200, &Pages.timeline(timeline, nil, &1))
+
+          {:error, status, message, timeline} ->
+            html(status, &Pages.timeline(timeline, message, &1))
+        end
+
+      # what the page of the same query shows: range A's profile, or B's
+      # diff against A
+      {"GET", ["timeline", "download", name]} ->
+        case Timeline.resolve(request.query) do
+          {:ok, %{compare: nil, a: nil}} ->
+            error(400, "pick a range: /timeline/download/#{name}?a_from=MS&a_to=MS")
+
+          {:ok, %{compare: nil, a: a}} ->
+            download(a.profile, name)
+
+          {:ok, %{compare: compare}} ->
+            case Compare.download(compare, name) do
+              {:ok, file, type, body} -> attachment(file, type, body)
+              :error -> error(404, "no download #{name}: #{Enum.join(Compare.downloads(), ", ")}")
+            end
+
+          {:error, status, message, _timeline} ->
+            error(status, message)
         end
 
       {method, _} when method in ["GET", "POST"] ->

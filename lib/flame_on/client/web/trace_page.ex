@@ -231,10 +231,12 @@ defmodule FlameOn.Client.Web.TracePage do
     end
   end
 
-  defp counters(_title, stats) when map_size(stats) == 0, do: []
+  @doc "A table of counters under a heading (none when `stats` is empty), four a row."
+  @spec counters(String.t(), map()) :: iodata()
+  def counters(_title, stats) when map_size(stats) == 0, do: []
 
   # Four counters a row: the page stays short.
-  defp counters(title, stats) do
+  def counters(title, stats) do
     rows = stats |> Enum.sort() |> Enum.chunk_every(4)
 
     [
