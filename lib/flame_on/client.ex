@@ -148,6 +148,7 @@ defmodule FlameOn.Client do
 
   alias FlameOn.Client.{Capture, Options, Profile}
   alias FlameOn.Client.Node.TraceBackend
+  alias FlameOn.Client.Tracing
 
   @typedoc "An option of `profile/2`; see the module documentation."
   @type option ::
@@ -310,7 +311,14 @@ defmodule FlameOn.Client do
 
       true ->
         profile_opts = for {key, value} <- opts, key in Options.keys(:profile), do: {key, value}
-        traced(name, fun, settings, [name: name, mode: capture.mode] ++ profile_opts)
+
+        traced(
+          name,
+          fun,
+          settings,
+          Map.put(capture, :name, name),
+          [name: name, mode: capture.mode] ++ profile_opts
+        )
     end
   end
 
@@ -326,7 +334,7 @@ defmodule FlameOn.Client do
   # of a failed run too, and notes fun's outcome in the process dictionary:
   # an exception of profile/2 with no outcome noted means the trace never
   # started, and fun has not run.
-  defp traced(name, fun, settings, profile_opts) do
+  defp traced(name, fun, settings, capture, profile_opts) do
     key = {__MODULE__, :outcome, make_ref()}
 
     wrapped = fn ->
@@ -342,7 +350,10 @@ defmodule FlameOn.Client do
     end
 
     try do
-      profile(wrapped, profile_opts)
+      case settings.threshold_ms do
+        0 -> profile(wrapped, profile_opts)
+        threshold_ms -> Tracing.Tail.run(wrapped, profile_opts, capture, threshold_ms)
+      end
     catch
       kind, reason ->
         stacktrace = __STACKTRACE__
@@ -367,7 +378,7 @@ defmodule FlameOn.Client do
     else
       {outcome, profile} ->
         Process.delete(key)
-        FlameOn.Client.TraceStore.keep(profile, settings)
+        if profile, do: FlameOn.Client.TraceStore.keep(profile, settings)
         return(outcome)
     end
   end

@@ -364,6 +364,10 @@ defmodule FlameOn.Client.ReadmeTest do
                 ~w(work.base.pb.gz work.new.pb.gz),
             do: assert(File.exists?(Path.join("flame_on_out", file)), file)
 
+      code =~ "sample_rate: 1.0, threshold_ms: 250" ->
+        # a fast call: traced, its result back, nothing kept
+        assert value == {:checked_out, [:book]}
+
       code =~ "unreachable_nodes" ->
         assert %{nodes: _, unreachable_nodes: _} = binding.profile.graph.stats
 

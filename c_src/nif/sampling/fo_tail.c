@@ -1,0 +1,353 @@
+#include "fo_tail.h"
+
+#include <bsd/stdlib.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "fo_atoms.h"
+#include "fo_clock.h"
+#include "fo_handle.h"
+#include "fo_perf.h"
+#include "fo_resource.h"
+
+/* A time slice: the thread, when, and the function the process stopped
+ * in (its `out` event's MFA; module 0: none). */
+typedef struct {
+    uint64_t thread;
+    int64_t from_ns, to_ns;
+    fo_mfa stop;
+} tail_slice;
+
+typedef struct {
+    atomic_int in_use; /* 0 free, 1 taken, 2 being taken back */
+    atomic_uint gen;
+    uint64_t pid;
+    uint64_t thread; /* the running slice's thread; 0: scheduled out */
+    int64_t from_ns; /* the running slice's start */
+    int64_t end_ns;  /* tail_end's time; 0 before */
+    uint32_t count;
+    uint32_t cap;     /* slices allocated */
+    uint32_t dropped; /* slices past max_slices or the byte budget */
+    tail_slice *slices;
+} tail_entry;
+
+/* An entry's first array, and the most it keeps when freed (a short
+ * request's array is reused by the next one). */
+#define TAIL_FIRST_SLICES 16u
+#define TAIL_KEPT_SLICES 64u
+
+static pthread_mutex_t enable_mutex = PTHREAD_MUTEX_INITIALIZER;
+static tail_entry *_Atomic entries; /* published once filled */
+static uint32_t max_processes, max_slices;
+static uint64_t max_bytes;
+static atomic_ullong slice_bytes; /* slices allocated, all entries */
+static atomic_uint hint;
+static atomic_ullong begun, kept, full, truncated, reclaimed;
+
+int fo_tail_is_state(ErlNifEnv *env, ERL_NIF_TERM state)
+{
+    int arity;
+    const ERL_NIF_TERM *items;
+    return enif_get_tuple(env, state, &arity, &items) && arity == 3 && items[0] == fo_atom_tail;
+}
+
+/* The entry a state names while it is still that state's, else NULL. */
+static tail_entry *entry_of(ErlNifEnv *env, ERL_NIF_TERM state)
+{
+    int arity;
+    const ERL_NIF_TERM *items;
+    unsigned index, gen;
+    tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
+    if (table == NULL || !enif_get_tuple(env, state, &arity, &items) || arity != 3 || items[0] != fo_atom_tail ||
+        !enif_get_uint(env, items[1], &index) || !enif_get_uint(env, items[2], &gen) || index >= max_processes)
+        return NULL;
+    tail_entry *e = &table[index];
+    if (atomic_load_explicit(&e->in_use, memory_order_acquire) != 1 ||
+        atomic_load_explicit(&e->gen, memory_order_relaxed) != gen)
+        return NULL;
+    return e;
+}
+
+ERL_NIF_TERM fo_tail_enabled(ErlNifEnv *env, const ERL_NIF_TERM argv[])
+{
+    ERL_NIF_TERM tag = argv[0];
+    if (tag == fo_atom_in || tag == fo_atom_out)
+        return fo_atom_trace;
+    if (tag != fo_atom_trace_status)
+        return fo_atom_discard;
+    return entry_of(env, argv[1]) != NULL ? fo_atom_trace : fo_atom_remove;
+}
+
+/* Room for one more slice: doubles the entry's array, within max_slices
+ * and the node-wide byte budget. */
+static int room(tail_entry *e)
+{
+    if (e->count < e->cap)
+        return 1;
+    uint32_t cap = e->cap == 0 ? TAIL_FIRST_SLICES : e->cap * 2;
+    if (cap > max_slices)
+        cap = max_slices;
+    if (cap <= e->cap)
+        return 0;
+    uint64_t more = (uint64_t)(cap - e->cap) * sizeof(tail_slice);
+    if (atomic_fetch_add(&slice_bytes, more) + more > max_bytes) {
+        atomic_fetch_sub(&slice_bytes, more);
+        return 0;
+    }
+    tail_slice *grown = reallocarray(e->slices, cap, sizeof(tail_slice));
+    if (grown == NULL) {
+        atomic_fetch_sub(&slice_bytes, more);
+        return 0;
+    }
+    e->slices = grown;
+    e->cap = cap;
+    return 1;
+}
+
+static void close_slice(tail_entry *e, int64_t now, const fo_mfa *stop)
+{
+    static const fo_mfa none = {0, 0, 0};
+    if (e->thread == 0)
+        return;
+    if (e->dropped == 0 && room(e))
+        e->slices[e->count++] = (tail_slice){e->thread, e->from_ns, now, stop != NULL ? *stop : none};
+    else if (e->dropped++ == 0)
+        atomic_fetch_add_explicit(&truncated, 1, memory_order_relaxed);
+    e->thread = 0;
+}
+
+// trace(in | out, {tail, Index, Gen}, Pid, _, Opts): a slice starts or ends
+ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[])
+{
+    ErlNifPid pid;
+    tail_entry *e = entry_of(env, argv[1]);
+    if (e == NULL || !enif_get_local_pid(env, argv[2], &pid) || e->pid != (uint64_t)pid.pid)
+        return fo_atom_ok;
+    int64_t now = fo_tracer_clock_ns();
+    if (argv[0] == fo_atom_in) {
+        close_slice(e, now, NULL); /* an `out` went missing */
+        fo_perf_note_thread();
+        e->thread = fo_perf_thread_id();
+        e->from_ns = now;
+    } else if (argv[0] == fo_atom_out) {
+        /* where it stopped: {M, F, A} (atoms never move or die) */
+        int arity;
+        const ERL_NIF_TERM *mfa;
+        unsigned a;
+        fo_mfa stop = {0, 0, 0};
+        if (enif_get_tuple(env, argv[3], &arity, &mfa) && arity == 3 && enif_is_atom(env, mfa[0]) &&
+            enif_is_atom(env, mfa[1]) && enif_get_uint(env, mfa[2], &a))
+            stop = (fo_mfa){(uint64_t)mfa[0], (uint64_t)mfa[1], a};
+        close_slice(e, now, &stop);
+    }
+    return fo_atom_ok;
+}
+
+ERL_NIF_TERM fo_tail_enable_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    unsigned processes, slices;
+    ErlNifUInt64 bytes;
+    if (!enif_get_uint(env, argv[0], &processes) || !enif_get_uint(env, argv[1], &slices) ||
+        !enif_get_uint64(env, argv[2], &bytes) || processes == 0 || slices == 0 || processes > FO_TAIL_MAX_PROCESSES ||
+        slices > FO_TAIL_MAX_SLICES || bytes == 0 || bytes > FO_TAIL_MAX_BYTES)
+        return enif_make_badarg(env);
+    pthread_mutex_lock(&enable_mutex);
+    /* the budget and the per-request room may change; the table's size not */
+    max_slices = slices;
+    max_bytes = bytes;
+    if (atomic_load(&entries) == NULL) {
+        tail_entry *table = reallocarray(NULL, processes, sizeof(tail_entry));
+        if (table == NULL) {
+            pthread_mutex_unlock(&enable_mutex);
+            return enif_make_tuple2(env, fo_atom_error, fo_atom_memory);
+        }
+        memset(table, 0, (size_t)processes * sizeof(tail_entry));
+        max_processes = processes;
+        atomic_store_explicit(&entries, table, memory_order_release);
+    }
+    ERL_NIF_TERM answer =
+        enif_make_tuple3(env, fo_atom_ok, enif_make_uint(env, max_processes), enif_make_uint(env, max_slices));
+    pthread_mutex_unlock(&enable_mutex);
+    return answer;
+}
+
+/* An entry taken for the calling process (in_use already 1). */
+static ERL_NIF_TERM take(ErlNifEnv *env, tail_entry *table, uint32_t index, const ErlNifPid *self)
+{
+    tail_entry *e = &table[index];
+    unsigned gen = atomic_fetch_add_explicit(&e->gen, 1, memory_order_relaxed) + 1;
+    e->pid = (uint64_t)self->pid;
+    e->count = 0;
+    e->dropped = 0;
+    e->end_ns = 0;
+    fo_perf_note_thread();
+    e->thread = fo_perf_thread_id();
+    e->from_ns = fo_tracer_clock_ns();
+    atomic_store_explicit(&hint, index + 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&begun, 1, memory_order_relaxed);
+    return enif_make_tuple3(env, fo_atom_tail, enif_make_uint(env, index), enif_make_uint(env, gen));
+}
+
+ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    (void)argv;
+    ErlNifPid self;
+    tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
+    if (table == NULL)
+        return fo_atom_disabled;
+    if (enif_self(env, &self) == NULL)
+        return enif_make_badarg(env);
+    uint32_t start = atomic_load_explicit(&hint, memory_order_relaxed);
+    for (uint32_t i = 0; i < max_processes; i++) {
+        uint32_t index = (start + i) % max_processes;
+        int expected = 0;
+        if (atomic_compare_exchange_strong(&table[index].in_use, &expected, 1))
+            return take(env, table, index, &self);
+    }
+    /* full: take back an entry whose process died with it */
+    for (uint32_t index = 0; index < max_processes; index++) {
+        tail_entry *e = &table[index];
+        ErlNifPid owner;
+        owner.pid = (ERL_NIF_TERM)e->pid;
+        int expected = 1;
+        if (atomic_load(&e->in_use) != 1 || enif_is_process_alive(env, &owner) ||
+            !atomic_compare_exchange_strong(&e->in_use, &expected, 2))
+            continue;
+        atomic_fetch_add_explicit(&reclaimed, 1, memory_order_relaxed);
+        atomic_store(&e->in_use, 1);
+        return take(env, table, index, &self);
+    }
+    atomic_fetch_add_explicit(&full, 1, memory_order_relaxed);
+    return fo_atom_full;
+}
+
+/* The calling process's entry named by state, else NULL. */
+static tail_entry *own_entry(ErlNifEnv *env, ERL_NIF_TERM state)
+{
+    ErlNifPid self;
+    tail_entry *e = entry_of(env, state);
+    if (e == NULL || enif_self(env, &self) == NULL || e->pid != (uint64_t)self.pid)
+        return NULL;
+    return e;
+}
+
+static void release(tail_entry *e)
+{
+    if (e->cap > TAIL_KEPT_SLICES) {
+        /* a long request's array goes; the next one grows its own */
+        atomic_fetch_sub(&slice_bytes, (uint64_t)e->cap * sizeof(tail_slice));
+        free(e->slices);
+        e->slices = NULL;
+        e->cap = 0;
+    }
+    e->pid = 0;
+    atomic_store_explicit(&e->in_use, 0, memory_order_release);
+}
+
+ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tail_entry *e = own_entry(env, argv[0]);
+    if (e == NULL || (argv[1] != fo_atom_true && argv[1] != fo_atom_false))
+        return enif_make_badarg(env);
+    if (argv[1] == fo_atom_false) {
+        release(e);
+        return fo_atom_ok;
+    }
+    e->end_ns = fo_tracer_clock_ns();
+    close_slice(e, e->end_ns, NULL);
+    return fo_atom_ok;
+}
+
+static void apply(fo_session *core, uint8_t kind, uint64_t pid, int64_t ts, uint64_t thread, const fo_mfa *mfa)
+{
+    fo_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = kind;
+    ev.pid = pid;
+    ev.ts_ns = ts;
+    if (thread != 0) {
+        ev.flags = FO_EVF_HAS_THREAD;
+        ev.thread = thread;
+    }
+    if (mfa != NULL && mfa->module != 0) {
+        ev.flags |= FO_EVF_HAS_MFA;
+        ev.mfa = *mfa;
+    }
+    fo_session_apply(core, &ev);
+}
+
+ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    if (!fo_handle_get(env, argv[0], &res) || !res->cpu_sampled)
+        return enif_make_badarg(env);
+    tail_entry *e = own_entry(env, argv[1]);
+    if (e == NULL || e->end_ns == 0)
+        return enif_make_badarg(env);
+    atomic_fetch_add_explicit(&kept, 1, memory_order_relaxed);
+    fo_perf_pump(); /* the samples up to now */
+    int64_t end_ns = e->dropped > 0 && e->count > 0 ? e->slices[e->count - 1].to_ns : e->end_ns;
+    fo_spin_lock(&res->lock);
+    if (res->core != NULL && atomic_load(&res->active)) {
+        fo_resource_fold(res, env);
+        for (uint32_t i = 0; i < e->count; i++) {
+            const tail_slice *s = &e->slices[i];
+            apply(res->core, FO_EV_IN, e->pid, s->from_ns, s->thread, NULL);
+            /* it runs inside its root function: what comes before its
+             * first sample goes under it */
+            if (i == 0 && res->cpu_scope.has_root)
+                fo_session_cpu_inside(res->core, e->pid, &res->cpu_scope.root, 1);
+            apply(res->core, FO_EV_OUT, e->pid, s->to_ns, 0, &s->stop);
+        }
+        res->stopped_ns = end_ns;
+    }
+    fo_spin_unlock(&res->lock);
+    fo_handle_stop(res);
+    ERL_NIF_TERM answer = enif_make_tuple2(env, enif_make_uint(env, e->count), enif_make_uint(env, e->dropped));
+    release(e);
+    return answer;
+}
+
+static void put(ErlNifEnv *env, ERL_NIF_TERM *map, const char *key, unsigned long long value)
+{
+    enif_make_map_put(env, *map, enif_make_atom(env, key), enif_make_uint64(env, value), map);
+}
+
+ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    (void)argv;
+    tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
+    unsigned long long in_use = 0;
+    for (uint32_t i = 0; table != NULL && i < max_processes; i++)
+        in_use += atomic_load_explicit(&table[i].in_use, memory_order_relaxed) != 0;
+    ERL_NIF_TERM map = enif_make_new_map(env);
+    put(env, &map, "processes", table != NULL ? max_processes : 0);
+    put(env, &map, "slices", table != NULL ? max_slices : 0);
+    put(env, &map, "max_bytes", table != NULL ? max_bytes : 0);
+    put(env, &map, "bytes",
+        table != NULL ? (unsigned long long)max_processes * sizeof(tail_entry) + atomic_load(&slice_bytes) : 0);
+    put(env, &map, "in_use", in_use);
+    put(env, &map, "begun", atomic_load(&begun));
+    put(env, &map, "kept", atomic_load(&kept));
+    put(env, &map, "full", atomic_load(&full));
+    put(env, &map, "truncated", atomic_load(&truncated));
+    put(env, &map, "reclaimed", atomic_load(&reclaimed));
+    return map;
+}
+
+void fo_tail_unload(void)
+{
+    pthread_mutex_lock(&enable_mutex);
+    tail_entry *table = atomic_exchange(&entries, NULL);
+    for (uint32_t i = 0; table != NULL && i < max_processes; i++)
+        free(table[i].slices);
+    free(table);
+    atomic_store(&slice_bytes, 0);
+    pthread_mutex_unlock(&enable_mutex);
+}
