@@ -56,6 +56,7 @@ static ErlNifFunc nif_funcs[] = {
     {"tail_end", 2, fo_tail_end_nif, 0},
     {"tail_replay", 2, fo_tail_replay_nif, 0},
     {"tail_stats", 0, fo_tail_stats_nif, 0},
+    {"tail_owners", 0, fo_tail_owners_nif, 0},
     {"next_new", 3, fo_next_new_nif, 0},
     {"next_cancel", 1, fo_next_cancel_nif, 0},
     {"next_state", 1, fo_next_state_nif, 0},

@@ -313,6 +313,33 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     return answer;
 }
 
+ERL_NIF_TERM fo_tail_owners_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    (void)argv;
+    tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
+    ERL_NIF_TERM list = enif_make_list(env, 0);
+    for (uint32_t i = 0; table != NULL && i < max_processes; i++) {
+        tail_entry *e = &table[i];
+        if (atomic_load_explicit(&e->in_use, memory_order_acquire) != 1)
+            continue;
+        ErlNifPid owner;
+        owner.pid = (ERL_NIF_TERM)e->pid;
+        int taken = 1;
+        if (!enif_is_process_alive(env, &owner)) {
+            if (atomic_compare_exchange_strong(&e->in_use, &taken, 2)) {
+                atomic_fetch_add_explicit(&reclaimed, 1, memory_order_relaxed);
+                release(e);
+            }
+            continue;
+        }
+        ERL_NIF_TERM state =
+            enif_make_tuple3(env, fo_atom_tail, enif_make_uint(env, i), enif_make_uint(env, atomic_load(&e->gen)));
+        list = enif_make_list_cell(env, enif_make_tuple2(env, enif_make_pid(env, &owner), state), list);
+    }
+    return list;
+}
+
 static void put(ErlNifEnv *env, ERL_NIF_TERM *map, const char *key, unsigned long long value)
 {
     enif_make_map_put(env, *map, enif_make_atom(env, key), enif_make_uint64(env, value), map);

@@ -62,6 +62,11 @@ ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
 //   then gives the profile.
 ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
+// tail_owners() -> [{Pid, State}]
+//   The live processes holding an entry, with their tracer states; the
+//   entries of processes that died are freed.
+ERL_NIF_TERM fo_tail_owners_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
 // tail_stats() -> #{processes, slices, max_bytes, bytes, in_use, begun, kept, full, truncated, reclaimed}
 ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 

@@ -51,6 +51,7 @@ defmodule FlameOn.Client.TailTest do
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.{PerfSampler, TailHold}
   alias FlameOn.Client.TailTest.Work
+  alias FlameOn.Client.Telemetry
 
   @to_me {FlameOn.Client.Shipper.Process, pid: :flame_on_tail_test}
 
@@ -182,6 +183,54 @@ defmodule FlameOn.Client.TailTest do
       on_cpu = time_in(profile, "TailTest.Work")
       assert on_cpu < profile.duration_us
       assert TailHold.stats().truncated >= 1
+    end
+
+    test "telemetry traces with threshold_ms take the shared path too" do
+      config = [mode: :native, threshold_ms: 200, shipper: @to_me]
+
+      event = fn suffix ->
+        Telemetry.handle_event([:tail_test, :req, suffix], %{}, %{}, config)
+      end
+
+      for _ <- 1..20 do
+        event.(:start)
+        Work.fast()
+        event.(:stop)
+      end
+
+      event.(:start)
+      assert {:flags, [:running]} = :erlang.trace_info(self(), :flags)
+      Work.slow(120, 180)
+      event.(:stop)
+      assert :erlang.trace_info(self(), :flags) == {:flags, []}
+
+      assert [profile] = kept()
+      assert profile.name == "tail_test.req"
+      assert profile.mode == :native_tail
+      assert time_in(profile, "TailTest.Work.slow_compute/1") >= 60_000
+      assert TailHold.stats().in_use == 0
+    end
+
+    test "a telemetry :start whose :stop never comes: its flag goes when the hold turns off" do
+      config = [mode: :native, threshold_ms: 200, shipper: @to_me]
+      parent = self()
+
+      pid =
+        spawn(fn ->
+          Telemetry.handle_event([:tail_test, :lost, :start], %{}, %{}, config)
+          send(parent, :started)
+          Process.sleep(:infinity)
+        end)
+
+      assert_receive :started
+      assert {:flags, [:running]} = :erlang.trace_info(pid, :flags)
+      :ok = TailHold.off(50)
+      assert :erlang.trace_info(pid, :flags) == {:flags, []}
+      assert Native.perf_stats().users == 0
+      Process.exit(pid, :kill)
+      # its entry is given back once it is gone
+      assert wait_until(fn -> Native.tail_owners() == [] end, 3_000)
+      assert TailHold.stats().in_use == 0
     end
 
     test "cross_process and mode :sample take the own-session path" do

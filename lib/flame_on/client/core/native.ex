@@ -333,6 +333,10 @@ defmodule FlameOn.Client.Core.Native do
   def tail_replay(_session, _state), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
+  @spec tail_owners() :: [{pid(), tuple()}]
+  def tail_owners, do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
   @spec tail_stats() :: map()
   def tail_stats, do: :erlang.nif_error(:nif_not_loaded)
 

@@ -26,7 +26,9 @@ defmodule FlameOn.Client.Node.TailHold do
   #     (read per request; for comparisons).
   #
   # Per request, `on?/1` is a :persistent_term read and two atomics
-  # operations.
+  # operations. A tail trace still running `idle_ms` after the last one
+  # started (and `idle_ms` more) loses its flag and the sampler: its
+  # profile, if kept, has no samples from then on.
 
   use GenServer
 
@@ -161,6 +163,7 @@ defmodule FlameOn.Client.Node.TailHold do
   defp turn_off(state, wait_ms) do
     :atomics.put(state.flags, @on, 0)
     wait_idle(System.monotonic_time(:millisecond) + wait_ms)
+    untrace_stragglers()
     PerfSampler.release()
     if state.timer, do: Process.cancel_timer(state.timer)
     %{state | held: false, timer: nil}
@@ -171,6 +174,22 @@ defmodule FlameOn.Client.Node.TailHold do
     if Native.tail_stats().in_use > 0 and System.monotonic_time(:millisecond) < deadline do
       Process.sleep(5)
       wait_idle(deadline)
+    end
+  end
+
+  # Tail traces still running after the wait (a telemetry :start whose
+  # :stop never came): their flag goes off, so nothing of ours is left on
+  # them; their entries stay theirs (bounded) until their :stop or exit.
+  # (Native.tail_owners/0 frees the entries of processes that died.)
+  defp untrace_stragglers do
+    for {pid, state} <- Native.tail_owners(),
+        :erlang.trace_info(pid, :tracer) == {:tracer, {Native, state}} do
+      try do
+        :erlang.trace(pid, false, [:running])
+      rescue
+        # it exited meanwhile
+        ArgumentError -> :ok
+      end
     end
   end
 

@@ -42,12 +42,62 @@ defmodule FlameOn.Client.Tracing.Tail do
           {result, FlameOn.Client.Profile.t() | nil}
         when result: term()
   def run(fun, opts, trace_capture, threshold_ms) do
-    with true <- shared?(trace_capture),
-         {:tail, _, _} = state <- Native.tail_begin() do
-      shared(fun, trace_capture, state, threshold_ms)
-    else
-      _ -> own(fun, Options.profile!(opts), threshold_ms)
+    case start(trace_capture, @root) do
+      {:ok, tail} ->
+        outcome = call(fun)
+        profile = stop(tail, threshold_ms)
+
+        case outcome do
+          {:ok, result} -> {result, profile}
+          {kind, reason, stacktrace} -> :erlang.raise(kind, reason, stacktrace)
+        end
+
+      :unavailable ->
+        own(fun, Options.profile!(opts), threshold_ms)
     end
+  end
+
+  @typedoc "A running shared tail trace of the calling process (`start/2`)."
+  @type tail :: %{
+          state: tuple(),
+          handle: TraceBackend.t(),
+          opts: map(),
+          root: mfa() | nil,
+          started_ts: integer()
+        }
+
+  @doc """
+  Starts a shared tail trace of the calling process with checked capture
+  options `opts` (their mode resolved, with `:name`) where it can run
+  (mode `:native`, one process, native sampling available, an entry free
+  in the table): `{:ok, tail}`, its flag on from here; else
+  `:unavailable`. `root`: the function its stacks start at, or nil.
+  """
+  @spec start(map(), mfa() | nil) :: {:ok, tail()} | :unavailable
+  def start(opts, root) do
+    with true <- shared?(opts),
+         {:tail, _, _} = state <- Native.tail_begin() do
+      handle = TraceBackend.legacy({Native, state})
+      started_ts = :erlang.monotonic_time()
+      TraceBackend.set_flags(self(), [{handle, [:running]}])
+      {:ok, %{state: state, handle: handle, opts: opts, root: root, started_ts: started_ts}}
+    else
+      _ -> :unavailable
+    end
+  end
+
+  @doc """
+  Ends the calling process's shared tail trace (its flag off, if still
+  on): its profile when it lasted at least `threshold_ms`, else nil
+  (nothing built).
+  """
+  @spec stop(tail(), non_neg_integer()) :: FlameOn.Client.Profile.t() | nil
+  def stop(%{state: state, started_ts: started_ts} = tail, threshold_ms) do
+    TraceBackend.trace(tail.handle, self(), false, [:running])
+    end_ts = :erlang.monotonic_time()
+    keep = slow?(started_ts, end_ts, threshold_ms)
+    :ok = Native.tail_end(state, keep)
+    if keep, do: replay(tail, end_ts)
   end
 
   defp shared?(%{mode: :native, cross_process: false} = opts) do
@@ -56,29 +106,6 @@ defmodule FlameOn.Client.Tracing.Tail do
   end
 
   defp shared?(_opts), do: false
-
-  defp shared(fun, opts, state, threshold_ms) do
-    handle = TraceBackend.legacy({Native, state})
-    started_ts = :erlang.monotonic_time()
-
-    outcome =
-      try do
-        TraceBackend.set_flags(self(), [{handle, [:running]}])
-        call(fun)
-      after
-        TraceBackend.trace(handle, self(), false, [:running])
-      end
-
-    end_ts = :erlang.monotonic_time()
-    keep = slow?(started_ts, end_ts, threshold_ms)
-    :ok = Native.tail_end(state, keep)
-    profile = if keep, do: replay(opts, state, started_ts, end_ts)
-
-    case outcome do
-      {:ok, result} -> {result, profile}
-      {kind, reason, stacktrace} -> :erlang.raise(kind, reason, stacktrace)
-    end
-  end
 
   @doc false
   # The root frame of a tail trace's stacks: `fun` runs in it.
@@ -90,8 +117,8 @@ defmodule FlameOn.Client.Tracing.Tail do
   end
 
   # A slow request's slices, with the samples taken in them, as a profile.
-  defp replay(opts, state, started_ts, end_ts) do
-    {:ok, core} = Common.new_core(opts, Capture.Native.core_options(opts, @root))
+  defp replay(%{opts: opts, state: state, started_ts: started_ts} = tail, end_ts) do
+    {:ok, core} = Common.new_core(opts, Capture.Native.core_options(opts, tail.root))
     {slices, dropped} = Native.tail_replay(core, state)
     {raw, stats} = Native.finish(core, :stop)
 
