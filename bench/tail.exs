@@ -66,6 +66,7 @@ defmodule FlameOn.Bench.Tail do
 
     base = [
       {"untraced", nil},
+      {"trace/3, sample_rate 0 (the API's floor)", [mode: :sample, sample_rate: 0.0]},
       {"sample, keep all", [mode: :sample, sample_rate: 1.0, threshold_ms: 0]},
       {"sample, threshold 250 (none kept)", [mode: :sample, sample_rate: 1.0, threshold_ms: 250]}
     ]
@@ -203,27 +204,29 @@ defmodule FlameOn.Bench.Tail do
   defp render_loop(0, acc), do: length(acc)
   defp render_loop(n, acc), do: render_loop(n - 1, [rem(n * 7, 13) | acc])
 
+  def compute(n), do: {:ok, fib(n)}
+  def fib(n) when n < 2, do: n
+  def fib(n), do: fib(n - 1) + fib(n - 2)
+
+  # render: list building (allocation, garbage collection), or with
+  # FIDELITY_SECOND=compute a phase that allocates nothing (fib)
+  @second if System.get_env("FIDELITY_SECOND") == "compute", do: :compute, else: :render
+  @second_arg if @second == :compute, do: 29, else: 1_000_000
+
+  def second, do: apply(__MODULE__, @second, [@second_arg])
+
   def slow_request do
     {:ok, _} = parse(1_500_000)
     Process.sleep(20)
-    {:ok, _} = render(1_000_000)
+    {:ok, _} = second()
   end
 
   def fidelity do
-    IO.puts("\n== fidelity: the slow request's render share of its CPU (parse + render) ==")
+    IO.puts(
+      "\n== fidelity: the slow request's #{@second} share of its CPU (parse + #{@second}) =="
+    )
+
     runs = String.to_integer(System.get_env("FIDELITY_RUNS", "30"))
-
-    truth =
-      for _ <- 1..runs do
-        t0 = System.monotonic_time(:microsecond)
-        parse(1_500_000)
-        t1 = System.monotonic_time(:microsecond)
-        render(1_000_000)
-        t2 = System.monotonic_time(:microsecond)
-        (t2 - t1) / (t2 - t0)
-      end
-
-    IO.puts("untraced truth: #{pct(median(truth))} (median of #{runs})")
 
     modes =
       if PerfSampler.available?(),
@@ -234,8 +237,17 @@ defmodule FlameOn.Bench.Tail do
       Application.put_env(:flame_on_client, :tail, shared: shared)
       me = self()
 
-      shares =
+      # each traced run beside an untraced one, so the machine's load
+      # weighs on both alike; all runs' time together (a run holds a few
+      # dozen samples)
+      runs =
         for _ <- 1..runs do
+          t0 = System.monotonic_time(:microsecond)
+          parse(1_500_000)
+          t1 = System.monotonic_time(:microsecond)
+          second()
+          t2 = System.monotonic_time(:microsecond)
+
           FlameOn.Client.Tracing.trace("slow", &slow_request/0,
             mode: mode,
             threshold_ms: 1,
@@ -244,22 +256,24 @@ defmodule FlameOn.Bench.Tail do
 
           receive do
             {:flame_on_profile, p} ->
-              {stack_time(p, "Tail.render/1"), stack_time(p, "Tail.parse/1"), p.mode}
+              {t2 - t1, t1 - t0, stack_time(p, "Tail.#{@second}/1"),
+               stack_time(p, "Tail.parse/1"), p.mode}
           end
         end
 
-      # all runs' time together: a run holds a few dozen samples
-      render = Enum.sum(for {r, _, _} <- shares, do: r)
-      parse = Enum.sum(for {_, q, _} <- shares, do: q)
-      share = render / max(render + parse, 1)
-      {_, _, mode_ran} = hd(shares)
+      share = fn r, q -> r / max(r + q, 1) end
+      truth = share.(sum(runs, 0), sum(runs, 1))
+      traced = share.(sum(runs, 2), sum(runs, 3))
+      mode_ran = elem(hd(runs), 4)
 
       IO.puts(
-        "#{String.pad_trailing(label, 26)} #{pct(share)} " <>
-          "(#{Float.round((share - median(truth)) * 100, 1)} pp; profile.mode #{mode_ran})"
+        "#{String.pad_trailing(label, 26)} #{pct(traced)}, untraced #{pct(truth)}: " <>
+          "#{Float.round((traced - truth) * 100, 1)} pp (profile.mode #{mode_ran})"
       )
     end
   end
+
+  defp sum(runs, i), do: Enum.sum(for run <- runs, do: elem(run, i))
 
   defp stack_time(profile, frame) do
     for {_pid, stacks} <- profile.stacks,
@@ -270,7 +284,6 @@ defmodule FlameOn.Bench.Tail do
         do: (acc -> acc + us)
   end
 
-  defp median(values), do: Enum.at(Enum.sort(values), div(length(values), 2))
   defp pct(x), do: "#{Float.round(x * 100, 1)}%"
 
   # --- breakdown ------------------------------------------------------------
@@ -330,10 +343,8 @@ defmodule FlameOn.Bench.Tail do
     t1 = t.()
     _ = Capture.sampled?(settings.sample_rate) and not Capture.traced?()
     t2 = t.()
-    profile_opts = for {key, value} <- opts, key in Options.keys(:profile), do: {key, value}
-    copts = Options.profile!([name: "request", mode: capture.mode] ++ profile_opts)
     t3 = t.()
-    true = TailHold.on?(copts.frequency)
+    true = TailHold.on?(capture.frequency)
     t4 = t.()
     state = Native.tail_begin()
     t5 = t.()
@@ -348,7 +359,6 @@ defmodule FlameOn.Bench.Tail do
     [
       "Options.trace!": t1 - t0,
       "sampled?, traced?": t2 - t1,
-      "Options.profile!": t3 - t2,
       "TailHold.on?": t4 - t3,
       tail_begin: t5 - t4,
       "flags on": t6 - t5,
