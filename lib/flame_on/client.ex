@@ -434,8 +434,10 @@ defmodule FlameOn.Client do
   `[{mfa, pid}]`), `:trace_store` (the recent traces kept, their size
   and bounds, see `FlameOn.Client.TraceStore`) and `:native`: whether
   `mode: :native` can run in this VM (`%{available: true, sampler:
-  counters}`, the CPU sampler's users, threads, frequency, samples and
-  losses) or why not and what to do (`%{available: false, reason: text}`).
+  counters, tail: counters}`, the CPU sampler's users, threads, frequency,
+  samples and losses, and tail tracing's: whether it holds the sampler,
+  its calls running, kept, truncated) or why not and what to do
+  (`%{available: false, reason: text}`).
   """
   @spec status() :: map()
   defdelegate status(), to: FlameOn.Client.Node.Status
