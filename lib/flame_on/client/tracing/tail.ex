@@ -25,7 +25,9 @@ defmodule FlameOn.Client.Tracing.Tail do
   alias FlameOn.Client.{Capture, Options, Profile, ProcessName}
   alias FlameOn.Client.Capture.Common
   alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Node.{PerfSampler, TailHold, TraceBackend}
+  alias FlameOn.Client.Node.{Breaker, PerfSampler, TailHold, TraceBackend}
+
+  require Logger
 
   # The root of a tail trace's stacks (both paths): call/1's frame.
   @root {__MODULE__, :call, 1}
@@ -76,6 +78,7 @@ defmodule FlameOn.Client.Tracing.Tail do
   @spec start(map(), mfa() | nil) :: {:ok, tail()} | :unavailable
   def start(opts, root) do
     with true <- shared?(opts),
+         true <- untraced_legacy?(),
          {:tail, _, _} = state <- Native.tail_begin() do
       handle = TraceBackend.legacy({Native, state})
       started_ts = :erlang.monotonic_time()
@@ -95,9 +98,30 @@ defmodule FlameOn.Client.Tracing.Tail do
   def stop(%{state: state, started_ts: started_ts} = tail, threshold_ms) do
     TraceBackend.trace(tail.handle, self(), false, [:running])
     end_ts = :erlang.monotonic_time()
-    keep = slow?(started_ts, end_ts, threshold_ms)
+    # a slow one is built unless the breaker is open (no new session then)
+    keep = slow?(started_ts, end_ts, threshold_ms) and breaker_closed?(tail)
     :ok = Native.tail_end(state, keep)
     if keep, do: replay(tail, end_ts)
+  end
+
+  defp breaker_closed?(tail) do
+    case Breaker.check() do
+      :ok ->
+        true
+
+      {:error, reason} ->
+        Logger.warning(fn ->
+          "FlameOn: the slow trace #{inspect(tail.opts.name)} is not kept: #{inspect(reason)}"
+        end)
+
+        false
+    end
+  end
+
+  # The shared path's flag goes to the legacy session: where the VM has
+  # trace sessions, Capture.traced?/0 looks at ours only.
+  defp untraced_legacy? do
+    not TraceBackend.sessions?() or :erlang.trace_info(self(), :tracer) == {:tracer, []}
   end
 
   defp shared?(%{mode: :native, cross_process: false} = opts) do
