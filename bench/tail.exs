@@ -346,7 +346,7 @@ defmodule FlameOn.Bench.Tail do
     t3 = t.()
     true = TailHold.on?(capture.frequency)
     t4 = t.()
-    state = Native.tail_begin()
+    state = Native.tail_begin(125_000_000)
     t5 = t.()
     handle = TraceBackend.legacy({Native, state})
     TraceBackend.set_flags(self(), [{handle, [:running]}])

@@ -52,7 +52,7 @@ static ErlNifFunc nif_funcs[] = {
     {"perf_release", 1, fo_perf_release_nif, 0},
     {"perf_stats", 0, fo_perf_stats_nif, 0},
     {"tail_enable", 3, fo_tail_enable_nif, 0},
-    {"tail_begin", 0, fo_tail_begin_nif, 0},
+    {"tail_begin", 1, fo_tail_begin_nif, 0},
     {"tail_end", 2, fo_tail_end_nif, 0},
     {"tail_replay", 2, fo_tail_replay_nif, 0},
     {"tail_stats", 0, fo_tail_stats_nif, 0},

@@ -7,9 +7,21 @@
 
 #include "fo_atoms.h"
 #include "fo_clock.h"
+#include "fo_cpu.h"
+#include "fo_cpu_helpers.h"
+#include "fo_decode.h"
 #include "fo_handle.h"
 #include "fo_perf.h"
 #include "fo_resource.h"
+#include "fo_spinlock.h"
+
+/* An entry's first array, and the most it keeps when freed (a short
+ * request's array is reused by the next one). */
+#define TAIL_FIRST_SLICES 16u
+#define TAIL_KEPT_SLICES 64u
+/* Stops asked about per request, and the frames their answers keep. */
+#define TAIL_ASKS 16u
+#define TAIL_CONTEXT_FRAMES 256u
 
 /* A time slice: the thread, when, and the function the process stopped
  * in (its `out` event's MFA; module 0: none). */
@@ -18,6 +30,20 @@ typedef struct {
     int64_t from_ns, to_ns;
     fo_mfa stop;
 } tail_slice;
+
+/* A stack the thread's helper read (process_info) where the process
+ * stopped in `key`, after `after` slices: frames root first, in the
+ * entry's frame store from `first`. */
+typedef struct {
+    fo_mfa key;
+    uint32_t after, first, count;
+} tail_context;
+
+/* The answers of one request, allocated at its first. */
+typedef struct {
+    tail_context ctx[TAIL_ASKS];
+    fo_mfa frames[TAIL_CONTEXT_FRAMES];
+} tail_answers;
 
 typedef struct {
     atomic_int in_use; /* 0 free, 1 taken, 2 being taken back */
@@ -30,12 +56,16 @@ typedef struct {
     uint32_t cap;     /* slices allocated */
     uint32_t dropped; /* slices past max_slices or the byte budget */
     tail_slice *slices;
+    /* Stops asked about: only once the request ran ask_after_ns (it may be
+     * slow), once per function, TAIL_ASKS at most; the answers (contexts,
+     * under ctx_lock: the helper writes them) say where its waits were. */
+    int64_t ask_after_ns; /* 0: never */
+    uint32_t asked;
+    fo_mfa asked_keys[TAIL_ASKS];
+    fo_spinlock ctx_lock;
+    uint32_t ctx_count, frame_count;
+    tail_answers *answers; /* NULL until the first */
 } tail_entry;
-
-/* An entry's first array, and the most it keeps when freed (a short
- * request's array is reused by the next one). */
-#define TAIL_FIRST_SLICES 16u
-#define TAIL_KEPT_SLICES 64u
 
 static pthread_mutex_t enable_mutex = PTHREAD_MUTEX_INITIALIZER;
 static tail_entry *_Atomic entries; /* published once filled */
@@ -43,7 +73,7 @@ static uint32_t max_processes, max_slices;
 static uint64_t max_bytes;
 static atomic_ullong slice_bytes; /* slices allocated, all entries */
 static atomic_uint hint;
-static atomic_ullong begun, kept, full, truncated, reclaimed;
+static atomic_ullong begun, kept, full, truncated, reclaimed, asks, answers;
 
 int fo_tail_is_state(ErlNifEnv *env, ERL_NIF_TERM state)
 {
@@ -117,6 +147,30 @@ static void close_slice(tail_entry *e, int64_t now, const fo_mfa *stop)
     e->thread = 0;
 }
 
+/* The process may be slow and stopped in `stop`: the helper of this
+ * thread reads its stack before it runs again (as a native trace asks,
+ * fo_cpu_ask.h), once per function per request. */
+static void ask(ErlNifEnv *env, tail_entry *e, ERL_NIF_TERM state, const ErlNifPid *pid, const fo_mfa *stop)
+{
+    for (uint32_t i = 0; i < e->asked; i++)
+        if (fo_mfa_equal(&e->asked_keys[i], stop))
+            return;
+    ErlNifPid helper;
+    if (e->asked >= TAIL_ASKS || !fo_cpu_helpers_for(fo_perf_thread_id(), &helper))
+        return;
+    e->asked_keys[e->asked++] = *stop;
+    atomic_fetch_add_explicit(&asks, 1, memory_order_relaxed);
+    ErlNifEnv *msg_env = enif_alloc_env();
+    if (msg_env == NULL)
+        return;
+    ERL_NIF_TERM mfa = enif_make_tuple3(msg_env, (ERL_NIF_TERM)stop->module, (ERL_NIF_TERM)stop->function,
+                                        enif_make_uint(msg_env, stop->arity));
+    ERL_NIF_TERM msg = enif_make_tuple4(msg_env, fo_atom_flame_on_context, enif_make_copy(msg_env, state),
+                                        enif_make_pid(msg_env, pid), mfa);
+    enif_send(env, &helper, msg_env, msg);
+    enif_free_env(msg_env);
+}
+
 // trace(in | out, {tail, Index, Gen}, Pid, _, Opts): a slice starts or ends
 ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[])
 {
@@ -140,6 +194,8 @@ ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[])
             enif_is_atom(env, mfa[1]) && enif_get_uint(env, mfa[2], &a))
             stop = (fo_mfa){(uint64_t)mfa[0], (uint64_t)mfa[1], a};
         close_slice(e, now, &stop);
+        if (e->ask_after_ns != 0 && now >= e->ask_after_ns && stop.module != 0)
+            ask(env, e, argv[1], &pid, &stop);
     }
     return fo_atom_ok;
 }
@@ -174,7 +230,7 @@ ERL_NIF_TERM fo_tail_enable_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 }
 
 /* An entry taken for the calling process (in_use already 1). */
-static ERL_NIF_TERM take(ErlNifEnv *env, tail_entry *table, uint32_t index, const ErlNifPid *self)
+static ERL_NIF_TERM take(ErlNifEnv *env, tail_entry *table, uint32_t index, const ErlNifPid *self, int64_t ask_after_ns)
 {
     tail_entry *e = &table[index];
     unsigned gen = atomic_fetch_add_explicit(&e->gen, 1, memory_order_relaxed) + 1;
@@ -182,9 +238,15 @@ static ERL_NIF_TERM take(ErlNifEnv *env, tail_entry *table, uint32_t index, cons
     e->count = 0;
     e->dropped = 0;
     e->end_ns = 0;
+    e->asked = 0;
+    fo_spin_lock(&e->ctx_lock);
+    e->ctx_count = 0;
+    e->frame_count = 0;
+    fo_spin_unlock(&e->ctx_lock);
     fo_perf_note_thread();
     e->thread = fo_perf_thread_id();
     e->from_ns = fo_tracer_clock_ns();
+    e->ask_after_ns = ask_after_ns > 0 ? e->from_ns + ask_after_ns : 0;
     atomic_store_explicit(&hint, index + 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&begun, 1, memory_order_relaxed);
     return enif_make_tuple3(env, fo_atom_tail, enif_make_uint(env, index), enif_make_uint(env, gen));
@@ -193,19 +255,19 @@ static ERL_NIF_TERM take(ErlNifEnv *env, tail_entry *table, uint32_t index, cons
 ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    (void)argv;
     ErlNifPid self;
+    ErlNifSInt64 ask_after;
+    if (!enif_get_int64(env, argv[0], &ask_after) || ask_after < 0 || enif_self(env, &self) == NULL)
+        return enif_make_badarg(env);
     tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
     if (table == NULL)
         return fo_atom_disabled;
-    if (enif_self(env, &self) == NULL)
-        return enif_make_badarg(env);
     uint32_t start = atomic_load_explicit(&hint, memory_order_relaxed);
     for (uint32_t i = 0; i < max_processes; i++) {
         uint32_t index = (start + i) % max_processes;
         int expected = 0;
         if (atomic_compare_exchange_strong(&table[index].in_use, &expected, 1))
-            return take(env, table, index, &self);
+            return take(env, table, index, &self, ask_after);
     }
     /* full: take back an entry whose process died with it */
     for (uint32_t index = 0; index < max_processes; index++) {
@@ -218,7 +280,7 @@ ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
             continue;
         atomic_fetch_add_explicit(&reclaimed, 1, memory_order_relaxed);
         atomic_store(&e->in_use, 1);
-        return take(env, table, index, &self);
+        return take(env, table, index, &self, ask_after);
     }
     atomic_fetch_add_explicit(&full, 1, memory_order_relaxed);
     return fo_atom_full;
@@ -243,7 +305,13 @@ static void release(tail_entry *e)
         e->slices = NULL;
         e->cap = 0;
     }
+    fo_spin_lock(&e->ctx_lock);
+    free(e->answers);
+    e->answers = NULL;
+    e->ctx_count = 0;
+    e->frame_count = 0;
     e->pid = 0;
+    fo_spin_unlock(&e->ctx_lock);
     atomic_store_explicit(&e->in_use, 0, memory_order_release);
 }
 
@@ -260,6 +328,71 @@ ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     e->end_ns = fo_tracer_clock_ns();
     close_slice(e, e->end_ns, NULL);
     return fo_atom_ok;
+}
+
+ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[])
+{
+    ErlNifPid pid;
+    fo_mfa key;
+    unsigned length;
+    tail_entry *e = entry_of(env, argv[0]);
+    if (!enif_get_local_pid(env, argv[1], &pid) || !enif_get_list_length(env, argv[4], &length))
+        return enif_make_badarg(env);
+    if (e == NULL || e->pid != (uint64_t)pid.pid)
+        return fo_atom_stopped;
+    if (!fo_decode_mfa(env, argv[3], &key))
+        return fo_atom_stale;
+    fo_mfa frames[TAIL_CONTEXT_FRAMES];
+    uint32_t count = (uint32_t)length;
+    if (count > TAIL_CONTEXT_FRAMES - 1)
+        count = TAIL_CONTEXT_FRAMES - 1; /* the innermost ones */
+    ERL_NIF_TERM list = argv[4], head;
+    for (uint32_t i = 0; i < count; i++) {
+        if (!enif_get_list_cell(env, list, &head, &list) || !fo_decode_frame(env, head, &frames[count - 1 - i]))
+            return enif_make_badarg(env);
+    }
+    /* a BIF that traps is its current function, not a frame */
+    if (count == 0 || !fo_mfa_equal(&frames[count - 1], &key))
+        frames[count++] = key;
+    ERL_NIF_TERM result = fo_atom_full;
+    fo_spin_lock(&e->ctx_lock);
+    /* still that process's entry (it may have ended meanwhile) */
+    if (atomic_load(&e->in_use) != 1 || e->pid != (uint64_t)pid.pid) {
+        result = fo_atom_stopped;
+    } else if (e->answers == NULL && (e->answers = malloc(sizeof(tail_answers))) == NULL) {
+        result = fo_atom_full;
+    } else if (e->ctx_count < TAIL_ASKS && e->frame_count + count <= TAIL_CONTEXT_FRAMES) {
+        tail_context *c = &e->answers->ctx[e->ctx_count++];
+        c->key = key;
+        c->after = __atomic_load_n(&e->count, __ATOMIC_RELAXED);
+        c->first = e->frame_count;
+        c->count = count;
+        memcpy(&e->answers->frames[e->frame_count], frames, sizeof(fo_mfa) * count);
+        e->frame_count += count;
+        atomic_fetch_add_explicit(&answers, 1, memory_order_relaxed);
+        result = fo_atom_ok;
+    }
+    fo_spin_unlock(&e->ctx_lock);
+    return result;
+}
+
+/* The contexts read after `after` slices, into the session (caller holds
+ * its lock and e's ctx_lock). */
+static void apply_contexts(fo_session_res *res, const tail_entry *e, uint32_t after)
+{
+    for (uint32_t i = 0; e->answers != NULL && i < e->ctx_count; i++) {
+        const tail_context *c = &e->answers->ctx[i];
+        if (c->after != after)
+            continue;
+        const fo_mfa *frames = &e->answers->frames[c->first];
+        uint32_t from = fo_cpu_scope_start(&res->cpu_scope, frames, c->count);
+        /* a stack cut by the node's backtrace_depth below the root says
+         * not where the wait was: the core places it as without */
+        if (!res->cpu_scope.has_root || !fo_mfa_equal(&frames[from], &res->cpu_scope.root))
+            continue;
+        if (c->count > from)
+            fo_session_cpu_context(res->core, e->pid, &c->key, frames + from, c->count - from);
+    }
 }
 
 static void apply(fo_session *core, uint8_t kind, uint64_t pid, int64_t ts, uint64_t thread, const fo_mfa *mfa)
@@ -293,6 +426,7 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     fo_perf_pump(); /* the samples up to now */
     int64_t end_ns = e->dropped > 0 && e->count > 0 ? e->slices[e->count - 1].to_ns : e->end_ns;
     fo_spin_lock(&res->lock);
+    fo_spin_lock(&e->ctx_lock);
     if (res->core != NULL && atomic_load(&res->active)) {
         fo_resource_fold(res, env);
         for (uint32_t i = 0; i < e->count; i++) {
@@ -303,9 +437,12 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
             if (i == 0 && res->cpu_scope.has_root)
                 fo_session_cpu_inside(res->core, e->pid, &res->cpu_scope.root, 1);
             apply(res->core, FO_EV_OUT, e->pid, s->to_ns, 0, &s->stop);
+            /* where it stopped, as the helper read it before it ran again */
+            apply_contexts(res, e, i + 1);
         }
         res->stopped_ns = end_ns;
     }
+    fo_spin_unlock(&e->ctx_lock);
     fo_spin_unlock(&res->lock);
     fo_handle_stop(res);
     ERL_NIF_TERM answer = enif_make_tuple2(env, enif_make_uint(env, e->count), enif_make_uint(env, e->dropped));
@@ -365,6 +502,8 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     put(env, &map, "full", atomic_load(&full));
     put(env, &map, "truncated", atomic_load(&truncated));
     put(env, &map, "reclaimed", atomic_load(&reclaimed));
+    put(env, &map, "asks", atomic_load(&asks));
+    put(env, &map, "answers", atomic_load(&answers));
     return map;
 }
 
@@ -372,8 +511,10 @@ void fo_tail_unload(void)
 {
     pthread_mutex_lock(&enable_mutex);
     tail_entry *table = atomic_exchange(&entries, NULL);
-    for (uint32_t i = 0; table != NULL && i < max_processes; i++)
+    for (uint32_t i = 0; table != NULL && i < max_processes; i++) {
         free(table[i].slices);
+        free(table[i].answers);
+    }
     free(table);
     atomic_store(&slice_bytes, 0);
     pthread_mutex_unlock(&enable_mutex);

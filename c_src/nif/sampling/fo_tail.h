@@ -45,8 +45,13 @@ ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[]);
 //   it), and set the slices' bounds.
 ERL_NIF_TERM fo_tail_enable_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
-// tail_begin() -> {tail, Index, Gen} | full | disabled
-//   The calling process is traced from now: it runs on this thread.
+// tail_begin(AskAfterNs) -> {tail, Index, Gen} | full | disabled
+//   The calling process is traced from now: it runs on this thread. Once
+//   it ran AskAfterNs (0: never), it may be slow: each function it stops
+//   in (the first TAIL_ASKS) is asked about, as a native trace asks
+//   (fo_cpu_ask.h): the thread's helper reads its stack there
+//   (cpu_context/5 with the tail state, fo_tail_context), and a replay
+//   hangs its waits where they were, not under the stack last sampled.
 ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 // tail_end(State, Keep) -> ok
@@ -67,8 +72,13 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 //   entries of processes that died are freed.
 ERL_NIF_TERM fo_tail_owners_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
-// tail_stats() -> #{processes, slices, max_bytes, bytes, in_use, begun, kept, full, truncated, reclaimed}
+// tail_stats() -> #{processes, slices, max_bytes, bytes, in_use, begun, kept, full, truncated, reclaimed,
+//                   asks, answers}
 ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+/* cpu_context(State, Pid, Asked, Current, Stack) for a tail state: keeps
+ * the stack the helper read. ok | stale | stopped | full */
+ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[]);
 
 /* Frees the table (the library is unloaded). */
 void fo_tail_unload(void);

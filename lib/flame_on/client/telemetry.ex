@@ -185,7 +185,7 @@ defmodule FlameOn.Client.Telemetry do
             settings.threshold_ms > 0 ->
               # tail-based: the shared path where it runs (its flag is on
               # from here), else a trace of its own
-              case Tail.start(opts, nil) do
+              case Tail.start(opts, nil, settings.threshold_ms) do
                 {:ok, tail} -> %{entry | tail: tail}
                 :unavailable -> start_trace(entry, prefix, settings, opts)
               end

@@ -123,10 +123,11 @@ defmodule FlameOn.Client.TailTest do
     assert profile.duration_us >= 250_000
     compute = time_in(profile, "TailTest.Work.slow_compute/1")
     # its stacks: the slow function's frames; its wait an off-CPU leaf
-    # where it stopped
+    # where it waited
     assert compute >= 60_000, inspect(profile.stacks, limit: :infinity)
     assert time_in(profile, "TailTest.Work.fib/1") > 0
-    assert time_in(profile, "Process.sleep/1;SLEEP") >= 120_000
+    waited = time_in(profile, "TailTest.Work.slow_wait/1;Process.sleep/1;SLEEP")
+    assert waited >= 120_000, inspect(profile.stacks, limit: :infinity)
   end
 
   describe "where native sampling runs (+JPperf true)" do

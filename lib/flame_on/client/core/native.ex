@@ -321,8 +321,9 @@ defmodule FlameOn.Client.Core.Native do
     do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
-  @spec tail_begin() :: {:tail, non_neg_integer(), non_neg_integer()} | :full | :disabled
-  def tail_begin, do: :erlang.nif_error(:nif_not_loaded)
+  @spec tail_begin(non_neg_integer()) ::
+          {:tail, non_neg_integer(), non_neg_integer()} | :full | :disabled
+  def tail_begin(_ask_after_ns), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
   @spec tail_end(tuple(), boolean()) :: :ok

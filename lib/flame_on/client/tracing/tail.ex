@@ -12,7 +12,8 @@ defmodule FlameOn.Client.Tracing.Tail do
   #     its slices into a new CPU-sampled core session, which takes their
   #     samples from the sampler's buffers, and becomes an ordinary
   #     profile (mode :native_tail). No session, no sampler call, no
-  #     helper per request.
+  #     helper per request; only past half its threshold are its stops
+  #     asked about (the helper reads where it waits, as in mode :native).
   #   * own (every other case, and when the table is full): the steps of
   #     FlameOn.Client.profile/2, deciding on the threshold as soon as the
   #     traced work is over: a fast run gives its capture back
@@ -44,7 +45,7 @@ defmodule FlameOn.Client.Tracing.Tail do
           {result, FlameOn.Client.Profile.t() | nil}
         when result: term()
   def run(fun, opts, trace_capture, threshold_ms) do
-    case start(trace_capture, @root) do
+    case start(trace_capture, @root, threshold_ms) do
       {:ok, tail} ->
         outcome = call(fun)
         profile = stop(tail, threshold_ms)
@@ -74,12 +75,15 @@ defmodule FlameOn.Client.Tracing.Tail do
   (mode `:native`, one process, native sampling available, an entry free
   in the table): `{:ok, tail}`, its flag on from here; else
   `:unavailable`. `root`: the function its stacks start at, or nil.
+  Once it ran half of `threshold_ms` it may be slow: from then on, where
+  it stops is asked about (its waits hang where they were, if the stack
+  read there reaches `root`: not without a root).
   """
-  @spec start(map(), mfa() | nil) :: {:ok, tail()} | :unavailable
-  def start(opts, root) do
+  @spec start(map(), mfa() | nil, pos_integer()) :: {:ok, tail()} | :unavailable
+  def start(opts, root, threshold_ms) do
     with true <- shared?(opts),
          true <- untraced_legacy?(),
-         {:tail, _, _} = state <- Native.tail_begin() do
+         {:tail, _, _} = state <- Native.tail_begin(ask_after_ns(root, threshold_ms)) do
       handle = TraceBackend.legacy({Native, state})
       started_ts = :erlang.monotonic_time()
       TraceBackend.set_flags(self(), [{handle, [:running]}])
@@ -117,6 +121,12 @@ defmodule FlameOn.Client.Tracing.Tail do
         false
     end
   end
+
+  # A stack read where it stops is kept only if it reaches the root (the
+  # node's backtrace_depth, 8 by default, may cut it): without a root,
+  # nothing is asked.
+  defp ask_after_ns(nil, _threshold_ms), do: 0
+  defp ask_after_ns(_root, threshold_ms), do: div(threshold_ms * 1_000_000, 2)
 
   # The shared path's flag goes to the legacy session: where the VM has
   # trace sessions, Capture.traced?/0 looks at ours only.
