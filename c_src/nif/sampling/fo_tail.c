@@ -73,7 +73,7 @@ static uint32_t max_processes, max_slices;
 static uint64_t max_bytes;
 static atomic_ullong slice_bytes; /* slices allocated, all entries */
 static atomic_uint hint;
-static atomic_ullong begun, kept, full, truncated, reclaimed, asks, answers;
+static atomic_ullong begun, kept, full, truncated, reclaimed, asks, answers, missed_outs;
 
 int fo_tail_is_state(ErlNifEnv *env, ERL_NIF_TERM state)
 {
@@ -180,7 +180,14 @@ ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[])
         return fo_atom_ok;
     int64_t now = fo_tracer_clock_ns();
     if (argv[0] == fo_atom_in) {
-        close_slice(e, now, NULL); /* an `out` went missing */
+        /* Running still: an `out` went missing (it went out before its
+         * flag was on, as erlang:trace/3 may make it, while the slice of
+         * tail_begin was open). When is unknown, so the slice's samples
+         * could be anyone's: it is dropped, its time left off-CPU. */
+        if (e->thread != 0) {
+            e->thread = 0;
+            atomic_fetch_add_explicit(&missed_outs, 1, memory_order_relaxed);
+        }
         fo_perf_note_thread();
         e->thread = fo_perf_thread_id();
         e->from_ns = now;
@@ -504,6 +511,7 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     put(env, &map, "reclaimed", atomic_load(&reclaimed));
     put(env, &map, "asks", atomic_load(&asks));
     put(env, &map, "answers", atomic_load(&answers));
+    put(env, &map, "missed_outs", atomic_load(&missed_outs));
     return map;
 }
 

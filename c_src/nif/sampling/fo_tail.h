@@ -73,7 +73,7 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 ERL_NIF_TERM fo_tail_owners_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 // tail_stats() -> #{processes, slices, max_bytes, bytes, in_use, begun, kept, full, truncated, reclaimed,
-//                   asks, answers}
+//                   asks, answers, missed_outs}
 ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 /* cpu_context(State, Pid, Asked, Current, Stack) for a tail state: keeps

@@ -100,11 +100,13 @@ defmodule FlameOn.Client.Tracing.Tail do
   """
   @spec stop(tail(), non_neg_integer()) :: FlameOn.Client.Profile.t() | nil
   def stop(%{state: state, started_ts: started_ts} = tail, threshold_ms) do
-    TraceBackend.trace(tail.handle, self(), false, [:running])
     end_ts = :erlang.monotonic_time()
     # a slow one is built unless the breaker is open (no new session then)
     keep = slow?(started_ts, end_ts, threshold_ms) and breaker_closed?(tail)
+    # its last slice ends here, while its flag is still on: turning it off
+    # may schedule it out, unseen, and others would run in that slice
     :ok = Native.tail_end(state, keep)
+    TraceBackend.trace(tail.handle, self(), false, [:running])
     if keep, do: replay(tail, end_ts)
   end
 
