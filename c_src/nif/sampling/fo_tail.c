@@ -24,7 +24,8 @@
 #define TAIL_CONTEXT_FRAMES 256u
 
 /* A time slice: the thread, when, and the function the process stopped
- * in (its `out` event's MFA; module 0: none). */
+ * in (its `out` event's MFA; module 0: none). A garbage collection is a
+ * record with thread 0 (stop.arity 1: a major one). */
 typedef struct {
     uint64_t thread;
     int64_t from_ns, to_ns;
@@ -60,6 +61,8 @@ typedef struct {
      * slow), once per function, TAIL_ASKS at most; the answers (contexts,
      * under ctx_lock: the helper writes them) say where its waits were. */
     int64_t ask_after_ns; /* 0: never */
+    int64_t gc_from_ns;   /* a collection running since; 0: none */
+    uint32_t gc_major;
     uint32_t asked;
     fo_mfa asked_keys[TAIL_ASKS];
     fo_spinlock ctx_lock;
@@ -99,10 +102,16 @@ static tail_entry *entry_of(ErlNifEnv *env, ERL_NIF_TERM state)
     return e;
 }
 
+static int is_gc_tag(ERL_NIF_TERM tag)
+{
+    return tag == fo_atom_gc_minor_start || tag == fo_atom_gc_minor_end || tag == fo_atom_gc_major_start ||
+           tag == fo_atom_gc_major_end;
+}
+
 ERL_NIF_TERM fo_tail_enabled(ErlNifEnv *env, const ERL_NIF_TERM argv[])
 {
     ERL_NIF_TERM tag = argv[0];
-    if (tag == fo_atom_in || tag == fo_atom_out)
+    if (tag == fo_atom_in || tag == fo_atom_out || is_gc_tag(tag))
         return fo_atom_trace;
     if (tag != fo_atom_trace_status)
         return fo_atom_discard;
@@ -135,15 +144,20 @@ static int room(tail_entry *e)
     return 1;
 }
 
+static void add_record(tail_entry *e, const tail_slice *record)
+{
+    if (e->dropped == 0 && room(e))
+        e->slices[e->count++] = *record;
+    else if (e->dropped++ == 0)
+        atomic_fetch_add_explicit(&truncated, 1, memory_order_relaxed);
+}
+
 static void close_slice(tail_entry *e, int64_t now, const fo_mfa *stop)
 {
     static const fo_mfa none = {0, 0, 0};
     if (e->thread == 0)
         return;
-    if (e->dropped == 0 && room(e))
-        e->slices[e->count++] = (tail_slice){e->thread, e->from_ns, now, stop != NULL ? *stop : none};
-    else if (e->dropped++ == 0)
-        atomic_fetch_add_explicit(&truncated, 1, memory_order_relaxed);
+    add_record(e, &(tail_slice){e->thread, e->from_ns, now, stop != NULL ? *stop : none});
     e->thread = 0;
 }
 
@@ -191,6 +205,15 @@ ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[])
         fo_perf_note_thread();
         e->thread = fo_perf_thread_id();
         e->from_ns = now;
+    } else if (argv[0] == fo_atom_gc_minor_start || argv[0] == fo_atom_gc_major_start) {
+        if (e->gc_from_ns == 0) {
+            e->gc_from_ns = now;
+            e->gc_major = argv[0] == fo_atom_gc_major_start;
+        }
+    } else if (argv[0] == fo_atom_gc_minor_end || argv[0] == fo_atom_gc_major_end) {
+        if (e->gc_from_ns != 0)
+            add_record(e, &(tail_slice){0, e->gc_from_ns, now, {0, 0, e->gc_major}});
+        e->gc_from_ns = 0;
     } else if (argv[0] == fo_atom_out) {
         /* where it stopped: {M, F, A} (atoms never move or die) */
         int arity;
@@ -246,6 +269,7 @@ static ERL_NIF_TERM take(ErlNifEnv *env, tail_entry *table, uint32_t index, cons
     e->dropped = 0;
     e->end_ns = 0;
     e->asked = 0;
+    e->gc_from_ns = 0;
     fo_spin_lock(&e->ctx_lock);
     e->ctx_count = 0;
     e->frame_count = 0;
@@ -420,6 +444,34 @@ static void apply(fo_session *core, uint8_t kind, uint64_t pid, int64_t ts, uint
     fo_session_apply(core, &ev);
 }
 
+/* An event of a replay: a record's start or end; what: 0 in, 1 a
+ * collection's start, 2 its end, 3 out (the order at equal times). */
+typedef struct {
+    int64_t ts;
+    uint32_t what, record;
+} replay_event;
+
+static int by_time(const void *a, const void *b)
+{
+    const replay_event *x = a, *y = b;
+    if (x->ts != y->ts)
+        return x->ts < y->ts ? -1 : 1;
+    if (x->what != y->what)
+        return x->what < y->what ? -1 : 1;
+    return x->record < y->record ? -1 : x->record > y->record;
+}
+
+static void apply_gc(fo_session *core, uint8_t kind, uint64_t pid, int64_t ts, uint32_t major)
+{
+    fo_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = kind;
+    ev.pid = pid;
+    ev.ts_ns = ts;
+    ev.flags = major ? FO_EVF_MAJOR_GC : 0;
+    fo_session_apply(core, &ev);
+}
+
 ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
@@ -432,25 +484,52 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     atomic_fetch_add_explicit(&kept, 1, memory_order_relaxed);
     fo_perf_pump(); /* the samples up to now */
     int64_t end_ns = e->dropped > 0 && e->count > 0 ? e->slices[e->count - 1].to_ns : e->end_ns;
+    /* the records' events in time order (a collection's record comes
+     * before its slice's, which ends later) */
+    replay_event *events = e->count > 0 ? reallocarray(NULL, (size_t)e->count * 2, sizeof(replay_event)) : NULL;
+    if (e->count > 0 && events == NULL)
+        return enif_raise_exception(env, fo_atom_memory);
+    for (uint32_t i = 0; i < e->count; i++) {
+        int gc = e->slices[i].thread == 0;
+        events[2 * i] = (replay_event){e->slices[i].from_ns, gc ? 1 : 0, i};
+        events[2 * i + 1] = (replay_event){e->slices[i].to_ns, gc ? 2 : 3, i};
+    }
+    if (e->count > 0)
+        qsort(events, (size_t)e->count * 2, sizeof(replay_event), by_time);
     fo_spin_lock(&res->lock);
     fo_spin_lock(&e->ctx_lock);
     if (res->core != NULL && atomic_load(&res->active)) {
         fo_resource_fold(res, env);
-        for (uint32_t i = 0; i < e->count; i++) {
-            const tail_slice *s = &e->slices[i];
-            apply(res->core, FO_EV_IN, e->pid, s->from_ns, s->thread, NULL);
-            /* it runs inside its root function: what comes before its
-             * first sample goes under it */
-            if (i == 0 && res->cpu_scope.has_root)
-                fo_session_cpu_inside(res->core, e->pid, &res->cpu_scope.root, 1);
-            apply(res->core, FO_EV_OUT, e->pid, s->to_ns, 0, &s->stop);
+        int first = 1;
+        for (uint32_t k = 0; k < e->count * 2; k++) {
+            const replay_event *ev = &events[k];
+            const tail_slice *s = &e->slices[ev->record];
+            switch (ev->what) {
+            case 0:
+                apply(res->core, FO_EV_IN, e->pid, s->from_ns, s->thread, NULL);
+                /* it runs inside its root function: what comes before its
+                 * first sample goes under it */
+                if (first && res->cpu_scope.has_root)
+                    fo_session_cpu_inside(res->core, e->pid, &res->cpu_scope.root, 1);
+                first = 0;
+                break;
+            case 1:
+            case 2:
+                apply_gc(res->core, ev->what == 1 ? FO_EV_GC_START : FO_EV_GC_END, e->pid, ev->ts, s->stop.arity);
+                break;
+            default:
+                apply(res->core, FO_EV_OUT, e->pid, s->to_ns, 0, &s->stop);
+                break;
+            }
             /* where it stopped, as the helper read it before it ran again */
-            apply_contexts(res, e, i + 1);
+            if (ev->what >= 2)
+                apply_contexts(res, e, ev->record + 1);
         }
         res->stopped_ns = end_ns;
     }
     fo_spin_unlock(&e->ctx_lock);
     fo_spin_unlock(&res->lock);
+    free(events);
     fo_handle_stop(res);
     ERL_NIF_TERM answer = enif_make_tuple2(env, enif_make_uint(env, e->count), enif_make_uint(env, e->dropped));
     release(e);

@@ -185,7 +185,7 @@ defmodule FlameOn.Client.Node.TailHold do
     for {pid, state} <- Native.tail_owners(),
         :erlang.trace_info(pid, :tracer) == {:tracer, {Native, state}} do
       try do
-        :erlang.trace(pid, false, [:running])
+        :erlang.trace(pid, false, [:running, :garbage_collection])
       rescue
         # it exited meanwhile
         ArgumentError -> :ok

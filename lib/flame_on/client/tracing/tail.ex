@@ -7,7 +7,8 @@ defmodule FlameOn.Client.Tracing.Tail do
   #     the node's CPU sampler keeps running while tail traces come
   #     (FlameOn.Client.Node.TailHold); a request takes an entry of the
   #     NIF's slice table (c_src/nif/sampling/fo_tail.h) and gets only the
-  #     `running` flag, whose callbacks note the time slices it runs in. A
+  #     `running` and `garbage_collection` flags, whose callbacks note the
+  #     time slices it runs in and its collections. A
   #     fast request frees its entry and builds nothing; a slow one replays
   #     its slices into a new CPU-sampled core session, which takes their
   #     samples from the sampler's buffers, and becomes an ordinary
@@ -29,6 +30,10 @@ defmodule FlameOn.Client.Tracing.Tail do
   alias FlameOn.Client.Node.{Breaker, PerfSampler, TailHold, TraceBackend}
 
   require Logger
+
+  # A shared tail trace's flags: its time slices and its collections
+  # (their time exact, as in mode :native).
+  @flags [:running, :garbage_collection]
 
   # The root of a tail trace's stacks (both paths): call/1's frame.
   @root {__MODULE__, :call, 1}
@@ -86,7 +91,7 @@ defmodule FlameOn.Client.Tracing.Tail do
          {:tail, _, _} = state <- Native.tail_begin(ask_after_ns(root, threshold_ms)) do
       handle = TraceBackend.legacy({Native, state})
       started_ts = :erlang.monotonic_time()
-      TraceBackend.set_flags(self(), [{handle, [:running]}])
+      TraceBackend.set_flags(self(), [{handle, @flags}])
       {:ok, %{state: state, handle: handle, opts: opts, root: root, started_ts: started_ts}}
     else
       _ -> :unavailable
@@ -106,7 +111,7 @@ defmodule FlameOn.Client.Tracing.Tail do
     # its last slice ends here, while its flag is still on: turning it off
     # may schedule it out, unseen, and others would run in that slice
     :ok = Native.tail_end(state, keep)
-    TraceBackend.trace(tail.handle, self(), false, [:running])
+    TraceBackend.trace(tail.handle, self(), false, @flags)
     if keep, do: replay(tail, end_ts)
   end
 
