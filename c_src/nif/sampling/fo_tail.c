@@ -387,8 +387,9 @@ ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[])
         frames[count++] = key;
     ERL_NIF_TERM result = fo_atom_full;
     fo_spin_lock(&e->ctx_lock);
-    /* still that process's entry (it may have ended meanwhile) */
-    if (atomic_load(&e->in_use) != 1 || e->pid != (uint64_t)pid.pid) {
+    /* still that request's entry (it may have ended meanwhile, and the
+     * same process begun another) */
+    if (entry_of(env, argv[0]) != e || e->pid != (uint64_t)pid.pid) {
         result = fo_atom_stopped;
     } else if (e->answers == NULL && (e->answers = malloc(sizeof(tail_answers))) == NULL) {
         result = fo_atom_full;
