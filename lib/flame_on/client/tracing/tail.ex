@@ -8,11 +8,11 @@ defmodule FlameOn.Client.Tracing.Tail do
   #     (FlameOn.Client.Node.TailHold); a request takes an entry of the
   #     NIF's slice table (c_src/nif/sampling/fo_tail.h) and gets only the
   #     `running` and `garbage_collection` flags, whose callbacks note the
-  #     time slices it runs in and its collections. A
-  #     fast request frees its entry and builds nothing; a slow one replays
-  #     its slices into a new CPU-sampled core session, which takes their
-  #     samples from the sampler's buffers, and becomes an ordinary
-  #     profile (mode :native_tail). No session, no sampler call, no
+  #     time slices it runs in and its collections. A fast request frees
+  #     its entry and builds nothing; a slow one replays its slices into a
+  #     new CPU-sampled core session, which takes their samples from the
+  #     sampler's buffers, and becomes an ordinary profile (mode
+  #     :native_tail). No session, no sampler call, no
   #     helper per request; only past half its threshold are its stops
   #     asked about (the helper reads where it waits, as in mode :native).
   #   * own (every other case, and when the table is full): the steps of
@@ -41,8 +41,8 @@ defmodule FlameOn.Client.Tracing.Tail do
   @doc """
   Runs `fun` traced with `profile/2`'s options `opts` (mode resolved;
   `trace_capture`: the same checked by `Options.trace!/1`, with the
-  trace's name): `{result, profile}`
-  when it ran for at least `threshold_ms`, `{result, nil}` when not. As
+  trace's name): `{result, profile}` when it ran for at least
+  `threshold_ms`, `{result, nil}` when not. As
   `profile/2`, it raises when the trace cannot start (`fun` has not run
   then), and raises `fun`'s exception again once the trace is given back.
   """
