@@ -163,6 +163,7 @@ defmodule FlameOn.Client do
 
   alias FlameOn.Client.{Capture, Options, Profile}
   alias FlameOn.Client.Node.TraceBackend
+  alias FlameOn.Client.Tracing
 
   @typedoc "An option of `profile/2`; see the module documentation."
   @type option ::
@@ -326,7 +327,14 @@ defmodule FlameOn.Client do
 
       true ->
         profile_opts = for {key, value} <- opts, key in Options.keys(:profile), do: {key, value}
-        traced(name, fun, settings, [name: name, mode: capture.mode] ++ profile_opts)
+
+        traced(
+          name,
+          fun,
+          settings,
+          Map.put(capture, :name, name),
+          [name: name, mode: capture.mode] ++ profile_opts
+        )
     end
   end
 
@@ -342,7 +350,7 @@ defmodule FlameOn.Client do
   # of a failed run too, and notes fun's outcome in the process dictionary:
   # an exception of profile/2 with no outcome noted means the trace never
   # started, and fun has not run.
-  defp traced(name, fun, settings, profile_opts) do
+  defp traced(name, fun, settings, capture, profile_opts) do
     key = {__MODULE__, :outcome, make_ref()}
 
     wrapped = fn ->
@@ -358,7 +366,10 @@ defmodule FlameOn.Client do
     end
 
     try do
-      profile(wrapped, profile_opts)
+      case settings.threshold_ms do
+        0 -> profile(wrapped, profile_opts)
+        threshold_ms -> Tracing.Tail.run(wrapped, profile_opts, capture, threshold_ms)
+      end
     catch
       kind, reason ->
         stacktrace = __STACKTRACE__
@@ -383,7 +394,7 @@ defmodule FlameOn.Client do
     else
       {outcome, profile} ->
         Process.delete(key)
-        FlameOn.Client.TraceStore.keep(profile, settings)
+        if profile, do: FlameOn.Client.TraceStore.keep(profile, settings)
         return(outcome)
     end
   end
@@ -439,10 +450,11 @@ defmodule FlameOn.Client do
   `[{mfa, pid}]`), `:trace_store` (the recent traces kept, their size
   and bounds, see `FlameOn.Client.TraceStore`) and `:native`: whether
   `mode: :native` can run in this VM (`%{available: true, sampler:
-  counters}`, the CPU sampler's users, threads, frequency, samples and
-  losses) or why not and what to do (`%{available: false, reason: text}`),
-  `:continuous` (`false`, or `FlameOn.Client.Continuous.stats/0` while
-  continuous profiling runs).
+  counters, tail: counters}`, the CPU sampler's users, threads, frequency,
+  samples and losses, and tail tracing's: whether it holds the sampler,
+  its calls running, kept, truncated) or why not and what to do
+  (`%{available: false, reason: text}`), `:continuous` (`false`, or
+  `FlameOn.Client.Continuous.stats/0` while continuous profiling runs).
   """
   @spec status() :: map()
   defdelegate status(), to: FlameOn.Client.Node.Status

@@ -179,7 +179,10 @@
     A(DOWN)                                                                                        \
     A(EXIT)                                                                                        \
     A(remote_joins)                                                                                \
-    A(wire)
+    A(wire)                                                                                    \
+    A(tail)                                                                                    \
+    A(memory)                                                                                  \
+    A(disabled)
 
 #define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;
 FO_ATOMS(FO_ATOM_DECLARE)

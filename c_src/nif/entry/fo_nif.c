@@ -17,6 +17,7 @@
 #include "fo_router.h"
 #include "fo_sample.h"
 #include "fo_session_nif.h"
+#include "fo_tail.h"
 #include "fo_tracer.h"
 #include "fo_tracer_slots.h"
 
@@ -50,6 +51,12 @@ static ErlNifFunc nif_funcs[] = {
     {"perf_acquire", 1, fo_perf_acquire_nif, ERL_NIF_DIRTY_JOB_IO_BOUND},
     {"perf_release", 1, fo_perf_release_nif, 0},
     {"perf_stats", 0, fo_perf_stats_nif, 0},
+    {"tail_enable", 3, fo_tail_enable_nif, 0},
+    {"tail_begin", 1, fo_tail_begin_nif, 0},
+    {"tail_end", 2, fo_tail_end_nif, 0},
+    {"tail_replay", 2, fo_tail_replay_nif, 0},
+    {"tail_stats", 0, fo_tail_stats_nif, 0},
+    {"tail_owners", 0, fo_tail_owners_nif, 0},
     {"next_new", 3, fo_next_new_nif, 0},
     {"next_cancel", 1, fo_next_cancel_nif, 0},
     {"next_state", 1, fo_next_state_nif, 0},
@@ -90,6 +97,7 @@ static void on_unload(ErlNifEnv *env, void *priv)
     if (--instances == 0) {
         fo_drainer_stop();
         fo_perf_nif_unload();
+        fo_tail_unload();
     }
 }
 

@@ -9,6 +9,7 @@
 #include "fo_cpu_helpers.h"
 #include "fo_resource.h"
 #include "fo_router.h"
+#include "fo_tail.h"
 #include "fo_tracer_slots.h"
 
 /* Frames of a stack read with process_info kept at most (the VM's
@@ -153,6 +154,8 @@ ERL_NIF_TERM fo_cpu_context_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     ErlNifPid pid;
     fo_mfa asked;
     unsigned length;
+    if (fo_tail_is_state(env, argv[0]))
+        return fo_tail_context(env, argv);
     if (!enif_get_local_pid(env, argv[1], &pid) || !fo_decode_mfa(env, argv[2], &asked) ||
         !enif_get_list_length(env, argv[4], &length))
         return enif_make_badarg(env);

@@ -11,6 +11,7 @@
 #include "fo_cpu_helpers.h"
 #include "fo_perf.h"
 #include "fo_resource.h"
+#include "fo_tail.h"
 #include "fo_tracer_slots.h"
 #include "fo_wake_note.h"
 
@@ -56,6 +57,8 @@ ERL_NIF_TERM fo_tracer_enabled(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     /* a live key, the common case: no other test */
     if (fo_tracer_slots_live(argv[1]))
         return tag == fo_atom_trace_status || is_our_tag(tag) ? fo_atom_trace : fo_atom_discard;
+    if (fo_tail_is_state(env, argv[1]))
+        return fo_tail_enabled(env, argv);
     if (fo_next_is_state(env, argv[1]))
         return fo_next_enabled(env, argv);
     if (tag != fo_atom_trace_status)
@@ -199,6 +202,8 @@ ERL_NIF_TERM fo_tracer_trace(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
      * stopped or finished session left its slot: the event is dropped. */
     fo_session_res *res = fo_tracer_slots_acquire(key);
     if (res == NULL) {
+        if (fo_tail_is_state(env, argv[1]))
+            return fo_tail_trace(env, argv);
         if (fo_next_is_state(env, argv[1]))
             return fo_next_trace(env, argv);
         if (!state_key(env, argv[1], &key))

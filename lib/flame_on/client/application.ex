@@ -20,6 +20,8 @@ defmodule FlameOn.Client.Application do
       FlameOn.Client.Node.BacktraceDepth,
       # the CPU sampler of native traces (perf events), while any runs
       FlameOn.Client.Node.PerfSampler,
+      # holds the CPU sampler while tail-based native traces run
+      FlameOn.Client.Node.TailHold,
       {DynamicSupervisor, name: FlameOn.Client.OwnerSupervisor, strategy: :one_for_one},
       # if it restarts, nothing else has to (samplers outlive it)
       FlameOn.Client.Sampling.Budget,

@@ -100,7 +100,7 @@ defmodule FlameOn.Client.Profile do
   @type t :: %__MODULE__{
           trace_id: pos_integer() | nil,
           name: String.t(),
-          mode: :nif | :process | :sample,
+          mode: :nif | :process | :sample | :native | :native_tail,
           pid: pid() | nil,
           started_at: integer() | nil,
           duration_us: non_neg_integer(),

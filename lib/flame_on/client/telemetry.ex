@@ -20,6 +20,14 @@ defmodule FlameOn.Client.Telemetry do
   ships the profile if it lasted at least `:threshold_ms`. A `:stop` with no
   traced `:start` is ignored.
 
+  With `:threshold_ms` in mode `:native` (tail-based: trace every request,
+  keep the slow ones) no owner process is started: the emitting process
+  gets the `:running` flag on the node's shared sampler and a fast one
+  builds nothing (`FlameOn.Client.Tracing.trace/3`'s shared path,
+  `profile.mode` `:native_tail`). Such a trace whose `:stop` never comes
+  is not finished by `:max_duration_ms`: its flag goes off when tail
+  tracing stops on the node (`idle_ms` after the last tail trace).
+
   `flame_on_client` does not depend on `:telemetry`: `attach/3` calls it only
   if the application that uses both has it. `handle_event/4` is an ordinary
   `:telemetry` handler and can also be attached by hand:
@@ -76,6 +84,7 @@ defmodule FlameOn.Client.Telemetry do
   alias FlameOn.Client.{Capture, Options}
   alias FlameOn.Client.Node.TraceBackend
   alias FlameOn.Client.Owners
+  alias FlameOn.Client.Tracing.Tail
 
   @typedoc "A handler config; see the module documentation."
   @type config :: keyword() | map()
@@ -161,7 +170,7 @@ defmodule FlameOn.Client.Telemetry do
 
       nil ->
         {settings, opts} = Options.telemetry!(config, prefix)
-        entry = %{depth: 1, owner: nil, capture: nil}
+        entry = %{depth: 1, owner: nil, capture: nil, tail: nil, settings: settings}
 
         entry =
           cond do
@@ -174,6 +183,14 @@ defmodule FlameOn.Client.Telemetry do
               end)
 
               entry
+
+            settings.threshold_ms > 0 ->
+              # tail-based: the shared path where it runs (its flag is on
+              # from here), else a trace of its own
+              case Tail.start(opts, nil, settings.threshold_ms) do
+                {:ok, tail} -> %{entry | tail: tail}
+                :unavailable -> start_trace(entry, prefix, settings, opts)
+              end
 
             true ->
               start_trace(entry, prefix, settings, opts)
@@ -221,6 +238,11 @@ defmodule FlameOn.Client.Telemetry do
 
       %{depth: depth} = entry when depth > 1 ->
         Process.put(key, %{entry | depth: depth - 1})
+
+      %{tail: tail, settings: settings} when tail != nil ->
+        profile = Tail.stop(tail, settings.threshold_ms)
+        Process.delete(key)
+        if profile, do: FlameOn.Client.TraceStore.keep(profile, settings)
 
       %{owner: nil} ->
         Process.delete(key)

@@ -26,7 +26,12 @@ defmodule FlameOn.Client.Tracing do
       unsampled call runs without any trace and costs one random number.
       Not used by `start_trace/2`, which always traces.
     * `:threshold_ms` (`0`) – a profile is shipped only if its
-      `duration_us` is at least `threshold_ms * 1000`.
+      `duration_us` is at least `threshold_ms * 1000`. A shorter trace
+      builds no profile at all; with `sample_rate: 1.0` this is tail-based
+      tracing (every call traced, the slow ones kept): in mode `:native`
+      it runs on a sampler shared by all calls and costs a fast call a few
+      microseconds (`profile.mode` `:native_tail`, see the README's
+      "Tail-based tracing").
     * `:shipper` (none) – `{module, opts}`, `module` or a list of them: where
       profiles go (see `FlameOn.Client.Shipper`). With none, profiles are
       not shipped (a debug log says so). Either way, a profile that passes

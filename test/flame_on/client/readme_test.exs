@@ -383,6 +383,10 @@ defmodule FlameOn.Client.ReadmeTest do
         assert File.exists?(Path.join("flame_on_out", "continuous.svg"))
         refute FlameOn.Client.Continuous.running?()
 
+      code =~ "sample_rate: 1.0, threshold_ms: 250" ->
+        # a fast call: traced, its result back, nothing kept
+        assert value == {:checked_out, [:book]}
+
       code =~ "unreachable_nodes" ->
         assert %{nodes: _, unreachable_nodes: _} = binding.profile.graph.stats
 

@@ -126,6 +126,16 @@ defmodule FlameOn.Client.Capture do
   end
 
   @doc """
+  Gives back a stopped, detached capture without building its profile (a
+  tail trace under its threshold, FlameOn.Client.Tracing.Tail): the scope's
+  `discard/1` where it has one (it frees what it holds now), else `abort/1`.
+  """
+  @spec discard(t()) :: :ok
+  def discard(%{scope: scope} = capture) do
+    if function_exported?(scope, :discard, 1), do: scope.discard(capture), else: abort(capture)
+  end
+
+  @doc """
   Gives back whatever the capture still holds (it failed, or its owner is
   going): flags, watchers, patterns, node state, owner. Safe to call twice,
   and after `finish/3`.

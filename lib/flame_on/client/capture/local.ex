@@ -173,6 +173,22 @@ defmodule FlameOn.Client.Capture.Local do
   defp pid(%{pids: pids}), do: List.first(pids)
 
   @doc false
+  # finish/3 without the profile: what the capture holds is given back and
+  # the core session's tables freed now (finish/2 frees them; abort/1
+  # leaves them to the handle's garbage collection), nothing is built.
+  @spec discard(map()) :: :ok
+  def discard(%{tracer: tracer} = capture) when is_pid(tracer), do: abort(capture)
+
+  def discard(%{core: core, opts: opts} = capture) do
+    if capture.patterns, do: Patterns.release()
+    TraceBackend.close(capture.handle)
+    capture.mode.unwatch(capture.watchers)
+    :ok = capture.mode.release(opts)
+    _ = Native.finish(core, :stop)
+    :ok
+  end
+
+  @doc false
   @spec abort(map()) :: :ok
   def abort(%{tracer: tracer}) when is_pid(tracer) do
     GenServer.stop(tracer, :shutdown, 5_000)

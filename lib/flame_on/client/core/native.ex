@@ -315,6 +315,36 @@ defmodule FlameOn.Client.Core.Native do
   @spec perf_stats() :: map()
   def perf_stats, do: :erlang.nif_error(:nif_not_loaded)
 
+  @doc false
+  # Tail-based native traces (c_src/nif/sampling/fo_tail.h,
+  # FlameOn.Client.Tracing.Tail): the node-wide table of traced requests'
+  # time slices.
+  @spec tail_enable(pos_integer(), pos_integer(), pos_integer()) ::
+          {:ok, pos_integer(), pos_integer()} | {:error, :memory}
+  def tail_enable(_max_processes, _max_slices, _max_bytes),
+    do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec tail_begin(non_neg_integer()) ::
+          {:tail, non_neg_integer(), non_neg_integer()} | :full | :disabled
+  def tail_begin(_ask_after_ns), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec tail_end(tuple(), boolean()) :: :ok
+  def tail_end(_state, _keep), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec tail_replay(session(), tuple()) :: {non_neg_integer(), non_neg_integer()}
+  def tail_replay(_session, _state), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec tail_owners() :: [{pid(), tuple()}]
+  def tail_owners, do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec tail_stats() :: map()
+  def tail_stats, do: :erlang.nif_error(:nif_not_loaded)
+
   @spec next_new(session(), pid(), [pid()]) :: reference()
   def next_new(_session, _owner, _excluded), do: :erlang.nif_error(:nif_not_loaded)
 

@@ -4,7 +4,17 @@ defmodule FlameOn.Client.Node.Status do
   # from each owner of node-wide state.
 
   alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Node.{BacktraceDepth, Breaker, Gates, Patterns, PerfSampler, TraceBackend}
+
+  alias FlameOn.Client.Node.{
+    BacktraceDepth,
+    Breaker,
+    Gates,
+    Patterns,
+    PerfSampler,
+    TailHold,
+    TraceBackend
+  }
+
   alias FlameOn.Client.Sampling.Budget
 
   @spec status() :: map()
@@ -40,10 +50,11 @@ defmodule FlameOn.Client.Node.Status do
   defp continuous_depth(_not_running_or_default_depth), do: 0
 
   # Whether mode :native can run here (checked now, not cached: a sysctl
-  # may have changed), and its sampler's counters while it runs.
+  # may have changed), its sampler's counters while it runs, and tail
+  # tracing's hold and table (FlameOn.Client.Node.TailHold).
   defp native do
     case PerfSampler.availability() do
-      :ok -> %{available: true, sampler: PerfSampler.stats()}
+      :ok -> %{available: true, sampler: PerfSampler.stats(), tail: TailHold.stats()}
       {:error, why} -> %{available: false, reason: why}
     end
   end

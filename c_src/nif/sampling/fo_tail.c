@@ -1,0 +1,609 @@
+#include "fo_tail.h"
+
+#include <bsd/stdlib.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "fo_atoms.h"
+#include "fo_clock.h"
+#include "fo_cpu.h"
+#include "fo_cpu_helpers.h"
+#include "fo_decode.h"
+#include "fo_handle.h"
+#include "fo_perf.h"
+#include "fo_resource.h"
+#include "fo_spinlock.h"
+
+/* An entry's first array, and the most it keeps when freed (a short
+ * request's array is reused by the next one). */
+#define TAIL_FIRST_SLICES 16u
+#define TAIL_KEPT_SLICES 64u
+/* Stops asked about per request, and the frames their answers keep. */
+#define TAIL_ASKS 16u
+#define TAIL_CONTEXT_FRAMES 256u
+
+/* A time slice: the thread, when, and the function the process stopped
+ * in (its `out` event's MFA; module 0: none). A garbage collection is a
+ * record with thread 0 (stop.arity 1: a major one). */
+typedef struct {
+    uint64_t thread;
+    int64_t from_ns, to_ns;
+    fo_mfa stop;
+} tail_slice;
+
+/* A stack the thread's helper read (process_info) where the process
+ * stopped in `key`, after `after` slices: frames root first, in the
+ * entry's frame store from `first`. */
+typedef struct {
+    fo_mfa key;
+    uint32_t after, first, count;
+} tail_context;
+
+/* The answers of one request, allocated at its first. */
+typedef struct {
+    tail_context ctx[TAIL_ASKS];
+    fo_mfa frames[TAIL_CONTEXT_FRAMES];
+} tail_answers;
+
+typedef struct {
+    atomic_int in_use; /* 0 free, 1 taken, 2 being taken back */
+    atomic_uint gen;
+    uint64_t pid;
+    uint64_t thread; /* the running slice's thread; 0: scheduled out */
+    int64_t from_ns; /* the running slice's start */
+    int64_t end_ns;  /* tail_end's time; 0 before */
+    uint32_t count;
+    uint32_t cap;     /* slices allocated */
+    uint32_t dropped; /* slices past max_slices or the byte budget */
+    tail_slice *slices;
+    /* Stops asked about: only once the request ran ask_after_ns (it may be
+     * slow), once per function, TAIL_ASKS at most; the answers (contexts,
+     * under ctx_lock: the helper writes them) say where its waits were. */
+    int64_t ask_after_ns; /* 0: never */
+    int64_t gc_from_ns;   /* a collection running since; 0: none */
+    uint32_t gc_major;
+    uint32_t asked;
+    fo_mfa asked_keys[TAIL_ASKS];
+    fo_spinlock ctx_lock;
+    uint32_t ctx_count, frame_count;
+    tail_answers *answers; /* NULL until the first */
+} tail_entry;
+
+static pthread_mutex_t enable_mutex = PTHREAD_MUTEX_INITIALIZER;
+static tail_entry *_Atomic entries; /* published once filled */
+static uint32_t max_processes, max_slices;
+static uint64_t max_bytes;
+static atomic_ullong slice_bytes; /* slices allocated, all entries */
+static atomic_uint hint;
+static atomic_ullong begun, kept, full, truncated, reclaimed, asks, answers, missed_outs;
+
+int fo_tail_is_state(ErlNifEnv *env, ERL_NIF_TERM state)
+{
+    int arity;
+    const ERL_NIF_TERM *items;
+    return enif_get_tuple(env, state, &arity, &items) && arity == 3 && items[0] == fo_atom_tail;
+}
+
+/* The entry a state names while it is still that state's, else NULL. */
+static tail_entry *entry_of(ErlNifEnv *env, ERL_NIF_TERM state)
+{
+    int arity;
+    const ERL_NIF_TERM *items;
+    unsigned index, gen;
+    tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
+    if (table == NULL || !enif_get_tuple(env, state, &arity, &items) || arity != 3 || items[0] != fo_atom_tail ||
+        !enif_get_uint(env, items[1], &index) || !enif_get_uint(env, items[2], &gen) || index >= max_processes)
+        return NULL;
+    tail_entry *e = &table[index];
+    if (atomic_load_explicit(&e->in_use, memory_order_acquire) != 1 ||
+        atomic_load_explicit(&e->gen, memory_order_relaxed) != gen)
+        return NULL;
+    return e;
+}
+
+static int is_gc_tag(ERL_NIF_TERM tag)
+{
+    return tag == fo_atom_gc_minor_start || tag == fo_atom_gc_minor_end || tag == fo_atom_gc_major_start ||
+           tag == fo_atom_gc_major_end;
+}
+
+ERL_NIF_TERM fo_tail_enabled(ErlNifEnv *env, const ERL_NIF_TERM argv[])
+{
+    ERL_NIF_TERM tag = argv[0];
+    if (tag == fo_atom_in || tag == fo_atom_out || is_gc_tag(tag))
+        return fo_atom_trace;
+    if (tag != fo_atom_trace_status)
+        return fo_atom_discard;
+    return entry_of(env, argv[1]) != NULL ? fo_atom_trace : fo_atom_remove;
+}
+
+/* Room for one more slice: doubles the entry's array, within max_slices
+ * and the node-wide byte budget. */
+static int room(tail_entry *e)
+{
+    if (e->count < e->cap)
+        return 1;
+    uint32_t cap = e->cap == 0 ? TAIL_FIRST_SLICES : e->cap * 2;
+    if (cap > max_slices)
+        cap = max_slices;
+    if (cap <= e->cap)
+        return 0;
+    uint64_t more = (uint64_t)(cap - e->cap) * sizeof(tail_slice);
+    if (atomic_fetch_add(&slice_bytes, more) + more > max_bytes) {
+        atomic_fetch_sub(&slice_bytes, more);
+        return 0;
+    }
+    tail_slice *grown = reallocarray(e->slices, cap, sizeof(tail_slice));
+    if (grown == NULL) {
+        atomic_fetch_sub(&slice_bytes, more);
+        return 0;
+    }
+    e->slices = grown;
+    e->cap = cap;
+    return 1;
+}
+
+static void add_record(tail_entry *e, const tail_slice *record)
+{
+    if (e->dropped == 0 && room(e))
+        e->slices[e->count++] = *record;
+    else if (e->dropped++ == 0)
+        atomic_fetch_add_explicit(&truncated, 1, memory_order_relaxed);
+}
+
+static void close_slice(tail_entry *e, int64_t now, const fo_mfa *stop)
+{
+    static const fo_mfa none = {0, 0, 0};
+    if (e->thread == 0)
+        return;
+    add_record(e, &(tail_slice){e->thread, e->from_ns, now, stop != NULL ? *stop : none});
+    e->thread = 0;
+}
+
+/* The process may be slow and stopped in `stop`: the helper of this
+ * thread reads its stack before it runs again (as a native trace asks,
+ * fo_cpu_ask.h), once per function per request. */
+static void ask(ErlNifEnv *env, tail_entry *e, ERL_NIF_TERM state, const ErlNifPid *pid, const fo_mfa *stop)
+{
+    for (uint32_t i = 0; i < e->asked; i++)
+        if (fo_mfa_equal(&e->asked_keys[i], stop))
+            return;
+    ErlNifPid helper;
+    if (e->asked >= TAIL_ASKS || !fo_cpu_helpers_for(fo_perf_thread_id(), &helper))
+        return;
+    e->asked_keys[e->asked++] = *stop;
+    atomic_fetch_add_explicit(&asks, 1, memory_order_relaxed);
+    ErlNifEnv *msg_env = enif_alloc_env();
+    if (msg_env == NULL)
+        return;
+    ERL_NIF_TERM mfa = enif_make_tuple3(msg_env, (ERL_NIF_TERM)stop->module, (ERL_NIF_TERM)stop->function,
+                                        enif_make_uint(msg_env, stop->arity));
+    ERL_NIF_TERM msg = enif_make_tuple4(msg_env, fo_atom_flame_on_context, enif_make_copy(msg_env, state),
+                                        enif_make_pid(msg_env, pid), mfa);
+    enif_send(env, &helper, msg_env, msg);
+    enif_free_env(msg_env);
+}
+
+// trace(in | out, {tail, Index, Gen}, Pid, _, Opts): a slice starts or ends
+ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[])
+{
+    ErlNifPid pid;
+    tail_entry *e = entry_of(env, argv[1]);
+    if (e == NULL || !enif_get_local_pid(env, argv[2], &pid) || e->pid != (uint64_t)pid.pid)
+        return fo_atom_ok;
+    int64_t now = fo_tracer_clock_ns();
+    if (argv[0] == fo_atom_in) {
+        /* Running still: an `out` went missing (it went out before its
+         * flag was on, as erlang:trace/3 may make it, while the slice of
+         * tail_begin was open). When is unknown, so the slice's samples
+         * could be anyone's: it is dropped, its time left off-CPU. */
+        if (e->thread != 0) {
+            e->thread = 0;
+            atomic_fetch_add_explicit(&missed_outs, 1, memory_order_relaxed);
+        }
+        fo_perf_note_thread();
+        e->thread = fo_perf_thread_id();
+        e->from_ns = now;
+    } else if (argv[0] == fo_atom_gc_minor_start || argv[0] == fo_atom_gc_major_start) {
+        if (e->gc_from_ns == 0) {
+            e->gc_from_ns = now;
+            e->gc_major = argv[0] == fo_atom_gc_major_start;
+        }
+    } else if (argv[0] == fo_atom_gc_minor_end || argv[0] == fo_atom_gc_major_end) {
+        if (e->gc_from_ns != 0)
+            add_record(e, &(tail_slice){0, e->gc_from_ns, now, {0, 0, e->gc_major}});
+        e->gc_from_ns = 0;
+    } else if (argv[0] == fo_atom_out) {
+        /* where it stopped: {M, F, A} (atoms never move or die) */
+        int arity;
+        const ERL_NIF_TERM *mfa;
+        unsigned a;
+        fo_mfa stop = {0, 0, 0};
+        if (enif_get_tuple(env, argv[3], &arity, &mfa) && arity == 3 && enif_is_atom(env, mfa[0]) &&
+            enif_is_atom(env, mfa[1]) && enif_get_uint(env, mfa[2], &a))
+            stop = (fo_mfa){(uint64_t)mfa[0], (uint64_t)mfa[1], a};
+        close_slice(e, now, &stop);
+        if (e->ask_after_ns != 0 && now >= e->ask_after_ns && stop.module != 0)
+            ask(env, e, argv[1], &pid, &stop);
+    }
+    return fo_atom_ok;
+}
+
+ERL_NIF_TERM fo_tail_enable_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    unsigned processes, slices;
+    ErlNifUInt64 bytes;
+    if (!enif_get_uint(env, argv[0], &processes) || !enif_get_uint(env, argv[1], &slices) ||
+        !enif_get_uint64(env, argv[2], &bytes) || processes == 0 || slices == 0 || processes > FO_TAIL_MAX_PROCESSES ||
+        slices > FO_TAIL_MAX_SLICES || bytes == 0 || bytes > FO_TAIL_MAX_BYTES)
+        return enif_make_badarg(env);
+    pthread_mutex_lock(&enable_mutex);
+    /* the budget and the per-request room may change; the table's size not */
+    max_slices = slices;
+    max_bytes = bytes;
+    if (atomic_load(&entries) == NULL) {
+        tail_entry *table = reallocarray(NULL, processes, sizeof(tail_entry));
+        if (table == NULL) {
+            pthread_mutex_unlock(&enable_mutex);
+            return enif_make_tuple2(env, fo_atom_error, fo_atom_memory);
+        }
+        memset(table, 0, (size_t)processes * sizeof(tail_entry));
+        max_processes = processes;
+        atomic_store_explicit(&entries, table, memory_order_release);
+    }
+    ERL_NIF_TERM answer =
+        enif_make_tuple3(env, fo_atom_ok, enif_make_uint(env, max_processes), enif_make_uint(env, max_slices));
+    pthread_mutex_unlock(&enable_mutex);
+    return answer;
+}
+
+/* An entry taken for the calling process (in_use already 1). */
+static ERL_NIF_TERM take(ErlNifEnv *env, tail_entry *table, uint32_t index, const ErlNifPid *self, int64_t ask_after_ns)
+{
+    tail_entry *e = &table[index];
+    unsigned gen = atomic_fetch_add_explicit(&e->gen, 1, memory_order_relaxed) + 1;
+    e->pid = (uint64_t)self->pid;
+    e->count = 0;
+    e->dropped = 0;
+    e->end_ns = 0;
+    e->asked = 0;
+    e->gc_from_ns = 0;
+    fo_spin_lock(&e->ctx_lock);
+    e->ctx_count = 0;
+    e->frame_count = 0;
+    fo_spin_unlock(&e->ctx_lock);
+    fo_perf_note_thread();
+    e->thread = fo_perf_thread_id();
+    e->from_ns = fo_tracer_clock_ns();
+    e->ask_after_ns = ask_after_ns > 0 ? e->from_ns + ask_after_ns : 0;
+    atomic_store_explicit(&hint, index + 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&begun, 1, memory_order_relaxed);
+    return enif_make_tuple3(env, fo_atom_tail, enif_make_uint(env, index), enif_make_uint(env, gen));
+}
+
+ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    ErlNifPid self;
+    ErlNifSInt64 ask_after;
+    if (!enif_get_int64(env, argv[0], &ask_after) || ask_after < 0 || enif_self(env, &self) == NULL)
+        return enif_make_badarg(env);
+    tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
+    if (table == NULL)
+        return fo_atom_disabled;
+    uint32_t start = atomic_load_explicit(&hint, memory_order_relaxed);
+    for (uint32_t i = 0; i < max_processes; i++) {
+        uint32_t index = (start + i) % max_processes;
+        int expected = 0;
+        if (atomic_compare_exchange_strong(&table[index].in_use, &expected, 1))
+            return take(env, table, index, &self, ask_after);
+    }
+    /* full: take back an entry whose process died with it */
+    for (uint32_t index = 0; index < max_processes; index++) {
+        tail_entry *e = &table[index];
+        ErlNifPid owner;
+        owner.pid = (ERL_NIF_TERM)e->pid;
+        int expected = 1;
+        if (atomic_load(&e->in_use) != 1 || enif_is_process_alive(env, &owner) ||
+            !atomic_compare_exchange_strong(&e->in_use, &expected, 2))
+            continue;
+        atomic_fetch_add_explicit(&reclaimed, 1, memory_order_relaxed);
+        atomic_store(&e->in_use, 1);
+        return take(env, table, index, &self, ask_after);
+    }
+    atomic_fetch_add_explicit(&full, 1, memory_order_relaxed);
+    return fo_atom_full;
+}
+
+/* The calling process's entry named by state, else NULL. */
+static tail_entry *own_entry(ErlNifEnv *env, ERL_NIF_TERM state)
+{
+    ErlNifPid self;
+    tail_entry *e = entry_of(env, state);
+    if (e == NULL || enif_self(env, &self) == NULL || e->pid != (uint64_t)self.pid)
+        return NULL;
+    return e;
+}
+
+static void release(tail_entry *e)
+{
+    if (e->cap > TAIL_KEPT_SLICES) {
+        /* a long request's array goes; the next one grows its own */
+        atomic_fetch_sub(&slice_bytes, (uint64_t)e->cap * sizeof(tail_slice));
+        free(e->slices);
+        e->slices = NULL;
+        e->cap = 0;
+    }
+    fo_spin_lock(&e->ctx_lock);
+    free(e->answers);
+    e->answers = NULL;
+    e->ctx_count = 0;
+    e->frame_count = 0;
+    e->pid = 0;
+    fo_spin_unlock(&e->ctx_lock);
+    atomic_store_explicit(&e->in_use, 0, memory_order_release);
+}
+
+ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tail_entry *e = own_entry(env, argv[0]);
+    if (e == NULL || (argv[1] != fo_atom_true && argv[1] != fo_atom_false))
+        return enif_make_badarg(env);
+    if (argv[1] == fo_atom_false) {
+        release(e);
+        return fo_atom_ok;
+    }
+    e->end_ns = fo_tracer_clock_ns();
+    close_slice(e, e->end_ns, NULL);
+    return fo_atom_ok;
+}
+
+ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[])
+{
+    ErlNifPid pid;
+    fo_mfa key;
+    unsigned length;
+    tail_entry *e = entry_of(env, argv[0]);
+    if (!enif_get_local_pid(env, argv[1], &pid) || !enif_get_list_length(env, argv[4], &length))
+        return enif_make_badarg(env);
+    if (e == NULL || e->pid != (uint64_t)pid.pid)
+        return fo_atom_stopped;
+    if (!fo_decode_mfa(env, argv[3], &key))
+        return fo_atom_stale;
+    fo_mfa frames[TAIL_CONTEXT_FRAMES];
+    uint32_t count = (uint32_t)length;
+    if (count > TAIL_CONTEXT_FRAMES - 1)
+        count = TAIL_CONTEXT_FRAMES - 1; /* the innermost ones */
+    ERL_NIF_TERM list = argv[4], head;
+    for (uint32_t i = 0; i < count; i++) {
+        if (!enif_get_list_cell(env, list, &head, &list) || !fo_decode_frame(env, head, &frames[count - 1 - i]))
+            return enif_make_badarg(env);
+    }
+    /* a BIF that traps is its current function, not a frame */
+    if (count == 0 || !fo_mfa_equal(&frames[count - 1], &key))
+        frames[count++] = key;
+    ERL_NIF_TERM result = fo_atom_full;
+    fo_spin_lock(&e->ctx_lock);
+    /* still that request's entry (it may have ended meanwhile, and the
+     * same process begun another) */
+    if (entry_of(env, argv[0]) != e || e->pid != (uint64_t)pid.pid) {
+        result = fo_atom_stopped;
+    } else if (e->answers == NULL && (e->answers = malloc(sizeof(tail_answers))) == NULL) {
+        result = fo_atom_full;
+    } else if (e->ctx_count < TAIL_ASKS && e->frame_count + count <= TAIL_CONTEXT_FRAMES) {
+        tail_context *c = &e->answers->ctx[e->ctx_count++];
+        c->key = key;
+        c->after = __atomic_load_n(&e->count, __ATOMIC_RELAXED);
+        c->first = e->frame_count;
+        c->count = count;
+        memcpy(&e->answers->frames[e->frame_count], frames, sizeof(fo_mfa) * count);
+        e->frame_count += count;
+        atomic_fetch_add_explicit(&answers, 1, memory_order_relaxed);
+        result = fo_atom_ok;
+    }
+    fo_spin_unlock(&e->ctx_lock);
+    return result;
+}
+
+/* The contexts read after `after` slices, into the session (caller holds
+ * its lock and e's ctx_lock). */
+static void apply_contexts(fo_session_res *res, const tail_entry *e, uint32_t after)
+{
+    for (uint32_t i = 0; e->answers != NULL && i < e->ctx_count; i++) {
+        const tail_context *c = &e->answers->ctx[i];
+        if (c->after != after)
+            continue;
+        const fo_mfa *frames = &e->answers->frames[c->first];
+        uint32_t from = fo_cpu_scope_start(&res->cpu_scope, frames, c->count);
+        /* a stack cut by the node's backtrace_depth below the root says
+         * not where the wait was: the core places it as without */
+        if (!res->cpu_scope.has_root || !fo_mfa_equal(&frames[from], &res->cpu_scope.root))
+            continue;
+        if (c->count > from)
+            fo_session_cpu_context(res->core, e->pid, &c->key, frames + from, c->count - from);
+    }
+}
+
+static void apply(fo_session *core, uint8_t kind, uint64_t pid, int64_t ts, uint64_t thread, const fo_mfa *mfa)
+{
+    fo_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = kind;
+    ev.pid = pid;
+    ev.ts_ns = ts;
+    if (thread != 0) {
+        ev.flags = FO_EVF_HAS_THREAD;
+        ev.thread = thread;
+    }
+    if (mfa != NULL && mfa->module != 0) {
+        ev.flags |= FO_EVF_HAS_MFA;
+        ev.mfa = *mfa;
+    }
+    fo_session_apply(core, &ev);
+}
+
+/* An event of a replay: a record's start or end; what: 0 in, 1 a
+ * collection's start, 2 its end, 3 out (the order at equal times). */
+typedef struct {
+    int64_t ts;
+    uint32_t what, record;
+} replay_event;
+
+static int by_time(const void *a, const void *b)
+{
+    const replay_event *x = a, *y = b;
+    if (x->ts != y->ts)
+        return x->ts < y->ts ? -1 : 1;
+    if (x->what != y->what)
+        return x->what < y->what ? -1 : 1;
+    return x->record < y->record ? -1 : x->record > y->record;
+}
+
+static void apply_gc(fo_session *core, uint8_t kind, uint64_t pid, int64_t ts, uint32_t major)
+{
+    fo_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = kind;
+    ev.pid = pid;
+    ev.ts_ns = ts;
+    ev.flags = major ? FO_EVF_MAJOR_GC : 0;
+    fo_session_apply(core, &ev);
+}
+
+ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    if (!fo_handle_get(env, argv[0], &res) || !res->cpu_sampled)
+        return enif_make_badarg(env);
+    tail_entry *e = own_entry(env, argv[1]);
+    if (e == NULL || e->end_ns == 0)
+        return enif_make_badarg(env);
+    atomic_fetch_add_explicit(&kept, 1, memory_order_relaxed);
+    fo_perf_pump(); /* the samples up to now */
+    int64_t end_ns = e->dropped > 0 && e->count > 0 ? e->slices[e->count - 1].to_ns : e->end_ns;
+    /* the records' events in time order (a collection's record comes
+     * before its slice's, which ends later) */
+    replay_event *events = e->count > 0 ? reallocarray(NULL, (size_t)e->count * 2, sizeof(replay_event)) : NULL;
+    if (e->count > 0 && events == NULL)
+        return enif_raise_exception(env, fo_atom_memory);
+    for (uint32_t i = 0; i < e->count; i++) {
+        int gc = e->slices[i].thread == 0;
+        events[2 * i] = (replay_event){e->slices[i].from_ns, gc ? 1 : 0, i};
+        events[2 * i + 1] = (replay_event){e->slices[i].to_ns, gc ? 2 : 3, i};
+    }
+    if (e->count > 0)
+        qsort(events, (size_t)e->count * 2, sizeof(replay_event), by_time);
+    fo_spin_lock(&res->lock);
+    fo_spin_lock(&e->ctx_lock);
+    if (res->core != NULL && atomic_load(&res->active)) {
+        fo_resource_fold(res, env);
+        int first = 1;
+        for (uint32_t k = 0; k < e->count * 2; k++) {
+            const replay_event *ev = &events[k];
+            const tail_slice *s = &e->slices[ev->record];
+            switch (ev->what) {
+            case 0:
+                apply(res->core, FO_EV_IN, e->pid, s->from_ns, s->thread, NULL);
+                /* it runs inside its root function: what comes before its
+                 * first sample goes under it */
+                if (first && res->cpu_scope.has_root)
+                    fo_session_cpu_inside(res->core, e->pid, &res->cpu_scope.root, 1);
+                first = 0;
+                break;
+            case 1:
+            case 2:
+                apply_gc(res->core, ev->what == 1 ? FO_EV_GC_START : FO_EV_GC_END, e->pid, ev->ts, s->stop.arity);
+                break;
+            default:
+                apply(res->core, FO_EV_OUT, e->pid, s->to_ns, 0, &s->stop);
+                break;
+            }
+            /* where it stopped, as the helper read it before it ran again */
+            if (ev->what >= 2)
+                apply_contexts(res, e, ev->record + 1);
+        }
+        res->stopped_ns = end_ns;
+    }
+    fo_spin_unlock(&e->ctx_lock);
+    fo_spin_unlock(&res->lock);
+    free(events);
+    fo_handle_stop(res);
+    ERL_NIF_TERM answer = enif_make_tuple2(env, enif_make_uint(env, e->count), enif_make_uint(env, e->dropped));
+    release(e);
+    return answer;
+}
+
+ERL_NIF_TERM fo_tail_owners_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    (void)argv;
+    tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
+    ERL_NIF_TERM list = enif_make_list(env, 0);
+    for (uint32_t i = 0; table != NULL && i < max_processes; i++) {
+        tail_entry *e = &table[i];
+        if (atomic_load_explicit(&e->in_use, memory_order_acquire) != 1)
+            continue;
+        ErlNifPid owner;
+        owner.pid = (ERL_NIF_TERM)e->pid;
+        int taken = 1;
+        if (!enif_is_process_alive(env, &owner)) {
+            if (atomic_compare_exchange_strong(&e->in_use, &taken, 2)) {
+                atomic_fetch_add_explicit(&reclaimed, 1, memory_order_relaxed);
+                release(e);
+            }
+            continue;
+        }
+        ERL_NIF_TERM state =
+            enif_make_tuple3(env, fo_atom_tail, enif_make_uint(env, i), enif_make_uint(env, atomic_load(&e->gen)));
+        list = enif_make_list_cell(env, enif_make_tuple2(env, enif_make_pid(env, &owner), state), list);
+    }
+    return list;
+}
+
+static void put(ErlNifEnv *env, ERL_NIF_TERM *map, const char *key, unsigned long long value)
+{
+    enif_make_map_put(env, *map, enif_make_atom(env, key), enif_make_uint64(env, value), map);
+}
+
+ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    (void)argv;
+    tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
+    unsigned long long in_use = 0;
+    for (uint32_t i = 0; table != NULL && i < max_processes; i++)
+        in_use += atomic_load_explicit(&table[i].in_use, memory_order_relaxed) != 0;
+    ERL_NIF_TERM map = enif_make_new_map(env);
+    put(env, &map, "processes", table != NULL ? max_processes : 0);
+    put(env, &map, "slices", table != NULL ? max_slices : 0);
+    put(env, &map, "max_bytes", table != NULL ? max_bytes : 0);
+    put(env, &map, "bytes",
+        table != NULL ? (unsigned long long)max_processes * sizeof(tail_entry) + atomic_load(&slice_bytes) : 0);
+    put(env, &map, "in_use", in_use);
+    put(env, &map, "begun", atomic_load(&begun));
+    put(env, &map, "kept", atomic_load(&kept));
+    put(env, &map, "full", atomic_load(&full));
+    put(env, &map, "truncated", atomic_load(&truncated));
+    put(env, &map, "reclaimed", atomic_load(&reclaimed));
+    put(env, &map, "asks", atomic_load(&asks));
+    put(env, &map, "answers", atomic_load(&answers));
+    put(env, &map, "missed_outs", atomic_load(&missed_outs));
+    return map;
+}
+
+void fo_tail_unload(void)
+{
+    pthread_mutex_lock(&enable_mutex);
+    tail_entry *table = atomic_exchange(&entries, NULL);
+    for (uint32_t i = 0; table != NULL && i < max_processes; i++) {
+        free(table[i].slices);
+        free(table[i].answers);
+    }
+    free(table);
+    atomic_store(&slice_bytes, 0);
+    pthread_mutex_unlock(&enable_mutex);
+}

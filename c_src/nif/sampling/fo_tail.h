@@ -1,0 +1,86 @@
+/* Tail-based native traces (trace/3 with threshold_ms in mode :native):
+ * trace every request, keep the slow ones, and pay for the kept ones only.
+ *
+ * While tail tracing is on, the node's CPU sampler (fo_perf) runs for
+ * good. A traced request takes an entry of a node-wide table that is
+ * allocated once (max processes, configuration) and
+ * gives its process the `running` flag with the tracer state {tail,
+ * Index, Gen}: the callbacks only note the time slices the process runs
+ * in (thread, from, to) in its entry, never build anything. At the end
+ * the process frees its entry (a fast request: nothing else happens), or
+ * replays its slices into a new CPU-sampled session (a slow one), which
+ * takes the samples of each slice from fo_perf's per-thread buffers: the
+ * same profile a native trace builds, out of the same samples.
+ *
+ * Bounds: an entry's slices grow (doubling) up to max slices, and all
+ * entries' slices together up to max bytes; a request that runs in more
+ * is truncated at the last slice held (its profile ends there, counted).
+ * When every entry is taken, tail_begin answers `full` (the caller
+ * falls back to an ordinary trace). An entry whose process died is taken
+ * back by the next tail_begin that finds the table full.
+ *
+ * The callbacks take no lock: an entry is written by its own process
+ * only (its callbacks and its NIF calls are serial), and the generation
+ * in the tracer state keeps a late callback off a reused entry. */
+#ifndef FO_TAIL_H
+#define FO_TAIL_H
+
+#include <erl_nif.h>
+
+/* Bounds of tail_enable/2's arguments. */
+#define FO_TAIL_MAX_PROCESSES 65536u
+#define FO_TAIL_MAX_SLICES (1u << 24)
+/* The largest byte budget for the slices of all entries. */
+#define FO_TAIL_MAX_BYTES (4ull << 30)
+
+/* Whether a tracer state is a tail state ({tail, Index, Gen}). */
+int fo_tail_is_state(ErlNifEnv *env, ERL_NIF_TERM state);
+
+/* The tracer callbacks for a tail state (argv as the tracer's). */
+ERL_NIF_TERM fo_tail_enabled(ErlNifEnv *env, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[]);
+
+// tail_enable(MaxProcesses, MaxSlices, MaxBytes) -> {ok, Processes, Slices} | {error, memory}
+//   Allocates the table on first use; later calls keep its size (and say
+//   it), and set the slices' bounds.
+ERL_NIF_TERM fo_tail_enable_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+// tail_begin(AskAfterNs) -> {tail, Index, Gen} | full | disabled
+//   The calling process is traced from now: it runs on this thread. Once
+//   it ran AskAfterNs (0: never), it may be slow: each function it stops
+//   in (the first TAIL_ASKS) is asked about, as a native trace asks
+//   (fo_cpu_ask.h): the thread's helper reads its stack there
+//   (cpu_context/5 with the tail state, fo_tail_context), and a replay
+//   hangs its waits where they were, not under the stack last sampled.
+ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+// tail_end(State, Keep) -> ok
+//   The calling process's traced work is over (its flags are off): closes
+//   its running slice. Keep false frees the entry; true keeps it for
+//   tail_replay/2.
+ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+// tail_replay(Session, State) -> {Slices, Dropped}
+//   Applies the entry's slices to the CPU-sampled Session (new/1 with
+//   cpu_sampled), stops it at the end of the work (or of the last slice
+//   held, when Dropped > 0) and frees the entry. finish(Session, stop)
+//   then gives the profile.
+ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+// tail_owners() -> [{Pid, State}]
+//   The live processes holding an entry, with their tracer states; the
+//   entries of processes that died are freed.
+ERL_NIF_TERM fo_tail_owners_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+// tail_stats() -> #{processes, slices, max_bytes, bytes, in_use, begun, kept, full, truncated, reclaimed,
+//                   asks, answers, missed_outs}
+ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+/* cpu_context(State, Pid, Asked, Current, Stack) for a tail state: keeps
+ * the stack the helper read. ok | stale | stopped | full */
+ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[]);
+
+/* Frees the table (the library is unloaded). */
+void fo_tail_unload(void);
+
+#endif

@@ -1,0 +1,201 @@
+defmodule FlameOn.Client.Node.TailHold do
+  @moduledoc false
+  # Tail tracing's hold on the node (FlameOn.Client.Tracing.Tail): while
+  # tail-based native traces come, the CPU sampler stays acquired
+  # (FlameOn.Client.Node.PerfSampler) and the NIF's table of traced
+  # requests' slices exists (Native.tail_enable/2), so a request pays for
+  # neither. The first tail trace turns it on (a call to this process);
+  # after `idle_ms` without one it turns off again: no new tail trace
+  # starts on it, and once the running ones ended (or `idle_ms` more
+  # passed) the sampler is released. The table's memory, bounded by
+  # `max_processes` entries of about 64 bytes plus at most `max_slices_mb`
+  # of slices (48 bytes each), stays allocated until the library is
+  # unloaded (a request's slices beyond 64 are freed at its end).
+  #
+  # Configuration (application environment `:tail`, read when it turns on):
+  #
+  #   * `:max_processes` (1024) – requests tail-traced at once; past them a
+  #     request is traced the ordinary way.
+  #   * `:max_slices` (100_000) – time slices (scheduled in to out, a
+  #     preempted CPU-bound process has one per ~0.1 ms) a request keeps; a
+  #     longer one is truncated at the last (`stats.tail_truncated`).
+  #   * `:max_slices_mb` (32) – the slices of all requests together, the
+  #     same way.
+  #   * `:idle_ms` (5000) – how long the hold outlives the last tail trace.
+  #   * `:shared` (true) – false: every tail trace takes its own session
+  #     (read per request; for comparisons).
+  #
+  # Per request, `on?/1` is a :persistent_term read and two atomics
+  # operations. A tail trace still running `idle_ms` after the last one
+  # started (and `idle_ms` more) loses its flag and the sampler: its
+  # profile, if kept, has no samples from then on.
+
+  use GenServer
+
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.PerfSampler
+
+  @on 1
+  @last_used 2
+
+  @defaults [max_processes: 1024, max_slices: 100_000, max_slices_mb: 32, idle_ms: 5_000]
+
+  @doc false
+  @spec start_link(keyword()) :: GenServer.on_start()
+  def start_link(_opts \\ []), do: GenServer.start_link(__MODULE__, :ok, name: __MODULE__)
+
+  @doc """
+  Whether tail traces can run on the shared sampler now, turning the hold
+  on (sampling at `frequency` Hz, if the sampler is not running already)
+  when it is off. False where native sampling is unavailable or the table
+  cannot be made.
+  """
+  @spec on?(pos_integer()) :: boolean()
+  def on?(frequency) do
+    flags = :persistent_term.get({__MODULE__, :flags}, nil)
+
+    cond do
+      flags == nil ->
+        false
+
+      :atomics.get(flags, @on) == 1 ->
+        :atomics.put(flags, @last_used, System.monotonic_time(:millisecond))
+        true
+
+      true ->
+        GenServer.call(__MODULE__, {:on, frequency}, 60_000) == :ok
+    end
+  catch
+    :exit, _ -> false
+  end
+
+  @doc "Turns the hold off now (waits up to `wait_ms` for running tail traces)."
+  @spec off(non_neg_integer()) :: :ok
+  def off(wait_ms \\ 1_000), do: GenServer.call(__MODULE__, {:off, wait_ms}, 60_000)
+
+  @doc "Whether the hold is on, and the table's counters."
+  @spec stats() :: map()
+  def stats do
+    flags = :persistent_term.get({__MODULE__, :flags}, nil)
+    on = flags != nil and :atomics.get(flags, @on) == 1
+    Map.put(Native.tail_stats(), :on, on)
+  end
+
+  @impl GenServer
+  def init(:ok) do
+    flags =
+      case :persistent_term.get({__MODULE__, :flags}, nil) do
+        nil ->
+          flags = :atomics.new(2, signed: true)
+          :persistent_term.put({__MODULE__, :flags}, flags)
+          flags
+
+        flags ->
+          :atomics.put(flags, @on, 0)
+          flags
+      end
+
+    {:ok, %{flags: flags, held: false, timer: nil}}
+  end
+
+  @impl GenServer
+  def handle_call({:on, frequency}, _from, state) do
+    if :atomics.get(state.flags, @on) == 1 do
+      {:reply, :ok, state}
+    else
+      case turn_on(state, frequency) do
+        {:ok, state} -> {:reply, :ok, state}
+        {:error, _} = error -> {:reply, error, state}
+      end
+    end
+  end
+
+  def handle_call({:off, wait_ms}, _from, state), do: {:reply, :ok, turn_off(state, wait_ms)}
+
+  @impl GenServer
+  def handle_info(:check, state) do
+    idle_ms = config()[:idle_ms]
+    idle = System.monotonic_time(:millisecond) - :atomics.get(state.flags, @last_used)
+
+    if state.held and idle >= idle_ms do
+      {:noreply, turn_off(%{state | timer: nil}, idle_ms)}
+    else
+      {:noreply, %{state | timer: schedule(idle_ms)}}
+    end
+  end
+
+  def handle_info(_msg, state), do: {:noreply, state}
+
+  @impl GenServer
+  def terminate(_reason, state) do
+    :atomics.put(state.flags, @on, 0)
+    if state.held, do: PerfSampler.release()
+    :ok
+  end
+
+  defp turn_on(state, frequency) do
+    config = config()
+
+    with :ok <- PerfSampler.acquire(frequency),
+         {:ok, _, _} <- enable(config) do
+      :atomics.put(state.flags, @last_used, System.monotonic_time(:millisecond))
+      :atomics.put(state.flags, @on, 1)
+      {:ok, %{state | held: true, timer: state.timer || schedule(config[:idle_ms])}}
+    else
+      {:error, _} = error ->
+        PerfSampler.release()
+        error
+    end
+  end
+
+  defp enable(config) do
+    Native.tail_enable(
+      config[:max_processes],
+      config[:max_slices],
+      config[:max_slices_mb] * 1_048_576
+    )
+  rescue
+    ArgumentError -> {:error, :invalid_config}
+  end
+
+  defp turn_off(%{held: false} = state, _wait_ms), do: state
+
+  defp turn_off(state, wait_ms) do
+    :atomics.put(state.flags, @on, 0)
+    wait_idle(System.monotonic_time(:millisecond) + wait_ms)
+    untrace_stragglers()
+    PerfSampler.release()
+    if state.timer, do: Process.cancel_timer(state.timer)
+    %{state | held: false, timer: nil}
+  end
+
+  # Until no tail trace holds an entry (or the deadline).
+  defp wait_idle(deadline) do
+    if Native.tail_stats().in_use > 0 and System.monotonic_time(:millisecond) < deadline do
+      Process.sleep(5)
+      wait_idle(deadline)
+    end
+  end
+
+  # Tail traces still running after the wait (a telemetry :start whose
+  # :stop never came): their flag goes off, so nothing of ours is left on
+  # them; their entries stay theirs (bounded) until their :stop or exit.
+  # (Native.tail_owners/0 frees the entries of processes that died.)
+  defp untrace_stragglers do
+    for {pid, state} <- Native.tail_owners(),
+        :erlang.trace_info(pid, :tracer) == {:tracer, {Native, state}} do
+      try do
+        :erlang.trace(pid, false, [:running, :garbage_collection])
+      rescue
+        # it exited meanwhile
+        ArgumentError -> :ok
+      end
+    end
+  end
+
+  defp schedule(idle_ms), do: Process.send_after(self(), :check, max(div(idle_ms, 2), 10))
+
+  defp config do
+    Keyword.merge(@defaults, Application.get_env(:flame_on_client, :tail, []))
+  end
+end

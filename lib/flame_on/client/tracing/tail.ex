@@ -1,0 +1,214 @@
+defmodule FlameOn.Client.Tracing.Tail do
+  @moduledoc false
+  # trace/3 with a threshold (tail-based tracing: trace every request, keep
+  # the slow ones). Two paths, `profile.mode` says which ran:
+  #
+  #   * shared (mode :native where the VM samples natively, one process):
+  #     the node's CPU sampler keeps running while tail traces come
+  #     (FlameOn.Client.Node.TailHold); a request takes an entry of the
+  #     NIF's slice table (c_src/nif/sampling/fo_tail.h) and gets only the
+  #     `running` and `garbage_collection` flags, whose callbacks note the
+  #     time slices it runs in and its collections. A fast request frees
+  #     its entry and builds nothing; a slow one replays its slices into a
+  #     new CPU-sampled core session, which takes their samples from the
+  #     sampler's buffers, and becomes an ordinary profile (mode
+  #     :native_tail). No session, no sampler call, no
+  #     helper per request; only past half its threshold are its stops
+  #     asked about (the helper reads where it waits, as in mode :native).
+  #   * own (every other case, and when the table is full): the steps of
+  #     FlameOn.Client.profile/2, deciding on the threshold as soon as the
+  #     traced work is over: a fast run gives its capture back
+  #     (FlameOn.Client.Capture.discard/1: tables freed, no tree encoded,
+  #     no profile built).
+  #
+  # What a request traced and thrown away costs each way is in
+  # bench/tail.exs.
+
+  alias FlameOn.Client.{Capture, Options, Profile, ProcessName}
+  alias FlameOn.Client.Capture.Common
+  alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.{Breaker, PerfSampler, TailHold, TraceBackend}
+
+  require Logger
+
+  # A shared tail trace's flags: its time slices and its collections
+  # (their time exact, as in mode :native).
+  @flags [:running, :garbage_collection]
+
+  # The root of a tail trace's stacks (both paths): call/1's frame.
+  @root {__MODULE__, :call, 1}
+
+  @doc """
+  Runs `fun` traced with `profile/2`'s options `opts` (mode resolved;
+  `trace_capture`: the same checked by `Options.trace!/1`, with the
+  trace's name): `{result, profile}` when it ran for at least
+  `threshold_ms`, `{result, nil}` when not. As
+  `profile/2`, it raises when the trace cannot start (`fun` has not run
+  then), and raises `fun`'s exception again once the trace is given back.
+  """
+  @spec run((() -> result), keyword(), map(), non_neg_integer()) ::
+          {result, FlameOn.Client.Profile.t() | nil}
+        when result: term()
+  def run(fun, opts, trace_capture, threshold_ms) do
+    case start(trace_capture, @root, threshold_ms) do
+      {:ok, tail} ->
+        outcome = call(fun)
+        profile = stop(tail, threshold_ms)
+
+        case outcome do
+          {:ok, result} -> {result, profile}
+          {kind, reason, stacktrace} -> :erlang.raise(kind, reason, stacktrace)
+        end
+
+      :unavailable ->
+        own(fun, Options.profile!(opts), threshold_ms)
+    end
+  end
+
+  @typedoc "A running shared tail trace of the calling process (`start/2`)."
+  @type tail :: %{
+          state: tuple(),
+          handle: TraceBackend.t(),
+          opts: map(),
+          root: mfa() | nil,
+          started_ts: integer()
+        }
+
+  @doc """
+  Starts a shared tail trace of the calling process with checked capture
+  options `opts` (their mode resolved, with `:name`) where it can run
+  (mode `:native`, one process, native sampling available, an entry free
+  in the table): `{:ok, tail}`, its flag on from here; else
+  `:unavailable`. `root`: the function its stacks start at, or nil.
+  Once it ran half of `threshold_ms` it may be slow: from then on, where
+  it stops is asked about (its waits hang where they were, if the stack
+  read there reaches `root`: not without a root).
+  """
+  @spec start(map(), mfa() | nil, pos_integer()) :: {:ok, tail()} | :unavailable
+  def start(opts, root, threshold_ms) do
+    with true <- shared?(opts),
+         true <- untraced_legacy?(),
+         {:tail, _, _} = state <- Native.tail_begin(ask_after_ns(root, threshold_ms)) do
+      handle = TraceBackend.legacy({Native, state})
+      started_ts = :erlang.monotonic_time()
+      TraceBackend.set_flags(self(), [{handle, @flags}])
+      {:ok, %{state: state, handle: handle, opts: opts, root: root, started_ts: started_ts}}
+    else
+      _ -> :unavailable
+    end
+  end
+
+  @doc """
+  Ends the calling process's shared tail trace (its flag off, if still
+  on): its profile when it lasted at least `threshold_ms`, else nil
+  (nothing built).
+  """
+  @spec stop(tail(), non_neg_integer()) :: FlameOn.Client.Profile.t() | nil
+  def stop(%{state: state, started_ts: started_ts} = tail, threshold_ms) do
+    end_ts = :erlang.monotonic_time()
+    # a slow one is built unless the breaker is open (no new session then)
+    keep = slow?(started_ts, end_ts, threshold_ms) and breaker_closed?(tail)
+    # its last slice ends here, while its flag is still on: turning it off
+    # may schedule it out, unseen, and others would run in that slice
+    :ok = Native.tail_end(state, keep)
+    TraceBackend.trace(tail.handle, self(), false, @flags)
+    if keep, do: replay(tail, end_ts)
+  end
+
+  defp breaker_closed?(tail) do
+    case Breaker.check() do
+      :ok ->
+        true
+
+      {:error, reason} ->
+        Logger.warning(fn ->
+          "FlameOn: the slow trace #{inspect(tail.opts.name)} is not kept: #{inspect(reason)}"
+        end)
+
+        false
+    end
+  end
+
+  # A stack read where it stops is kept only if it reaches the root (the
+  # node's backtrace_depth, 8 by default, may cut it): without a root,
+  # nothing is asked.
+  defp ask_after_ns(nil, _threshold_ms), do: 0
+  defp ask_after_ns(_root, threshold_ms), do: div(threshold_ms * 1_000_000, 2)
+
+  # The shared path's flag goes to the legacy session: where the VM has
+  # trace sessions, Capture.traced?/0 looks at ours only.
+  defp untraced_legacy? do
+    not TraceBackend.sessions?() or :erlang.trace_info(self(), :tracer) == {:tracer, []}
+  end
+
+  defp shared?(%{mode: :native, cross_process: false} = opts) do
+    Application.get_env(:flame_on_client, :tail, [])[:shared] != false and
+      PerfSampler.available?() and TailHold.on?(opts.frequency)
+  end
+
+  defp shared?(_opts), do: false
+
+  @doc false
+  # The root frame of a tail trace's stacks: `fun` runs in it.
+  @spec call((() -> term())) :: {:ok, term()} | {atom(), term(), list()}
+  def call(fun) do
+    {:ok, fun.()}
+  catch
+    kind, reason -> {kind, reason, __STACKTRACE__}
+  end
+
+  # A slow request's slices, with the samples taken in them, as a profile.
+  defp replay(%{opts: opts, state: state, started_ts: started_ts} = tail, end_ts) do
+    {:ok, core} = Common.new_core(opts, Capture.Native.core_options(opts, tail.root))
+    {slices, dropped} = Native.tail_replay(core, state)
+    {raw, stats} = Native.finish(core, :stop)
+
+    stats =
+      Map.merge(stats, %{
+        unprocessed_events: 0,
+        tail_slices: slices,
+        tail_dropped_slices: dropped,
+        tail_truncated: dropped > 0
+      })
+
+    fields = Keyword.put(Common.fields(opts, self(), started_ts, end_ts), :mode, :native_tail)
+    ProcessName.name_profile(Profile.build(raw, stats, fields), %{})
+  end
+
+  defp own(fun, opts, threshold_ms) do
+    capture = Capture.start({:self, @root}, opts)
+    started_ts = :erlang.monotonic_time()
+    capture = Capture.begin(capture, self())
+    TraceBackend.set_flags(self(), capture.flags)
+    outcome = call(fun)
+
+    end_ts = Capture.stop(capture)
+    Capture.detach(capture)
+
+    kept =
+      if slow?(started_ts, end_ts, threshold_ms),
+        do: Capture.finish(capture, started_ts, end_ts),
+        else: Capture.discard(capture)
+
+    case {outcome, kept} do
+      {{:ok, result}, {:ok, profile}} ->
+        {result, profile}
+
+      {{:ok, result}, :ok} ->
+        {result, nil}
+
+      {{:ok, _result}, {:error, reason}} ->
+        raise "FlameOn: the trace's owner #{inspect(capture[:owner] || capture[:tracer])} " <>
+                "ended before returning the profile: #{inspect(reason)}"
+
+      {{kind, reason, stacktrace}, _} ->
+        :erlang.raise(kind, reason, stacktrace)
+    end
+  end
+
+  # As FlameOn.Client.TraceStore.keep/2 decides (on the profile's
+  # duration_us, in whole microseconds).
+  defp slow?(started_ts, end_ts, threshold_ms),
+    do:
+      System.convert_time_unit(end_ts - started_ts, :native, :microsecond) >= threshold_ms * 1000
+end
