@@ -34,6 +34,8 @@ typedef struct {
     uint64_t call_wait_ns; /* WAITING time of the current call (graph traces) */
     uint32_t call_wait_node; /* the one WAITING leaf that holds it (FO_NONE: none yet) */
     uint32_t gc_node;        /* while it collects garbage: its GC leaf (FO_NONE: not) */
+    uint64_t heap_after;     /* its heap level after its last collection (heap_known) */
+    uint8_t heap_known;
     int64_t last_ts;
     uint8_t state;       /* fo_proc_state */
     uint8_t has_ts;
@@ -47,6 +49,9 @@ typedef struct {
     uint64_t unseen_ns;
     uint32_t unseen_gc_node[2];
     uint64_t unseen_gc_ns[2];
+    uint32_t unseen_alloc_node; /* and the allocation charged at its collections */
+    uint64_t unseen_alloc_words;
+    uint64_t unseen_alloc_samples;
     /* The off-CPU interval now (since the last `out`) and the one before
      * the last in/out pair: a sampler's stack request wakes a waiting
      * process just to answer, and that pair must not hide where the wait

@@ -55,6 +55,9 @@ typedef struct {
     uint64_t gc_major;           /* major (fullsweep) ones */
     uint64_t gc_minor_ns;        /* time on GC_MINOR leaves */
     uint64_t gc_major_ns;        /* time on GC_MAJOR leaves */
+    uint64_t alloc_words;        /* words allocated, charged at gc starts (heap sizes given) */
+    uint64_t alloc_samples;      /* gc starts that charged them */
+    uint64_t alloc_unknown;      /* gc starts of processes with no heap level known yet */
 } fo_stats;
 
 typedef struct fo_session fo_session;
@@ -241,10 +244,17 @@ typedef struct {
     uint64_t self_ns; /* time charged to exactly this stack */
     uint64_t samples; /* stack samples that landed on exactly this stack */
     uint64_t weight;  /* sum of those samples' weights (saturating) */
+    uint64_t alloc_words;   /* words allocated in exactly this stack (see fo_session_gc.c) */
+    uint64_t alloc_samples; /* garbage collections that charged them */
 } fo_node_info;
 
 uint32_t fo_session_node_count(const fo_session *s);
 void fo_session_node(const fo_session *s, uint32_t id, fo_node_info *out);
+
+/* The nodes allocation was charged to (fo_node_info's alloc fields), in
+ * no particular order: entry i of fo_session_alloc_count. */
+uint32_t fo_session_alloc_count(const fo_session *s);
+void fo_session_alloc_entry(const fo_session *s, uint32_t i, uint32_t *node, uint64_t *words, uint64_t *samples);
 
 uint32_t fo_session_process_count(const fo_session *s);
 uint64_t fo_session_process_pid(const fo_session *s, uint32_t proc);

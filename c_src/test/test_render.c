@@ -30,7 +30,7 @@ typedef struct {
 static uint32_t root(tree *t)
 {
     uint32_t id = t->count++;
-    t->nodes[id] = (fo_node_info){FO_NONE, FO_FRAME_PROCESS, t->processes++, 0, 0, 0, 0};
+    t->nodes[id] = (fo_node_info){FO_NONE, FO_FRAME_PROCESS, t->processes++, 0, 0, 0, 0, 0, 0};
     return id;
 }
 
@@ -38,7 +38,7 @@ static uint32_t child(tree *t, uint32_t parent, uint32_t frame, uint64_t ns)
 {
     uint32_t id = t->count++;
     const fo_node_info *p = &t->nodes[parent];
-    t->nodes[id] = (fo_node_info){parent, frame, p->proc, p->depth + 1, ns, 0, 0};
+    t->nodes[id] = (fo_node_info){parent, frame, p->proc, p->depth + 1, ns, 0, 0, 0, 0};
     return id;
 }
 
@@ -290,9 +290,9 @@ static void test_a_chain_deeper_than_any_c_stack(void **state)
     fo_render_name names[FO_FRAME_FIRST_REAL + 1];
     memset(names, 0, sizeof(names));
     names[FO_FRAME_FIRST_REAL] = (fo_render_name){"f", 1};
-    nodes[0] = (fo_node_info){FO_NONE, FO_FRAME_PROCESS, 0, 0, 0, 0, 0};
+    nodes[0] = (fo_node_info){FO_NONE, FO_FRAME_PROCESS, 0, 0, 0, 0, 0, 0, 0};
     for (uint32_t i = 1; i <= DEPTH; i++)
-        nodes[i] = (fo_node_info){i - 1, FO_FRAME_FIRST_REAL, 0, i, 1000, 0, 0};
+        nodes[i] = (fo_node_info){i - 1, FO_FRAME_FIRST_REAL, 0, i, 1000, 0, 0, 0, 0};
     fo_render *r = fo_render_new(nodes, DEPTH + 1, 1, names, FO_FRAME_FIRST_REAL + 1, UINT64_MAX);
     assert_non_null(r);
     assert_int_equal(fo_render_terminal_count(r), 1);
@@ -310,12 +310,12 @@ static void test_a_chain_deeper_than_any_c_stack(void **state)
 static void test_inconsistent_input_is_refused(void **state)
 {
     (void)state;
-    fo_node_info nodes[2] = {{FO_NONE, 0, 0, 0, 0, 0, 0}, {5, 8, 0, 1, 0, 0, 0}};
+    fo_node_info nodes[2] = {{FO_NONE, 0, 0, 0, 0, 0, 0, 0, 0}, {5, 8, 0, 1, 0, 0, 0, 0, 0}};
     assert_null(fo_render_new(nodes, 2, 1, NULL, 0, 10)); /* parent after child */
     nodes[1].parent = 0;
     nodes[1].proc = 3;
     assert_null(fo_render_new(nodes, 2, 1, NULL, 0, 10)); /* process out of range */
-    nodes[1] = (fo_node_info){FO_NONE, 0, 0, 0, 0, 0, 0};
+    nodes[1] = (fo_node_info){FO_NONE, 0, 0, 0, 0, 0, 0, 0, 0};
     assert_null(fo_render_new(nodes, 2, 1, NULL, 0, 10)); /* two roots for one process */
 }
 

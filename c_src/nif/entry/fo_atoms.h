@@ -71,6 +71,10 @@
     A(timestamp)                                                                               \
     A(replay)                                                                                  \
     A(cpu_sampled)                                                                             \
+    A(alloc)                                                                                   \
+    A(heap_size)                                                                               \
+    A(heap)                                                                                    \
+    A(mbuf_size)                                                                               \
     A(flame_on_context)                                                                        \
     A(stale)                                                                                   \
     A(moved)                                                                                   \

@@ -120,6 +120,11 @@ ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     }
     res->ring_request = ring_records;
     res->max_text_bytes = max_text_bytes;
+    /* allocation profiles: gc events are decoded with their heap sizes
+     * (alloc: true), or their heap sizes but fragments (alloc: heap) */
+    res->alloc = FO_ALLOC_OFF;
+    if (enif_get_map_value(env, argv[0], fo_atom_alloc, &value))
+        res->alloc = value == fo_atom_true ? FO_ALLOC_ALL : value == fo_atom_heap ? FO_ALLOC_HEAP_ONLY : FO_ALLOC_OFF;
     ERL_NIF_TERM term = fo_handle_make(env, res);
     enif_release_resource(res);
     return term;
@@ -153,6 +158,8 @@ static int ingest_chunk(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM list, 
             fo_graph_ingest(env, res, head); /* a graph trace's root, mode :process */
         } else {
             fo_decode_result decoded = fo_decode_trace_msg(env, head, res->native_per_second, 0, &ev);
+            if (res->alloc && decoded == FO_DECODED)
+                fo_decode_trace_msg_heap(env, head, &ev, (fo_alloc_kind)res->alloc);
             fo_decode_apply(res->core, decoded, &ev);
         }
         n++;
@@ -202,6 +209,11 @@ static ERL_NIF_TERM with_cpu_stats(ErlNifEnv *env, const fo_session_res *res, co
     put_count(env, &map, "gc_major", st->gc_major);
     put_count(env, &map, "gc_minor_ns", st->gc_minor_ns);
     put_count(env, &map, "gc_major_ns", st->gc_major_ns);
+    if (res->alloc) {
+        put_count(env, &map, "alloc_words", st->alloc_words);
+        put_count(env, &map, "alloc_samples", st->alloc_samples);
+        put_count(env, &map, "alloc_unknown", st->alloc_unknown);
+    }
     if (!res->cpu_sampled)
         return map;
     put_count(env, &map, "cpu_unsampled_ns", st->cpu_unsampled_ns);

@@ -21,7 +21,7 @@ defmodule FlameOn.Client.Capture.Common do
   @doc "A core session with the limits of `opts` (and `extra` keys): `{:ok, core}` or an error."
   @spec new_core(map(), map()) :: {:ok, Native.session()} | {:error, term()}
   def new_core(opts, extra \\ %{}) do
-    limits = Map.take(opts, FlameOn.Client.Options.limit_keys())
+    limits = opts |> Map.take(FlameOn.Client.Options.limit_keys()) |> Map.merge(alloc_option(opts))
 
     {:ok,
      limits
@@ -32,6 +32,16 @@ defmodule FlameOn.Client.Capture.Common do
     ArgumentError ->
       {:error, {:invalid_limits, Map.take(opts, FlameOn.Client.Options.limit_keys())}}
   end
+
+  @doc """
+  The core session option of `alloc: true` (`%{}` without it): the core
+  reads each collection's young heap and heap fragments (`alloc: :heap`,
+  the young heap alone, is what the core also takes: it would miss the
+  large results a BIF builds in a fragment when the heap is full).
+  """
+  @spec alloc_option(map()) :: map()
+  def alloc_option(%{alloc: true}), do: %{alloc: true}
+  def alloc_option(_opts), do: %{}
 
   @doc """
   Raises unless FlameOn can trace the calling process

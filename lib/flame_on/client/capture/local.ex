@@ -105,7 +105,10 @@ defmodule FlameOn.Client.Capture.Local do
           owner: self(),
           attach: :tracee,
           name: opts.name,
-          limits: Map.take(opts, FlameOn.Client.Options.limit_keys())
+          limits:
+            opts
+            |> Map.take(FlameOn.Client.Options.limit_keys())
+            |> Map.merge(Common.alloc_option(opts))
         ]
 
         with {:ok, tracer} <- Tracer.start(tracer_opts) do

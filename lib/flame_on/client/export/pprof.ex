@@ -18,14 +18,23 @@ defmodule FlameOn.Client.Export.Pprof do
   alias FlameOn.Client.Export.Util
   alias FlameOn.Client.Profile.Tree
 
-  @spec encode(Profile.t()) :: binary()
-  def encode(%Profile{} = profile) do
+  # `unit: :alloc` encodes an allocation view (Profile.alloc_view/1): the
+  # sample types are `alloc_words` (words, the default) and
+  # `alloc_samples` (count: the garbage collections that sampled them),
+  # as Go's heap profiles have alloc_space and alloc_objects.
+  @spec encode(Profile.t(), keyword()) :: binary()
+  def encode(%Profile{} = profile, opts \\ []) do
+    alloc? = Keyword.get(opts, :unit, :time) == :alloc
     # Strings: "" must be index 0.
     strings = {%{"" => 0}, 1}
-    {wall, strings} = Util.intern("wall", strings)
-    {microseconds, strings} = Util.intern("microseconds", strings)
+    {wall, strings} = Util.intern(if(alloc?, do: "alloc_words", else: "wall"), strings)
+    {microseconds, strings} = Util.intern(if(alloc?, do: "words", else: "microseconds"), strings)
     {pid_key, strings} = Util.intern("pid", strings)
-    {sample_types, strings} = sample_types(profile, {wall, microseconds}, strings)
+
+    {sample_types, strings} =
+      if alloc?,
+        do: alloc_types({wall, microseconds}, strings),
+        else: sample_types(profile, {wall, microseconds}, strings)
 
     {comment, strings} =
       Util.intern("flame_on_client trace #{profile.trace_id}: #{profile.name}", strings)
@@ -33,7 +42,7 @@ defmodule FlameOn.Client.Export.Pprof do
     # Frame name => location id (== function id), assigned in order of appearance.
     acc = %{strings: strings, frames: %{}, next_frame: 1}
     tree = Tree.of(profile)
-    sampled? = profile.samples != %{}
+    sampled? = if alloc?, do: :alloc, else: profile.samples != %{}
 
     names = Util.names(profile)
 
@@ -101,6 +110,16 @@ defmodule FlameOn.Client.Export.Pprof do
     end
   end
 
+  defp alloc_types({words_type, words}, strings) do
+    {count, strings} = Util.intern("count", strings)
+    {samples_str, strings} = Util.intern("alloc_samples", strings)
+
+    {[
+       message([int(1, words_type), int(2, words)]),
+       message([int(1, samples_str), int(2, count)])
+     ], strings}
+  end
+
   # A process's sample labels: "pid" ("<0.96.0>"), and "process" (its
   # name, "MyApp.Inventory") when it has one.
   defp labels(pid, names, pid_key, strings) do
@@ -145,6 +164,8 @@ defmodule FlameOn.Client.Export.Pprof do
 
         rows =
           cond do
+            sampled? == :alloc and us == 0 and n == 0 -> rows
+            sampled? == :alloc -> [sample(ids, [us, n], label) | rows]
             us == 0 and (not sampled? or n == 0) -> rows
             sampled? -> [sample(ids, [us, n, r], label) | rows]
             true -> [sample(ids, [us], label) | rows]

@@ -14,8 +14,12 @@ defmodule FlameOn.Client.Export.Speedscope do
 
   @schema "https://www.speedscope.app/file-format-schema.json"
 
-  @spec encode(Profile.t()) :: iodata()
-  def encode(%Profile{} = profile) do
+  # `unit: :alloc` writes an allocation view (Profile.alloc_view/1): its
+  # values are words, which speedscope has no unit for ("none"); each
+  # profile's name says so.
+  @spec encode(Profile.t(), keyword()) :: iodata()
+  def encode(%Profile{} = profile, opts \\ []) do
+    unit = Keyword.get(opts, :unit, :time)
     names = Util.names(profile)
     tree = Tree.of(profile)
 
@@ -23,7 +27,7 @@ defmodule FlameOn.Client.Export.Speedscope do
       profile
       |> Util.pids()
       |> Enum.map_reduce({%{}, 0}, fn pid, frames ->
-        evented(profile, tree, pid, names, frames)
+        evented(profile, tree, pid, names, frames, unit)
       end)
 
     frames =
@@ -43,7 +47,7 @@ defmodule FlameOn.Client.Export.Speedscope do
 
   # Open frames are kept as a stack of {depth, frame, ends_at, cursor}:
   # cursor is where the next child opens.
-  defp evented(profile, tree, pid, names, frames) do
+  defp evented(profile, tree, pid, names, frames, unit) do
     {events, open, frames, total} =
       Tree.reduce(tree, pid, {[], [], frames, 0}, fn
         {0, _name, _self, total, _s, _w}, {events, _open, frames, _} ->
@@ -63,8 +67,8 @@ defmodule FlameOn.Client.Export.Speedscope do
 
     json = %{
       "type" => "evented",
-      "name" => "#{profile.name} #{Util.process_label(pid, names)}",
-      "unit" => "microseconds",
+      "name" => "#{profile.name} #{Util.process_label(pid, names)}#{unit_note(unit)}",
+      "unit" => if(unit == :alloc, do: "none", else: "microseconds"),
       "startValue" => 0,
       "endValue" => total,
       "events" => Enum.reverse(events)
@@ -72,6 +76,9 @@ defmodule FlameOn.Client.Export.Speedscope do
 
     {json, frames}
   end
+
+  defp unit_note(:alloc), do: " (words allocated)"
+  defp unit_note(_time), do: ""
 
   # Closes the open frames at depth >= depth (not the process root).
   defp close(events, [{d, frame, ends, _cursor} | open], depth) when d >= depth and d > 0,

@@ -17,7 +17,8 @@ defmodule FlameOn.Client.Export.SVG do
     frame_height: 16,
     font_size: 12,
     min_width: 0.1,
-    title: nil
+    title: nil,
+    unit: "µs"
   ]
 
   @pad 10
@@ -68,6 +69,7 @@ defmodule FlameOn.Client.Export.SVG do
           :font_size -> is_number(value) and value > 0
           :min_width -> is_number(value) and value >= 0
           :title -> is_nil(value) or is_binary(value)
+          :unit -> is_binary(value) and value != ""
         end
 
       valid? || raise ArgumentError, "invalid SVG option #{inspect(key)}: #{inspect(value)}"
@@ -144,7 +146,10 @@ defmodule FlameOn.Client.Export.SVG do
     base = @header + (levels - 1) * fh
     scale = if total > 0, do: inner / total, else: 0.0
 
+    unit = opts[:unit]
+
     ctx = %{
+      unit: unit,
       total: total,
       scale: scale,
       fh: fh,
@@ -154,7 +159,7 @@ defmodule FlameOn.Client.Export.SVG do
     }
 
     subtitle =
-      "#{thousands(total)} µs in #{processes} process#{if processes == 1, do: "", else: "es"}" <>
+      "#{thousands(total)} #{unit} in #{processes} process#{if processes == 1, do: "", else: "es"}" <>
         " · trace #{profile.trace_id || "-"} · aggregated stacks, not a timeline"
 
     [
@@ -198,11 +203,15 @@ defmodule FlameOn.Client.Export.SVG do
       escape(name),
       " (",
       thousands(w_us),
-      " µs, ",
+      " ",
+      ctx.unit,
+      ", ",
       percent(w_us, ctx.total),
       "%; self ",
       thousands(self_us),
-      " µs)"
+      " ",
+      ctx.unit,
+      ")"
     ]
 
     [
