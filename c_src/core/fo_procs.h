@@ -35,6 +35,7 @@ typedef struct {
     uint32_t call_wait_node; /* the one WAITING leaf that holds it (FO_NONE: none yet) */
     uint32_t gc_node;        /* while it collects garbage: its GC leaf (FO_NONE: not) */
     uint64_t heap_after;     /* its heap level after its last collection (heap_known) */
+    uint64_t alloc_events;   /* call and return_to events since then */
     uint8_t heap_known;
     int64_t last_ts;
     uint8_t state;       /* fo_proc_state */

@@ -306,12 +306,14 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         fo_s_cpu_event(s, p, ev);
     switch (ev->kind) {
     case FO_EV_CALL:
+        p->alloc_events++;
         on_call(s, p, ev);
         p->unseen = 0;
         fo_s_unseen_forget(p);
         p->pair_clean = 0;
         break;
     case FO_EV_RETURN_TO:
+        p->alloc_events++;
         on_return_to(s, p, ev);
         p->unseen = 0;
         fo_s_unseen_forget(p);

@@ -208,6 +208,13 @@ void fo_session_cpu_orphan(fo_session *s, uint64_t pid, const fo_mfa *leaf);
  * only settles what came since. */
 void fo_session_cpu_settle(fo_session *s, int64_t end_ns);
 
+/* Allocation profiles: call tracing makes the VM build terms of its own
+ * on the traced process's heap (the arguments and caller a match spec
+ * sees, the MFA of a return): words per call or return_to event (0, the
+ * default: none) that each collection takes off the words it counts for
+ * the events since the previous one, down to 0 (fo_session_gc.c). */
+void fo_session_set_alloc_event_words(fo_session *s, uint64_t words);
+
 /* Charge every live process's time from its last event up to end_ns to
  * where it is now (running stack or sleep leaf). Call once, at the end. */
 void fo_session_close(fo_session *s, int64_t end_ns);

@@ -22,6 +22,12 @@ void fo_s_gc_forget(fo_proc *p)
 {
     p->heap_known = 0;
     p->heap_after = 0;
+    p->alloc_events = 0;
+}
+
+void fo_session_set_alloc_event_words(fo_session *s, uint64_t words)
+{
+    s->alloc_event_words = words;
 }
 
 /* A sample of p's allocation at the start of a collection, on node. */
@@ -32,6 +38,11 @@ static void count_alloc(fo_session *s, fo_proc *p, const fo_event *ev, uint32_t 
         return;
     }
     uint64_t words = ev->heap_words > p->heap_after ? ev->heap_words - p->heap_after : 0;
+    /* the tracer's own terms (fo_session_set_alloc_event_words) */
+    uint64_t tracer = p->alloc_events > UINT64_MAX / (s->alloc_event_words + 1)
+                          ? UINT64_MAX
+                          : p->alloc_events * s->alloc_event_words;
+    words = words > tracer ? words - tracer : 0;
     if (!fo_alloc_charge(&s->alloc, node, words, 1))
         return;
     s->stats.alloc_words = s->stats.alloc_words > UINT64_MAX - words ? UINT64_MAX : s->stats.alloc_words + words;
@@ -56,6 +67,7 @@ void fo_s_gc_event(fo_session *s, fo_proc *p, const fo_event *ev)
         if (ev->flags & FO_EVF_HAS_HEAP) {
             p->heap_after = ev->heap_words;
             p->heap_known = 1;
+            p->alloc_events = 0;
         }
         return;
     }

@@ -24,6 +24,7 @@ struct fo_session {
     void *cpu_ctx;
     fo_seen seen;           /* CPU-sampled: where each process was seen in each function */
     fo_alloc alloc;         /* words allocated per node (gc events with heap sizes) */
+    uint64_t alloc_event_words; /* fo_session_set_alloc_event_words */
     fo_stats stats;
 };
 

@@ -74,6 +74,7 @@
     A(alloc)                                                                                   \
     A(heap_size)                                                                               \
     A(heap)                                                                                    \
+    A(alloc_event_words)                                                                       \
     A(mbuf_size)                                                                               \
     A(flame_on_context)                                                                        \
     A(stale)                                                                                   \

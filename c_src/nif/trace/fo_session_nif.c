@@ -125,6 +125,13 @@ ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     res->alloc = FO_ALLOC_OFF;
     if (enif_get_map_value(env, argv[0], fo_atom_alloc, &value))
         res->alloc = value == fo_atom_true ? FO_ALLOC_ALL : value == fo_atom_heap ? FO_ALLOC_HEAP_ONLY : FO_ALLOC_OFF;
+    ErlNifUInt64 event_words = 0;
+    if (enif_get_map_value(env, argv[0], fo_atom_alloc_event_words, &value) &&
+        (!enif_get_uint64(env, value, &event_words) || event_words > 1024)) {
+        enif_release_resource(res);
+        return enif_make_badarg(env);
+    }
+    fo_session_set_alloc_event_words(res->core, event_words);
     ERL_NIF_TERM term = fo_handle_make(env, res);
     enif_release_resource(res);
     return term;

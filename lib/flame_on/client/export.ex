@@ -397,7 +397,11 @@ defmodule FlameOn.Client.Export do
     svg_opts =
       svg_opts
       |> Keyword.put(:unit, Profile.alloc_unit())
-      |> Keyword.update(:title, "#{profile.name}: words allocated", &(&1 || "#{profile.name}: words allocated"))
+      |> Keyword.update(
+        :title,
+        "#{profile.name}: words allocated",
+        &(&1 || "#{profile.name}: words allocated")
+      )
 
     {Profile.alloc_view(profile), stem <> ".alloc", svg_opts}
   end

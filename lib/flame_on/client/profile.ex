@@ -324,7 +324,8 @@ defmodule FlameOn.Client.Profile do
         samples: samples,
         tree: %Tree{names: tree_names, nodes: trees},
         alloc: alloc,
-        alloc_tree: if(alloc_trees == %{}, do: nil, else: %Tree{names: tree_names, nodes: alloc_trees}),
+        alloc_tree:
+          if(alloc_trees == %{}, do: nil, else: %Tree{names: tree_names, nodes: alloc_trees}),
         stats: Map.put(stats, :stacks_without_text, without_text)
       ] ++ fields
     )

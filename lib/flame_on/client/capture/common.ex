@@ -21,7 +21,8 @@ defmodule FlameOn.Client.Capture.Common do
   @doc "A core session with the limits of `opts` (and `extra` keys): `{:ok, core}` or an error."
   @spec new_core(map(), map()) :: {:ok, Native.session()} | {:error, term()}
   def new_core(opts, extra \\ %{}) do
-    limits = opts |> Map.take(FlameOn.Client.Options.limit_keys()) |> Map.merge(alloc_option(opts))
+    limits =
+      opts |> Map.take(FlameOn.Client.Options.limit_keys()) |> Map.merge(alloc_option(opts))
 
     {:ok,
      limits
@@ -39,7 +40,16 @@ defmodule FlameOn.Client.Capture.Common do
   the young heap alone, is what the core also takes: it would miss the
   large results a BIF builds in a fragment when the heap is full).
   """
+  # The modes that trace calls: the VM builds terms of its own on the
+  # traced process's heap for each call and return_to event, measured here
+  # (OTP 25) at 4 words per event for a one-argument tail call and more for
+  # calls with more arguments and body recursion; the core takes 4 words
+  # off per event (FlameOn.Client.Core.Native.new/1).
+  @alloc_event_words 4
   @spec alloc_option(map()) :: map()
+  def alloc_option(%{alloc: true, mode: mode}) when mode in [:nif, :process],
+    do: %{alloc: true, alloc_event_words: @alloc_event_words}
+
   def alloc_option(%{alloc: true}), do: %{alloc: true}
   def alloc_option(_opts), do: %{}
 
