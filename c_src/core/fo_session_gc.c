@@ -39,9 +39,8 @@ static void count_alloc(fo_session *s, fo_proc *p, const fo_event *ev, uint32_t 
     }
     uint64_t words = ev->heap_words > p->heap_after ? ev->heap_words - p->heap_after : 0;
     /* the tracer's own terms (fo_session_set_alloc_event_words) */
-    uint64_t tracer = p->alloc_events > UINT64_MAX / (s->alloc_event_words + 1)
-                          ? UINT64_MAX
-                          : p->alloc_events * s->alloc_event_words;
+    uint64_t tracer =
+        p->alloc_events > UINT64_MAX / (s->alloc_event_words + 1) ? UINT64_MAX : p->alloc_events * s->alloc_event_words;
     words = words > tracer ? words - tracer : 0;
     if (!fo_alloc_charge(&s->alloc, node, words, 1))
         return;
