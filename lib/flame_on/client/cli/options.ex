@@ -18,6 +18,7 @@ defmodule FlameOn.Client.CLI.Options do
     interval_us: :integer,
     frequency: :integer,
     split_status: :boolean,
+    alloc: :boolean,
     cross_process: :boolean,
     follow: :string,
     sleep: :string,
@@ -57,6 +58,8 @@ defmodule FlameOn.Client.CLI.Options do
         --interval-us N    sampling interval of --mode sample (default 1000)
         --frequency HZ     CPU samples a second of --mode native (default 499)
         --split-status     --mode sample: stacks split by process status
+        --alloc            also weigh the stacks by heap words allocated
+                           (writes NAME.alloc.* and prints the top allocators)
         --cross-process    follow messages and calls, print the span graph
         --follow messages|calls
         --sleep default|raw
@@ -112,6 +115,7 @@ defmodule FlameOn.Client.CLI.Options do
       end) ++
         if(opts[:cross_process], do: [cross_process: true], else: []) ++
         if(opts[:split_status], do: [split_status: true], else: []) ++
+        if(opts[:alloc], do: [alloc: true], else: []) ++
         positive!(opts, :interval_us) ++
         positive!(opts, :frequency) ++
         positive!(opts, :max_nodes) ++ positive!(opts, :max_depth)
@@ -121,6 +125,7 @@ defmodule FlameOn.Client.CLI.Options do
       timeout: timeout,
       out: opts[:out] || "flame_on_out",
       formats: formats!(opts[:format]),
+      alloc: opts[:alloc] == true,
       top: opts |> positive!(:top) |> Keyword.get(:top, 10),
       source: source
     }
@@ -157,6 +162,7 @@ defmodule FlameOn.Client.CLI.Options do
       ] ++
         if(opts[:cross_process], do: [cross_process: true], else: []) ++
         if(opts[:split_status], do: [split_status: true], else: []) ++
+        if(opts[:alloc], do: [alloc: true], else: []) ++
         positive!(opts, :interval_us) ++
         positive!(opts, :frequency) ++
         positive!(opts, :max_nodes) ++ positive!(opts, :max_depth)
@@ -166,6 +172,7 @@ defmodule FlameOn.Client.CLI.Options do
       profile_opts: profile_opts,
       out: opts[:out] || "flame_on_out",
       formats: formats!(opts[:format]),
+      alloc: opts[:alloc] == true,
       top: opts |> positive!(:top) |> Keyword.get(:top, 10),
       warmup: Keyword.get(opts, :warmup, true)
     }
@@ -177,6 +184,7 @@ defmodule FlameOn.Client.CLI.Options do
     :cross_process,
     :format,
     :split_status,
+    :alloc,
     :interval_us,
     :frequency,
     :sleep,
