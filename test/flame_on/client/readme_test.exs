@@ -355,6 +355,14 @@ defmodule FlameOn.Client.ReadmeTest do
         assert Enum.any?(binding.summary.entries, &(&1.function == "MyApp.work/0"))
         assert "work.csv" |> File.read!() |> String.starts_with?("function,calls,time_us,")
 
+      code =~ "weight: :alloc" ->
+        assert binding.profile.stats.alloc_words > 0
+        assert [{_stack, words} | _] = binding.profile.alloc[self()]
+        assert words > 0
+
+        for file <- ~w(flame_on.alloc.folded flame_on.alloc.svg flame_on.alloc.pb.gz),
+            do: assert(File.exists?(Path.join("flame_on_out", file)))
+
       code =~ "unreachable_nodes" ->
         assert %{nodes: _, unreachable_nodes: _} = binding.profile.graph.stats
 
