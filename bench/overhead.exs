@@ -190,7 +190,9 @@ defmodule FlameOn.Bench do
   end
 
   def run({:profile, opts}, work) do
-    opts = if System.get_env("FO_BENCH_ALLOC") in ["1", "true"], do: [alloc: true] ++ opts, else: opts
+    opts =
+      if System.get_env("FO_BENCH_ALLOC") in ["1", "true"], do: [alloc: true] ++ opts, else: opts
+
     t0 = now()
     {_, profile} = FlameOn.Client.profile(work, opts)
     %{ns: now() - t0, events: profile.stats.events, stats: profile.stats}
