@@ -86,6 +86,36 @@ defmodule FlameOn.Client.AllocTest do
     assert abs(total - expected) <= 0.2 * expected
   end
 
+  test "start_trace/2 of another process, mode :sample: its allocation by stack" do
+    parent = self()
+
+    pid =
+      spawn(fn ->
+        receive do
+          :go -> Work.run(3, 30, 18)
+        end
+
+        send(parent, :done)
+
+        receive do
+          :stop -> :ok
+        end
+      end)
+
+    {:ok, ref} = Client.start_trace(pid, mode: :sample, alloc: true)
+    send(pid, :go)
+    assert_receive :done, 10_000
+    {:ok, profile} = Client.stop_trace(ref)
+    send(pid, :stop)
+
+    expected = 3 * 30 * Work.words_per_tuple()
+    total = words(profile, fn _ -> true end)
+    allocating = words(profile, &(&1 =~ "AllocTest.Work.allocate/1"))
+    assert allocating >= 0.8 * total
+    assert abs(total - expected) <= 0.2 * expected
+    assert_node_clean()
+  end
+
   test "without alloc: true a profile has no allocation" do
     {_, profile} = Client.profile(fn -> Work.run(1, 5, 10) end)
     assert profile.alloc == %{}
