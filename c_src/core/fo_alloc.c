@@ -89,24 +89,6 @@ void fo_alloc_get(const fo_alloc *a, uint32_t node, uint64_t *words, uint64_t *s
     *samples = e == NULL ? 0 : e->samples;
 }
 
-void fo_alloc_move(fo_alloc *a, uint32_t from, uint32_t to, uint64_t words, uint64_t samples)
-{
-    if (from == to)
-        return;
-    fo_alloc_entry *e = find(a, from);
-    if (e == NULL)
-        return;
-    if (words > e->words)
-        words = e->words;
-    if (samples > e->samples)
-        samples = e->samples;
-    if ((words == 0 && samples == 0) || !fo_alloc_charge(a, to, words, samples))
-        return; /* memory short: it stays where it was charged */
-    e = find(a, from); /* the charge may have moved the entries */
-    e->words -= words;
-    e->samples -= samples;
-}
-
 size_t fo_alloc_memory(const fo_alloc *a)
 {
     return (size_t)a->cap * sizeof(fo_alloc_entry) + (a->index.slots == NULL ? 0 : fo_index_memory(&a->index));

@@ -38,10 +38,6 @@ int fo_alloc_charge(fo_alloc *a, uint32_t node, uint64_t words, uint64_t samples
 /* What node holds (0 and 0 for a node never charged). */
 void fo_alloc_get(const fo_alloc *a, uint32_t node, uint64_t *words, uint64_t *samples);
 
-/* Moves up to words and samples of from's to to (what from holds caps
- * them). */
-void fo_alloc_move(fo_alloc *a, uint32_t from, uint32_t to, uint64_t words, uint64_t samples);
-
 size_t fo_alloc_memory(const fo_alloc *a);
 
 #endif

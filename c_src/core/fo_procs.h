@@ -50,9 +50,6 @@ typedef struct {
     uint64_t unseen_ns;
     uint32_t unseen_gc_node[2];
     uint64_t unseen_gc_ns[2];
-    uint32_t unseen_alloc_node; /* and the allocation charged at its collections */
-    uint64_t unseen_alloc_words;
-    uint64_t unseen_alloc_samples;
     /* The off-CPU interval now (since the last `out`) and the one before
      * the last in/out pair: a sampler's stack request wakes a waiting
      * process just to answer, and that pair must not hide where the wait

@@ -7,7 +7,8 @@
  * Allocation, when the events carry heap sizes (FO_EVF_HAS_HEAP): each
  * collection is a sample of the process's allocation, taken where it
  * started (the stack on top then: exact in the exact modes, the last one
- * known in the sampled ones), and weighing the words allocated since the
+ * known in the sampled ones, where it stays: unlike the collection's
+ * time, a sample after an unseen burst does not move it), and weighing the words allocated since the
  * previous collection: the young heap in use at this start (heap
  * fragments included) less what the previous one left in it. The
  * allocation profilers of other runtimes sample the allocation slow path
@@ -46,17 +47,6 @@ static void count_alloc(fo_session *s, fo_proc *p, const fo_event *ev, uint32_t 
         return;
     s->stats.alloc_words = s->stats.alloc_words > UINT64_MAX - words ? UINT64_MAX : s->stats.alloc_words + words;
     s->stats.alloc_samples++;
-    /* A process whose stack is not known yet (a sampled one running
-     * unseen): the next sample says where it was (fo_session_unseen.c) */
-    if (p->unseen && p->state == FO_PROC_RUNNING && !s->cpu_sampled && node != p->node_cap) {
-        if (p->unseen_alloc_node != node) {
-            p->unseen_alloc_words = 0;
-            p->unseen_alloc_samples = 0;
-        }
-        p->unseen_alloc_node = node;
-        p->unseen_alloc_words += words;
-        p->unseen_alloc_samples++;
-    }
 }
 
 void fo_s_gc_event(fo_session *s, fo_proc *p, const fo_event *ev)

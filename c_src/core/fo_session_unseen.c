@@ -8,9 +8,7 @@
  * preempted or waiting) keeps its notes, and the bursts after it add to
  * them, until a sample comes: one of the process running takes them all;
  * one of it waiting shows the stack the last burst ended in, and the
- * frames that stack shares with the one before say where they ran. The
- * allocation its collections charged (fo_session_gc.c) moves with them,
- * to the stack itself. */
+ * frames that stack shares with the one before say where they ran. */
 #include "fo_session_parts.h"
 
 void fo_s_unseen_forget(fo_proc *p)
@@ -21,9 +19,6 @@ void fo_s_unseen_forget(fo_proc *p)
         p->unseen_gc_node[k] = FO_NONE;
         p->unseen_gc_ns[k] = 0;
     }
-    p->unseen_alloc_node = FO_NONE;
-    p->unseen_alloc_words = 0;
-    p->unseen_alloc_samples = 0;
 }
 
 void fo_s_unseen_note(fo_session *s, fo_proc *p, uint32_t node, uint64_t delta)
@@ -54,7 +49,7 @@ static uint32_t stale_node(const fo_session *s, const fo_proc *p)
     for (int k = 0; k < 2; k++)
         if (p->unseen_gc_node[k] != FO_NONE)
             return s->tree.nodes[p->unseen_gc_node[k]].parent;
-    return p->unseen_alloc_node;
+    return FO_NONE;
 }
 
 /* Where a burst that ended unseen goes, given the stack it was then
@@ -103,7 +98,5 @@ void fo_s_unseen_place(fo_session *s, fo_proc *p, int ended)
         else
             fo_s_move_time(s, p->unseen_gc_node[k], leaf, p->unseen_gc_ns[k]);
     }
-    if (p->unseen_alloc_node != FO_NONE)
-        fo_alloc_move(&s->alloc, p->unseen_alloc_node, to, p->unseen_alloc_words, p->unseen_alloc_samples);
     fo_s_unseen_forget(p);
 }

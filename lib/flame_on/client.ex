@@ -103,8 +103,7 @@ defmodule FlameOn.Client do
       `FlameOn.Client.Export.write/4` with `weight: :alloc`). Each garbage
       collection of a traced process is a sample at the stack it started
       in (exact in `:nif` and `:process`; in `:sample` and `:native` the
-      last stack known, moved to the next sample's stack when the process
-      ran unseen), weighing the words allocated since the previous one
+      last stack known), weighing the words allocated since the previous one
       (from the young heap and heap fragments in use at its start, less
       what the previous one left). A sampled estimate: the words between
       two collections all go to the stack the second one starts in. In
