@@ -43,8 +43,8 @@ defmodule FlameOn.Client.AllocTest do
   # small against the tuples. Mode :sample: a collection goes to the stack
   # last known, so after each switch from fib to allocate/1 the words of
   # up to a sampling interval or two go to fib until a sample sees
-  # allocate/1 (on this loaded machine 10-27% of a workload of 2 rounds
-  # of 150 tuples): one round, fib after the tuples.
+  # allocate/1 (on this loaded machine up to 12% of a workload of 2
+  # rounds of 150 tuples): one round, fib after the tuples.
   @workload %{nif: {5, 60, 21}, process: {5, 60, 21}, sample: {1, 400, 24}}
 
   setup do
