@@ -45,7 +45,12 @@ defmodule FlameOn.Client.AllocTest do
   # up to a sampling interval or two go to fib until a sample sees
   # allocate/1 (on this loaded machine up to 12% of a workload of 2
   # rounds of 150 tuples): one round, fib after the tuples.
-  @workload %{nif: {5, 60, 21}, process: {5, 60, 21}, sample: {1, 400, 24}}
+  @workload %{
+    nif: {5, 60, 21},
+    process: {5, 60, 21},
+    sample: {1, 400, 24},
+    native: {1, 400, 24}
+  }
 
   setup do
     dir = Path.join(System.tmp_dir!(), "flame_on_alloc_#{System.unique_integer([:positive])}")
@@ -59,7 +64,10 @@ defmodule FlameOn.Client.AllocTest do
     end
   end
 
-  for mode <- [:nif, :process, :sample] do
+  for mode <- [:nif, :process, :sample, :native] do
+    # mode :native needs a VM started with +JPperf true (scripts/test-native)
+    if mode == :native, do: @tag(:native)
+
     test "mode #{mode}: the allocating function gets the words, the recursion almost none" do
       {rounds, tuples, fib} = @workload[unquote(mode)]
 
