@@ -215,6 +215,12 @@ void fo_session_cpu_settle(fo_session *s, int64_t end_ns);
  * the events since the previous one, down to 0 (fo_session_gc.c). */
 void fo_session_set_alloc_event_words(fo_session *s, uint64_t words);
 
+/* pid's young heap in use now, in words (as a gc event's heap_words
+ * would say it), read as its trace starts: its first collection counts
+ * from this level instead of only setting it. Unfollowable pids are
+ * ignored. */
+void fo_session_heap_level(fo_session *s, uint64_t pid, uint64_t words);
+
 /* Charge every live process's time from its last event up to end_ns to
  * where it is now (running stack or sleep leaf). Call once, at the end. */
 void fo_session_close(fo_session *s, int64_t end_ns);

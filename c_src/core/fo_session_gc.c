@@ -14,9 +14,10 @@
  * allocation profilers of other runtimes sample the allocation slow path
  * the same way: the words are charged to the stack that ran out of room,
  * not spread over the stacks that allocated them. A process's first
- * collection in the trace only sets the level (stats.alloc_unknown): what
- * it allocated before it is not counted, nor what it allocated after its
- * last one. */
+ * collection in the trace counts from the level the front end read as the
+ * trace started (fo_session_heap_level), else it only sets the level
+ * (stats.alloc_unknown: what the process allocated before it is not
+ * counted); what it allocated after its last one is not either. */
 #include "fo_session_parts.h"
 
 void fo_s_gc_forget(fo_proc *p)
@@ -29,6 +30,16 @@ void fo_s_gc_forget(fo_proc *p)
 void fo_session_set_alloc_event_words(fo_session *s, uint64_t words)
 {
     s->alloc_event_words = words;
+}
+
+void fo_session_heap_level(fo_session *s, uint64_t pid, uint64_t words)
+{
+    fo_proc *p = fo_s_proc_for(s, pid);
+    if (p == NULL)
+        return;
+    p->heap_after = words;
+    p->heap_known = 1;
+    p->alloc_events = 0;
 }
 
 /* A sample of p's allocation at the start of a collection, on node. */

@@ -400,6 +400,10 @@ void ts_run_line(fo_session *s, const char *line)
         return;
     }
     uint64_t ns = 0;
+    if (sscanf(line, "heap_level %" SCNu64 " %" SCNu64 " %7s", &pid, &ns, extra) == 2) {
+        fo_session_heap_level(s, pid, ns);
+        return;
+    }
     if (sscanf(line, "alloc_event_words %" SCNu64 " %7s", &ns, extra) == 1) {
         fo_session_set_alloc_event_words(s, ns);
         return;

@@ -309,6 +309,12 @@ static const ts_case session_cases[] = {
      "events=12 gc_minor=3 gc_major=1 gc_minor_ns=24 gc_major_ns=10 alloc_words=3050 alloc_samples=3 "
      "alloc_unknown=1"},
 
+    {"a_level_read_at_the_start_counts_the_first_collection", DEFAULT_LIMITS,
+     LINES("heap_level 1 300", "heap_level 2 50", "1 0 call m:a/0", "1 10 gc_start heap=500",
+           "1 20 gc_end heap=100", "close 30"),
+     LINES("1 m:a/0 20", "1 m:a/0;GC_MINOR 10", "1 m:a/0 alloc=200 gcs=1"),
+     "events=3 gc_minor=1 gc_minor_ns=10 alloc_words=200 alloc_samples=1"},
+
     {"a_nested_start_and_a_shrunk_heap_charge_nothing_more", DEFAULT_LIMITS,
      /* a start inside a collection is the same collection; a level below
       * the last end (fragments freed) is 0 words, still a sample */

@@ -75,6 +75,7 @@
     A(heap_size)                                                                               \
     A(heap)                                                                                    \
     A(alloc_event_words)                                                                       \
+    A(heap_levels)                                                                             \
     A(mbuf_size)                                                                               \
     A(flame_on_context)                                                                        \
     A(stale)                                                                                   \

@@ -132,6 +132,26 @@ ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         return enif_make_badarg(env);
     }
     fo_session_set_alloc_event_words(res->core, event_words);
+    /* heap_levels: [{Pid, Words}], the traced processes' heaps at the start */
+    if (enif_get_map_value(env, argv[0], fo_atom_heap_levels, &value) && value != fo_atom_nil) {
+        ERL_NIF_TERM head, list = value;
+        while (enif_get_list_cell(env, list, &head, &list)) {
+            int arity;
+            const ERL_NIF_TERM *pair;
+            ErlNifPid pid;
+            ErlNifUInt64 words;
+            if (!enif_get_tuple(env, head, &arity, &pair) || arity != 2 ||
+                !enif_get_local_pid(env, pair[0], &pid) || !enif_get_uint64(env, pair[1], &words)) {
+                enif_release_resource(res);
+                return enif_make_badarg(env);
+            }
+            fo_session_heap_level(res->core, (uint64_t)pid.pid, words);
+        }
+        if (!enif_is_empty_list(env, list)) {
+            enif_release_resource(res);
+            return enif_make_badarg(env);
+        }
+    }
     ERL_NIF_TERM term = fo_handle_make(env, res);
     enif_release_resource(res);
     return term;

@@ -49,7 +49,8 @@ defmodule FlameOn.Client.Profile do
       estimate, see the README's "Allocation profiles"). Empty without
       `alloc: true`. `stats` then adds `:alloc_words` and
       `:alloc_samples`, the totals, and `:alloc_unknown`, the collections
-      that only set a process's starting level (its first in the trace).
+      that only set a process's starting level (the first of a process
+      whose heap was not read as the trace started).
     * `alloc_tree` – the same as a `FlameOn.Client.Profile.Tree`, whose
       `self_us` and `total_us` are words and whose `samples` are the
       collections counted on each stack (`weight` its words again); `nil`

@@ -95,6 +95,8 @@ defmodule FlameOn.Client.AllocTest do
 
     assert profile.stats.alloc_words == total
     assert profile.stats.alloc_samples > 0
+    # the traced process's heap was read as the trace started
+    assert profile.stats.alloc_unknown == 0
     assert allocating >= 0.8 * total
     assert recursion <= 0.05 * total
     assert abs(total - expected) <= 0.2 * expected

@@ -54,6 +54,25 @@ defmodule FlameOn.Client.Capture.Common do
   def alloc_option(_opts), do: %{}
 
   @doc """
+  The core session option `heap_levels` for `alloc: true`: each live
+  process's young heap in use now (`heap_size + mbuf_size` of
+  `:garbage_collection_info`, what a collection's trace event says), so
+  that its first collection in the trace counts from here instead of only
+  setting the level (`stats.alloc_unknown`). Read before the flags go on:
+  what a process allocates in between is counted too.
+  """
+  @spec heap_levels([pid()]) :: map()
+  def heap_levels(pids) do
+    levels =
+      for pid <- pids,
+          node(pid) == node(),
+          {:garbage_collection_info, info} <- [Process.info(pid, :garbage_collection_info)],
+          do: {pid, Keyword.get(info, :heap_size, 0) + Keyword.get(info, :mbuf_size, 0)}
+
+    %{heap_levels: levels}
+  end
+
+  @doc """
   Raises unless FlameOn can trace the calling process
   (`TraceBackend.check_tracee/1`). A process that only follows another
   cross-process trace (a message of that trace reached it) leaves it: it

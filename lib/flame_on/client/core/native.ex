@@ -25,7 +25,9 @@ defmodule FlameOn.Client.Core.Native do
   #     heap sizes: the core charges the words allocated since the
   #     previous collection to the stack it started in (fo_session_gc.c);
   #     `:alloc_event_words` (0..1024) words per call and return_to event
-  #     are taken off (the call tracing's own terms on the traced heap).
+  #     are taken off (the call tracing's own terms on the traced heap);
+  #     `heap_levels: [{pid, words}]`, the young heap of processes about to
+  #     be traced (their first collection counts from it).
   #   * `ingest(session, messages)` – applies a list of
   #     `{:trace_ts, pid, tag, ..., ts}` messages. Returns `:ok`. A `ts`
   #     (native units, or `{mega, sec, micro}`) whose nanoseconds (moved to
