@@ -41,6 +41,9 @@ defmodule FlameOn.Client.MixProject do
       start_permanent: Mix.env() == :prod,
       elixirc_paths: elixirc_paths(Mix.env()),
       deps: [],
+      # inets (:httpc, FlameOn.Client.Shipper.Pyroscope) is started when
+      # first used, not with the library
+      xref: [exclude: [:httpc]],
       description: "BEAM profiler: per-process flame graphs and cross-process span graphs",
       package: [licenses: ["MIT"], files: ~w(lib c_src Makefile mix.exs README.md LICENSE)]
     ]

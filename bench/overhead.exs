@@ -43,9 +43,11 @@
 #    against the floor doing the same pattern setting, tracing and clearing.
 #
 # 3. Depth: the deep recursion profiled with max_depth: 10_000 against the
-#    default max_depth (512), end to end; and the same for a recursion that
-#    calls a leaf function at every level (informational: its stack texts
-#    add up to depth^2 frames, which :max_stack_bytes bounds).
+#    default max_depth (512), end to end, both with collapse_recursion:
+#    false (beside the default options, where the recursion is one frame);
+#    and the same for a recursion that calls a leaf function at every level
+#    (informational: its stack texts add up to depth^2 frames, which
+#    :max_stack_bytes bounds).
 #
 # 4. Memory: a loop over a few small functions (few distinct stacks)
 #    traced for 1M and 5M events in each mode, sampling the sessions' memory.
@@ -398,11 +400,13 @@ defmodule FlameOn.Bench do
   end
 
   # The same work profiled with the default max_depth and with max_depth:
-  # 10_000.
+  # 10_000, every level a frame (collapse_recursion: false); and with the
+  # default options, where direct recursion is one frame.
   def depth(label, work, reps) do
     variants = [
-      default_depth: {:profile, []},
-      max_depth_10000: {:profile, [max_depth: 10_000]},
+      default_depth: {:profile, [collapse_recursion: false]},
+      max_depth_10000: {:profile, [max_depth: 10_000, collapse_recursion: false]},
+      collapsed: {:profile, []},
       floor_e2e: :floor_e2e
     ]
 

@@ -13,7 +13,8 @@ typedef enum {
     FO_EV_OUT,        /* scheduled out */
     FO_EV_EXIT,       /* process exited */
     FO_EV_GC_START,   /* garbage collection started (optional) */
-    FO_EV_GC_END      /* garbage collection ended (optional) */
+    FO_EV_GC_END,     /* garbage collection ended (optional) */
+    FO_EV_RECEIVE     /* a message delivered to it (optional: fo_session_track_receives) */
 } fo_event_kind;
 
 /* A function identity. module and function are opaque keys chosen by the

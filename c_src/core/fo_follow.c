@@ -46,6 +46,9 @@ static void drain(const fo_follow *f)
         case FO_NOTE_ATTRIBUTE:
             fo_session_attribute_wait(f->session, n.pid, n.ns);
             break;
+        case FO_NOTE_RUNNABLE:
+            fo_session_runnable_wait(f->session, n.pid, n.ns);
+            break;
         default:
             break;
         }
@@ -133,13 +136,27 @@ void fo_follow_event(const fo_follow *f, const fo_event *ev)
     case FO_EV_OUT: {
         int fresh = fo_graph_out(g, ev->pid, ev->ts_ns);
         drain(f);
-        if (!fo_graph_active(g, ev->pid))
+        /* out again, its scheduled-in still held back: the stacks have it
+         * out already (the wait may yet turn out not to be the trace's) */
+        if (!fo_graph_active(g, ev->pid) || (!fresh && fo_session_is_out(f->session, ev->pid)))
             return;
         if (fresh)
             fo_session_call_started(f->session, ev->pid);
         fo_event out = *ev;
         out.flags |= FO_EVF_IN_CALL;
         fo_session_apply(f->session, &out);
+        return;
+    }
+    case FO_EV_GC_START:
+    case FO_EV_GC_END: {
+        /* A collection says nothing of what woke the process (the VM may
+         * collect it as it is scheduled in, before it takes its message),
+         * but it runs: a scheduled-in still held back counts first (the
+         * graph notes it). */
+        int counts = fo_graph_gc(g, ev->pid, ev->ts_ns, ev->kind == FO_EV_GC_START);
+        drain(f);
+        if (counts)
+            fo_session_apply(f->session, ev);
         return;
     }
     default:
@@ -173,6 +190,10 @@ void fo_follow_late_event(const fo_follow *f, const fo_event *ev, uint64_t reaso
         break;
     case FO_EV_EXIT:
         fo_graph_exit(g, ev->pid, ev->ts_ns, reason_key);
+        break;
+    case FO_EV_GC_START:
+    case FO_EV_GC_END:
+        fo_graph_gc(g, ev->pid, ev->ts_ns, ev->kind == FO_EV_GC_START);
         break;
     default:
         fo_graph_ran(g, ev->pid, ev->ts_ns);

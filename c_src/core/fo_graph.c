@@ -151,6 +151,8 @@ typedef struct {
     uint64_t wait;
     uint64_t attributed;
     uint64_t unattributed[FO_CAUSE_COUNT];
+    uint64_t gc;       /* collecting, inside the span */
+    uint64_t runnable; /* off-CPU with no message to wait for: preempted */
     int64_t started;
     int64_t ended;
     int64_t request_sent;
@@ -196,6 +198,7 @@ typedef struct {
     int64_t woken_at;
     int64_t awake_since; /* dormant: when it last began to run uncharged */
     int64_t sent_at;     /* its last message of the trace, from sent_span */
+    int64_t gc_start;    /* collecting: since when */
     uint64_t off_ns;
     uint32_t top;       /* newest open span, FO_NONE when none */
     uint32_t last_span; /* newest span shown (not a dropped continuation) */
@@ -209,6 +212,8 @@ typedef struct {
     uint8_t pending;   /* WOKEN: what its receive event said so far (fo_waker_kind) */
     uint8_t has_pending;
     uint8_t late; /* its own events arrive after its correlation events */
+    uint8_t collecting; /* a garbage collection started in a span of it */
+    uint8_t runnable;   /* the interval being settled ended with no message */
     /* Tokened messages it took, for wakes settled later than seen (the
      * root's events in mode :process arrive after its seq_trace events). */
     uint8_t log_head;
@@ -490,6 +495,30 @@ static int serving_request(const fo_graph *g, const gproc *p)
     return 0;
 }
 
+/* Whether a process outside the trace waking p would make it leave (see
+ * settle): it is dormant, or its open spans are work that already sent
+ * the trace something. */
+static int may_leave(const fo_graph *g, const gproc *p)
+{
+    return !p->is_root && (p->top == FO_NONE || (!serving_request(g, p) && g->spans[p->top].sent));
+}
+
+/* p, scheduled in and its wake not settled, runs at once (it collects, or
+ * goes out again with no message): the stacks take its held-back `in` now
+ * (the run is its own, whatever ends the wait), unless the wait may still
+ * turn out not to be the trace's (a leave stops its stacks where the wait
+ * began). 1 when the `in` counts by now. */
+static int in_counts_now(fo_graph *g, gproc *p)
+{
+    if (p->run != RUN_WOKEN || p->in_taken || p->late)
+        return 1;
+    if (may_leave(g, p))
+        return 0;
+    p->in_taken = 1;
+    note(g, FO_NOTE_APPLY_IN, p->pid, p->woken_at, 0);
+    return 1;
+}
+
 static void log_message(gproc *p, uint64_t from, int64_t ts)
 {
     uint32_t at = (p->log_head + p->log_count) % LOG_SIZE;
@@ -672,11 +701,15 @@ static void end_span(fo_graph *g, uint32_t s, int64_t ts, uint8_t status, uint64
     }
     if (sp->open_calls > 0)
         settle_calls_of(g, s);
+    gproc *p = &g->procs[sp->proc];
+    if (p->collecting)
+        sp->gc = add_sat(sp->gc, overlap(p->gc_start, ts, sp->started, ts));
     sp->ended = ts;
     sp->status = status;
     sp->reason = reason;
     unlink_open(g, s);
-    gproc *p = &g->procs[sp->proc];
+    if (p->top == FO_NONE)
+        p->collecting = 0; /* the rest of it is not the trace's (nor in its stacks) */
     if (sp->provisional) {
         sp->dropped = 1;
         g->stats.dropped_continuations++;
@@ -781,6 +814,11 @@ static void settle(fo_graph *g, gproc *p, int64_t end, fo_waker_kind kind, uint6
 {
     int64_t start = p->episode_start;
     uint64_t off = p->off_ns;
+    /* runnable: off-CPU, but it had no message to wait for */
+    uint64_t runnable = p->runnable ? off : 0;
+    if (p->runnable)
+        off = 0;
+    p->runnable = 0;
     p->run = RUN_ON;
     p->has_pending = 0;
     g->stats.wakes++;
@@ -789,7 +827,7 @@ static void settle(fo_graph *g, gproc *p, int64_t end, fo_waker_kind kind, uint6
         q = NULL;
     int foreign = kind == FO_WAKER_PROCESS && sender != 0 && sender != p->pid && q == NULL;
     if (foreign && !p->is_root) {
-        if (p->top == FO_NONE || (!serving_request(g, p) && g->spans[p->top].sent)) {
+        if (may_leave(g, p)) {
             /* A process outside the trace woke it, its part done: the
              * part is over, and the idle before is not the trace's. */
             end_work(g, p, start, FO_SPAN_OK);
@@ -801,6 +839,7 @@ static void settle(fo_graph *g, gproc *p, int64_t end, fo_waker_kind kind, uint6
         /* Still busy with the trace's work: a follower waits for the
          * trace's processes, ports and timers, so it was runnable
          * (preempted) and the message came meanwhile. */
+        runnable = off;
         off = 0;
     }
     if (p->top == FO_NONE) {
@@ -817,6 +856,13 @@ static void settle(fo_graph *g, gproc *p, int64_t end, fo_waker_kind kind, uint6
     }
     if (woke && !p->in_taken && !p->late)
         note(g, FO_NOTE_APPLY_IN, p->pid, end, 0);
+    if (runnable > 0) {
+        for (uint32_t s = p->top; s != FO_NONE; s = g->spans[s].below)
+            g->spans[s].runnable = add_sat(g->spans[s].runnable, runnable);
+        g->stats.runnable_wakes++;
+        /* after the scheduled-in: the stacks hold the whole wait by then */
+        note(g, FO_NOTE_RUNNABLE, p->pid, end, runnable);
+    }
     uint32_t r = q != NULL ? waker_span(g, q, start, end) : FO_NONE;
     uint64_t a = 0;
     int64_t r_end = end;
@@ -867,7 +913,7 @@ static void settle_pending(fo_graph *g, gproc *p, int64_t now, int woke)
             kind = FO_WAKER_PROCESS;
     }
     if (woke && kind == FO_WAKER_NONE && !p->has_pending && g->follow_messages)
-        p->off_ns = 0; /* runnable */
+        p->runnable = 1;
     settle(g, p, woke ? p->woken_at : now, kind, sender, woke);
 }
 
@@ -1494,8 +1540,10 @@ int fo_graph_out(fo_graph *g, uint64_t pid, int64_t ts)
         return 0; /* already out */
     case RUN_WOKEN:
         if (!p->has_pending) {
-            /* in and out again with no message (a signal, a sample):
-             * the same wait goes on */
+            /* in and out again with no message (a signal, a sample, a
+             * BIF that yields, a dirty collection): the same wait goes
+             * on, and the run between was on a CPU */
+            in_counts_now(g, p);
             p->run = RUN_OFF;
             p->piece_start = ts;
             return 0;
@@ -1550,6 +1598,31 @@ void fo_graph_ran(fo_graph *g, uint64_t pid, int64_t ts)
         settle_pending(g, p, ts, 1);
 }
 
+int fo_graph_gc(fo_graph *g, uint64_t pid, int64_t ts, int start)
+{
+    gproc *p = g->closed ? NULL : follower(g, pid);
+    if (p == NULL || p->top == FO_NONE)
+        return 0;
+    if (!in_counts_now(g, p))
+        return 0; /* not known yet to be the trace's: as if not seen */
+    if (start) {
+        /* one at a time (a nested start is the same collection), and only
+         * one that starts in a span is the trace's, as in its stacks */
+        if (!p->collecting && p->top != FO_NONE) {
+            p->collecting = 1;
+            p->gc_start = ts;
+            g->stats.collections++;
+        }
+        return 1;
+    }
+    if (p->collecting) {
+        p->collecting = 0;
+        for (uint32_t s = p->top; s != FO_NONE; s = g->spans[s].below)
+            g->spans[s].gc = add_sat(g->spans[s].gc, overlap(p->gc_start, ts, g->spans[s].started, ts));
+    }
+    return 1;
+}
+
 void fo_graph_set_late(fo_graph *g, uint64_t pid)
 {
     gproc *p = find_proc(g, pid);
@@ -1590,6 +1663,7 @@ void fo_graph_exit(fo_graph *g, uint64_t pid, int64_t ts, uint64_t reason_key)
         cut(g, p, ts);
     while (p->top != FO_NONE)
         end_span(g, p->top, ts, FO_SPAN_EXIT, reason_key);
+    p->collecting = 0;
     if (!p->is_root && p->follow == FOLLOW_ON)
         p->follow = FOLLOW_EXITED;
     p->run = RUN_UNKNOWN;
@@ -1733,8 +1807,12 @@ int fo_graph_span(const fo_graph *g, uint32_t id, fo_span_info *out)
      * otherwise only skewed clocks make them exceed it). */
     uint64_t wait = sp->wait < duration ? sp->wait : duration;
     uint64_t attributed = sp->attributed < wait ? sp->attributed : wait;
-    out->self_ns = duration - wait;
+    uint64_t runnable = sp->runnable < duration - wait ? sp->runnable : duration - wait;
+    uint64_t gc = sp->gc < duration - wait - runnable ? sp->gc : duration - wait - runnable;
+    out->self_ns = duration - wait - runnable - gc;
     out->wait_ns = wait;
+    out->runnable_ns = runnable;
+    out->gc_ns = gc;
     out->attributed_wait_ns = attributed;
     out->unattributed_wait_ns = wait - attributed;
     /* the causes, cut (in order) to what is left unattributed */

@@ -117,6 +117,8 @@ typedef struct {
     uint64_t remote_requests;       /* requests taken from another node's process */
     uint64_t remote_sends;          /* messages and spawns to another node (REMOTE spans) */
     uint64_t remote_joins;          /* work spans opened by a message or spawn from another node */
+    uint64_t runnable_wakes;        /* off-CPU intervals no message ended: runnable (preempted) */
+    uint64_t collections;           /* garbage collections of followers inside their spans */
 } fo_graph_stats;
 
 typedef struct {
@@ -131,8 +133,10 @@ typedef struct {
      * has_resumed). Others: started_ns, and not resumed. */
     int64_t request_sent_ns;
     int64_t resumed_ns;
-    uint64_t self_ns;        /* on-CPU: (ended - started) - wait_ns */
-    uint64_t wait_ns;        /* off-CPU time inside the span */
+    /* The span's time in four classes: self + gc + runnable + wait =
+     * ended - started exactly (each cut to what the ones before leave). */
+    uint64_t self_ns;        /* on-CPU, running its code */
+    uint64_t wait_ns;        /* off-CPU time inside the span, waiting for a message */
     uint64_t attributed_wait_ns;
     uint64_t unattributed_wait_ns;
     uint64_t unattributed_by[FO_CAUSE_COUNT];
@@ -147,6 +151,8 @@ typedef struct {
     uint32_t next_sibling;   /* FO_NONE after the last child of the parent */
     uint32_t wire;           /* a call across nodes: the tag's hash both nodes see (0: none) */
     uint8_t has_resumed;
+    uint64_t gc_ns;          /* garbage collecting (fo_graph_gc) */
+    uint64_t runnable_ns;    /* off-CPU, but no message ended it: runnable (preempted) */
 } fo_span_info;
 
 /* One attributed wait: the waiter span was off-CPU and the waker span's
@@ -167,7 +173,8 @@ typedef enum {
     FO_NOTE_PAUSE = 3,   /* pid has no open span from ts: close its stack timeline */
     FO_NOTE_RESUME = 4,  /* pid works for the trace again: its timeline restarts with a wait from ts */
     FO_NOTE_APPLY_IN = 5, /* pid's deferred scheduled-in at ts now counts in its stacks */
-    FO_NOTE_ATTRIBUTE = 6 /* ns of pid's last wait were explained: move them off its stacks */
+    FO_NOTE_ATTRIBUTE = 6, /* ns of pid's last wait were explained: move them off its stacks */
+    FO_NOTE_RUNNABLE = 7   /* ns of pid's last wait were runnable, not waiting: move them to RUNNABLE */
 } fo_note_kind;
 
 typedef struct {
@@ -265,7 +272,10 @@ void fo_graph_invite(fo_graph *g, uint64_t from, uint64_t to, int64_t ts);
 /* --- A follower's own events. */
 void fo_graph_spawned(fo_graph *g, uint64_t parent, uint64_t child, int64_t ts);
 /* Scheduled out; 1 when this starts a new off-CPU interval (not the
- * continuation of one after a wake-up without a message). */
+ * continuation of one after a wake-up without a message: then the run
+ * between counts as on-CPU, and the held-back scheduled-in is noted
+ * first, FO_NOTE_APPLY_IN, unless the wait may still turn out not to be
+ * the trace's). */
 int fo_graph_out(fo_graph *g, uint64_t pid, int64_t ts);
 /* Scheduled in: 1 when the wake-up waits for its receive event (or the
  * next event) to say who ended the wait (then FO_NOTE_APPLY_IN comes
@@ -273,8 +283,17 @@ int fo_graph_out(fo_graph *g, uint64_t pid, int64_t ts);
 int fo_graph_in(fo_graph *g, uint64_t pid, int64_t ts);
 /* Its receive event: a message delivered to it, from sender (0: unknown). */
 void fo_graph_received(fo_graph *g, uint64_t pid, int64_t ts, fo_waker_kind kind, uint64_t sender);
-/* Any other event of pid (call, return, gc, sample) at ts. */
+/* Any other event of pid (call, return, sample) at ts. */
 void fo_graph_ran(fo_graph *g, uint64_t pid, int64_t ts);
+/* A follower's garbage collection starts (start 1) or ends (0) at ts:
+ * the time between goes to the gc of its spans open meanwhile. It says
+ * nothing of what ended a wait (the VM may collect a process it just
+ * scheduled in, before it takes the message that woke it), but the
+ * process runs: a scheduled-in held back counts now (FO_NOTE_APPLY_IN),
+ * unless the wait may still turn out not to be the trace's. 1 when pid's
+ * stacks take the event (it holds a span, and its `in` counts); 0 when
+ * neither they nor its spans do. */
+int fo_graph_gc(fo_graph *g, uint64_t pid, int64_t ts, int start);
 /* pid's own events reach the graph later than its correlation events (a
  * root traced by trace messages, mode :process): those do not settle its
  * waits, they are kept for them. */

@@ -21,6 +21,7 @@ void fo_procs_destroy(fo_procs *t)
     for (uint32_t i = 0; i < t->count; i++) {
         free(t->procs[i].stack_frames);
         free(t->procs[i].stack_nodes);
+        free(t->procs[i].stack_repeats);
     }
     free(t->procs);
     fo_index_destroy(&t->index);
@@ -85,7 +86,11 @@ int fo_procs_reserve_stack(fo_procs *t, fo_proc *p, uint32_t need, uint32_t limi
     if (nodes == NULL)
         return 0;
     p->stack_nodes = nodes;
-    t->stack_bytes += (size_t)(cap - p->stack_cap) * 2 * sizeof(uint32_t);
+    uint32_t *repeats = reallocarray(p->stack_repeats, cap, sizeof(uint32_t));
+    if (repeats == NULL)
+        return 0;
+    p->stack_repeats = repeats;
+    t->stack_bytes += (size_t)(cap - p->stack_cap) * 3 * sizeof(uint32_t);
     p->stack_cap = cap;
     return 1;
 }

@@ -31,9 +31,14 @@ typedef struct {
     uint32_t overflow;   /* pushes past max_stack_frames, only counted */
     uint32_t *stack_frames;
     uint32_t *stack_nodes;
+    uint32_t *stack_repeats; /* collapsed recursion: more calls of the entry's
+                                frame it stands for (0: one call) */
     uint64_t call_wait_ns; /* WAITING time of the current call (graph traces) */
     uint32_t call_wait_node; /* the one WAITING leaf that holds it (FO_NONE: none yet) */
     uint32_t gc_node;        /* while it collects garbage: its GC leaf (FO_NONE: not) */
+    uint64_t gcs[2];         /* collections started: minor, major (fo_session_process_gcs) */
+    uint64_t undecided_ns;   /* tracking receives: off-CPU since its wait began, no message seen yet */
+    uint8_t got_message;     /* tracking receives: a message came while it was scheduled out */
     uint64_t heap_after;     /* its heap level after its last collection (heap_known) */
     uint64_t alloc_events;   /* call and return_to events since then */
     uint8_t heap_known;

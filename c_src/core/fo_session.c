@@ -107,8 +107,22 @@ uint32_t fo_s_regular_child(fo_session *s, uint32_t parent, uint32_t frame)
     return node;
 }
 
+void fo_session_set_collapse_recursion(fo_session *s, int on)
+{
+    s->collapse_recursion = on != 0;
+}
+
 void fo_s_push_frame(fo_session *s, fo_proc *p, uint32_t frame)
 {
+    /* Direct recursion: the frame on top calls itself. One entry stands
+     * for the run; its node (and so the tree's depth) stays. An unknown
+     * frame (FO_NONE) is no frame to compare. */
+    if (s->collapse_recursion && p->overflow == 0 && frame != FO_NONE && p->depth > 0 &&
+        p->stack_frames[p->depth - 1] == frame && p->stack_repeats[p->depth - 1] < UINT32_MAX) {
+        p->stack_repeats[p->depth - 1]++;
+        s->stats.collapsed_recursion++;
+        return;
+    }
     if (p->overflow > 0 || p->depth >= s->limits.max_stack_frames ||
         !fo_procs_reserve_stack(&s->procs, p, p->depth + 1, s->limits.max_stack_frames)) {
         p->overflow++;
@@ -140,7 +154,19 @@ void fo_s_push_frame(fo_session *s, fo_proc *p, uint32_t frame)
     }
     p->stack_frames[p->depth] = frame;
     p->stack_nodes[p->depth] = node;
+    p->stack_repeats[p->depth] = 0;
     p->depth++;
+}
+
+/* Pops one call: a repeat of a collapsed recursion first. */
+static void pop_call(fo_proc *p)
+{
+    if (p->depth == 0)
+        return;
+    if (p->stack_repeats[p->depth - 1] > 0)
+        p->stack_repeats[p->depth - 1]--;
+    else
+        p->depth--;
 }
 
 /* Index of frame on the stack, searching down from `from`; FO_NONE if absent. */
@@ -192,11 +218,17 @@ static void on_return_to(fo_session *s, fo_proc *p, const fo_event *ev)
         return;
     }
     if (!(ev->flags & FO_EVF_HAS_MFA)) {
-        if (p->depth > 0)
-            p->depth--;
+        pop_call(p);
         return;
     }
     uint32_t target = fo_s_intern(s, &ev->mfa);
+    /* A collapsed recursion returns into itself: one call fewer. (The
+     * entries below the top are then searched as the frames below its
+     * run, which are no copies of it.) */
+    if (target != FO_NONE && target == fo_s_top_frame(p) && p->stack_repeats[p->depth - 1] > 0) {
+        p->stack_repeats[p->depth - 1]--;
+        return;
+    }
     uint32_t at = (p->depth >= 2 && target != FO_NONE) ? fo_s_find_below(p, target, p->depth - 2) : FO_NONE;
     if (at != FO_NONE) {
         p->depth = at + 1;
@@ -302,6 +334,8 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         p->has_ts = 0;
     }
     charge(s, p, ev->ts_ns);
+    if (s->track_receives)
+        fo_s_receives_event(s, p, ev);
     if (s->cpu_sampled)
         fo_s_cpu_event(s, p, ev);
     switch (ev->kind) {
@@ -351,6 +385,8 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
     case FO_EV_GC_END:
         fo_s_gc_event(s, p, ev);
         break;
+    case FO_EV_RECEIVE:
+        break; /* fo_s_receives_event, when tracked */
     default:
         s->stats.events--;
         s->stats.ignored_events++;
@@ -363,22 +399,31 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
  * bounds. */
 void fo_s_replace_stack(fo_session *s, fo_proc *p, const fo_mfa *frames, uint32_t count)
 {
-    uint32_t keep = 0;
+    uint32_t keep = 0; /* entries kept */
+    uint32_t i = 0;    /* frames they stand for */
     uint32_t differing = FO_NONE;
     if (p->overflow == 0) {
-        while (keep < p->depth && keep < count) {
-            uint32_t id = fo_s_intern(s, &frames[keep]);
+        while (keep < p->depth && i < count) {
+            uint32_t id = fo_s_intern(s, &frames[i]);
             if (id == FO_NONE || id != p->stack_frames[keep]) {
                 differing = id;
                 break;
             }
+            /* collapsing, a kept entry stands for its frame's run in the
+             * sample (as pushing the run would make it), and the frames
+             * folded into it count as pushed ones do */
+            uint32_t repeats = 0;
+            for (i++; s->collapse_recursion && i < count && fo_mfa_equal(&frames[i], &frames[i - 1]); i++)
+                repeats += repeats < UINT32_MAX;
+            p->stack_repeats[keep] = repeats;
+            s->stats.collapsed_recursion += repeats;
             keep++;
         }
     }
     p->overflow = 0;
     p->depth = keep;
-    for (uint32_t i = keep; i < count; i++)
-        fo_s_push_frame(s, p, i == keep && differing != FO_NONE ? differing : fo_s_intern(s, &frames[i]));
+    for (uint32_t first = i; i < count; i++)
+        fo_s_push_frame(s, p, i == first && differing != FO_NONE ? differing : fo_s_intern(s, &frames[i]));
 }
 
 /* A sample replaces the stack: the frames both stacks share from the root

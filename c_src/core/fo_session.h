@@ -39,6 +39,9 @@ typedef struct {
     uint64_t stack_overflows;    /* pushes past max_stack_frames (depth kept as a count) */
     uint64_t clock_skews;        /* events older than their process's previous one */
     uint64_t resyncs;            /* call/return_to that had to unwind or rebase the stack */
+    uint64_t collapsed_recursion; /* calls folded into the same frame on top of the stack,
+                                     and repeated frames of sampled stacks
+                                     (fo_session_set_collapse_recursion) */
     uint64_t samples;            /* stack samples applied (counted in events too) */
     uint64_t cpu_unsampled_ns;   /* CPU-sampled sessions: on-CPU time of processes no
                                     CPU sample landed on (left on their roots) */
@@ -65,6 +68,17 @@ typedef struct fo_session fo_session;
 /* NULL when limits are invalid or memory is short. */
 fo_session *fo_session_new(const fo_limits *limits);
 void fo_session_free(fo_session *s);
+
+/* Direct recursion (a frame calling itself, the same MFA directly on top
+ * of itself) collapses into one frame: the call counts a repeat on the
+ * stack entry instead of pushing, and a return_to into that same frame
+ * counts one down instead of popping. Time, samples and the frames below
+ * are as without it (the collapsed frame holds what its copies held; its
+ * callees from every level merge); only the depth changes, and max_depth
+ * counts frames after collapsing. Counted in stats.collapsed_recursion.
+ * Off by default (stacks keep their real depth). Set once, before any
+ * event. */
+void fo_session_set_collapse_recursion(fo_session *s, int on);
 
 /* Apply one event. Never fails: what cannot be stored is counted. */
 void fo_session_apply(fo_session *s, const fo_event *ev);
@@ -240,6 +254,34 @@ void fo_session_call_started(fo_session *s, uint64_t pid);
  * views can show attributed and unexplained wait apart. Returns the ns
  * moved. */
 uint64_t fo_session_attribute_wait(fo_session *s, uint64_t pid, uint64_t ns);
+
+/* ns of pid's last wait were no wait: nothing ended it, the process was
+ * runnable (preempted; graph traces learn it when it runs on with no
+ * message taken). Moves up to ns from the leaf that holds that wait (the
+ * call's WAITING leaf, else its SLEEP leaf) to a RUNNABLE sibling.
+ * Returns the ns moved (fo_session_runnable.c). */
+uint64_t fo_session_runnable_wait(fo_session *s, uint64_t pid, uint64_t ns);
+
+/* Receive events (FO_EV_RECEIVE) come for every process, so each wait
+ * can be told by what ended it (exact modes; set once, before any event):
+ * a process scheduled in that runs its code (a call, a return) or exits
+ * with no receive event since its wait began took no message, so it was
+ * runnable (preempted, a BIF that yields, a dirty collection), not
+ * waiting: that time moves from its SLEEP leaf to a RUNNABLE sibling. A
+ * receive (before its `in`, as the VM may deliver it, or after) says it
+ * waited. An `out` again or a garbage collection says nothing: the same
+ * wait goes on (a signal woke it, or the VM collects it before it takes
+ * its message), as in the span graph. Without this, every wait stays a
+ * SLEEP leaf. */
+void fo_session_track_receives(fo_session *s, int on);
+
+/* 1 when pid is scheduled out as far as its stacks know. */
+int fo_session_is_out(const fo_session *s, uint64_t pid);
+
+/* The garbage collections process proc (0..process_count-1) started,
+ * minor and major (as stats.gc_minor and gc_major count them, per
+ * process); 0 for one out of range. */
+void fo_session_process_gcs(const fo_session *s, uint32_t proc, uint64_t *minor, uint64_t *major);
 
 const fo_stats *fo_session_stats(const fo_session *s);
 

@@ -91,6 +91,7 @@ static int set_stack_to(fo_session *s, fo_proc *p, uint32_t node)
     for (uint32_t i = depth; i-- > 0;) {
         p->stack_nodes[i] = at;
         p->stack_frames[i] = nodes[at].frame;
+        p->stack_repeats[i] = 0; /* how often a recursion ran there is not known */
         at = nodes[at].parent;
     }
     p->depth = depth;
@@ -252,6 +253,18 @@ void fo_session_cpu_running(fo_session *s, uint64_t pid, int64_t ts_ns, uint64_t
     fo_session_apply(s, &in);
 }
 
+/* The stack entries the first n of frames make (collapsing recursion, a
+ * run of one frame is one entry). */
+static uint32_t stack_entries(const fo_session *s, const fo_mfa *frames, uint32_t n)
+{
+    if (!s->collapse_recursion)
+        return n;
+    uint32_t entries = 0;
+    for (uint32_t i = 0; i < n; i++)
+        entries += i == 0 || !fo_mfa_equal(&frames[i], &frames[i - 1]);
+    return entries;
+}
+
 void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, uint32_t count,
                            uint32_t erlang_frames)
 {
@@ -278,6 +291,7 @@ void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, ui
     p->stack_known = 1;
     p->slice_sampled = 1;
     fo_tree_count_samples(&s->tree, fo_s_current_node(p), 1, 0);
+    erlang_frames = stack_entries(s, frames, erlang_frames);
     if (erlang_frames > 0 && erlang_frames <= p->depth && p->overflow == 0) {
         remember(p, p->stack_frames[erlang_frames - 1], p->stack_nodes[erlang_frames - 1], 0);
         note_seen(s, p, erlang_frames);
@@ -402,11 +416,16 @@ void fo_session_cpu_orphan(fo_session *s, uint64_t pid, const fo_mfa *leaf)
 static uint32_t path_node(fo_session *s, fo_proc *p, const fo_mfa *frames, uint32_t count)
 {
     uint32_t node = p->root;
+    uint32_t depth = 0;
     for (uint32_t i = 0; i < count && node != FO_NONE; i++) {
-        if (i >= s->limits.max_depth)
+        /* collapsing recursion, a run of one frame is one node (as pushed) */
+        if (s->collapse_recursion && i > 0 && fo_mfa_equal(&frames[i], &frames[i - 1]))
+            continue;
+        if (depth >= s->limits.max_depth)
             return fo_s_regular_child(s, node, FO_FRAME_DEPTH_CAP);
         uint32_t frame = fo_s_intern(s, &frames[i]);
         node = frame == FO_NONE ? FO_NONE : fo_s_regular_child(s, node, frame);
+        depth++;
     }
     return node;
 }

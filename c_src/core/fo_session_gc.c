@@ -76,6 +76,7 @@ void fo_s_gc_event(fo_session *s, fo_proc *p, const fo_event *ev)
     if (ev->flags & FO_EVF_HAS_HEAP)
         count_alloc(s, p, ev, fo_s_current_node(p));
     int major = (ev->flags & FO_EVF_MAJOR_GC) != 0;
+    p->gcs[major]++;
     if (major)
         s->stats.gc_major++;
     else

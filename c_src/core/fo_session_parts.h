@@ -20,9 +20,11 @@ struct fo_session {
     uint64_t last_pid;      /* one-entry cache of fo_s_proc_for: events come in runs per process */
     uint32_t last_index;    /* UINT32_MAX: empty */
     int cpu_sampled;        /* fo_session_set_cpu_sampled */
+    int collapse_recursion; /* fo_session_set_collapse_recursion */
     fo_cpu_source cpu_source;
     void *cpu_ctx;
     fo_seen seen;           /* CPU-sampled: where each process was seen in each function */
+    int track_receives;     /* fo_session_track_receives */
     fo_alloc alloc;         /* words allocated per node (gc events with heap sizes) */
     uint64_t alloc_event_words; /* fo_session_set_alloc_event_words */
     fo_stats stats;
@@ -42,6 +44,8 @@ uint32_t fo_s_find_below(const fo_proc *p, uint32_t frame, uint32_t from);
 /* A regular node under parent, within max_nodes; FO_NONE when full. */
 uint32_t fo_s_regular_child(fo_session *s, uint32_t parent, uint32_t frame);
 uint32_t fo_s_intern(fo_session *s, const fo_mfa *mfa);
+/* Pushes frame (or, collapsing recursion, counts a repeat of the frame
+ * on top). */
 void fo_s_push_frame(fo_session *s, fo_proc *p, uint32_t frame);
 
 /* p's stack becomes frames (root first): the frames both share from the
@@ -69,6 +73,10 @@ int fo_s_gc_charge(fo_session *s, fo_proc *p, uint64_t delta);
 void fo_s_unseen_forget(fo_proc *p);
 void fo_s_unseen_note(fo_session *s, fo_proc *p, uint32_t node, uint64_t delta);
 void fo_s_unseen_place(fo_session *s, fo_proc *p, int ended);
+
+/* fo_session_apply's step for sessions that track receives, before the
+ * event itself applies (fo_session_classes.c). */
+void fo_s_receives_event(fo_session *s, fo_proc *p, const fo_event *ev);
 
 /* fo_session_apply's step for CPU-sampled sessions, before the event
  * itself applies (fo_session_cpu.c). */

@@ -341,6 +341,10 @@ void ts_run_line(fo_session *s, const char *line)
         fo_session_count_ignored(s, pid);
         return;
     }
+    if (strcmp(line, "collapse_recursion") == 0) {
+        fo_session_set_collapse_recursion(s, 1);
+        return;
+    }
     if (strcmp(line, "cpu_sampled") == 0) {
         scripted_count = 0;
         fo_session_set_cpu_sampled(s, scripted_source, NULL);
@@ -382,6 +386,10 @@ void ts_run_line(fo_session *s, const char *line)
         fo_mfa frames[64];
         uint32_t count = parse_frames(stack, frames);
         fo_session_cpu_sample(s, pid, frames, count, count);
+        return;
+    }
+    if (strcmp(line, "track_receives") == 0) {
+        fo_session_track_receives(s, 1);
         return;
     }
     if (sscanf(line, "call_started %" SCNu64 " %7s", &pid, extra) == 1) {
@@ -434,6 +442,8 @@ void ts_run_line(fo_session *s, const char *line)
     }
     else if (n == 3 && strcmp(kind, "exit") == 0)
         ev = ev_kind(FO_EV_EXIT, pid, ts);
+    else if (n == 3 && strcmp(kind, "receive") == 0)
+        ev = ev_kind(FO_EV_RECEIVE, pid, ts);
     else if (n == 3 && strcmp(kind, "gc_start") == 0)
         ev = ev_kind(FO_EV_GC_START, pid, ts);
     else if (n == 3 && strcmp(kind, "gc_end") == 0)
@@ -830,6 +840,7 @@ void ts_assert_pid(const fo_session *s, uint64_t pid, const char *const *expecte
     X(stack_overflows)                                                                             \
     X(clock_skews)                                                                                 \
     X(resyncs)                                                                                     \
+    X(collapsed_recursion)                                                                         \
     X(samples)                                                                                     \
     X(cpu_unsampled_ns)                                                                            \
     X(cpu_orphans)                                                                                 \

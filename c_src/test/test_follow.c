@@ -4,12 +4,15 @@
  * span explains moves from WAITING to ATTRIBUTED; a continuation's stacks
  * start with the wait that a port or timer ended; a follower that leaves
  * keeps its idle out of the stacks; close stops idle followers where their
- * last idle began. The front end hears of joins and leaves.
+ * last idle began. A wait that no message ended was runnable: RUNNABLE in
+ * the stacks, runnable_ns in the spans; a garbage collection is a GC leaf
+ * and the spans' gc_ns, and it settles no wait. The front end hears of
+ * joins and leaves.
  *
  * Scripts (pids are numbers, frames "m:f/0"):
  *     "root P TS"                   fo_graph_root
- *     "P TS call M:F/A" / "P TS ret M:F/A" / "P TS out" / "P TS in"
- *                                   fo_follow_event
+ *     "P TS call M:F/A" / "P TS ret M:F/A" / "P TS out" / "P TS in" /
+ *     "P TS gcstart" / "P TS gcend" fo_follow_event
  *     "P TS rcv WAKER"              fo_follow_received; WAKER a pid, port,
  *                                   timer
  *     "P TS exit"                   fo_follow_exit
@@ -130,6 +133,10 @@ static void run(trace *t, const char *line)
             ev = ev_kind(FO_EV_OUT, pid, ts);
         else if (strcmp(word, "in") == 0)
             ev = ev_kind(FO_EV_IN, pid, ts);
+        else if (strcmp(word, "gcstart") == 0)
+            ev = ev_kind(FO_EV_GC_START, pid, ts);
+        else if (strcmp(word, "gcend") == 0)
+            ev = ev_kind(FO_EV_GC_END, pid, ts);
         else if (strcmp(word, "exit") == 0) {
             fo_follow_exit(&t->f, pid, ts, 0);
             return;
@@ -255,6 +262,101 @@ static void test_close_stops_idle_followers_at_their_idle(void **state)
     assert_int_equal(span(t, 1).ended_ns, 5);
 }
 
+/* Preempted: scheduled out and in again with no message, it runs on. The
+ * wait it seemed is RUNNABLE in its stacks and runnable in its span. */
+static void test_preempted_is_runnable_in_stacks_and_spans(void **state)
+{
+    trace *t = *state;
+    script(t, LINES("root 1 0", "1 0 call app:run/0", "1 10 out", "1 14 in", "1 15 call app:f/0", "close 30"));
+    ts_assert_pid(t->s, 1, LINES("app:run/0 11", "app:run/0;RUNNABLE 4", "app:run/0;app:f/0 15"));
+    fo_span_info root = span(t, 0);
+    assert_int_equal(root.runnable_ns, 4);
+    assert_int_equal(root.wait_ns, 0);
+    assert_int_equal(root.self_ns, 26);
+}
+
+/* A BIF that yields (binary_to_list/1 of a large binary): out and in
+ * again with no call between. The runs between are on a CPU, the pieces
+ * off it runnable. */
+static void test_a_yielding_bif_runs_between_its_runnable_pieces(void **state)
+{
+    trace *t = *state;
+    script(t, LINES("root 1 0", "1 0 call app:run/0", "1 10 out", "1 12 in", "1 15 out", "1 17 in", "1 20 out",
+                    "1 21 in", "1 22 call app:f/0", "close 30"));
+    ts_assert_pid(t->s, 1, LINES("app:run/0 17", "app:run/0;RUNNABLE 5", "app:run/0;app:f/0 8"));
+    fo_span_info root = span(t, 0);
+    assert_int_equal(root.runnable_ns, 5);
+    assert_int_equal(root.self_ns, 25);
+}
+
+/* ... but a worker that may leave (its part sent) keeps its wake held
+ * back through a signal: woken by a process outside, it leaves, and
+ * nothing of the wait is in its stacks. */
+static void test_a_signal_keeps_a_leaving_workers_idle_out(void **state)
+{
+    trace *t = *state;
+    script(t, LINES("root 1 0", "1 0 call app:run/0", "msg 1 3 5", "tookmsg 1 3 6", "3 6 call w:job/0",
+                    "msg 3 9 8", "3 10 out", "3 20 in", "3 20 gcstart", "3 21 gcend", "3 21 out", "3 40 in",
+                    "3 40 rcv 99", "close 60"));
+    assert_string_equal(t->c.log, "joined 3, left 3");
+    ts_assert_pid(t->s, 3, LINES("w:job/0 4"));
+    assert_int_equal(fo_session_stats(t->s)->clock_skews, 0);
+    assert_int_equal(span(t, 1).gc_ns, 0);
+}
+
+/* A large heap is collected on a dirty scheduler: out, in there, the
+ * collection, out, in back. Nothing woke it: both off-CPU pieces are
+ * runnable, the collection its own class, in the stacks and the span. */
+static void test_dirty_collection_is_gc_and_runnable(void **state)
+{
+    trace *t = *state;
+    script(t, LINES("root 1 0", "1 0 call app:run/0", "1 10 out", "1 12 in", "1 12 gcstart", "1 16 gcend",
+                    "1 16 out", "1 19 in", "1 20 call app:f/0", "close 30"));
+    ts_assert_pid(t->s, 1,
+                  LINES("app:run/0 11", "app:run/0;GC_MINOR 4", "app:run/0;RUNNABLE 5", "app:run/0;app:f/0 10"));
+    fo_span_info root = span(t, 0);
+    assert_int_equal(root.gc_ns, 4);
+    assert_int_equal(root.runnable_ns, 5);
+    assert_int_equal(root.wait_ns, 0);
+    assert_int_equal(root.self_ns, 21);
+    assert_int_equal(fo_session_stats(t->s)->gc_minor_ns, 4);
+}
+
+/* The VM may collect a process it just scheduled in, before its receive
+ * event: the collection runs (the held-back in applies first) but does not
+ * say what woke it; the timer does. */
+static void test_a_collection_before_the_receive_event_settles_nothing(void **state)
+{
+    trace *t = *state;
+    script(t, LINES("root 1 0", "1 0 call app:run/0", "1 10 out", "1 20 in", "1 21 gcstart", "1 23 gcend",
+                    "1 24 rcv timer", "close 30"));
+    ts_assert_pid(t->s, 1, LINES("app:run/0 18", "app:run/0;GC_MINOR 2", "app:run/0;WAITING 10"));
+    fo_span_info root = span(t, 0);
+    assert_int_equal(root.unattributed_by[FO_CAUSE_TIMER], 10);
+    assert_int_equal(root.gc_ns, 2);
+    assert_int_equal(root.runnable_ns, 0);
+    assert_int_equal(root.self_ns, 18);
+}
+
+/* A server's collection counts inside its request span only: one before
+ * the request (not yet a follower) and the part after its reply do not. */
+static void test_collections_count_inside_spans(void **state)
+{
+    trace *t = *state;
+    script(t, LINES("root 1 0", "1 0 call app:run/0", "2 1 gcstart", "2 3 gcend",
+                    "req 1 2 9 10", "1 11 out",
+                    "took 1 2 9 12", "2 12 call srv:handle/0", "2 13 gcstart",
+                    "2 15 gcend", "2 18 gcstart",
+                    "answer 2 1 9 20", "2 22 gcend",
+                    "1 23 in", "1 23 rcv 2", "got 2 1 9 23", "close 30"));
+    ts_assert_pid(t->s, 2, LINES("srv:handle/0 4", "srv:handle/0;GC_MINOR 4"));
+    fo_span_info req = span(t, 1);
+    assert_int_equal(req.kind, FO_SPAN_REQUEST);
+    assert_int_equal(req.gc_ns, 4);
+    assert_int_equal(req.self_ns, 4);
+    assert_int_equal(fo_graph_get_stats(t->g)->collections, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -264,6 +366,13 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_leaving_keeps_the_idle_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_sample_takes_the_held_back_in_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_stops_idle_followers_at_their_idle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_preempted_is_runnable_in_stacks_and_spans, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dirty_collection_is_gc_and_runnable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_yielding_bif_runs_between_its_runnable_pieces, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_signal_keeps_a_leaving_workers_idle_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_collection_before_the_receive_event_settles_nothing, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_collections_count_inside_spans, setup, teardown),
     };
     return cmocka_run_group_tests_name("follow", tests, NULL, NULL);
 }

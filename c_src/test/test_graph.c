@@ -25,6 +25,7 @@
  *     "rcv P TS WAKER"                fo_graph_received; WAKER a name, port,
  *                                     timer or ? (a process, not known which)
  *     "ran P TS"                      fo_graph_ran
+ *     "gc P TS start|end"             fo_graph_gc
  *     "exit P TS REASON"              fo_graph_exit ("normal" is key 0)
  *     "late P"                        fo_graph_set_late
  *     "close TS"                      fo_graph_close
@@ -34,14 +35,16 @@
  *     "waiting P N CALLEE|-"          assert fo_graph_waiting_call
  *     "current P ID|-"                assert fo_graph_current_span
  *     "note KIND P TS [NS]"           assert the next note (joined, left,
- *                                     pause, resume, in, attribute)
+ *                                     pause, resume, in, attribute,
+ *                                     runnable)
  *     "notes 0"                       assert no note is left
  * Notes not asserted are dropped at the end of each line unless the case
  * asks for them (NOTES).
  *
  * Spans render one line each, in id order:
- *     "ID PID PARENT START..END self=S wait=W/ATTRIBUTED/UNATTRIBUTED[(CAUSES)]
+ *     "ID PID PARENT START..END self=S[ run=R][ gc=G] wait=W/ATTRIBUTED/UNATTRIBUTED[(CAUSES)]
  *      on=P|- STATUS KIND"
+ * (run and gc only when not zero)
  * CAUSES lists the unattributed wait's non-zero causes (p process, o port,
  * t timer, x other); STATUS is open, ok, at_close or exit:REASON; KIND is
  * root, req, work or cont. Edges render as "WAITER->WAKER FROM..TO ns=N
@@ -102,7 +105,8 @@ static int64_t num(const char *text, const char *line)
 
 #define MAX_WORDS 6
 
-static const char *const note_names[] = {"?", "joined", "left", "pause", "resume", "in", "attribute"};
+static const char *const note_names[] = {"?",      "joined",    "left",    "pause",
+                                         "resume", "in",        "attribute", "runnable"};
 
 static void check_note(fo_graph *g, char *const *w, int n, const char *line)
 {
@@ -199,6 +203,8 @@ static int run_event(fo_graph *g, char *const *w, int n, const char *line)
     }
     else if (n == 3 && strcmp(w[0], "ran") == 0)
         fo_graph_ran(g, key(w[1]), num(w[2], line));
+    else if (n == 4 && strcmp(w[0], "gc") == 0)
+        fo_graph_gc(g, key(w[1]), num(w[2], line), strcmp(w[3], "start") == 0);
     else if (n == 4 && strcmp(w[0], "exit") == 0)
         fo_graph_exit(g, key(w[1]), num(w[2], line), key(w[3]));
     else if (n == 2 && strcmp(w[0], "late") == 0)
@@ -321,6 +327,17 @@ static void causes_text(const fo_span_info *si, char *buf, size_t size)
     }
 }
 
+/* " run=R gc=G", each only when not zero */
+static void classes_text(const fo_span_info *si, char *buf, size_t size)
+{
+    int w = snprintf(buf, size, "%s", "");
+    if (si->runnable_ns > 0)
+        w += snprintf(buf + w, size - (size_t)w, " run=%" PRIu64, si->runnable_ns);
+    if (si->gc_ns > 0)
+        w += snprintf(buf + w, size - (size_t)w, " gc=%" PRIu64, si->gc_ns);
+    assert_true(w >= 0 && (size_t)w < size);
+}
+
 static char *render_spans(const fo_graph *g)
 {
     char *text = NULL;
@@ -328,17 +345,18 @@ static char *render_spans(const fo_graph *g)
     for (uint32_t id = 0; id < n; id++) {
         fo_span_info si;
         assert_int_equal(fo_graph_span(g, id, &si), 1);
-        char pid[32], on[32], parent[16], status[48], causes[96], line[320];
+        char pid[32], on[32], parent[16], status[48], causes[96], classes[64], line[384];
         if (si.parent_span_id == FO_NONE)
             strcpy(parent, "-");
         else
             snprintf(parent, sizeof parent, "%" PRIu32, si.parent_span_id);
         causes_text(&si, causes, sizeof causes);
+        classes_text(&si, classes, sizeof classes);
         snprintf(line, sizeof line,
-                 "%" PRIu32 " %s %s %" PRId64 "..%" PRId64 " self=%" PRIu64 " wait=%" PRIu64
+                 "%" PRIu32 " %s %s %" PRId64 "..%" PRId64 " self=%" PRIu64 "%s wait=%" PRIu64
                  "/%" PRIu64 "/%" PRIu64 "%s on=%s %s %s",
                  id, name_of(si.pid, pid, sizeof pid), parent, si.started_ns, si.ended_ns,
-                 si.self_ns, si.wait_ns, si.attributed_wait_ns, si.unattributed_wait_ns, causes,
+                 si.self_ns, classes, si.wait_ns, si.attributed_wait_ns, si.unattributed_wait_ns, causes,
                  name_of(si.waiting_on_pid, on, sizeof on), status_text(&si, status, sizeof status),
                  kind_text(si.kind));
         text = append(text, line);
@@ -414,7 +432,9 @@ static void assert_edges(const fo_graph *g, const char *const *expected)
     X(remote_calls)                                                                                \
     X(remote_requests)                                                                             \
     X(remote_sends)                                                                                \
-    X(remote_joins)
+    X(remote_joins)                                                                                \
+    X(runnable_wakes)                                                                              \
+    X(collections)
 
 #define COUNT_STAT(f) +1
 /* A counter added to fo_graph_stats must be added here too. */
@@ -484,10 +504,11 @@ static void check_span(const fo_graph *g, const fo_graph_limits *l, uint32_t id,
     /* a REMOTE span is a process of another node */
     if (si.kind == FO_SPAN_REMOTE)
         assert_true((si.pid & FO_GRAPH_REMOTE_BIT) != 0);
-    /* the span arithmetic: on-CPU and off-CPU time make up the span */
+    /* the span arithmetic: running, collecting, runnable and waiting make
+     * up the span */
     assert_true(si.ended_ns >= si.started_ns);
     uint64_t duration = (uint64_t)si.ended_ns - (uint64_t)si.started_ns;
-    assert_true(si.self_ns + si.wait_ns == duration);
+    assert_true(si.self_ns + si.gc_ns + si.runnable_ns + si.wait_ns == duration);
     if (si.status == FO_SPAN_OPEN) {
         assert_false(closed);
         assert_true(si.ended_ns == si.started_ns && si.self_ns == 0);
@@ -1011,16 +1032,16 @@ static const graph_case graph_cases[] = {
      LINES("0 A - 0..50 self=20 wait=30/0/30(t30) on=- ok root"),
      "spans=1 processes=1 wakes=1", NULL, 0, 0},
 
-    /* Preempted (no message before it ran on): its own time. A signal
-     * (a stack sample) wakes it without a message and it goes out again:
-     * the same wait goes on. */
-    {"runnable_is_self_and_signals_do_not_end_a_wait", DEFAULTS,
+    /* Preempted (no message before it ran on): runnable, not waiting. A
+     * signal (a stack sample) wakes it without a message and it goes out
+     * again: the same wait goes on. */
+    {"runnable_is_apart_and_signals_do_not_end_a_wait", DEFAULTS,
      LINES("root A 0",
            "out A 10", "in A 12", "ran A 12",
            "out A 20", "in A 25", "out A 26", "in A 30", "rcv A 30 port",
            "close 40"),
-     LINES("0 A - 0..40 self=31 wait=9/0/9(o9) on=- ok root"),
-     "spans=1 processes=1 wakes=2", NULL, 0, 0},
+     LINES("0 A - 0..40 self=29 run=2 wait=9/0/9(o9) on=- ok root"),
+     "spans=1 processes=1 wakes=2 runnable_wakes=1", NULL, 0, 0},
 
     {"task_wait_is_attributed_to_the_spawned_work", DEFAULTS,
      LINES("root A 0", "spawn A T 5", "active T 1",
@@ -1158,9 +1179,71 @@ static const graph_case graph_cases[] = {
            "reply B t1 30", "in A 31", "rcv A 31 B", "resume A t1 31",
            "close 40"),
      LINES("0 A - 0..40 self=20 wait=20/18/2(p2) on=B ok root",
-           "1 B 0 12..30 self=8 wait=10/0/10(t10) on=- ok req"),
-     "spans=2 processes=2 calls=1 wakes=3 attributed_wakes=1 edges=1",
+           "1 B 0 12..30 self=7 run=1 wait=10/0/10(t10) on=- ok req"),
+     "spans=2 processes=2 calls=1 wakes=3 attributed_wakes=1 edges=1 runnable_wakes=1",
      LINES("0->1 12..30 ns=18 wakes=1"), 0, 0},
+
+    /* Runnable time is noted after the scheduled-in, for the stacks to
+     * move from their wait leaf. */
+    {"runnable_is_noted_after_the_in", DEFAULTS,
+     LINES("root A 0", "out A 10", "in A 14", "notes 0", "ran A 15",
+           "note in A 14", "note runnable A 14 4", "notes 0", "close 20"),
+     LINES("0 A - 0..20 self=16 run=4 wait=0/0/0 on=- ok root"),
+     "spans=1 processes=1 wakes=1 runnable_wakes=1", NULL, 1, 0},
+
+    /* Without receive events (GenServer calls only) nothing says no
+     * message ended it: the wait stays a wait, of cause other. */
+    {"calls_only_no_runnable", DEFAULTS,
+     LINES("root A 0", "out A 10", "in A 14", "ran A 15", "close 20"),
+     LINES("0 A - 0..20 self=16 wait=4/0/4(x4) on=- ok root"),
+     "spans=1 processes=1 wakes=1", NULL, 0, 1},
+
+    /* Collections: their time in the spans open meanwhile, cut to them; a
+     * collection settles no wait (the timer's receive event does), one
+     * that starts outside a span is not the trace's. */
+    {"collections_are_gc_of_the_spans_open", DEFAULTS,
+     LINES("root A 0", "gc B 1 start", "gc B 3 end",
+           "gc A 4 start", "gc A 4 start", "gc A 6 end", "gc A 7 end",
+           "send A B t1 10", "out A 10", "recv B A t1 12",
+           "out B 13", "in B 20", "gc B 21 start", "gc B 23 end", "rcv B 24 timer",
+           "gc B 26 start", "reply B t1 28", "gc B 29 end",
+           "in A 30", "rcv A 30 B", "resume A t1 30",
+           "close 40"),
+     LINES("0 A - 0..40 self=18 gc=2 wait=20/16/4(p4) on=B ok root",
+           "1 B 0 12..28 self=5 gc=4 wait=7/0/7(t7) on=- ok req"),
+     "spans=2 processes=2 calls=1 wakes=2 attributed_wakes=1 edges=1 collections=3",
+     LINES("0->1 12..28 ns=16 wakes=1"), 0, 0},
+
+    /* A dirty collection: out, in on the dirty scheduler, the collection,
+     * out, in back, no message: runnable and gc. */
+    {"dirty_collection_is_gc_and_runnable", DEFAULTS,
+     LINES("root A 0", "out A 10", "in A 12", "gc A 12 start", "gc A 16 end",
+           "out A 16", "in A 19", "ran A 20", "close 30"),
+     LINES("0 A - 0..30 self=21 run=5 gc=4 wait=0/0/0 on=- ok root"),
+     "spans=1 processes=1 wakes=1 runnable_wakes=1 collections=1", NULL, 0, 0},
+
+    /* A server's span ends mid-collection (its reply): the rest of that
+     * collection is not the trace's, and the next one, in its next span,
+     * counts from its start. */
+    {"a_collection_across_spans", DEFAULTS,
+     LINES("root A 0",
+           "send A B t1 10", "out A 10", "recv B A t1 12", "gc B 14 start", "reply B t1 16",
+           "in A 17", "rcv A 17 B", "resume A t1 17",
+           "send A B t2 20", "out A 20", "recv B A t2 22", "gc B 23 end", "gc B 24 start", "gc B 25 end",
+           "reply B t2 26", "in A 27", "rcv A 27 B", "resume A t2 27",
+           "close 30"),
+     LINES("0 A - 0..30 self=16 wait=14/8/6(p6) on=B ok root",
+           "1 B 0 12..16 self=2 gc=2 wait=0/0/0 on=- ok req",
+           "2 B 0 22..26 self=3 gc=1 wait=0/0/0 on=- ok req"),
+     "spans=3 processes=2 calls=2 wakes=2 attributed_wakes=2 edges=2 collections=2",
+     LINES("0->1 12..16 ns=4 wakes=1", "0->2 22..26 ns=4 wakes=1"), 0, 0},
+
+    /* An exit mid-collection: the span takes the collection up to it. */
+    {"exit_mid_collection", DEFAULTS,
+     LINES("root A 0", "spawn A T 2", "gc T 5 start", "exit T 8 normal", "gc T 9 end", "close 10"),
+     LINES("0 A - 0..10 self=10 wait=0/0/0 on=- ok root",
+           "1 T 0 2..8 self=3 gc=3 wait=0/0/0 on=- exit:normal work"),
+     "spans=2 processes=2 joins=1 collections=1", NULL, 0, 0},
 
     /* A forwards to F, F to G, G answers A: F's work ends where it went
      * idle for good, when a process outside the trace wakes it. */
@@ -1481,6 +1564,7 @@ typedef struct {
     int64_t started;
     int64_t ended;
     uint64_t wait;
+    uint64_t runnable;
     uint64_t attributed;
     uint64_t longest;
     uint64_t on;
@@ -1603,8 +1687,14 @@ static int64_t model_span(model *m, uint32_t s, uint32_t pi, int64_t t, int dept
         me->calls++;
         t = resume;
         drain_notes(m->g);
-        if ((sender == HELPER_PID && s != 0) || wait == 0)
-            continue; /* woken from outside mid-request: taken as runnable */
+        if (wait == 0)
+            continue;
+        if (sender == HELPER_PID && s != 0) {
+            /* woken from outside mid-request: taken as runnable */
+            me->runnable += wait;
+            m->want.runnable_wakes++;
+            continue;
+        }
         me->wait += wait;
         me->wakes++;
         if (sender != HELPER_PID) {
@@ -1634,18 +1724,18 @@ static void model_compare(const model *m)
             si.ended_ns != e->ended || si.wait_ns != e->wait ||
             si.attributed_wait_ns != e->attributed || si.waiting_on_pid != e->on ||
             si.calls != e->calls || si.wakes != e->wakes || si.status != FO_SPAN_OK ||
-            si.self_ns != duration - e->wait)
+            si.runnable_ns != e->runnable || si.self_ns != duration - e->wait - e->runnable)
             fail_msg("model span %" PRIu32 " differs:\n"
                      "  got  pid %" PRIx64 " parent %" PRIu32 " %" PRId64 "..%" PRId64
                      " wait %" PRIu64 "/%" PRIu64 " on %" PRIx64 " calls %" PRIu32 " wakes %" PRIu32
                      " status %" PRIu32 " self %" PRIu64 "\n"
                      "  want pid %" PRIx64 " parent %" PRIu32 " %" PRId64 "..%" PRId64
                      " wait %" PRIu64 "/%" PRIu64 " on %" PRIx64 " calls %" PRIu32 " wakes %" PRIu32
-                     " status 1 self %" PRIu64,
+                     " status 1 self %" PRIu64 " (runnable %" PRIu64 ")",
                      id, si.pid, si.parent_span_id, si.started_ns, si.ended_ns, si.wait_ns,
                      si.attributed_wait_ns, si.waiting_on_pid, si.calls, si.wakes, si.status, si.self_ns,
                      e->pid, e->parent, e->started, e->ended, e->wait, e->attributed, e->on,
-                     e->calls, e->wakes, duration - e->wait);
+                     e->calls, e->wakes, duration - e->wait - e->runnable, e->runnable);
     }
     const fo_graph_stats *st = fo_graph_get_stats(m->g);
     assert_memory_equal(st, &m->want, sizeof *st);
@@ -1829,7 +1919,11 @@ static void fuzz_wake(fuzz *f, fo_graph *g, uint32_t roll)
                           ts_rng_below(&f->r, 4) == 0 ? 0 : fuzz_caller(f, g));
         break;
     case 5:
-        fo_graph_ran(g, fuzz_pid(f), f->t);
+        /* or a collection's start or end, paired or not */
+        if (ts_rng_below(&f->r, 3) == 0)
+            fo_graph_gc(g, fuzz_pid(f), f->t, (int)ts_rng_below(&f->r, 2));
+        else
+            fo_graph_ran(g, fuzz_pid(f), f->t);
         break;
     case 6:
         fo_graph_message_sent(g, fuzz_pid(f), ts_rng_below(&f->r, 5) == 0 ? 0 : fuzz_pid(f), f->t);
@@ -1889,7 +1983,7 @@ static void fuzz_event(fuzz *f, fo_graph *g, int late)
     /* the front end drains the notes; now and then it lags */
     fo_graph_note n;
     while (ts_rng_below(&f->r, 50) != 0 && fo_graph_next_note(g, &n)) {
-        assert_true(n.kind >= FO_NOTE_JOINED && n.kind <= FO_NOTE_ATTRIBUTE);
+        assert_true(n.kind >= FO_NOTE_JOINED && n.kind <= FO_NOTE_RUNNABLE);
         int known = 0;
         for (uint32_t i = 0; i < FUZZ_PIDS; i++)
             known |= f->pids[i] == n.pid;

@@ -6,7 +6,9 @@
  * of c_src/core/README.md. With default limits (and with only max_depth
  * lowered, which the model can fold) the core's folded output must equal
  * the model's exactly; under every other bound the per-process totals must
- * still be conserved. */
+ * still be conserved. Collapsing direct recursion, the model keeps the same
+ * real stack and only reads it with each run of one frame as one frame
+ * (max_depth counted after that): the core must agree with that too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -166,12 +168,18 @@ typedef struct {
     uint64_t clock_skews;
     uint64_t resyncs;      /* README: tail/exception calls, not-found returns */
     uint64_t self_rebases; /* of those: return_to r on the stack [r] */
+    int collapse;          /* read runs of one frame as one frame */
+    uint64_t collapsed;    /* pushes of the frame already on top (collapsing) */
 } model;
+
+/* Whether the checks below collapse recursion, in the core and the model. */
+static int collapse_recursion;
 
 static void model_init(model *m, uint32_t max_depth)
 {
     memset(m, 0, sizeof *m);
     m->max_depth = max_depth;
+    m->collapse = collapse_recursion;
     for (int i = 0; i < NPIDS; i++)
         m->procs[i].pid = 1000 + (uint64_t)i * 7919;
 }
@@ -208,8 +216,11 @@ static size_t model_stack_path(const model *m, const mproc *p, char *path)
 {
     size_t len = 0;
     path[0] = '\0';
+    uint32_t frames = 0;
     for (uint32_t d = 0; d < p->depth; d++) {
-        if (d == m->max_depth) {
+        if (m->collapse && d > 0 && ts_mfa_equal(p->stack[d], p->stack[d - 1]))
+            continue;
+        if (frames++ == m->max_depth) {
             path_add(path, &len, TS_DEPTH_CAP_NAME);
             break;
         }
@@ -245,9 +256,11 @@ static void model_charge(model *m, int index, uint64_t dt)
     m->totals[index] += dt;
 }
 
-static void model_push(mproc *p, fo_mfa f)
+static void model_push(model *m, mproc *p, fo_mfa f)
 {
     assert_true(p->depth < MAX_GEN_DEPTH + 8);
+    if (m->collapse && p->depth > 0 && ts_mfa_equal(p->stack[p->depth - 1], f))
+        m->collapsed++;
     p->stack[p->depth++] = f;
 }
 
@@ -272,7 +285,7 @@ static void model_apply(model *m, const fo_event *ev)
     case FO_EV_CALL:
         if (ev->flags & FO_EVF_HAS_CALLER) {
             if (p->depth > 0 && ts_mfa_equal(p->stack[p->depth - 1], ev->caller)) {
-                model_push(p, ev->mfa);
+                model_push(m, p, ev->mfa);
                 break;
             }
             uint32_t d = p->depth;
@@ -284,10 +297,10 @@ static void model_apply(model *m, const fo_event *ev)
             } else {
                 if (p->depth > 0)
                     m->resyncs++;
-                model_push(p, ev->caller);
+                model_push(m, p, ev->caller);
             }
         }
-        model_push(p, ev->mfa);
+        model_push(m, p, ev->mfa);
         break;
     case FO_EV_RETURN_TO:
         if (!(ev->flags & FO_EVF_HAS_MFA)) {
@@ -305,7 +318,7 @@ static void model_apply(model *m, const fo_event *ev)
                 if (p->depth == 1 && ts_mfa_equal(p->stack[0], ev->mfa))
                     m->self_rebases++;
                 p->depth = 0;
-                model_push(p, ev->mfa);
+                model_push(m, p, ev->mfa);
                 m->resyncs++;
             }
         }
@@ -332,6 +345,8 @@ static void model_apply(model *m, const fo_event *ev)
     case FO_EV_GC_END:
         p->gc = 0;
         break;
+    case FO_EV_RECEIVE:
+        break; /* untracked: only counted */
     }
 }
 
@@ -370,6 +385,7 @@ typedef struct {
     uint32_t skew_permille; /* events stamped before their process's last */
     uint32_t exit_permille;
     uint32_t sleep_percent;
+    uint32_t recurse_percent; /* calls from the top frame to itself */
 } gen_opts;
 
 static void generate(uint64_t seed, size_t count, const gen_opts *o, stream *st)
@@ -420,6 +436,8 @@ static void generate(uint64_t seed, size_t count, const gen_opts *o, stream *st)
             /* a call of some kind */
             uint32_t k = ts_rng_below(&rng, 100);
             if (d >= 1 && k < 75) {
+                if (o->recurse_percent > 0 && ts_rng_below(&rng, 100) < o->recurse_percent)
+                    rand_frame = p->stack[d - 1];
                 ev = ev_call_mfa(p->pid, ts, rand_frame, &p->stack[d - 1]);
             } else if (d >= 2 && k < 85) {
                 /* tail call or resync after an exception */
@@ -446,6 +464,7 @@ static void generate(uint64_t seed, size_t count, const gen_opts *o, stream *st)
 static fo_session *run_core(const fo_limits *l, const stream *st, size_t n, int close)
 {
     fo_session *s = ts_new_session(l);
+    fo_session_set_collapse_recursion(s, collapse_recursion);
     for (size_t i = 0; i < n; i++)
         fo_session_apply(s, &st->events[i]);
     if (close)
@@ -541,6 +560,9 @@ static void check_against_model(uint64_t seed, uint32_t max_depth, const gen_opt
     assert_int_equal(stats->node_limit_hits, 0);
     assert_int_equal(stats->frame_limit_hits, 0);
     assert_int_equal(stats->process_limit_hits, 0);
+    assert_int_equal(stats->collapsed_recursion, m.collapsed);
+    if (collapse_recursion && o->recurse_percent > 0)
+        assert_true(m.collapsed > 1000); /* the streams do recurse */
     if (max_depth == UINT32_MAX) {
         assert_int_equal(stats->depth_truncations, 0);
         assert_int_equal(stats->truncated_stacks, 0);
@@ -563,8 +585,9 @@ static void check_against_model(uint64_t seed, uint32_t max_depth, const gen_opt
     free(st.events);
 }
 
-static const gen_opts plain = {0, 0, 5};
-static const gen_opts rough = {30, 4, 8}; /* clock skew and exits */
+static const gen_opts plain = {0, 0, 5, 0};
+static const gen_opts rough = {30, 4, 8, 0}; /* clock skew and exits */
+static const gen_opts recursive = {30, 4, 8, 40}; /* and much direct recursion */
 
 static void test_model_default_limits(void **state)
 {
@@ -588,6 +611,23 @@ static void test_model_max_depth_folding(void **state)
         check_against_model(200 + i, depths[i], &rough, 20000);
 }
 
+/* Collapsing: the core's folded output is the model's real stacks read
+ * with each run of one frame as one frame, with or without max_depth; and
+ * off, the recursive streams are still the model's real stacks. */
+static void test_model_collapsing_recursion(void **state)
+{
+    (void)state;
+    static const uint32_t depths[] = {UINT32_MAX, 1, 2, 3, 5, 8};
+    collapse_recursion = 1;
+    for (uint64_t seed = 500; seed <= 505; seed++)
+        check_against_model(seed, UINT32_MAX, seed % 2 ? &recursive : &rough, 20000);
+    for (size_t i = 0; i < sizeof depths / sizeof depths[0]; i++)
+        check_against_model(600 + i, depths[i], &recursive, 20000);
+    collapse_recursion = 0;
+    for (uint64_t seed = 700; seed <= 702; seed++)
+        check_against_model(seed, UINT32_MAX, &recursive, 20000);
+}
+
 /* Conservation under every bound: whatever is truncated, each process's
  * nodes hold exactly the time the model charged it. */
 static void test_conservation_under_random_limits(void **state)
@@ -603,6 +643,7 @@ static void test_conservation_under_random_limits(void **state)
         l.max_stack_frames = 1 + ts_rng_below(&lr, 24);
         stream st;
         generate(seed, 10000, seed % 2 ? &rough : &plain, &st);
+        collapse_recursion = seed % 3 == 0;
         fo_session *s = run_core(&l, &st, st.n, 1);
         model m;
         char *want = run_model(&m, UINT32_MAX, &st, st.n, 1);
@@ -635,6 +676,7 @@ static void test_conservation_under_random_limits(void **state)
         fo_session_free(s);
         free(st.events);
     }
+    collapse_recursion = 0;
 }
 
 /* Nonsense the front ends should never send must still not crash or
@@ -708,6 +750,7 @@ int main(void)
         cmocka_unit_test(test_model_default_limits),
         cmocka_unit_test(test_model_skew_and_exits),
         cmocka_unit_test(test_model_max_depth_folding),
+        cmocka_unit_test(test_model_collapsing_recursion),
         cmocka_unit_test(test_conservation_under_random_limits),
         cmocka_unit_test(test_odd_streams_do_not_break_invariants),
         cmocka_unit_test(test_same_stream_same_result),

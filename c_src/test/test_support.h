@@ -16,6 +16,7 @@
  *     "PID TS sample M:F/A;M:F/A"       a stack sample, root frame first ("-": empty)
  *     "PID TS sample M:F/A w=N"         the same with weight N (default 0)
  *     "close TS"                        fo_session_close(s, TS)
+ *     "collapse_recursion"              fo_session_set_collapse_recursion(s, 1)
  *     "cpu_sampled"                     fo_session_set_cpu_sampled, with a source that
  *                                       hands over the "at" samples below
  *     "at THREAD TS M:F/A;M:F/A"        a CPU sample the source gives by thread and time

@@ -21,8 +21,23 @@ defmodule FlameOn.Client do
       folded line.
     * `:max_nodes` (`200_000`) – distinct stacks kept; time of stacks past it
       goes to a `[truncated]` frame.
-    * `:max_depth` (`512`) – frames kept per stack; deeper frames fold into
-      one `…` frame.
+    * `:max_depth` (`512`) – frames kept per stack, counted after
+      `:collapse_recursion`; deeper frames fold into one `…` frame
+      (`stats.truncated_stacks` counts them).
+    * `:collapse_recursion` (`true`) – a function calling itself directly
+      (the same `{module, function, arity}` on top of itself: `lists:map/2`,
+      `Enum.map/2`'s list helper, `foldr`, a hand-written body recursion)
+      is one frame, and what it calls from every level of the recursion
+      merges under it. Time is unchanged (the frame holds what its copies
+      held), only the depth goes: a 30 000-deep `Enum.map/2` stays a few
+      frames deep, so `max_depth` is not reached, no `…` frame hides the
+      work, and the SVG and web views stay readable.
+      `stats.collapsed_recursion` counts the calls folded (in modes
+      `:sample` and `:native`, the repeated frames of the sampled stacks).
+      Mutual recursion (`a` → `b` → `a`) keeps its depth. `false` keeps
+      every frame of the real stack (the exact folded stacks, as
+      `:erlang.trace` saw them), up to `max_depth`. It applies to every
+      mode and every output, as stacks are built in the core.
     * `:max_processes` (`10_000`) – processes one trace follows.
     * `:max_frames` (`100_000`) – distinct `{module, function, arity}`
       frames.
@@ -172,6 +187,7 @@ defmodule FlameOn.Client do
           | {:max_frames, pos_integer()}
           | {:max_stack_frames, pos_integer()}
           | {:max_stack_bytes, pos_integer()}
+          | {:collapse_recursion, boolean()}
           | {:mode, :nif | :process | :sample | :native | :auto}
           | {:frequency, pos_integer()}
           | {:interval_us, pos_integer()}
@@ -439,8 +455,31 @@ defmodule FlameOn.Client do
   and bounds, see `FlameOn.Client.TraceStore`) and `:native`: whether
   `mode: :native` can run in this VM (`%{available: true, sampler:
   counters}`, the CPU sampler's users, threads, frequency, samples and
-  losses) or why not and what to do (`%{available: false, reason: text}`).
+  losses) or why not and what to do (`%{available: false, reason: text}`),
+  `:continuous` (`false`, or `FlameOn.Client.Continuous.stats/0` while
+  continuous profiling runs).
   """
   @spec status() :: map()
   defdelegate status(), to: FlameOn.Client.Node.Status
+
+  @doc """
+  A differential profile of `new` against `base`: per stack, the value in
+  each run (`FlameOn.Client.Diff`), to write as a flame graph coloured by
+  change with `FlameOn.Client.Export.write/4`. Each side is a
+  `FlameOn.Client.Profile`, a folded file's path or folded text.
+
+  Options: `by: :merged` (default: all processes together) or `:process`
+  (the traced processes matched with each other, the other processes by
+  name); `normalize: true` (default: new scaled so that the typical stack
+  is unchanged, the weighted median of the per-stack ratios), `:total`
+  (to the base's total) or `false`; `alloc: true` compares allocations
+  instead of time; `:name`.
+
+      iex> diff = FlameOn.Client.diff("main;work 100\\n", "main;work 300\\n", normalize: false)
+      iex> diff.stacks
+      %{all: [{"main;work", 100, 300}]}
+  """
+  @spec diff(FlameOn.Client.Diff.side(), FlameOn.Client.Diff.side(), keyword()) ::
+          FlameOn.Client.Diff.t()
+  defdelegate diff(base, new, opts \\ []), to: FlameOn.Client.Diff, as: :new
 end

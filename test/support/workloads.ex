@@ -43,6 +43,39 @@ defmodule FlameOn.Client.Test.Workloads do
   def deep_odd(0, fun), do: fun.()
   def deep_odd(n, fun), do: 1 + deep_even(n - 1, fun)
 
+  @doc """
+  Work in two parts, for diffs: `steady/1` does the same in every run,
+  `grown/1` `n` times as much. Each unit is a little CPU (`fib(10)`) and
+  a 20 ms wait, so that its time stays about the same on a loaded machine
+  (CPU time there does not: a spike of load in one run moves it by tens
+  of percent).
+  """
+  def two_parts(n) do
+    steady(6)
+    grown(3 * n)
+  end
+
+  @doc "`k` units of work."
+  def steady(0), do: :ok
+
+  def steady(k) do
+    unit()
+    steady(k - 1)
+  end
+
+  @doc "`k` units of work (the part of `two_parts/1` that grows)."
+  def grown(0), do: :ok
+
+  def grown(k) do
+    unit()
+    grown(k - 1)
+  end
+
+  defp unit do
+    fib(10)
+    Process.sleep(20)
+  end
+
   @doc "Tells `parent` `{:waiting, self()}`, then waits in a receive here until `:go`."
   def wait_here(parent) do
     send(parent, {:waiting, self()})

@@ -45,6 +45,7 @@
     A(max_processes)                                                                           \
     A(max_frames)                                                                              \
     A(max_stack_frames)                                                                        \
+    A(collapse_recursion)                                                                      \
     A(native_per_second)                                                                       \
     A(events)                                                                                  \
     A(dropped_events)                                                                          \
@@ -108,6 +109,11 @@
     A(started_ns)                                                                             \
     A(ended_ns)                                                                               \
     A(self_ns)                                                                                \
+    A(gc_ns)                                                                                  \
+    A(runnable_ns)                                                                            \
+    A(runnable_wakes)                                                                         \
+    A(collections)                                                                            \
+    A(receives)                                                                               \
     A(wait_ns)                                                                                \
     A(attributed_wait_ns)                                                                     \
     A(unattributed_wait_ns)                                                                   \

@@ -22,7 +22,9 @@ ERL_NIF_TERM fo_graph_tracer_enabled(ErlNifEnv *env, ERL_NIF_TERM tag)
         return fo_router_sessions() > 0 ? fo_atom_trace : fo_atom_remove;
     if (tag == fo_atom_call || tag == fo_atom_return_to || tag == fo_atom_in || tag == fo_atom_out ||
         tag == fo_atom_exit || tag == fo_atom_in_exiting || tag == fo_atom_out_exiting ||
-        tag == fo_atom_seq_trace || tag == fo_atom_receive || tag == fo_atom_spawned)
+        tag == fo_atom_seq_trace || tag == fo_atom_receive || tag == fo_atom_spawned ||
+        tag == fo_atom_gc_minor_start || tag == fo_atom_gc_minor_end || tag == fo_atom_gc_major_start ||
+        tag == fo_atom_gc_major_end)
         return fo_atom_trace;
     /* send events only exist so the send match spec runs; spawn, link... */
     return fo_atom_discard;
@@ -359,7 +361,7 @@ void fo_graph_ingest(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM msg)
     fo_decode_result decoded = fo_decode_trace_msg(env, msg, res->native_per_second, x->ingest_offset_ns, &ev);
     int arity;
     const ERL_NIF_TERM *items;
-    if (decoded == FO_DECODE_IGNORED && enif_get_tuple(env, msg, &arity, &items) && (arity == 5 || arity == 6) &&
+    if (decoded != FO_DECODE_MALFORMED && enif_get_tuple(env, msg, &arity, &items) && (arity == 5 || arity == 6) &&
         items[2] == fo_atom_receive) {
         /* {trace_ts, Pid, receive, Msg, Sender, Ts} with the receive
          * pattern; without it no sender (the core then asks the tokened

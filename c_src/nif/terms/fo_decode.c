@@ -147,6 +147,8 @@ static fo_decode_result decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_T
             out->flags = FO_EVF_HAS_MFA;
     } else if (tag == fo_atom_exit) {
         out->kind = FO_EV_EXIT;
+    } else if (tag == fo_atom_receive) {
+        out->kind = FO_EV_RECEIVE; /* the message itself is not kept */
     } else if (tag == fo_atom_gc_minor_start || tag == fo_atom_gc_major_start || tag == fo_atom_gc_start) {
         out->kind = FO_EV_GC_START;
         if (tag == fo_atom_gc_major_start)
@@ -201,11 +203,12 @@ fo_decode_result fo_decode_trace_msg(ErlNifEnv *env, ERL_NIF_TERM msg, int64_t n
     if (!decode_ts(env, items[arity - 1], native_per_second, offset_ns, &out->ts_ns))
         return FO_DECODE_MALFORMED;
     out->pid = (uint64_t)pid.pid;
-    /* only calls carry a sixth element we use; other 6-tuples (return_from,
-     * send...) are not ours */
-    if (arity == 6 && items[2] != fo_atom_call)
+    /* only calls carry a sixth element we use; a receive has one with the
+     * receive pattern (its sender); other 6-tuples (return_from, send...)
+     * are not ours */
+    if (arity == 6 && items[2] != fo_atom_call && items[2] != fo_atom_receive)
         return FO_DECODE_IGNORED;
-    return fo_decode_event(env, items[2], items[3], arity == 6 ? &items[4] : NULL, out);
+    return fo_decode_event(env, items[2], items[3], arity == 6 && items[2] == fo_atom_call ? &items[4] : NULL, out);
 }
 
 void fo_decode_gc_heap(ErlNifEnv *env, ERL_NIF_TERM info, fo_event *ev, fo_alloc_kind kind)

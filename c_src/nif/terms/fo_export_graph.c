@@ -85,7 +85,8 @@ static ERL_NIF_TERM span_term(ErlNifEnv *env, const fo_xproc *x, const fo_span_i
                            fo_atom_wait_ns,        fo_atom_attributed_wait_ns, fo_atom_unattributed_wait_ns,
                            fo_atom_waiting_on_pid, fo_atom_children,           fo_atom_status,
                            fo_atom_kind,           fo_atom_opener_pid,         fo_atom_unattributed_by,
-                           fo_atom_wakes,          fo_atom_wire};
+                           fo_atom_wakes,          fo_atom_wire,               fo_atom_gc_ns,
+                           fo_atom_runnable_ns};
     ERL_NIF_TERM values[] = {
         enif_make_uint(env, s->span_id),
         s->parent_span_id == FO_NONE ? fo_atom_nil : enif_make_uint(env, s->parent_span_id),
@@ -103,7 +104,9 @@ static ERL_NIF_TERM span_term(ErlNifEnv *env, const fo_xproc *x, const fo_span_i
         pid_term(env, x, s->opener_pid),
         causes_term(env, s),
         enif_make_uint(env, s->wakes),
-        enif_make_uint(env, s->wire)};
+        enif_make_uint(env, s->wire),
+        enif_make_uint64(env, s->gc_ns),
+        enif_make_uint64(env, s->runnable_ns)};
     ERL_NIF_TERM map;
     enif_make_map_from_arrays(env, keys, values, sizeof(keys) / sizeof(keys[0]), &map);
     return map;
@@ -129,7 +132,8 @@ static ERL_NIF_TERM stats_term(ErlNifEnv *env, const fo_graph_stats *st, uint64_
                            fo_atom_joins,           fo_atom_leaves,               fo_atom_continuations,
                            fo_atom_dropped_continuations, fo_atom_edges,          fo_atom_edge_limit_hits,
                            fo_atom_note_overflows,  fo_atom_remote_calls,         fo_atom_remote_requests,
-                           fo_atom_remote_limit_hits, fo_atom_remote_sends,       fo_atom_remote_joins};
+                           fo_atom_remote_limit_hits, fo_atom_remote_sends,       fo_atom_remote_joins,
+                           fo_atom_runnable_wakes,  fo_atom_collections};
     ERL_NIF_TERM values[] = {enif_make_uint64(env, st->spans),           enif_make_uint64(env, st->dropped_spans),
                              enif_make_uint64(env, st->orphan_requests), enif_make_uint64(env, st->unmatched_replies),
                              enif_make_uint64(env, st->late_replies),    enif_make_uint64(env, st->delegated_replies),
@@ -140,7 +144,8 @@ static ERL_NIF_TERM stats_term(ErlNifEnv *env, const fo_graph_stats *st, uint64_
                              enif_make_uint64(env, st->edge_limit_hits), enif_make_uint64(env, st->note_overflows),
                              enif_make_uint64(env, st->remote_calls), enif_make_uint64(env, st->remote_requests),
                              enif_make_uint64(env, remote_limit_hits), enif_make_uint64(env, st->remote_sends),
-                             enif_make_uint64(env, st->remote_joins)};
+                             enif_make_uint64(env, st->remote_joins), enif_make_uint64(env, st->runnable_wakes),
+                             enif_make_uint64(env, st->collections)};
     ERL_NIF_TERM map;
     enif_make_map_from_arrays(env, keys, values, sizeof(keys) / sizeof(keys[0]), &map);
     return map;

@@ -71,6 +71,13 @@ ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
          native_per_second > 1000000000000LL))
         return enif_make_badarg(env);
     int replay = enif_get_map_value(env, argv[0], fo_atom_replay, &value) && value == fo_atom_true;
+    /* collapse_recursion: true | false (absent or nil: false) */
+    int collapse = 0;
+    if (enif_get_map_value(env, argv[0], fo_atom_collapse_recursion, &value) && value != fo_atom_nil) {
+        if (value != fo_atom_true && value != fo_atom_false)
+            return enif_make_badarg(env);
+        collapse = value == fo_atom_true;
+    }
     uint32_t ring_records = FO_RING_DEFAULT_RECORDS;
     if (!get_limit(env, argv[0], fo_atom_buffer_events, &ring_records) || ring_records == 0 ||
         ring_records > FO_RING_MAX_RECORDS)
@@ -118,6 +125,10 @@ ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         enif_release_resource(res);
         return enif_raise_exception(env, enif_make_atom(env, "enomem"));
     }
+    fo_session_set_collapse_recursion(res->core, collapse);
+    /* exact modes: receive events tell runnable time from waits */
+    if (!graph && enif_get_map_value(env, argv[0], fo_atom_receives, &value) && value == fo_atom_true)
+        fo_session_track_receives(res->core, 1);
     res->ring_request = ring_records;
     res->max_text_bytes = max_text_bytes;
     /* allocation profiles: gc events are decoded with their heap sizes
@@ -229,9 +240,10 @@ static void put_count(ErlNifEnv *env, ERL_NIF_TERM *map, const char *key, uint64
 }
 
 /* Native mode's own counters (fo_session.h, fo_cpu_ask.h), and the
- * garbage collections of every mode. */
+ * garbage collections and collapsed recursion of every mode. */
 static ERL_NIF_TERM with_cpu_stats(ErlNifEnv *env, const fo_session_res *res, const fo_stats *st, ERL_NIF_TERM map)
 {
+    put_count(env, &map, "collapsed_recursion", st->collapsed_recursion);
     put_count(env, &map, "gc_minor", st->gc_minor);
     put_count(env, &map, "gc_major", st->gc_major);
     put_count(env, &map, "gc_minor_ns", st->gc_minor_ns);
@@ -256,6 +268,26 @@ static ERL_NIF_TERM with_cpu_stats(ErlNifEnv *env, const fo_session_res *res, co
     put_count(env, &map, "cpu_asked", atomic_load(&res->asks->asked));
     put_count(env, &map, "cpu_asks_limited", atomic_load(&res->asks->limited));
     return map;
+}
+
+/* At finish: the collections of each process that had any, pid =>
+ * {Minor, Major} under the stats' process_gcs (FlameOn.Client.Profile
+ * takes it out for its time_classes). */
+static ERL_NIF_TERM with_process_gcs(ErlNifEnv *env, const fo_session *core, ERL_NIF_TERM stats)
+{
+    ERL_NIF_TERM map = enif_make_new_map(env);
+    for (uint32_t p = 0; p < fo_session_process_count(core); p++) {
+        uint64_t minor, major;
+        fo_session_process_gcs(core, p, &minor, &major);
+        if (minor == 0 && major == 0)
+            continue;
+        ErlNifPid pid;
+        pid.pid = (ERL_NIF_TERM)fo_session_process_pid(core, p);
+        enif_make_map_put(env, map, enif_make_pid(env, &pid),
+                          enif_make_tuple2(env, enif_make_uint64(env, minor), enif_make_uint64(env, major)), &map);
+    }
+    enif_make_map_put(env, stats, enif_make_atom(env, "process_gcs"), map, &stats);
+    return stats;
 }
 
 static ERL_NIF_TERM stats_term(ErlNifEnv *env, fo_session_res *res)
@@ -347,7 +379,7 @@ static ERL_NIF_TERM finish_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     if (res->cpu_sampled)
         fo_session_cpu_settle(core, close ? close_ns : fo_tracer_clock_ns());
     ERL_NIF_TERM stacks = fo_export_tree(env, core, res->max_text_bytes);
-    ERL_NIF_TERM stats = stats_term(env, res);
+    ERL_NIF_TERM stats = with_process_gcs(env, core, stats_term(env, res));
     res->final_stats = *fo_session_stats(core);
     fo_resource_unaccount(res);
     res->final_nodes = fo_session_node_count(core);

@@ -251,6 +251,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fo_graph *g = fo_graph_new(&glimits, 7);
     if (s == NULL || g == NULL)
         abort();
+    /* the high bit of the first byte (max_nodes takes its low bits) */
+    fo_session_set_collapse_recursion(s, size > 0 && (data[0] & 0x80u) != 0);
     int64_t clock = 0;
     fo_graph_follow_messages(g, byte(&r) & 1u);
     fo_graph_root(g, 1, 0);

@@ -25,10 +25,31 @@ defmodule FlameOn.Client.Application do
       FlameOn.Client.Sampling.Budget,
       # capture_next's one-function patterns; restarted (and swept) with
       # the pattern owner
-      FlameOn.Client.Node.Gates
+      FlameOn.Client.Node.Gates,
+      # continuous profiling: started here when configured, by
+      # FlameOn.Client.Continuous.start/1 otherwise; last, as it needs
+      # the backtrace_depth owner
+      %{
+        id: FlameOn.Client.ContinuousSupervisor,
+        type: :supervisor,
+        start:
+          {Supervisor, :start_link,
+           [continuous(), [strategy: :one_for_one, name: FlameOn.Client.ContinuousSupervisor]]}
+      }
     ]
 
     Supervisor.start_link(children, strategy: :rest_for_one, name: FlameOn.Client.Supervisor)
+  end
+
+  # `config :flame_on_client, continuous: [...]` (or `true`: the defaults)
+  # starts continuous profiling.
+  defp continuous do
+    case Application.get_env(:flame_on_client, :continuous) do
+      nil -> []
+      false -> []
+      true -> [{FlameOn.Client.Continuous, []}]
+      opts when is_list(opts) -> [{FlameOn.Client.Continuous, opts}]
+    end
   end
 
   defp ui_supervisor do

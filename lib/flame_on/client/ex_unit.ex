@@ -79,7 +79,39 @@ defmodule FlameOn.Client.ExUnit do
   (characters other than letters, digits, `.`, `-` and `_` become `_`; a name
   two tests would share gets a `-2`, `-3`, ... suffix; long names are cut and
   get a hash). Files of the same name from an earlier run are overwritten.
-  The formats are those of `FlameOn.Client.Export`.
+  The formats are those of `FlameOn.Client.Export`. A passing test also
+  keeps `<stem>.last.folded` and `<stem>.last.time` for the next run to
+  compare with (below).
+
+  ## Slower than last run
+
+  Before a passing profiled test's files are replaced, its traced wall
+  time is compared with the last run's (kept as `<stem>.last.folded`, the
+  profile, and `<stem>.last.time`, `"duration_us 12034"`). When it grew by
+  more than `:ratio` **and** by at least `:min_ms`, its diff against the
+  last run (`FlameOn.Client.diff/3` with `normalize: false`: the times as
+  measured, as the growth is of the time itself) is written beside its
+  files, `<stem>.diff.svg` (red where it grew, blue where it shrank) and
+  `<stem>.diff.folded`, and the summary ends with the tests slower than
+  last run, most grown first:
+
+      FlameOn: 1 test slower than last run
+        test checkout (MyApp.CheckoutTest)  12.0 ms → 31.5 ms (+163%), diff: flame_on_out/tests/MyApp.CheckoutTest.test_checkout.diff.svg
+
+  Each run is compared with the one before it: run again as slow, a test
+  is not listed, and its diff files of the earlier run are removed. A
+  failing test is neither compared nor kept (its time says nothing of its
+  speed; the last passing run stays the reference). The option:
+
+    * `regression: [ratio: 1.2, min_ms: 5]` (the default) – listed when the
+      new time is more than `ratio` times the last and `min_ms` or more
+      longer; either key alone is merged over the defaults;
+    * `regression: false` – no comparison, nothing kept; `true` – the
+      defaults.
+
+  In `start/1` for every test, in a `flame:` tag for one test (merged over
+  `start/1`'s): `@tag flame: [regression: [min_ms: 50]]` for a test whose
+  time varies, `@tag flame: [regression: false]` to leave one out.
 
   ## Capture mode: `:nif` by default
 
@@ -108,8 +140,8 @@ defmodule FlameOn.Client.ExUnit do
   `start/1` adds the formatter `FlameOn.Client.ExUnit.Formatter`, which
   prints, after ExUnit's own report, the profiled tests slowest first: their
   wall time, their three most expensive stacks (with their share of the
-  wall time) and the paths of their files. Nothing is printed when no test
-  was profiled. `mix test --formatter X` replaces the formatters: add
+  wall time) and the paths of their files, then the tests slower than last
+  run with their diffs. Nothing is printed when no test was profiled. `mix test --formatter X` replaces the formatters: add
   `--formatter FlameOn.Client.ExUnit.Formatter` to keep the summary (the
   files are written either way).
   """
@@ -127,13 +159,14 @@ defmodule FlameOn.Client.ExUnit do
 
   @typedoc """
   An option of `start/1` or of a `flame:` tag: `:dir`, `:formats`,
-  `:summary` (`start/1` only), or any option of `FlameOn.Client.profile/2`
-  but `:name`.
+  `:summary` (`start/1` only), `:regression`, or any option of
+  `FlameOn.Client.profile/2` but `:name`.
   """
   @type option ::
           {:dir, Path.t()}
           | {:formats, [FlameOn.Client.Export.format()]}
           | {:summary, pos_integer() | :all}
+          | {:regression, boolean() | [ratio: number(), min_ms: number()]}
           | FlameOn.Client.option()
 
   @doc """
@@ -148,6 +181,9 @@ defmodule FlameOn.Client.ExUnit do
       any of `FlameOn.Client.Export.formats/0`.
     * `:summary` (`25`) – how many of the slowest profiled tests the
       summary shows in full (`:all` for every one); the others are counted.
+    * `:regression` (`[ratio: 1.2, min_ms: 5]`) – when a test's traced time
+      counts as slower than last run, or `false` (see "Slower than last
+      run" above).
     * any option of `FlameOn.Client.profile/2` but `:name` (each profile is
       named after its test): `:mode`, `:cross_process`, `:sleep`,
       `:interval_us`, the limits, ... They apply to every profiled test; a
@@ -192,7 +228,8 @@ defmodule FlameOn.Client.ExUnit do
       formats: files[:formats],
       capture: capture,
       select: select!(System.get_env("FLAME_ON")),
-      summary: summary
+      summary: summary,
+      regression: files[:regression]
     }
 
     Config.put(config)

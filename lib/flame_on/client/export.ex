@@ -15,6 +15,11 @@ defmodule FlameOn.Client.Export do
   | `:svg` | `svg/2` | `<name>.svg` | any browser (self-contained, interactive) |
   | `:pprof` | `pprof/1` | `<name>.pb.gz` | `go tool pprof`, pprof-compatible UIs |
 
+  `write/4` also writes a `FlameOn.Client.Diff`, two profiles compared
+  (`FlameOn.Client.diff/3`): a flame graph coloured by change, the
+  three-column folded form of `difffolded.pl`, and the two profiles for
+  speedscope and `go tool pprof -diff_base`.
+
   ## Time, stacks and timelines
 
   A profile's stacks carry the total time spent in each distinct stack, not
@@ -57,6 +62,8 @@ defmodule FlameOn.Client.Export do
   dependency.
   """
 
+  alias FlameOn.Client.Diff
+  alias FlameOn.Client.Export.Diff, as: DiffFiles
   alias FlameOn.Client.Export.Folded
   alias FlameOn.Client.Export.Perfetto
   alias FlameOn.Client.Export.Pprof
@@ -165,7 +172,7 @@ defmodule FlameOn.Client.Export do
 
     * one complete slice (`ph: "X"`, `cat: "span"`) per span on its
       process's track, named after the process (the root span after the
-      profile), with `self_us`, `wait_us`, `attributed_wait_us`,
+      profile), with `self_us`, `gc_us`, `runnable_us`, `wait_us`, `attributed_wait_us`,
       `unattributed_wait_us`, `unattributed_by`, `kind`, `status`,
       `span_id`, ... in `args`;
     * for each request span (a call the parent made), a `"wait"` slice
@@ -304,10 +311,30 @@ defmodule FlameOn.Client.Export do
   Unknown formats and options raise `ArgumentError` before anything is
   written.
 
+  A `FlameOn.Client.Diff` (`FlameOn.Client.diff/3`) is written the same
+  way, in the formats that apply to a diff (`:all` is those four; `:perfetto`
+  raises `ArgumentError`: a diff has no timeline):
+
+    * `:folded` – `<name>.diff.folded`, `difffolded.pl`'s three columns,
+      `stack base new` (`FlameOn.Client.Diff.folded/1`), which
+      `flamegraph.pl` draws as a differential flame graph;
+    * `:svg` – `<name>.diff.svg`: frames as wide as the new profile's
+      values, red where they grew and blue where they shrank, deeper with
+      the change relative to the base (full at 4x or a quarter), grey
+      within 0.5%; the title of each frame reads
+      `"name (base 1,000 µs, new 4,000 µs, +300.0%, +3,000 µs)"`;
+    * `:speedscope` – `<name>.diff.speedscope.json`, the base and the new
+      profile (per group with `by: :process`) in one file;
+    * `:pprof` – `<name>.base.pb.gz` and `<name>.new.pb.gz`, for
+      `go tool pprof -diff_base=<name>.base.pb.gz <name>.new.pb.gz`.
+
+  The new profile's values are the diff's, scaled as its `:normalize`
+  says.
+
   Options:
 
     * `:per_process` – `true` writes the folded and SVG outputs as one file
-      per process, `<name>.<0.96.0>.folded` → `<name>.0.96.0.folded`, and
+      per process (not for a diff), `<name>.<0.96.0>.folded` → `<name>.0.96.0.folded`, and
       returns one `{format, path}` per file.
     * `:name` – the file name stem instead of the profile's name.
     * `:weight` – `:time` (default) or `:alloc`: the allocation view of a
@@ -324,9 +351,23 @@ defmodule FlameOn.Client.Export do
       [folded: Path.join(dir, "my_trace.folded"), pprof: Path.join(dir, "my_trace.pb.gz")]
       iex> FlameOn.Client.Export.write(profile, dir, [:flamegraph])
       ** (ArgumentError) unknown export format :flamegraph, expected one of [:folded, :speedscope, :perfetto, :svg, :pprof] or :all
+
+  A diff:
+
+      iex> dir = Path.join(System.tmp_dir!(), "flame_on_export_doctest")
+      iex> diff = FlameOn.Client.diff("a;b 10\\n", "a;b 40\\n", name: "ab")
+      iex> FlameOn.Client.Export.write(diff, dir, [:folded, :pprof])
+      [folded: Path.join(dir, "ab.diff.folded"), pprof: Path.join(dir, "ab.base.pb.gz"), pprof: Path.join(dir, "ab.new.pb.gz")]
+      iex> File.read!(Path.join(dir, "ab.diff.folded"))
+      "ab;a;b 10 10\\n"
+      iex> FlameOn.Client.Export.write(diff, dir, [:perfetto])
+      ** (ArgumentError) a diff has no timeline: :perfetto does not apply to it (a diff is written as [:folded, :svg, :speedscope, :pprof])
   """
-  @spec write(Profile.t(), Path.t(), [format()] | :all, keyword()) :: [{format(), Path.t()}]
-  def write(%Profile{} = profile, dir, formats \\ :all, opts \\ []) do
+  @spec write(Profile.t() | Diff.t(), Path.t(), [format()] | :all, keyword()) ::
+          [{format(), Path.t()}]
+  def write(profile_or_diff, dir, formats \\ :all, opts \\ [])
+
+  def write(%Profile{} = profile, dir, formats, opts) do
     opts =
       Keyword.validate!(
         opts,
@@ -348,7 +389,25 @@ defmodule FlameOn.Client.Export do
 
     # Encode everything first so that a bad option writes nothing.
     outputs = Enum.flat_map(formats, &outputs(&1, profile, stem, per_process, svg_opts))
+    write_files(dir, outputs)
+  end
 
+  def write(%Diff{} = diff, dir, formats, opts) do
+    formats =
+      case formats do
+        :all -> DiffFiles.formats()
+        formats -> validate_formats!(formats)
+      end
+
+    Enum.each(formats, &DiffFiles.check_format!/1)
+    opts = Keyword.validate!(opts, [name: nil] ++ SVG.defaults())
+    {name, svg_opts} = Keyword.pop(opts, :name)
+    stem = file_stem(name || diff.name)
+    outputs = Enum.flat_map(formats, &DiffFiles.outputs(diff, &1, stem, svg_opts))
+    write_files(dir, outputs)
+  end
+
+  defp write_files(dir, outputs) do
     File.mkdir_p!(dir)
 
     for {format, file, data} <- outputs do

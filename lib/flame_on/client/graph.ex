@@ -49,9 +49,12 @@ defmodule FlameOn.Client.Graph do
     ended_at = us(raw.ended_ns + offset)
     duration = max(ended_at - started_at, 0)
     # Derived from the rounded parts so that, in microseconds too,
-    # self + wait = duration and wait = attributed + unattributed (= the
-    # sum of its causes) hold exactly.
+    # self + gc + runnable + wait = duration and wait = attributed +
+    # unattributed (= the sum of its causes) hold exactly: each class is
+    # cut to what the ones before it leave, self is the rest.
     wait_us = min(us(raw.wait_ns), duration)
+    runnable_us = min(us(Map.get(raw, :runnable_ns, 0)), duration - wait_us)
+    gc_us = min(us(Map.get(raw, :gc_ns, 0)), duration - wait_us - runnable_us)
     attributed_us = min(us(raw.attributed_wait_ns), wait_us)
     unattributed_us = wait_us - attributed_us
 
@@ -64,7 +67,9 @@ defmodule FlameOn.Client.Graph do
       ended_at: ended_at,
       kind: Map.get(raw, :kind, :root),
       opener_pid: Map.get(raw, :opener_pid),
-      self_us: duration - wait_us,
+      self_us: duration - wait_us - runnable_us - gc_us,
+      gc_us: gc_us,
+      runnable_us: runnable_us,
       wait_us: wait_us,
       attributed_wait_us: attributed_us,
       unattributed_wait_us: unattributed_us,

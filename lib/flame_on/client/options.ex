@@ -23,6 +23,8 @@ defmodule FlameOn.Client.Options do
     max_stack_bytes: 64 * 1024 * 1024
   ]
   @graph_limits [max_spans: 10_000, max_pending_calls: 4_096, max_fanout: 1_000]
+  # How the core builds stacks (the core session takes these with the limits).
+  @stacks [collapse_recursion: true]
   @sampling [interval_us: 1_000, split_status: false, max_samples: 100_000, frequency: 499]
   @cross_process [
                    cross_process: nil,
@@ -32,10 +34,10 @@ defmodule FlameOn.Client.Options do
                    max_duration_ms: 60_000
                  ] ++ @graph_limits
   @capture [name: "flame_on", mode: nil, timeout: 30_000, alloc: false] ++
-             @sampling ++ @limits ++ @cross_process
+             @sampling ++ @limits ++ @stacks ++ @cross_process
   @shipping [sample_rate: nil, threshold_ms: nil, shipper: nil]
 
-  @limit_keys Keyword.keys(@limits) ++ Keyword.keys(@graph_limits)
+  @limit_keys Keyword.keys(@limits) ++ Keyword.keys(@graph_limits) ++ Keyword.keys(@stacks)
   @sampling_keys Keyword.keys(@sampling)
   @capture_keys Keyword.keys(@capture)
 
@@ -46,7 +48,7 @@ defmodule FlameOn.Client.Options do
     start_trace:
       {"FlameOn.Client.start_trace/2",
        [:name, :mode, :alloc, :duration_ms, :timeout, :sample_rate, :threshold_ms, :shipper] ++
-         @sampling_keys ++ Keyword.keys(@limits)},
+         @sampling_keys ++ Keyword.keys(@limits) ++ Keyword.keys(@stacks)},
     top:
       {"FlameOn.Client.start_trace/2 ({:top, n})",
        [
@@ -60,16 +62,17 @@ defmodule FlameOn.Client.Options do
          :shipper,
          :window_ms
        ] ++
-         @sampling_keys ++ Keyword.keys(@limits)},
+         @sampling_keys ++ Keyword.keys(@limits) ++ Keyword.keys(@stacks)},
     telemetry:
       {"the FlameOn.Client.Telemetry handler config",
        [:name, :mode, :alloc, :max_duration_ms, :sample_rate, :threshold_ms, :shipper] ++
-         @sampling_keys ++ Keyword.keys(@limits)},
+         @sampling_keys ++ Keyword.keys(@limits) ++ Keyword.keys(@stacks)},
     capture_next: {"FlameOn.Client.capture_next/2", @capture_keys ++ [:shipper, :store]},
     summary: {"FlameOn.Client.summary/2", [:type, :set_on_spawn, :name]},
     ex_unit:
-      {"FlameOn.Client.ExUnit.start/1", [:dir, :formats, :summary] ++ (@capture_keys -- [:name])},
-    ex_unit_tag: {"a flame: tag", [:dir, :formats] ++ (@capture_keys -- [:name])},
+      {"FlameOn.Client.ExUnit.start/1",
+       [:dir, :formats, :summary, :regression] ++ (@capture_keys -- [:name])},
+    ex_unit_tag: {"a flame: tag", [:dir, :formats, :regression] ++ (@capture_keys -- [:name])},
     web:
       {"FlameOn.Client.Web.start/1",
        [:port, :ip, :token, :max_timeout_ms, :max_captures, :max_connections]},
@@ -289,13 +292,13 @@ defmodule FlameOn.Client.Options do
   @doc """
   `FlameOn.Client.ExUnit.start/1`'s options (`:ex_unit`) or a `flame:`
   tag's (`:ex_unit_tag`): `{files, capture}`, the file options (`:dir`,
-  `:formats`, `:summary`) and the capture options as given (each checked;
+  `:formats`, `:summary`, `:regression`) and the capture options as given (each checked;
   the defaults are filled in when a test is profiled).
   """
   @spec ex_unit!(term(), :ex_unit | :ex_unit_tag) :: {keyword(), keyword()}
   def ex_unit!(opts, entry) when entry in [:ex_unit, :ex_unit_tag] do
     given!(opts, entry)
-    Keyword.split(opts, [:dir, :formats, :summary])
+    Keyword.split(opts, [:dir, :formats, :summary, :regression])
   end
 
   @doc "`FlameOn.Client.Web.start/1`'s options, with their defaults."
@@ -337,7 +340,10 @@ defmodule FlameOn.Client.Options do
   @spec sample_budget() :: pos_integer() | :infinity
   defdelegate sample_budget(), to: Config
 
-  @doc "The limit keys the core session takes (`FlameOn.Client.Core.Native.new/1`)."
+  @doc """
+  The keys the core session takes (`FlameOn.Client.Core.Native.new/1`):
+  the limits, and `:collapse_recursion`.
+  """
   @spec limit_keys() :: [atom()]
   def limit_keys, do: @limit_keys
 

@@ -31,7 +31,8 @@ defmodule FlameOn.Client.Profile do
       `:message_queue_len`, `:memory` in bytes, `:reductions` so far);
       empty in the other modes.
     * `stats` – the core session's counters (`:events`,
-      `:dropped_events`, `:truncated_stacks`, ... see
+      `:dropped_events`, `:truncated_stacks`, `:collapsed_recursion` (the
+      calls direct recursion folded into one frame), ... see
       `FlameOn.Client.Core.Native.stats/1`) plus `:unprocessed_events`, the trace
       messages dropped because the session's finish timeout ran out, and
       `:stacks_without_text`, the stacks left out of `stacks` and `samples`
@@ -41,6 +42,11 @@ defmodule FlameOn.Client.Profile do
       calling-context tree per process, which the exporters walk; `nil` in
       a profile made by hand (`FlameOn.Client.Profile.Tree.of/1` builds it
       from `stacks`).
+    * `time_classes` – `%{pid => classes}`: each process's time by class,
+      running, `gc_minor_us`, `gc_major_us`, `runnable_us` and waiting, with
+      its collections counted (`gc_count`); the classes add up to its time
+      in `stacks`. See `FlameOn.Client.Profile.TimeClasses`. Empty in a
+      profile made by hand (`TimeClasses.of/2` derives it from a tree).
     * `alloc` – with `alloc: true` (see `FlameOn.Client.profile/2`):
       `%{pid => [{stack, words}]}`, the heap words each process allocated,
       by the stack it was in when its next garbage collection started
@@ -69,7 +75,7 @@ defmodule FlameOn.Client.Profile do
   `"lists:reverse/1"`. Synthetic frames: `"SLEEP"` (scheduled out),
   `"WAITING"` (unattributed wait), `"GC_MINOR"` and `"GC_MAJOR"` (a
   garbage collection, where the trace gets its events), `"RUNNABLE"`
-  (scheduled out while it could run: preempted, as mode `:sample` finds it), `"[running]"`, `"[runnable]"`,
+  (scheduled out while it could run: preempted, see `time_classes`), `"[running]"`, `"[runnable]"`,
   `"[waiting]"`, ... (the sampled process status at the root of each stack,
   mode `:sample` with `split_status: true`), `"…"` (frames past `max_depth`)
   and `"[truncated]"` (stacks past `max_nodes` / `max_frames`). `";"` and
@@ -77,6 +83,8 @@ defmodule FlameOn.Client.Profile do
   parseable (an anonymous function in an ExUnit test is named like
   `-test fib/1-fun-0-`).
   """
+
+  alias FlameOn.Client.Profile.{TimeClasses, Tree}
 
   defstruct trace_id: nil,
             name: "flame_on",
@@ -90,6 +98,7 @@ defmodule FlameOn.Client.Profile do
             metrics: %{},
             stats: %{},
             tree: nil,
+            time_classes: %{},
             process_names: %{},
             alloc: %{},
             alloc_tree: nil
@@ -118,12 +127,11 @@ defmodule FlameOn.Client.Profile do
           metrics: %{pid() => [metric()]},
           stats: %{atom() => non_neg_integer()},
           tree: Tree.t() | nil,
+          time_classes: %{pid() => TimeClasses.t()},
           process_names: %{pid() => String.t()},
           alloc: %{pid() => [{stack(), pos_integer()}]},
           alloc_tree: Tree.t() | nil
         }
-
-  alias FlameOn.Client.Profile.Tree
 
   @typedoc "A frame as `FlameOn.Client.Core.Native.finish/2` returns it."
   @type frame ::
@@ -249,6 +257,55 @@ defmodule FlameOn.Client.Profile do
   # a :remote span's callee as its caller named it (see FlameOn.Client.Graph)
   def pid_text(other), do: inspect(other)
 
+  @doc ~S"""
+  What made a profile's stacks truncated (`stats.truncated_stacks`), and the
+  option that raises each limit reached: a sentence, or `nil` when nothing
+  was truncated. `:options` names them as `FlameOn.Client.profile/2` takes
+  them, `:switches` as `mix profile.flame` does.
+
+      iex> FlameOn.Client.Profile.truncation_hint(%{truncated_stacks: 9, depth_truncations: 9})
+      "9 calls went past :max_depth into a \"…\" frame: raise :max_depth " <>
+        "(direct recursion counts as one frame while :collapse_recursion is true, the default)"
+      iex> FlameOn.Client.Profile.truncation_hint(%{truncated_stacks: 0})
+      nil
+  """
+  @spec truncation_hint(map(), :options | :switches) :: String.t() | nil
+  def truncation_hint(stats, names \\ :options) do
+    name = fn key ->
+      case names do
+        :options -> inspect(key)
+        :switches -> "--" <> String.replace(Atom.to_string(key), "_", "-")
+      end
+    end
+
+    collapse =
+      case names do
+        :options -> "while :collapse_recursion is true, the default"
+        :switches -> "unless --no-collapse-recursion"
+      end
+
+    reasons =
+      for {key, limit, text} <- [
+            {:depth_truncations, :max_depth, "calls went past"},
+            {:node_limit_hits, :max_nodes, "stacks found the tree full at"},
+            {:frame_limit_hits, :max_frames, "functions found the frame table full at"},
+            {:stack_overflows, :max_stack_frames, "calls went past"}
+          ],
+          n = Map.get(stats, key, 0),
+          is_integer(n) and n > 0 do
+        if limit == :max_depth,
+          do:
+            "#{n} #{text} #{name.(limit)} into a \"…\" frame: raise #{name.(limit)} " <>
+              "(direct recursion counts as one frame #{collapse})",
+          else: "#{n} #{text} #{name.(limit)}: raise #{name.(limit)}"
+      end
+
+    if Map.get(stats, :truncated_stacks, 0) in [nil, 0] and
+         Map.get(stats, :stack_overflows, 0) in [nil, 0],
+       do: nil,
+       else: Enum.join(reasons, "; ")
+  end
+
   @doc """
   Total microseconds in `pid`'s stacks (0 for a process not in the profile).
 
@@ -318,12 +375,16 @@ defmodule FlameOn.Client.Profile do
     {stacks, samples, trees, tree_names, without_text, alloc, alloc_trees} =
       FlameOn.Client.Core.Native.render(tree, texts)
 
+    tree = %Tree{names: tree_names, nodes: trees}
+    {gcs, stats} = Map.pop(stats, :process_gcs, %{})
+
     struct!(
       __MODULE__,
       [
         stacks: stacks,
         samples: samples,
-        tree: %Tree{names: tree_names, nodes: trees},
+        tree: tree,
+        time_classes: TimeClasses.of(tree, gcs),
         alloc: alloc,
         alloc_tree:
           if(alloc_trees == %{}, do: nil, else: %Tree{names: tree_names, nodes: alloc_trees}),

@@ -42,6 +42,8 @@ defmodule FlameOn.Client.Telemetry do
     * `:max_nodes`, `:max_depth`, `:max_processes`, `:max_frames`,
       `:max_stack_frames`, `:max_stack_bytes` – limits, as for
       `FlameOn.Client.profile/2`.
+    * `:collapse_recursion` (`true`) – direct recursion as one frame, as
+      for `FlameOn.Client.profile/2`.
 
   `attach/3` checks the config: an unknown key or a bad value raises
   `ArgumentError` there (see `FlameOn.Client.Options`). Attached by hand

@@ -143,6 +143,8 @@ defmodule FlameOn.Client.Tracing do
     * `:max_nodes`, `:max_depth`, `:max_processes`, `:max_frames`,
       `:max_stack_frames`, `:max_stack_bytes` – limits, as for
       `FlameOn.Client.profile/2`.
+    * `:collapse_recursion` (`true`) – direct recursion as one frame, as
+      for `FlameOn.Client.profile/2`.
 
   **Whole node:** `start_trace({:top, n}, opts)` picks the `n` processes
   that did the most reductions during `:window_ms` (default 1000; the call

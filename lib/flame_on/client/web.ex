@@ -17,12 +17,25 @@ defmodule FlameOn.Client.Web do
       Elixir (`MyApp.Orders.checkout/2`) or Erlang (`orders:checkout/2`),
       and it waits for the next call of it by any process
       (`FlameOn.Client.capture_next/2`); the page opens the call's trace
-      when the call returns.
+      when the call returns. With two traces or more, each row has a
+      "base" and a "new" radio button and *Compare* opens their diff.
     * `/traces/ID` – the interactive SVG flame graph (hover, click to zoom,
-      Ctrl-F or `/` to search), a selector for one process's stacks, the
-      span graph as a table (parents and the callee of the longest wait are
-      links; self, attributed and unattributed wait), the stats, and
-      downloads: folded, speedscope, Perfetto, pprof and SVG.
+      Ctrl-F or `/` to search), links to its diff with each other stored
+      trace of the same name (the older one the base), a selector for one
+      process's stacks, the span graph as a table (parents and the callee
+      of the longest wait are links; self, attributed and unattributed
+      wait), the stats, and downloads: folded, speedscope, Perfetto, pprof
+      and SVG.
+    * `/diff?base=ID&new=ID&normalize=median|total|none` – two traces
+      compared (`FlameOn.Client.diff/3`): both traces' names, times and
+      durations; the normalisation (`median` by default), with links to
+      switch; the differential flame graph inline (red grew, blue shrank);
+      the functions whose self time grew and shrank most; and downloads:
+      the diff's folded and SVG, speedscope with both runs, each run's
+      pprof, and the `go tool pprof -diff_base=...` command for them. The
+      same trace twice is allowed (the page says nothing changed); a trace
+      not in the store is a 404, a missing side or another `normalize`
+      a 400.
 
   ## Security
 

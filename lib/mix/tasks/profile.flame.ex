@@ -74,6 +74,33 @@ defmodule Mix.Tasks.Profile.Flame do
   the remote node after the call, a timeout, or the end of this task
   (the capture there is owned by the `:erpc` call's process).
 
+  ## Diffs
+
+  `--diff-base FILE` compares this run with an earlier one: FILE is a
+  `.folded` file (this task's, from before a change, or any tool's
+  `frame;frame;... count` lines). It is read before anything is profiled
+  (a missing or unparseable FILE fails the task at once, and this run
+  may then overwrite it), and after the profile is written the task
+  writes the diff (`FlameOn.Client.diff/3`, all processes merged) in the
+  chosen formats that apply to a diff, prints where, and lists the
+  functions whose self time changed most:
+
+      mix profile.flame -e "MyApp.work()" --format folded              # before
+      cp flame_on_out/eval.folded before.folded
+      # ... change MyApp ...
+      mix profile.flame -e "MyApp.work()" --format folded,svg,pprof --diff-base before.folded
+      #   flame_on_out/eval.diff.folded (folded)   stack base new, for flamegraph.pl
+      #   flame_on_out/eval.diff.svg (svg)         red grew, blue shrank
+      #   flame_on_out/eval.base.pb.gz, eval.new.pb.gz (pprof)
+      #   go tool pprof -diff_base=flame_on_out/eval.base.pb.gz flame_on_out/eval.new.pb.gz
+
+  The new run is scaled so that its typical stack is unchanged
+  (`--diff-normalize median`, the default: a run slower as a whole, on a
+  busy machine say, shows no change, and a function that did 4x the work
+  shows +300%); `total` scales it to the base's total (shares of the
+  whole), `none` compares absolute times. `perfetto` is skipped for the
+  diff (it has no timeline).
+
   ## Command line options
 
     * `--eval`, `-e` – the code to profile
@@ -106,10 +133,18 @@ defmodule Mix.Tasks.Profile.Flame do
     * `--sleep default|raw` – `raw` keeps every scheduled-out interval as
       `SLEEP` in cross-process traces
     * `--max-nodes N`, `--max-depth N` – limits (see `FlameOn.Client`)
+    * `--no-collapse-recursion` – keep direct recursion at its real depth
+      (exact stacks; `--max-depth` then counts every call). By default a
+      function calling itself is one frame (`collapse_recursion: true`, see
+      `FlameOn.Client`), so a deep `Enum.map/2` stays readable
     * `--summary call_time|call_memory` – per-function counters instead of
       a flame graph (see above); `--mode`, `--cross-process`, `--format` and
       the other capture options do not go with it
     * `--top N` – how many functions to list (default 10)
+    * `--diff-base FILE` – also write the diff against FILE, an earlier
+      run's `.folded` file (see above)
+    * `--diff-normalize median|total|none` – how the diff scales the new
+      run (default `median`)
     * `--next FUNCTION` – profile the next call of `FUNCTION` instead
       (see above); `-e`/`FILE` become optional: the code that makes the call
     * `--timeout MS` – `--next`: how long to wait for the call (default
@@ -144,7 +179,7 @@ defmodule Mix.Tasks.Profile.Flame do
 
   use Mix.Task
 
-  alias FlameOn.Client.CLI.{Options, Remote, Report, Run}
+  alias FlameOn.Client.CLI.{Diff, Options, Remote, Report, Run}
 
   @impl Mix.Task
   def run(args) do
@@ -162,6 +197,7 @@ defmodule Mix.Tasks.Profile.Flame do
 
     {code, file, argv} = Options.source!(opts, rest)
     config = Options.config!(opts, file)
+    base = Diff.read_base!(config.diff_base)
 
     Run.start_apps(opts)
     Run.require_files(Keyword.get_values(opts, :require))
@@ -171,6 +207,7 @@ defmodule Mix.Tasks.Profile.Flame do
         profile = Run.profile!(code, file, argv, config)
         paths = Run.write!(profile, config)
         Report.summary(profile, paths, config)
+        Diff.write!(base, profile, config)
 
       type ->
         counters = Run.profile!(code, file, argv, config)
@@ -184,6 +221,7 @@ defmodule Mix.Tasks.Profile.Flame do
 
     source = if opts[:eval] == nil and rest == [], do: nil, else: Options.source!(opts, rest)
     config = Options.next_config!(opts, source)
+    base = Diff.read_base!(config.diff_base)
     shell = Mix.shell()
 
     profile =
@@ -207,5 +245,6 @@ defmodule Mix.Tasks.Profile.Flame do
 
     paths = Run.write!(profile, config)
     Report.summary(profile, paths, config)
+    Diff.write!(base, profile, config)
   end
 end

@@ -48,7 +48,9 @@ defmodule FlameOn.Client.DemoTest do
     end
 
     text = Enum.join(lines, "\n")
-    assert text =~ "FlameOn.Client.CLI.Demo.fib/1;FlameOn.Client.CLI.Demo.fib/1"
+    # fib's recursion is one frame (collapse_recursion: true, the default)
+    assert text =~ "FlameOn.Client.CLI.Demo.fib/1"
+    refute text =~ "FlameOn.Client.CLI.Demo.fib/1;FlameOn.Client.CLI.Demo.fib/1"
     # cross-process view: off-CPU time nothing explains is WAITING
     assert text =~ "Process.sleep/1;WAITING"
     assert text =~ "FlameOn.Client.CLI.Demo.word_counts/0"

@@ -15,6 +15,7 @@ defmodule FlameOn.Client.ExUnitPartsTest do
   doctest FlameOn.Client.ExUnit.TestRun
   doctest FlameOn.Client.ExUnit.View
   doctest FlameOn.Client.ExUnit.Summary
+  doctest FlameOn.Client.ExUnit.Regression
 
   @config_key {FlameOn.Client.ExUnit.Config, :config}
 
@@ -96,6 +97,9 @@ defmodule FlameOn.Client.ExUnitPartsTest do
             {[formats: []], ~r/expected :formats to be a non-empty list/},
             {[formats: [:folded, :html]], ~r/unknown export format :html/},
             {[summary: 0], ~r/expected :summary to be a positive integer or :all/},
+            {[regression: :yes], ~r/expected :regression to be false, true or/},
+            {[regression: [ratio: 0.5]], ~r/:ratio \(>= 1\) and :min_ms/},
+            {[regression: [min_ms: 5, percent: 20]], ~r/:ratio \(>= 1\) and :min_ms/},
             {[name: "x"], ~r/:name is not an option .*named after its test/},
             {:not_a_list, ~r/keyword list/}
           ] do
@@ -118,6 +122,12 @@ defmodule FlameOn.Client.ExUnitPartsTest do
     test "tag options are checked the same way" do
       assert {[dir: "d"], [mode: :sample]} =
                FlameOn.Client.ExUnit.split_options!(dir: "d", mode: :sample)
+
+      assert {[regression: false], []} = FlameOn.Client.ExUnit.split_options!(regression: false)
+
+      assert_raise ArgumentError, ~r/:ratio \(>= 1\)/, fn ->
+        FlameOn.Client.ExUnit.split_options!(regression: [ratio: -1])
+      end
 
       assert_raise ArgumentError, ~r/:summary is not an option of a flame: tag/, fn ->
         FlameOn.Client.ExUnit.split_options!(summary: 3)
@@ -309,6 +319,106 @@ defmodule FlameOn.Client.ExUnitPartsTest do
       assert length(Regex.scan(~r/^  \d+\) /m, text)) == 2
       assert text =~ "... and 3 more profiled tests, their files in /tmp/x"
       assert text =~ "\e["
+    end
+  end
+
+  describe "the comparison with the last run" do
+    alias FlameOn.Client.ExUnit.Regression
+
+    defp profile(us_by_stack) do
+      %Profile{
+        name: "M test x",
+        pid: self(),
+        stacks: %{self() => us_by_stack},
+        duration_us: us_by_stack |> Enum.map(&elem(&1, 1)) |> Enum.sum()
+      }
+    end
+
+    setup do
+      dir =
+        Path.join(System.tmp_dir!(), "flame_on_regression_#{System.unique_integer([:positive])}")
+
+      on_exit(fn -> File.rm_rf!(dir) end)
+      %{dir: dir}
+    end
+
+    test "kept, compared, and the diff written only past both thresholds", %{dir: dir} do
+      opts = [ratio: 1.2, min_ms: 5]
+      base = profile([{"M.x/1;W.a/1", 10_000}, {"M.x/1;W.b/1", 10_000}])
+      assert Regression.check(base, dir, "M.x", opts) == nil
+      assert File.read!(Path.join(dir, "M.x.last.time")) == "duration_us 20000\n"
+      assert File.read!(Path.join(dir, "M.x.last.folded")) =~ "W.a/1 10000"
+
+      # +3 ms: 15%, under both thresholds
+      same = profile([{"M.x/1;W.a/1", 13_000}, {"M.x/1;W.b/1", 10_000}])
+      assert Regression.check(same, dir, "M.x", opts) == nil
+      refute File.exists?(Path.join(dir, "M.x.diff.svg"))
+
+      # 23 ms -> 50 ms: listed, with a.diff where W.a/1 grew in absolute values
+      slower = profile([{"M.x/1;W.a/1", 40_000}, {"M.x/1;W.b/1", 10_000}])
+      svg = Path.join(dir, "M.x.diff.svg")
+      folded = Path.join(dir, "M.x.diff.folded")
+
+      assert %{before_us: 23_000, after_us: 50_000, paths: [^svg, ^folded]} =
+               Regression.check(slower, dir, "M.x", opts)
+
+      assert File.read!(folded) =~ "M.x/1;W.a/1 13000 40000\n"
+      assert File.read!(folded) =~ "M.x/1;W.b/1 10000 10000\n"
+      assert File.read!(svg) =~ "absolute"
+
+      # as slow again: no diff, the one of the run before removed
+      assert Regression.check(slower, dir, "M.x", opts) == nil
+      refute File.exists?(svg) or File.exists?(folded)
+
+      # 50 ms -> 70 ms is 40% more, but min_ms: 30 asks for more
+      slowest = profile([{"M.x/1;W.a/1", 60_000}, {"M.x/1;W.b/1", 10_000}])
+      assert Regression.check(slowest, dir, "M.x", ratio: 1.2, min_ms: 30) == nil
+    end
+
+    test "a kept file that is not ours is started over", %{dir: dir} do
+      File.mkdir_p!(dir)
+      File.write!(Path.join(dir, "M.x.last.time"), "garbage")
+      File.write!(Path.join(dir, "M.x.last.folded"), "not folded")
+      slower = profile([{"M.x/1;W.a/1", 40_000}])
+      assert Regression.check(slower, dir, "M.x", ratio: 1.2, min_ms: 5) == nil
+      assert File.read!(Path.join(dir, "M.x.last.time")) == "duration_us 40000\n"
+
+      # a time of ours, a folded file not: it raises (the test's summary notes
+      # it), and the run is kept all the same
+      File.write!(Path.join(dir, "M.x.last.time"), "duration_us 10\n")
+      File.write!(Path.join(dir, "M.x.last.folded"), "not folded")
+
+      assert_raise ArgumentError, ~r/not a folded stack/, fn ->
+        Regression.check(slower, dir, "M.x", ratio: 1.2, min_ms: 5)
+      end
+
+      assert File.read!(Path.join(dir, "M.x.last.folded")) =~ "W.a/1 40000"
+    end
+
+    test "the summary lists the slower tests after the others, most grown first" do
+      records = [
+        record(:"test a", 31_500,
+          regression: %{
+            before_us: 12_000,
+            after_us: 31_500,
+            paths: ["/tmp/x/M.a.diff.svg", "/tmp/x/M.a.diff.folded"]
+          }
+        ),
+        record(:"test b", 40_000,
+          regression: %{before_us: 30_000, after_us: 40_000, paths: ["/tmp/x/M.b.diff.svg"]}
+        ),
+        record(:"test c", 1_000, regression: nil),
+        record(:"test d", 1_000)
+      ]
+
+      text = Summary.render(records, MapSet.new())
+      [_, slower] = String.split(text, "FlameOn: 2 tests slower than last run\n")
+
+      assert slower ==
+               "  test a (M)  12.0 ms → 31.5 ms (+163%), diff: /tmp/x/M.a.diff.svg\n" <>
+                 "  test b (M)  30.0 ms → 40.0 ms (+33%), diff: /tmp/x/M.b.diff.svg\n"
+
+      refute Summary.render([record(:"test c", 1_000)], MapSet.new()) =~ "slower than last run"
     end
   end
 

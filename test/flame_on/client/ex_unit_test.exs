@@ -13,6 +13,7 @@ defmodule FlameOn.Client.ExUnitTest do
   @app Path.expand("../../fixtures/exunit_app", __DIR__)
   @out Path.join(@app, "flame_on_out/tests")
   @exts [".folded", ".svg", ".speedscope.json"]
+  @last [".last.folded", ".last.time"]
 
   @tagged [
     {"ExunitApp.BasicTest", "test computes fib"},
@@ -85,7 +86,12 @@ defmodule FlameOn.Client.ExUnitTest do
   # Runs of characters other than letters, digits, ".", "-" and "_" are one "_".
   defp stem({module, test}), do: module <> "." <> String.replace(test, ~r/[^A-Za-z0-9._-]+/, "_")
 
-  defp files_for(tests), do: for(t <- tests, ext <- @exts, do: stem(t) <> ext) |> Enum.sort()
+  # Each test's files in @exts; and a passing test's profile kept for the
+  # next run to compare with (FlameOn.Client.ExUnit's :regression).
+  defp files_for(tests) do
+    for(t <- tests, ext <- @exts ++ if(t in @failing, do: [], else: @last), do: stem(t) <> ext)
+    |> Enum.sort()
+  end
 
   # folded lines: [{pid, [frame], µs}]
   defp folded_lines(run, test) do

@@ -184,6 +184,36 @@ defmodule FlameOn.Client.MixTaskTest do
     assert_node_clean()
   end
 
+  test "a deep Enum.map is one frame; --no-collapse-recursion folds it past --max-depth and says how to raise it",
+       %{out: out} do
+    code = "Enum.map(Enum.to_list(1..3_000), &(&1 * 2))"
+    collapsed = run_task(["-e", code, "--out", out, "--format", "folded", "--no-warmup"])
+    refute collapsed =~ "Warning"
+    lines = out |> File.ls!() |> Enum.map(&Path.join(out, &1)) |> Enum.flat_map(&folded_lines/1)
+    refute Enum.any?(lines, &String.contains?(&1, "…"))
+    assert Enum.any?(lines, &String.contains?(&1, "lists^map"))
+    File.rm_rf!(out)
+
+    exact =
+      run_task([
+        "-e",
+        code,
+        "--out",
+        out,
+        "--format",
+        "folded",
+        "--no-warmup",
+        "--no-collapse-recursion",
+        "--max-depth",
+        "64"
+      ])
+
+    assert exact =~ ~r/Warning: truncated_stacks: \d+ \(\d+ calls went past --max-depth/
+    assert exact =~ "raise --max-depth"
+    assert exact =~ "--no-collapse-recursion"
+    assert_node_clean()
+  end
+
   test "bad options raise Mix.Error with the usage" do
     for args <- [
           ["--bogus"],

@@ -42,6 +42,18 @@ defmodule FlameOn.Client.NativeModeTest do
   describe "where native sampling runs (+JPperf true)" do
     @describetag :native
 
+    test "collapse_recursion: false keeps the sampled recursion's depth" do
+      {_, profile} =
+        FlameOn.Client.profile(fn -> Workloads.busy(300) end,
+          mode: :native,
+          collapse_recursion: false
+        )
+
+      assert max_frame_count(profile, self(), "FlameOn.Client.Test.Workloads.fib/1") >= 5
+      assert profile.stats.collapsed_recursion == 0
+      assert_node_clean()
+    end
+
     test "profile/2: CPU samples name the work's frames under the root, no call pattern is set" do
       fds = open_fds()
 
@@ -76,8 +88,10 @@ defmodule FlameOn.Client.NativeModeTest do
                String.starts_with?(stack, "FlameOn.Client.profile/2") or stack in ["", "SLEEP"]
              end)
 
-      # recursion keeps its depth, as in exact mode
-      assert max_frame_count(profile, self(), "FlameOn.Client.Test.Workloads.fib/1") >= 5
+      # fib's recursion is one frame, as in exact mode (collapse_recursion:
+      # true, the default): the samples' call chains are collapsed alike
+      assert max_frame_count(profile, self(), "FlameOn.Client.Test.Workloads.fib/1") == 1
+      assert profile.stats.collapsed_recursion > 0
       # the stacks add up to the traced wall time (within 10%)
       assert_in_delta Enum.sum(Enum.map(stacks, &elem(&1, 1))),
                       profile.duration_us,

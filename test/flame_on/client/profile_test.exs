@@ -26,8 +26,8 @@ for mode <- [:nif, :process] do
 
     defp profile(fun, opts \\ []), do: Client.profile(fun, Keyword.put_new(opts, :mode, @mode))
 
-    test "fib(20) shows the real recursion depth" do
-      {result, profile} = profile(fn -> Workloads.fib(20) end)
+    test "fib(20) shows the real recursion depth with collapse_recursion: false" do
+      {result, profile} = profile(fn -> Workloads.fib(20) end, collapse_recursion: false)
 
       assert result == 6765
       assert max_frame_count(profile, self(), @fib) >= 15
@@ -168,7 +168,8 @@ for mode <- [:nif, :process] do
 
     describe "limits" do
       test "max_depth folds deeper frames into …" do
-        {_, profile} = profile(fn -> Workloads.fib(20) end, max_depth: 5)
+        {_, profile} =
+          profile(fn -> Workloads.fib(20) end, max_depth: 5, collapse_recursion: false)
 
         assert max_frame_count(profile, self(), @fib) <= 5
 
@@ -257,7 +258,7 @@ for mode <- [:nif, :process] do
       try do
         if FlameOn.Client.Node.TraceBackend.sessions?() do
           # Our trace has a session of its own: the other trace is kept.
-          assert {55, profile} = profile(fn -> Workloads.fib(10) end)
+          assert {55, profile} = profile(fn -> Workloads.fib(10) end, collapse_recursion: false)
           assert max_frame_count(profile, self(), @fib) >= 9
           assert {:tracer, ^other} = :erlang.trace_info(self(), :tracer)
           assert :erlang.trace_info(self(), :flags) == {:flags, [:send]}
@@ -274,13 +275,16 @@ for mode <- [:nif, :process] do
 
     test "profile/2 inside profile/2 is refused; the outer trace goes on" do
       {result, profile} =
-        profile(fn ->
-          assert_raise ArgumentError, ~r/already traced/, fn ->
-            profile(fn -> :inner end)
-          end
+        profile(
+          fn ->
+            assert_raise ArgumentError, ~r/already traced/, fn ->
+              profile(fn -> :inner end)
+            end
 
-          Workloads.fib(10)
-        end)
+            Workloads.fib(10)
+          end,
+          collapse_recursion: false
+        )
 
       assert result == 55
       assert max_frame_count(profile, self(), @fib) >= 9
@@ -292,11 +296,14 @@ for mode <- [:nif, :process] do
 
       start = fn tag ->
         Task.async(fn ->
-          profile(fn ->
-            send(parent, {:inside, tag, self()})
-            receive do: (:go -> :ok)
-            Workloads.fib(15)
-          end)
+          profile(
+            fn ->
+              send(parent, {:inside, tag, self()})
+              receive do: (:go -> :ok)
+              Workloads.fib(15)
+            end,
+            collapse_recursion: false
+          )
         end)
       end
 

@@ -212,6 +212,20 @@ defmodule FlameOn.Client.ReadmeTest do
     if skips == [], do: :ok, else: {:skipped, Enum.join(skips, "; ")}
   end
 
+  defp run(
+         %{lang: "elixir", code: "config :flame_on_client,\n  continuous:" <> _} = block,
+         context
+       ) do
+    file = Path.join(context.dir, "config.exs")
+    File.write!(file, "import Config\n" <> block.code)
+    opts = Config.Reader.read!(file)[:flame_on_client][:continuous]
+
+    assert [{FlameOn.Client.Shipper.Pyroscope, _}] =
+             FlameOn.Client.Continuous.validate!(opts)[:shipper]
+
+    :ok
+  end
+
   defp run(%{lang: "elixir", code: "config :flame_on_client," <> _} = block, context) do
     config_block(block, context.dir)
   end
@@ -362,6 +376,20 @@ defmodule FlameOn.Client.ReadmeTest do
 
         for file <- ~w(flame_on.alloc.folded flame_on.alloc.svg flame_on.alloc.pb.gz),
             do: assert(File.exists?(Path.join("flame_on_out", file)))
+
+      code =~ "FlameOn.Client.diff(before, now)" ->
+        assert %FlameOn.Client.Diff{by: :merged, normalize: :median} = binding.diff
+        assert Enum.any?(binding.diff.stacks.all, fn {stack, _, _} -> stack =~ "MyApp.work/0" end)
+
+        for file <-
+              ~w(work.diff.svg work.diff.folded work.diff.speedscope.json) ++
+                ~w(work.base.pb.gz work.new.pb.gz),
+            do: assert(File.exists?(Path.join("flame_on_out", file)), file)
+
+      code =~ "Continuous.start()" ->
+        assert %FlameOn.Client.Profile{mode: :sample} = binding.profile
+        assert File.exists?(Path.join("flame_on_out", "continuous.svg"))
+        refute FlameOn.Client.Continuous.running?()
 
       code =~ "unreachable_nodes" ->
         assert %{nodes: _, unreachable_nodes: _} = binding.profile.graph.stats

@@ -414,7 +414,7 @@ defmodule FlameOn.Client.SampleGraphTest do
       # another callee explains leaves the stacks)
       span_us =
         for s <- spans, s.pid == pid, reduce: 0 do
-          acc -> acc + s.self_us + s.unattributed_wait_us
+          acc -> acc + s.self_us + s.gc_us + s.runnable_us + s.unattributed_wait_us
         end
 
       assert_in_delta Enum.sum(Enum.map(profile.stacks[pid], &elem(&1, 1))),

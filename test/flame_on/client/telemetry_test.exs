@@ -16,7 +16,8 @@ defmodule FlameOn.Client.TelemetryTest do
 
   @fib "FlameOn.Client.Test.Workloads.fib/1"
   @prefix [:my_app, :job]
-  @config [shipper: {Shipper.Process, pid: :flame_on_telemetry_test}]
+  # exact stacks, every level of fib a frame (the tests read its depth)
+  @config [shipper: {Shipper.Process, pid: :flame_on_telemetry_test}, collapse_recursion: false]
 
   setup do
     assert_node_clean()
@@ -125,7 +126,10 @@ defmodule FlameOn.Client.TelemetryTest do
   end
 
   test "a process already traced is not traced again" do
-    {_, profile} = FlameOn.Client.profile(fn -> span(@config, fn -> Workloads.fib(10) end) end)
+    {_, profile} =
+      FlameOn.Client.profile(fn -> span(@config, fn -> Workloads.fib(10) end) end,
+        collapse_recursion: false
+      )
 
     refute_received {:flame_on_profile, _}
     assert max_frame_count(profile, self(), @fib) >= 9

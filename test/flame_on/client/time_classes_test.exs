@@ -5,6 +5,10 @@ defmodule FlameOn.Client.TimeClassesTest do
 
   import FlameOn.Client.TestHelpers
 
+  alias FlameOn.Client.Profile.TimeClasses
+
+  doctest TimeClasses
+
   setup do
     ensure_app_started()
     assert_node_clean()
@@ -134,5 +138,227 @@ defmodule FlameOn.Client.TimeClassesTest do
     after
       :erlang.system_flag(:schedulers_online, online)
     end
+  end
+
+  # A server that builds lists on request: its collections are its own.
+  defmodule Builder do
+    use GenServer
+
+    def init(:ok), do: {:ok, nil}
+
+    def handle_call({:build, times}, _from, state),
+      do: {:reply, FlameOn.Client.TimeClassesTest.build_lists(times), state}
+  end
+
+  # The classes of a process's spans, summed (its spans do not nest here).
+  defp span_classes(profile, pid) do
+    for %{pid: ^pid} = s <- profile.graph.spans,
+        reduce: %{gc: 0, runnable: 0, wait: 0, self: 0} do
+      acc ->
+        %{
+          acc
+          | gc: acc.gc + s.gc_us,
+            runnable: acc.runnable + s.runnable_us,
+            wait: acc.wait + s.wait_us,
+            self: acc.self + s.self_us
+        }
+    end
+  end
+
+  defp assert_identity(profile) do
+    for s <- profile.graph.spans do
+      assert s.self_us + s.gc_us + s.runnable_us + s.wait_us == s.ended_at - s.started_at,
+             inspect(s)
+    end
+  end
+
+  # within 2%, and a few µs of rounding (one per stack, one per span)
+  defp assert_agree(spans_us, stacks_us, label) do
+    assert_in_delta spans_us, stacks_us, max(0.02 * stacks_us, 5), label
+  end
+
+  for mode <- [:nif, :process, :sample] do
+    @tag :gc
+    test "mode #{mode}, cross_process: collections are GC in the stacks and the spans, and they agree" do
+      {:ok, server} = GenServer.start(Builder, :ok)
+
+      try do
+        {_, profile} =
+          FlameOn.Client.profile(
+            fn -> {build_lists(4), GenServer.call(server, {:build, 4})} end,
+            cross_process: true,
+            mode: unquote(mode)
+          )
+
+        assert_identity(profile)
+
+        for pid <- [self(), server] do
+          classes = profile.time_classes[pid]
+          spans = span_classes(profile, pid)
+          label = "#{inspect(pid)}: spans #{inspect(spans)}, stacks #{inspect(classes)}"
+          assert classes.gc_count >= 1, label
+          stacks_gc = classes.gc_minor_us + classes.gc_major_us
+          assert stacks_gc > 0, label
+          assert_agree(spans.gc, stacks_gc, label)
+          assert_agree(spans.runnable, classes.runnable_us, label)
+          # none of it is wait: the root waits for the server only
+          if pid == server, do: assert(spans.wait <= 0.05 * (spans.self + spans.gc), label)
+        end
+
+        # the root's wait on the server is attributed to it
+        root = Enum.find(profile.graph.spans, &(&1.kind == :root))
+        assert root.attributed_wait_us >= 0.9 * root.wait_us, inspect(root)
+        assert profile.graph.stats.collections >= 2
+      after
+        GenServer.stop(server)
+      end
+
+      assert_node_clean()
+    end
+  end
+
+  # The issue's example: one large list, then its length. The collection
+  # (on a dirty scheduler for a heap this size) was WAITING in the stacks.
+  test "cross_process: binary_to_list/1 of 200 KB then length/1 is GC, not WAITING" do
+    {_, profile} =
+      FlameOn.Client.profile(
+        fn -> length(:erlang.binary_to_list(:binary.copy(<<1>>, 200_000))) end,
+        cross_process: true
+      )
+
+    classes = profile.time_classes[self()]
+    assert classes.gc_minor_us + classes.gc_major_us > 0, inspect(profile.stacks[self()])
+
+    assert classes.waiting_us <= 0.05 * (classes.gc_minor_us + classes.gc_major_us),
+           inspect(profile.stacks[self()])
+
+    [root] = profile.graph.spans
+    assert root.wait_us == 0 and root.gc_us > 0, inspect(root)
+    assert_agree(root.gc_us, classes.gc_minor_us + classes.gc_major_us, inspect(root))
+    assert_identity(profile)
+  end
+
+  # One scheduler online, a busy process beside the traced one for 400 ms:
+  # its time off a CPU is runnable (preempted), in the stacks and the spans.
+  defp with_one_scheduler(fun) do
+    online = :erlang.system_flag(:schedulers_online, 1)
+
+    try do
+      fun.()
+    after
+      :erlang.system_flag(:schedulers_online, online)
+    end
+  end
+
+  defp competing(opts) do
+    with_one_scheduler(fn ->
+      hog = spawn(fn -> spin_until(System.monotonic_time(:microsecond) + 5_000_000) end)
+
+      try do
+        FlameOn.Client.profile(
+          fn -> spin_until(System.monotonic_time(:microsecond) + 400_000) end,
+          opts
+        )
+      after
+        Process.exit(hog, :kill)
+      end
+    end)
+  end
+
+  defp off_cpu(classes), do: classes.runnable_us + classes.waiting_us
+
+  test "cross_process: a preempted process's time off CPU is RUNNABLE, in the stacks and the spans" do
+    {_, profile} = competing(cross_process: true)
+    classes = profile.time_classes[self()]
+    label = "#{inspect(classes)} #{inspect(profile.stacks[self()])}"
+    # it was preempted for a part of the 400 ms (the busy process takes a
+    # reductions' slice as often, but the traced one's are longer)
+    assert off_cpu(classes) >= 20_000, label
+    assert classes.runnable_us >= 0.8 * off_cpu(classes), label
+    assert classes.waiting_us < 0.05 * off_cpu(classes), label
+
+    runnable = for {stack, us} <- profile.stacks[self()], stack =~ ";RUNNABLE", do: {stack, us}
+
+    spinning =
+      for {stack, us} <- runnable, stack =~ "spin_until/1", reduce: 0, do: (acc -> acc + us)
+
+    assert spinning >= 0.9 * classes.runnable_us, inspect(runnable)
+
+    [root] = profile.graph.spans
+    assert_identity(profile)
+    assert_agree(root.runnable_us, classes.runnable_us, "#{inspect(root)} #{label}")
+    assert root.wait_us < 0.05 * off_cpu(classes), inspect(root)
+    assert_node_clean()
+  end
+
+  test "cross_process: a sleeping process's time off CPU is waiting, not RUNNABLE" do
+    {_, profile} =
+      with_one_scheduler(fn ->
+        FlameOn.Client.profile(fn -> for _ <- 1..20, do: Process.sleep(10) end,
+          cross_process: true
+        )
+      end)
+
+    classes = profile.time_classes[self()]
+    label = "#{inspect(classes)} #{inspect(profile.stacks[self()])}"
+    assert off_cpu(classes) >= 150_000, label
+    assert classes.waiting_us >= 0.95 * off_cpu(classes), label
+    [root] = profile.graph.spans
+    assert root.runnable_us < 0.05 * root.wait_us, inspect(root)
+    assert root.unattributed_by.timer >= 0.95 * root.wait_us, inspect(root)
+    assert_node_clean()
+  end
+
+  # Exact modes tell it by receive events: no message taken before the
+  # process ran on means it was runnable.
+  for mode <- [:nif, :process] do
+    test "mode #{mode}: a preempted process's time off CPU is RUNNABLE, a sleeping one's SLEEP" do
+      {_, profile} = competing(mode: unquote(mode))
+      classes = profile.time_classes[self()]
+      label = "#{inspect(classes)} #{inspect(profile.stacks[self()])}"
+      assert off_cpu(classes) >= 20_000, label
+      assert classes.runnable_us >= 0.8 * off_cpu(classes), label
+      assert classes.waiting_us < 0.05 * off_cpu(classes), label
+
+      # where it runs: spin_until/1 (the trace's own start and stop may be
+      # preempted too, for a little)
+      runnable = for {stack, us} <- profile.stacks[self()], stack =~ ";RUNNABLE", do: {stack, us}
+
+      spinning =
+        for {stack, us} <- runnable, stack =~ "spin_until/1", reduce: 0, do: (acc -> acc + us)
+
+      assert spinning >= 0.9 * classes.runnable_us, inspect(runnable)
+
+      {_, profile} =
+        with_one_scheduler(fn ->
+          FlameOn.Client.profile(fn -> for _ <- 1..20, do: Process.sleep(10) end,
+            mode: unquote(mode)
+          )
+        end)
+
+      classes = profile.time_classes[self()]
+      label = "#{inspect(classes)} #{inspect(profile.stacks[self()])}"
+      assert off_cpu(classes) >= 150_000, label
+      assert classes.waiting_us >= 0.95 * off_cpu(classes), label
+      assert_node_clean()
+    end
+  end
+
+  test "time_classes add up to each process's stacks" do
+    {_, profile} = FlameOn.Client.profile(fn -> build_lists(2) end)
+
+    for {pid, stacks} <- profile.stacks do
+      c = profile.time_classes[pid]
+
+      assert c.running_us + c.gc_minor_us + c.gc_major_us + c.runnable_us + c.waiting_us ==
+               Enum.sum(Enum.map(stacks, &elem(&1, 1)))
+
+      assert c.gc_count == c.gc_minor_count + c.gc_major_count
+    end
+
+    classes = profile.time_classes[self()]
+    assert classes.gc_count == profile.stats.gc_minor + profile.stats.gc_major
+    assert_in_delta classes.gc_minor_us, div(profile.stats.gc_minor_ns, 1000), 3
+    refute Map.has_key?(profile.stats, :process_gcs)
   end
 end

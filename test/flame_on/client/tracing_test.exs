@@ -46,7 +46,11 @@ defmodule FlameOn.Client.TracingTest do
 
   describe "trace/3" do
     test "returns the function's result and ships the profile" do
-      assert Tracing.trace("fib", fn -> Workloads.fib(15) end, shipper: @to_me) == 610
+      assert Tracing.trace("fib", fn -> Workloads.fib(15) end,
+               shipper: @to_me,
+               collapse_recursion: false
+             ) == 610
+
       assert_received {:flame_on_profile, %Profile{} = profile}
       assert profile.name == "fib"
       assert profile.mode == :nif
@@ -56,7 +60,11 @@ defmodule FlameOn.Client.TracingTest do
     end
 
     test "passes profile options through (mode: :process, name as an atom)" do
-      assert Tracing.trace(:work, fn -> Workloads.fib(12) end, shipper: @to_me, mode: :process) ==
+      assert Tracing.trace(:work, fn -> Workloads.fib(12) end,
+               shipper: @to_me,
+               mode: :process,
+               collapse_recursion: false
+             ) ==
                144
 
       assert_received {:flame_on_profile, %Profile{name: "work", mode: :process} = profile}
@@ -200,7 +208,8 @@ defmodule FlameOn.Client.TracingTest do
         Tracing.trace(
           "outer",
           fn -> Tracing.trace("inner", fn -> Workloads.fib(10) end, shipper: @to_me) end,
-          shipper: @to_me
+          shipper: @to_me,
+          collapse_recursion: false
         )
 
       assert result == 55
@@ -360,7 +369,10 @@ defmodule FlameOn.Client.TracingTest do
 
     test "traces another process" do
       pid = worker()
-      assert {:ok, ref} = Tracing.start_trace(pid, name: "worker", shipper: @to_me)
+
+      assert {:ok, ref} =
+               Tracing.start_trace(pid, name: "worker", shipper: @to_me, collapse_recursion: false)
+
       assert ref.pid == pid
       send(pid, {:fib, 15})
       assert_receive {:fib, ^pid, 610}, 5_000
@@ -381,7 +393,14 @@ defmodule FlameOn.Client.TracingTest do
 
     test "duration_ms stops the trace on its own and ships it; stop_trace/1 returns it" do
       pid = worker()
-      assert {:ok, ref} = Tracing.start_trace(pid, duration_ms: 100, shipper: @to_me)
+
+      assert {:ok, ref} =
+               Tracing.start_trace(pid,
+                 duration_ms: 100,
+                 shipper: @to_me,
+                 collapse_recursion: false
+               )
+
       send(pid, {:fib, 14})
       assert_receive {:fib, ^pid, 377}, 5_000
 
@@ -398,7 +417,7 @@ defmodule FlameOn.Client.TracingTest do
 
     test "the traced process exits: its profile is shipped and kept" do
       pid = worker()
-      {:ok, ref} = Tracing.start_trace(pid, shipper: @to_me)
+      {:ok, ref} = Tracing.start_trace(pid, shipper: @to_me, collapse_recursion: false)
       send(pid, {:fib, 12})
       assert_receive {:fib, ^pid, 144}, 5_000
       send(pid, :stop)

@@ -44,7 +44,11 @@ defmodule FlameOn.Client.TreeTest do
   end
 
   test "a recursion 10 000 deep with max_depth: 10_000 keeps every level, one text for the chain" do
-    {10_000, profile} = FlameOn.Client.profile(fn -> Work.deep(10_000) end, max_depth: 10_000)
+    {10_000, profile} =
+      FlameOn.Client.profile(fn -> Work.deep(10_000) end,
+        max_depth: 10_000,
+        collapse_recursion: false
+      )
 
     entries = profile.stacks[self()]
     chain = for {text, _us} <- entries, String.contains?(text, @deep), do: text
@@ -68,8 +72,10 @@ defmodule FlameOn.Client.TreeTest do
     assert_tree_matches_stacks(profile)
   end
 
-  test "the default max_depth folds the same recursion into one … node" do
-    {10_000, profile} = FlameOn.Client.profile(fn -> Work.deep(10_000) end)
+  test "the default max_depth folds the same recursion, uncollapsed, into one … node" do
+    {10_000, profile} =
+      FlameOn.Client.profile(fn -> Work.deep(10_000) end, collapse_recursion: false)
+
     assert profile.stats.depth_truncations > 9_000
     assert Enum.any?(profile.stacks[self()], fn {text, _} -> String.ends_with?(text, ";…") end)
     assert_tree_matches_stacks(profile)
@@ -77,10 +83,13 @@ defmodule FlameOn.Client.TreeTest do
 
   test "stacks stay in the byte order of their texts" do
     {_, profile} =
-      FlameOn.Client.profile(fn ->
-        Workloads.mixed(10)
-        Work.deep_with_leaves(200)
-      end)
+      FlameOn.Client.profile(
+        fn ->
+          Workloads.mixed(10)
+          Work.deep_with_leaves(200)
+        end,
+        collapse_recursion: false
+      )
 
     for {_pid, entries} <- profile.stacks do
       texts = Enum.map(entries, &elem(&1, 0))

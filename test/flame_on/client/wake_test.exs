@@ -48,10 +48,14 @@ defmodule FlameOn.Client.WakeTest do
     for span <- spans do
       duration = span.ended_at - span.started_at
       label = "span #{span.span_id} (#{span.kind} #{span.name})"
-      assert span.self_us + span.wait_us == duration, "#{label}: self + wait != duration"
+
+      assert span.self_us + span.gc_us + span.runnable_us + span.wait_us == duration,
+             "#{label}: self + gc + runnable + wait != duration"
+
       assert span.attributed_wait_us + span.unattributed_wait_us == span.wait_us, label
       assert Enum.sum(Map.values(span.unattributed_by)) == span.unattributed_wait_us, label
       assert span.self_us >= 0 and span.attributed_wait_us >= 0, label
+      assert span.gc_us >= 0 and span.runnable_us >= 0, label
     end
 
     for %Edge{} = edge <- edges do
@@ -118,7 +122,8 @@ defmodule FlameOn.Client.WakeTest do
       [task] = Enum.filter(profile.graph.spans, &(&1.kind == :work))
       assert task.parent_span_id == root.span_id and task.opener_pid == self()
       assert duration(task) >= 28_000
-      assert task.self_us >= 0.9 * duration(task)
+      # its own time, running or preempted: no wait
+      assert task.self_us + task.gc_us + task.runnable_us >= 0.9 * duration(task)
 
       assert root.wait_us >= 25_000
       assert root.attributed_wait_us >= 0.9 * root.wait_us
@@ -187,7 +192,8 @@ defmodule FlameOn.Client.WakeTest do
       [span] = spans_of(profile, worker)
       assert span.kind == :work and span.parent_span_id == root.span_id
       assert span.opener_pid == self()
-      assert duration(span) >= 19_000 and span.self_us >= 0.9 * duration(span)
+      assert duration(span) >= 19_000
+      assert span.self_us + span.gc_us + span.runnable_us >= 0.9 * duration(span)
       assert root.attributed_wait_us >= 0.9 * root.wait_us
       assert Enum.any?(profile.stacks[worker], fn {stack, _} -> stack =~ "spin_until" end)
       send(worker, :stop)

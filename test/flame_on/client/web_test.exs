@@ -185,6 +185,28 @@ defmodule FlameOn.Client.WebTest do
     GenServer.stop(server)
   end
 
+  test "a deep Enum.map's page: a short flame graph; a truncated one names the options", %{
+    url: url
+  } do
+    list = Enum.to_list(1..3_000)
+    work = fn -> Enum.map(list, &(&1 * 2)) end
+    {_, collapsed} = FlameOn.Client.profile(work, name: "deep")
+    {:ok, id} = TraceStore.put(collapsed)
+    {200, _, body} = get(url, "/traces/#{id}")
+    [_, height] = Regex.run(~r/<svg[^>]*\sheight="(\d+)"/, body)
+    assert String.to_integer(height) < 2_000
+    refute body =~ ~s(id="truncated")
+
+    {_, exact} =
+      FlameOn.Client.profile(work, name: "deep exact", collapse_recursion: false, max_depth: 64)
+
+    {:ok, id} = TraceStore.put(exact)
+    {200, _, body} = get(url, "/traces/#{id}")
+    assert body =~ ~s(id="truncated")
+    assert body =~ "raise :max_depth"
+    assert body =~ ":collapse_recursion"
+  end
+
   test "unknown pages, traces and methods get error pages", %{url: url} do
     assert {404, _, body} = get(url, "/traces/12345")
     assert body =~ "no trace 12345"

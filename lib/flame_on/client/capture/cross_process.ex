@@ -83,14 +83,13 @@ defmodule FlameOn.Client.Capture.CrossProcess do
 
   # mode tracer :process: the root's own events go to its timeline (its
   # receive events too), and its :send flag runs the cross-process
-  # handle's send pattern.
-  #
-  # Garbage collections are not followed across processes yet (the graph
-  # tracer and the callees' flags do not take them): none for the root
-  # either, so that all its processes tell their time the same way.
+  # handle's send pattern. Its collections are followed as the other
+  # processes' are (their flags: FlameOn.Client.Node.MessagePatterns);
+  # its receive events only when the trace follows messages (the span
+  # graph then tells runnable time from waits by them).
   defp flags(target, opts, mode, %{handle: handle, timeline: timeline}) do
     follow = if opts.follow == :messages, do: @follow_flags, else: []
-    own = mode.flags() -- [:garbage_collection]
+    own = mode.flags() -- [:receive]
 
     case mode.tracer() do
       :core ->

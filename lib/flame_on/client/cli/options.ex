@@ -24,8 +24,11 @@ defmodule FlameOn.Client.CLI.Options do
     sleep: :string,
     max_nodes: :integer,
     max_depth: :integer,
+    collapse_recursion: :boolean,
     top: :integer,
     summary: :string,
+    diff_base: :string,
+    diff_normalize: :string,
     next: :string,
     timeout: :integer,
     node: :string,
@@ -65,6 +68,10 @@ defmodule FlameOn.Client.CLI.Options do
         --sleep default|raw
         --summary call_time|call_memory  per-function counters, written as CSV
         --max-nodes N, --max-depth N, --top N
+        --no-collapse-recursion  keep direct recursion at its real depth
+                           (exact stacks; --max-depth then counts every call)
+        --diff-base FILE   also write the diff against FILE (an earlier run's .folded)
+        --diff-normalize median|total|none  how the diff scales the new run (median)
         --next MODULE.FUN/ARITY  profile the next call of it, by any process
         --timeout MS       --next: wait at most this long (default 30000)
         --node NODE        --next on that node (with --sname/--longname, --cookie)
@@ -115,6 +122,7 @@ defmodule FlameOn.Client.CLI.Options do
       end) ++
         if(opts[:cross_process], do: [cross_process: true], else: []) ++
         if(opts[:split_status], do: [split_status: true], else: []) ++
+        if(opts[:collapse_recursion] == false, do: [collapse_recursion: false], else: []) ++
         if(opts[:alloc], do: [alloc: true], else: []) ++
         positive!(opts, :interval_us) ++
         positive!(opts, :frequency) ++
@@ -127,6 +135,8 @@ defmodule FlameOn.Client.CLI.Options do
       formats: formats!(opts[:format]),
       alloc: opts[:alloc] == true,
       top: opts |> positive!(:top) |> Keyword.get(:top, 10),
+      diff_base: opts[:diff_base],
+      diff_normalize: diff_normalize!(opts),
       source: source
     }
   end
@@ -162,6 +172,7 @@ defmodule FlameOn.Client.CLI.Options do
       ] ++
         if(opts[:cross_process], do: [cross_process: true], else: []) ++
         if(opts[:split_status], do: [split_status: true], else: []) ++
+        if(opts[:collapse_recursion] == false, do: [collapse_recursion: false], else: []) ++
         if(opts[:alloc], do: [alloc: true], else: []) ++
         positive!(opts, :interval_us) ++
         positive!(opts, :frequency) ++
@@ -174,6 +185,8 @@ defmodule FlameOn.Client.CLI.Options do
       formats: formats!(opts[:format]),
       alloc: opts[:alloc] == true,
       top: opts |> positive!(:top) |> Keyword.get(:top, 10),
+      diff_base: opts[:diff_base],
+      diff_normalize: diff_normalize!(opts),
       warmup: Keyword.get(opts, :warmup, true)
     }
   end
@@ -189,7 +202,10 @@ defmodule FlameOn.Client.CLI.Options do
     :frequency,
     :sleep,
     :max_nodes,
-    :max_depth
+    :max_depth,
+    :collapse_recursion,
+    :diff_base,
+    :diff_normalize
   ]
 
   defp summary_type!(opts) do
@@ -211,6 +227,14 @@ defmodule FlameOn.Client.CLI.Options do
 
         type
     end
+  end
+
+  defp diff_normalize!(opts) do
+    if opts[:diff_normalize] && !opts[:diff_base],
+      do: usage!("--diff-normalize goes with --diff-base")
+
+    choices = %{"median" => :median, "total" => :total, "none" => false}
+    choice!(opts, :diff_normalize, choices, :median)
   end
 
   defp default_name(nil), do: "eval"

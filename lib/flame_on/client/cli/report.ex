@@ -110,7 +110,7 @@ defmodule FlameOn.Client.CLI.Report do
     shell = Mix.shell()
     depth = span_depths(graph.spans)
     shell.info("\nSpans (#{length(graph.spans)}):")
-    shell.info("    SELF µs  ATTRIBUTED µs  UNATTRIBUTED µs  PROCESS")
+    shell.info("    SELF µs    GC µs  RUNNABLE µs  ATTRIBUTED µs  UNATTRIBUTED µs  PROCESS")
 
     # The first spans in trace order (the root and its first callees); a
     # long trace's full list is in the Perfetto file.
@@ -124,7 +124,8 @@ defmodule FlameOn.Client.CLI.Report do
       on = if span.node in [nil, node()], do: "", else: " on #{span.node}"
 
       shell.info(
-        "  #{pad(span.self_us, 9)}  #{pad(span.attributed_wait_us, 13)}  " <>
+        "  #{pad(span.self_us, 9)}  #{pad(span.gc_us, 7)}  #{pad(span.runnable_us, 11)}  " <>
+          "#{pad(span.attributed_wait_us, 13)}  " <>
           "#{pad(span.unattributed_wait_us, 15)}  #{indent}#{span_label(span)}#{kind}#{on}" <>
           "#{causes(span)}#{status}"
       )
@@ -215,9 +216,16 @@ defmodule FlameOn.Client.CLI.Report do
     for key <- [:dropped_events, :truncated_stacks, :malformed_events],
         n = Map.get(stats, key, 0),
         is_integer(n) and n > 0 do
-      Mix.shell().info(
-        "Warning: #{key}: #{n} (a limit was reached; see the options of FlameOn.Client)"
-      )
+      hint =
+        case key == :truncated_stacks && Profile.truncation_hint(stats, :switches) do
+          text when text in [nil, false, ""] ->
+            "a limit was reached; see the options of FlameOn.Client"
+
+          text ->
+            text
+        end
+
+      Mix.shell().info("Warning: #{key}: #{n} (#{hint})")
     end
   end
 

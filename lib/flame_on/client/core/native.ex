@@ -10,7 +10,8 @@ defmodule FlameOn.Client.Core.Native do
   #
   #   * `new(opts)` – a session resource. `opts` is a map with the optional
   #     integer keys `:max_nodes`, `:max_depth`, `:max_processes`,
-  #     `:max_frames`, `:max_stack_frames` and `:native_per_second`
+  #     `:max_frames`, `:max_stack_frames`, `collapse_recursion: true`
+  #     (direct recursion as one frame; absent: real depth) and `:native_per_second`
   #     (`System.convert_time_unit(1, :second, :native)`, to turn
   #     `:monotonic_timestamp` values into nanoseconds), `replay: true`
   #     for a session whose `trace/5` calls replay recorded events, and
@@ -20,7 +21,11 @@ defmodule FlameOn.Client.Core.Native do
   #     fills up to this size: bigger buffers spare the traced process folds
   #     on a busy machine but cost it cache misses),
   #     and `:max_stack_bytes` (64 MiB, at most 16 GiB): the bytes of stack
-  #     texts `render/2` writes at most. `alloc: true` (or `alloc: :heap`,
+  #     texts `render/2` writes at most,
+  #     and `:receives` (`true`: the traced processes have the `:receive`
+  #     flag, so a wait that no message ended is told runnable, a
+  #     `RUNNABLE` leaf; exact modes).
+  #     `alloc: true` (or `alloc: :heap`,
   #     heap fragments left out) decodes each garbage collection event's
   #     heap sizes: the core charges the words allocated since the
   #     previous collection to the stack it started in (fo_session_gc.c);

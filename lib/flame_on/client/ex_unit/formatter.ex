@@ -2,9 +2,10 @@ defmodule FlameOn.Client.ExUnit.Formatter do
   @moduledoc """
   The ExUnit formatter `FlameOn.Client.ExUnit.start/1` adds: at the end of
   the run it prints the profiled tests, slowest first, with their wall
-  time, their three most expensive stacks and the paths of their files
-  (see `FlameOn.Client.ExUnit.Summary`). It prints nothing when no test
-  was profiled.
+  time, their three most expensive stacks and the paths of their files,
+  then the tests slower than last run and their diffs (see
+  `FlameOn.Client.ExUnit.Summary`). It prints nothing when no test was
+  profiled.
 
   It prints after ExUnit's own report (`Finished in ...`, the test counts).
   With `mix test --formatter X` ExUnit runs only the formatters named on the

@@ -17,6 +17,10 @@ defmodule FlameOn.Client.ExUnit.Summary do
   # in the depth of a recursion count as one, `Mod.fib/1 ×3..12`; long stacks
   # keep their root and last frames) and
   # its files. Notes say what went wrong where a test could not be profiled.
+  # Then the tests slower than in the last run, if any:
+  #
+  #     FlameOn: 1 test slower than last run
+  #       test checkout of a full cart (MyApp.CheckoutTest)  12.0 ms → 31.5 ms (+163%), diff: flame_on_out/tests/MyApp.CheckoutTest.test_checkout_of_a_full_cart.diff.svg
 
   @frames_shown 5
 
@@ -73,7 +77,48 @@ defmodule FlameOn.Client.ExUnit.Summary do
           "\n  ... and #{length(rest)} more profiled #{plural(length(rest), "test")}#{where}\n"
       end
 
-    IO.iodata_to_binary(["\n", header, "\n", entries, more])
+    IO.iodata_to_binary(["\n", header, "\n", entries, more, slower(records, colors)])
+  end
+
+  # The tests slower than in the last run (FlameOn.Client.ExUnit.Regression),
+  # most grown first, each with its diff's flame graph.
+  defp slower(records, colors) do
+    case Enum.filter(records, &Map.get(&1, :regression)) do
+      [] ->
+        []
+
+      slower ->
+        slower = Enum.sort_by(slower, &{-growth(&1.regression), inspect(&1.module), &1.test})
+        n = length(slower)
+
+        [
+          "\n",
+          color(
+            colors,
+            [:red, :bright],
+            "FlameOn: #{n} #{plural(n, "test")} slower than last run"
+          ),
+          "\n",
+          Enum.map(slower, &slower_line(&1, colors))
+        ]
+    end
+  end
+
+  defp growth(%{before_us: b, after_us: a}), do: (a - b) / max(b, 1)
+
+  defp slower_line(%{regression: regression} = record, colors) do
+    %{before_us: b, after_us: a, paths: paths} = regression
+    svg = Enum.find(paths, hd(paths ++ [nil]), &String.ends_with?(&1, ".svg"))
+
+    [
+      "  #{record.test} (#{inspect(record.module)})  ",
+      ms(b),
+      " → ",
+      color(colors, :red, ms(a)),
+      " (+#{round(growth(regression) * 100)}%)",
+      if(svg, do: [", diff: ", color(colors, :faint, relative(svg))], else: []),
+      "\n"
+    ]
   end
 
   defp key(record), do: {record.module, record.test}

@@ -11,6 +11,7 @@ defmodule FlameOn.Client.ExUnit.TestRun do
   alias FlameOn.Client.Profile
   alias FlameOn.Client.ExUnit.View
   alias FlameOn.Client.ExUnit.Formatter
+  alias FlameOn.Client.ExUnit.Regression
 
   @outcome_key {__MODULE__, :outcome}
   @top_stacks 3
@@ -70,7 +71,15 @@ defmodule FlameOn.Client.ExUnit.TestRun do
                 "FlameOn.Client.ExUnit.start/1 was not called: add it to test/test_helper.exs"
 
     {files, capture} = FlameOn.Client.ExUnit.Config.split_options!(tag_opts)
-    files = Keyword.merge([dir: config.dir, formats: config.formats], files)
+
+    files =
+      [dir: config.dir, formats: config.formats]
+      |> Keyword.merge(files)
+      |> Keyword.put(
+        :regression,
+        Regression.options(files[:regression], Map.get(config, :regression))
+      )
+
     capture = Keyword.merge(config.capture, capture)
 
     key = {context.module, context.test}
@@ -128,7 +137,7 @@ defmodule FlameOn.Client.ExUnit.TestRun do
         untraced(context, body)
 
       {outcome, {:ok, profile}} ->
-        write(context, profile, files)
+        write(context, profile, files, outcome)
         finish(outcome, context)
 
       {outcome, {kind, reason, _stacktrace}} ->
@@ -143,7 +152,7 @@ defmodule FlameOn.Client.ExUnit.TestRun do
     do:
       :erlang.raise(kind, reason, View.clean_stacktrace(stacktrace, context.module, context.test))
 
-  defp write(context, profile, files) do
+  defp write(context, profile, files, outcome) do
     key = {context.module, context.test}
     profile = View.test_view(profile, context.module, context.test)
     dir = files[:dir]
@@ -158,10 +167,13 @@ defmodule FlameOn.Client.ExUnit.TestRun do
           []
       end
 
+    regression = regression(key, profile, dir, stem, files[:regression], outcome)
+
     Formatter.update_record(key, fn record ->
       %{
         record
         | status: :profiled,
+          regression: regression,
           duration_us: profile.duration_us,
           top: View.top_stacks(profile, @top_stacks),
           paths: paths,
@@ -169,6 +181,18 @@ defmodule FlameOn.Client.ExUnit.TestRun do
       }
     end)
   end
+
+  # Only a passing test is compared with its last run, and kept as the
+  # next run's: a failure's time says nothing of its speed.
+  defp regression(key, profile, dir, stem, opts, {:ok, _result}) when is_list(opts) do
+    Regression.check(profile, dir, stem, opts)
+  rescue
+    error ->
+      note(key, "not compared with the last run: " <> Exception.message(error))
+      nil
+  end
+
+  defp regression(_key, _profile, _dir, _stem, _opts, _outcome), do: nil
 
   defp base_record(context) do
     %{
@@ -180,7 +204,8 @@ defmodule FlameOn.Client.ExUnit.TestRun do
       top: [],
       paths: [],
       warnings: [],
-      notes: []
+      notes: [],
+      regression: nil
     }
   end
 
@@ -191,8 +216,12 @@ defmodule FlameOn.Client.ExUnit.TestRun do
   defp warnings(stats) do
     for key <- [:dropped_events, :truncated_stacks, :dropped_metrics, :lifetime_exceeded],
         value = Map.get(stats, key),
-        value not in [nil, 0, false],
-        do: "#{key}: #{value}"
+        value not in [nil, 0, false] do
+      case key == :truncated_stacks && FlameOn.Client.Profile.truncation_hint(stats) do
+        text when text in [nil, false, ""] -> "#{key}: #{value}"
+        text -> "#{key}: #{value} (#{text})"
+      end
+    end
   end
 
   @doc """

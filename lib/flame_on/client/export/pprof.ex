@@ -25,33 +25,58 @@ defmodule FlameOn.Client.Export.Pprof do
   @spec encode(Profile.t(), keyword()) :: binary()
   def encode(%Profile{} = profile, opts \\ []) do
     alloc? = Keyword.get(opts, :unit, :time) == :alloc
+    names = Util.names(profile)
+
+    # a process's labels: "pid" ("<0.96.0>"), and "process" (its name,
+    # "MyApp.Inventory") when it has one
+    processes =
+      for pid <- pids(profile) do
+        pid_label = {"pid", Util.pid_text(pid)}
+
+        case names do
+          %{^pid => name} -> {pid, [pid_label, {"process", name}]}
+          _ -> {pid, [pid_label]}
+        end
+      end
+
+    encode_tree(
+      %{
+        comment: "flame_on_client trace #{profile.trace_id}: #{profile.name}",
+        duration_us: profile.duration_us,
+        started_at: profile.started_at,
+        value_type: if(alloc?, do: {"alloc_words", "words"}, else: {"wall", "microseconds"}),
+        sampled?: if(alloc?, do: :alloc, else: profile.samples != %{})
+      },
+      Tree.of(profile),
+      processes
+    )
+  end
+
+  @doc false
+  # A profile of the tree's nodes under each key of `processes`
+  # (`[{key, [{label, value}]}]`, the labels of that key's samples). `meta`:
+  # `:comment`, `:duration_us`, `:started_at` (monotonic µs or nil),
+  # `:value_type` (`{type, unit}` of the nodes' time) and `:sampled?` (also
+  # the samples and reductions of the nodes; `:alloc`: an allocation tree,
+  # its samples the collections). A diff writes its two
+  # profiles this way.
+  @spec encode_tree(map(), Tree.t(), [{term(), [{String.t(), String.t()}]}]) :: binary()
+  def encode_tree(meta, tree, processes) do
     # Strings: "" must be index 0.
     strings = {%{"" => 0}, 1}
-    {wall, strings} = Util.intern(if(alloc?, do: "alloc_words", else: "wall"), strings)
-    {microseconds, strings} = Util.intern(if(alloc?, do: "words", else: "microseconds"), strings)
-    {pid_key, strings} = Util.intern("pid", strings)
-
-    {sample_types, strings} =
-      if alloc?,
-        do: alloc_types({wall, microseconds}, strings),
-        else: sample_types(profile, {wall, microseconds}, strings)
-
-    {comment, strings} =
-      Util.intern("flame_on_client trace #{profile.trace_id}: #{profile.name}", strings)
+    {type, unit} = meta.value_type
+    {type, strings} = Util.intern(type, strings)
+    {unit, strings} = Util.intern(unit, strings)
+    {sample_types, strings} = sample_types(meta.sampled?, {type, unit}, strings)
+    {comment, strings} = Util.intern(meta.comment, strings)
 
     # Frame name => location id (== function id), assigned in order of appearance.
     acc = %{strings: strings, frames: %{}, next_frame: 1}
-    tree = Tree.of(profile)
-    sampled? = if alloc?, do: :alloc, else: profile.samples != %{}
-
-    names = Util.names(profile)
 
     {samples, acc} =
-      profile
-      |> pids()
-      |> Enum.flat_map_reduce(acc, fn pid, acc ->
-        {labels, strings} = labels(pid, names, pid_key, acc.strings)
-        rows(tree, pid, sampled?, labels, %{acc | strings: strings})
+      Enum.flat_map_reduce(processes, acc, fn {key, labels}, acc ->
+        {labels, strings} = labels(labels, acc.strings)
+        rows(tree, key, meta.sampled?, labels, %{acc | strings: strings})
       end)
 
     frames = Enum.sort_by(acc.frames, fn {_name, {id, _str}} -> id end)
@@ -73,7 +98,7 @@ defmodule FlameOn.Client.Export.Pprof do
       |> Enum.sort_by(fn {_text, i} -> i end)
       |> Enum.map(fn {text, _i} -> bytes(6, text) end)
 
-    value_type = message([int(1, wall), int(2, microseconds)])
+    value_type = message([int(1, type), int(2, unit)])
 
     :zlib.gzip([
       Enum.map(sample_types, &bytes(1, &1)),
@@ -81,60 +106,50 @@ defmodule FlameOn.Client.Export.Pprof do
       locations,
       functions,
       string_table,
-      time_nanos(profile),
-      int(10, profile.duration_us * 1000),
+      time_nanos(meta.started_at),
+      int(10, meta.duration_us * 1000),
       bytes(11, value_type),
       int(12, 1),
       int(13, comment),
-      int(14, wall)
+      int(14, type)
     ])
   end
 
-  # Wall time always; a sampled profile adds the sample count and the
+  # The nodes' time always; a sampled profile adds the sample count and the
   # reductions, so `-sample_index=samples` / `reductions` pick them.
-  defp sample_types(%Profile{samples: samples}, {wall, microseconds}, strings) do
-    wall_type = message([int(1, wall), int(2, microseconds)])
+  defp sample_types(:alloc, {type, unit}, strings) do
+    {count, strings} = Util.intern("count", strings)
+    {samples_str, strings} = Util.intern("alloc_samples", strings)
 
-    if samples == %{} do
-      {[wall_type], strings}
-    else
+    {[message([int(1, type), int(2, unit)]), message([int(1, samples_str), int(2, count)])],
+     strings}
+  end
+
+  defp sample_types(sampled?, {type, unit}, strings) do
+    value_type = message([int(1, type), int(2, unit)])
+
+    if sampled? do
       {count, strings} = Util.intern("count", strings)
       {samples_str, strings} = Util.intern("samples", strings)
       {reductions, strings} = Util.intern("reductions", strings)
 
       {[
-         wall_type,
+         value_type,
          message([int(1, samples_str), int(2, count)]),
          message([int(1, reductions), int(2, count)])
        ], strings}
+    else
+      {[value_type], strings}
     end
   end
 
-  defp alloc_types({words_type, words}, strings) do
-    {count, strings} = Util.intern("count", strings)
-    {samples_str, strings} = Util.intern("alloc_samples", strings)
-
-    {[
-       message([int(1, words_type), int(2, words)]),
-       message([int(1, samples_str), int(2, count)])
-     ], strings}
-  end
-
-  # A process's sample labels: "pid" ("<0.96.0>"), and "process" (its
-  # name, "MyApp.Inventory") when it has one.
-  defp labels(pid, names, pid_key, strings) do
-    {pid_str, strings} = Util.intern(Util.pid_text(pid), strings)
-    pid_label = bytes(3, message([int(1, pid_key), int(2, pid_str)]))
-
-    case names do
-      %{^pid => name} ->
-        {process_key, strings} = Util.intern("process", strings)
-        {name_str, strings} = Util.intern(name, strings)
-        {[pid_label, bytes(3, message([int(1, process_key), int(2, name_str)]))], strings}
-
-      _ ->
-        {pid_label, strings}
-    end
+  # Labels as encoded Label fields, their strings interned.
+  defp labels(labels, strings) do
+    Enum.map_reduce(labels, strings, fn {key, value}, strings ->
+      {key, strings} = Util.intern(key, strings)
+      {value, strings} = Util.intern(value, strings)
+      {bytes(3, message([int(1, key), int(2, value)])), strings}
+    end)
   end
 
   # The processes of the stacks, then those that only have samples.
@@ -142,14 +157,14 @@ defmodule FlameOn.Client.Export.Pprof do
     Util.order(Map.keys(profile.stacks) ++ Map.keys(profile.samples), profile.pid)
   end
 
-  # The samples of pid: one per node with time (or samples, when the profile
+  # The samples of key: one per node with time (or samples, when the profile
   # has them), values aligned with the sample types: `[us]`, or `[us,
   # samples, reductions]` (a stack with samples but under 0.5 µs has its own
   # row). The preorder walk keeps each node's location ids, leaf first and
   # already encoded, as one cons onto its parent's.
-  defp rows(tree, pid, sampled?, label, acc) do
+  defp rows(tree, key, sampled?, label, acc) do
     {rows, _path, acc} =
-      Tree.reduce(tree, pid, {[], [], acc}, fn {depth, name, us, _total, n, r},
+      Tree.reduce(tree, key, {[], [], acc}, fn {depth, name, us, _total, n, r},
                                                {rows, path, acc} ->
         path = Enum.drop_while(path, fn {d, _ids} -> d >= depth end)
         parent_ids = with [{_d, ids} | _] <- path, do: ids
@@ -183,11 +198,11 @@ defmodule FlameOn.Client.Export.Pprof do
   end
 
   # Wall-clock start: the monotonic start plus the node's current time offset.
-  defp time_nanos(%Profile{started_at: started}) when is_integer(started) do
+  defp time_nanos(started) when is_integer(started) do
     int(9, (started + System.time_offset(:microsecond)) * 1000)
   end
 
-  defp time_nanos(_profile), do: []
+  defp time_nanos(_started), do: []
 
   defp frame_id(name, %{frames: frames} = acc) do
     case frames do

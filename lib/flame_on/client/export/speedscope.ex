@@ -19,15 +19,31 @@ defmodule FlameOn.Client.Export.Speedscope do
   # profile's name says so.
   @spec encode(Profile.t(), keyword()) :: iodata()
   def encode(%Profile{} = profile, opts \\ []) do
-    unit = Keyword.get(opts, :unit, :time)
     names = Util.names(profile)
-    tree = Tree.of(profile)
+    alloc? = Keyword.get(opts, :unit, :time) == :alloc
+    note = if alloc?, do: " (words allocated)", else: ""
 
+    profiles =
+      for pid <- Util.pids(profile),
+          do: {pid, "#{profile.name} #{Util.process_label(pid, names)}#{note}"}
+
+    encode_tree(
+      profile.name,
+      Tree.of(profile),
+      profiles,
+      if(alloc?, do: "none", else: "microseconds")
+    )
+  end
+
+  @doc false
+  # One file of several profiles: `[{key, title}]`, each the tree's nodes
+  # under `key`, in `unit` (a speedscope unit: "microseconds", "none", ...).
+  # A diff writes its base and new profiles into one file this way.
+  @spec encode_tree(String.t(), Tree.t(), [{term(), String.t()}], String.t()) :: iodata()
+  def encode_tree(name, tree, profiles, unit) do
     {profiles, {index, _next}} =
-      profile
-      |> Util.pids()
-      |> Enum.map_reduce({%{}, 0}, fn pid, frames ->
-        evented(profile, tree, pid, names, frames, unit)
+      Enum.map_reduce(profiles, {%{}, 0}, fn {key, title}, frames ->
+        evented(tree, key, title, unit, frames)
       end)
 
     frames =
@@ -38,7 +54,7 @@ defmodule FlameOn.Client.Export.Speedscope do
     JSON.encode!(%{
       "$schema" => @schema,
       "exporter" => Util.exporter(),
-      "name" => profile.name,
+      "name" => name,
       "activeProfileIndex" => 0,
       "shared" => %{"frames" => frames},
       "profiles" => profiles
@@ -47,9 +63,9 @@ defmodule FlameOn.Client.Export.Speedscope do
 
   # Open frames are kept as a stack of {depth, frame, ends_at, cursor}:
   # cursor is where the next child opens.
-  defp evented(profile, tree, pid, names, frames, unit) do
+  defp evented(tree, key, title, unit, frames) do
     {events, open, frames, total} =
-      Tree.reduce(tree, pid, {[], [], frames, 0}, fn
+      Tree.reduce(tree, key, {[], [], frames, 0}, fn
         {0, _name, _self, total, _s, _w}, {events, _open, frames, _} ->
           {events, [{0, nil, total, 0}], frames, total}
 
@@ -67,8 +83,8 @@ defmodule FlameOn.Client.Export.Speedscope do
 
     json = %{
       "type" => "evented",
-      "name" => "#{profile.name} #{Util.process_label(pid, names)}#{unit_note(unit)}",
-      "unit" => if(unit == :alloc, do: "none", else: "microseconds"),
+      "name" => title,
+      "unit" => unit,
       "startValue" => 0,
       "endValue" => total,
       "events" => Enum.reverse(events)
@@ -76,9 +92,6 @@ defmodule FlameOn.Client.Export.Speedscope do
 
     {json, frames}
   end
-
-  defp unit_note(:alloc), do: " (words allocated)"
-  defp unit_note(_time), do: ""
 
   # Closes the open frames at depth >= depth (not the process root).
   defp close(events, [{d, frame, ends, _cursor} | open], depth) when d >= depth and d > 0,

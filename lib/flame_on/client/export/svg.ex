@@ -39,7 +39,8 @@ defmodule FlameOn.Client.Export.SVG do
         label = Util.process_label(pid, names)
         title = opts[:title] || "#{profile.name} #{label}"
         root = nested(tree, pid)
-        {pid, render(profile, {"#{profile.name} #{label}", :root, root}, title, 1, opts)}
+        page = page(profile, title, 1, root.us, opts[:unit])
+        {pid, render(page, {"#{profile.name} #{label}", :root, root}, opts)}
       end)
     else
       processes =
@@ -52,12 +53,53 @@ defmodule FlameOn.Client.Export.SVG do
         kids: processes
       }
 
-      title = opts[:title] || profile.name
-      render(profile, {profile.name, :root, root}, title, length(processes), opts)
+      page = page(profile, opts[:title] || profile.name, length(processes), root.us, opts[:unit])
+      render(page, {profile.name, :root, root}, opts)
     end
   end
 
-  defp validate!(opts) do
+  # A profile's texts, legend and colours (a diff has its own: Export.DiffSVG).
+  # `unit`: what the widths count (`"µs"`; `"words"` for an allocation view).
+  defp page(profile, title, processes, total, unit) do
+    %{
+      title: title,
+      subtitle:
+        "#{thousands(total)} #{unit} in #{processes} process#{if processes == 1, do: "", else: "es"}" <>
+          " · trace #{profile.trace_id || "-"} · aggregated stacks, not a timeline",
+      legend: [
+        {"CPU", color(:frame, "CPU")},
+        {"WAITING (unexplained wait)", color(:frame, "WAITING")},
+        {"SLEEP (scheduled out)", color(:frame, "SLEEP")},
+        {"GC", color(:frame, "GC_MINOR")},
+        {"RUNNABLE (preempted)", color(:frame, "RUNNABLE")}
+      ],
+      paint: &paint(&1, &2, total, unit)
+    }
+  end
+
+  defp paint({name, kind, _node}, {w_us, self_us}, total, unit) do
+    info = [
+      escape(name),
+      " (",
+      thousands(w_us),
+      " ",
+      unit,
+      ", ",
+      percent(w_us, total),
+      "%; self ",
+      thousands(self_us),
+      " ",
+      unit,
+      ")"
+    ]
+
+    {color(kind, name), info}
+  end
+
+  @doc false
+  # The options, checked (`ArgumentError` on a bad one).
+  @spec validate!(keyword()) :: keyword()
+  def validate!(opts) do
     opts = Keyword.validate!(opts, @defaults)
 
     for {key, value} <- opts do
@@ -113,7 +155,7 @@ defmodule FlameOn.Client.Export.SVG do
 
   defp children(%{kids: kids}), do: kids
 
-  ## Layout: frames as {name, kind, x_us, w_us, depth, self_us}
+  ## Layout: frames as {name, kind, x_us, w_us, depth, self_us, node}
 
   defp layout({name, kind, node}, x, depth, min_us, acc) do
     if node.us == 0 or node.us < min_us do
@@ -121,7 +163,7 @@ defmodule FlameOn.Client.Export.SVG do
     else
       kids = children(node)
       self_us = node.us - Enum.reduce(kids, 0, fn {_, _, n}, sum -> sum + n.us end)
-      acc = [{name, kind, x, node.us, depth, self_us} | acc]
+      acc = [{name, kind, x, node.us, depth, self_us, node} | acc]
 
       {_x, acc} =
         Enum.reduce(kids, {x, acc}, fn {_, _, child} = kid, {cx, acc} ->
@@ -134,7 +176,16 @@ defmodule FlameOn.Client.Export.SVG do
 
   ## Rendering
 
-  defp render(profile, {_name, _kind, root} = tree, title, processes, opts) do
+  @doc false
+  # Lays out and draws `tree`, `{name, kind, %{us: total, kids: [tree]}}`
+  # (a node may carry more fields, for `page.paint`), frames as wide as
+  # their `us`. `page` gives the texts and colours: `:title`, `:subtitle`,
+  # `:legend` (`[{label, fill}]`) and `:paint`, called per frame with
+  # `{name, kind, node}` and `{us, self_us}`, giving `{fill, info}`: the
+  # info is the frame's `<title>`, escaped, and must read `name (...)`
+  # (the script takes the name back from it). `opts` are `validate!/1`'s.
+  @spec render(map(), {String.t(), atom(), map()}, keyword()) :: iodata()
+  def render(page, {_name, _kind, root} = tree, opts) do
     width = opts[:width]
     fh = opts[:frame_height]
     total = root.us
@@ -146,37 +197,29 @@ defmodule FlameOn.Client.Export.SVG do
     base = @header + (levels - 1) * fh
     scale = if total > 0, do: inner / total, else: 0.0
 
-    unit = opts[:unit]
-
     ctx = %{
-      unit: unit,
-      total: total,
       scale: scale,
       fh: fh,
       base: base,
-      font_size: opts[:font_size],
+      paint: page.paint,
       char_width: opts[:font_size] * 0.59
     }
-
-    subtitle =
-      "#{thousands(total)} #{unit} in #{processes} process#{if processes == 1, do: "", else: "es"}" <>
-        " · trace #{profile.trace_id || "-"} · aggregated stacks, not a timeline"
 
     [
       ~s(<?xml version="1.0" encoding="UTF-8" standalone="no"?>\n),
       ~s(<svg version="1.1" xmlns="http://www.w3.org/2000/svg" width="#{width}" height="#{height}" ),
       ~s|viewBox="0 0 #{width} #{height}" onload="init(evt)">\n|,
-      ["<title>", escape(title), "</title>\n"],
+      ["<title>", escape(page.title), "</title>\n"],
       Template.style(opts[:font_size]),
       Template.script(width, @pad, opts[:font_size], total),
       ~s(<rect class="bg" x="0" y="0" width="#{width}" height="#{height}"/>\n),
       ~s(<text id="title" x="#{div(width, 2)}" y="24" text-anchor="middle">),
-      escape(title),
+      escape(page.title),
       "</text>\n",
       ~s(<text class="sub" x="#{@pad}" y="46">),
-      escape(subtitle),
+      escape(page.subtitle),
       "</text>\n",
-      legend(width),
+      legend(page.legend, width),
       ~s(<text id="unzoom" class="h" x="#{@pad}" y="24">Reset Zoom</text>\n),
       ~s(<text id="search" x="#{width - @pad}" y="24" text-anchor="end">Search</text>\n),
       ~s(<text id="details" x="#{@pad}" y="#{height - 10}">),
@@ -194,31 +237,17 @@ defmodule FlameOn.Client.Export.SVG do
     ]
   end
 
-  defp frame({name, kind, x_us, w_us, depth, self_us}, ctx) do
+  defp frame({name, kind, x_us, w_us, depth, self_us, node}, ctx) do
     x = @pad + x_us * ctx.scale
     w = w_us * ctx.scale
     y = ctx.base - depth * ctx.fh
-
-    info = [
-      escape(name),
-      " (",
-      thousands(w_us),
-      " ",
-      ctx.unit,
-      ", ",
-      percent(w_us, ctx.total),
-      "%; self ",
-      thousands(self_us),
-      " ",
-      ctx.unit,
-      ")"
-    ]
+    {fill, info} = ctx.paint.({name, kind, node}, {w_us, self_us})
 
     [
       ~s(<g data-x="#{x_us}" data-w="#{w_us}" data-d="#{depth}"><title>),
       info,
       ~s(</title><rect x="#{num(x)}" y="#{y}" width="#{num(w)}" height="#{ctx.fh - 1}" rx="2" ),
-      ~s(fill="#{color(kind, name)}"/><text x="#{num(x + 3)}" y="#{y + ctx.fh - 4}">),
+      ~s(fill="#{fill}"/><text x="#{num(x + 3)}" y="#{y + ctx.fh - 4}">),
       escape(fit(name, w, ctx.char_width)),
       "</text></g>\n"
     ]
@@ -252,22 +281,16 @@ defmodule FlameOn.Client.Export.SVG do
     "rgb(#{205 + div(a * 50, 255)},#{div(b * 230, 255)},#{div(c * 55, 255)})"
   end
 
-  defp legend(width) do
-    items = [
-      {"CPU", color(:frame, "CPU")},
-      {"WAITING (unexplained wait)", color(:frame, "WAITING")},
-      {"SLEEP (scheduled out)", color(:frame, "SLEEP")},
-      {"GC", color(:frame, "GC_MINOR")},
-      {"RUNNABLE (preempted)", color(:frame, "RUNNABLE")}
-    ]
-
+  defp legend(items, width) do
     {parts, _x} =
       Enum.map_reduce(Enum.reverse(items), width - @pad, fn {label, fill}, right ->
         x = right - 12 - String.length(label) * 7
 
         part = [
           ~s(<rect class="legend" x="#{x}" y="37" width="10" height="10" fill="#{fill}"/>),
-          ~s(<text class="sub" x="#{x + 14}" y="46">#{label}</text>\n)
+          ~s(<text class="sub" x="#{x + 14}" y="46">),
+          escape(label),
+          "</text>\n"
         ]
 
         {part, x - 14}
@@ -278,7 +301,12 @@ defmodule FlameOn.Client.Export.SVG do
 
   ## Text
 
-  defp thousands(n) do
+  @doc false
+  # `1234567` as `"1,234,567"`.
+  @spec thousands(integer()) :: String.t()
+  def thousands(n) when n < 0, do: "-" <> thousands(-n)
+
+  def thousands(n) do
     n
     |> Integer.to_string()
     |> String.reverse()

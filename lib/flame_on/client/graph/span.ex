@@ -17,10 +17,25 @@ defmodule FlameOn.Client.Graph.Span do
       (a server that went on working for the trace after its reply, on a
       port or timer message, and sent the trace a message later).
     * `started_at`, `ended_at` – `System.monotonic_time(:microsecond)`.
-    * `self_us` – time on a CPU inside the span.
-    * `wait_us` – time off a CPU inside the span (waiting in a receive, or
-      runnable but not running): `self_us + wait_us` is the span's duration.
-      It splits into `attributed_wait_us`, the part a span of the trace
+    * `self_us`, `gc_us`, `runnable_us`, `wait_us` – the span's time in four
+      classes, in whole microseconds that add up exactly:
+      `self_us + gc_us + runnable_us + wait_us == ended_at - started_at`.
+      Each is what the process's stacks show for the same time (the
+      `GC_MINOR`/`GC_MAJOR`, `RUNNABLE` and `WAITING` leaves, the last for
+      the unattributed wait; `FlameOn.Client.Profile` `time_classes`): the
+      sum over a process's spans matches its leaves of that class, rounding
+      aside, when its spans do not nest.
+    * `self_us` – running its code on a CPU.
+    * `gc_us` – collecting its garbage (minor and major collections, from
+      the VM's `garbage_collection` trace events; on a dirty scheduler
+      too).
+    * `runnable_us` – off a CPU with nothing to wait for: it was scheduled
+      out and back in with no message taken between (preempted by another
+      process, a BIF that yields, a move to a dirty scheduler). Told only
+      where receive events come (`follow: :messages`, the default); with
+      `follow: :calls` that time is wait of cause `:other`.
+    * `wait_us` – off a CPU waiting for a message (in a receive). It splits
+      into `attributed_wait_us`, the part a span of the trace
       explains (the process that ended the wait was working for the trace,
       in that span, meanwhile; `FlameOn.Client.Graph` has an edge for it),
       and `unattributed_wait_us`, what nothing of the trace explains.
@@ -28,7 +43,7 @@ defmodule FlameOn.Client.Graph.Span do
       (a message from a process outside the trace, or from one of the
       trace's outside its spans), `:port` (socket data, a port's reply),
       `:timer` (`receive ... after`, `Process.sleep/1`, `send_after`) and
-      `:other` (no message: runnable, or woken by a signal).
+      `:other` (no message, or not known which: `follow: :calls`).
     * `waiting_on_pid` – the process whose message ended the longest wait
       (traced or not), or `nil`.
     * `opener_pid` – the process that brought it in (the caller, the sender
@@ -58,6 +73,8 @@ defmodule FlameOn.Client.Graph.Span do
     kind: :root,
     opener_pid: nil,
     self_us: 0,
+    gc_us: 0,
+    runnable_us: 0,
     wait_us: 0,
     attributed_wait_us: 0,
     unattributed_wait_us: 0,
@@ -82,6 +99,8 @@ defmodule FlameOn.Client.Graph.Span do
           kind: kind(),
           opener_pid: pid() | nil,
           self_us: non_neg_integer(),
+          gc_us: non_neg_integer(),
+          runnable_us: non_neg_integer(),
           wait_us: non_neg_integer(),
           attributed_wait_us: non_neg_integer(),
           unattributed_wait_us: non_neg_integer(),

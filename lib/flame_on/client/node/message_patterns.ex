@@ -15,8 +15,9 @@ defmodule FlameOn.Client.Node.MessagePatterns do
   # (the send pattern turns them on before the message is delivered, in the
   # cross-process handle's session). `:send` makes its own messages do the
   # same (A -> B -> C); only processes with the :send flag run the send
-  # pattern, so untraced senders pay nothing.
-  @follower_flags_calls [:call, :arity, :return_to, :running, :send, :procs]
+  # pattern, so untraced senders pay nothing. `:garbage_collection`: its
+  # collections are a class of time of their own, in its stacks and spans.
+  @follower_flags_calls [:call, :arity, :return_to, :running, :garbage_collection, :send, :procs]
   # Following every message: receive events (with the receive pattern,
   # carrying the sender) say who woke a waiting follower, and processes a
   # follower spawns start with its flags.

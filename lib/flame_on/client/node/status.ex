@@ -14,6 +14,7 @@ defmodule FlameOn.Client.Node.Status do
     # Live traces only: a finished trace's session resource lives on until
     # the process holding its handle collects garbage (awaiting_gc).
     open = Native.open_sessions()
+    continuous = FlameOn.Client.Continuous.status()
 
     %{
       breaker: if(reason = Breaker.state(), do: {:open, reason}, else: :closed),
@@ -23,15 +24,20 @@ defmodule FlameOn.Client.Node.Status do
       node_memory_bytes: :erlang.memory(:total),
       pattern_users: Patterns.users(),
       trace_sessions: length(TraceBackend.our_sessions()),
-      sample_traces: BacktraceDepth.users(),
+      # continuous profiling holds it too, and is shown apart
+      sample_traces: max(BacktraceDepth.users() - continuous_depth(continuous), 0),
       active_samplers: Budget.active(),
       sample_budget: Budget.budget(),
       owners: DynamicSupervisor.count_children(FlameOn.Client.OwnerSupervisor).active,
       captures_waiting: Gates.waiting(),
       trace_store: FlameOn.Client.TraceStore.stats(),
-      native: native()
+      native: native(),
+      continuous: continuous
     }
   end
+
+  defp continuous_depth(%{depth: depth}) when depth > 7, do: 1
+  defp continuous_depth(_not_running_or_default_depth), do: 0
 
   # Whether mode :native can run here (checked now, not cached: a sysctl
   # may have changed), and its sampler's counters while it runs.

@@ -117,6 +117,8 @@ defmodule FlameOn.Client.Options.Check do
   defp check(:frequency, _, _modes), do: {:error, "an integer from 1 to 10000 (Hz)"}
   defp check(:alloc, flag, _modes) when is_boolean(flag), do: :ok
   defp check(:alloc, _, _modes), do: {:error, "a boolean"}
+  defp check(:collapse_recursion, flag, _modes) when is_boolean(flag), do: :ok
+  defp check(:collapse_recursion, _, _modes), do: {:error, "a boolean"}
   defp check(:split_status, flag, _modes) when is_boolean(flag), do: :ok
   defp check(:split_status, _, _modes), do: {:error, "a boolean"}
   defp check(:sample_rate, nil, _modes), do: :ok
@@ -138,6 +140,9 @@ defmodule FlameOn.Client.Options.Check do
   defp check(:formats, formats, _modes), do: formats(formats)
   defp check(:summary, n, _modes) when n == :all or (is_integer(n) and n > 0), do: :ok
   defp check(:summary, _, _modes), do: {:error, "a positive integer or :all"}
+  defp check(:regression, flag, _modes) when is_boolean(flag), do: :ok
+  defp check(:regression, opts, _modes) when is_list(opts), do: regression(opts)
+  defp check(:regression, _, _modes), do: {:error, "false, true or [ratio: 1.2, min_ms: 5]"}
   defp check(:port, port, _modes) when is_integer(port) and port in 0..65_535, do: :ok
   defp check(:port, _, _modes), do: {:error, "an integer from 0 to 65535"}
   defp check(:ip, ip, _modes), do: ip(ip)
@@ -168,6 +173,20 @@ defmodule FlameOn.Client.Options.Check do
   end
 
   defp formats(_), do: {:error, "a non-empty list of export formats"}
+
+  defp regression(opts) do
+    valid? =
+      Keyword.keyword?(opts) and
+        Enum.all?(opts, fn
+          {:ratio, r} -> is_number(r) and r >= 1
+          {:min_ms, ms} -> is_number(ms) and ms >= 0
+          _ -> false
+        end)
+
+    if valid?,
+      do: :ok,
+      else: {:error, "false, true or a keyword list of :ratio (>= 1) and :min_ms (>= 0)"}
+  end
 
   defp ip(ip) when is_tuple(ip) do
     case :inet.ntoa(ip) do

@@ -51,7 +51,17 @@ defmodule FlameOn.Client.Owners.Tracer do
   alias FlameOn.Client.Profile
   alias FlameOn.Client.Node.TraceBackend
 
-  @flags [:call, :return_to, :running, :arity, :garbage_collection, :monotonic_timestamp]
+  # :receive: a wait no message ended was runnable (the core session
+  # tracks receives, FlameOn.Client.Core.Native.new/1's :receives)
+  @flags [
+    :call,
+    :return_to,
+    :running,
+    :arity,
+    :garbage_collection,
+    :receive,
+    :monotonic_timestamp
+  ]
   @batch_size 2000
   @default_timeout 30_000
   # Extra time the caller of finish/2 waits beyond the drain budget, for
@@ -76,7 +86,7 @@ defmodule FlameOn.Client.Owners.Tracer do
   The trace flags a session uses (without the `{:tracer, pid}` entry).
 
       iex> FlameOn.Client.Owners.Tracer.trace_flags()
-      [:call, :return_to, :running, :arity, :garbage_collection, :monotonic_timestamp]
+      [:call, :return_to, :running, :arity, :garbage_collection, :receive, :monotonic_timestamp]
   """
   @spec trace_flags() :: [atom()]
   def trace_flags, do: @flags
@@ -260,7 +270,7 @@ defmodule FlameOn.Client.Owners.Tracer do
   # --- internals --------------------------------------------------------------
 
   defp new_native(limits) do
-    {:ok, Native.new(limits)}
+    {:ok, Native.new(Map.put(limits, :receives, true))}
   rescue
     ArgumentError -> {:error, {:invalid_limits, Map.delete(limits, :native_per_second)}}
   end

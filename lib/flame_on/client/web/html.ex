@@ -66,6 +66,32 @@ defmodule FlameOn.Client.Web.HTML do
     ]
   end
 
+  @doc """
+  An SVG flame graph of `FlameOn.Client.Export` (a profile's or a diff's),
+  in the page: the same document, so its script (hover, zoom, search) runs
+  here, under the page's Content-Security-Policy: its `<style>` and
+  `<script>` get the nonce, and its `onload=` attribute (which the policy
+  would not run) is replaced by a script after it that calls `init`. Every
+  name in it is escaped, so a `"<script"` or `"<style"` in it is the SVG's own.
+  """
+  @spec inline_svg(iodata(), String.t()) :: iodata()
+  def inline_svg(svg, nonce) do
+    svg = IO.iodata_to_binary(svg)
+
+    svg =
+      case svg do
+        "<?xml" <> _ -> svg |> String.split("\n", parts: 2) |> List.last()
+        _ -> svg
+      end
+
+    [
+      svg
+      |> String.replace(~s[ onload="init(evt)"], "", global: false)
+      |> String.replace(~r/<(script|style)\b/, ~s(<\\1 nonce="#{h(nonce)}")),
+      ~s[<script nonce="#{h(nonce)}">init(null);</script>]
+    ]
+  end
+
   @doc "`text` escaped for HTML text and attribute values."
   @spec h(String.t()) :: iodata()
   def h(text) when is_binary(text), do: Export.SVG.escape(text)

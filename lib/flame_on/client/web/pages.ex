@@ -83,10 +83,20 @@ defmodule FlameOn.Client.Web.Pages do
       "#{TraceStore.max_traces()}).</p>"
   end
 
+  # With two traces or more, each row has a radio button for the base and
+  # one for the new side of a diff, and the table is a GET form to /diff:
+  # the newest trace is the new one, the newest other of its name (else the
+  # next) the base.
   defp traces_table(traces) do
+    compare? = length(traces) >= 2
+    {base_id, new_id} = if compare?, do: preselected(traces), else: {nil, nil}
+
     [
+      if(compare?, do: ~s(<form method="get" action="/diff" id="compare-form">), else: []),
       ~s{<table id="traces"><tr><th>Name</th><th>When (UTC)</th><th class="n">Duration</th>},
-      ~s(<th class="n">Processes</th><th class="n">Spans</th><th>Mode</th></tr>),
+      ~s(<th class="n">Processes</th><th class="n">Spans</th><th>Mode</th>),
+      if(compare?, do: "<th>Base</th><th>New</th>", else: []),
+      "</tr>",
       for t <- traces do
         [
           ~s(<tr><td><a href="/traces/#{t.trace_id}">),
@@ -101,10 +111,41 @@ defmodule FlameOn.Client.Web.Pages do
           Integer.to_string(t.spans),
           "</td><td>",
           h(to_string(t.mode)),
-          "</td></tr>"
+          "</td>",
+          if(compare?,
+            do: [radio("base", t.trace_id, base_id), radio("new", t.trace_id, new_id)],
+            else: []
+          ),
+          "</tr>"
         ]
       end,
-      "</table>"
+      "</table>",
+      if(compare?, do: compare_controls(), else: [])
+    ]
+  end
+
+  defp preselected([newest | rest]) do
+    base = Enum.find(rest, hd(rest), &(&1.name == newest.name))
+    {base.trace_id, newest.trace_id}
+  end
+
+  defp radio(name, id, checked) do
+    checked = if id == checked, do: " checked", else: ""
+
+    ~s(<td><input type="radio" name="#{name}" value="#{id}" ) <>
+      ~s(aria-label="#{name} #{id}"#{checked}></td>)
+  end
+
+  defp compare_controls do
+    [
+      ~s(<p class="compare">Normalise <select name="normalize">),
+      for name <- FlameOn.Client.Web.Compare.normalizations() do
+        ~s(<option value="#{name}">#{name}</option>)
+      end,
+      ~s(</select> <button type="submit" id="compare-submit">Compare base and new</button></p>),
+      "</form>",
+      ~s(<p class="hint">A differential flame graph of the two traces: red where the new one ),
+      "grew, blue where it shrank.</p>"
     ]
   end
 
@@ -197,9 +238,18 @@ defmodule FlameOn.Client.Web.Pages do
     )
   end
 
-  @doc "One trace: facts, process selector, flame graph, spans, stats, downloads."
-  @spec trace(Profile.t(), pid() | nil, String.t()) :: iodata()
-  defdelegate trace(profile, pid, nonce), to: TracePage
+  @doc """
+  One trace: facts, links to compare it with `others` (`[{summary, :older
+  | :newer}]`, traces of the same name), process selector, flame graph,
+  spans, stats, downloads.
+  """
+  @spec trace(Profile.t(), pid() | nil, String.t(), [{TraceStore.summary(), :older | :newer}]) ::
+          iodata()
+  defdelegate trace(profile, pid, nonce, others \\ []), to: TracePage
+
+  @doc "Two traces compared: see `FlameOn.Client.Web.Compare`."
+  @spec diff(FlameOn.Client.Web.Compare.t(), String.t()) :: iodata()
+  defdelegate diff(compare, nonce), to: FlameOn.Client.Web.DiffPage, as: :render
 
   @doc "A pid as the UI writes it in links: `0.123.0`."
   @spec pid_text(pid()) :: String.t()

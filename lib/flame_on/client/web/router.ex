@@ -25,6 +25,7 @@ defmodule FlameOn.Client.Web.Router do
   alias FlameOn.Client.Web.HTTP
   alias FlameOn.Client.Web.Pages
   alias FlameOn.Client.Web.Captures
+  alias FlameOn.Client.Web.Compare
 
   @doc "The response to `request` on the server with `config`."
   @spec handle(HTTP.request(), map()) :: HTTP.response()
@@ -225,6 +226,19 @@ defmodule FlameOn.Client.Web.Router do
           download(profile, format)
         end
 
+      {"GET", ["diff"]} ->
+        with {:ok, compare} <- compare(request) do
+          html(200, &Pages.diff(compare, &1))
+        end
+
+      {"GET", ["diff", "download", name]} ->
+        with {:ok, compare} <- compare(request) do
+          case Compare.download(compare, name) do
+            {:ok, file, type, body} -> attachment(file, type, body)
+            :error -> error(404, "no download #{name}: #{Enum.join(Compare.downloads(), ", ")}")
+          end
+        end
+
       {method, _} when method in ["GET", "POST"] ->
         error(404, "no page at #{path}")
 
@@ -358,12 +372,35 @@ defmodule FlameOn.Client.Web.Router do
     end
   end
 
-  defp trace_page(profile, nil, _config), do: html(200, &Pages.trace(profile, nil, &1))
+  defp trace_page(profile, nil, _config),
+    do: html(200, &Pages.trace(profile, nil, &1, same_name(profile)))
 
   defp trace_page(profile, text, _config) do
     case Enum.find(Map.keys(profile.stacks), &(pid_text(&1) == text)) do
       nil -> error(404, "no process #{text} in trace #{profile.trace_id}")
-      pid -> html(200, &Pages.trace(profile, pid, &1))
+      pid -> html(200, &Pages.trace(profile, pid, &1, same_name(profile)))
+    end
+  end
+
+  # The other stored traces of the profile's name, newest first, each
+  # :newer or :older than it (by the store's order).
+  defp same_name(profile) do
+    {newer, older} =
+      TraceStore.list()
+      |> Enum.split_while(&(&1.trace_id != profile.trace_id))
+
+    for(
+      {t, age} <- Enum.map(newer, &{&1, :newer}) ++ Enum.map(older, &{&1, :older}),
+      t.trace_id != profile.trace_id,
+      t.name == profile.name,
+      do: {t, age}
+    )
+  end
+
+  defp compare(request) do
+    case Compare.resolve(request.query) do
+      {:ok, compare} -> {:ok, compare}
+      {:error, status, message} -> error(status, message)
     end
   end
 
@@ -396,17 +433,21 @@ defmodule FlameOn.Client.Web.Router do
           end
 
         file = String.replace(profile.name, ~r/[^A-Za-z0-9._-]+/, "_") <> extension
-
-        {200,
-         [
-           {"content-type", type},
-           {"content-disposition", ~s(attachment; filename="#{file}")}
-           | security_headers()
-         ], body}
+        attachment(file, type, body)
 
       :error ->
         error(404, "no format #{format}: #{Enum.join(downloads(), ", ")}")
     end
+  end
+
+  # `file` is made of letters, digits, `.`, `-` and `_` only.
+  defp attachment(file, type, body) do
+    {200,
+     [
+       {"content-type", type},
+       {"content-disposition", ~s(attachment; filename="#{file}")}
+       | security_headers()
+     ], body}
   end
 
   defp redirect(location), do: {303, [{"location", location} | security_headers()], ""}

@@ -4,7 +4,8 @@ defmodule FlameOn.Client.Web.TracePage do
   # selector, the flame graph inline, the spans, the stats and the
   # downloads.
 
-  import FlameOn.Client.Web.HTML, only: [layout: 3, h: 1, time: 1, duration: 1, pid_text: 1]
+  import FlameOn.Client.Web.HTML,
+    only: [layout: 3, h: 1, time: 1, duration: 1, pid_text: 1, inline_svg: 2]
 
   alias FlameOn.Client.Export
   alias FlameOn.Client.Graph
@@ -13,9 +14,12 @@ defmodule FlameOn.Client.Web.TracePage do
   defp only(nil, _pid), do: nil
   defp only(tree, pid), do: %{tree | nodes: Map.take(tree.nodes, [pid])}
 
-  @doc "One trace: facts, process selector, flame graph, spans, stats, downloads."
-  @spec trace(Profile.t(), pid() | nil, String.t()) :: iodata()
-  def trace(%Profile{} = profile, pid, nonce) do
+  @doc """
+  One trace: facts, links to compare it with `others` (`[{summary, :older
+  | :newer}]`), process selector, flame graph, spans, stats, downloads.
+  """
+  @spec trace(Profile.t(), pid() | nil, String.t(), [{map(), :older | :newer}]) :: iodata()
+  def trace(%Profile{} = profile, pid, nonce, others \\ []) do
     id = profile.trace_id
     names = process_names(profile)
 
@@ -33,11 +37,13 @@ defmodule FlameOn.Client.Web.TracePage do
         h(profile.name),
         "</h1>",
         facts(profile, names),
+        compare_links(profile, others),
         undersampled(profile),
+        truncated(profile),
         "<h2>Flame graph</h2>",
         processes(profile, pid, names),
         ~s(<div class="flame" id="flame">),
-        inline_svg(shown, title, nonce),
+        inline_svg(Export.svg(shown, title: title), nonce),
         "</div>",
         ~s(<p class="hint">Hover a frame for its time; click to zoom in, the root to zoom out; ),
         "Ctrl-F or / to search. Time off CPU is <b>SLEEP</b> (grey), <b>RUNNABLE</b> ",
@@ -77,6 +83,34 @@ defmodule FlameOn.Client.Web.TracePage do
     ]
   end
 
+  # Other traces of the same name, each a link to its diff with this one:
+  # the older of the two is the base.
+  defp compare_links(_profile, []), do: []
+
+  defp compare_links(profile, others) do
+    [
+      ~s(<p class="procs" id="compare">Compare with another run of this name: ),
+      for {other, age} <- others do
+        {base, new} =
+          if age == :older,
+            do: {other.trace_id, profile.trace_id},
+            else: {profile.trace_id, other.trace_id}
+
+        [
+          ~s(<a href="/diff?base=#{base}&amp;new=#{new}">),
+          if(age == :older, do: "older ", else: "newer "),
+          Integer.to_string(other.trace_id),
+          " · ",
+          time(other.started_at_system_us),
+          " · ",
+          duration(other.duration_us),
+          "</a>"
+        ]
+      end,
+      "</p>"
+    ]
+  end
+
   defp processes(profile, current, names) do
     pids = profile.stacks |> Map.keys() |> Enum.sort_by(&{&1 != profile.pid, &1})
 
@@ -104,29 +138,6 @@ defmodule FlameOn.Client.Web.TracePage do
   defp link_class(href, true), do: ~s(<a class="current" href="#{h(href)}">)
   defp link_class(href, false), do: ~s(<a href="#{h(href)}">)
 
-  # The SVG of FlameOn.Client.Export, in the page: the same document, so
-  # its script (hover, zoom, search) runs here, under the page's
-  # Content-Security-Policy: its <style> and <script> get the nonce, and
-  # its onload= attribute (which the policy would not run) is replaced by
-  # a script after it that calls init. Every name in it is escaped, so a
-  # "<script" or "<style" in it is the SVG's own.
-  defp inline_svg(profile, title, nonce) do
-    svg = profile |> Export.svg(title: title) |> IO.iodata_to_binary()
-
-    svg =
-      case svg do
-        "<?xml" <> _ -> svg |> String.split("\n", parts: 2) |> List.last()
-        _ -> svg
-      end
-
-    [
-      svg
-      |> String.replace(~s[ onload="init(evt)"], "", global: false)
-      |> String.replace(~r/<(script|style)\b/, ~s(<\\1 nonce="#{h(nonce)}")),
-      ~s[<script nonce="#{h(nonce)}">init(null);</script>]
-    ]
-  end
-
   defp spans(%Profile{graph: nil}, _names), do: []
 
   defp spans(%Profile{graph: %Graph{spans: spans} = graph} = profile, names) do
@@ -137,7 +148,8 @@ defmodule FlameOn.Client.Web.TracePage do
       ~s(<p class="hint">One span per process part: the root, and each request a traced callee handled. ),
       "A caller's wait on its callee is <i>attributed</i> when the callee's span explains it.</p>",
       ~s(<table id="spans"><tr><th>Span</th><th>Parent</th><th>Process</th><th class="n">Start</th>),
-      ~s(<th class="n">Duration</th><th class="n">Self</th><th class="n">Wait</th>),
+      ~s(<th class="n">Duration</th><th class="n">Self</th><th class="n">GC</th>),
+      ~s(<th class="n">Runnable</th><th class="n">Wait</th>),
       ~s(<th class="n">Attributed</th><th class="n">Unattributed</th><th>Waiting on</th><th>Status</th></tr>),
       for s <- spans do
         [
@@ -161,6 +173,10 @@ defmodule FlameOn.Client.Web.TracePage do
           duration(s.ended_at - s.started_at),
           ~s(</td><td class="n">),
           duration(s.self_us),
+          ~s(</td><td class="n">),
+          duration(s.gc_us),
+          ~s(</td><td class="n">),
+          duration(s.runnable_us),
           ~s(</td><td class="n">),
           duration(s.wait_us),
           ~s(</td><td class="n">),
@@ -206,6 +222,14 @@ defmodule FlameOn.Client.Web.TracePage do
   end
 
   defp undersampled(_profile), do: []
+
+  # Stacks cut by a limit: which one, and the option that raises it.
+  defp truncated(profile) do
+    case Profile.truncation_hint(profile.stats) do
+      text when text in [nil, ""] -> []
+      text -> [~s(<p class="hint" id="truncated"><b>Truncated:</b> ), h(text), ".</p>"]
+    end
+  end
 
   defp counters(_title, stats) when map_size(stats) == 0, do: []
 

@@ -220,6 +220,8 @@ defmodule FlameOn.Client.Export.Perfetto.SpanGraph do
       span_id: span.span_id,
       parent_span_id: span.parent_span_id,
       self_us: span.self_us,
+      gc_us: span.gc_us,
+      runnable_us: span.runnable_us,
       wait_us: span.wait_us,
       attributed_wait_us: span.attributed_wait_us,
       unattributed_wait_us: span.unattributed_wait_us,
