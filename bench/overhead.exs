@@ -11,6 +11,8 @@
 #
 #   FO_BENCH_REPS=N     repetitions of each timing (default 7; the best is kept)
 #   FO_BENCH_QUICK=1    small workloads, for a smoke test of the script itself
+#   FO_BENCH_ALLOC=1    profile with alloc: true (allocation profiles: every
+#                       garbage collection's heap sizes decoded and charged)
 #
 # The floor of everything below is a tracer-module NIF whose trace/5 only
 # counts (bench/floor_tracer.c): what any call tracer pays the VM.
@@ -190,6 +192,9 @@ defmodule FlameOn.Bench do
   end
 
   def run({:profile, opts}, work) do
+    opts =
+      if System.get_env("FO_BENCH_ALLOC") in ["1", "true"], do: [alloc: true] ++ opts, else: opts
+
     t0 = now()
     {_, profile} = FlameOn.Client.profile(work, opts)
     %{ns: now() - t0, events: profile.stats.events, stats: profile.stats}

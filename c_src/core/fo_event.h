@@ -37,6 +37,7 @@ static inline int fo_mfa_equal(const fo_mfa *a, const fo_mfa *b)
 #define FO_EVF_HAS_THREAD 0x8u /* in/out/exit: thread is the OS thread it ran on
                                   (CPU-sampled sessions) */
 #define FO_EVF_MAJOR_GC 0x10u  /* gc start/end: a major (fullsweep) collection */
+#define FO_EVF_HAS_HEAP 0x20u  /* gc start/end: heap_words is set (allocation profiles) */
 
 typedef struct {
     fo_event_kind kind;
@@ -46,6 +47,12 @@ typedef struct {
     fo_mfa mfa;       /* call target / return_to target */
     fo_mfa caller;    /* call only */
     uint64_t thread;  /* FO_EVF_HAS_THREAD only */
+    /* FO_EVF_HAS_HEAP only: the process's young heap in use, in words,
+     * heap fragments included (the info list's heap_size + mbuf_size): at
+     * a gc start, before the collection; at a gc end, what survived it in
+     * the young heap. The words allocated between two collections are the
+     * start's level less the previous end's (fo_session_gc.c). */
+    uint64_t heap_words;
 } fo_event;
 
 #endif

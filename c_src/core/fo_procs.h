@@ -39,6 +39,9 @@ typedef struct {
     uint64_t gcs[2];         /* collections started: minor, major (fo_session_process_gcs) */
     uint64_t undecided_ns;   /* tracking receives: off-CPU since its wait began, no message seen yet */
     uint8_t got_message;     /* tracking receives: a message came while it was scheduled out */
+    uint64_t heap_after;     /* its heap level after its last collection (heap_known) */
+    uint64_t alloc_events;   /* call and return_to events since then */
+    uint8_t heap_known;
     int64_t last_ts;
     uint8_t state;       /* fo_proc_state */
     uint8_t has_ts;

@@ -322,6 +322,8 @@ static int merge(fo_render *r, const fo_node_info *in, uint32_t n, uint32_t *roo
             m->self_ns = add_saturating(m->self_ns, node->self_ns);
             m->samples = add_saturating(m->samples, node->samples);
             m->weight = add_saturating(m->weight, node->weight);
+            m->alloc_words = add_saturating(m->alloc_words, node->alloc_words);
+            m->alloc_samples = add_saturating(m->alloc_samples, node->alloc_samples);
         }
     }
     free(map);
@@ -347,6 +349,8 @@ static void sum_up(fo_render *r)
         n->self_us = round_us(n->self_ns);
         n->total_us = n->self_us;
         n->samples_below = n->samples;
+        n->alloc_below = n->alloc_words;
+        n->alloc_samples_below = n->alloc_samples;
     }
     for (uint32_t id = r->count; id-- > 0;) {
         const fo_render_node *n = &r->nodes[id];
@@ -354,18 +358,25 @@ static void sum_up(fo_render *r)
             fo_render_node *p = &r->nodes[n->parent];
             p->total_us = add_saturating(p->total_us, n->total_us);
             p->samples_below = add_saturating(p->samples_below, n->samples_below);
+            p->alloc_below = add_saturating(p->alloc_below, n->alloc_below);
+            p->alloc_samples_below = add_saturating(p->alloc_samples_below, n->alloc_samples_below);
         }
     }
 }
 
-static int live(const fo_render_node *n)
+int fo_render_timed(const fo_render_node *n)
 {
     return n->total_us > 0 || n->samples_below > 0;
 }
 
+static int live(const fo_render_node *n)
+{
+    return fo_render_timed(n) || n->alloc_below > 0 || n->alloc_samples_below > 0;
+}
+
 static int is_stack(const fo_render_node *n)
 {
-    return n->self_us > 0 || n->samples > 0;
+    return n->self_us > 0 || n->samples > 0 || n->alloc_words > 0 || n->alloc_samples > 0;
 }
 
 /* Each node's live children, twice: by name, and by name + ";". */

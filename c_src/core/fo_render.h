@@ -13,7 +13,8 @@
  * Out, per process:
  *   - the tree in preorder, children in the byte order of their names,
  *     with each node's time in microseconds (self and total) and samples:
- *     the form exporters walk;
+ *     the form exporters walk (it also holds the nodes that have only
+ *     allocation at or below them: fo_render_timed tells them apart);
  *   - its stacks: the nodes with time (or samples), in the byte order of
  *     their texts "a;b;c" (root first, ';' between frames, the process
  *     root itself being ""), which is the order sorting the texts gives
@@ -51,6 +52,10 @@ typedef struct {
     uint64_t samples;
     uint64_t weight;
     uint64_t samples_below; /* samples of this node and every node below */
+    uint64_t alloc_words;   /* words allocated in this stack (fo_node_info), merged */
+    uint64_t alloc_samples;
+    uint64_t alloc_below;   /* alloc_words of this node and every node below */
+    uint64_t alloc_samples_below;
     uint32_t text_len; /* bytes of its stack text */
     uint32_t owner;    /* the terminal whose text starts with this one's;
                           FO_NONE: not a stack, or its terminal over budget */
@@ -76,11 +81,15 @@ uint32_t fo_render_name_frame(const fo_render *r, uint32_t dense);
 int fo_render_name_dropped(const fo_render *r, uint32_t dense);
 
 /* Process proc's tree, preorder (node ids; *count of them): nodes with
- * time or samples at or below them. */
+ * time, samples or allocation at or below them. */
 const uint32_t *fo_render_tree(const fo_render *r, uint32_t proc, uint32_t *count);
 
-/* Process proc's stacks in text order: nodes with self_us > 0 or samples
- * > 0 that have a text (owner != FO_NONE). */
+/* Whether a node of the tree has time or samples at or below it (the
+ * others have only allocation there). */
+int fo_render_timed(const fo_render_node *n);
+
+/* Process proc's stacks in text order: nodes with self_us > 0, samples
+ * > 0 or allocation that have a text (owner != FO_NONE). */
 const uint32_t *fo_render_stacks(const fo_render *r, uint32_t proc, uint32_t *count);
 
 /* The terminals, in the order fo_render_texts writes them. */

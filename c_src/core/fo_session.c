@@ -41,6 +41,7 @@ void fo_session_free(fo_session *s)
         return;
     fo_frames_destroy(&s->frames);
     fo_seen_destroy(&s->seen);
+    fo_alloc_destroy(&s->alloc);
     fo_tree_destroy(&s->tree);
     fo_procs_destroy(&s->procs);
     free(s);
@@ -339,12 +340,14 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         fo_s_cpu_event(s, p, ev);
     switch (ev->kind) {
     case FO_EV_CALL:
+        p->alloc_events++;
         on_call(s, p, ev);
         p->unseen = 0;
         fo_s_unseen_forget(p);
         p->pair_clean = 0;
         break;
     case FO_EV_RETURN_TO:
+        p->alloc_events++;
         on_return_to(s, p, ev);
         p->unseen = 0;
         fo_s_unseen_forget(p);
@@ -376,6 +379,7 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         p->prev_wait_node = FO_NONE;
         p->prev_wait_ns = 0;
         p->wait_ns = 0;
+        fo_s_gc_forget(p);
         break;
     case FO_EV_GC_START:
     case FO_EV_GC_END:
@@ -622,7 +626,7 @@ const fo_stats *fo_session_stats(const fo_session *s)
 size_t fo_session_memory(const fo_session *s)
 {
     return sizeof(*s) + fo_frames_memory(&s->frames) + fo_tree_memory(&s->tree) +
-           fo_procs_memory(&s->procs) + fo_seen_memory(&s->seen);
+           fo_procs_memory(&s->procs) + fo_seen_memory(&s->seen) + fo_alloc_memory(&s->alloc);
 }
 
 uint32_t fo_session_node_count(const fo_session *s)
@@ -640,6 +644,20 @@ void fo_session_node(const fo_session *s, uint32_t id, fo_node_info *out)
     out->self_ns = n->self_ns;
     out->samples = n->samples;
     out->weight = n->weight;
+    fo_alloc_get(&s->alloc, id, &out->alloc_words, &out->alloc_samples);
+}
+
+uint32_t fo_session_alloc_count(const fo_session *s)
+{
+    return s->alloc.count;
+}
+
+void fo_session_alloc_entry(const fo_session *s, uint32_t i, uint32_t *node, uint64_t *words, uint64_t *samples)
+{
+    const fo_alloc_entry *e = &s->alloc.entries[i];
+    *node = e->node;
+    *words = e->words;
+    *samples = e->samples;
 }
 
 uint32_t fo_session_process_count(const fo_session *s)

@@ -58,6 +58,9 @@ typedef struct {
     uint64_t gc_major;           /* major (fullsweep) ones */
     uint64_t gc_minor_ns;        /* time on GC_MINOR leaves */
     uint64_t gc_major_ns;        /* time on GC_MAJOR leaves */
+    uint64_t alloc_words;        /* words allocated, charged at gc starts (heap sizes given) */
+    uint64_t alloc_samples;      /* gc starts that charged them */
+    uint64_t alloc_unknown;      /* gc starts of processes with no heap level known yet */
 } fo_stats;
 
 typedef struct fo_session fo_session;
@@ -219,6 +222,19 @@ void fo_session_cpu_orphan(fo_session *s, uint64_t pid, const fo_mfa *leaf);
  * only settles what came since. */
 void fo_session_cpu_settle(fo_session *s, int64_t end_ns);
 
+/* Allocation profiles: call tracing makes the VM build terms of its own
+ * on the traced process's heap (the arguments and caller a match spec
+ * sees, the MFA of a return): words per call or return_to event (0, the
+ * default: none) that each collection takes off the words it counts for
+ * the events since the previous one, down to 0 (fo_session_gc.c). */
+void fo_session_set_alloc_event_words(fo_session *s, uint64_t words);
+
+/* pid's young heap in use now, in words (as a gc event's heap_words
+ * would say it), read as its trace starts: its first collection counts
+ * from this level instead of only setting it. Unfollowable pids are
+ * ignored. */
+void fo_session_heap_level(fo_session *s, uint64_t pid, uint64_t words);
+
 /* Charge every live process's time from its last event up to end_ns to
  * where it is now (running stack or sleep leaf). Call once, at the end. */
 void fo_session_close(fo_session *s, int64_t end_ns);
@@ -283,10 +299,17 @@ typedef struct {
     uint64_t self_ns; /* time charged to exactly this stack */
     uint64_t samples; /* stack samples that landed on exactly this stack */
     uint64_t weight;  /* sum of those samples' weights (saturating) */
+    uint64_t alloc_words;   /* words allocated in exactly this stack (see fo_session_gc.c) */
+    uint64_t alloc_samples; /* garbage collections that charged them */
 } fo_node_info;
 
 uint32_t fo_session_node_count(const fo_session *s);
 void fo_session_node(const fo_session *s, uint32_t id, fo_node_info *out);
+
+/* The nodes allocation was charged to (fo_node_info's alloc fields), in
+ * no particular order: entry i of fo_session_alloc_count. */
+uint32_t fo_session_alloc_count(const fo_session *s);
+void fo_session_alloc_entry(const fo_session *s, uint32_t i, uint32_t *node, uint64_t *words, uint64_t *samples);
 
 uint32_t fo_session_process_count(const fo_session *s);
 uint64_t fo_session_process_pid(const fo_session *s, uint32_t proc);

@@ -2,17 +2,79 @@
  * process's gc start and end events its time goes to a GC leaf under the
  * stack that was on top when the collection started, whatever it was
  * doing (running, or scheduled out: the VM may collect a process that
- * waits). Minor and major collections have leaves of their own. */
+ * waits). Minor and major collections have leaves of their own.
+ *
+ * Allocation, when the events carry heap sizes (FO_EVF_HAS_HEAP): each
+ * collection is a sample of the process's allocation, taken where it
+ * started (the stack on top then: exact in the exact modes, the last one
+ * known in the sampled ones, where it stays: unlike the collection's
+ * time, a sample after an unseen burst does not move it), and weighing the words allocated since the
+ * previous collection: the young heap in use at this start (heap
+ * fragments included) less what the previous one left in it. The
+ * allocation profilers of other runtimes sample the allocation slow path
+ * the same way: the words are charged to the stack that ran out of room,
+ * not spread over the stacks that allocated them. A process's first
+ * collection in the trace counts from the level the front end read as the
+ * trace started (fo_session_heap_level), else it only sets the level
+ * (stats.alloc_unknown: what the process allocated before it is not
+ * counted); what it allocated after its last one is not either. */
 #include "fo_session_parts.h"
+
+void fo_s_gc_forget(fo_proc *p)
+{
+    p->heap_known = 0;
+    p->heap_after = 0;
+    p->alloc_events = 0;
+}
+
+void fo_session_set_alloc_event_words(fo_session *s, uint64_t words)
+{
+    s->alloc_event_words = words;
+}
+
+void fo_session_heap_level(fo_session *s, uint64_t pid, uint64_t words)
+{
+    fo_proc *p = fo_s_proc_for(s, pid);
+    if (p == NULL)
+        return;
+    p->heap_after = words;
+    p->heap_known = 1;
+    p->alloc_events = 0;
+}
+
+/* A sample of p's allocation at the start of a collection, on node. */
+static void count_alloc(fo_session *s, fo_proc *p, const fo_event *ev, uint32_t node)
+{
+    if (!p->heap_known) {
+        s->stats.alloc_unknown++;
+        return;
+    }
+    uint64_t words = ev->heap_words > p->heap_after ? ev->heap_words - p->heap_after : 0;
+    /* the tracer's own terms (fo_session_set_alloc_event_words) */
+    uint64_t tracer =
+        p->alloc_events > UINT64_MAX / (s->alloc_event_words + 1) ? UINT64_MAX : p->alloc_events * s->alloc_event_words;
+    words = words > tracer ? words - tracer : 0;
+    if (!fo_alloc_charge(&s->alloc, node, words, 1))
+        return;
+    s->stats.alloc_words = s->stats.alloc_words > UINT64_MAX - words ? UINT64_MAX : s->stats.alloc_words + words;
+    s->stats.alloc_samples++;
+}
 
 void fo_s_gc_event(fo_session *s, fo_proc *p, const fo_event *ev)
 {
     if (ev->kind == FO_EV_GC_END) {
         p->gc_node = FO_NONE;
+        if (ev->flags & FO_EVF_HAS_HEAP) {
+            p->heap_after = ev->heap_words;
+            p->heap_known = 1;
+            p->alloc_events = 0;
+        }
         return;
     }
     if (p->gc_node != FO_NONE)
         return; /* one collection at a time: a nested start is the same one */
+    if (ev->flags & FO_EVF_HAS_HEAP)
+        count_alloc(s, p, ev, fo_s_current_node(p));
     int major = (ev->flags & FO_EVF_MAJOR_GC) != 0;
     p->gcs[major]++;
     if (major)

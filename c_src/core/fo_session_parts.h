@@ -4,6 +4,7 @@
 #ifndef FO_SESSION_PARTS_H
 #define FO_SESSION_PARTS_H
 
+#include "fo_alloc.h"
 #include "fo_frames.h"
 #include "fo_procs.h"
 #include "fo_seen.h"
@@ -24,6 +25,8 @@ struct fo_session {
     void *cpu_ctx;
     fo_seen seen;           /* CPU-sampled: where each process was seen in each function */
     int track_receives;     /* fo_session_track_receives */
+    fo_alloc alloc;         /* words allocated per node (gc events with heap sizes) */
+    uint64_t alloc_event_words; /* fo_session_set_alloc_event_words */
     fo_stats stats;
 };
 
@@ -59,6 +62,8 @@ void fo_s_hold_call_wait_in(fo_session *s, fo_proc *p, uint32_t leaf);
  * the time since its last event, which goes to its GC leaf while it
  * collects (1: charged there). */
 void fo_s_gc_event(fo_session *s, fo_proc *p, const fo_event *ev);
+/* p exited (or starts afresh): its heap level is no longer known. */
+void fo_s_gc_forget(fo_proc *p);
 int fo_s_gc_charge(fo_session *s, fo_proc *p, uint64_t delta);
 
 /* An unseen burst's time (fo_session_unseen.c): forget what was noted,

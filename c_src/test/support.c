@@ -408,6 +408,14 @@ void ts_run_line(fo_session *s, const char *line)
         return;
     }
     uint64_t ns = 0;
+    if (sscanf(line, "heap_level %" SCNu64 " %" SCNu64 " %7s", &pid, &ns, extra) == 2) {
+        fo_session_heap_level(s, pid, ns);
+        return;
+    }
+    if (sscanf(line, "alloc_event_words %" SCNu64 " %7s", &ns, extra) == 1) {
+        fo_session_set_alloc_event_words(s, ns);
+        return;
+    }
     if (sscanf(line, "attribute %" SCNu64 " %" SCNu64 " %7s", &pid, &ns, extra) == 2) {
         fo_session_attribute_wait(s, pid, ns);
         return;
@@ -453,6 +461,17 @@ void ts_run_line(fo_session *s, const char *line)
         ev = ev_call(pid, ts, a1, a3);
     else if (n == 4 && strcmp(kind, "ret") == 0)
         ev = ev_ret(pid, ts, strcmp(a1, "undefined") == 0 ? NULL : a1);
+    else if (n == 4 && strncmp(kind, "gc_", 3) == 0 && strncmp(a1, "heap=", 5) == 0) {
+        /* "PID TS gc_start heap=W" (any gc kind): with the heap in use */
+        ev = ev_kind(FO_EV_GC_START, pid, ts);
+        ev.flags = 0;
+        if (strstr(kind, "end") != NULL)
+            ev.kind = FO_EV_GC_END;
+        if (strstr(kind, "major") != NULL)
+            ev.flags |= FO_EVF_MAJOR_GC;
+        ev.flags |= FO_EVF_HAS_HEAP;
+        ev.heap_words = strtoull(a1 + 5, NULL, 10);
+    }
     else
         fail_msg("bad script line '%s'", line);
     fo_session_apply(s, &ev);
@@ -657,6 +676,18 @@ static char **ts_build_paths(const fo_session *s, uint32_t *count)
     return paths;
 }
 
+/* "PREFIXPATH alloc=W gcs=N" */
+static char *ts_format_alloc(const char *prefix, const char *path, const fo_node_info *ni)
+{
+    size_t n = strlen(prefix) + strlen(path) + 64;
+    char *p = malloc(n);
+    assert_non_null(p);
+    int w = snprintf(p, n, "%s%s alloc=%" PRIu64 " gcs=%" PRIu64, prefix, path, ni->alloc_words,
+                     ni->alloc_samples);
+    assert_true(w > 0 && (size_t)w < n);
+    return p;
+}
+
 /* "PREFIXPATH samples=N weight=W" */
 static char *ts_format_samples(const char *prefix, const char *path, const fo_node_info *ni)
 {
@@ -685,7 +716,8 @@ static char *ts_render(const fo_session *s, int one_pid, uint64_t pid, unsigned 
             continue;
         int timed = ni.self_ns > 0 || (flags & TS_RENDER_ZERO) != 0;
         int sampled = ni.samples > 0 || ni.weight > 0;
-        if (!timed && !sampled)
+        int allocated = ni.alloc_words > 0 || ni.alloc_samples > 0;
+        if (!timed && !sampled && !allocated)
             continue;
         char prefix[32] = "";
         if (!one_pid) {
@@ -697,6 +729,8 @@ static char *ts_render(const fo_session *s, int one_pid, uint64_t pid, unsigned 
             ts_lines_push(&lines, ts_format(prefix, path, ni.self_ns));
         if (sampled)
             ts_lines_push(&lines, ts_format_samples(prefix, path, &ni));
+        if (allocated)
+            ts_lines_push(&lines, ts_format_alloc(prefix, path, &ni));
     }
     ts_free_paths(paths, n);
     return ts_lines_finish(&lines);
@@ -821,7 +855,10 @@ void ts_assert_pid(const fo_session *s, uint64_t pid, const char *const *expecte
     X(gc_minor)                                                                                    \
     X(gc_major)                                                                                    \
     X(gc_minor_ns)                                                                                 \
-    X(gc_major_ns)
+    X(gc_major_ns)                                                                                 \
+    X(alloc_words)                                                                                 \
+    X(alloc_samples)                                                                               \
+    X(alloc_unknown)
 
 char *ts_render_stats(const fo_stats *st)
 {

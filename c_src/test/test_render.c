@@ -30,7 +30,7 @@ typedef struct {
 static uint32_t root(tree *t)
 {
     uint32_t id = t->count++;
-    t->nodes[id] = (fo_node_info){FO_NONE, FO_FRAME_PROCESS, t->processes++, 0, 0, 0, 0};
+    t->nodes[id] = (fo_node_info){FO_NONE, FO_FRAME_PROCESS, t->processes++, 0, 0, 0, 0, 0, 0};
     return id;
 }
 
@@ -38,7 +38,7 @@ static uint32_t child(tree *t, uint32_t parent, uint32_t frame, uint64_t ns)
 {
     uint32_t id = t->count++;
     const fo_node_info *p = &t->nodes[parent];
-    t->nodes[id] = (fo_node_info){parent, frame, p->proc, p->depth + 1, ns, 0, 0};
+    t->nodes[id] = (fo_node_info){parent, frame, p->proc, p->depth + 1, ns, 0, 0, 0, 0};
     return id;
 }
 
@@ -103,6 +103,9 @@ static char *stack_lines(const fo_render *r, const texts *x, uint32_t proc)
         if (n->samples > 0)
             used += (size_t)snprintf(out + used, size - used, " samples=%llu weight=%llu",
                                      (unsigned long long)n->samples, (unsigned long long)n->weight);
+        if (n->alloc_words > 0 || n->alloc_samples > 0)
+            used += (size_t)snprintf(out + used, size - used, " alloc=%llu gcs=%llu",
+                                     (unsigned long long)n->alloc_words, (unsigned long long)n->alloc_samples);
         used += (size_t)snprintf(out + used, size - used, "\n");
     }
     return out;
@@ -290,9 +293,9 @@ static void test_a_chain_deeper_than_any_c_stack(void **state)
     fo_render_name names[FO_FRAME_FIRST_REAL + 1];
     memset(names, 0, sizeof(names));
     names[FO_FRAME_FIRST_REAL] = (fo_render_name){"f", 1};
-    nodes[0] = (fo_node_info){FO_NONE, FO_FRAME_PROCESS, 0, 0, 0, 0, 0};
+    nodes[0] = (fo_node_info){FO_NONE, FO_FRAME_PROCESS, 0, 0, 0, 0, 0, 0, 0};
     for (uint32_t i = 1; i <= DEPTH; i++)
-        nodes[i] = (fo_node_info){i - 1, FO_FRAME_FIRST_REAL, 0, i, 1000, 0, 0};
+        nodes[i] = (fo_node_info){i - 1, FO_FRAME_FIRST_REAL, 0, i, 1000, 0, 0, 0, 0};
     fo_render *r = fo_render_new(nodes, DEPTH + 1, 1, names, FO_FRAME_FIRST_REAL + 1, UINT64_MAX);
     assert_non_null(r);
     assert_int_equal(fo_render_terminal_count(r), 1);
@@ -307,15 +310,47 @@ static void test_a_chain_deeper_than_any_c_stack(void **state)
     free(nodes);
 }
 
+/* Allocation merges with the names like time, makes a stack of a node
+ * with no time, keeps its ancestors in the tree (with no time), and adds
+ * up below. */
+static void test_allocation_merges_and_makes_stacks(void **state)
+{
+    (void)state;
+    tree t;
+    memset(&t, 0, sizeof(t));
+    uint32_t a = frame(&t, "a"), b1 = frame(&t, "b"), b2 = frame(&t, "b"), c = frame(&t, "c");
+    uint32_t top_id = root(&t);
+    uint32_t na = child(&t, top_id, a, 3000);
+    uint32_t nb1 = child(&t, na, b1, 0);
+    uint32_t nb2 = child(&t, na, b2, 0);
+    uint32_t nc = child(&t, top_id, c, 0);
+    t.nodes[nb1].alloc_words = 100;
+    t.nodes[nb1].alloc_samples = 1;
+    t.nodes[nb2].alloc_words = 20;
+    t.nodes[nb2].alloc_samples = 2;
+    t.nodes[nc].alloc_samples = 1; /* a collection that found nothing new */
+    fo_render *r = render(&t, 1 << 20);
+    assert_stacks(r, 0, "a 3\na;b 0 alloc=120 gcs=3\nc 0 alloc=0 gcs=1\n");
+    assert_tree(r, &t, 0, "0 (root) 0 3\n1 a 3 3\n2 b 0 0\n1 c 0 0\n");
+    uint32_t count;
+    const uint32_t *ids = fo_render_tree(r, 0, &count);
+    const fo_render_node *top = fo_render_node_at(r, ids[0]);
+    assert_int_equal(top->alloc_below, 120);
+    assert_int_equal(top->alloc_samples_below, 4);
+    assert_true(fo_render_timed(top));
+    assert_false(fo_render_timed(fo_render_node_at(r, ids[2])));
+    fo_render_free(r);
+}
+
 static void test_inconsistent_input_is_refused(void **state)
 {
     (void)state;
-    fo_node_info nodes[2] = {{FO_NONE, 0, 0, 0, 0, 0, 0}, {5, 8, 0, 1, 0, 0, 0}};
+    fo_node_info nodes[2] = {{FO_NONE, 0, 0, 0, 0, 0, 0, 0, 0}, {5, 8, 0, 1, 0, 0, 0, 0, 0}};
     assert_null(fo_render_new(nodes, 2, 1, NULL, 0, 10)); /* parent after child */
     nodes[1].parent = 0;
     nodes[1].proc = 3;
     assert_null(fo_render_new(nodes, 2, 1, NULL, 0, 10)); /* process out of range */
-    nodes[1] = (fo_node_info){FO_NONE, 0, 0, 0, 0, 0, 0};
+    nodes[1] = (fo_node_info){FO_NONE, 0, 0, 0, 0, 0, 0, 0, 0};
     assert_null(fo_render_new(nodes, 2, 1, NULL, 0, 10)); /* two roots for one process */
 }
 
@@ -456,6 +491,7 @@ int main(void)
         cmocka_unit_test(test_processes_apart_and_a_root_with_time_only),
         cmocka_unit_test(test_a_chain_deeper_than_any_c_stack),
         cmocka_unit_test(test_inconsistent_input_is_refused),
+        cmocka_unit_test(test_allocation_merges_and_makes_stacks),
         cmocka_unit_test(test_random_trees_match_a_naive_rendering),
     };
     return cmocka_run_group_tests(tests, NULL, NULL) == 0 ? 0 : 1;

@@ -241,6 +241,22 @@ static const ts_case sample_cases[] = {
            "1 m:p/0 samples=1 weight=0", "1 m:p/0;m:w/0 samples=1 weight=0"),
      "events=8 samples=2 gc_minor=2 gc_major=1 gc_minor_ns=6 gc_major_ns=10"},
 
+    /* ... but the allocation its collections charged stays at the stack
+     * last known (fo_session_gc.c) */
+    {"an_unseen_bursts_allocation_stays_at_the_last_known_stack", DEFAULT_LIMITS,
+     LINES("1 0 sample m:p/0 leading",
+           "1 5 gc_start heap=10", "1 6 gc_end heap=0",       /* the level */
+           "1 10 gc_start heap=400", "1 14 gc_end heap=0",    /* unseen: 400 */
+           "1 20 gc_major_start heap=60", "1 30 gc_major_end heap=0", /* unseen: 60 */
+           "1 40 sample m:p/0;m:w/0",                          /* 460 stay at p */
+           "1 50 gc_start heap=7", "1 52 gc_end heap=0",      /* seen: 7 to w */
+           "close 60"),
+     LINES("1 m:p/0;m:w/0 43", "1 m:p/0;m:w/0;GC_MINOR 7", "1 m:p/0;m:w/0;GC_MAJOR 10",
+           "1 m:p/0 samples=1 weight=0", "1 m:p/0;m:w/0 samples=1 weight=0",
+           "1 m:p/0 alloc=460 gcs=2", "1 m:p/0;m:w/0 alloc=7 gcs=1"),
+     "events=10 samples=2 gc_minor=3 gc_major=1 gc_minor_ns=7 gc_major_ns=10 alloc_words=467 "
+     "alloc_samples=3 alloc_unknown=1"},
+
     /* before the first sample: the burst was the traced code's, one frame
      * into the stack its wait is sampled in (f), not the trace's root (p)
      * and not the function it waits in (sleep) */

@@ -292,6 +292,55 @@ static const ts_case session_cases[] = {
      LINES("1 m:a/0 10", "1 m:a/0;GC_MINOR 10", "1 m:b/0 10"),
      "events=4 gc_minor=1 gc_minor_ns=10"},
 
+    /* Allocation (fo_session_gc.c): a collection charges the words since
+     * the previous one's end to the stack it starts in; the first only
+     * sets the level. */
+    {"a_collection_charges_the_words_since_the_last_to_its_stack", DEFAULT_LIMITS,
+     LINES("1 0 call m:a/0", "1 10 gc_start heap=500", /* first: the level only */
+           "1 20 gc_end heap=100",                     /* 100 survived */
+           "1 30 call m:b/0 from m:a/0", "1 40 gc_start heap=1100", /* b: 1000 */
+           "1 50 gc_end heap=200", "1 60 ret m:a/0",
+           "1 70 gc_major_start heap=250", /* a: 50 */
+           "1 80 gc_major_end heap=20", "1 90 call m:b/0 from m:a/0",
+           "1 95 gc_start heap=2020", /* b again: 2000 */
+           "1 99 gc_end heap=0", "close 100"),
+     LINES("1 m:a/0 40", "1 m:a/0;GC_MINOR 10", "1 m:a/0;m:b/0 26", "1 m:a/0;m:b/0;GC_MINOR 14",
+           "1 m:a/0;GC_MAJOR 10", "1 m:a/0;m:b/0 alloc=3000 gcs=2", "1 m:a/0 alloc=50 gcs=1"),
+     "events=12 gc_minor=3 gc_major=1 gc_minor_ns=24 gc_major_ns=10 alloc_words=3050 alloc_samples=3 "
+     "alloc_unknown=1"},
+
+    {"a_level_read_at_the_start_counts_the_first_collection", DEFAULT_LIMITS,
+     LINES("heap_level 1 300", "heap_level 2 50", "1 0 call m:a/0", "1 10 gc_start heap=500",
+           "1 20 gc_end heap=100", "close 30"),
+     LINES("1 m:a/0 20", "1 m:a/0;GC_MINOR 10", "1 m:a/0 alloc=200 gcs=1"),
+     "events=3 gc_minor=1 gc_minor_ns=10 alloc_words=200 alloc_samples=1"},
+
+    {"a_nested_start_and_a_shrunk_heap_charge_nothing_more", DEFAULT_LIMITS,
+     /* a start inside a collection is the same collection; a level below
+      * the last end (fragments freed) is 0 words, still a sample */
+     LINES("1 0 call m:a/0", "1 1 gc_start heap=10", "1 2 gc_end heap=100",
+           "1 3 gc_start heap=300", "1 4 gc_major_start heap=900", "1 5 gc_major_end heap=50",
+           "1 6 gc_start heap=40", "1 7 gc_end heap=40", "close 8"),
+     LINES("1 m:a/0 4", "1 m:a/0;GC_MINOR 4", "1 m:a/0 alloc=200 gcs=2"),
+     "events=8 gc_minor=3 gc_minor_ns=4 alloc_words=200 alloc_samples=2 alloc_unknown=1"},
+
+    {"an_exit_forgets_the_heap_level", DEFAULT_LIMITS,
+     LINES("1 0 call m:a/0", "1 1 gc_start heap=10", "1 2 gc_end heap=5", "1 3 exit",
+           "1 4 call m:b/0", "1 5 gc_start heap=700", "1 6 gc_end heap=0", "1 7 gc_start heap=70",
+           "1 8 gc_end heap=0", "close 9"),
+     LINES("1 m:a/0 2", "1 m:a/0;GC_MINOR 1", "1 m:b/0 3", "1 m:b/0;GC_MINOR 2", "1 m:b/0 alloc=70 gcs=1"),
+     "events=9 gc_minor=3 gc_minor_ns=3 alloc_words=70 alloc_samples=1 alloc_unknown=2"},
+
+    {"the_tracers_own_words_per_event_are_taken_off", DEFAULT_LIMITS,
+     /* 3 call/return_to events since the last end, 4 words each */
+     LINES("alloc_event_words 4", "1 0 call m:a/0", "1 1 gc_start heap=0", "1 2 gc_end heap=0",
+           "1 3 call m:b/0 from m:a/0", "1 4 ret m:a/0", "1 5 call m:b/0 from m:a/0",
+           "1 6 gc_start heap=100", "1 7 gc_end heap=0", "1 8 gc_start heap=3", "1 9 gc_end heap=0",
+           "close 10"),
+     LINES("1 m:a/0 3", "1 m:a/0;GC_MINOR 1", "1 m:a/0;m:b/0 4", "1 m:a/0;m:b/0;GC_MINOR 2",
+           "1 m:a/0;m:b/0 alloc=91 gcs=2"),
+     "events=10 gc_minor=3 gc_minor_ns=3 alloc_words=91 alloc_samples=2 alloc_unknown=1"},
+
     {"malformed_count_is_added", DEFAULT_LIMITS,
      LINES("malformed 3", "1 0 call m:a/0", "malformed 2", "close 10"), LINES("1 m:a/0 10"),
      /* the header counts malformed events among the dropped ones */

@@ -113,6 +113,20 @@ defmodule FlameOn.Client do
       process status (`"[running]"`, `"[runnable]"`, `"[waiting]"`,
       `"[garbage_collecting]"`, ...) at the root of its stack, so the flame
       graph groups stacks by status (as flame_prof does).
+    * `:alloc` (`false`) – any mode: also weigh the stacks by the heap
+      words the processes allocated (`profile.alloc`, and
+      `FlameOn.Client.Export.write/4` with `weight: :alloc`). Each garbage
+      collection of a traced process is a sample at the stack it started
+      in (exact in `:nif` and `:process`; in `:sample` and `:native` the
+      last stack known), weighing the words allocated since the previous one
+      (from the young heap and heap fragments in use at its start, less
+      what the previous one left). A sampled estimate: the words between
+      two collections all go to the stack the second one starts in. In
+      `:nif` and `:process` the VM builds terms for the call tracing on
+      the traced heap; 4 words per call or return event are taken off
+      (calls with several arguments and body recursion cost more and
+      leave some). Not with `cross_process: true` (`ArgumentError`). See
+      the README's "Allocation profiles" for its error, measured.
     * `:max_samples` (`100_000`) – mode `:sample`: samples whose metrics
       `profile.metrics` keeps per process; later ones still fold their
       stacks, and `stats.dropped_metrics` counts them.
@@ -179,6 +193,7 @@ defmodule FlameOn.Client do
           | {:frequency, pos_integer()}
           | {:interval_us, pos_integer()}
           | {:split_status, boolean()}
+          | {:alloc, boolean()}
           | {:max_samples, pos_integer()}
           | {:cross_process, boolean()}
           | {:follow, :messages | :calls}

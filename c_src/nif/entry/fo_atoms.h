@@ -72,6 +72,12 @@
     A(timestamp)                                                                               \
     A(replay)                                                                                  \
     A(cpu_sampled)                                                                             \
+    A(alloc)                                                                                   \
+    A(heap_size)                                                                               \
+    A(heap)                                                                                    \
+    A(alloc_event_words)                                                                       \
+    A(heap_levels)                                                                             \
+    A(mbuf_size)                                                                               \
     A(flame_on_context)                                                                        \
     A(stale)                                                                                   \
     A(moved)                                                                                   \

@@ -211,6 +211,42 @@ fo_decode_result fo_decode_trace_msg(ErlNifEnv *env, ERL_NIF_TERM msg, int64_t n
     return fo_decode_event(env, items[2], items[3], arity == 6 && items[2] == fo_atom_call ? &items[4] : NULL, out);
 }
 
+void fo_decode_gc_heap(ErlNifEnv *env, ERL_NIF_TERM info, fo_event *ev, fo_alloc_kind kind)
+{
+    if (kind == FO_ALLOC_OFF || (ev->kind != FO_EV_GC_START && ev->kind != FO_EV_GC_END))
+        return;
+    ERL_NIF_TERM head;
+    ErlNifUInt64 heap = 0, mbuf = 0;
+    int has_heap = 0, seen = 0;
+    /* a dozen pairs; bounded all the same (a list made by hand) */
+    for (int n = 0; n < 64 && seen < 2 && enif_get_list_cell(env, info, &head, &info); n++) {
+        int arity;
+        const ERL_NIF_TERM *pair;
+        if (!enif_get_tuple(env, head, &arity, &pair) || arity != 2)
+            continue;
+        if (pair[0] == fo_atom_heap_size && enif_get_uint64(env, pair[1], &heap)) {
+            has_heap = 1;
+            seen++;
+        } else if (pair[0] == fo_atom_mbuf_size && enif_get_uint64(env, pair[1], &mbuf)) {
+            seen++;
+        }
+    }
+    if (!has_heap)
+        return;
+    if (kind == FO_ALLOC_HEAP_ONLY)
+        mbuf = 0;
+    ev->heap_words = heap > UINT64_MAX - mbuf ? UINT64_MAX : heap + mbuf;
+    ev->flags |= FO_EVF_HAS_HEAP;
+}
+
+void fo_decode_trace_msg_heap(ErlNifEnv *env, ERL_NIF_TERM msg, fo_event *ev, fo_alloc_kind kind)
+{
+    int arity;
+    const ERL_NIF_TERM *items;
+    if (enif_get_tuple(env, msg, &arity, &items) && arity == 5)
+        fo_decode_gc_heap(env, items[3], ev, kind);
+}
+
 void fo_decode_apply(fo_session *s, fo_decode_result result, const fo_event *ev)
 {
     if (result == FO_DECODED)

@@ -35,6 +35,25 @@ fo_decode_result fo_decode_event_deferred(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_
  * immediates). */
 fo_decode_result fo_decode_check_atoms(ErlNifEnv *env, fo_event *ev);
 
+/* How allocation is read from gc events (new/1's alloc option). */
+typedef enum {
+    FO_ALLOC_OFF = 0,
+    FO_ALLOC_ALL,      /* heap_size + mbuf_size */
+    FO_ALLOC_HEAP_ONLY /* heap_size: call tracing builds its own terms in
+                          heap fragments, 4 words and more per event */
+} fo_alloc_kind;
+
+/* A gc start or end event's info list ([{heap_size, W}, {mbuf_size, W},
+ * ...]): ev->heap_words becomes heap_size (+ mbuf_size for
+ * FO_ALLOC_ALL), flagged FO_EVF_HAS_HEAP. Leaves ev as it is when info
+ * has no heap_size (or ev is no gc event, or kind is FO_ALLOC_OFF): the
+ * collection then samples no allocation. */
+void fo_decode_gc_heap(ErlNifEnv *env, ERL_NIF_TERM info, fo_event *ev, fo_alloc_kind kind);
+
+/* fo_decode_gc_heap for a decoded trace message ({trace_ts, Pid, Tag,
+ * Info, Ts}). */
+void fo_decode_trace_msg_heap(ErlNifEnv *env, ERL_NIF_TERM msg, fo_event *ev, fo_alloc_kind kind);
+
 /* {M, F, Arity} or {M, F, Args} into an fo_mfa; 0 when it is neither. */
 int fo_decode_mfa(ErlNifEnv *env, ERL_NIF_TERM term, fo_mfa *out);
 

@@ -47,6 +47,31 @@ static void put_node(unsigned char *at, const fo_node_info *n)
     memcpy(at + 28, &n->weight, 8);
 }
 
+/* One allocation entry: node (u32), words, samples (u64 each), native
+ * byte order, packed. */
+static void put_alloc(unsigned char *at, uint32_t node, uint64_t words, uint64_t samples)
+{
+    memcpy(at, &node, 4);
+    memcpy(at + 4, &words, 8);
+    memcpy(at + 12, &samples, 8);
+}
+
+static ERL_NIF_TERM alloc_binary(ErlNifEnv *env, const fo_session *s)
+{
+    uint32_t count = fo_session_alloc_count(s);
+    ERL_NIF_TERM term;
+    unsigned char *bytes = enif_make_new_binary(env, (size_t)count * FO_EXPORT_ALLOC_BYTES, &term);
+    if (bytes == NULL)
+        return 0;
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t node;
+        uint64_t words, samples;
+        fo_session_alloc_entry(s, i, &node, &words, &samples);
+        put_alloc(bytes + (size_t)i * FO_EXPORT_ALLOC_BYTES, node, words, samples);
+    }
+    return term;
+}
+
 ERL_NIF_TERM fo_export_tree(ErlNifEnv *env, const fo_session *s, uint64_t max_text_bytes)
 {
     uint32_t node_count = fo_session_node_count(s);
@@ -75,6 +100,12 @@ ERL_NIF_TERM fo_export_tree(ErlNifEnv *env, const fo_session *s, uint64_t max_te
     }
     ERL_NIF_TERM pids = enif_make_tuple_from_array(env, items, proc_count);
     enif_free(items);
+    if (fo_session_alloc_count(s) > 0) {
+        ERL_NIF_TERM alloc = alloc_binary(env, s);
+        if (alloc == 0)
+            return enif_raise_exception(env, enif_make_atom(env, "enomem"));
+        return enif_make_tuple5(env, frames, pids, nodes, enif_make_uint64(env, max_text_bytes), alloc);
+    }
     return enif_make_tuple4(env, frames, pids, nodes, enif_make_uint64(env, max_text_bytes));
 }
 

@@ -14,8 +14,12 @@
  * gc, attributed; real ones {M, F, Arity}). Pids: a tuple indexed by
  * process. Nodes: a binary of FO_EXPORT_NODE_BYTES per node, parents
  * first (see put_node). MaxTextBytes: the budget render/3 gives the stack
- * texts. The enomem exception term on failure. */
+ * texts. The enomem exception term on failure.
+ * A session that charged allocation (fo_session_gc.c) gives a fifth
+ * element, Alloc: a binary of FO_EXPORT_ALLOC_BYTES per node charged
+ * (see put_alloc), in no particular order. */
 #define FO_EXPORT_NODE_BYTES 36u
+#define FO_EXPORT_ALLOC_BYTES 20u
 ERL_NIF_TERM fo_export_tree(ErlNifEnv *env, const fo_session *s, uint64_t max_text_bytes);
 
 /* The counters as a map. nodes/processes/frames/memory are passed in so a

@@ -15,6 +15,34 @@ static void get_node(const unsigned char *at, fo_node_info *n)
     memcpy(&n->samples, at + 20, 8);
     memcpy(&n->weight, at + 28, 8);
     n->depth = 0; /* fo_render computes depths */
+    n->alloc_words = 0;
+    n->alloc_samples = 0;
+}
+
+static uint64_t add_saturating(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/* The fifth element of a tree (fo_export.h): allocation per node. 0 when
+ * it does not decode or names a node out of range. */
+static int get_alloc(ErlNifEnv *env, ERL_NIF_TERM term, fo_node_info *nodes, uint32_t node_count)
+{
+    ErlNifBinary bin;
+    if (!enif_inspect_binary(env, term, &bin) || bin.size % FO_EXPORT_ALLOC_BYTES != 0)
+        return 0;
+    for (size_t at = 0; at < bin.size; at += FO_EXPORT_ALLOC_BYTES) {
+        uint32_t node;
+        uint64_t words, samples;
+        memcpy(&node, bin.data + at, 4);
+        memcpy(&words, bin.data + at + 4, 8);
+        memcpy(&samples, bin.data + at + 12, 8);
+        if (node >= node_count)
+            return 0;
+        nodes[node].alloc_words = add_saturating(nodes[node].alloc_words, words);
+        nodes[node].alloc_samples = add_saturating(nodes[node].alloc_samples, samples);
+    }
+    return 1;
 }
 
 static void put_be32(unsigned char *at, uint32_t v)
@@ -47,7 +75,7 @@ static int decode(ErlNifEnv *env, const ERL_NIF_TERM argv[], input *in)
     int arity, name_arity;
     ErlNifBinary bin;
     ErlNifUInt64 budget;
-    if (!enif_get_tuple(env, argv[0], &arity, &tree) || arity != 4 ||
+    if (!enif_get_tuple(env, argv[0], &arity, &tree) || (arity != 4 && arity != 5) ||
         !enif_get_tuple(env, tree[0], &in->frame_count, &in->frames) ||
         !enif_get_tuple(env, tree[1], &in->pid_count, &in->pids) || !enif_inspect_binary(env, tree[2], &bin) ||
         !enif_get_uint64(env, tree[3], &budget) || bin.size % FO_EXPORT_NODE_BYTES != 0 ||
@@ -81,7 +109,7 @@ static int decode(ErlNifEnv *env, const ERL_NIF_TERM argv[], input *in)
         if (!parent_ok || n->proc >= (uint32_t)in->pid_count || n->frame >= (uint32_t)in->frame_count)
             return 0;
     }
-    return 1;
+    return arity == 4 || get_alloc(env, tree[4], in->nodes, in->node_count);
 }
 
 /* Every terminal's text goes into one binary, one after the other: a
@@ -104,22 +132,48 @@ static int put_text(void *ctx, uint32_t terminal, const char *text, uint32_t len
     return 1;
 }
 
-static ERL_NIF_TERM tree_binary(ErlNifEnv *env, const fo_render *r, uint32_t proc)
+static int has_alloc(const fo_render_node *n)
+{
+    return n->alloc_below > 0 || n->alloc_samples_below > 0;
+}
+
+/* The nodes of proc's tree that have time or samples at or below them,
+ * or with alloc set those with allocation: the preorder of a subset that
+ * holds every ancestor of its members is the subset's preorder. */
+static uint32_t tree_count(const fo_render *r, uint32_t proc, int alloc)
+{
+    uint32_t count, kept = 0;
+    const uint32_t *ids = fo_render_tree(r, proc, &count);
+    for (uint32_t i = 0; i < count; i++) {
+        const fo_render_node *n = fo_render_node_at(r, ids[i]);
+        kept += (uint32_t)(alloc ? has_alloc(n) : fo_render_timed(n));
+    }
+    return kept;
+}
+
+/* The time tree, or with alloc the allocation tree in the same records:
+ * self and total are words, samples the collections counted there,
+ * weight its words again. */
+static ERL_NIF_TERM tree_binary(ErlNifEnv *env, const fo_render *r, uint32_t proc, int alloc)
 {
     uint32_t count;
     const uint32_t *ids = fo_render_tree(r, proc, &count);
     ERL_NIF_TERM term;
-    unsigned char *at = enif_make_new_binary(env, (size_t)count * FO_TREE_NODE_BYTES, &term);
+    unsigned char *at =
+        enif_make_new_binary(env, (size_t)tree_count(r, proc, alloc) * FO_TREE_NODE_BYTES, &term);
     if (at == NULL)
         return 0;
-    for (uint32_t i = 0; i < count; i++, at += FO_TREE_NODE_BYTES) {
+    for (uint32_t i = 0; i < count; i++) {
         const fo_render_node *n = fo_render_node_at(r, ids[i]);
+        if (alloc ? !has_alloc(n) : !fo_render_timed(n))
+            continue;
         put_be32(at, n->depth);
         put_be32(at + 4, n->name);
-        put_be64(at + 8, n->self_us);
-        put_be64(at + 16, n->total_us);
-        put_be64(at + 24, n->samples);
-        put_be64(at + 32, n->weight);
+        put_be64(at + 8, alloc ? n->alloc_words : n->self_us);
+        put_be64(at + 16, alloc ? n->alloc_below : n->total_us);
+        put_be64(at + 24, alloc ? n->alloc_samples : n->samples);
+        put_be64(at + 32, alloc ? n->alloc_words : n->weight);
+        at += FO_TREE_NODE_BYTES;
     }
     return term;
 }
@@ -129,15 +183,17 @@ static ERL_NIF_TERM stack_text(ErlNifEnv *env, const text_ctx *texts, const fo_r
     return enif_make_sub_binary(env, texts->all, texts->offsets[n->owner], n->text_len);
 }
 
-/* The three maps, over the processes that have something in each. */
+/* The maps (stacks, samples, trees, alloc, alloc trees), over the
+ * processes that have something in each. */
+#define MAPS 5
 static int build_maps(ErlNifEnv *env, const input *in, const fo_render *r, const text_ctx *texts,
-                      ERL_NIF_TERM out[3])
+                      ERL_NIF_TERM out[MAPS])
 {
     size_t procs = (size_t)in->pid_count + 1;
-    ERL_NIF_TERM *keys[3], *values[3];
-    size_t used[3] = {0, 0, 0};
+    ERL_NIF_TERM *keys[MAPS], *values[MAPS];
+    size_t used[MAPS] = {0, 0, 0, 0, 0};
     int ok = 1;
-    for (int m = 0; m < 3; m++) {
+    for (int m = 0; m < MAPS; m++) {
         keys[m] = enif_alloc(sizeof(ERL_NIF_TERM) * procs);
         values[m] = enif_alloc(sizeof(ERL_NIF_TERM) * procs);
         ok = ok && keys[m] != NULL && values[m] != NULL;
@@ -146,7 +202,8 @@ static int build_maps(ErlNifEnv *env, const input *in, const fo_render *r, const
         uint32_t count;
         const uint32_t *ids = fo_render_stacks(r, (uint32_t)p, &count);
         ERL_NIF_TERM timed = enif_make_list(env, 0), sampled = enif_make_list(env, 0);
-        int any_timed = 0, any_sampled = 0;
+        ERL_NIF_TERM allocated = enif_make_list(env, 0);
+        int any_timed = 0, any_sampled = 0, any_alloc = 0;
         for (uint32_t i = count; i-- > 0;) {
             const fo_render_node *n = fo_render_node_at(r, ids[i]);
             ERL_NIF_TERM text = stack_text(env, texts, n);
@@ -161,21 +218,27 @@ static int build_maps(ErlNifEnv *env, const input *in, const fo_render *r, const
                 sampled = enif_make_list_cell(env, entry, sampled);
                 any_sampled = 1;
             }
+            if (n->alloc_words > 0) {
+                ERL_NIF_TERM entry = enif_make_tuple2(env, text, enif_make_uint64(env, n->alloc_words));
+                allocated = enif_make_list_cell(env, entry, allocated);
+                any_alloc = 1;
+            }
         }
-        uint32_t tree_nodes;
-        fo_render_tree(r, (uint32_t)p, &tree_nodes);
-        ERL_NIF_TERM lists[3] = {timed, sampled, 0};
-        int any[3] = {any_timed, any_sampled, tree_nodes > 0};
-        if (any[2] && (lists[2] = tree_binary(env, r, (uint32_t)p)) == 0)
+        ERL_NIF_TERM lists[MAPS] = {timed, sampled, 0, allocated, 0};
+        int any[MAPS] = {any_timed, any_sampled, tree_count(r, (uint32_t)p, 0) > 0, any_alloc,
+                         tree_count(r, (uint32_t)p, 1) > 0};
+        if (any[2] && (lists[2] = tree_binary(env, r, (uint32_t)p, 0)) == 0)
             ok = 0;
-        for (int m = 0; ok && m < 3; m++) {
+        if (ok && any[4] && (lists[4] = tree_binary(env, r, (uint32_t)p, 1)) == 0)
+            ok = 0;
+        for (int m = 0; ok && m < MAPS; m++) {
             if (any[m]) {
                 keys[m][used[m]] = in->pids[p];
                 values[m][used[m]++] = lists[m];
             }
         }
     }
-    for (int m = 0; m < 3; m++) {
+    for (int m = 0; m < MAPS; m++) {
         if (ok && !enif_make_map_from_arrays(env, keys[m], values[m], used[m], &out[m]))
             ok = 0;
         enif_free(keys[m]);
@@ -227,7 +290,7 @@ static ERL_NIF_TERM render(ErlNifEnv *env, const ERL_NIF_TERM argv[], int dirty)
         return enif_schedule_nif(env, "render", ERL_NIF_DIRTY_JOB_CPU_BOUND, fo_render_dirty_nif, 2, argv);
     }
     size_t *offsets = enif_alloc(sizeof(size_t) * ((size_t)in.node_count + 1));
-    ERL_NIF_TERM maps[3], names = 0;
+    ERL_NIF_TERM maps[MAPS], names = 0;
     text_ctx ctx = {0, NULL, NULL, offsets};
     int ok = r != NULL && offsets != NULL;
     if (ok) {
@@ -236,8 +299,9 @@ static ERL_NIF_TERM render(ErlNifEnv *env, const ERL_NIF_TERM argv[], int dirty)
         ok = (ctx.base != NULL || bytes == 0) && fo_render_texts(r, put_text, &ctx) &&
              build_maps(env, &in, r, &ctx, maps) && (names = tree_names(env, &in, r)) != 0;
     }
-    ERL_NIF_TERM result = ok ? enif_make_tuple5(env, maps[0], maps[1], maps[2], names,
-                                                enif_make_uint64(env, fo_render_stacks_without_text(r)))
+    ERL_NIF_TERM result = ok ? enif_make_tuple7(env, maps[0], maps[1], maps[2], names,
+                                                enif_make_uint64(env, fo_render_stacks_without_text(r)), maps[3],
+                                                maps[4])
                              : enif_raise_exception(env, enif_make_atom(env, "enomem"));
     fo_render_free(r);
     enif_free(offsets);

@@ -7,8 +7,10 @@
 /* Bytes of one node in a process's tree binary (see fo_render_nif.c). */
 #define FO_TREE_NODE_BYTES 40u
 
-// render(Tree, Names) -> {Stacks, Samples, Trees, TreeNames, WithoutText}
-// Tree: what finish/2 returned ({Frames, Pids, Nodes, MaxTextBytes}).
+// render(Tree, Names) -> {Stacks, Samples, Trees, TreeNames, WithoutText,
+//                         Alloc, AllocTrees}
+// Tree: what finish/2 returned ({Frames, Pids, Nodes, MaxTextBytes}, or
+// with allocation counted {..., Alloc}: fo_export.h).
 // Names: a tuple as long as Frames, each frame's text (a binary) or nil
 // (drop the time and samples of the stacks ending in it). Frames that read
 // the same are one frame.
@@ -23,6 +25,11 @@
 //   TreeNames: a tuple of the distinct texts ("" for dropped frames).
 //   WithoutText: stacks left out of Stacks and Samples because their texts
 //     passed MaxTextBytes (the trees keep them).
+//   Alloc: #{Pid => [{Text, Words}]}: the stacks words were allocated in
+//     (charged at garbage collections, fo_session_gc.c), in text order.
+//   AllocTrees: #{Pid => binary()}: the tree of the nodes with allocation
+//     at or below them, in Trees' records and order: SelfUs and TotalUs
+//     are words, Samples the collections charged there, Weight the words.
 // Small trees render on the calling scheduler, big ones are rescheduled
 // onto a dirty scheduler (fo_render_dirty_nif).
 ERL_NIF_TERM fo_render_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);

@@ -42,6 +42,8 @@ struct fo_session_res {
     int cpu_sampled;       /* native mode (fo_resource_set_cpu_sampled); set by
                               new/1, never changed after */
     fo_cpu_scope cpu_scope;
+    int alloc;             /* an fo_alloc_kind (fo_decode.h): gc events carry heap sizes
+                              (allocation profiles); set by new/1, never changed after */
     fo_cpu_asks *asks;     /* native mode: which stops to ask the helper about */
     fo_stats final_stats;  /* kept after finish frees the core */
     uint32_t final_nodes, final_processes, final_frames;

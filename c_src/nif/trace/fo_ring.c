@@ -80,6 +80,7 @@ uint64_t fo_ring_fold(fo_ring *r, fo_session *core, const fo_clock *clock, ErlNi
         ev.caller.function = rec->caller_function;
         ev.caller.arity = rec->caller_arity;
         ev.thread = (rec->flags & FO_EVF_HAS_THREAD) ? rec->caller_module : 0;
+        ev.heap_words = (rec->flags & FO_EVF_HAS_HEAP) ? rec->caller_module : 0;
         if (fo_decode_check_atoms(env, &ev) == FO_DECODED)
             fo_session_apply(core, &ev);
         else

@@ -23,7 +23,8 @@
 /* One event, 56 bytes: the atoms of the MFAs are immediates that never
  * move, so they are stored as they are and turned into frames by the
  * fold. kind is an fo_event_kind, flags FO_EVF_*. An `in` flagged
- * FO_EVF_HAS_THREAD keeps its thread in caller_module. */
+ * FO_EVF_HAS_THREAD keeps its thread in caller_module, a gc event flagged
+ * FO_EVF_HAS_HEAP its heap words. */
 typedef struct {
     int64_t ts;   /* a raw fo_clock reading, or nanoseconds (replays) */
     uint64_t pid;

@@ -131,6 +131,38 @@ ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         fo_session_track_receives(res->core, 1);
     res->ring_request = ring_records;
     res->max_text_bytes = max_text_bytes;
+    /* allocation profiles: gc events are decoded with their heap sizes
+     * (alloc: true), or their heap sizes but fragments (alloc: heap) */
+    res->alloc = FO_ALLOC_OFF;
+    if (enif_get_map_value(env, argv[0], fo_atom_alloc, &value))
+        res->alloc = value == fo_atom_true ? FO_ALLOC_ALL : value == fo_atom_heap ? FO_ALLOC_HEAP_ONLY : FO_ALLOC_OFF;
+    ErlNifUInt64 event_words = 0;
+    if (enif_get_map_value(env, argv[0], fo_atom_alloc_event_words, &value) &&
+        (!enif_get_uint64(env, value, &event_words) || event_words > 1024)) {
+        enif_release_resource(res);
+        return enif_make_badarg(env);
+    }
+    fo_session_set_alloc_event_words(res->core, event_words);
+    /* heap_levels: [{Pid, Words}], the traced processes' heaps at the start */
+    if (enif_get_map_value(env, argv[0], fo_atom_heap_levels, &value) && value != fo_atom_nil) {
+        ERL_NIF_TERM head, list = value;
+        while (enif_get_list_cell(env, list, &head, &list)) {
+            int arity;
+            const ERL_NIF_TERM *pair;
+            ErlNifPid pid;
+            ErlNifUInt64 words;
+            if (!enif_get_tuple(env, head, &arity, &pair) || arity != 2 ||
+                !enif_get_local_pid(env, pair[0], &pid) || !enif_get_uint64(env, pair[1], &words)) {
+                enif_release_resource(res);
+                return enif_make_badarg(env);
+            }
+            fo_session_heap_level(res->core, (uint64_t)pid.pid, words);
+        }
+        if (!enif_is_empty_list(env, list)) {
+            enif_release_resource(res);
+            return enif_make_badarg(env);
+        }
+    }
     ERL_NIF_TERM term = fo_handle_make(env, res);
     enif_release_resource(res);
     return term;
@@ -164,6 +196,8 @@ static int ingest_chunk(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM list, 
             fo_graph_ingest(env, res, head); /* a graph trace's root, mode :process */
         } else {
             fo_decode_result decoded = fo_decode_trace_msg(env, head, res->native_per_second, 0, &ev);
+            if (res->alloc && decoded == FO_DECODED)
+                fo_decode_trace_msg_heap(env, head, &ev, (fo_alloc_kind)res->alloc);
             fo_decode_apply(res->core, decoded, &ev);
         }
         n++;
@@ -214,6 +248,11 @@ static ERL_NIF_TERM with_cpu_stats(ErlNifEnv *env, const fo_session_res *res, co
     put_count(env, &map, "gc_major", st->gc_major);
     put_count(env, &map, "gc_minor_ns", st->gc_minor_ns);
     put_count(env, &map, "gc_major_ns", st->gc_major_ns);
+    if (res->alloc) {
+        put_count(env, &map, "alloc_words", st->alloc_words);
+        put_count(env, &map, "alloc_samples", st->alloc_samples);
+        put_count(env, &map, "alloc_unknown", st->alloc_unknown);
+    }
     if (!res->cpu_sampled)
         return map;
     put_count(env, &map, "cpu_unsampled_ns", st->cpu_unsampled_ns);

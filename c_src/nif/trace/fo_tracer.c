@@ -181,6 +181,12 @@ static int record(ErlNifEnv *env, fo_session_res *res, const ERL_NIF_TERM argv[]
         put_mfa(&ev.mfa, &rec->module, &rec->function, &rec->arity);
     if (ev.flags & FO_EVF_HAS_CALLER)
         put_mfa(&ev.caller, &rec->caller_module, &rec->caller_function, &rec->caller_arity);
+    if (res->alloc && (ev.kind == FO_EV_GC_START || ev.kind == FO_EV_GC_END)) {
+        /* a gc event has no caller: its heap words go there */
+        fo_decode_gc_heap(env, argv[3], &ev, (fo_alloc_kind)res->alloc);
+        rec->flags = (uint8_t)ev.flags;
+        rec->caller_module = ev.heap_words;
+    }
     if (res->cpu_sampled)
         note_cpu(res, rec, env, &ev, pid, ts);
     if (fo_ring_publish(ring) >= ring->capacity / 2 &&

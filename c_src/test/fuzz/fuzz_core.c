@@ -290,11 +290,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             ev.kind = FO_EV_IN;
             fo_session_apply(s, &ev);
             break;
-        case 7:
-            ev.kind = (fo_event_kind)(byte(&r) % 10u); /* exit, gc, and invalid kinds */
+        case 7: {
+            uint8_t k = byte(&r);
+            ev.kind = (fo_event_kind)(k % 10u); /* exit, gc, and invalid kinds */
+            if (k & 0x80u) {
+                /* with a heap size (allocation profiles): levels that go
+                 * up and down */
+                ev.flags = FO_EVF_HAS_HEAP;
+                ev.heap_words = (uint64_t)(k & 0x70u) << 8;
+            }
             fo_session_apply(s, &ev);
             fo_graph_exit(g, ev.pid, ev.ts_ns, byte(&r));
             break;
+        }
         case 8:
             fo_graph_request_sent(g, ev.pid, small_key(&r), small_key(&r), ev.ts_ns);
             fo_session_call_started(s, ev.pid);

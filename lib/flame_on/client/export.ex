@@ -39,6 +39,25 @@ defmodule FlameOn.Client.Export do
   (wait that no traced callee explains) are ordinary frames in all of them;
   the SVG colours them blue and grey, apart from the warm CPU frames.
 
+  ## Allocation
+
+  A profile captured with `alloc: true` has its stacks weighed by the heap
+  words allocated too (`profile.alloc`, see `FlameOn.Client.Profile`).
+  `write(profile, dir, formats, weight: :alloc)` writes that view, every
+  count in **words** (8 bytes each on a 64-bit VM), to `<name>.alloc.*`
+  beside the time outputs:
+
+    * `:folded` – `name;<process>;frame;...;frame WORDS`;
+    * `:speedscope` – `"unit": "none"` (speedscope has no unit for words),
+      each profile named `"... (words allocated)"`;
+    * `:svg` – widths and titles in words, titled `"<name>: words
+      allocated"`;
+    * `:pprof` – sample types `{"alloc_words", "words"}` (the default) and
+      `{"alloc_samples", "count"}`, the garbage collections that sampled
+      them: `go tool pprof -sample_index=alloc_words -top name.alloc.pb.gz`.
+
+  `:perfetto` has no allocation view (`:all` leaves it out there).
+
   All JSON is written by a small encoder of ours; nothing here needs a
   dependency.
   """
@@ -318,6 +337,9 @@ defmodule FlameOn.Client.Export do
       per process (not for a diff), `<name>.<0.96.0>.folded` → `<name>.0.96.0.folded`, and
       returns one `{format, path}` per file.
     * `:name` – the file name stem instead of the profile's name.
+    * `:weight` – `:time` (default) or `:alloc`: the allocation view of a
+      profile captured with `alloc: true`, in words, written to
+      `<name>.alloc.<extension>` (see "Allocation" above).
     * the SVG options of `svg/2` (`:width`, `:min_width`, `:title`, ...).
 
   ## Examples
@@ -346,14 +368,15 @@ defmodule FlameOn.Client.Export do
   def write(profile_or_diff, dir, formats \\ :all, opts \\ [])
 
   def write(%Profile{} = profile, dir, formats, opts) do
-    formats = validate_formats!(formats)
-
     opts =
       Keyword.validate!(
         opts,
-        [per_process: false, name: nil] ++ Keyword.delete(SVG.defaults(), :per_process)
+        [per_process: false, name: nil, weight: :time] ++
+          Keyword.delete(SVG.defaults(), :per_process)
       )
 
+    {weight, opts} = Keyword.pop(opts, :weight)
+    formats = formats |> validate_formats!() |> for_weight!(weight, formats)
     {per_process, opts} = Keyword.pop(opts, :per_process)
     {name, svg_opts} = Keyword.pop(opts, :name)
     stem = file_stem(name || profile.name)
@@ -361,6 +384,8 @@ defmodule FlameOn.Client.Export do
     unless is_boolean(per_process) do
       raise ArgumentError, "invalid option :per_process: #{inspect(per_process)}"
     end
+
+    {profile, stem, svg_opts} = weighed(profile, stem, svg_opts, weight)
 
     # Encode everything first so that a bad option writes nothing.
     outputs = Enum.flat_map(formats, &outputs(&1, profile, stem, per_process, svg_opts))
@@ -403,13 +428,15 @@ defmodule FlameOn.Client.Export do
   end
 
   defp outputs(format, profile, stem, _per_process, svg_opts) do
+    unit = if svg_opts[:unit] == Profile.alloc_unit(), do: :alloc, else: :time
+
     data =
       case format do
         :folded -> folded(profile)
-        :speedscope -> speedscope(profile)
+        :speedscope -> Speedscope.encode(profile, unit: unit)
         :perfetto -> perfetto(profile)
         :svg -> svg(profile, Keyword.put(svg_opts, :per_process, false))
-        :pprof -> pprof(profile)
+        :pprof -> Pprof.encode(profile, unit: unit)
       end
 
     [{format, stem <> Map.fetch!(@extensions, format), data}]
@@ -419,6 +446,38 @@ defmodule FlameOn.Client.Export do
     # <0.96.0> is stem.0.96.0.folded, <0.96.0>@node stem.0.96.0@node.folded
     digits = pid |> Util.pid_text() |> String.replace(["<", ">"], "")
     "#{stem}.#{digits}#{Map.fetch!(@extensions, format)}"
+  end
+
+  # The allocation view: the profile weighed by words, its own files and
+  # unit.
+  defp weighed(profile, stem, svg_opts, :time), do: {profile, stem, svg_opts}
+
+  defp weighed(profile, stem, svg_opts, :alloc) do
+    svg_opts =
+      svg_opts
+      |> Keyword.put(:unit, Profile.alloc_unit())
+      |> Keyword.update(
+        :title,
+        "#{profile.name}: words allocated",
+        &(&1 || "#{profile.name}: words allocated")
+      )
+
+    {Profile.alloc_view(profile), stem <> ".alloc", svg_opts}
+  end
+
+  defp for_weight!(formats, :time, _given), do: formats
+  defp for_weight!(formats, :alloc, :all), do: formats -- [:perfetto]
+
+  defp for_weight!(formats, :alloc, _given) do
+    if :perfetto in formats do
+      raise ArgumentError, "the :perfetto format has no allocation view (weight: :alloc)"
+    end
+
+    formats
+  end
+
+  defp for_weight!(_formats, other, _given) do
+    raise ArgumentError, "invalid option :weight: #{inspect(other)}, expected :time or :alloc"
   end
 
   defp validate_formats!(:all), do: @formats

@@ -33,7 +33,7 @@ defmodule FlameOn.Client.Options do
                    cluster: [],
                    max_duration_ms: 60_000
                  ] ++ @graph_limits
-  @capture [name: "flame_on", mode: nil, timeout: 30_000] ++
+  @capture [name: "flame_on", mode: nil, timeout: 30_000, alloc: false] ++
              @sampling ++ @limits ++ @stacks ++ @cross_process
   @shipping [sample_rate: nil, threshold_ms: nil, shipper: nil]
 
@@ -47,15 +47,25 @@ defmodule FlameOn.Client.Options do
     trace: {"FlameOn.Client.trace/3", @capture_keys ++ Keyword.keys(@shipping)},
     start_trace:
       {"FlameOn.Client.start_trace/2",
-       [:name, :mode, :duration_ms, :timeout, :sample_rate, :threshold_ms, :shipper] ++
+       [:name, :mode, :alloc, :duration_ms, :timeout, :sample_rate, :threshold_ms, :shipper] ++
          @sampling_keys ++ Keyword.keys(@limits) ++ Keyword.keys(@stacks)},
     top:
       {"FlameOn.Client.start_trace/2 ({:top, n})",
-       [:name, :mode, :duration_ms, :timeout, :sample_rate, :threshold_ms, :shipper, :window_ms] ++
+       [
+         :name,
+         :mode,
+         :alloc,
+         :duration_ms,
+         :timeout,
+         :sample_rate,
+         :threshold_ms,
+         :shipper,
+         :window_ms
+       ] ++
          @sampling_keys ++ Keyword.keys(@limits) ++ Keyword.keys(@stacks)},
     telemetry:
       {"the FlameOn.Client.Telemetry handler config",
-       [:name, :mode, :max_duration_ms, :sample_rate, :threshold_ms, :shipper] ++
+       [:name, :mode, :alloc, :max_duration_ms, :sample_rate, :threshold_ms, :shipper] ++
          @sampling_keys ++ Keyword.keys(@limits) ++ Keyword.keys(@stacks)},
     capture_next: {"FlameOn.Client.capture_next/2", @capture_keys ++ [:shipper, :store]},
     summary: {"FlameOn.Client.summary/2", [:type, :set_on_spawn, :name]},
@@ -408,7 +418,7 @@ defmodule FlameOn.Client.Options do
 
     mode = opts.mode || default_mode
 
-    %{
+    alloc_alone!(%{
       opts
       | mode: if(mode == :auto, do: auto_mode(), else: mode),
         cross_process:
@@ -416,8 +426,18 @@ defmodule FlameOn.Client.Options do
             do: Application.get_env(:flame_on_client, :cross_process, false) == true,
             else: opts.cross_process
           )
-    }
+    })
   end
+
+  # Allocation is counted at garbage collections, whose events a trace
+  # across processes does not take (yet).
+  defp alloc_alone!(%{alloc: true, cross_process: true}) do
+    raise ArgumentError,
+          "alloc: true does not work with cross_process: true yet (a trace across " <>
+            "processes takes no garbage collection events)"
+  end
+
+  defp alloc_alone!(opts), do: opts
 
   defp settings(given) do
     %{

@@ -47,6 +47,21 @@ defmodule FlameOn.Client.Profile do
       its collections counted (`gc_count`); the classes add up to its time
       in `stacks`. See `FlameOn.Client.Profile.TimeClasses`. Empty in a
       profile made by hand (`TimeClasses.of/2` derives it from a tree).
+    * `alloc` – with `alloc: true` (see `FlameOn.Client.profile/2`):
+      `%{pid => [{stack, words}]}`, the heap words each process allocated,
+      by the stack it was in when its next garbage collection started
+      (the stacks are the strings of `stacks`; each collection is a sample
+      weighing the words allocated since the one before: a sampled
+      estimate, see the README's "Allocation profiles"). Empty without
+      `alloc: true`. `stats` then adds `:alloc_words` and
+      `:alloc_samples`, the totals, and `:alloc_unknown`, the collections
+      that only set a process's starting level (the first of a process
+      whose heap was not read as the trace started).
+    * `alloc_tree` – the same as a `FlameOn.Client.Profile.Tree`, whose
+      `self_us` and `total_us` are words and whose `samples` are the
+      collections counted on each stack (`weight` its words again); `nil`
+      without allocation. `alloc_view/1` gives a profile that exporters
+      write in words.
     * `process_names` – `%{pid => name}`, the names of the profile's
       processes, read while the trace ran (`FlameOn.Client.ProcessName`:
       the registered name, else the process label, else the initial call,
@@ -84,7 +99,9 @@ defmodule FlameOn.Client.Profile do
             stats: %{},
             tree: nil,
             time_classes: %{},
-            process_names: %{}
+            process_names: %{},
+            alloc: %{},
+            alloc_tree: nil
 
   @type stack :: String.t()
 
@@ -111,7 +128,9 @@ defmodule FlameOn.Client.Profile do
           stats: %{atom() => non_neg_integer()},
           tree: Tree.t() | nil,
           time_classes: %{pid() => TimeClasses.t()},
-          process_names: %{pid() => String.t()}
+          process_names: %{pid() => String.t()},
+          alloc: %{pid() => [{stack(), pos_integer()}]},
+          alloc_tree: Tree.t() | nil
         }
 
   @typedoc "A frame as `FlameOn.Client.Core.Native.finish/2` returns it."
@@ -349,10 +368,11 @@ defmodule FlameOn.Client.Profile do
   # some frames; a frame named `nil` drops the time (and the samples) of
   # every stack that ends in it (views of cross-process traces).
   @spec build(FlameOn.Client.Core.Native.tree(), map(), keyword(), map()) :: t()
-  def build({frames, _pids, _nodes, _max_bytes} = tree, stats, fields, names \\ %{}) do
+  def build(tree, stats, fields, names \\ %{}) do
+    frames = elem(tree, 0)
     texts = frames |> Tuple.to_list() |> Enum.map(&text_of(&1, names)) |> List.to_tuple()
 
-    {stacks, samples, trees, tree_names, without_text} =
+    {stacks, samples, trees, tree_names, without_text, alloc, alloc_trees} =
       FlameOn.Client.Core.Native.render(tree, texts)
 
     tree = %Tree{names: tree_names, nodes: trees}
@@ -365,9 +385,61 @@ defmodule FlameOn.Client.Profile do
         samples: samples,
         tree: tree,
         time_classes: TimeClasses.of(tree, gcs),
+        alloc: alloc,
+        alloc_tree:
+          if(alloc_trees == %{}, do: nil, else: %Tree{names: tree_names, nodes: alloc_trees}),
         stats: Map.put(stats, :stacks_without_text, without_text)
       ] ++ fields
     )
+  end
+
+  @doc """
+  The profile weighed by allocation instead of time, for the exporters
+  (`FlameOn.Client.Export.write/3` with `weight: :alloc`): its `stacks`
+  are `alloc` (words, where they had microseconds), its `tree` the
+  `alloc_tree` (built from `alloc` for a profile made by hand), and its
+  `samples` the collections counted on each stack with their words
+  (`{stack, collections, words}`). Every folded count, flame graph width
+  and pprof value of the result is in words; `Profile.alloc_unit/0` names
+  the unit.
+
+      iex> pid = :c.pid(0, 42, 0)
+      iex> profile = %FlameOn.Client.Profile{alloc: %{pid => [{"a;b", 2048}]}}
+      iex> FlameOn.Client.Profile.alloc_view(profile).stacks
+      %{:c.pid(0, 42, 0) => [{"a;b", 2048}]}
+  """
+  @spec alloc_view(t()) :: t()
+  def alloc_view(%__MODULE__{} = profile) do
+    tree = profile.alloc_tree || Tree.from_stacks(profile.alloc, %{})
+
+    samples =
+      for {pid, _} <- tree.nodes, into: %{} do
+        {pid, alloc_samples(tree, pid)}
+      end
+
+    %{
+      profile
+      | stacks: profile.alloc,
+        samples: Map.reject(samples, fn {_pid, list} -> list == [] end),
+        tree: tree,
+        metrics: %{}
+    }
+  end
+
+  @doc "The unit of an `alloc_view/1` profile's counts: heap words (8 bytes on a 64-bit VM)."
+  @spec alloc_unit() :: String.t()
+  def alloc_unit, do: "words"
+
+  # {stack, collections, words} of each node collections were counted on
+  defp alloc_samples(tree, pid) do
+    {entries, _path} =
+      Tree.reduce(tree, pid, {[], []}, fn {depth, name, self, _total, samples, _w}, {acc, path} ->
+        path = if depth == 0, do: [], else: Enum.take(path, depth - 1) ++ [Tree.name(tree, name)]
+        acc = if samples > 0, do: [{Enum.join(path, ";"), samples, self} | acc], else: acc
+        {acc, path}
+      end)
+
+    Enum.reverse(entries)
   end
 
   defp text_of(:process, _names), do: ""

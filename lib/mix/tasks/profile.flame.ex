@@ -28,6 +28,11 @@ defmodule Mix.Tasks.Profile.Flame do
       unattributed wait) and the waits explained by other spans (the
       graph's edges, largest first).
 
+  With `--alloc` the trace also weighs its stacks by the heap words they
+  allocated (`alloc: true`, see the README's "Allocation profiles"): the
+  task writes the same formats in words as `NAME.alloc.<extension>` (but
+  perfetto) and prints the top functions by words allocated.
+
   With `--summary call_time` or `--summary call_memory` it runs
   `FlameOn.Client.summary/2` instead (no flame graph): the VM counts calls
   and time (µs) or heap memory (words) per function, as `mix

@@ -369,6 +369,16 @@ defmodule FlameOn.Client.ReadmeTest do
         assert Enum.any?(binding.summary.entries, &(&1.function == "MyApp.work/0"))
         assert "work.csv" |> File.read!() |> String.starts_with?("function,calls,time_us,")
 
+      code =~ "weight: :alloc" ->
+        # 100 000 tuples of 2 words in a list (2 words a cell): 400 000
+        # words and more, many collections
+        assert binding.profile.stats.alloc_words > 100_000
+
+        assert Enum.any?(binding.profile.alloc[self()], fn {stack, _} -> stack =~ "Enum.map/2" end)
+
+        for file <- ~w(flame_on.alloc.folded flame_on.alloc.svg flame_on.alloc.pb.gz),
+            do: assert(File.exists?(Path.join("flame_on_out", file)))
+
       code =~ "FlameOn.Client.diff(before, now)" ->
         assert %FlameOn.Client.Diff{by: :merged, normalize: :median} = binding.diff
         assert Enum.any?(binding.diff.stacks.all, fn {stack, _, _} -> stack =~ "MyApp.work/0" end)

@@ -21,7 +21,8 @@ defmodule FlameOn.Client.Capture.Common do
   @doc "A core session with the limits of `opts` (and `extra` keys): `{:ok, core}` or an error."
   @spec new_core(map(), map()) :: {:ok, Native.session()} | {:error, term()}
   def new_core(opts, extra \\ %{}) do
-    limits = Map.take(opts, FlameOn.Client.Options.limit_keys())
+    limits =
+      opts |> Map.take(FlameOn.Client.Options.limit_keys()) |> Map.merge(alloc_option(opts))
 
     {:ok,
      limits
@@ -31,6 +32,44 @@ defmodule FlameOn.Client.Capture.Common do
   rescue
     ArgumentError ->
       {:error, {:invalid_limits, Map.take(opts, FlameOn.Client.Options.limit_keys())}}
+  end
+
+  @doc """
+  The core session option of `alloc: true` (`%{}` without it): the core
+  reads each collection's young heap and heap fragments (`alloc: :heap`,
+  the young heap alone, is what the core also takes: it would miss the
+  large results a BIF builds in a fragment when the heap is full).
+  """
+  # The modes that trace calls: the VM builds terms of its own on the
+  # traced process's heap for each call and return_to event, measured here
+  # (OTP 25) at 4 words per event for a one-argument tail call and more for
+  # calls with more arguments and body recursion; the core takes 4 words
+  # off per event (FlameOn.Client.Core.Native.new/1).
+  @alloc_event_words 4
+  @spec alloc_option(map()) :: map()
+  def alloc_option(%{alloc: true, mode: mode}) when mode in [:nif, :process],
+    do: %{alloc: true, alloc_event_words: @alloc_event_words}
+
+  def alloc_option(%{alloc: true}), do: %{alloc: true}
+  def alloc_option(_opts), do: %{}
+
+  @doc """
+  The core session option `heap_levels` for `alloc: true`: each live
+  process's young heap in use now (`heap_size + mbuf_size` of
+  `:garbage_collection_info`, what a collection's trace event says), so
+  that its first collection in the trace counts from here instead of only
+  setting the level (`stats.alloc_unknown`). Read before the flags go on:
+  what a process allocates in between is counted too.
+  """
+  @spec heap_levels([pid()]) :: map()
+  def heap_levels(pids) do
+    levels =
+      for pid <- pids,
+          node(pid) == node(),
+          {:garbage_collection_info, info} <- [Process.info(pid, :garbage_collection_info)],
+          do: {pid, Keyword.get(info, :heap_size, 0) + Keyword.get(info, :mbuf_size, 0)}
+
+    %{heap_levels: levels}
   end
 
   @doc """

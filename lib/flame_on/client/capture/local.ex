@@ -60,7 +60,9 @@ defmodule FlameOn.Client.Capture.Local do
   end
 
   defp open_core(%{mode: mode, opts: opts, target: target} = capture) do
-    with {:ok, core} <- Common.new_core(opts, mode.core_options(opts, root(capture))) do
+    extra = Map.merge(mode.core_options(opts, root(capture)), heap_levels(capture))
+
+    with {:ok, core} <- Common.new_core(opts, extra) do
       tracer = {Native, Native.tracer_state(core)}
       # A gate's match spec turns tracing on in the legacy session, with
       # the tracer in its flag list (FlameOn.Client.NextCall.Gate).
@@ -89,6 +91,19 @@ defmodule FlameOn.Client.Capture.Local do
     end
   end
 
+  # alloc: true: the heaps of the processes about to be traced, so that
+  # their first collection counts from here (Common.heap_levels/1).
+  defp heap_levels(%{opts: %{alloc: true}, target: target}) do
+    case target do
+      {:self, _root} -> Common.heap_levels([self()])
+      {:pid, pid} -> Common.heap_levels([pid])
+      {:pids, pids} -> Common.heap_levels(pids)
+      {:gate, _mfa} -> %{}
+    end
+  end
+
+  defp heap_levels(_capture), do: %{}
+
   # Whose flags Patterns clears should the holder die mid-trace.
   defp tracee(%{target: {:self, _root}}), do: self()
   defp tracee(%{target: {:pid, pid}}), do: pid
@@ -105,7 +120,11 @@ defmodule FlameOn.Client.Capture.Local do
           owner: self(),
           attach: :tracee,
           name: opts.name,
-          limits: Map.take(opts, FlameOn.Client.Options.limit_keys())
+          limits:
+            opts
+            |> Map.take(FlameOn.Client.Options.limit_keys())
+            |> Map.merge(Common.alloc_option(opts))
+            |> Map.merge(heap_levels(capture))
         ]
 
         with {:ok, tracer} <- Tracer.start(tracer_opts) do

@@ -18,6 +18,7 @@ defmodule FlameOn.Client.CLI.Options do
     interval_us: :integer,
     frequency: :integer,
     split_status: :boolean,
+    alloc: :boolean,
     cross_process: :boolean,
     follow: :string,
     sleep: :string,
@@ -60,6 +61,8 @@ defmodule FlameOn.Client.CLI.Options do
         --interval-us N    sampling interval of --mode sample (default 1000)
         --frequency HZ     CPU samples a second of --mode native (default 499)
         --split-status     --mode sample: stacks split by process status
+        --alloc            also weigh the stacks by heap words allocated
+                           (writes NAME.alloc.* and prints the top allocators)
         --cross-process    follow messages and calls, print the span graph
         --follow messages|calls
         --sleep default|raw
@@ -120,6 +123,7 @@ defmodule FlameOn.Client.CLI.Options do
         if(opts[:cross_process], do: [cross_process: true], else: []) ++
         if(opts[:split_status], do: [split_status: true], else: []) ++
         if(opts[:collapse_recursion] == false, do: [collapse_recursion: false], else: []) ++
+        if(opts[:alloc], do: [alloc: true], else: []) ++
         positive!(opts, :interval_us) ++
         positive!(opts, :frequency) ++
         positive!(opts, :max_nodes) ++ positive!(opts, :max_depth)
@@ -129,6 +133,7 @@ defmodule FlameOn.Client.CLI.Options do
       timeout: timeout,
       out: opts[:out] || "flame_on_out",
       formats: formats!(opts[:format]),
+      alloc: opts[:alloc] == true,
       top: opts |> positive!(:top) |> Keyword.get(:top, 10),
       diff_base: opts[:diff_base],
       diff_normalize: diff_normalize!(opts),
@@ -168,6 +173,7 @@ defmodule FlameOn.Client.CLI.Options do
         if(opts[:cross_process], do: [cross_process: true], else: []) ++
         if(opts[:split_status], do: [split_status: true], else: []) ++
         if(opts[:collapse_recursion] == false, do: [collapse_recursion: false], else: []) ++
+        if(opts[:alloc], do: [alloc: true], else: []) ++
         positive!(opts, :interval_us) ++
         positive!(opts, :frequency) ++
         positive!(opts, :max_nodes) ++ positive!(opts, :max_depth)
@@ -177,6 +183,7 @@ defmodule FlameOn.Client.CLI.Options do
       profile_opts: profile_opts,
       out: opts[:out] || "flame_on_out",
       formats: formats!(opts[:format]),
+      alloc: opts[:alloc] == true,
       top: opts |> positive!(:top) |> Keyword.get(:top, 10),
       diff_base: opts[:diff_base],
       diff_normalize: diff_normalize!(opts),
@@ -190,6 +197,7 @@ defmodule FlameOn.Client.CLI.Options do
     :cross_process,
     :format,
     :split_status,
+    :alloc,
     :interval_us,
     :frequency,
     :sleep,

@@ -53,8 +53,32 @@ defmodule FlameOn.Client.CLI.Report do
     )
 
     if profile.graph, do: spans(profile.graph)
+    if config[:alloc], do: allocators(profile, config)
     warnings(profile.stats)
     :ok
+  end
+
+  # --alloc: the top functions by the words allocated in the stacks they
+  # are the leaf of (each garbage collection charges the words since the
+  # previous one to the stack it started in).
+  defp allocators(profile, config) do
+    view = Profile.alloc_view(profile)
+    words = self_times(view)
+    total = words |> Enum.map(&elem(&1, 1)) |> Enum.sum()
+    shell = Mix.shell()
+
+    shell.info(
+      "\nTop #{config.top} functions by heap words allocated (sampled at " <>
+        "#{Map.get(profile.stats, :alloc_samples, 0)} garbage collections):"
+    )
+
+    shell.info("      WORDS       %  FUNCTION")
+
+    for {frame, w} <- Enum.take(words, config.top) do
+      shell.info("  #{pad(w, 9)}  #{percent(w, total)}  #{frame}")
+    end
+
+    shell.info("Total: #{total} words (#{total * :erlang.system_info(:wordsize)} bytes)")
   end
 
   @doc false

@@ -113,17 +113,33 @@ defmodule FlameOn.Client.CLI.Run do
 
   @doc "Writes the profile in the chosen formats: `[{format, path}]`."
   @spec write!(FlameOn.Client.Profile.t(), map()) :: [{atom(), String.t()}]
-  def write!(profile, %{out: out, formats: formats}) do
+  def write!(profile, %{out: out, formats: formats} = config) do
     n = length(formats)
     Mix.shell().info("Writing #{n} file#{if n == 1, do: "", else: "s"} to #{out}...")
 
     with :ok <- File.mkdir_p(out),
          {:ok, paths} <- Directory.write(profile, out, formats) do
-      paths
+      paths ++ write_alloc!(profile, out, formats, config)
     else
       {:error, reason} -> Mix.raise("could not write the profile to #{out}: #{inspect(reason)}")
     end
   end
+
+  # --alloc: the same formats weighed by words (perfetto has no such view),
+  # as `NAME.alloc.<extension>`.
+  defp write_alloc!(profile, out, formats, %{alloc: true}) do
+    case formats -- [:perfetto] do
+      [] ->
+        []
+
+      alloc_formats ->
+        alloc_formats
+        |> then(&FlameOn.Client.Export.write(profile, out, &1, weight: :alloc))
+        |> Enum.map(fn {format, path} -> {:"#{format} (words)", path} end)
+    end
+  end
+
+  defp write_alloc!(_profile, _out, _formats, _config), do: []
 
   @doc "Captures the next call of the function `text` names, in this VM."
   @spec capture_here!(String.t(), map()) :: FlameOn.Client.Profile.t()

@@ -25,6 +25,14 @@ defmodule FlameOn.Client.Core.Native do
   #     and `:receives` (`true`: the traced processes have the `:receive`
   #     flag, so a wait that no message ended is told runnable, a
   #     `RUNNABLE` leaf; exact modes).
+  #     `alloc: true` (or `alloc: :heap`,
+  #     heap fragments left out) decodes each garbage collection event's
+  #     heap sizes: the core charges the words allocated since the
+  #     previous collection to the stack it started in (fo_session_gc.c);
+  #     `:alloc_event_words` (0..1024) words per call and return_to event
+  #     are taken off (the call tracing's own terms on the traced heap);
+  #     `heap_levels: [{pid, words}]`, the young heap of processes about to
+  #     be traced (their first collection counts from it).
   #   * `ingest(session, messages)` – applies a list of
   #     `{:trace_ts, pid, tag, ..., ts}` messages. Returns `:ok`. A `ts`
   #     (native units, or `{mega, sec, micro}`) whose nanoseconds (moved to
@@ -55,7 +63,10 @@ defmodule FlameOn.Client.Core.Native do
   #     `<<parent::32-native, frame::32-native, process::32-native,
   #     self_ns::64-native, samples::64-native, weight::64-native>>`
   #     (`parent` is `0xFFFFFFFF` for a process root; `samples` and `weight`
-  #     count the `sample/4` samples that landed on the node). A session of
+  #     count the `sample/4` samples that landed on the node). A session
+  #     that counted allocation returns a fifth element, a binary of 20
+  #     bytes per node charged, `<<node::32-native, words::64-native,
+  #     collections::64-native>>`. A session of
   #     up to 20 000 nodes finishes on the calling scheduler (well under a
   #     millisecond); bigger ones and graph sessions on a dirty scheduler.
   #   * `render(tree, names)` – the views of a finished tree, built in C in
@@ -63,7 +74,9 @@ defmodule FlameOn.Client.Core.Native do
   #     it). `names` is a tuple as long as `frames`: each frame's text, or
   #     `nil` to drop the time and samples of the stacks that end in it;
   #     frames that read the same are merged. Returns `{stacks, samples,
-  #     trees, tree_names, stacks_without_text}`: the `stacks` and `samples`
+  #     trees, tree_names, stacks_without_text, alloc, alloc_trees}`
+  #     (`alloc` and `alloc_trees`: `profile.alloc` and the nodes of
+  #     `profile.alloc_tree`, empty maps without allocation): the `stacks` and `samples`
   #     fields of `FlameOn.Client.Profile` (each text is a slice of the text
   #     of a stack below it, so a chain of frames costs one text), the
   #     per-process tree binaries and names of `FlameOn.Client.Profile.Tree`,
@@ -288,7 +301,9 @@ defmodule FlameOn.Client.Core.Native do
   The finished tree as the core holds it (`finish/2`): `{frames, pids,
   nodes, max_stack_bytes}`, see the module documentation.
   """
-  @type tree :: {tuple(), tuple(), binary(), pos_integer()}
+  @type tree ::
+          {tuple(), tuple(), binary(), pos_integer()}
+          | {tuple(), tuple(), binary(), pos_integer(), binary()}
 
   @spec finish(session(), integer() | :stop | nil) :: {tree(), map()} | {tree(), map(), map()}
   def finish(_session, _end_ts), do: :erlang.nif_error(:nif_not_loaded)
@@ -296,7 +311,8 @@ defmodule FlameOn.Client.Core.Native do
   @spec render(tree(), tuple()) ::
           {%{pid() => [{String.t(), pos_integer()}]},
            %{pid() => [{String.t(), pos_integer(), non_neg_integer()}]}, %{pid() => binary()},
-           tuple(), non_neg_integer()}
+           tuple(), non_neg_integer(), %{pid() => [{String.t(), pos_integer()}]},
+           %{pid() => binary()}}
   def render(_tree, _names), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false

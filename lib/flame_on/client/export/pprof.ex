@@ -18,8 +18,13 @@ defmodule FlameOn.Client.Export.Pprof do
   alias FlameOn.Client.Export.Util
   alias FlameOn.Client.Profile.Tree
 
-  @spec encode(Profile.t()) :: binary()
-  def encode(%Profile{} = profile) do
+  # `unit: :alloc` encodes an allocation view (Profile.alloc_view/1): the
+  # sample types are `alloc_words` (words, the default) and
+  # `alloc_samples` (count: the garbage collections that sampled them),
+  # as Go's heap profiles have alloc_space and alloc_objects.
+  @spec encode(Profile.t(), keyword()) :: binary()
+  def encode(%Profile{} = profile, opts \\ []) do
+    alloc? = Keyword.get(opts, :unit, :time) == :alloc
     names = Util.names(profile)
 
     # a process's labels: "pid" ("<0.96.0>"), and "process" (its name,
@@ -39,8 +44,8 @@ defmodule FlameOn.Client.Export.Pprof do
         comment: "flame_on_client trace #{profile.trace_id}: #{profile.name}",
         duration_us: profile.duration_us,
         started_at: profile.started_at,
-        value_type: {"wall", "microseconds"},
-        sampled?: profile.samples != %{}
+        value_type: if(alloc?, do: {"alloc_words", "words"}, else: {"wall", "microseconds"}),
+        sampled?: if(alloc?, do: :alloc, else: profile.samples != %{})
       },
       Tree.of(profile),
       processes
@@ -52,7 +57,8 @@ defmodule FlameOn.Client.Export.Pprof do
   # (`[{key, [{label, value}]}]`, the labels of that key's samples). `meta`:
   # `:comment`, `:duration_us`, `:started_at` (monotonic µs or nil),
   # `:value_type` (`{type, unit}` of the nodes' time) and `:sampled?` (also
-  # the samples and reductions of the nodes). A diff writes its two
+  # the samples and reductions of the nodes; `:alloc`: an allocation tree,
+  # its samples the collections). A diff writes its two
   # profiles this way.
   @spec encode_tree(map(), Tree.t(), [{term(), [{String.t(), String.t()}]}]) :: binary()
   def encode_tree(meta, tree, processes) do
@@ -111,6 +117,14 @@ defmodule FlameOn.Client.Export.Pprof do
 
   # The nodes' time always; a sampled profile adds the sample count and the
   # reductions, so `-sample_index=samples` / `reductions` pick them.
+  defp sample_types(:alloc, {type, unit}, strings) do
+    {count, strings} = Util.intern("count", strings)
+    {samples_str, strings} = Util.intern("alloc_samples", strings)
+
+    {[message([int(1, type), int(2, unit)]), message([int(1, samples_str), int(2, count)])],
+     strings}
+  end
+
   defp sample_types(sampled?, {type, unit}, strings) do
     value_type = message([int(1, type), int(2, unit)])
 
@@ -165,6 +179,8 @@ defmodule FlameOn.Client.Export.Pprof do
 
         rows =
           cond do
+            sampled? == :alloc and us == 0 and n == 0 -> rows
+            sampled? == :alloc -> [sample(ids, [us, n], label) | rows]
             us == 0 and (not sampled? or n == 0) -> rows
             sampled? -> [sample(ids, [us, n, r], label) | rows]
             true -> [sample(ids, [us], label) | rows]

@@ -14,15 +14,25 @@ defmodule FlameOn.Client.Export.Speedscope do
 
   @schema "https://www.speedscope.app/file-format-schema.json"
 
-  @spec encode(Profile.t()) :: iodata()
-  def encode(%Profile{} = profile) do
+  # `unit: :alloc` writes an allocation view (Profile.alloc_view/1): its
+  # values are words, which speedscope has no unit for ("none"); each
+  # profile's name says so.
+  @spec encode(Profile.t(), keyword()) :: iodata()
+  def encode(%Profile{} = profile, opts \\ []) do
     names = Util.names(profile)
+    alloc? = Keyword.get(opts, :unit, :time) == :alloc
+    note = if alloc?, do: " (words allocated)", else: ""
 
     profiles =
       for pid <- Util.pids(profile),
-          do: {pid, "#{profile.name} #{Util.process_label(pid, names)}"}
+          do: {pid, "#{profile.name} #{Util.process_label(pid, names)}#{note}"}
 
-    encode_tree(profile.name, Tree.of(profile), profiles, "microseconds")
+    encode_tree(
+      profile.name,
+      Tree.of(profile),
+      profiles,
+      if(alloc?, do: "none", else: "microseconds")
+    )
   end
 
   @doc false

@@ -17,7 +17,8 @@ defmodule FlameOn.Client.Export.SVG do
     frame_height: 16,
     font_size: 12,
     min_width: 0.1,
-    title: nil
+    title: nil,
+    unit: "µs"
   ]
 
   @pad 10
@@ -38,7 +39,7 @@ defmodule FlameOn.Client.Export.SVG do
         label = Util.process_label(pid, names)
         title = opts[:title] || "#{profile.name} #{label}"
         root = nested(tree, pid)
-        page = page(profile, title, 1, root.us)
+        page = page(profile, title, 1, root.us, opts[:unit])
         {pid, render(page, {"#{profile.name} #{label}", :root, root}, opts)}
       end)
     else
@@ -52,17 +53,18 @@ defmodule FlameOn.Client.Export.SVG do
         kids: processes
       }
 
-      page = page(profile, opts[:title] || profile.name, length(processes), root.us)
+      page = page(profile, opts[:title] || profile.name, length(processes), root.us, opts[:unit])
       render(page, {profile.name, :root, root}, opts)
     end
   end
 
   # A profile's texts, legend and colours (a diff has its own: Export.DiffSVG).
-  defp page(profile, title, processes, total) do
+  # `unit`: what the widths count (`"µs"`; `"words"` for an allocation view).
+  defp page(profile, title, processes, total, unit) do
     %{
       title: title,
       subtitle:
-        "#{thousands(total)} µs in #{processes} process#{if processes == 1, do: "", else: "es"}" <>
+        "#{thousands(total)} #{unit} in #{processes} process#{if processes == 1, do: "", else: "es"}" <>
           " · trace #{profile.trace_id || "-"} · aggregated stacks, not a timeline",
       legend: [
         {"CPU", color(:frame, "CPU")},
@@ -71,20 +73,24 @@ defmodule FlameOn.Client.Export.SVG do
         {"GC", color(:frame, "GC_MINOR")},
         {"RUNNABLE (preempted)", color(:frame, "RUNNABLE")}
       ],
-      paint: &paint(&1, &2, total)
+      paint: &paint(&1, &2, total, unit)
     }
   end
 
-  defp paint({name, kind, _node}, {w_us, self_us}, total) do
+  defp paint({name, kind, _node}, {w_us, self_us}, total, unit) do
     info = [
       escape(name),
       " (",
       thousands(w_us),
-      " µs, ",
+      " ",
+      unit,
+      ", ",
       percent(w_us, total),
       "%; self ",
       thousands(self_us),
-      " µs)"
+      " ",
+      unit,
+      ")"
     ]
 
     {color(kind, name), info}
@@ -105,6 +111,7 @@ defmodule FlameOn.Client.Export.SVG do
           :font_size -> is_number(value) and value > 0
           :min_width -> is_number(value) and value >= 0
           :title -> is_nil(value) or is_binary(value)
+          :unit -> is_binary(value) and value != ""
         end
 
       valid? || raise ArgumentError, "invalid SVG option #{inspect(key)}: #{inspect(value)}"

@@ -115,6 +115,8 @@ defmodule FlameOn.Client.Options.Check do
   defp check(:interval_us, _, _modes), do: {:error, "an integer of at least 1000"}
   defp check(:frequency, hz, _modes) when is_integer(hz) and hz in 1..10_000, do: :ok
   defp check(:frequency, _, _modes), do: {:error, "an integer from 1 to 10000 (Hz)"}
+  defp check(:alloc, flag, _modes) when is_boolean(flag), do: :ok
+  defp check(:alloc, _, _modes), do: {:error, "a boolean"}
   defp check(:collapse_recursion, flag, _modes) when is_boolean(flag), do: :ok
   defp check(:collapse_recursion, _, _modes), do: {:error, "a boolean"}
   defp check(:split_status, flag, _modes) when is_boolean(flag), do: :ok
