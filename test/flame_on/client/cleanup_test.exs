@@ -232,7 +232,12 @@ defmodule FlameOn.Client.CleanupTest do
 
       for opts <- [[mode: :nif], [mode: :process], [cross_process: true]] do
         if TraceBackend.sessions?() do
-          assert {5, profile} = FlameOn.Client.profile(fn -> Workloads.fib(5) end, opts)
+          assert {5, profile} =
+                   FlameOn.Client.profile(
+                     fn -> Workloads.fib(5) end,
+                     [collapse_recursion: false] ++ opts
+                   )
+
           assert max_frame_count(profile, self(), "FlameOn.Client.Test.Workloads.fib/1") >= 4
         else
           error =
