@@ -405,8 +405,9 @@ defmodule FlameOn.Client.NifFuzzTest do
   defp result_ok?({:finish, _, _}, r),
     do: match?({{_, _, _, _}, %{}}, r) or match?({{_, _, _, _}, %{}, %{}}, r)
 
+  # stacks, samples, trees, names, stacks without text, alloc, alloc trees
   defp result_ok?({:render, _, _}, r),
-    do: match?({%{}, %{}, %{}, names, n} when is_tuple(names) and n >= 0, r)
+    do: match?({%{}, %{}, %{}, names, n, %{}, %{}} when is_tuple(names) and n >= 0, r)
 
   defp result_ok?({:tracer_state, _}, r), do: is_integer(r) and r > 0
   defp result_ok?({:enabled, _, _, _}, r), do: r in [:trace, :discard, :remove]

@@ -25,6 +25,9 @@ defmodule FlameOn.Client.PyroscopeTest do
   end
 
   setup do
+    # the app's mix.exs does not list :inets (only this shipper needs it):
+    # Elixir 1.15+ leaves it off the code path until asked
+    FlameOn.Client.Test.Tools.otp_lib!(:inets, "erlang-inets")
     Continuous.stop()
     on_exit(&Continuous.stop/0)
   end

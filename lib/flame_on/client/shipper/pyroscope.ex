@@ -50,8 +50,11 @@ defmodule FlameOn.Client.Shipper.Pyroscope do
   caller: `FlameOn.Client.Continuous` calls it from its own shipping
   process, so a slow or dead server never delays sampling.
 
-  Uses OTP's `:httpc` (the `:inets` application, started on first use; a
-  release must include `:inets`).
+  Uses OTP's `:httpc` (the `:inets` application, started on first use;
+  `:ssl` too for `https://`). Add them to your app's `extra_applications`:
+  a release must include them, and Elixir 1.15+ keeps OTP applications
+  that no `mix.exs` lists off the code path (the shipper then answers
+  `{:error, {:not_started, :inets, _}}`).
   """
 
   @behaviour FlameOn.Client.Shipper
