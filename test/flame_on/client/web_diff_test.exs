@@ -55,30 +55,7 @@ defmodule FlameOn.Client.WebDiffTest do
 
   # --- a small HTTP client --------------------------------------------------------
 
-  defp get(url, path) do
-    %URI{host: host, port: port} = URI.parse(url)
-    {:ok, socket} = :gen_tcp.connect(String.to_charlist(host), port, [:binary, active: false])
-    :ok = :gen_tcp.send(socket, "GET #{path} HTTP/1.1\r\nhost: #{host}:#{port}\r\n\r\n")
-    response = read_all(socket, "")
-    [head, body] = String.split(response, "\r\n\r\n", parts: 2)
-    ["HTTP/1.1 " <> status_line | header_lines] = String.split(head, "\r\n")
-    {status, _} = Integer.parse(status_line)
-
-    headers =
-      Map.new(header_lines, fn line ->
-        [k, v] = String.split(line, ": ", parts: 2)
-        {String.downcase(k), v}
-      end)
-
-    {status, headers, body}
-  end
-
-  defp read_all(socket, acc) do
-    case :gen_tcp.recv(socket, 0, 30_000) do
-      {:ok, data} -> read_all(socket, acc <> data)
-      {:error, :closed} -> acc
-    end
-  end
+  import FlameOn.Client.Test.WebClient, only: [get: 2]
 
   # The fill of the diff SVG's frame whose title starts with `function`.
   defp fill(svg, function) do

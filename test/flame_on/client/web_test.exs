@@ -49,45 +49,7 @@ defmodule FlameOn.Client.WebTest do
 
   # --- a small HTTP client: full control over what is sent ----------------------
 
-  defp request(url, method, path, headers \\ [], body \\ "") do
-    %URI{host: host, port: port} = URI.parse(url)
-    {:ok, socket} = :gen_tcp.connect(String.to_charlist(host), port, [:binary, active: false])
-
-    headers =
-      if(List.keymember?(headers, "host", 0), do: [], else: [{"host", "#{host}:#{port}"}]) ++
-        headers ++
-        if(body != "", do: [{"content-length", Integer.to_string(byte_size(body))}], else: [])
-
-    :ok =
-      :gen_tcp.send(socket, [
-        "#{method} #{path} HTTP/1.1\r\n",
-        Enum.map(headers, fn {k, v} -> "#{k}: #{v}\r\n" end),
-        "\r\n",
-        body
-      ])
-
-    response = read_all(socket, "")
-    [head, body] = String.split(response, "\r\n\r\n", parts: 2)
-    ["HTTP/1.1 " <> status_line | header_lines] = String.split(head, "\r\n")
-    {status, _} = Integer.parse(status_line)
-
-    headers =
-      Map.new(header_lines, fn line ->
-        [k, v] = String.split(line, ": ", parts: 2)
-        {String.downcase(k), v}
-      end)
-
-    {status, headers, body}
-  end
-
-  defp read_all(socket, acc) do
-    case :gen_tcp.recv(socket, 0, 30_000) do
-      {:ok, data} -> read_all(socket, acc <> data)
-      {:error, :closed} -> acc
-    end
-  end
-
-  defp get(url, path, headers \\ []), do: request(url, "GET", path, headers)
+  import FlameOn.Client.Test.WebClient, only: [request: 3, request: 4, request: 5, get: 2, get: 3]
 
   defp wait_until(fun, tries \\ 200) do
     cond do

@@ -44,35 +44,6 @@ defmodule FlameOn.Client.WebTimelineTest.PhaseB do
   end
 end
 
-defmodule FlameOn.Client.WebTimelineTest.HTTP do
-  @moduledoc false
-  # GET over a real socket: {status, headers, body}.
-  def get(url, path) do
-    %URI{host: host, port: port} = URI.parse(url)
-    {:ok, socket} = :gen_tcp.connect(String.to_charlist(host), port, [:binary, active: false])
-    :ok = :gen_tcp.send(socket, "GET #{path} HTTP/1.1\r\nhost: #{host}:#{port}\r\n\r\n")
-    response = read_all(socket, "")
-    [head, body] = String.split(response, "\r\n\r\n", parts: 2)
-    ["HTTP/1.1 " <> status_line | header_lines] = String.split(head, "\r\n")
-    {status, _} = Integer.parse(status_line)
-
-    headers =
-      Map.new(header_lines, fn line ->
-        [k, v] = String.split(line, ": ", parts: 2)
-        {String.downcase(k), v}
-      end)
-
-    {status, headers, body}
-  end
-
-  defp read_all(socket, acc) do
-    case :gen_tcp.recv(socket, 0, 30_000) do
-      {:ok, data} -> read_all(socket, acc <> data)
-      {:error, :closed} -> acc
-    end
-  end
-end
-
 defmodule FlameOn.Client.WebTimelineTest do
   # The continuous-profiling timeline of the web UI (/timeline), over real
   # HTTP, against a ring of 200 ms windows of a workload that changes
@@ -81,7 +52,7 @@ defmodule FlameOn.Client.WebTimelineTest do
   use ExUnit.Case, async: false
 
   import FlameOn.Client.TestHelpers
-  import FlameOn.Client.WebTimelineTest.HTTP
+  import FlameOn.Client.Test.WebClient
 
   alias FlameOn.Client.Continuous
   alias FlameOn.Client.Web
@@ -400,7 +371,7 @@ defmodule FlameOn.Client.WebTimelineOffTest do
   use ExUnit.Case, async: false
 
   import FlameOn.Client.TestHelpers
-  import FlameOn.Client.WebTimelineTest.HTTP
+  import FlameOn.Client.Test.WebClient
 
   alias FlameOn.Client.Continuous
   alias FlameOn.Client.Web
