@@ -236,8 +236,11 @@ defmodule FlameOn.Client.PyroscopeTest do
     Process.sleep(1_200)
     {us, stats} = :timer.tc(&Continuous.stats/0)
     assert us < 200_000
+    # a sampler that waited for the shipper (three tries 100 ms apart each
+    # window) would close 4 windows at most; ticks of 10 ms slip on a
+    # loaded machine (57 of 120 seen), so they only show it kept ticking
     assert stats.windows >= 8
-    assert stats.ticks >= 60
+    assert stats.ticks >= 40
     assert stats.ship_failed >= 1
     assert stats.ship_dropped >= 1
     assert stats.shipped == 0

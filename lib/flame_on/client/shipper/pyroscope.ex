@@ -182,7 +182,7 @@ defmodule FlameOn.Client.Shipper.Pyroscope do
 
   defp attempt(url, headers, body, opts, n) do
     request = {to_charlist(url), headers, ~c"application/octet-stream", body}
-    http_opts = [timeout: opts[:timeout], connect_timeout: opts[:timeout]]
+    http_opts = [timeout: opts[:timeout], connect_timeout: opts[:timeout]] ++ tls(url)
 
     result =
       case :httpc.request(:post, request, http_opts, body_format: :binary) do
@@ -227,6 +227,12 @@ defmodule FlameOn.Client.Shipper.Pyroscope do
         {:error, {:unknown_options, unknown}}
     end
   end
+
+  # Plain HTTP uses no TLS, but OTP 26+'s httpc builds its default TLS
+  # options (a hostname check from :public_key) for every request unless
+  # given some: an app without :ssl on its code path could not post at all.
+  defp tls("https://" <> _), do: []
+  defp tls(_url), do: [ssl: []]
 
   defp ensure_started(url) do
     apps = if String.starts_with?(url, "https://"), do: [:inets, :ssl], else: [:inets]
