@@ -39,17 +39,18 @@ defmodule FlameOn.Client.Tracing.Tail do
   @root {__MODULE__, :call, 1}
 
   @doc """
-  Runs `fun` traced with `profile/2`'s options `opts` (mode resolved;
-  `trace_capture`: the same checked by `Options.trace!/1`, with the
-  trace's name): `{result, profile}` when it ran for at least
-  `threshold_ms`, `{result, nil}` when not. As
-  `profile/2`, it raises when the trace cannot start (`fun` has not run
-  then), and raises `fun`'s exception again once the trace is given back.
+  Runs `fun` traced with `trace_capture`, the capture options checked by
+  `Options.trace!/1` with the trace's name (mode resolved):
+  `{result, profile}` when it ran for at least `threshold_ms`, `{result,
+  nil}` when not. `profile_opts` makes the same as `profile/2`'s options,
+  for a trace of its own. As `profile/2`, it raises when the trace cannot
+  start (`fun` has not run then), and raises `fun`'s exception again once
+  the trace is given back.
   """
-  @spec run((() -> result), keyword(), map(), non_neg_integer()) ::
+  @spec run((() -> result), (() -> keyword()), map(), non_neg_integer()) ::
           {result, FlameOn.Client.Profile.t() | nil}
         when result: term()
-  def run(fun, opts, trace_capture, threshold_ms) do
+  def run(fun, profile_opts, trace_capture, threshold_ms) do
     case start(trace_capture, @root, threshold_ms) do
       {:ok, tail} ->
         outcome = call(fun)
@@ -61,7 +62,7 @@ defmodule FlameOn.Client.Tracing.Tail do
         end
 
       :unavailable ->
-        own(fun, Options.profile!(opts), threshold_ms)
+        own(fun, Options.profile!(profile_opts.()), threshold_ms)
     end
   end
 
@@ -91,7 +92,7 @@ defmodule FlameOn.Client.Tracing.Tail do
          {:tail, _, _} = state <- Native.tail_begin(ask_after_ns(root, threshold_ms)) do
       handle = TraceBackend.legacy({Native, state})
       started_ts = :erlang.monotonic_time()
-      TraceBackend.set_flags(self(), [{handle, @flags}])
+      TraceBackend.trace(handle, self(), true, @flags)
       {:ok, %{state: state, handle: handle, opts: opts, root: root, started_ts: started_ts}}
     else
       _ -> :unavailable
