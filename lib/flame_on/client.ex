@@ -341,7 +341,7 @@ defmodule FlameOn.Client do
         fun.()
 
       true ->
-        traced(name, fun, settings, Map.put(capture, :name, name), opts)
+        traced(name, fun, settings, capture, opts)
     end
   end
 
@@ -375,10 +375,12 @@ defmodule FlameOn.Client do
     try do
       case settings.threshold_ms do
         0 ->
-          profile(wrapped, profile_opts(capture, opts))
+          profile(wrapped, profile_opts(name, capture, opts))
 
         threshold_ms ->
-          Tracing.Tail.run(wrapped, fn -> profile_opts(capture, opts) end, capture, threshold_ms)
+          Tracing.Tail.run(wrapped, name, capture, threshold_ms, fn ->
+            profile_opts(name, capture, opts)
+          end)
       end
     catch
       kind, reason ->
@@ -412,8 +414,8 @@ defmodule FlameOn.Client do
   # profile/2's options of a traced call: its name and mode, and every
   # option of trace/3's that profile/2 takes (made only where a trace of
   # its own runs: the shared tail path does not need them).
-  defp profile_opts(capture, opts) do
-    [name: capture.name, mode: capture.mode] ++
+  defp profile_opts(name, capture, opts) do
+    [name: name, mode: capture.mode] ++
       for {key, value} <- opts, key in Options.keys(:profile), do: {key, value}
   end
 

@@ -23,7 +23,8 @@ defmodule FlameOn.Client.Node.TailHold do
   #     same way.
   #   * `:idle_ms` (5000) – how long the hold outlives the last tail trace.
   #   * `:shared` (true) – false: every tail trace takes its own session
-  #     (read per request; for comparisons).
+  #     (for comparisons; read when the hold would turn on, and kept until
+  #     `off/1`).
   #
   # Per request, `on?/1` is a :persistent_term read and two atomics
   # operations. A tail trace still running `idle_ms` after the last one
@@ -35,8 +36,14 @@ defmodule FlameOn.Client.Node.TailHold do
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.PerfSampler
 
-  @on 1
+  # the flags' slots: the hold's state, and when a tail trace last asked
+  @state 1
   @last_used 2
+
+  # its states (@not_shared: the configuration said no; until off/1)
+  @off 0
+  @on 1
+  @not_shared 2
 
   @defaults [max_processes: 1024, max_slices: 100_000, max_slices_mb: 32, idle_ms: 5_000]
 
@@ -47,29 +54,35 @@ defmodule FlameOn.Client.Node.TailHold do
   @doc """
   Whether tail traces can run on the shared sampler now, turning the hold
   on (sampling at `frequency` Hz, if the sampler is not running already)
-  when it is off. False where native sampling is unavailable or the table
-  cannot be made.
+  when it is off. False where native sampling is unavailable, the table
+  cannot be made, or the configuration says `shared: false`.
   """
   @spec on?(pos_integer()) :: boolean()
   def on?(frequency) do
     flags = :persistent_term.get({__MODULE__, :flags}, nil)
 
-    cond do
-      flags == nil ->
+    case flags && :atomics.get(flags, @state) do
+      nil ->
         false
 
-      :atomics.get(flags, @on) == 1 ->
+      @on ->
         :atomics.put(flags, @last_used, System.monotonic_time(:millisecond))
         true
 
-      true ->
+      @not_shared ->
+        false
+
+      @off ->
         GenServer.call(__MODULE__, {:on, frequency}, 60_000) == :ok
     end
   catch
     :exit, _ -> false
   end
 
-  @doc "Turns the hold off now (waits up to `wait_ms` for running tail traces)."
+  @doc """
+  Turns the hold off now (waits up to `wait_ms` for running tail traces);
+  the next tail trace reads the configuration again.
+  """
   @spec off(non_neg_integer()) :: :ok
   def off(wait_ms \\ 1_000), do: GenServer.call(__MODULE__, {:off, wait_ms}, 60_000)
 
@@ -77,7 +90,7 @@ defmodule FlameOn.Client.Node.TailHold do
   @spec stats() :: map()
   def stats do
     flags = :persistent_term.get({__MODULE__, :flags}, nil)
-    on = flags != nil and :atomics.get(flags, @on) == 1
+    on = flags != nil and :atomics.get(flags, @state) == @on
     Map.put(Native.tail_stats(), :on, on)
   end
 
@@ -91,7 +104,7 @@ defmodule FlameOn.Client.Node.TailHold do
           flags
 
         flags ->
-          :atomics.put(flags, @on, 0)
+          :atomics.put(flags, @state, @off)
           flags
       end
 
@@ -100,17 +113,27 @@ defmodule FlameOn.Client.Node.TailHold do
 
   @impl GenServer
   def handle_call({:on, frequency}, _from, state) do
-    if :atomics.get(state.flags, @on) == 1 do
-      {:reply, :ok, state}
-    else
-      case turn_on(state, frequency) do
-        {:ok, state} -> {:reply, :ok, state}
-        {:error, _} = error -> {:reply, error, state}
-      end
+    cond do
+      :atomics.get(state.flags, @state) == @on ->
+        {:reply, :ok, state}
+
+      config()[:shared] == false ->
+        :atomics.put(state.flags, @state, @not_shared)
+        {:reply, {:error, :not_shared}, state}
+
+      true ->
+        case turn_on(state, frequency) do
+          {:ok, state} -> {:reply, :ok, state}
+          {:error, _} = error -> {:reply, error, state}
+        end
     end
   end
 
-  def handle_call({:off, wait_ms}, _from, state), do: {:reply, :ok, turn_off(state, wait_ms)}
+  def handle_call({:off, wait_ms}, _from, state) do
+    # `shared: false` is read again when the next tail trace asks
+    :atomics.compare_exchange(state.flags, @state, @not_shared, @off)
+    {:reply, :ok, turn_off(state, wait_ms)}
+  end
 
   @impl GenServer
   def handle_info(:check, state) do
@@ -128,7 +151,7 @@ defmodule FlameOn.Client.Node.TailHold do
 
   @impl GenServer
   def terminate(_reason, state) do
-    :atomics.put(state.flags, @on, 0)
+    :atomics.put(state.flags, @state, @off)
     if state.held, do: PerfSampler.release()
     :ok
   end
@@ -139,7 +162,7 @@ defmodule FlameOn.Client.Node.TailHold do
     with :ok <- PerfSampler.acquire(frequency),
          {:ok, _, _} <- enable(config) do
       :atomics.put(state.flags, @last_used, System.monotonic_time(:millisecond))
-      :atomics.put(state.flags, @on, 1)
+      :atomics.put(state.flags, @state, @on)
       {:ok, %{state | held: true, timer: state.timer || schedule(config[:idle_ms])}}
     else
       {:error, _} = error ->
@@ -161,7 +184,7 @@ defmodule FlameOn.Client.Node.TailHold do
   defp turn_off(%{held: false} = state, _wait_ms), do: state
 
   defp turn_off(state, wait_ms) do
-    :atomics.put(state.flags, @on, 0)
+    :atomics.put(state.flags, @state, @off)
     wait_idle(System.monotonic_time(:millisecond) + wait_ms)
     untrace_stragglers()
     PerfSampler.release()
