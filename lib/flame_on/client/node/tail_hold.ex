@@ -21,24 +21,26 @@ defmodule FlameOn.Client.Node.TailHold do
   #     longer one is truncated at the last (`stats.tail_truncated`).
   #   * `:max_slices_mb` (32) – the slices of all requests together, the
   #     same way.
-  #   * `:idle_ms` (5000) – how long the hold outlives the last tail trace.
+  #   * `:idle_ms` (5000) – how long the hold outlives the last tail trace
+  #     (at least; at most twice as long).
   #   * `:shared` (true) – false: every tail trace takes its own session
   #     (for comparisons; read when the hold would turn on, and kept until
   #     `off/1`).
   #
-  # Per request, `on?/1` is a :persistent_term read and two atomics
-  # operations. A tail trace still running `idle_ms` after the last one
-  # started (and `idle_ms` more) loses its flag and the sampler: its
-  # profile, if kept, has no samples from then on.
+  # Per request, `on?/1` is a :persistent_term read and an atomics read;
+  # whether tail traces started lately, the checks (every `idle_ms` / 2)
+  # see in the table's count of them (`tail_stats/0`'s `begun`), so the
+  # hold turns off `idle_ms` to twice that after the last one started. A
+  # tail trace still running then (and `idle_ms` more) loses its flag and
+  # the sampler: its profile, if kept, has no samples from then on.
 
   use GenServer
 
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.PerfSampler
 
-  # the flags' slots: the hold's state, and when a tail trace last asked
+  # the flags' slot of the hold's state (the second is not used)
   @state 1
-  @last_used 2
 
   # its states (@not_shared: the configuration said no; until off/1)
   @off 0
@@ -66,7 +68,6 @@ defmodule FlameOn.Client.Node.TailHold do
         false
 
       @on ->
-        :atomics.put(flags, @last_used, System.monotonic_time(:millisecond))
         true
 
       @not_shared ->
@@ -108,7 +109,9 @@ defmodule FlameOn.Client.Node.TailHold do
           flags
       end
 
-    {:ok, %{flags: flags, held: false, timer: nil}}
+    # begun: the table's count of tail traces started, as the last check
+    # saw it, at active_ms
+    {:ok, %{flags: flags, held: false, timer: nil, begun: 0, active_ms: 0}}
   end
 
   @impl GenServer
@@ -138,9 +141,12 @@ defmodule FlameOn.Client.Node.TailHold do
   @impl GenServer
   def handle_info(:check, state) do
     idle_ms = config()[:idle_ms]
-    idle = System.monotonic_time(:millisecond) - :atomics.get(state.flags, @last_used)
+    now = System.monotonic_time(:millisecond)
+    begun = Native.tail_stats().begun
+    # one started since the last check: it counts from now
+    state = if begun != state.begun, do: %{state | begun: begun, active_ms: now}, else: state
 
-    if state.held and idle >= idle_ms do
+    if state.held and now - state.active_ms >= idle_ms do
       {:noreply, turn_off(%{state | timer: nil}, idle_ms)}
     else
       {:noreply, %{state | timer: schedule(idle_ms)}}
@@ -161,9 +167,16 @@ defmodule FlameOn.Client.Node.TailHold do
 
     with :ok <- PerfSampler.acquire(frequency),
          {:ok, _, _} <- enable(config) do
-      :atomics.put(state.flags, @last_used, System.monotonic_time(:millisecond))
       :atomics.put(state.flags, @state, @on)
-      {:ok, %{state | held: true, timer: state.timer || schedule(config[:idle_ms])}}
+
+      {:ok,
+       %{
+         state
+         | held: true,
+           timer: state.timer || schedule(config[:idle_ms]),
+           begun: Native.tail_stats().begun,
+           active_ms: System.monotonic_time(:millisecond)
+       }}
     else
       {:error, _} = error ->
         PerfSampler.release()
