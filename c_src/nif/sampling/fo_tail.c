@@ -108,6 +108,15 @@ static int is_gc_tag(ERL_NIF_TERM tag)
            tag == fo_atom_gc_major_end;
 }
 
+ERL_NIF_TERM fo_tail_enabled(ErlNifEnv *env, const ERL_NIF_TERM argv[])
+{
+    ERL_NIF_TERM tag = argv[0];
+    if (tag == fo_atom_in || tag == fo_atom_out || is_gc_tag(tag))
+        return fo_atom_trace;
+    if (tag != fo_atom_trace_status)
+        return fo_atom_discard;
+    return entry_of(env, argv[1]) != NULL ? fo_atom_trace : fo_atom_remove;
+}
 
 /* Room for one more slice: doubles the entry's array, within max_slices
  * and the node-wide byte budget. */
@@ -176,22 +185,15 @@ static void ask(ErlNifEnv *env, tail_entry *e, ERL_NIF_TERM state, const ErlNifP
     enif_free_env(msg_env);
 }
 
-/* The entry of the traced process an event is about (argv as enabled/3's
- * or trace/5's: Tag, State, Tracee), else NULL. */
-static tail_entry *event_entry(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifPid *pid)
+// trace(in | out, {tail, Index, Gen}, Pid, _, Opts): a slice starts or ends
+ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[])
 {
+    ErlNifPid pid;
     tail_entry *e = entry_of(env, argv[1]);
-    if (e == NULL || !enif_get_local_pid(env, argv[2], pid) || e->pid != (uint64_t)pid->pid)
-        return NULL;
-    return e;
-}
-
-/* An `in` or a collection's start or end: all it tells is when, and (in)
- * on which thread, both known here. */
-static void note_when(tail_entry *e, ERL_NIF_TERM tag)
-{
+    if (e == NULL || !enif_get_local_pid(env, argv[2], &pid) || e->pid != (uint64_t)pid.pid)
+        return fo_atom_ok;
     int64_t now = fo_tracer_clock_ns();
-    if (tag == fo_atom_in) {
+    if (argv[0] == fo_atom_in) {
         /* Running still: an `out` went missing (it went out before its
          * flag was on, as erlang:trace/3 may make it, while the slice of
          * tail_begin was open). When is unknown, so the slice's samples
@@ -203,52 +205,16 @@ static void note_when(tail_entry *e, ERL_NIF_TERM tag)
         fo_perf_note_thread();
         e->thread = fo_perf_thread_id();
         e->from_ns = now;
-    } else if (tag == fo_atom_gc_minor_start || tag == fo_atom_gc_major_start) {
+    } else if (argv[0] == fo_atom_gc_minor_start || argv[0] == fo_atom_gc_major_start) {
         if (e->gc_from_ns == 0) {
             e->gc_from_ns = now;
-            e->gc_major = tag == fo_atom_gc_major_start;
+            e->gc_major = argv[0] == fo_atom_gc_major_start;
         }
-    } else if (tag == fo_atom_gc_minor_end || tag == fo_atom_gc_major_end) {
+    } else if (argv[0] == fo_atom_gc_minor_end || argv[0] == fo_atom_gc_major_end) {
         if (e->gc_from_ns != 0)
             add_record(e, &(tail_slice){0, e->gc_from_ns, now, {0, 0, e->gc_major}});
         e->gc_from_ns = 0;
-    }
-}
-
-/* enabled/3 runs once per event, on the thread of the event (erts's
- * is_tracer_enabled, then trace/5 with the same tracer). An `in` or a
- * collection is noted here and discarded: no event is built and trace/5
- * is not called, half the callbacks of a request. An `out` goes on to
- * trace/5, which has the function the process stopped in. */
-ERL_NIF_TERM fo_tail_enabled(ErlNifEnv *env, const ERL_NIF_TERM argv[])
-{
-    ERL_NIF_TERM tag = argv[0];
-    if (tag == fo_atom_out)
-        return fo_atom_trace;
-    if (tag == fo_atom_in || is_gc_tag(tag)) {
-        ErlNifPid pid;
-        tail_entry *e = event_entry(env, argv, &pid);
-        if (e != NULL)
-            note_when(e, tag);
-        return fo_atom_discard;
-    }
-    if (tag != fo_atom_trace_status)
-        return fo_atom_discard;
-    return entry_of(env, argv[1]) != NULL ? fo_atom_trace : fo_atom_remove;
-}
-
-// trace(out, {tail, Index, Gen}, Pid, {M, F, A}, Opts): a slice ends (an
-// `in` or a collection that comes here is noted as enabled/3 notes it)
-ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[])
-{
-    ErlNifPid pid;
-    tail_entry *e = event_entry(env, argv, &pid);
-    if (e == NULL)
-        return fo_atom_ok;
-    if (argv[0] != fo_atom_out) {
-        note_when(e, argv[0]);
-    } else {
-        int64_t now = fo_tracer_clock_ns();
+    } else if (argv[0] == fo_atom_out) {
         /* where it stopped: {M, F, A} (atoms never move or die) */
         int arity;
         const ERL_NIF_TERM *mfa;
