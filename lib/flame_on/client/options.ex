@@ -149,6 +149,13 @@ defmodule FlameOn.Client.Options do
   (`FlameOn.Client.status/0` says whether, and why not), else `:sample`;
   the profile's `:mode` says which ran.
 
+  `trace/3` and the telemetry handler, called per request, check an
+  option list once and keep the result by the list (up to 128 lists
+  node-wide, in `:persistent_term`): a later call with the same list reads
+  the application environment's values the result depends on (`:mode`,
+  and those of the keys it leaves out) and checks again only when one
+  changed. Options that raise are never kept, so they raise every time.
+
   ## Application environment
 
   `config :flame_on_client, ...`: `:mode`, `:cross_process`,
