@@ -151,11 +151,12 @@ defmodule FlameOn.Bench.Tail do
     {shared?, opts} =
       case opts do
         {:own, opts} -> {false, opts}
-        :hold -> {true, FlameOn.Client.Node.TailHold.on?(499) && nil}
+        :hold -> {true, :hold}
         opts -> {true, opts}
       end
 
-    Application.put_env(:flame_on_client, :tail, shared: shared?)
+    shared!(shared?)
+    opts = if opts == :hold, do: FlameOn.Client.Node.TailHold.on?(499) && nil, else: opts
 
     opts =
       if opts, do: opts ++ [shipper: {FlameOn.Client.Shipper.Process, pid: shipper}], else: nil
@@ -182,6 +183,17 @@ defmodule FlameOn.Bench.Tail do
     send(shipper, {:count, self()})
     kept = receive(do: ({:kept, n} -> n))
     %{cpu_ns: cpu, wall_us: wall, kept: kept}
+  end
+
+  # `config :flame_on_client, tail: [shared: shared]`: read when the hold
+  # turns on, so it is turned off on a change (and on again, outside what
+  # is measured, as it was before)
+  def shared!(shared) do
+    if Application.get_env(:flame_on_client, :tail, [])[:shared] != shared do
+      Application.put_env(:flame_on_client, :tail, shared: shared)
+      FlameOn.Client.Node.TailHold.off(0)
+      if shared and PerfSampler.available?(), do: FlameOn.Client.Node.TailHold.on?(499)
+    end
   end
 
   defp count_loop(n) do
@@ -234,7 +246,7 @@ defmodule FlameOn.Bench.Tail do
         else: []
 
     for {label, mode, shared} <- modes ++ [{"sample", :sample, true}] do
-      Application.put_env(:flame_on_client, :tail, shared: shared)
+      shared!(shared)
       me = self()
 
       # each traced run beside an untraced one, so the machine's load
@@ -323,7 +335,7 @@ defmodule FlameOn.Bench.Tail do
   def shared_breakdown do
     if PerfSampler.available?() do
       IO.puts("\n== breakdown: the shared tail path, a fast request (ns, median of 2000) ==")
-      Application.put_env(:flame_on_client, :tail, shared: true)
+      shared!(true)
       steps = for _ <- 1..2000, do: shared_steps()
 
       for key <- Keyword.keys(hd(steps)) do

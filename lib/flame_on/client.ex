@@ -341,15 +341,7 @@ defmodule FlameOn.Client do
         fun.()
 
       true ->
-        profile_opts = for {key, value} <- opts, key in Options.keys(:profile), do: {key, value}
-
-        traced(
-          name,
-          fun,
-          settings,
-          Map.put(capture, :name, name),
-          [name: name, mode: capture.mode] ++ profile_opts
-        )
+        traced(name, fun, settings, capture, opts)
     end
   end
 
@@ -365,7 +357,7 @@ defmodule FlameOn.Client do
   # of a failed run too, and notes fun's outcome in the process dictionary:
   # an exception of profile/2 with no outcome noted means the trace never
   # started, and fun has not run.
-  defp traced(name, fun, settings, capture, profile_opts) do
+  defp traced(name, fun, settings, capture, opts) do
     key = {__MODULE__, :outcome, make_ref()}
 
     wrapped = fn ->
@@ -382,8 +374,13 @@ defmodule FlameOn.Client do
 
     try do
       case settings.threshold_ms do
-        0 -> profile(wrapped, profile_opts)
-        threshold_ms -> Tracing.Tail.run(wrapped, profile_opts, capture, threshold_ms)
+        0 ->
+          profile(wrapped, profile_opts(name, capture, opts))
+
+        threshold_ms ->
+          Tracing.Tail.run(wrapped, name, capture, threshold_ms, fn ->
+            profile_opts(name, capture, opts)
+          end)
       end
     catch
       kind, reason ->
@@ -412,6 +409,14 @@ defmodule FlameOn.Client do
         if profile, do: FlameOn.Client.TraceStore.keep(profile, settings)
         return(outcome)
     end
+  end
+
+  # profile/2's options of a traced call: its name and mode, and every
+  # option of trace/3's that profile/2 takes (made only where a trace of
+  # its own runs: the shared tail path does not need them).
+  defp profile_opts(name, capture, opts) do
+    [name: name, mode: capture.mode] ++
+      for {key, value} <- opts, key in Options.keys(:profile), do: {key, value}
   end
 
   defp return({:ok, result}), do: result

@@ -11,6 +11,9 @@ defmodule FlameOn.Client.Application do
 
   @impl Application
   def start(_type, _args) do
+    # trace/3's checked options, kept by the options given
+    FlameOn.Client.Options.Cache.init()
+
     children = [
       # first, and apart: the recent traces and the web UIs outlive a
       # restart of the tracing processes below

@@ -1,5 +1,5 @@
 defmodule FlameOn.Client.Options do
-  alias FlameOn.Client.Options.{Check, Config}
+  alias FlameOn.Client.Options.{Cache, Check, Config}
   alias FlameOn.Client.Shipper
 
   # The capture modes, by the `:mode` option's value: each a module of the
@@ -149,6 +149,13 @@ defmodule FlameOn.Client.Options do
   (`FlameOn.Client.status/0` says whether, and why not), else `:sample`;
   the profile's `:mode` says which ran.
 
+  `trace/3` and the telemetry handler, called per request, check an
+  option list once and keep the result by the list (up to 128 lists
+  node-wide, in `:persistent_term`): a later call with the same list reads
+  the application environment's values the result depends on (`:mode`,
+  and those of the keys it leaves out) and checks again only when one
+  changed. Options that raise are never kept, so they raise every time.
+
   ## Application environment
 
   `config :flame_on_client, ...`: `:mode`, `:cross_process`,
@@ -201,10 +208,7 @@ defmodule FlameOn.Client.Options do
   defaults to the application code default (`default_mode/0`).
   """
   @spec trace!(term()) :: {settings(), capture()}
-  def trace!(opts) do
-    given = given!(opts, :trace)
-    {settings(given), capture(given, default_mode())}
-  end
+  def trace!(opts), do: cached!({:trace, opts}, opts)
 
   @doc """
   `start_trace/2`'s options (`:top` for a whole-node trace): a map with
@@ -240,21 +244,7 @@ defmodule FlameOn.Client.Options do
   longest a trace waits for its `:stop`; mode `:nif` reads as `:process`).
   """
   @spec telemetry!(term(), [atom()]) :: {settings(), capture()}
-  def telemetry!(config, prefix) do
-    given = config |> config_list!() |> given!(:telemetry)
-    name = Map.get(given, :name) || Enum.map_join(prefix, ".", &to_string/1)
-
-    mode =
-      case Map.get(given, :mode) || default_mode() do
-        :nif -> :process
-        :auto -> auto_mode()
-        mode when mode in [:native, :sample, :process] -> mode
-        other -> invalid!(:mode, ":native, :sample, :process, :nif or :auto", other)
-      end
-
-    {settings(given),
-     given |> Map.merge(%{name: name, mode: mode, cross_process: false}) |> capture(mode)}
-  end
+  def telemetry!(config, prefix), do: cached!({:telemetry, config, prefix}, config)
 
   defp config_list!(nil), do: []
   defp config_list!(config) when is_map(config), do: Enum.to_list(config)
@@ -325,6 +315,88 @@ defmodule FlameOn.Client.Options do
     given!(config, :cluster)
     :ok
   end
+
+  # --- the per-request checks' cache ----------------------------------------
+
+  # The application environment's keys the checks of trace/3 and
+  # telemetry may read (`:auto_mode`: what mode :auto runs).
+  @env_keys [:mode, :cross_process, :sample_rate, :threshold_ms, :shipper, :auto_mode]
+
+  # `check_entry!(what)`'s result, kept (Options.Cache) by the raw options while
+  # the application environment's values it read are the same: a call
+  # with options already checked reads those values (each an ETS lookup)
+  # instead of checking again. Options that raise are never kept, so the
+  # errors are the checks' own, every time.
+  defp cached!(what, opts) do
+    case Cache.get(what) do
+      {keys, env, checked} ->
+        if same_env?(keys, env), do: checked, else: check_entry!(what)
+
+      nil ->
+        before = env_values(@env_keys)
+        checked = check_entry!(what)
+
+        # kept only if the environment did not change while it was checked
+        if env_values(@env_keys) == before do
+          env = Map.new(Enum.zip(@env_keys, before))
+          keys = env_keys(Map.new(config_list!(opts)), env)
+          Cache.put(what, {keys, Enum.map(keys, &Map.fetch!(env, &1)), checked})
+        end
+
+        checked
+    end
+  end
+
+  # The keys whose values the checks of `given` read: `:mode` always (an
+  # invalid one raises, mode given or not), the others where `given` leaves
+  # them out (or nil).
+  defp env_keys(given, env) do
+    mode =
+      case {Map.get(given, :mode), env.mode} do
+        {nil, {:ok, mode}} -> mode
+        {nil, :undefined} -> :auto
+        {mode, _} -> mode
+      end
+
+    left_out =
+      for key <- [:cross_process, :sample_rate, :threshold_ms, :shipper],
+          Map.get(given, key) == nil,
+          do: key
+
+    [:mode | left_out] ++ if(mode == :auto, do: [:auto_mode], else: [])
+  end
+
+  # The checks themselves.
+  defp check_entry!({:trace, opts}) do
+    given = given!(opts, :trace)
+    {settings(given), capture(given, default_mode())}
+  end
+
+  defp check_entry!({:telemetry, config, prefix}) do
+    given = config |> config_list!() |> given!(:telemetry)
+    name = Map.get(given, :name) || Enum.map_join(prefix, ".", &to_string/1)
+
+    mode =
+      case Map.get(given, :mode) || default_mode() do
+        :nif -> :process
+        :auto -> auto_mode()
+        mode when mode in [:native, :sample, :process] -> mode
+        other -> invalid!(:mode, ":native, :sample, :process, :nif or :auto", other)
+      end
+
+    {settings(given),
+     given |> Map.merge(%{name: name, mode: mode, cross_process: false}) |> capture(mode)}
+  end
+
+  defp env_values(keys), do: Enum.map(keys, &env_value/1)
+
+  defp same_env?([key | keys], [value | values]),
+    do: env_value(key) == value and same_env?(keys, values)
+
+  defp same_env?([], []), do: true
+
+  defp env_value(:auto_mode), do: auto_mode()
+  defp env_value(key), do: :application.get_env(:flame_on_client, key)
 
   # --- shared ---------------------------------------------------------------
 

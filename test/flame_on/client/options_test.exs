@@ -224,4 +224,62 @@ defmodule FlameOn.Client.OptionsTest do
       Options.trace!([])
     end
   end
+
+  # trace/3 and telemetry keep their checked options (Options.Cache): a
+  # call with the same options reads the settings of the application
+  # environment they depend on, and the checks run again when one changed.
+  test "checked options are kept while the environment they read is the same" do
+    on_exit(fn ->
+      for key <- [:mode, :sample_rate, :shipper],
+          do: Application.delete_env(:flame_on_client, key)
+    end)
+
+    opts = [mode: :sample, threshold_ms: 7]
+    assert {%{sample_rate: 1.0, threshold_ms: 7}, %{mode: :sample}} = Options.trace!(opts)
+    assert Options.trace!(opts) == Options.trace!(opts)
+
+    Application.put_env(:flame_on_client, :sample_rate, 0.25)
+    assert {%{sample_rate: 0.25}, _} = Options.trace!(opts)
+
+    # an option given is not read from the environment
+    assert {%{threshold_ms: 7}, _} = Options.trace!(opts)
+
+    Application.put_env(:flame_on_client, :shipper, FlameOn.Client.Shipper.Process)
+    assert {%{shippers: [{FlameOn.Client.Shipper.Process, []}]}, _} = Options.trace!(opts)
+
+    # a bad value in the environment raises as it did, options kept or not
+    Application.put_env(:flame_on_client, :sample_rate, 2)
+
+    assert_raise ArgumentError, ~r/expected :sample_rate to be a number/, fn ->
+      Options.trace!(opts)
+    end
+
+    Application.put_env(:flame_on_client, :sample_rate, 0.25)
+    Application.put_env(:flame_on_client, :mode, :fast)
+
+    assert_raise ArgumentError, ~r/config :flame_on_client, :mode must be/, fn ->
+      Options.trace!(opts)
+    end
+
+    Application.put_env(:flame_on_client, :mode, :nif)
+    assert {_, %{mode: :nif}} = Options.trace!(threshold_ms: 7)
+
+    # options that raise are never kept: they raise every time
+    for _ <- 1..2 do
+      assert_raise ArgumentError, ~r/expected :threshold_ms to be a non-negative number/, fn ->
+        Options.trace!(threshold_ms: -1)
+      end
+    end
+
+    assert {%{sample_rate: 0.25}, %{name: "a.b", mode: :process}} =
+             Options.telemetry!([threshold_ms: 1], [:a, :b])
+
+    assert {%{sample_rate: 0.25}, %{name: "a.b"}} =
+             Options.telemetry!(%{threshold_ms: 1}, [:a, :b])
+
+    Application.put_env(:flame_on_client, :sample_rate, 0.5)
+    assert {%{sample_rate: 0.5}, _} = Options.telemetry!([threshold_ms: 1], [:a, :b])
+    assert {kept, max} = Options.Cache.size()
+    assert kept in 1..max
+  end
 end

@@ -115,6 +115,29 @@ defmodule FlameOn.Client.TracingTest do
       assert_node_clean()
     end
 
+    # traced?/0 asks the calling process's trace flags first (no flags: no
+    # tracer in the legacy session) and its tracer only when it has some.
+    test "traced?/0 sees any tracer of the calling process, whatever its flags" do
+      refute Tracing.traced?()
+
+      unless FlameOn.Client.Node.TraceBackend.sessions?() do
+        tool = spawn(fn -> receive(do: (:stop -> :ok)) end)
+
+        for flags <- [[:running], [:set_on_spawn], [:garbage_collection], [:call]] do
+          1 = :erlang.trace(self(), true, [{:tracer, tool} | flags])
+          assert Tracing.traced?()
+          assert Tracing.trace("inner", fn -> Tracing.traced?() end, shipper: @to_me)
+          1 = :erlang.trace(self(), false, [:all])
+          refute Tracing.traced?()
+        end
+
+        send(tool, :stop)
+        refute_received {:flame_on_profile, _}
+      end
+
+      assert_node_clean()
+    end
+
     test "a sample_rate between 0 and 1 traces some calls" do
       traced =
         Enum.count(1..60, fn _ ->

@@ -21,22 +21,31 @@ defmodule FlameOn.Client.Node.TailHold do
   #     longer one is truncated at the last (`stats.tail_truncated`).
   #   * `:max_slices_mb` (32) – the slices of all requests together, the
   #     same way.
-  #   * `:idle_ms` (5000) – how long the hold outlives the last tail trace.
+  #   * `:idle_ms` (5000) – how long the hold outlives the last tail trace
+  #     (at least; at most twice as long).
   #   * `:shared` (true) – false: every tail trace takes its own session
-  #     (read per request; for comparisons).
+  #     (for comparisons; read when the hold would turn on, and kept until
+  #     `off/1`).
   #
-  # Per request, `on?/1` is a :persistent_term read and two atomics
-  # operations. A tail trace still running `idle_ms` after the last one
-  # started (and `idle_ms` more) loses its flag and the sampler: its
-  # profile, if kept, has no samples from then on.
+  # Per request, `on?/1` is a :persistent_term read and an atomics read;
+  # whether tail traces started lately, the checks (every `idle_ms` / 2)
+  # see in the table's count of them (`tail_stats/0`'s `begun`), so the
+  # hold turns off `idle_ms` to twice that after the last one started. A
+  # tail trace still running then (and `idle_ms` more) loses its flag and
+  # the sampler: its profile, if kept, has no samples from then on.
 
   use GenServer
 
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.PerfSampler
 
+  # the flags' slot of the hold's state (the second is not used)
+  @state 1
+
+  # its states (@not_shared: the configuration said no; until off/1)
+  @off 0
   @on 1
-  @last_used 2
+  @not_shared 2
 
   @defaults [max_processes: 1024, max_slices: 100_000, max_slices_mb: 32, idle_ms: 5_000]
 
@@ -47,29 +56,34 @@ defmodule FlameOn.Client.Node.TailHold do
   @doc """
   Whether tail traces can run on the shared sampler now, turning the hold
   on (sampling at `frequency` Hz, if the sampler is not running already)
-  when it is off. False where native sampling is unavailable or the table
-  cannot be made.
+  when it is off. False where native sampling is unavailable, the table
+  cannot be made, or the configuration says `shared: false`.
   """
   @spec on?(pos_integer()) :: boolean()
   def on?(frequency) do
     flags = :persistent_term.get({__MODULE__, :flags}, nil)
 
-    cond do
-      flags == nil ->
+    case flags && :atomics.get(flags, @state) do
+      nil ->
         false
 
-      :atomics.get(flags, @on) == 1 ->
-        :atomics.put(flags, @last_used, System.monotonic_time(:millisecond))
+      @on ->
         true
 
-      true ->
+      @not_shared ->
+        false
+
+      @off ->
         GenServer.call(__MODULE__, {:on, frequency}, 60_000) == :ok
     end
   catch
     :exit, _ -> false
   end
 
-  @doc "Turns the hold off now (waits up to `wait_ms` for running tail traces)."
+  @doc """
+  Turns the hold off now (waits up to `wait_ms` for running tail traces);
+  the next tail trace reads the configuration again.
+  """
   @spec off(non_neg_integer()) :: :ok
   def off(wait_ms \\ 1_000), do: GenServer.call(__MODULE__, {:off, wait_ms}, 60_000)
 
@@ -77,7 +91,7 @@ defmodule FlameOn.Client.Node.TailHold do
   @spec stats() :: map()
   def stats do
     flags = :persistent_term.get({__MODULE__, :flags}, nil)
-    on = flags != nil and :atomics.get(flags, @on) == 1
+    on = flags != nil and :atomics.get(flags, @state) == @on
     Map.put(Native.tail_stats(), :on, on)
   end
 
@@ -91,33 +105,48 @@ defmodule FlameOn.Client.Node.TailHold do
           flags
 
         flags ->
-          :atomics.put(flags, @on, 0)
+          :atomics.put(flags, @state, @off)
           flags
       end
 
-    {:ok, %{flags: flags, held: false, timer: nil}}
+    # begun: the table's count of tail traces started, as the last check
+    # saw it, at active_ms
+    {:ok, %{flags: flags, held: false, timer: nil, begun: 0, active_ms: 0}}
   end
 
   @impl GenServer
   def handle_call({:on, frequency}, _from, state) do
-    if :atomics.get(state.flags, @on) == 1 do
-      {:reply, :ok, state}
-    else
-      case turn_on(state, frequency) do
-        {:ok, state} -> {:reply, :ok, state}
-        {:error, _} = error -> {:reply, error, state}
-      end
+    cond do
+      :atomics.get(state.flags, @state) == @on ->
+        {:reply, :ok, state}
+
+      config()[:shared] == false ->
+        :atomics.put(state.flags, @state, @not_shared)
+        {:reply, {:error, :not_shared}, state}
+
+      true ->
+        case turn_on(state, frequency) do
+          {:ok, state} -> {:reply, :ok, state}
+          {:error, _} = error -> {:reply, error, state}
+        end
     end
   end
 
-  def handle_call({:off, wait_ms}, _from, state), do: {:reply, :ok, turn_off(state, wait_ms)}
+  def handle_call({:off, wait_ms}, _from, state) do
+    # `shared: false` is read again when the next tail trace asks
+    :atomics.compare_exchange(state.flags, @state, @not_shared, @off)
+    {:reply, :ok, turn_off(state, wait_ms)}
+  end
 
   @impl GenServer
   def handle_info(:check, state) do
     idle_ms = config()[:idle_ms]
-    idle = System.monotonic_time(:millisecond) - :atomics.get(state.flags, @last_used)
+    now = System.monotonic_time(:millisecond)
+    begun = Native.tail_stats().begun
+    # one started since the last check: it counts from now
+    state = if begun != state.begun, do: %{state | begun: begun, active_ms: now}, else: state
 
-    if state.held and idle >= idle_ms do
+    if state.held and now - state.active_ms >= idle_ms do
       {:noreply, turn_off(%{state | timer: nil}, idle_ms)}
     else
       {:noreply, %{state | timer: schedule(idle_ms)}}
@@ -128,7 +157,7 @@ defmodule FlameOn.Client.Node.TailHold do
 
   @impl GenServer
   def terminate(_reason, state) do
-    :atomics.put(state.flags, @on, 0)
+    :atomics.put(state.flags, @state, @off)
     if state.held, do: PerfSampler.release()
     :ok
   end
@@ -138,9 +167,16 @@ defmodule FlameOn.Client.Node.TailHold do
 
     with :ok <- PerfSampler.acquire(frequency),
          {:ok, _, _} <- enable(config) do
-      :atomics.put(state.flags, @last_used, System.monotonic_time(:millisecond))
-      :atomics.put(state.flags, @on, 1)
-      {:ok, %{state | held: true, timer: state.timer || schedule(config[:idle_ms])}}
+      :atomics.put(state.flags, @state, @on)
+
+      {:ok,
+       %{
+         state
+         | held: true,
+           timer: state.timer || schedule(config[:idle_ms]),
+           begun: Native.tail_stats().begun,
+           active_ms: System.monotonic_time(:millisecond)
+       }}
     else
       {:error, _} = error ->
         PerfSampler.release()
@@ -161,7 +197,7 @@ defmodule FlameOn.Client.Node.TailHold do
   defp turn_off(%{held: false} = state, _wait_ms), do: state
 
   defp turn_off(state, wait_ms) do
-    :atomics.put(state.flags, @on, 0)
+    :atomics.put(state.flags, @state, @off)
     wait_idle(System.monotonic_time(:millisecond) + wait_ms)
     untrace_stragglers()
     PerfSampler.release()

@@ -308,7 +308,19 @@ defmodule FlameOn.Client.Node.TraceBackend do
   does (another tool's trace goes on beside ours).
   """
   @spec check_tracee(term()) :: :ok | {:error, term()}
-  def check_tracee(pid) when is_pid(pid) and node(pid) == node() do
+  def check_tracee(pid) when pid == self() do
+    # The calling process, asked each request by trace/3: in the legacy
+    # session the VM clears a process's tracer with its last trace flag,
+    # so no flags (`:trace`, the process's own field: no lock, no copy)
+    # is no tracer. Flags set: the tracer is asked, as of any process.
+    if not sessions?() and Process.info(pid, :trace) == {:trace, 0},
+      do: :ok,
+      else: check_other(pid)
+  end
+
+  def check_tracee(pid), do: check_other(pid)
+
+  defp check_other(pid) when is_pid(pid) and node(pid) == node() do
     cond do
       not Process.alive?(pid) ->
         {:error, :noproc}
@@ -329,7 +341,7 @@ defmodule FlameOn.Client.Node.TraceBackend do
     end
   end
 
-  def check_tracee(pid), do: {:error, {:not_a_local_pid, pid}}
+  defp check_other(pid), do: {:error, {:not_a_local_pid, pid}}
 
   @doc "Trace sessions of ours alive on the node (`[]` without sessions)."
   @spec our_sessions() :: [term()]

@@ -39,18 +39,19 @@ defmodule FlameOn.Client.Tracing.Tail do
   @root {__MODULE__, :call, 1}
 
   @doc """
-  Runs `fun` traced with `profile/2`'s options `opts` (mode resolved;
-  `trace_capture`: the same checked by `Options.trace!/1`, with the
-  trace's name): `{result, profile}` when it ran for at least
-  `threshold_ms`, `{result, nil}` when not. As
-  `profile/2`, it raises when the trace cannot start (`fun` has not run
-  then), and raises `fun`'s exception again once the trace is given back.
+  Runs `fun` traced as `name` with `trace_capture`, the capture options
+  checked by `Options.trace!/1` (mode resolved): `{result, profile}` when
+  it ran for at least `threshold_ms`, `{result, nil}` when not.
+  `profile_opts` makes the same as `profile/2`'s options, for a trace of
+  its own. As `profile/2`, it raises when the trace cannot start (`fun`
+  has not run then), and raises `fun`'s exception again once the trace is
+  given back.
   """
-  @spec run((() -> result), keyword(), map(), non_neg_integer()) ::
+  @spec run((() -> result), String.t(), map(), pos_integer(), (() -> keyword())) ::
           {result, FlameOn.Client.Profile.t() | nil}
         when result: term()
-  def run(fun, opts, trace_capture, threshold_ms) do
-    case start(trace_capture, @root, threshold_ms) do
+  def run(fun, name, trace_capture, threshold_ms, profile_opts) do
+    case start(trace_capture, @root, threshold_ms, name) do
       {:ok, tail} ->
         outcome = call(fun)
         profile = stop(tail, threshold_ms)
@@ -61,7 +62,7 @@ defmodule FlameOn.Client.Tracing.Tail do
         end
 
       :unavailable ->
-        own(fun, Options.profile!(opts), threshold_ms)
+        own(fun, Options.profile!(profile_opts.()), threshold_ms)
     end
   end
 
@@ -70,13 +71,15 @@ defmodule FlameOn.Client.Tracing.Tail do
           state: tuple(),
           handle: TraceBackend.t(),
           opts: map(),
+          name: String.t() | nil,
           root: mfa() | nil,
           started_ts: integer()
         }
 
   @doc """
   Starts a shared tail trace of the calling process with checked capture
-  options `opts` (their mode resolved, with `:name`) where it can run
+  options `opts` (their mode resolved; named `name`, or `opts.name`
+  when nil) where it can run
   (mode `:native`, one process, native sampling available, an entry free
   in the table): `{:ok, tail}`, its flag on from here; else
   `:unavailable`. `root`: the function its stacks start at, or nil.
@@ -84,15 +87,25 @@ defmodule FlameOn.Client.Tracing.Tail do
   it stops is asked about (its waits hang where they were, if the stack
   read there reaches `root`: not without a root).
   """
-  @spec start(map(), mfa() | nil, pos_integer()) :: {:ok, tail()} | :unavailable
-  def start(opts, root, threshold_ms) do
+  @spec start(map(), mfa() | nil, pos_integer(), String.t() | nil) ::
+          {:ok, tail()} | :unavailable
+  def start(opts, root, threshold_ms, name \\ nil) do
     with true <- shared?(opts),
          true <- untraced_legacy?(),
          {:tail, _, _} = state <- Native.tail_begin(ask_after_ns(root, threshold_ms)) do
       handle = TraceBackend.legacy({Native, state})
       started_ts = :erlang.monotonic_time()
-      TraceBackend.set_flags(self(), [{handle, @flags}])
-      {:ok, %{state: state, handle: handle, opts: opts, root: root, started_ts: started_ts}}
+      TraceBackend.trace(handle, self(), true, @flags)
+
+      {:ok,
+       %{
+         state: state,
+         handle: handle,
+         opts: opts,
+         name: name,
+         root: root,
+         started_ts: started_ts
+       }}
     else
       _ -> :unavailable
     end
@@ -122,7 +135,8 @@ defmodule FlameOn.Client.Tracing.Tail do
 
       {:error, reason} ->
         Logger.warning(fn ->
-          "FlameOn: the slow trace #{inspect(tail.opts.name)} is not kept: #{inspect(reason)}"
+          "FlameOn: the slow trace #{inspect(tail.name || tail.opts.name)} is not kept: " <>
+            inspect(reason)
         end)
 
         false
@@ -141,10 +155,9 @@ defmodule FlameOn.Client.Tracing.Tail do
     not TraceBackend.sessions?() or :erlang.trace_info(self(), :tracer) == {:tracer, []}
   end
 
-  defp shared?(%{mode: :native, cross_process: false} = opts) do
-    Application.get_env(:flame_on_client, :tail, [])[:shared] != false and
-      PerfSampler.available?() and TailHold.on?(opts.frequency)
-  end
+  # (`config :flame_on_client, tail: [shared: false]` keeps the hold off)
+  defp shared?(%{mode: :native, cross_process: false} = opts),
+    do: PerfSampler.available?() and TailHold.on?(opts.frequency)
 
   defp shared?(_opts), do: false
 
@@ -159,6 +172,7 @@ defmodule FlameOn.Client.Tracing.Tail do
 
   # A slow request's slices, with the samples taken in them, as a profile.
   defp replay(%{opts: opts, state: state, started_ts: started_ts} = tail, end_ts) do
+    opts = if tail.name, do: %{opts | name: tail.name}, else: opts
     {:ok, core} = Common.new_core(opts, Capture.Native.core_options(opts, tail.root))
     {slices, dropped} = Native.tail_replay(core, state)
     {raw, stats} = Native.finish(core, :stop)
