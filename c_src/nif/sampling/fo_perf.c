@@ -429,6 +429,34 @@ uint32_t fo_perf_take(uint64_t thread, int64_t from_ns, int64_t to_ns, fo_perf_e
     return given;
 }
 
+uint32_t fo_perf_threads(uint64_t *tids, uint32_t max)
+{
+    uint32_t n = 0;
+    pthread_mutex_lock(&lock);
+    for (uint32_t i = 0; i < FO_PERF_MAX_THREADS && n < max; i++) {
+        if (threads[i].tid != 0)
+            tids[n++] = threads[i].tid;
+    }
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+void fo_perf_set_frequency(uint32_t freq)
+{
+    if (freq == 0)
+        return;
+    pthread_mutex_lock(&lock);
+    if (users > 0 && freq != frequency) {
+        frequency = freq;
+        uint64_t period = 1000000000ull / freq;
+        for (uint32_t i = 0; i < FO_PERF_MAX_THREADS; i++) {
+            if (threads[i].tid != 0)
+                ioctl(threads[i].fd, PERF_EVENT_IOC_PERIOD, &period);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 void fo_perf_set_caller_finder(fo_perf_caller_fn fn)
 {
     caller_fn = fn;
