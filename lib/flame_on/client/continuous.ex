@@ -350,7 +350,7 @@ defmodule FlameOn.Client.Continuous do
 
   @doc """
   Counters: `windows` and `bytes` (in the ring), `dropped_windows`,
-  `dropped_stacks`, `truncated_stacks`, `samples`, `ticks`,
+  `dropped_stacks`, `truncated_stacks`, `samples`, `ticks` (mode `:native`: drains),
   `late_ticks` (ticks skipped because sampling fell behind), `mode`,
   `thinned` and `dropped_samples` (mode `:native`, above), `targets`
   (processes sampled in the open window), `shipped`, `ship_failed`,

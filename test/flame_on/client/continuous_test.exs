@@ -372,6 +372,7 @@ defmodule FlameOn.Client.ContinuousTest do
     test "mode :auto samples natively: each range shows its own phase only" do
       {:ok, _} = Continuous.start(window_ms: 200, hz: 99)
       assert Continuous.stats().mode == :native
+      assert %{mode: :native, hz: 99} = FlameOn.Client.status().continuous
       worker = busy(fn -> PhaseA.spin(5_000) end)
       t0 = System.os_time(:millisecond)
       Process.sleep(1_500)
