@@ -1,5 +1,7 @@
 #include "fo_nodewide.h"
 
+#include <string.h>
+
 #include "fo_atoms.h"
 #include "fo_clock.h"
 #include "fo_cpu.h"
@@ -11,9 +13,17 @@ typedef struct {
     ERL_NIF_TERM list;
     uint32_t kept, max;
     uint64_t thinned, dropped;
-    uint64_t keep_below; /* keep a sample when the next random u64 is below (UINT64_MAX: all) */
+    uint32_t keep_hz;
     uint64_t rng;
+    /* the frequencies the samples were taken at (fo_perf_frequencies) */
+    int64_t since[FO_PERF_FREQ_HISTORY];
+    uint32_t freq[FO_PERF_FREQ_HISTORY];
+    uint32_t freqs;
 } take_ctx;
+
+/* Whether a sample taken at ts is kept: with probability keep_hz / the
+ * frequency then (always when that is not above keep_hz). */
+static int keep(take_ctx *c, int64_t ts);
 
 static uint64_t next_random(take_ctx *c)
 {
@@ -30,11 +40,25 @@ static ERL_NIF_TERM frame_term(ErlNifEnv *env, const fo_mfa *mfa)
                             enif_make_uint(env, mfa->arity));
 }
 
+static int keep(take_ctx *c, int64_t ts)
+{
+    uint32_t freq = c->freqs > 0 ? c->freq[0] : 0;
+    for (uint32_t i = c->freqs; i-- > 0;) {
+        if (c->since[i] <= ts) {
+            freq = c->freq[i];
+            break;
+        }
+    }
+    if (freq <= c->keep_hz)
+        return 1;
+    /* the top 53 bits as a fraction of one */
+    return (double)(next_random(c) >> 11) * 0x1.0p-53 * (double)freq < (double)c->keep_hz;
+}
+
 static void each(void *ctx, int64_t ts_ns, const uint64_t *ips, uint32_t n, uint64_t caller)
 {
-    (void)ts_ns;
     take_ctx *c = ctx;
-    if (c->keep_below != UINT64_MAX && next_random(c) >= c->keep_below) {
+    if (!keep(c, ts_ns)) {
         c->thinned++;
         return;
     }
@@ -79,9 +103,14 @@ ERL_NIF_TERM fo_nodewide_take_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM a
     int64_t to_ns = fo_tracer_clock_ns();
     fo_perf_counters counters;
     fo_perf_counters_read(&counters);
-    take_ctx c = {env, enif_make_list(env, 0), 0, max, 0, 0, UINT64_MAX, (uint64_t)to_ns | 1};
-    if (counters.frequency > keep_hz)
-        c.keep_below = (uint64_t)((double)keep_hz / (double)counters.frequency * 18446744073709551615.0);
+    take_ctx c;
+    memset(&c, 0, sizeof c);
+    c.env = env;
+    c.list = enif_make_list(env, 0);
+    c.max = max;
+    c.keep_hz = keep_hz;
+    c.rng = (uint64_t)to_ns | 1;
+    c.freqs = fo_perf_frequencies(c.since, c.freq, FO_PERF_FREQ_HISTORY);
     uint64_t tids[FO_PERF_MAX_THREADS];
     uint32_t threads = counters.frequency > 0 ? fo_perf_threads(tids, FO_PERF_MAX_THREADS) : 0;
     for (uint32_t i = 0; i < threads; i++)

@@ -18,10 +18,11 @@
 //     {ToNs, Frequency, [{Cut, Frames}], Thinned, Dropped}
 //   The samples of every sampled thread taken at FromNs =< T < ToNs (ToNs:
 //   now, CLOCK_MONOTONIC ns; pass it as the next call's FromNs). The
-//   sampler runs at Frequency Hz (0: it does not run); when that is above
-//   KeepHz each sample is kept with probability KeepHz / Frequency (the
-//   others are counted in Thinned), so a kept sample is worth 1/KeepHz s
-//   of CPU time whoever raised the frequency. Frames innermost first, as
+//   sampler runs at Frequency Hz now (0: it does not run); a sample taken
+//   while it ran above KeepHz (fo_perf_frequencies) is kept with
+//   probability KeepHz / that frequency (the others are counted in
+//   Thinned), so a kept sample is worth 1/KeepHz s of CPU time whoever
+//   raised the frequency. Frames innermost first, as
 //   {M, F, A} ({'$native', Symbol, 0} for the runtime's C code; a C leaf
 //   whose Erlang caller was found on its C stack comes with that caller);
 //   Cut: the kernel cut the chain (it lost its outer frames). Samples past

@@ -97,6 +97,13 @@ uint32_t fo_perf_threads(uint64_t *tids, uint32_t max);
  * its users' frequencies. Nothing when nobody samples. */
 void fo_perf_set_frequency(uint32_t freq);
 
+/* The frequencies sampling ran at since it started, oldest first: from
+ * ts[i] (CLOCK_MONOTONIC ns, as samples are stamped) on, freq[i]; the
+ * first holds from the start. At most FO_PERF_FREQ_HISTORY (the oldest
+ * changes go first). Returns the count (0: nobody samples). */
+#define FO_PERF_FREQ_HISTORY 64u
+uint32_t fo_perf_frequencies(int64_t *ts, uint32_t *freq, uint32_t max);
+
 typedef struct {
     uint32_t users;
     uint32_t threads;      /* threads with an open event */

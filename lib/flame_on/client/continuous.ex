@@ -63,9 +63,9 @@ defmodule FlameOn.Client.Continuous do
   A sample is worth `1/hz` s of one thread's CPU time. Native traces
   started meanwhile raise the sampler's frequency (it runs at the highest
   its users ask for, and comes back when they end); continuous profiling
-  then keeps each sample with probability `hz / frequency` (the others are
-  counted in `stats/0`'s `thinned`), so its windows mean the same
-  whatever else runs. Memory: nothing is kept between drains but the
+  then keeps each sample with probability `hz / frequency`, `frequency`
+  the one it was taken at (the others are counted in `stats/0`'s
+  `thinned`), so its windows mean the same whatever else runs. Memory: nothing is kept between drains but the
   sampler's buffers (1 MiB a thread, shared with native traces); a drain
   gives at most `hz` × 1 024 samples a second (the rest counted in
   `dropped_samples`); windows and the ring are bounded as below.
