@@ -418,6 +418,13 @@ defmodule FlameOn.Client.ContinuousTest do
 
       profile = Continuous.profile()
       assert flat_text(profile) =~ "PhaseA.spin/1"
+      assert profile.mode == :native and profile.tree == Tree.of(profile)
+
+      for format <- [:folded, :speedscope, :perfetto, :svg, :pprof] do
+        out = IO.iodata_to_binary(apply(Export, format, [profile]))
+        assert byte_size(out) > 0, "#{format} is empty"
+      end
+
       # "continuous;<the pseudo-process>;frames": Erlang frames named as
       # every profile names them, C code as native mode does
       lines = String.split(flat_text(profile), "\n", trim: true)
