@@ -12,6 +12,14 @@
 #     ERL_FLAGS="+sbwt none +sbwtdcpu none +sbwtdio none" mix run bench/continuous.exs   # ~2 min
 #     ROUNDS=6 HZ=19,99 mix run bench/continuous.exs
 #
+# CONTINUOUS_MODE=native measures the native path (CPU samples of every scheduler
+# thread from perf events, drained once a second; needs +JPperf true):
+#
+#     CONTINUOUS_MODE=native ERL_FLAGS="+JPperf true +sbwt none +sbwtdcpu none +sbwtdio none" mix run bench/continuous.exs
+#
+# (CONTINUOUS_MODE=sample, the default, forces the sampling of the busiest processes
+# even in a VM that could sample natively.)
+#
 # Prints, per condition, the wall time's best / p25 / median and the VM's
 # mean CPU time a run, as ratios to "off" (the schedulers' busy wait off,
 # so that idle spinning is not counted as CPU).
@@ -67,10 +75,14 @@ defmodule FlameOn.Bench.Continuous do
   end
 end
 
+import Bitwise
+
 alias FlameOn.Bench.Continuous, as: B
 alias FlameOn.Client.Continuous
 
 rounds = String.to_integer(System.get_env("ROUNDS", "10"))
+mode = String.to_existing_atom(System.get_env("CONTINUOUS_MODE", "sample"))
+true = mode in [:sample, :native]
 runs = 10
 
 hzs =
@@ -92,7 +104,8 @@ Continuous.stop()
 IO.puts(
   "flame_on_client continuous tax, #{DateTime.utc_now() |> DateTime.truncate(:second)}, " <>
     "OTP #{System.otp_release()}, #{:erlang.system_info(:schedulers_online)} schedulers, " <>
-    "#{length(Process.list())} processes, #{rounds} rounds x #{runs} runs, top 20"
+    "#{length(Process.list())} processes, #{rounds} rounds x #{runs} runs, mode #{mode}" <>
+    if(mode == :sample, do: ", top 20", else: "")
 )
 
 # warm up
@@ -107,7 +120,7 @@ results =
     Enum.reduce(order, acc, fn condition, acc ->
       case condition do
         :off -> :ok
-        {:on, hz} -> {:ok, _} = Continuous.start(hz: hz)
+        {:on, hz} -> {:ok, _} = Continuous.start(hz: hz, mode: mode)
       end
 
       # Busy workers while the profiler picks its first window's processes
@@ -119,7 +132,7 @@ results =
       Stream.repeatedly(fn -> B.time(elem(hd(workloads), 1), workers) end)
       |> Enum.find(fn _ -> System.monotonic_time(:millisecond) > settle end)
 
-      if condition != :off, do: true = Continuous.stats().targets >= 2
+      if condition != :off and mode == :sample, do: true = Continuous.stats().targets >= 2
 
       acc =
         Enum.reduce(workloads, acc, fn {name, fun}, acc ->
@@ -182,6 +195,59 @@ for {name, _} <- workloads do
         "(p25 #{q.(0.25)}, p75 #{q.(0.75)})"
     )
   end
+end
+
+# The native path's own work, timed apart: one drain (a second of node-wide
+# samples of 2 busy schedulers taken, named and folded into a window), and
+# the sampler's samples. The sampling itself (the kernel's interrupt on the
+# sampled thread) is in the paired VM CPU ratios above.
+if mode == :native do
+  IO.puts("\n== the profiler's own work (native) ==")
+  alias FlameOn.Client.Continuous.Window
+  alias FlameOn.Client.Core.Native
+
+  busy =
+    for _ <- 1..2, do: spawn(fn -> Stream.repeatedly(fn -> B.fib(20) end) |> Stream.run() end)
+
+  for hz <- hzs do
+    :ok = FlameOn.Client.Node.PerfSampler.acquire(hz)
+    {from, _, _, _, _} = Native.nodewide_take(1 <<< 62, 1, 1)
+
+    {drains, _} =
+      Enum.map_reduce(1..5, from, fn _, from ->
+        Process.sleep(1_000)
+
+        {us, {n, to}} =
+          :timer.tc(fn ->
+            {to, _f, samples, _, _} = Native.nodewide_take(from, hz, 1_000_000)
+
+            # folded as Continuous folds them (the window is dropped)
+            open = Window.open(0, div(1_000_000, hz), :native)
+            limits = [depth: 32, max_stacks: 5_000]
+
+            _window =
+              Enum.reduce(samples, open, fn {_cut, frames}, w ->
+                Window.add(w, "node", self(), "node", frames, 0, limits)
+              end)
+
+            {length(samples), to}
+          end)
+
+        {{us, n}, to}
+      end)
+
+    :ok = FlameOn.Client.Node.PerfSampler.release()
+    {us, n} = Enum.sort(drains) |> Enum.at(2)
+
+    IO.puts(
+      "  #{String.pad_leading("#{hz}", 3)} Hz: a drain of 1 s (#{n} samples kept, 2 busy schedulers) " <>
+        "#{us} µs (median of 5) = #{Float.round(us / 20_000, 3)}% of 2 schedulers"
+    )
+  end
+
+  Enum.each(busy, &Process.exit(&1, :kill))
+  Enum.each(idle ++ workers, &send(&1, :stop))
+  System.halt(0)
 end
 
 # The profiler's own work, timed apart (noise-free where the paired rounds

@@ -105,8 +105,8 @@ defmodule FlameOn.Client do
       can sample natively, else `:sample` (`profile.mode` says which ran).
       See "Cost" below for when to use which.
     * `:frequency` (`499`) – mode `:native`: CPU samples a second of each
-      scheduler thread's CPU time (1..10000; the first native trace's
-      frequency holds while any runs).
+      scheduler thread's CPU time (1..10000; the node's sampler runs at the
+      highest frequency its users ask for, continuous profiling included).
     * `:interval_us` (`1_000`) – mode `:sample`: the sampling interval,
       at least 1000 (the VM's timers tick in milliseconds).
     * `:split_status` (`false`) – mode `:sample`: put each sample's

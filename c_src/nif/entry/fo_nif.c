@@ -11,6 +11,7 @@
 #include "fo_graph_nif.h"
 #include "fo_handle.h"
 #include "fo_next.h"
+#include "fo_nodewide.h"
 #include "fo_perf_nif.h"
 #include "fo_render_nif.h"
 #include "fo_resource.h"
@@ -51,6 +52,8 @@ static ErlNifFunc nif_funcs[] = {
     {"perf_acquire", 1, fo_perf_acquire_nif, ERL_NIF_DIRTY_JOB_IO_BOUND},
     {"perf_release", 1, fo_perf_release_nif, 0},
     {"perf_stats", 0, fo_perf_stats_nif, 0},
+    {"perf_frequency", 1, fo_perf_frequency_nif, 0},
+    {"nodewide_take", 3, fo_nodewide_take_nif, 0},
     {"tail_enable", 3, fo_tail_enable_nif, 0},
     {"tail_begin", 1, fo_tail_begin_nif, 0},
     {"tail_end", 2, fo_tail_end_nif, 0},

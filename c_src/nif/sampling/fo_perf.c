@@ -58,6 +58,10 @@ static _Atomic uint64_t generation;
 static uint64_t last_generation; /* under lock */
 static _Atomic uint64_t pending[FO_PERF_MAX_THREADS];
 static fo_perf_counters counters; /* under lock */
+/* fo_perf_frequencies: since when each frequency ran (under lock) */
+static int64_t freq_since[FO_PERF_FREQ_HISTORY];
+static uint32_t freq_value[FO_PERF_FREQ_HISTORY];
+static uint32_t freq_count;
 static fo_perf_caller_fn caller_fn;
 
 static _Thread_local uint64_t cached_tid;
@@ -247,6 +251,26 @@ static void open_named_threads(void)
     closedir(dir);
 }
 
+static int64_t monotonic_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+/* Caller holds lock. */
+static void note_frequency(uint32_t freq)
+{
+    if (freq_count == FO_PERF_FREQ_HISTORY) {
+        memmove(freq_since, freq_since + 1, sizeof(freq_since[0]) * (FO_PERF_FREQ_HISTORY - 1));
+        memmove(freq_value, freq_value + 1, sizeof(freq_value[0]) * (FO_PERF_FREQ_HISTORY - 1));
+        freq_count--;
+    }
+    freq_since[freq_count] = monotonic_ns();
+    freq_value[freq_count] = freq;
+    freq_count++;
+}
+
 fo_perf_status fo_perf_acquire(uint32_t freq, int *err)
 {
     *err = 0;
@@ -257,6 +281,8 @@ fo_perf_status fo_perf_acquire(uint32_t freq, int *err)
         if (status == FO_PERF_OK) {
             page_bytes = sysconf(_SC_PAGESIZE);
             frequency = freq;
+            freq_count = 0;
+            note_frequency(freq);
             memset(&counters, 0, sizeof counters);
             for (uint32_t i = 0; i < FO_PERF_MAX_THREADS; i++)
                 atomic_store(&pending[i], 0);
@@ -427,6 +453,54 @@ uint32_t fo_perf_take(uint64_t thread, int64_t from_ns, int64_t to_ns, fo_perf_e
     }
     pthread_mutex_unlock(&lock);
     return given;
+}
+
+uint32_t fo_perf_frequencies(int64_t *ts, uint32_t *freq, uint32_t max)
+{
+    pthread_mutex_lock(&lock);
+    uint32_t n = users > 0 ? freq_count : 0;
+    uint32_t skip = n > max ? n - max : 0;
+    for (uint32_t i = skip; i < n; i++) {
+        ts[i - skip] = freq_since[i];
+        freq[i - skip] = freq_value[i];
+    }
+    pthread_mutex_unlock(&lock);
+    return n - skip;
+}
+
+uint32_t fo_perf_threads(uint64_t *tids, uint32_t max)
+{
+    uint32_t n = 0;
+    pthread_mutex_lock(&lock);
+    for (uint32_t i = 0; i < FO_PERF_MAX_THREADS && n < max; i++) {
+        if (threads[i].tid != 0)
+            tids[n++] = threads[i].tid;
+    }
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+void fo_perf_set_frequency(uint32_t freq)
+{
+    if (freq == 0)
+        return;
+    pthread_mutex_lock(&lock);
+    if (users > 0 && freq != frequency) {
+        /* what the kernel holds was sampled at the old frequency: copied
+         * out now, before the change is noted */
+        for (uint32_t i = 0; i < FO_PERF_MAX_THREADS; i++) {
+            if (threads[i].tid != 0)
+                drain_ring(&threads[i]);
+        }
+        frequency = freq;
+        note_frequency(freq);
+        uint64_t period = 1000000000ull / freq;
+        for (uint32_t i = 0; i < FO_PERF_MAX_THREADS; i++) {
+            if (threads[i].tid != 0)
+                ioctl(threads[i].fd, PERF_EVENT_IOC_PERIOD, &period);
+        }
+    }
+    pthread_mutex_unlock(&lock);
 }
 
 void fo_perf_set_caller_finder(fo_perf_caller_fn fn)

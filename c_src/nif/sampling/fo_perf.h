@@ -88,6 +88,22 @@ typedef uint64_t (*fo_perf_caller_fn)(uint64_t first_ip, const uint64_t *words, 
 void fo_perf_set_caller_finder(fo_perf_caller_fn fn);
 uint32_t fo_perf_take(uint64_t thread, int64_t from_ns, int64_t to_ns, fo_perf_each fn, void *ctx);
 
+/* The threads sampled now (their ids, at most max, into tids): for a
+ * node-wide reader (fo_nodewide.h). Takes the mutex. */
+uint32_t fo_perf_threads(uint64_t *tids, uint32_t max);
+
+/* Samples at freq Hz from now on (every open event's period changes; new
+ * threads open with it). The caller (PerfSampler) keeps the highest of
+ * its users' frequencies. Nothing when nobody samples. */
+void fo_perf_set_frequency(uint32_t freq);
+
+/* The frequencies sampling ran at since it started, oldest first: from
+ * ts[i] (CLOCK_MONOTONIC ns, as samples are stamped) on, freq[i]; the
+ * first holds from the start. At most FO_PERF_FREQ_HISTORY (the oldest
+ * changes go first). Returns the count (0: nobody samples). */
+#define FO_PERF_FREQ_HISTORY 64u
+uint32_t fo_perf_frequencies(int64_t *ts, uint32_t *freq, uint32_t max);
+
 typedef struct {
     uint32_t users;
     uint32_t threads;      /* threads with an open event */

@@ -155,7 +155,8 @@ static int merge(entry *fresh, uint32_t fresh_count)
     entry *all = malloc(sizeof(entry) * ((size_t)entry_count + fresh_count));
     if (all == NULL)
         return 0;
-    memcpy(all, entries, sizeof(entry) * entry_count);
+    if (entry_count > 0) /* entries is NULL before the first merge */
+        memcpy(all, entries, sizeof(entry) * entry_count);
     memcpy(all + entry_count, fresh, sizeof(entry) * fresh_count);
     uint32_t total = entry_count + fresh_count;
     qsort(all, total, sizeof(entry), by_start);

@@ -22,7 +22,56 @@ defmodule FlameOn.Client.Continuous do
 
       FlameOn.Client.Continuous.stop()
 
-  ## How it samples (mode `:sample`)
+  ## Two ways to sample: `:mode`
+
+  `mode: :auto` (the default) samples natively where it can
+  (`FlameOn.Client.Node.PerfSampler.availability/0` is `:ok`: the VM was
+  started with `+JPperf true` and may open perf events on its own
+  threads), and samples the busiest processes otherwise. `mode: :native`
+  and `mode: :sample` force one: `start/1` answers
+  `{:error, {:native_unavailable, why}}` where `:native` cannot run
+  (started from the application environment or as a child of your
+  supervisor, it logs why and samples the busiest processes). A
+  profile made here says which in its `mode`, and so do the maps of
+  `windows/0` and `stats/0`.
+
+  ## How it samples natively (mode `:native`)
+
+  It keeps the node's CPU sampler acquired for as long as it runs (the one
+  native traces use, `FlameOn.Client.Node.PerfSampler`): one Linux perf
+  event per scheduler thread (normal and dirty CPU schedulers), sampling
+  each thread's own CPU time at `:hz`, with the thread's call chain. Once
+  a second (and when a window closes) it takes every thread's samples
+  since the last time from the sampler's per-thread buffers
+  (`c_src/nif/sampling/fo_nodewide.c`) and names their frames from the
+  JIT's perf map as native traces do: Erlang frames as
+  `FlameOn.Client.Profile.frame_name/1` gives them, the runtime's C code
+  as a `[native:symbol]` leaf (under the Erlang function that called it,
+  when that is found on the C stack; alone at the root when not), a chain
+  the kernel cut at 127 frames under a `"…"` root. Stacks are capped at
+  `:depth` frames as in mode `:sample` (the innermost kept, under `"…"`).
+
+  No trace flag is set on any process and no process is asked anything:
+  a sample is a scheduler thread's stack at an instant, whatever process
+  ran there, short-lived ones included. **No per-process detail is
+  kept**: the samples of every thread go to one pseudo-process,
+  `"node (all scheduler threads)"` (shown with this server's pid), so a
+  window's stacks are node-wide. Which process ran a stack is not known
+  (that takes the `running` trace flag, as native traces use); its
+  functions usually say.
+
+  A sample is worth `1/hz` s of one thread's CPU time. Native traces
+  started meanwhile raise the sampler's frequency (it runs at the highest
+  its users ask for, and comes back when they end); continuous profiling
+  then keeps each sample with probability `hz / frequency`, `frequency`
+  the one it was taken at (the others are counted in `stats/0`'s
+  `thinned`), so its windows mean the same whatever else runs. Memory: nothing is kept between drains but the
+  sampler's buffers (1 MiB a thread, shared with native traces); a drain
+  gives at most `hz` × 1 024 samples a second (the rest counted in
+  `dropped_samples`); windows and the ring are bounded as below.
+  `:top` and `backtrace_depth` play no part.
+
+  ## How it samples the busiest processes (mode `:sample`)
 
   Each window (`:window_ms`, 10 s by default) it picks the `:top` (20)
   processes that did the most reductions in the previous window (one
@@ -54,15 +103,15 @@ defmodule FlameOn.Client.Continuous do
   the node record that many frames of its stacktrace (a few ns a frame);
   `depth: 7` leaves the flag at the VM's default.
 
-  Native node-wide sampling (perf events) is a follow-up: profiles made
-  here have `mode: :sample`.
-
   The cost, measured with `bench/continuous.exs` (two busy untraced
   workers beside 10 000 idle processes, 2 cores, on/off rounds
   interleaved): the VM's CPU time per unit of work was 1.003-1.008x at the
   defaults (1.008-1.016x at 99 Hz); the profiler's own work (ticks, and the
   scan of every process once a window) was 0.15% of the node. The default
-  19 Hz was chosen by it (`bench/RESULTS.md`).
+  19 Hz was chosen by it (`bench/RESULTS.md`). Mode `:native`
+  (`CONTINUOUS_MODE=native`): 0.99-1.02x at 19, 49 and 99 Hz, with no trend
+  (below what the bench resolves); its own work, one drain a second, was
+  0.005-0.02% of the node, whatever its number of processes.
 
   ## Windows and the ring
 
@@ -101,8 +150,10 @@ defmodule FlameOn.Client.Continuous do
 
   ## Options
 
-    * `:hz` – samples a second per sampled process (19).
-    * `:top` – the processes sampled each window (20).
+    * `:mode` – `:auto`, `:native` or `:sample` (`:auto`), above.
+    * `:hz` – samples a second per sampled process (mode `:sample`), or
+      per CPU-second of each scheduler thread (mode `:native`) (19).
+    * `:top` – the processes sampled each window (20; mode `:sample`).
     * `:window_ms` – window length (10 000).
     * `:depth` – stack depth cap (32).
     * `:max_stacks`, `:max_windows`, `:max_bytes`, `:max_queue` – bounds, above.
@@ -112,17 +163,28 @@ defmodule FlameOn.Client.Continuous do
 
   use GenServer
 
+  import Bitwise
+
   require Logger
 
   alias FlameOn.Client.Continuous.Window
+  alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.BacktraceDepth
+  alias FlameOn.Client.Node.PerfSampler
   alias FlameOn.Client.ProcessName
   alias FlameOn.Client.Profile
   alias FlameOn.Client.Shipper
 
   @table :flame_on_continuous_windows
+  # mode :native: how often the sampler's buffers are read (they hold
+  # seconds of samples), and the pseudo-process the samples go to
+  @drain_ms 1_000
+  @node_key "node (all scheduler threads)"
+  # a take from here takes nothing: it only reads the clock
+  @far_future_ns 1 <<< 62
 
   @defaults [
+    mode: :auto,
     hz: 19,
     top: 20,
     window_ms: 10_000,
@@ -137,7 +199,8 @@ defmodule FlameOn.Client.Continuous do
 
   @typedoc "An option of `start/1` (see the module documentation)."
   @type option ::
-          {:hz, 1..1000}
+          {:mode, :auto | :native | :sample}
+          | {:hz, 1..1000}
           | {:top, pos_integer()}
           | {:window_ms, pos_integer()}
           | {:depth, 1..63}
@@ -152,6 +215,7 @@ defmodule FlameOn.Client.Continuous do
   @type window :: %{
           from: integer(),
           to: integer(),
+          mode: :native | :sample,
           samples: non_neg_integer(),
           processes: non_neg_integer(),
           stacks: non_neg_integer(),
@@ -166,17 +230,33 @@ defmodule FlameOn.Client.Continuous do
 
   @doc """
   Starts continuous profiling under flame_on_client's supervisor.
-  `{:error, {:already_started, pid}}` when it runs already (one per node).
+  `{:error, {:already_started, pid}}` when it runs already (one per node);
+  `{:error, {:native_unavailable, why}}` for `mode: :native` where native
+  sampling cannot run (`why` says what is missing).
   """
-  @spec start([option()]) :: Supervisor.on_start_child()
+  @spec start([option()]) ::
+          Supervisor.on_start_child() | {:error, {:native_unavailable, String.t()}}
   def start(opts \\ []) do
     opts = validate!(opts)
     {:ok, _} = Application.ensure_all_started(:flame_on_client)
-    supervisor = FlameOn.Client.ContinuousSupervisor
-    # one stopped earlier (or configured and stopped) is still a child
-    _ = Supervisor.delete_child(supervisor, __MODULE__)
-    Supervisor.start_child(supervisor, child_spec(opts))
+
+    with :ok <- native_available(opts[:mode]) do
+      supervisor = FlameOn.Client.ContinuousSupervisor
+      # one stopped earlier (or configured and stopped) is still a child
+      _ = Supervisor.delete_child(supervisor, __MODULE__)
+
+      Supervisor.start_child(supervisor, child_spec(opts))
+    end
   end
+
+  defp native_available(:native) do
+    case PerfSampler.availability() do
+      :ok -> :ok
+      {:error, why} -> {:error, {:native_unavailable, why}}
+    end
+  end
+
+  defp native_available(_mode), do: :ok
 
   @doc "Stops continuous profiling (its windows go with it); `:ok` when it was not running."
   @spec stop() :: :ok
@@ -242,8 +322,9 @@ defmodule FlameOn.Client.Continuous do
   @doc """
   The closed windows that overlap `from..to` (Unix ms, as
   `System.os_time(:millisecond)` gives; the defaults take every window)
-  merged into one `FlameOn.Client.Profile`: mode `:sample`, one process per
-  name (see the module documentation), `stacks` in µs (samples × the
+  merged into one `FlameOn.Client.Profile`: mode `:native` or `:sample`
+  (as they were taken), one process per name (see the module
+  documentation; mode `:native`: one pseudo-process for the node), `stacks` in µs (samples × the
   sampling interval), `samples`, `tree`, `started_at` and `duration_us`
   spanning the windows, and `stats` (`windows`, `samples`, `processes`,
   `interval_us`, `sample_hz`, `dropped_stacks`, `truncated_stacks`).
@@ -269,8 +350,9 @@ defmodule FlameOn.Client.Continuous do
 
   @doc """
   Counters: `windows` and `bytes` (in the ring), `dropped_windows`,
-  `dropped_stacks`, `truncated_stacks`, `samples`, `ticks`,
-  `late_ticks` (ticks skipped because sampling fell behind), `targets`
+  `dropped_stacks`, `truncated_stacks`, `samples`, `ticks` (mode `:native`: drains),
+  `late_ticks` (ticks skipped because sampling fell behind), `mode`,
+  `thinned` and `dropped_samples` (mode `:native`, above), `targets`
   (processes sampled in the open window), `shipped`, `ship_failed`,
   `ship_dropped`, `ship_queued`, and the options in effect.
   """
@@ -311,6 +393,7 @@ defmodule FlameOn.Client.Continuous do
       end
     end
 
+    check.(:mode, &(&1 in [:auto, :native, :sample]))
     check.(:hz, &(is_integer(&1) and &1 >= 1 and &1 <= 1000))
     check.(:depth, &(is_integer(&1) and &1 >= 1 and &1 <= 63))
     check.(:max_queue, &(is_integer(&1) and &1 >= 0))
@@ -330,7 +413,42 @@ defmodule FlameOn.Client.Continuous do
     Process.flag(:priority, :high)
     # what a tick and a window's close run, loaded now and not on a busy node
     Enum.each([Window, ProcessName, Profile, Profile.Tree, :rand], &Code.ensure_loaded/1)
-    if opts[:depth] > 7, do: BacktraceDepth.acquire(opts[:depth] + 1)
+
+    case sampling_mode(opts) do
+      {:ok, mode} ->
+        init(opts, mode)
+
+      {:error, why} ->
+        # start/1 refused this up front; from the application environment
+        # or a child spec of its own supervisor it samples all the same
+        Logger.warning(
+          "FlameOn continuous: mode :native cannot run here, sampling the busiest processes instead: #{why}"
+        )
+
+        init(opts, :sample)
+    end
+  end
+
+  # :native holds the node's CPU sampler (FlameOn.Client.Node.PerfSampler)
+  # at `hz` for as long as this runs; :auto takes it where it can.
+  defp sampling_mode(opts) do
+    case opts[:mode] do
+      :sample ->
+        {:ok, :sample}
+
+      wanted ->
+        available = wanted == :native or PerfSampler.available?()
+
+        case available && PerfSampler.acquire(opts[:hz]) do
+          :ok -> {:ok, :native}
+          _ when wanted == :auto -> {:ok, :sample}
+          {:error, why} -> {:error, why}
+        end
+    end
+  end
+
+  defp init(opts, mode) do
+    if mode == :sample and opts[:depth] > 7, do: BacktraceDepth.acquire(opts[:depth] + 1)
 
     table = :ets.new(@table, [:ordered_set, :protected, :named_table, read_concurrency: true])
     :ets.insert(table, {:name, opts[:name]})
@@ -340,9 +458,13 @@ defmodule FlameOn.Client.Continuous do
 
     state = %{
       opts: opts,
+      mode: mode,
       interval_us: interval_us,
-      window: Window.open(now, interval_us),
-      reductions: snapshot(%{}),
+      window: Window.open(now, interval_us, mode),
+      # mode :native: where the next take of node-wide samples starts
+      # (CLOCK_MONOTONIC ns; the samples before it are not ours)
+      native_from: if(mode == :native, do: native_start()),
+      reductions: if(mode == :sample, do: snapshot(%{}), else: %{}),
       targets: %{},
       seq: 0,
       ring: :queue.new(),
@@ -360,22 +482,42 @@ defmodule FlameOn.Client.Continuous do
         late_ticks: 0,
         shipped: 0,
         ship_failed: 0,
-        ship_dropped: 0
+        ship_dropped: 0,
+        thinned: 0,
+        dropped_samples: 0
       },
       tick_at: System.monotonic_time(:microsecond)
     }
 
     state = start_outbox(state)
-    # The first window's processes: the busiest over a tenth of it.
-    Process.send_after(self(), :choose, max(div(opts[:window_ms], 10), 1))
     Process.send_after(self(), :close, opts[:window_ms])
-    {:ok, schedule_tick(state)}
+
+    case mode do
+      :sample ->
+        # The first window's processes: the busiest over a tenth of it.
+        Process.send_after(self(), :choose, max(div(opts[:window_ms], 10), 1))
+        {:ok, schedule_tick(state)}
+
+      :native ->
+        Process.send_after(self(), :drain, @drain_ms)
+        {:ok, state}
+    end
   end
 
   @impl GenServer
   def handle_info(:tick, state), do: {:noreply, state |> tick() |> schedule_tick()}
 
+  def handle_info(:drain, state) do
+    Process.send_after(self(), :drain, @drain_ms)
+    {:noreply, drain(state)}
+  end
+
   def handle_info(:choose, state), do: {:noreply, at_normal_priority(state, &choose/1)}
+
+  def handle_info(:close, %{mode: :native} = state) do
+    Process.send_after(self(), :close, state.opts[:window_ms])
+    {:noreply, at_normal_priority(state, &(&1 |> drain() |> close()))}
+  end
 
   def handle_info(:close, state) do
     Process.send_after(self(), :close, state.opts[:window_ms])
@@ -413,6 +555,7 @@ defmodule FlameOn.Client.Continuous do
         ship_queued: :queue.len(state.queue),
         open_window_samples: state.window.samples,
         interval_us: state.interval_us,
+        mode: state.mode,
         options: Keyword.delete(state.opts, :shipper)
       })
 
@@ -431,7 +574,8 @@ defmodule FlameOn.Client.Continuous do
       end
     end
 
-    if state.opts[:depth] > 7, do: BacktraceDepth.release()
+    if state.mode == :native, do: PerfSampler.release()
+    if state.mode == :sample and state.opts[:depth] > 7, do: BacktraceDepth.release()
     :ok
   catch
     # the backtrace_depth owner is gone: it restored the flag as it went
@@ -539,6 +683,46 @@ defmodule FlameOn.Client.Continuous do
         do: {pid, reds}
   end
 
+  ## Native sampling (mode :native)
+
+  # Where the node-wide samples start: now (what the sampler's buffers
+  # hold from before, another user's, is not taken).
+  defp native_start do
+    {to_ns, _frequency, _samples, _thinned, _dropped} = Native.nodewide_take(@far_future_ns, 1, 1)
+    to_ns
+  end
+
+  # The samples every scheduler thread took since the last drain, whatever
+  # process ran, thinned to `hz` (the sampler runs faster while a native
+  # trace wants it), folded into the open window under one pseudo-process.
+  defp drain(state) do
+    hz = state.opts[:hz]
+    # a drain's worth at hz on 256 threads, four times over: a bound, not a rate
+    max = min(hz * 256 * 4 * div(@drain_ms + 999, 1000), 1_000_000)
+
+    {to_ns, _frequency, samples, thinned, dropped} =
+      Native.nodewide_take(state.native_from, hz, max)
+
+    limits = [depth: state.opts[:depth], max_stacks: state.opts[:max_stacks]]
+
+    window =
+      Enum.reduce(samples, state.window, fn {cut, frames}, window ->
+        stack = if cut, do: frames ++ [:cut], else: frames
+        Window.add(window, @node_key, self(), @node_key, stack, 0, limits)
+      end)
+
+    c = state.counters
+
+    counters = %{
+      c
+      | ticks: c.ticks + 1,
+        thinned: c.thinned + thinned,
+        dropped_samples: c.dropped_samples + dropped
+    }
+
+    %{state | window: window, native_from: to_ns, counters: counters}
+  end
+
   ## Windows
 
   defp close(state) do
@@ -557,7 +741,7 @@ defmodule FlameOn.Client.Continuous do
 
     state = %{
       state
-      | window: Window.open(now, state.interval_us),
+      | window: Window.open(now, state.interval_us, state.mode),
         seq: seq,
         ring: :queue.in({seq, window.bytes}, state.ring),
         ring_bytes: state.ring_bytes + window.bytes,

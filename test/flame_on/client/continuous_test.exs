@@ -96,7 +96,7 @@ defmodule FlameOn.Client.ContinuousTest do
   defp text(profile), do: profile |> Export.folded() |> IO.iodata_to_binary()
 
   test "a workload that changes phase: each range shows its own phase only" do
-    {:ok, _} = Continuous.start(window_ms: 200, hz: 200)
+    {:ok, _} = Continuous.start(window_ms: 200, hz: 200, mode: :sample)
     worker = busy(fn -> PhaseA.spin(5_000) end)
     t0 = System.os_time(:millisecond)
     Process.sleep(1_500)
@@ -354,5 +354,133 @@ defmodule FlameOn.Client.ContinuousTest do
   test "a second start reports the running one" do
     {:ok, pid} = Continuous.start(window_ms: 1_000)
     assert {:error, {:already_started, ^pid}} = Continuous.start()
+  end
+
+  # mode :native: CPU samples of every scheduler thread (perf events), in a
+  # VM started with +JPperf true (scripts/test-native)
+  describe "native sampling (+JPperf true)" do
+    @describetag :native
+
+    alias FlameOn.Client.Core.Native
+    alias FlameOn.Client.Node.PerfSampler
+
+    # the perf events open in this VM (the kernel names their fds so)
+    defp perf_fds do
+      Enum.count(File.ls!("/proc/self/fd"), fn fd ->
+        File.read_link("/proc/self/fd/" <> fd) == {:ok, "anon_inode:[perf_event]"}
+      end)
+    end
+
+    defp flat_text(profile),
+      do: profile |> Export.folded() |> IO.iodata_to_binary()
+
+    test "mode :auto samples natively: each range shows its own phase only" do
+      {:ok, _} = Continuous.start(window_ms: 200, hz: 99)
+      assert Continuous.stats().mode == :native
+      assert %{mode: :native, hz: 99} = FlameOn.Client.status().continuous
+      worker = busy(fn -> PhaseA.spin(5_000) end)
+      t0 = System.os_time(:millisecond)
+      Process.sleep(1_500)
+      halt(worker)
+      switch = System.os_time(:millisecond)
+      worker = busy(fn -> PhaseB.spin(5_000) end)
+      Process.sleep(1_500)
+      halt(worker)
+      t1 = System.os_time(:millisecond)
+      Process.sleep(300)
+
+      windows = Continuous.windows()
+      assert Enum.all?(windows, &(&1.mode == :native))
+      %{to: a_to} = windows |> Enum.filter(&(&1.to <= switch)) |> List.last()
+      %{from: b_from} = Enum.find(windows, &(&1.from >= switch))
+
+      a = Continuous.profile(from: t0, to: a_to)
+      b = Continuous.profile(from: b_from, to: t1)
+
+      assert flat_text(a) =~ "PhaseA.spin/1"
+      refute flat_text(a) =~ "PhaseB.spin/1"
+      assert flat_text(b) =~ "PhaseB.spin/1"
+      refute flat_text(b) =~ "PhaseA.spin/1"
+      assert a.mode == :native and b.mode == :native
+      assert a.stats.samples > 0 and a.stats.sample_hz == 99
+
+      # node-wide: one pseudo-process, not the busy one
+      assert [{_pid, "node (all scheduler threads)"}] = Map.to_list(a.process_names)
+    end
+
+    test "node-wide stacks hold a busy process's function with no trace flag on it" do
+      {:ok, _} = Continuous.start(window_ms: 200, hz: 49, mode: :native)
+      worker = busy(fn -> PhaseA.spin(5_000) end)
+      wait_windows(5)
+      assert :erlang.trace_info(worker, :flags) == {:flags, []}
+      assert :erlang.trace_info(worker, :tracer) == {:tracer, []}
+      halt(worker)
+
+      profile = Continuous.profile()
+      assert flat_text(profile) =~ "PhaseA.spin/1"
+      assert profile.mode == :native and profile.tree == Tree.of(profile)
+
+      for format <- [:folded, :speedscope, :perfetto, :svg, :pprof] do
+        out = IO.iodata_to_binary(apply(Export, format, [profile]))
+        assert byte_size(out) > 0, "#{format} is empty"
+      end
+
+      # "continuous;<the pseudo-process>;frames": Erlang frames named as
+      # every profile names them, C code as native mode does
+      lines = String.split(flat_text(profile), "\n", trim: true)
+      assert Enum.any?(lines, &(&1 =~ "FlameOn.Client.ContinuousTest.PhaseA.spin/1"))
+
+      for line <- lines,
+          frame <- line |> String.replace(~r/ \d+$/, "") |> String.split(";") |> Enum.drop(2) do
+        assert frame =~ ~r{^(\[native(:.+)?\]|…|\[truncated\]|[^\[].*/\d+)$}, frame
+      end
+    end
+
+    test "a native trace raises the sampler's frequency, continuous profiling thins it back" do
+      {cpu0, _} = :erlang.statistics(:runtime)
+      {:ok, _} = Continuous.start(window_ms: 200, hz: 19, mode: :native)
+      assert Native.perf_stats().frequency == 19
+      :ok = PerfSampler.acquire(499)
+      assert Native.perf_stats().frequency == 499
+      worker = busy(fn -> PhaseA.spin(5_000) end)
+      Process.sleep(1_500)
+      halt(worker)
+      :ok = PerfSampler.release()
+      assert Native.perf_stats().frequency == 19
+      Process.sleep(300)
+      stats = Continuous.stats()
+      {cpu1, _} = :erlang.statistics(:runtime)
+      kept = stats.samples + stats.open_window_samples
+      # at 499 Hz most were thinned (1 in 26 kept); about 19 kept a CPU
+      # second of the VM's, whatever the sampler's frequency
+      assert stats.thinned > 5 * kept
+      assert kept > 0 and kept <= 19 * (cpu1 - cpu0) / 1000 * 1.5 + 10
+    end
+
+    test "stop releases the sampler: no perf event left open" do
+      assert perf_fds() == 0
+      {:ok, _} = Continuous.start(window_ms: 100, mode: :native)
+      assert Native.perf_stats().threads > 0
+      assert perf_fds() == Native.perf_stats().threads
+      wait_windows(2)
+      Continuous.stop()
+      stats = Native.perf_stats()
+      assert stats.users == 0 and stats.threads == 0
+      assert perf_fds() == 0
+    end
+  end
+
+  describe "where native sampling cannot run" do
+    @describetag :native_unavailable
+
+    test "mode :auto falls back to sampling the busiest processes; :native says why not" do
+      {:ok, _} = Continuous.start(window_ms: 100)
+      assert Continuous.stats().mode == :sample
+      Continuous.stop()
+
+      assert {:error, {:native_unavailable, why}} = Continuous.start(mode: :native)
+      assert is_binary(why)
+      refute Continuous.running?()
+    end
   end
 end

@@ -389,7 +389,9 @@ defmodule FlameOn.Client.ReadmeTest do
             do: assert(File.exists?(Path.join("flame_on_out", file)), file)
 
       code =~ "Continuous.start()" ->
-        assert %FlameOn.Client.Profile{mode: :sample} = binding.profile
+        # :native where the VM can sample natively (+JPperf true), else :sample
+        assert %FlameOn.Client.Profile{mode: mode} = binding.profile
+        assert mode in [:native, :sample]
         assert File.exists?(Path.join("flame_on_out", "continuous.svg"))
         refute FlameOn.Client.Continuous.running?()
 

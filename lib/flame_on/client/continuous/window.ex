@@ -12,9 +12,14 @@ defmodule FlameOn.Client.Continuous.Window do
   # (FlameOn.Client.ProcessName: processes that share a name are merged)
   # or, for a process without one, its pid.
   #
-  # Closed: `%{from, to, interval_us, samples, stacks: %{key => [{text,
-  # samples, reductions}]}, pids: %{key => pid}, names: %{key => name},
-  # bytes, dropped_stacks, truncated_stacks}`.
+  # Closed: `%{from, to, mode, interval_us, samples, stacks: %{key =>
+  # [{text, samples, reductions}]}, pids: %{key => pid}, names: %{key =>
+  # name}, bytes, dropped_stacks, truncated_stacks}`.
+  #
+  # `mode` is how its samples were taken: `:sample` (stacks of the busiest
+  # processes) or `:native` (CPU samples of every scheduler thread, under
+  # one pseudo-process; their frames come as {m, f, a} and a chain the
+  # kernel cut ends in `:cut`).
 
   alias FlameOn.Client.Profile
   alias FlameOn.Client.Profile.Tree
@@ -31,8 +36,11 @@ defmodule FlameOn.Client.Continuous.Window do
 
   @type key :: String.t() | pid()
 
+  @type mode :: :sample | :native
+
   @type open :: %{
           from: integer(),
+          mode: mode(),
           started: integer(),
           interval_us: pos_integer(),
           stacks: %{{key(), [mfa()] | :overflow} => {pos_integer(), non_neg_integer()}},
@@ -45,6 +53,7 @@ defmodule FlameOn.Client.Continuous.Window do
   @type t :: %{
           from: integer(),
           to: integer(),
+          mode: mode(),
           interval_us: pos_integer(),
           samples: non_neg_integer(),
           stacks: %{key() => [{String.t(), pos_integer(), non_neg_integer()}]},
@@ -55,11 +64,12 @@ defmodule FlameOn.Client.Continuous.Window do
           truncated_stacks: non_neg_integer()
         }
 
-  @doc "A new open window from `from` (Unix ms)."
-  @spec open(integer(), pos_integer()) :: open()
-  def open(from, interval_us) do
+  @doc "A new open window from `from` (Unix ms), of samples taken in `mode`."
+  @spec open(integer(), pos_integer(), mode()) :: open()
+  def open(from, interval_us, mode \\ :sample) do
     %{
       from: from,
+      mode: mode,
       started: System.monotonic_time(:microsecond),
       interval_us: interval_us,
       stacks: %{},
@@ -116,6 +126,9 @@ defmodule FlameOn.Client.Continuous.Window do
     do: raw(rest, depth - 1, [{m, f, length(a)} | acc])
 
   defp raw([{m, f, a, _loc} | rest], depth, acc), do: raw(rest, depth - 1, [{m, f, a} | acc])
+  # native samples: {m, f, a} frames, and a chain the kernel cut
+  defp raw([{m, f, a} | rest], depth, acc), do: raw(rest, depth - 1, [{m, f, a} | acc])
+  defp raw([:cut | _rest], _depth, acc), do: Enum.reverse([:cut | acc])
   defp raw([_other | rest], depth, acc), do: raw(rest, depth, acc)
 
   @doc """
@@ -150,6 +163,7 @@ defmodule FlameOn.Client.Continuous.Window do
     %{
       from: window.from,
       to: to,
+      mode: window.mode,
       interval_us: window.interval_us,
       samples: window.samples,
       stacks: stacks,
@@ -245,6 +259,7 @@ defmodule FlameOn.Client.Continuous.Window do
     %{
       from: window.from,
       to: window.to,
+      mode: Map.get(window, :mode, :sample),
       samples: window.samples,
       processes: map_size(window.stacks),
       stacks: Enum.reduce(window.stacks, 0, fn {_k, e}, acc -> acc + length(e) end),
@@ -323,7 +338,7 @@ defmodule FlameOn.Client.Continuous.Window do
     profile = %Profile{
       trace_id: System.unique_integer([:positive, :monotonic]),
       name: Keyword.get(opts, :name, "continuous"),
-      mode: :sample,
+      mode: mode(windows),
       pid: nil,
       started_at: from * 1000 - System.time_offset(:microsecond),
       duration_us: max(to - from, 0) * 1000,
@@ -343,4 +358,9 @@ defmodule FlameOn.Client.Continuous.Window do
 
     %{profile | tree: Tree.from_stacks(stacks, samples)}
   end
+
+  # One run of continuous profiling takes every window one way; a range
+  # with none is :sample.
+  defp mode([]), do: :sample
+  defp mode(windows), do: Map.get(List.last(windows), :mode, :sample)
 end

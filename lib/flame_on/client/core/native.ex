@@ -331,6 +331,17 @@ defmodule FlameOn.Client.Core.Native do
   @spec perf_stats() :: map()
   def perf_stats, do: :erlang.nif_error(:nif_not_loaded)
 
+  @spec perf_frequency(pos_integer()) :: :ok
+  def perf_frequency(_hz), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  # Continuous profiling's node-wide samples (c_src/nif/sampling/fo_nodewide.h):
+  # {to_ns, frequency, [{cut, frames innermost first}], thinned, dropped}.
+  @spec nodewide_take(integer(), pos_integer(), pos_integer()) ::
+          {integer(), non_neg_integer(), [{boolean(), [mfa()]}], non_neg_integer(),
+           non_neg_integer()}
+  def nodewide_take(_from_ns, _keep_hz, _max_samples), do: :erlang.nif_error(:nif_not_loaded)
+
   @doc false
   # Tail-based native traces (c_src/nif/sampling/fo_tail.h,
   # FlameOn.Client.Tracing.Tail): the node-wide table of traced requests'

@@ -22,10 +22,11 @@ defmodule FlameOn.Client.Node.PerfSampler do
   def start_link(_opts \\ []), do: GenServer.start_link(__MODULE__, :ok, name: __MODULE__)
 
   @doc """
-  Registers the calling process as a user of the sampler, sampling at
-  `frequency` Hz if it is the first (later users share the first one's
-  frequency): `:ok`, or `{:error, reason}` (see `availability/0`).
-  Acquiring twice from one process needs two releases.
+  Registers the calling process as a user of the sampler, which samples
+  at the highest `frequency` (Hz) its users asked for (a user that leaves
+  takes its frequency with it): `:ok`, or `{:error, reason}` (see
+  `availability/0`). Acquiring twice from one process needs two releases
+  (the process's frequency is the highest it asked for).
   """
   @spec acquire(pos_integer()) :: :ok | {:error, String.t()}
   def acquire(frequency) when is_integer(frequency) and frequency > 0,
@@ -106,7 +107,7 @@ defmodule FlameOn.Client.Node.PerfSampler do
   @impl GenServer
   def init(:ok) do
     Process.flag(:trap_exit, true)
-    {:ok, %{users: %{}, handle: nil, helpers: []}}
+    {:ok, %{users: %{}, handle: nil, helpers: [], frequency: nil}}
   end
 
   @impl GenServer
@@ -115,11 +116,11 @@ defmodule FlameOn.Client.Node.PerfSampler do
       {:ok, state} ->
         users =
           case state.users do
-            %{^pid => {ref, n}} -> Map.put(state.users, pid, {ref, n + 1})
-            users -> Map.put(users, pid, {Process.monitor(pid), 1})
+            %{^pid => {ref, n, hz}} -> Map.put(state.users, pid, {ref, n + 1, max(hz, frequency)})
+            users -> Map.put(users, pid, {Process.monitor(pid), 1, frequency})
           end
 
-        {:reply, :ok, %{state | users: users}}
+        {:reply, :ok, retune(%{state | users: users})}
 
       {:error, _} = error ->
         {:reply, error, state}
@@ -209,26 +210,44 @@ defmodule FlameOn.Client.Node.PerfSampler do
 
   defp take(state, _frequency), do: {:ok, state}
 
+  # The sampler runs at the highest frequency its users asked for: a
+  # native trace at 499 Hz beside continuous profiling at 19 gets its 499,
+  # and continuous profiling goes back to 19 when it ends (it thins what
+  # it takes to its own rate, FlameOn.Client.Continuous).
+  defp retune(%{handle: nil} = state), do: state
+  defp retune(%{users: users} = state) when users == %{}, do: state
+
+  defp retune(state) do
+    wanted = state.users |> Map.values() |> Enum.map(&elem(&1, 2)) |> Enum.max()
+
+    if wanted != state.frequency do
+      :ok = Native.perf_frequency(wanted)
+      %{state | frequency: wanted}
+    else
+      state
+    end
+  end
+
   defp drop(state, pid, how_many) do
     case Map.pop(state.users, pid) do
       {nil, _} ->
         state
 
-      {{ref, n}, rest} ->
+      {{ref, n, hz}, rest} ->
         users =
           if how_many == :all or n <= how_many do
             Process.demonitor(ref, [:flush])
             rest
           else
-            Map.put(rest, pid, {ref, n - how_many})
+            Map.put(rest, pid, {ref, n - how_many, hz})
           end
 
         if users == %{} and state.handle != nil do
           stop_helpers(state.helpers)
           Native.perf_release(state.handle)
-          %{state | users: users, handle: nil, helpers: []}
+          %{state | users: users, handle: nil, helpers: [], frequency: nil}
         else
-          %{state | users: users}
+          retune(%{state | users: users})
         end
     end
   end

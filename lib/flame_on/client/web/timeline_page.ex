@@ -87,6 +87,11 @@ defmodule FlameOn.Client.Web.TimelinePage do
     ]
   end
 
+  defp settings(%{mode: :native} = status) do
+    "(#{status.hz} Hz, every scheduler thread's CPU samples, node-wide, windows of " <>
+      "#{duration(status.window_ms * 1000)})"
+  end
+
   defp settings(status) do
     "(#{status.hz} Hz, the #{status.top} busiest processes, windows of " <>
       "#{duration(status.window_ms * 1000)})"
