@@ -141,13 +141,21 @@ defmodule FlameOn.Client.LeakTest do
       |> Enum.chunk_every(2, 1, :discard)
       |> Enum.map(fn [before, later] -> Map.new(later, fn {k, v} -> {k, v - before[k]} end) end)
 
-    median = fn key -> growth |> Enum.map(& &1[key]) |> median() end
+    # A leak raises both the median phase and the mean (the whole run's
+    # growth over the phases); noise that swings from phase to phase (OTP
+    # 27's process heaps: -296 KB, +327 KB, -70 KB, +348 KB in one run)
+    # seldom raises both: the lower of the two is judged.
+    median = fn key ->
+      values = Enum.map(growth, & &1[key])
+      min(median(values), div(Enum.sum(values), length(values)))
+    end
+
     report = inspect(%{start: start, finish: finish, growth: growth}, limit: :infinity)
 
     for {key, _} <- @per_trace_bytes do
       assert median.(key) < bound(key),
              "#{key} grew by #{median.(key)} bytes a phase of #{@traces_per_phase} traces " <>
-               "(the median; bound: #{bound(key)}): #{report}"
+               "(the lower of median and mean; bound: #{bound(key)}): #{report}"
     end
 
     # no atom made per trace
