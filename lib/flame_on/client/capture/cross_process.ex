@@ -98,9 +98,19 @@ defmodule FlameOn.Client.Capture.CrossProcess do
       :process when elem(target, 0) == :self ->
         timeline_handle = Tracer.handle(timeline)
         if follow != [], do: receive_pattern(timeline_handle)
+        own = own -- timeline_unsafe_flags()
         [{timeline_handle, own ++ (follow -- [:set_on_spawn])}, {handle, [:send]}]
     end
   end
+
+  # OTP 27 crashes (size_object_x under enif_send, from trace_gc) when
+  # the root's collections go to the timeline, a process tracer in a trace
+  # session of its own, while the root is in the handle's session too:
+  # coexistence_test aborted the VM in 3 runs of 6. There the root's
+  # collections are not followed (its GC time stays in its own frames, as
+  # before #24); its callees' are, through the handle's NIF tracer.
+  defp timeline_unsafe_flags,
+    do: if(TraceBackend.sessions?(), do: [:garbage_collection], else: [])
 
   # A trace session of the timeline's own needs the receive pattern too,
   # for the root's receive events to name their sender (in the legacy
