@@ -97,9 +97,10 @@ static void check_graph(const fo_graph *g)
             abort();
         if (span.attributed_wait_ns > span.wait_ns)
             abort();
-        /* the span arithmetic */
+        /* the span arithmetic: its four classes of time */
         uint64_t duration = (uint64_t)span.ended_ns - (uint64_t)span.started_ns;
-        if (span.ended_ns < span.started_ns || span.self_ns + span.wait_ns != duration)
+        if (span.ended_ns < span.started_ns ||
+            span.self_ns + span.gc_ns + span.runnable_ns + span.wait_ns != duration)
             abort();
         uint64_t causes = 0;
         for (uint32_t c = 0; c < FO_CAUSE_COUNT; c++)
