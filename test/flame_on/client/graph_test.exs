@@ -347,11 +347,12 @@ defmodule FlameOn.Client.GraphTest do
       # whole; see the closing note of 2026-11-26.
       server_us = Client.Profile.total_us(profile, server)
       spans_us = callees |> Enum.map(&duration/1) |> Enum.sum()
+
       assert server_us <= (1 + @tolerance) * spans_us,
              "shared server's stacks in the #{ms} ms trace: #{server_us} µs, spans #{spans_us} µs"
 
       assert server_us >= (1 - @tolerance) * spans_us * 2 / 3,
-             "shared server's stacks in the #{ms} ms trace: #{server_us} µs, spans #{spans_us} µs
+             "shared server's stacks in the #{ms} ms trace: #{server_us} µs, spans #{spans_us} µs"
     end
   end
 
