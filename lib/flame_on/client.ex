@@ -244,19 +244,7 @@ defmodule FlameOn.Client do
     # What follows must not show in the profile.
     end_ts = Capture.stop(capture)
     Capture.detach(capture)
-    finished = Capture.finish(capture, started_ts, end_ts)
-
-    case {outcome, finished} do
-      {{:ok, result}, {:ok, profile}} ->
-        {result, profile}
-
-      {{:ok, _result}, {:error, reason}} ->
-        raise "FlameOn: the trace's owner #{inspect(capture[:owner] || capture[:tracer])} " <>
-                "ended before returning the profile: #{inspect(reason)}"
-
-      {{kind, reason, stacktrace}, _} ->
-        :erlang.raise(kind, reason, stacktrace)
-    end
+    Capture.result(capture, outcome, Capture.finish(capture, started_ts, end_ts))
   end
 
   def profile(fun, _opts) do

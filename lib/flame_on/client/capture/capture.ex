@@ -126,6 +126,36 @@ defmodule FlameOn.Client.Capture do
   end
 
   @doc """
+  What a traced call returns once its capture is done: `outcome` is the
+  call's `{:ok, result}` or `{kind, reason, stacktrace}`, `finished` what
+  `finish/3` (or `discard/1`: no profile, `nil`) answered. The call's own
+  exception is raised again as it was; a profile its owner could not give
+  back raises.
+  """
+  @spec result(
+          t(),
+          {:ok, term()} | {atom(), term(), list()},
+          {:ok, Profile.t()} | :ok | {:error, term()}
+        ) ::
+          {term(), Profile.t() | nil}
+  def result(capture, outcome, finished) do
+    case {outcome, finished} do
+      {{:ok, result}, {:ok, profile}} ->
+        {result, profile}
+
+      {{:ok, result}, :ok} ->
+        {result, nil}
+
+      {{:ok, _result}, {:error, reason}} ->
+        raise "FlameOn: the trace's owner #{inspect(capture[:owner] || capture[:tracer])} " <>
+                "ended before returning the profile: #{inspect(reason)}"
+
+      {{kind, reason, stacktrace}, _} ->
+        :erlang.raise(kind, reason, stacktrace)
+    end
+  end
+
+  @doc """
   Gives back a stopped, detached capture without building its profile (a
   tail trace under its threshold, FlameOn.Client.Tracing.Tail): the scope's
   `discard/1` where it has one (it frees what it holds now), else `abort/1`.

@@ -204,20 +204,7 @@ defmodule FlameOn.Client.Tracing.Tail do
         do: Capture.finish(capture, started_ts, end_ts),
         else: Capture.discard(capture)
 
-    case {outcome, kept} do
-      {{:ok, result}, {:ok, profile}} ->
-        {result, profile}
-
-      {{:ok, result}, :ok} ->
-        {result, nil}
-
-      {{:ok, _result}, {:error, reason}} ->
-        raise "FlameOn: the trace's owner #{inspect(capture[:owner] || capture[:tracer])} " <>
-                "ended before returning the profile: #{inspect(reason)}"
-
-      {{kind, reason, stacktrace}, _} ->
-        :erlang.raise(kind, reason, stacktrace)
-    end
+    Capture.result(capture, outcome, kept)
   end
 
   # As FlameOn.Client.TraceStore.keep/2 decides (on the profile's
