@@ -48,6 +48,7 @@ defmodule FlameOn.Client.Node.Patterns do
   require Logger
 
   alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Owners.Followers
   alias FlameOn.Client.Node.{MessagePatterns, OtherTools, Sweep, TraceBackend}
 
   @match_spec Sweep.call_match_spec()
@@ -150,6 +151,19 @@ defmodule FlameOn.Client.Node.Patterns do
   @doc "Ends the calling process's cross-process trace registration (see `acquire_cross_process/4`)."
   @spec release_cross_process() :: :ok
   def release_cross_process, do: GenServer.call(__MODULE__, :release_cross_process, @call_timeout)
+
+  @doc """
+  Called after a trace (`label`) turned a follower's flags off on `handle`
+  (it ended, or the follower left it): turns them on again (flags for
+  `follow`) when a cross-process trace on that handle may still need them,
+  and only then: the follower has a role in a trace, a message waiting
+  (sent before its flags went: the send pattern found them on), or the
+  seq_trace token of another trace than `label`. Here, in the server, so it never runs after
+  the last user of the handle turned every follower's tracing off.
+  """
+  @spec follow_again(TraceBackend.t(), pid(), :messages | :calls, term()) :: :ok
+  def follow_again(handle, pid, follow, label),
+    do: GenServer.call(__MODULE__, {:follow_again, handle, pid, follow, label}, @call_timeout)
 
   @doc "The number of processes currently holding call patterns."
   @spec users() :: non_neg_integer()
@@ -255,6 +269,14 @@ defmodule FlameOn.Client.Node.Patterns do
   end
 
   def handle_call(:users, _from, state), do: {:reply, map_size(state.users), state}
+
+  def handle_call({:follow_again, handle, pid, follow, label}, _from, %{graph: graph} = state) do
+    users = for {_owner, %{handle: ^handle, label: l}} <- graph, do: l
+    others = Enum.reject(users, &(&1 == label))
+    if users != [] and still_followed?(pid, others), do: Followers.retrace(handle, pid, follow)
+    {:reply, :ok, state}
+  end
+
   @impl GenServer
   def handle_info({:DOWN, ref, :process, pid, _reason}, %{graph: graph} = state)
       when is_map_key(graph, pid) and :erlang.map_get(pid, graph).ref == ref do
@@ -337,6 +359,17 @@ defmodule FlameOn.Client.Node.Patterns do
   defp drop_user(state, rest, handle, kind) do
     unless in_scope?(rest, handle, kind), do: clear_patterns(handle, kind)
     %{state | users: rest}
+  end
+
+  defp still_followed?(pid, labels) do
+    Native.graph_role(pid) != nil or
+      case Process.info(pid, [:message_queue_len, :sequential_trace_token]) do
+        [message_queue_len: queued, sequential_trace_token: token] ->
+          queued > 0 or (is_tuple(token) and elem(token, 1) in labels)
+
+        nil ->
+          false
+      end
   end
 
   defp drop_graph_user(%{graph: graph} = state, pid) do

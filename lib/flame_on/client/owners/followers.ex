@@ -34,22 +34,30 @@ defmodule FlameOn.Client.Owners.Followers do
   # Off in a process of its own: turning another process's flags off waits
   # until that process is scheduled out, tens of milliseconds for a busy
   # one, and this owner must stay free for the trace's other messages.
-  # A trace that brought the process back meanwhile (its message turned the
-  # flags on again, and the process took it) gets them back at once; a
-  # message not yet taken by then finds the process untraced (its spans
-  # stay right, its stacks for that message are missing).
+  # Another trace may have sent the process its message just before the
+  # flags went (the send pattern found them on, and the process takes the
+  # message untraced, its stacks lost): Patterns turns them on again when
+  # another trace still needs them (FlameOn.Client.Node.Patterns.follow_again/4).
   @spec unfollow([pid()], %{handle: TraceBackend.t(), follow: :messages | :calls}) :: pid()
-  def unfollow(pids, %{handle: handle, follow: follow}) do
+  def unfollow(pids, %{handle: handle, follow: follow} = state) do
+    label = Map.get(state, :label)
+
     spawn(fn ->
       Enum.each(pids, fn pid ->
         with nil <- Native.graph_role(pid),
              {:ok, {Native, :graph}} <- TraceBackend.tracer(handle, pid),
-             :ok <- TraceBackend.untrace(handle, pid),
-             role when role != nil <- Native.graph_role(pid) do
-          retrace(handle, pid, follow)
+             :ok <- TraceBackend.untrace(handle, pid) do
+          follow_again(handle, pid, follow, label)
         end
       end)
     end)
+  end
+
+  # Patterns gone (the application stopping): it clears every flag of ours.
+  defp follow_again(handle, pid, follow, label) do
+    Patterns.follow_again(handle, pid, follow, label)
+  catch
+    :exit, _ -> :ok
   end
 
   @spec retrace(TraceBackend.t(), pid(), :messages | :calls) :: non_neg_integer() | :gone
