@@ -193,4 +193,54 @@ defmodule FlameOn.Client.TraceBackendTest do
     :erlang.trace_pattern({Workloads, :fib, 1}, false, [:local])
     assert_node_clean()
   end
+
+  # OTP 27 goes down when a process has the garbage_collection flag in two
+  # trace sessions; another tool's `dbg`-style trace (the legacy session)
+  # counts. Ours leaves the flag out there, and the profile still comes
+  # (its collections in its frames). OTP 25 has one tracer a process:
+  # profile/2 refuses a process another tool traces, nothing to check.
+  if TraceBackend.sessions?() do
+    test "a process another tool traces for collections: ours leave the flag out, the node stays up" do
+      sink = spawn(fn -> receive do: (:stop -> :ok) end)
+      :erlang.trace(self(), true, [:garbage_collection, {:tracer, sink}])
+
+      try do
+        for mode <- [:nif, :sample] do
+          {lists, profile} =
+            FlameOn.Client.profile(fn -> for _ <- 1..300, do: Enum.to_list(1..20_000) end,
+              mode: mode
+            )
+
+          assert length(lists) == 300
+          assert Map.has_key?(profile.stacks, self())
+          # the other tool's flag is still there
+          assert {:flags, [:garbage_collection]} = :erlang.trace_info(self(), :flags)
+        end
+      after
+        :erlang.trace(self(), false, [:garbage_collection])
+        send(sink, :stop)
+      end
+
+      assert_node_clean()
+    end
+
+    test "gc_traced_elsewhere?/2 sees another session's flag, never its own" do
+      pid = sleeper()
+      mine = TraceBackend.open(:trace, self())
+      other = TraceBackend.open(:trace, self())
+      {_, own} = mine.session
+
+      try do
+        refute TraceBackend.gc_traced_elsewhere?(own, pid)
+        TraceBackend.trace(mine, pid, true, [:garbage_collection])
+        refute TraceBackend.gc_traced_elsewhere?(own, pid)
+        TraceBackend.trace(other, pid, true, [:garbage_collection, :running])
+        assert TraceBackend.flags(other, pid) == [:running]
+      after
+        TraceBackend.close(mine)
+        TraceBackend.close(other)
+        send(pid, :stop)
+      end
+    end
+  end
 end

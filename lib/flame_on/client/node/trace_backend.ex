@@ -137,8 +137,52 @@ defmodule FlameOn.Client.Node.TraceBackend do
 
   def trace(%__MODULE__{session: nil}, pid, false, flags), do: :erlang.trace(pid, false, flags)
 
+  def trace(%__MODULE__{session: session}, pid, true, flags) when is_pid(pid),
+    do: apply(:trace, :process, [session, pid, true, one_gc_tracer(session, pid, flags)])
+
   def trace(%__MODULE__{session: session}, pid, how, flags),
     do: apply(:trace, :process, [session, pid, how, flags])
+
+  # OTP 27 (checked on 27.3.4.1) aborts or corrupts its memory when a
+  # process has the garbage_collection flag in two trace sessions (the
+  # legacy one counts: `dbg` with `garbage_collection`) and a process
+  # tracer gets the events: "size_object: bad tag for 0x0", or a segfault in
+  # size_object_x under trace_gc (a 20-line reproduction in the README).
+  # Where another session has the flag on the process, ours is left out:
+  # its collections stay in its frames (time classes, alloc) rather than
+  # the node going down.
+  defp one_gc_tracer({_ref, own}, pid, flags) do
+    if :garbage_collection in flags and gc_traced_elsewhere?(own, pid),
+      do: List.delete(flags, :garbage_collection),
+      else: flags
+  end
+
+  @doc false
+  # Whether `pid` has the garbage_collection flag in a trace session other
+  # than `own` (a session's weak reference); false on releases without sessions.
+  @spec gc_traced_elsewhere?(term(), pid()) :: boolean()
+  def gc_traced_elsewhere?(own, pid) do
+    sessions?() and
+      case apply(:trace, :session_info, [pid]) do
+        sessions when is_list(sessions) ->
+          Enum.any?(sessions, &(&1 != own and gc_flag?(&1, pid)))
+
+        _gone ->
+          false
+      end
+  end
+
+  defp gc_flag?({:legacy, _}, pid), do: gc_in?(:erlang.trace_info(pid, :flags))
+
+  defp gc_flag?(weak, pid) do
+    gc_in?(apply(:trace, :info, [weak, pid, :flags]))
+  rescue
+    # the session ended in between
+    ArgumentError -> false
+  end
+
+  defp gc_in?({:flags, flags}) when is_list(flags), do: :garbage_collection in flags
+  defp gc_in?(_), do: false
 
   @doc """
   Sets the flags of several handles on `pid` at once (`[{handle, flags}]`).
