@@ -258,46 +258,41 @@ defmodule FlameOn.Client.TimeClassesTest do
 
   defp off_cpu(classes), do: classes.runnable_us + classes.waiting_us
 
-  test "cross_process: a preempted process's time off CPU is RUNNABLE, in the stacks and the spans" do
-    {_, profile} = competing(cross_process: true)
-    classes = profile.time_classes[self()]
-    label = "#{inspect(classes)} #{inspect(profile.stacks[self()])}"
-    # it was preempted for a part of the 400 ms (the busy process takes a
-    # reductions' slice as often, but the traced one's are longer)
-    assert off_cpu(classes) >= 20_000, label
-    assert classes.runnable_us >= 0.8 * off_cpu(classes), label
-    assert classes.waiting_us < 0.05 * off_cpu(classes), label
+  # Cross-process traces: the span graph decides, the same way whatever
+  # the mode's stacks come from.
+  for mode <- [:nif, :sample, :native] do
+    @tag if(mode == :native, do: :native, else: :classes)
+    test "mode #{mode}, cross_process: a preempted process's time off CPU is RUNNABLE, in the stacks and the spans" do
+      {_, profile} = competing(cross_process: true, mode: unquote(mode))
+      assert_starved(profile, "spin_until/1")
+      classes = profile.time_classes[self()]
+      [root] = profile.graph.spans
+      assert_identity(profile)
+      assert_agree(root.runnable_us, classes.runnable_us, "#{inspect(root)} #{inspect(classes)}")
+      assert root.wait_us < 0.05 * off_cpu(classes), inspect(root)
+      assert_node_clean()
+    end
 
-    runnable = for {stack, us} <- profile.stacks[self()], stack =~ ";RUNNABLE", do: {stack, us}
+    @tag if(mode == :native, do: :native, else: :classes)
+    test "mode #{mode}, cross_process: a sleeping process's time off CPU is waiting, not RUNNABLE" do
+      {_, profile} =
+        with_one_scheduler(fn ->
+          FlameOn.Client.profile(fn -> for _ <- 1..20, do: Process.sleep(10) end,
+            cross_process: true,
+            mode: unquote(mode)
+          )
+        end)
 
-    spinning =
-      for {stack, us} <- runnable, stack =~ "spin_until/1", reduce: 0, do: (acc -> acc + us)
-
-    assert spinning >= 0.9 * classes.runnable_us, inspect(runnable)
-
-    [root] = profile.graph.spans
-    assert_identity(profile)
-    assert_agree(root.runnable_us, classes.runnable_us, "#{inspect(root)} #{label}")
-    assert root.wait_us < 0.05 * off_cpu(classes), inspect(root)
-    assert_node_clean()
-  end
-
-  test "cross_process: a sleeping process's time off CPU is waiting, not RUNNABLE" do
-    {_, profile} =
-      with_one_scheduler(fn ->
-        FlameOn.Client.profile(fn -> for _ <- 1..20, do: Process.sleep(10) end,
-          cross_process: true
-        )
-      end)
-
-    classes = profile.time_classes[self()]
-    label = "#{inspect(classes)} #{inspect(profile.stacks[self()])}"
-    assert off_cpu(classes) >= 150_000, label
-    assert classes.waiting_us >= 0.95 * off_cpu(classes), label
-    [root] = profile.graph.spans
-    assert root.runnable_us < 0.05 * root.wait_us, inspect(root)
-    assert root.unattributed_by.timer >= 0.95 * root.wait_us, inspect(root)
-    assert_node_clean()
+      classes = profile.time_classes[self()]
+      label = "#{inspect(classes)} #{inspect(profile.stacks[self()])}"
+      assert off_cpu(classes) >= 150_000, label
+      assert classes.waiting_us >= 0.95 * off_cpu(classes), label
+      [root] = profile.graph.spans
+      assert_identity(profile)
+      assert root.runnable_us < 0.05 * root.wait_us, inspect(root)
+      assert root.unattributed_by.timer >= 0.95 * root.wait_us, inspect(root)
+      assert_node_clean()
+    end
   end
 
   # Every mode tells it by receive events: no message taken before the
