@@ -11,10 +11,12 @@
 #     work begins (`:erlang.trace(self(), false, [:receive])`): the same
 #     session, sampler and tracer, no receive events.
 #
-#     mix run bench/sample_receives.exs          # about 30 s
+#     mix run bench/sample_receives.exs          # about 1 min
 #
 # Prints, per condition, the median µs per call over the rounds and the
-# core's events per call; ratios to untraced and between the two traced ones.
+# core's events per call; and the receive flag's cost as the median (and
+# quartiles) of each round's own ratio with / without it, and in ns per
+# receive event (the round's time difference over its extra events).
 
 defmodule FlameOn.Bench.SampleReceives do
   @moduledoc false
@@ -26,8 +28,8 @@ defmodule FlameOn.Bench.SampleReceives do
     def handle_call(msg, _from, state), do: {:reply, msg, state}
   end
 
-  @calls 4_000
-  @rounds 15
+  @calls 20_000
+  @rounds 21
 
   def calls(server, n) do
     for i <- 1..n, do: GenServer.call(server, i)
@@ -75,15 +77,13 @@ defmodule FlameOn.Bench.SampleReceives do
     # warm up: code loaded, the sampler's modules too
     for c <- conditions, do: run(server, c)
 
-    results =
-      for round <- 1..@rounds, reduce: Map.new(conditions, &{&1, []}) do
-        acc ->
-          order = Enum.drop(conditions, rem(round, 3)) ++ Enum.take(conditions, rem(round, 3))
-
-          Enum.reduce(order, acc, fn c, acc ->
-            Map.update!(acc, c, &[run(server, c) | &1])
-          end)
+    rounds =
+      for round <- 1..@rounds do
+        order = Enum.drop(conditions, rem(round, 3)) ++ Enum.take(conditions, rem(round, 3))
+        Map.new(order, &{&1, run(server, &1)})
       end
+
+    results = Map.new(conditions, fn c -> {c, Enum.map(rounds, & &1[c])} end)
 
     medians =
       Map.new(results, fn {c, runs} ->
@@ -108,13 +108,26 @@ defmodule FlameOn.Bench.SampleReceives do
       )
     end
 
-    {with, ev_with} = medians.sample
-    {without, ev_without} = medians.no_receive
+    {_, ev_with} = medians.sample
+    {_, ev_without} = medians.no_receive
+
+    ratios = Enum.sort(for r <- rounds, do: elem(r.sample, 0) / elem(r.no_receive, 0))
+
+    per_event =
+      for r <- rounds do
+        {with, e_with} = r.sample
+        {without, e_without} = r.no_receive
+        (with - without) * 1000 / max(e_with - e_without, 1.0e-9)
+      end
+
+    q = fn list, k -> Enum.at(Enum.sort(list), div(k * (length(list) - 1), 4)) end
 
     IO.puts(
-      "receive flag: #{Float.round(with / without, 3)}x time per call, " <>
-        "#{Float.round(ev_with / max(ev_without, 1.0e-9), 3)}x events " <>
-        "(+#{Float.round(ev_with - ev_without, 2)} events per call)"
+      "receive flag: #{Float.round(ev_with / max(ev_without, 1.0e-9), 3)}x events " <>
+        "(+#{Float.round(ev_with - ev_without, 2)} per call); time per call, paired by round: " <>
+        "median #{Float.round(q.(ratios, 2), 3)}x (quartiles #{Float.round(q.(ratios, 1), 3)}-" <>
+        "#{Float.round(q.(ratios, 3), 3)}), #{round(q.(per_event, 2))} ns per receive event " <>
+        "(quartiles #{round(q.(per_event, 1))} to #{round(q.(per_event, 3))})"
     )
 
     GenServer.stop(server)
