@@ -21,6 +21,13 @@ typedef struct {
     uint8_t asked;  /* read by the helper (fo_session_cpu_context): kept longer */
 } fo_cpu_context;
 
+/* An off-CPU piece whose class is not known yet (fo_session_classes.c). */
+#define FO_UNDECIDED_PIECES 8u
+typedef struct {
+    uint32_t leaf; /* the SLEEP leaf its time is on */
+    uint64_t ns;
+} fo_piece;
+
 typedef struct {
     uint64_t pid;
     uint32_t root;       /* process root node */
@@ -39,6 +46,14 @@ typedef struct {
     uint64_t gcs[2];         /* collections started: minor, major (fo_session_process_gcs) */
     uint64_t undecided_ns;   /* tracking receives: off-CPU since its wait began, no message seen yet */
     uint8_t got_message;     /* tracking receives: a message came while it was scheduled out */
+    /* tracking receives without calls (FO_RECEIVES_CPU, _SAMPLED): the
+     * off-CPU pieces no message ended yet, by the leaf that holds each,
+     * and what the slice since its `in` showed */
+    fo_piece pieces[FO_UNDECIDED_PIECES];
+    uint8_t piece_count;
+    uint8_t slice_ran;       /* a CPU sample of its own code landed in this slice */
+    uint8_t signal_expected; /* the front end wakes it with a signal (fo_session_expect_signal) */
+    uint64_t slice_run_ns;   /* on CPU, not collecting, since its last `in` */
     uint64_t heap_after;     /* its heap level after its last collection (heap_known) */
     uint64_t alloc_events;   /* call and return_to events since then */
     uint8_t heap_known;

@@ -261,6 +261,7 @@ static void charge(fo_session *s, fo_proc *p, int64_t ts)
         return;
     }
     if (p->state == FO_PROC_RUNNING) {
+        p->slice_run_ns += delta;
         if (s->cpu_sampled) {
             p->cpu_ns += delta; /* shared among its samples' stacks later */
             return;
@@ -338,6 +339,8 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         fo_s_receives_event(s, p, ev);
     if (s->cpu_sampled)
         fo_s_cpu_event(s, p, ev);
+    if (s->track_receives >= FO_RECEIVES_CPU)
+        fo_s_slice_event(s, p, ev);
     switch (ev->kind) {
     case FO_EV_CALL:
         p->alloc_events++;
@@ -476,8 +479,11 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
         if (kind != FO_FRAME_WAITING)
             kind = FO_FRAME_SLEEP;
         /* found runnable (preempted, not waiting): so it has been since its
-         * `out`, and stays until its `in` */
-        int preempted = (how & FO_SAMPLE_BUSY) != 0 && kind == FO_FRAME_SLEEP;
+         * `out`, and stays until its `in`. Receive events, when tracked,
+         * tell it better (a process a message was just sent to reads
+         * running too, before it takes it). */
+        int preempted = (how & FO_SAMPLE_BUSY) != 0 && kind == FO_FRAME_SLEEP &&
+                        s->track_receives == FO_RECEIVES_OFF;
         if (preempted)
             kind = FO_FRAME_RUNNABLE;
         uint32_t node = fo_s_regular_child(s, fo_s_current_node(p), kind);
@@ -489,8 +495,10 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
         if ((waited || (how & FO_SAMPLE_WAITING) || preempted) && kind != FO_FRAME_WAITING &&
             node != p->node_cap) {
             fo_s_move_time(s, p->sleep_node, node, p->wait_ns);
-            if (waited && p->pair_clean)
+            if (waited && p->pair_clean) {
+                fo_s_piece_was_wait(p, p->prev_wait_node);
                 fo_s_move_time(s, p->prev_wait_node, node, p->prev_wait_ns);
+            }
             p->prev_wait_ns = 0;
         }
         p->sleep_node = node;
@@ -499,6 +507,7 @@ static void apply_sample(fo_session *s, fo_proc *p, int64_t ts_ns, const fo_mfa 
     } else if (answering && p->prev_wait_node != FO_NONE &&
                s->tree.nodes[p->prev_wait_node].frame == FO_FRAME_SLEEP) {
         uint32_t node = fo_s_regular_child(s, fo_s_current_node(p), FO_FRAME_SLEEP);
+        fo_s_piece_was_wait(p, p->prev_wait_node);
         if (node != FO_NONE)
             fo_s_move_time(s, p->prev_wait_node, node, p->prev_wait_ns);
         p->prev_wait_ns = 0;
@@ -575,6 +584,8 @@ void fo_session_close(fo_session *s, int64_t end_ns)
         fo_proc *p = &s->procs.procs[i];
         if (p->root != FO_NONE && p->has_ts && p->state != FO_PROC_EXITED && end_ns > p->last_ts)
             charge(s, p, end_ns);
+        if (p->root != FO_NONE && p->piece_count > 0)
+            fo_s_receives_close(s, p);
     }
 }
 

@@ -275,6 +275,36 @@ uint64_t fo_session_runnable_wait(fo_session *s, uint64_t pid, uint64_t ns);
  * SLEEP leaf. */
 void fo_session_track_receives(fo_session *s, int on);
 
+/* The same for sessions with no call events (sampled modes), `how` one of
+ * FO_RECEIVES_*: FO_RECEIVES_CALLS is the rule above. The others keep each
+ * off-CPU piece that no message ended (its `in` came with no receive
+ * event) undecided, on its SLEEP leaf, and decide it when the time slice
+ * after it ends (its next `out`, or its exit): RUNNABLE when that slice
+ * shows the process ran its code, as every undecided piece before it (a
+ * waiting process runs no code until a message comes); a receive first
+ * leaves them all waits. A slice shows it ran code when it ran at least
+ * FO_RUNS_CODE_NS on CPU (collections not counted: a signal that wakes a
+ * waiting process, a process_info, a monitor, runs it for a few µs), when
+ * it exits, when the session closes while it runs, and:
+ * - FO_RECEIVES_CPU (native): a CPU sample of its own code (an Erlang
+ *   frame innermost) landed in it;
+ * - FO_RECEIVES_SAMPLED (sample mode): always, unless the front end said
+ *   it would wake the process with a signal (fo_session_expect_signal):
+ *   its sampler's stack requests are the signals a waiting traced process
+ *   gets, and a preempted process's slice may be as short as one (5 µs
+ *   of a tight recursion).
+ * Undecided pieces are kept on at most FO_UNDECIDED_PIECES leaves (the
+ * oldest ones merge into the next when more come). */
+enum { FO_RECEIVES_OFF = 0, FO_RECEIVES_CALLS = 1, FO_RECEIVES_CPU = 2, FO_RECEIVES_SAMPLED = 3 };
+#define FO_RUNS_CODE_NS 100000u
+void fo_session_track_receives_as(fo_session *s, int how);
+
+/* The front end is about to wake pid with a signal (a sampler's stack
+ * request to a process seen waiting): the time slice it then runs, up to
+ * its next `out`, does not show it ran code (FO_RECEIVES_SAMPLED). Events
+ * before this must be applied first. Unknown pids are ignored. */
+void fo_session_expect_signal(fo_session *s, uint64_t pid);
+
 /* 1 when pid is scheduled out as far as its stacks know. */
 int fo_session_is_out(const fo_session *s, uint64_t pid);
 

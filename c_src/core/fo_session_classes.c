@@ -2,8 +2,11 @@
  * turned out, was no wait: no message ended it, the process was
  * preempted or moved to a dirty scheduler to collect) moves from its wait
  * leaf to a RUNNABLE sibling, as the span graph decides it (graph traces)
- * or as the receive events say (exact modes); each process's collections
- * are counted. */
+ * or as the receive events say (exact modes: the calls after them; sampled
+ * modes: the time slices after them); each process's collections are
+ * counted. */
+#include <string.h>
+
 #include "fo_session_parts.h"
 
 /* Moves up to ns of the wait leaf from (SLEEP or WAITING, not p's node
@@ -68,7 +71,143 @@ void fo_session_process_gcs(const fo_session *s, uint32_t proc, uint64_t *minor,
 
 void fo_session_track_receives(fo_session *s, int on)
 {
-    s->track_receives = on != 0;
+    s->track_receives = on != 0 ? FO_RECEIVES_CALLS : FO_RECEIVES_OFF;
+}
+
+void fo_session_track_receives_as(fo_session *s, int how)
+{
+    s->track_receives = how >= FO_RECEIVES_OFF && how <= FO_RECEIVES_SAMPLED ? how : FO_RECEIVES_OFF;
+}
+
+void fo_session_expect_signal(fo_session *s, uint64_t pid)
+{
+    uint32_t index = fo_procs_find(&s->procs, pid);
+    if (index != UINT32_MAX)
+        s->procs.procs[index].signal_expected = 1;
+}
+
+/* An off-CPU piece no message ended: undecided, on its leaf. A piece on a
+ * RUNNABLE leaf (a sample saw it so) is decided already. */
+static void add_piece(fo_session *s, fo_proc *p, uint32_t leaf, uint64_t ns)
+{
+    if (ns == 0 || leaf == FO_NONE || leaf == p->node_cap)
+        return;
+    uint32_t frame = s->tree.nodes[leaf].frame;
+    if (frame != FO_FRAME_SLEEP && frame != FO_FRAME_WAITING)
+        return;
+    if (p->piece_count > 0 && p->pieces[p->piece_count - 1].leaf == leaf) {
+        p->pieces[p->piece_count - 1].ns += ns;
+        return;
+    }
+    if (p->piece_count == FO_UNDECIDED_PIECES) {
+        /* bounded: the oldest piece's time joins the next one's leaf,
+         * still undecided (under a newer stack of the same wait, if it
+         * was one) */
+        fo_piece *next = &p->pieces[1];
+        next->ns += fo_s_move_time(s, p->pieces[0].leaf, next->leaf, p->pieces[0].ns);
+        memmove(p->pieces, p->pieces + 1, sizeof(fo_piece) * (FO_UNDECIDED_PIECES - 1));
+        p->piece_count--;
+    }
+    p->pieces[p->piece_count].leaf = leaf;
+    p->pieces[p->piece_count].ns = ns;
+    p->piece_count++;
+}
+
+/* The process ran its code after its undecided pieces with no message
+ * between: they were runnable. */
+static void pieces_were_runnable(fo_session *s, fo_proc *p)
+{
+    for (uint32_t i = 0; i < p->piece_count; i++) {
+        uint64_t moved = to_runnable(s, p, p->pieces[i].leaf, p->pieces[i].ns);
+        /* a sample must not move it again as the last wait's */
+        if (p->pieces[i].leaf == p->prev_wait_node)
+            p->prev_wait_ns = p->prev_wait_ns > moved ? p->prev_wait_ns - moved : 0;
+    }
+    p->piece_count = 0;
+}
+
+void fo_s_piece_was_wait(fo_proc *p, uint32_t leaf)
+{
+    if (p->piece_count > 0 && p->pieces[p->piece_count - 1].leaf == leaf)
+        p->piece_count--;
+}
+
+/* What the slice since the process's last `in` showed: it ran its code. */
+static int slice_ran_code(const fo_session *s, const fo_proc *p)
+{
+    if (p->slice_run_ns >= FO_RUNS_CODE_NS || p->slice_ran)
+        return 1;
+    return s->track_receives == FO_RECEIVES_SAMPLED && !p->signal_expected;
+}
+
+static void new_slice(fo_proc *p)
+{
+    p->slice_run_ns = 0;
+    p->slice_ran = 0;
+    p->signal_expected = 0;
+}
+
+/* Sampled modes, before the event applies (and before a CPU-sampled
+ * session's step, which hands over the slice's samples). */
+static void sliced_event(fo_session *s, fo_proc *p, const fo_event *ev)
+{
+    switch (ev->kind) {
+    case FO_EV_RECEIVE:
+        /* a message (or a receive's timeout): every piece since the last
+         * one was part of a wait it ends */
+        if (p->state == FO_PROC_OUT)
+            p->got_message = 1;
+        p->piece_count = 0;
+        return;
+    case FO_EV_IN:
+        if (p->state != FO_PROC_OUT)
+            return;
+        if (!p->got_message)
+            add_piece(s, p, p->sleep_node, p->wait_ns);
+        p->got_message = 0;
+        return;
+    default:
+        return;
+    }
+}
+
+void fo_s_slice_event(fo_session *s, fo_proc *p, const fo_event *ev)
+{
+    switch (ev->kind) {
+    case FO_EV_IN:
+        if (p->state == FO_PROC_OUT) {
+            /* the note of a signal may come before the `in` it causes */
+            int expected = p->signal_expected;
+            new_slice(p);
+            p->signal_expected = (uint8_t)expected;
+        }
+        return;
+    case FO_EV_OUT:
+        if (p->state != FO_PROC_RUNNING)
+            return;
+        if (p->piece_count > 0 && slice_ran_code(s, p))
+            pieces_were_runnable(s, p);
+        new_slice(p);
+        return;
+    case FO_EV_EXIT:
+        /* it ran its code to its end (or was killed as it ran) */
+        if (p->state == FO_PROC_RUNNING)
+            pieces_were_runnable(s, p);
+        p->piece_count = 0;
+        p->got_message = 0;
+        new_slice(p);
+        return;
+    default:
+        return;
+    }
+}
+
+void fo_s_receives_close(fo_session *s, fo_proc *p)
+{
+    /* the trace ends as it runs: its own stop, code */
+    if (s->track_receives >= FO_RECEIVES_CPU && p->state == FO_PROC_RUNNING && !p->signal_expected)
+        pieces_were_runnable(s, p);
+    p->piece_count = 0;
 }
 
 /* The off-CPU pieces since the wait began (in/out pairs with no message
@@ -84,6 +223,10 @@ static void wait_was_runnable(fo_session *s, fo_proc *p)
 
 void fo_s_receives_event(fo_session *s, fo_proc *p, const fo_event *ev)
 {
+    if (s->track_receives != FO_RECEIVES_CALLS) {
+        sliced_event(s, p, ev);
+        return;
+    }
     switch (ev->kind) {
     case FO_EV_RECEIVE:
         /* delivered while it was out (before its `in`), or taken as it

@@ -290,6 +290,9 @@ void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, ui
     p->sampled = 1;
     p->stack_known = 1;
     p->slice_sampled = 1;
+    /* its own code innermost: it ran code in this slice (a signal it
+     * handles runs the runtime's C code) */
+    p->slice_ran |= count > 0 && erlang_frames >= count;
     fo_tree_count_samples(&s->tree, fo_s_current_node(p), 1, 0);
     erlang_frames = stack_entries(s, frames, erlang_frames);
     if (erlang_frames > 0 && erlang_frames <= p->depth && p->overflow == 0) {
@@ -349,6 +352,7 @@ void fo_session_cpu_sample_cut(fo_session *s, uint64_t pid, const fo_mfa *frames
     p->sampled = 1;
     p->stack_known = 1;
     p->slice_sampled = 1;
+    p->slice_ran |= erlang_frames >= count;
     fo_tree_count_samples(&s->tree, fo_s_current_node(p), 1, 0);
 }
 

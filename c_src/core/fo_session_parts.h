@@ -24,7 +24,7 @@ struct fo_session {
     fo_cpu_source cpu_source;
     void *cpu_ctx;
     fo_seen seen;           /* CPU-sampled: where each process was seen in each function */
-    int track_receives;     /* fo_session_track_receives */
+    int track_receives;     /* FO_RECEIVES_*: fo_session_track_receives(_as) */
     fo_alloc alloc;         /* words allocated per node (gc events with heap sizes) */
     uint64_t alloc_event_words; /* fo_session_set_alloc_event_words */
     fo_stats stats;
@@ -77,6 +77,15 @@ void fo_s_unseen_place(fo_session *s, fo_proc *p, int ended);
 /* fo_session_apply's step for sessions that track receives, before the
  * event itself applies (fo_session_classes.c). */
 void fo_s_receives_event(fo_session *s, fo_proc *p, const fo_event *ev);
+/* ... and its step after the CPU-sampled one (the slice's samples are in):
+ * an `out` or exit decides the undecided pieces by what the slice showed
+ * (FO_RECEIVES_CPU, _SAMPLED). */
+void fo_s_slice_event(fo_session *s, fo_proc *p, const fo_event *ev);
+/* The session closes: p's undecided pieces are decided. */
+void fo_s_receives_close(fo_session *s, fo_proc *p);
+/* A sample says p's last piece, on leaf, was a wait (it answered waiting):
+ * no longer undecided. */
+void fo_s_piece_was_wait(fo_proc *p, uint32_t leaf);
 
 /* fo_session_apply's step for CPU-sampled sessions, before the event
  * itself applies (fo_session_cpu.c). */

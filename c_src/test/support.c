@@ -392,6 +392,18 @@ void ts_run_line(fo_session *s, const char *line)
         fo_session_track_receives(s, 1);
         return;
     }
+    if (strcmp(line, "track_receives_cpu") == 0) {
+        fo_session_track_receives_as(s, FO_RECEIVES_CPU);
+        return;
+    }
+    if (strcmp(line, "track_receives_sampled") == 0) {
+        fo_session_track_receives_as(s, FO_RECEIVES_SAMPLED);
+        return;
+    }
+    if (sscanf(line, "expect_signal %" SCNu64 " %7s", &pid, extra) == 1) {
+        fo_session_expect_signal(s, pid);
+        return;
+    }
     if (sscanf(line, "call_started %" SCNu64 " %7s", &pid, extra) == 1) {
         fo_session_call_started(s, pid);
         return;

@@ -114,6 +114,8 @@
     A(runnable_wakes)                                                                         \
     A(collections)                                                                            \
     A(receives)                                                                               \
+    A(cpu)                                                                                    \
+    A(sampled)                                                                                \
     A(wait_ns)                                                                                \
     A(attributed_wait_ns)                                                                     \
     A(unattributed_wait_ns)                                                                   \

@@ -47,6 +47,7 @@ static ErlNifFunc nif_funcs[] = {
     {"sample", 5, fo_sample_nif, 0},
     {"sample_sleep", 3, fo_sample_sleep_nif, 0},
     {"sample_wake_cancel", 2, fo_sample_wake_cancel_nif, 0},
+    {"sample_signal", 2, fo_sample_signal_nif, 0},
     {"perf_probe", 0, fo_perf_probe_nif, 0},
     {"perf_map", 0, fo_perf_map_nif, 0},
     {"perf_acquire", 1, fo_perf_acquire_nif, ERL_NIF_DIRTY_JOB_IO_BOUND},

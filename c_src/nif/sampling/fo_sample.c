@@ -133,3 +133,23 @@ ERL_NIF_TERM fo_sample_wake_cancel_nif(ErlNifEnv *env, int argc, const ERL_NIF_T
     fo_wakes_cancel(&res->wakes, (uint64_t)pid.pid);
     return fo_atom_ok;
 }
+
+ERL_NIF_TERM fo_sample_signal_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid pid;
+    if (!fo_handle_get(env, argv[0], &res) || !enif_get_local_pid(env, argv[1], &pid))
+        return enif_make_badarg(env);
+    ERL_NIF_TERM result = fo_atom_stopped;
+    fo_spin_lock(&res->lock);
+    if (res->core != NULL && atomic_load_explicit(&res->active, memory_order_relaxed)) {
+        /* the events before the signal apply first: the note is for the
+         * slice it causes */
+        fo_resource_fold(res, env);
+        fo_session_expect_signal(res->core, (uint64_t)pid.pid);
+        result = fo_atom_ok;
+    }
+    fo_spin_unlock(&res->lock);
+    return result;
+}

@@ -26,6 +26,12 @@ ERL_NIF_TERM fo_sample_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 //   {flame_on_in, Pid}: fo_wake.h); full: no room, the sampler polls instead.
 ERL_NIF_TERM fo_sample_sleep_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
+// sample_signal(Session, Pid) -> ok | stopped
+//   the sampler is about to ask Pid, seen waiting, for its stack: the
+//   slice that signal schedules it in for runs no code of its own
+//   (fo_session_expect_signal; events so far are applied first).
+ERL_NIF_TERM fo_sample_signal_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
 // sample_wake_cancel(Session, Pid) -> ok
 ERL_NIF_TERM fo_sample_wake_cancel_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 

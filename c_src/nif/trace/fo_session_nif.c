@@ -126,9 +126,19 @@ ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         return enif_raise_exception(env, enif_make_atom(env, "enomem"));
     }
     fo_session_set_collapse_recursion(res->core, collapse);
-    /* exact modes: receive events tell runnable time from waits */
-    if (!graph && enif_get_map_value(env, argv[0], fo_atom_receives, &value) && value == fo_atom_true)
-        fo_session_track_receives(res->core, 1);
+    /* receive events tell runnable time from waits: true (exact modes: by
+     * the calls after them), cpu (native: by the CPU samples and length of
+     * the slice after them), sampled (mode :sample: by the slice after
+     * them, its sampler's signals told apart). Graph traces: the graph
+     * decides. */
+    if (!graph && enif_get_map_value(env, argv[0], fo_atom_receives, &value)) {
+        if (value == fo_atom_true)
+            fo_session_track_receives(res->core, 1);
+        else if (value == fo_atom_cpu)
+            fo_session_track_receives_as(res->core, FO_RECEIVES_CPU);
+        else if (value == fo_atom_sampled)
+            fo_session_track_receives_as(res->core, FO_RECEIVES_SAMPLED);
+    }
     res->ring_request = ring_records;
     res->max_text_bytes = max_text_bytes;
     /* allocation profiles: gc events are decoded with their heap sizes

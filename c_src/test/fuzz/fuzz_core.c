@@ -254,6 +254,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     /* the high bit of the first byte (max_nodes takes its low bits) */
     fo_session_set_collapse_recursion(s, size > 0 && (data[0] & 0x80u) != 0);
+    /* the two high bits of the second (max_depth takes its low bits): how
+     * receive events decide runnable time (FO_RECEIVES_*) */
+    fo_session_track_receives_as(s, size > 1 ? data[1] >> 6 : 0);
     int64_t clock = 0;
     fo_graph_follow_messages(g, byte(&r) & 1u);
     fo_graph_root(g, 1, 0);
@@ -321,6 +324,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 12:
             fo_session_count_malformed(s, byte(&r));
             fo_session_count_ignored(s, byte(&r));
+            fo_session_expect_signal(s, ev.pid);
             break;
         case 13:
             (void)fo_graph_active(g, ev.pid);

@@ -139,6 +139,56 @@ defmodule FlameOn.Client.NativeTest do
     end
   end
 
+  describe "receives: :sampled and sample_signal/2" do
+    test "bad arguments" do
+      session = Native.new(%{receives: :sampled})
+
+      for bad <- [make_ref(), :x, 1, self()],
+          do: assert_raise(ArgumentError, fn -> Native.sample_signal(bad, self()) end)
+
+      for bad <- [:x, 1, make_ref()],
+          do: assert_raise(ArgumentError, fn -> Native.sample_signal(session, bad) end)
+
+      assert Native.sample_signal(session, self()) == :ok
+      Native.finish(session, nil)
+      assert Native.sample_signal(session, self()) == :stopped
+    end
+
+    # a wait (10 µs), an in/out with no message, a wait ended by one: the
+    # slice between is the process's code unless the sampler said its
+    # signal caused it
+    defp sliced(signal?) do
+      pid = self()
+      session = Native.new(%{receives: :sampled})
+
+      :ok =
+        Native.ingest(session, [
+          call(pid, {:m, :f, 0}, :undefined, 0),
+          {:trace_ts, pid, :out, {:m, :f, 0}, 10_000}
+        ])
+
+      if signal?, do: assert(Native.sample_signal(session, pid) == :ok)
+
+      :ok =
+        Native.ingest(session, [
+          {:trace_ts, pid, :in, {:m, :f, 0}, 20_000},
+          {:trace_ts, pid, :out, {:m, :f, 0}, 21_000},
+          {:trace_ts, pid, :in, {:m, :f, 0}, 30_000},
+          {:trace_ts, pid, :receive, :hello, 30_000},
+          {:trace_ts, pid, :out, {:m, :f, 0}, 35_000}
+        ])
+
+      {tree, _stats} = Native.finish(session, 40_000)
+      Map.new(raw_stacks(tree)[pid], fn {leaf_first, ns} -> {hd(leaf_first), ns} end)
+    end
+
+    test "a wait a sampler's signal interrupted stays a wait; else it was runnable" do
+      assert sliced(true) == %{{:m, :f, 0} => 16_000, :sleep => 24_000}
+
+      assert sliced(false) == %{{:m, :f, 0} => 16_000, :sleep => 14_000, :runnable => 10_000}
+    end
+  end
+
   test "a malformed message inside a batch is counted and the rest applied" do
     session = Native.new(%{native_per_second: 1_000_000_000})
     pid = self()

@@ -114,33 +114,6 @@ defmodule FlameOn.Client.TimeClassesTest do
     if System.monotonic_time(:microsecond) < deadline, do: spin_until(deadline), else: :ok
   end
 
-  # One scheduler online and a busy process beside the traced one: it is
-  # preempted again and again, runnable rather than waiting. A sample that
-  # finds it so makes that time off CPU a RUNNABLE leaf under its stack.
-  test "mode :sample: a preempted process's time off CPU is RUNNABLE, under the stack it runs" do
-    online = :erlang.system_flag(:schedulers_online, 1)
-
-    try do
-      hog = spawn(fn -> spin_until(System.monotonic_time(:microsecond) + 2_000_000) end)
-
-      {_, profile} =
-        FlameOn.Client.profile(
-          fn -> spin_until(System.monotonic_time(:microsecond) + 300_000) end,
-          mode: :sample
-        )
-
-      Process.exit(hog, :kill)
-      stacks = profile.stacks[self()]
-      runnable = for {stack, us} <- stacks, String.ends_with?(stack, ";RUNNABLE"), do: {stack, us}
-      assert Enum.sum(Enum.map(runnable, &elem(&1, 1))) > 0, inspect(stacks)
-      # where it runs, never waits
-      assert Enum.all?(runnable, fn {stack, _} -> stack =~ "spin_until/1" end), inspect(runnable)
-      refute Enum.any?(stacks, fn {stack, _} -> String.ends_with?(stack, ";WAITING") end)
-    after
-      :erlang.system_flag(:schedulers_online, online)
-    end
-  end
-
   # A server that builds lists on request: its collections are its own.
   defmodule Builder do
     use GenServer
@@ -258,84 +231,88 @@ defmodule FlameOn.Client.TimeClassesTest do
     end
   end
 
-  defp competing(opts) do
+  defp competing(
+         opts,
+         work \\ fn -> spin_until(System.monotonic_time(:microsecond) + 400_000) end
+       ) do
     with_one_scheduler(fn ->
       hog = spawn(fn -> spin_until(System.monotonic_time(:microsecond) + 5_000_000) end)
 
       try do
-        FlameOn.Client.profile(
-          fn -> spin_until(System.monotonic_time(:microsecond) + 400_000) end,
-          opts
-        )
+        FlameOn.Client.profile(work, opts)
       after
         Process.exit(hog, :kill)
       end
     end)
   end
 
+  def fib(n) when n < 2, do: n
+  def fib(n), do: fib(n - 1) + fib(n - 2)
+
+  # A tight recursion: a reductions' slice of it lasts about 5 µs here, as
+  # short as a waiting process's answer to a signal.
+  def fib_until(deadline) do
+    fib(12)
+    if System.monotonic_time(:microsecond) < deadline, do: fib_until(deadline), else: :ok
+  end
+
   defp off_cpu(classes), do: classes.runnable_us + classes.waiting_us
 
-  test "cross_process: a preempted process's time off CPU is RUNNABLE, in the stacks and the spans" do
-    {_, profile} = competing(cross_process: true)
-    classes = profile.time_classes[self()]
-    label = "#{inspect(classes)} #{inspect(profile.stacks[self()])}"
-    # it was preempted for a part of the 400 ms (the busy process takes a
-    # reductions' slice as often, but the traced one's are longer)
-    assert off_cpu(classes) >= 20_000, label
-    assert classes.runnable_us >= 0.8 * off_cpu(classes), label
-    assert classes.waiting_us < 0.05 * off_cpu(classes), label
+  # Cross-process traces: the span graph decides, the same way whatever
+  # the mode's stacks come from.
+  for mode <- [:nif, :sample, :native] do
+    @tag if(mode == :native, do: :native, else: :classes)
+    test "mode #{mode}, cross_process: a preempted process's time off CPU is RUNNABLE, in the stacks and the spans" do
+      {_, profile} = competing(cross_process: true, mode: unquote(mode))
+      assert_starved(profile, "spin_until/1")
+      classes = profile.time_classes[self()]
+      [root] = profile.graph.spans
+      assert_identity(profile)
+      assert_agree(root.runnable_us, classes.runnable_us, "#{inspect(root)} #{inspect(classes)}")
+      assert root.wait_us < 0.05 * off_cpu(classes), inspect(root)
+      assert_node_clean()
+    end
 
-    runnable = for {stack, us} <- profile.stacks[self()], stack =~ ";RUNNABLE", do: {stack, us}
+    @tag if(mode == :native, do: :native, else: :classes)
+    test "mode #{mode}, cross_process: a sleeping process's time off CPU is waiting, not RUNNABLE" do
+      {_, profile} =
+        with_one_scheduler(fn ->
+          FlameOn.Client.profile(fn -> for _ <- 1..20, do: Process.sleep(10) end,
+            cross_process: true,
+            mode: unquote(mode)
+          )
+        end)
 
-    spinning =
-      for {stack, us} <- runnable, stack =~ "spin_until/1", reduce: 0, do: (acc -> acc + us)
-
-    assert spinning >= 0.9 * classes.runnable_us, inspect(runnable)
-
-    [root] = profile.graph.spans
-    assert_identity(profile)
-    assert_agree(root.runnable_us, classes.runnable_us, "#{inspect(root)} #{label}")
-    assert root.wait_us < 0.05 * off_cpu(classes), inspect(root)
-    assert_node_clean()
-  end
-
-  test "cross_process: a sleeping process's time off CPU is waiting, not RUNNABLE" do
-    {_, profile} =
-      with_one_scheduler(fn ->
-        FlameOn.Client.profile(fn -> for _ <- 1..20, do: Process.sleep(10) end,
-          cross_process: true
-        )
-      end)
-
-    classes = profile.time_classes[self()]
-    label = "#{inspect(classes)} #{inspect(profile.stacks[self()])}"
-    assert off_cpu(classes) >= 150_000, label
-    assert classes.waiting_us >= 0.95 * off_cpu(classes), label
-    [root] = profile.graph.spans
-    assert root.runnable_us < 0.05 * root.wait_us, inspect(root)
-    assert root.unattributed_by.timer >= 0.95 * root.wait_us, inspect(root)
-    assert_node_clean()
-  end
-
-  # Exact modes tell it by receive events: no message taken before the
-  # process ran on means it was runnable.
-  for mode <- [:nif, :process] do
-    test "mode #{mode}: a preempted process's time off CPU is RUNNABLE, a sleeping one's SLEEP" do
-      {_, profile} = competing(mode: unquote(mode))
       classes = profile.time_classes[self()]
       label = "#{inspect(classes)} #{inspect(profile.stacks[self()])}"
-      assert off_cpu(classes) >= 20_000, label
-      assert classes.runnable_us >= 0.8 * off_cpu(classes), label
-      assert classes.waiting_us < 0.05 * off_cpu(classes), label
+      assert off_cpu(classes) >= 150_000, label
+      assert classes.waiting_us >= 0.95 * off_cpu(classes), label
+      [root] = profile.graph.spans
+      assert_identity(profile)
+      assert root.runnable_us < 0.05 * root.wait_us, inspect(root)
+      assert root.unattributed_by.timer >= 0.95 * root.wait_us, inspect(root)
+      assert_node_clean()
+    end
+  end
 
-      # where it runs: spin_until/1 (the trace's own start and stop may be
-      # preempted too, for a little)
-      runnable = for {stack, us} <- profile.stacks[self()], stack =~ ";RUNNABLE", do: {stack, us}
+  # Every mode tells it by receive events: no message taken before the
+  # process ran its code on means it was runnable. The exact modes see the
+  # code run (a call); :sample takes every slice for code but one its
+  # sampler's stack request woke a waiting process for; :native, a slice
+  # with a CPU sample of its code, or 100 µs long.
+  for mode <- [:nif, :process, :sample, :native] do
+    @tag if(mode == :native, do: :native, else: :classes)
+    test "mode #{mode}: a preempted process's time off CPU is RUNNABLE, a sleeping one's SLEEP" do
+      {_, profile} = competing(mode: unquote(mode))
+      assert_starved(profile, "spin_until/1")
 
-      spinning =
-        for {stack, us} <- runnable, stack =~ "spin_until/1", reduce: 0, do: (acc -> acc + us)
+      # slices as short as a signal's answer
+      {_, profile} =
+        competing([mode: unquote(mode)], fn ->
+          fib_until(System.monotonic_time(:microsecond) + 400_000)
+        end)
 
-      assert spinning >= 0.9 * classes.runnable_us, inspect(runnable)
+      assert_starved(profile, "fib_until/1")
 
       {_, profile} =
         with_one_scheduler(fn ->
@@ -350,6 +327,21 @@ defmodule FlameOn.Client.TimeClassesTest do
       assert classes.waiting_us >= 0.95 * off_cpu(classes), label
       assert_node_clean()
     end
+  end
+
+  # A starved process: at least 80% of its time off CPU is RUNNABLE, under
+  # 5% waiting, and its RUNNABLE time is where it runs (the trace's own
+  # start and stop may be preempted too, for a little).
+  defp assert_starved(profile, function) do
+    classes = profile.time_classes[self()]
+    label = "#{inspect(classes)} #{inspect(profile.stacks[self()])}"
+    assert off_cpu(classes) >= 20_000, label
+    assert classes.runnable_us >= 0.8 * off_cpu(classes), label
+    assert classes.waiting_us < 0.05 * off_cpu(classes), label
+
+    runnable = for {stack, us} <- profile.stacks[self()], stack =~ ";RUNNABLE", do: {stack, us}
+    working = for {stack, us} <- runnable, stack =~ function, reduce: 0, do: (acc -> acc + us)
+    assert working >= 0.9 * classes.runnable_us, inspect(runnable)
   end
 
   test "time_classes add up to each process's stacks" do

@@ -22,15 +22,22 @@ defmodule FlameOn.Client.Capture.Native do
   @impl true
   def description, do: "CPU samples from Linux perf events (+JPperf true); no call breakpoints"
 
+  # :receive: a wait no message ended was runnable time, when the slice
+  # after it shows the process ran its code (a CPU sample of it there)
   @impl true
-  def flags, do: [:running, :garbage_collection]
+  def flags, do: [:running, :garbage_collection, :receive]
 
   @impl true
   def call_patterns?, do: false
 
   @impl true
   def core_options(_opts, root),
-    do: %{cpu_sampled: true, cpu_root: root, cpu_cut: FlameOn.Client.Sampling.Tick.cut_frame()}
+    do: %{
+      cpu_sampled: true,
+      cpu_root: root,
+      cpu_cut: FlameOn.Client.Sampling.Tick.cut_frame(),
+      receives: :cpu
+    }
 
   @impl true
   def acquire(opts) do

@@ -16,8 +16,14 @@ defmodule FlameOn.Client.Capture.Sample do
   @impl true
   def description, do: "stack samples and exact on/off-CPU time; no call breakpoints"
 
+  # :receive: a wait no message ended was runnable time (the sampler
+  # says which slices its own stack requests woke a waiting process for:
+  # Native.sample_signal/2)
   @impl true
-  def flags, do: [:running, :garbage_collection]
+  def flags, do: [:running, :garbage_collection, :receive]
+
+  @impl true
+  def core_options(_opts, _root), do: %{receives: :sampled}
 
   @impl true
   def call_patterns?, do: false

@@ -22,9 +22,13 @@ defmodule FlameOn.Client.Core.Native do
   #     on a busy machine but cost it cache misses),
   #     and `:max_stack_bytes` (64 MiB, at most 16 GiB): the bytes of stack
   #     texts `render/2` writes at most,
-  #     and `:receives` (`true`: the traced processes have the `:receive`
-  #     flag, so a wait that no message ended is told runnable, a
-  #     `RUNNABLE` leaf; exact modes).
+  #     and `:receives` (the traced processes have the `:receive` flag, so
+  #     a wait that no message ended is told runnable, a `RUNNABLE` leaf:
+  #     `true`, when the process then runs a call (exact modes); `:cpu`,
+  #     when the time slice after it has a CPU sample of the process's
+  #     code, lasts 100 µs or ends in its exit (native); `:sampled`, when
+  #     that slice is not one the sampler's signal woke it for
+  #     (`sample_signal/2`), or lasts 100 µs (mode `:sample`)).
   #     `alloc: true` (or `alloc: :heap`,
   #     heap fragments left out) decodes each garbage collection event's
   #     heap sizes: the core charges the words allocated since the
@@ -296,6 +300,16 @@ defmodule FlameOn.Client.Core.Native do
   @doc "Disarms `pid`'s wake-up (`sample_sleep/3`), if it is armed."
   @spec sample_wake_cancel(session(), pid()) :: :ok
   def sample_wake_cancel(_session, _pid), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc """
+  Says the sampler is about to ask `pid`, seen waiting, for its stack: the
+  signal schedules it in with no message, and the time slice it runs then
+  (up to its next `out`) runs none of its code, so it does not make the
+  wait before it runnable (a session with `receives: :sampled`). The
+  events so far apply first. `:stopped` once the session is stopped.
+  """
+  @spec sample_signal(session(), pid()) :: :ok | :stopped
+  def sample_signal(_session, _pid), do: :erlang.nif_error(:nif_not_loaded)
 
   @typedoc """
   The finished tree as the core holds it (`finish/2`): `{frames, pids,

@@ -13,9 +13,12 @@ defmodule FlameOn.Client.Profile.TimeClasses do
       trace events (every mode, `cross_process: true` included).
     * `runnable_us` – the `"RUNNABLE"` leaves: off a CPU with nothing to
       wait for (preempted by another process, a BIF that yields, a move to
-      a dirty scheduler to collect). Exact modes tell it by what ended the
-      wait (`cross_process: true`: no message taken); mode `:sample` by a
-      sample that finds the process runnable.
+      a dirty scheduler to collect): no message ended the wait, and the
+      process then ran its code. Exact modes see the code run (a call);
+      modes `:sample` and `:native` tell it by the time slice after the
+      wait (`:sample`: any slice but one its sampler's stack request woke
+      it for; `:native`: one with a CPU sample of its code, or 100 µs
+      long); `cross_process: true` by the span graph's receive events.
     * `waiting_us` – the `"SLEEP"`, `"WAITING"` and `"ATTRIBUTED"` leaves:
       off a CPU in a receive. With `cross_process: true` the part of a wait
       that a span of the trace explains is not in the waiter's stacks (the

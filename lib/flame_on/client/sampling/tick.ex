@@ -37,6 +37,10 @@ defmodule FlameOn.Client.Sampling.Tick do
   end
 
   defp ask(%{target: target} = state, status, mql, reds) do
+    # A waiting target is scheduled in just to answer: that slice runs
+    # none of its code, and must not make its wait runnable time.
+    if status == :waiting and not state.own, do: Native.sample_signal(state.native, target)
+
     case Process.info(target, [:current_stacktrace, :memory, :reductions, :status]) do
       [current_stacktrace: stack, memory: memory, reductions: answered, status: now] ->
         stack =

@@ -173,7 +173,9 @@ defmodule FlameOn.Client.Tracing.Tail do
   # A slow request's slices, with the samples taken in them, as a profile.
   defp replay(%{opts: opts, state: state, started_ts: started_ts} = tail, end_ts) do
     opts = if tail.name, do: %{opts | name: tail.name}, else: opts
-    {:ok, core} = Common.new_core(opts, Capture.Native.core_options(opts, tail.root))
+    # no receive events in a tail trace's slices: every wait stays one
+    core_options = Map.delete(Capture.Native.core_options(opts, tail.root), :receives)
+    {:ok, core} = Common.new_core(opts, core_options)
     {slices, dropped} = Native.tail_replay(core, state)
     {raw, stats} = Native.finish(core, :stop)
 
