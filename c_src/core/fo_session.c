@@ -379,7 +379,10 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         p->prev_wait_node = FO_NONE;
         p->prev_wait_ns = 0;
         p->wait_ns = 0;
-        fo_s_gc_forget(p);
+        /* a follower that pauses keeps its heap level: its next
+         * collection in the trace counts from there (fo_session_gc.c) */
+        if (!(ev->flags & FO_EVF_PAUSED))
+            fo_s_gc_forget(s, p);
         break;
     case FO_EV_GC_START:
     case FO_EV_GC_END:
@@ -575,6 +578,8 @@ void fo_session_close(fo_session *s, int64_t end_ns)
         fo_proc *p = &s->procs.procs[i];
         if (p->root != FO_NONE && p->has_ts && p->state != FO_PROC_EXITED && end_ns > p->last_ts)
             charge(s, p, end_ns);
+        if (p->root != FO_NONE)
+            fo_s_alloc_release(s, p);
     }
 }
 

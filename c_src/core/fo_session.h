@@ -235,6 +235,19 @@ void fo_session_set_alloc_event_words(fo_session *s, uint64_t words);
  * ignored. */
 void fo_session_heap_level(fo_session *s, uint64_t pid, uint64_t words);
 
+/* fo_session_heap_level unless pid's level is known already (one of its
+ * collections came first): a level read after the process joined a
+ * followed trace, which may cross its collections' events without
+ * counting anything twice (a collection that started before it only set
+ * the level, stats.alloc_unknown; its end sets the level anyway). */
+void fo_session_heap_level_unless_known(fo_session *s, uint64_t pid, uint64_t words);
+
+/* A collection the trace does not count (a follower between two of its
+ * requests, fo_follow.c): its end, with heap sizes, sets the level its
+ * next collection in the trace counts from; what was allocated before it
+ * is not the trace's. Processes the session does not have are ignored. */
+void fo_session_gc_outside(fo_session *s, const fo_event *ev);
+
 /* Charge every live process's time from its last event up to end_ns to
  * where it is now (running stack or sleep leaf). Call once, at the end. */
 void fo_session_close(fo_session *s, int64_t end_ns);

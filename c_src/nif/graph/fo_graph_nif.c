@@ -83,6 +83,22 @@ ERL_NIF_TERM fo_graph_outsider_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     return noted ? fo_atom_ok : fo_atom_error;
 }
 
+// graph_heap_level(Session, Pid, Words)
+ERL_NIF_TERM fo_graph_heap_level_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid pid;
+    ErlNifUInt64 words;
+    if (!graph_and_pid(env, argv, &res, &pid) || !enif_get_uint64(env, argv[2], &words))
+        return enif_make_badarg(env);
+    fo_spin_lock(&res->lock);
+    if (res->core != NULL && res->alloc)
+        fo_session_heap_level_unless_known(res->core, (uint64_t)pid.pid, words);
+    fo_spin_unlock(&res->lock);
+    return fo_atom_ok;
+}
+
 // graph_role(Pid)
 ERL_NIF_TERM fo_graph_role_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {

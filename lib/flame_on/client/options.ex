@@ -490,7 +490,7 @@ defmodule FlameOn.Client.Options do
 
     mode = opts.mode || default_mode
 
-    alloc_alone!(%{
+    %{
       opts
       | mode: if(mode == :auto, do: auto_mode(), else: mode),
         cross_process:
@@ -498,18 +498,8 @@ defmodule FlameOn.Client.Options do
             do: Application.get_env(:flame_on_client, :cross_process, false) == true,
             else: opts.cross_process
           )
-    })
+    }
   end
-
-  # Allocation is counted at garbage collections, whose events a trace
-  # across processes does not take (yet).
-  defp alloc_alone!(%{alloc: true, cross_process: true}) do
-    raise ArgumentError,
-          "alloc: true does not work with cross_process: true yet (a trace across " <>
-            "processes takes no garbage collection events)"
-  end
-
-  defp alloc_alone!(opts), do: opts
 
   defp settings(given) do
     %{

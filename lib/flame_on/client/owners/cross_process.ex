@@ -141,7 +141,10 @@ defmodule FlameOn.Client.Owners.CrossProcess do
       {:module, _} = Code.ensure_loaded(Followers)
     end
 
-    core_options = mode.core_options(capture, Keyword.get(opts, :root_mfa))
+    core_options =
+      capture
+      |> mode.core_options(Keyword.get(opts, :root_mfa))
+      |> Map.merge(root_heap_level(capture, root))
 
     with {:ok, core} <- new_core(capture, Map.put(core_options, :label, label)),
          :ok <- register(core, root),
@@ -177,7 +180,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
         # the processes that joined, named as they did (by the namer):
         # pid => name, or nil when it has none (ProcessName.names())
         process_names: %{},
-        namer: Namer.start()
+        namer: Namer.start(if(capture.alloc, do: core))
       }
 
       # The root's Tracer (mode :process) starts under the same supervisor,
@@ -328,6 +331,12 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   defp new_core(capture, extra) do
     with {:error, reason} <- Common.new_core(capture, extra), do: {:stop, reason}
   end
+
+  # alloc: true: the root's heap as the trace starts, so that its first
+  # collection counts from here (Common.heap_levels/1). A callee's is
+  # read as it joins (handle_info({:flame_on_callee, pid}, ...)).
+  defp root_heap_level(%{alloc: true}, root) when is_pid(root), do: Common.heap_levels([root])
+  defp root_heap_level(_capture, _root), do: %{}
 
   # Registered first: the VM asks the tracer (enabled/3, trace_status)
   # whether it is live when it becomes the system tracer. Without a root
