@@ -251,6 +251,20 @@ defmodule FlameOn.Client.AllocTest do
     assert_node_clean()
   end
 
+  test "alloc: true with cross_process: true in mode :process: refused on OTP 27+ only" do
+    fun = fn ->
+      Client.profile(fn -> :ok end, alloc: true, cross_process: true, mode: :process)
+    end
+
+    if FlameOn.Client.Node.TraceBackend.sessions?() do
+      assert_raise ArgumentError, ~r/mode :process on Erlang\/OTP 27/, fun
+    else
+      assert {:ok, %Profile{}} = fun.()
+    end
+
+    assert_node_clean()
+  end
+
   test "alloc: true is refused when not a boolean" do
     assert_raise ArgumentError, ~r/:alloc to be a boolean/, fn ->
       Client.profile(fn -> :ok end, alloc: :yes)

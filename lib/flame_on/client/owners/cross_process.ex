@@ -235,7 +235,8 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     watched = state.mode.unwatch(state.watchers)
     {raw, stats, graph} = Native.finish(state.core, :stop)
     graph = Graph.build(graph, state.label)
-    stacks = Profile.build(raw, stats, [], state.names).stacks
+    built = Profile.build(raw, stats, [], state.names)
+    stacks = built.stacks
     # named here, on their own node
     pids = Enum.map(graph.spans, & &1.pid) ++ Map.keys(stacks)
     names = state |> named() |> ProcessName.complete(pids) |> ProcessName.strings()
@@ -249,7 +250,10 @@ defmodule FlameOn.Client.Owners.CrossProcess do
       stacks: stacks,
       watched: watched,
       flagged_at: state.flagged_at,
-      names: names
+      names: names,
+      # alloc: true: this node's processes' allocation, and its totals
+      alloc: built.alloc,
+      alloc_stats: Map.take(stats, [:alloc_words, :alloc_samples, :alloc_unknown])
     }
 
     {:stop, :normal, {:ok, part}, %{state | core: nil}}
