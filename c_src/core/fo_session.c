@@ -427,6 +427,8 @@ void fo_s_replace_stack(fo_session *s, fo_proc *p, const fo_mfa *frames, uint32_
     p->depth = keep;
     for (uint32_t first = i; i < count; i++)
         fo_s_push_frame(s, p, i == first && differing != FO_NONE ? differing : fo_s_intern(s, &frames[i]));
+    /* the first stack known since collections held their words */
+    fo_s_alloc_place_held(s, p);
 }
 
 /* A sample replaces the stack: the frames both stacks share from the root

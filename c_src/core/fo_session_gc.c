@@ -45,6 +45,17 @@ void fo_s_alloc_release(fo_session *s, fo_proc *p)
     p->alloc_held_samples = 0;
 }
 
+void fo_s_alloc_place_held(fo_session *s, fo_proc *p)
+{
+    uint32_t node = fo_s_current_node(p);
+    if (p->alloc_held_samples == 0 || node == p->root)
+        return;
+    if (charge(s, node, p->alloc_held_words, p->alloc_held_samples)) {
+        p->alloc_held_words = 0;
+        p->alloc_held_samples = 0;
+    }
+}
+
 void fo_s_gc_forget(fo_session *s, fo_proc *p)
 {
     fo_s_alloc_release(s, p);
@@ -107,9 +118,9 @@ static void count_alloc(fo_session *s, fo_proc *p, const fo_event *ev, uint32_t 
         /* Nothing of its stack is known: a follower of a cross-process
          * trace that just joined, or came back for another request,
          * collects before its first call or sample. Its root would show
-         * them as an empty stack; the next collection at a known stack is
-         * the best guess of where they were allocated (it is what a
-         * sample there would say). */
+         * them as an empty stack; the next stack known (a sample's, or
+         * the next collection's) is the best guess of where they were
+         * allocated. */
         p->alloc_held_words = add_sat(p->alloc_held_words, words);
         p->alloc_held_samples = add_sat(p->alloc_held_samples, 1);
         return;

@@ -345,6 +345,14 @@ static const ts_case session_cases[] = {
      LINES("1 (root) 1", "1 GC_MINOR 1", "1 m:a/0 2", "1 m:a/0;GC_MINOR 1", "1 m:a/0 alloc=350 gcs=2"),
      "events=5 gc_minor=2 gc_minor_ns=2 alloc_words=350 alloc_samples=2"},
 
+    {"held_words_go_to_the_first_sampled_stack", DEFAULT_LIMITS,
+     LINES("heap_level 1 0", "1 0 gc_start heap=300", "1 1 gc_end heap=0", "1 2 sample m:a/0;m:b/0",
+           "close 5"),
+     /* (the burst's time moves there too: fo_session_unseen.c) */
+     LINES("1 m:a/0;m:b/0 4", "1 m:a/0;m:b/0;GC_MINOR 1", "1 m:a/0;m:b/0 alloc=300 gcs=1",
+           "1 m:a/0;m:b/0 samples=1 weight=0"),
+     "events=3 samples=1 gc_minor=1 gc_minor_ns=1 alloc_words=300 alloc_samples=1"},
+
     {"held_words_go_to_the_root_when_the_trace_ends", DEFAULT_LIMITS,
      LINES("heap_level 1 0", "1 0 gc_start heap=300", "1 1 gc_end heap=0", "close 2"),
      LINES("1 (root) 1", "1 GC_MINOR 1", "1 (root) alloc=300 gcs=1"),

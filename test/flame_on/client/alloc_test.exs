@@ -165,6 +165,9 @@ defmodule FlameOn.Client.AllocTest do
           "#{profile.stats.alloc_samples} collections, #{profile.stats.alloc_unknown} unknown"
       )
 
+      if building < 0.8 * expected,
+        do: IO.inspect(Map.get(profile.alloc, server), label: "the server's words")
+
       assert profile.stats.alloc_words == total
       # the root's and the server's
       assert Map.has_key?(profile.alloc, root)
