@@ -48,6 +48,7 @@ typedef struct {
      * a known stack (fo_session_gc.c) */
     uint64_t alloc_held_words;
     uint64_t alloc_held_samples;
+    uint32_t alloc_node; /* the node its last counted words went to (FO_NONE: none) */
     int64_t last_ts;
     uint8_t state;       /* fo_proc_state */
     uint8_t has_ts;

@@ -80,6 +80,7 @@ fo_proc *fo_s_proc_for(fo_session *s, uint64_t pid)
     p->call_wait_node = FO_NONE;
     p->gc_node = FO_NONE;
     p->prev_wait_node = FO_NONE;
+    p->alloc_node = FO_NONE;
     p->state = FO_PROC_RUNNING;
     p->unseen = 1;
     fo_s_unseen_forget(p);

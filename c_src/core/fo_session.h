@@ -242,6 +242,17 @@ void fo_session_heap_level(fo_session *s, uint64_t pid, uint64_t words);
  * the level, stats.alloc_unknown; its end sets the level anyway). */
 void fo_session_heap_level_unless_known(fo_session *s, uint64_t pid, uint64_t words);
 
+/* Allocation profiles, as a trace ends: pid's young heap in use now
+ * (heap_size + mbuf_size), read once its events stopped. What it
+ * allocated since its last collection (the tracer's own words taken off)
+ * goes to the stack it is in, or, where none is known (a follower
+ * between requests), to the stack its last words went to, counted as no
+ * collection. Processes without a known level are ignored. */
+void fo_session_alloc_tail(fo_session *s, uint64_t pid, uint64_t words_now);
+
+/* 1 when process index proc has a known heap level (alloc_tail). */
+int fo_session_heap_known(const fo_session *s, uint32_t proc);
+
 /* A collection the trace does not count (a follower between two of its
  * requests, fo_follow.c): its end, with heap sizes, sets the level its
  * next collection in the trace counts from; what was allocated before it

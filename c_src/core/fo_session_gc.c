@@ -38,7 +38,7 @@ static int charge(fo_session *s, uint32_t node, uint64_t words, uint64_t samples
 
 void fo_s_alloc_release(fo_session *s, fo_proc *p)
 {
-    if (p->alloc_held_samples == 0)
+    if (p->alloc_held_samples == 0 && p->alloc_held_words == 0)
         return;
     charge(s, p->root, p->alloc_held_words, p->alloc_held_samples);
     p->alloc_held_words = 0;
@@ -48,17 +48,58 @@ void fo_s_alloc_release(fo_session *s, fo_proc *p)
 void fo_s_alloc_place_held(fo_session *s, fo_proc *p)
 {
     uint32_t node = fo_s_current_node(p);
-    if (p->alloc_held_samples == 0 || node == p->root)
+    if ((p->alloc_held_samples == 0 && p->alloc_held_words == 0) || node == p->root)
         return;
     if (charge(s, node, p->alloc_held_words, p->alloc_held_samples)) {
         p->alloc_held_words = 0;
         p->alloc_held_samples = 0;
+        p->alloc_node = node;
     }
+}
+
+/* The words since p's last collection less the tracer's own, for a level
+ * read now; the level becomes words_now. */
+static uint64_t words_since(const fo_session *s, fo_proc *p, uint64_t words_now)
+{
+    uint64_t words = words_now > p->heap_after ? words_now - p->heap_after : 0;
+    uint64_t tracer =
+        p->alloc_events > UINT64_MAX / (s->alloc_event_words + 1) ? UINT64_MAX : p->alloc_events * s->alloc_event_words;
+    p->heap_after = words_now;
+    p->alloc_events = 0;
+    return words > tracer ? words - tracer : 0;
+}
+
+void fo_session_alloc_tail(fo_session *s, uint64_t pid, uint64_t words_now)
+{
+    uint32_t index = fo_procs_find(&s->procs, pid);
+    if (index == UINT32_MAX)
+        return;
+    fo_proc *p = &s->procs.procs[index];
+    if (p->root == FO_NONE || !p->heap_known)
+        return;
+    uint64_t words = words_since(s, p, words_now);
+    if (words == 0)
+        return;
+    /* where it is now; a follower between requests is nowhere known: the
+     * stack its last words went to */
+    uint32_t node = fo_s_current_node(p);
+    if (node == p->root && p->alloc_node != FO_NONE)
+        node = p->alloc_node;
+    if (node == p->root)
+        p->alloc_held_words = add_sat(p->alloc_held_words, words); /* to the root, at close */
+    else
+        charge(s, node, words, 0);
+}
+
+int fo_session_heap_known(const fo_session *s, uint32_t proc)
+{
+    return proc < s->procs.count && s->procs.procs[proc].root != FO_NONE && s->procs.procs[proc].heap_known;
 }
 
 void fo_s_gc_forget(fo_session *s, fo_proc *p)
 {
     fo_s_alloc_release(s, p);
+    p->alloc_node = FO_NONE;
     p->heap_known = 0;
     p->heap_after = 0;
     p->alloc_events = 0;
@@ -128,6 +169,7 @@ static void count_alloc(fo_session *s, fo_proc *p, const fo_event *ev, uint32_t 
     if (charge(s, node, add_sat(words, p->alloc_held_words), add_sat(1, p->alloc_held_samples))) {
         p->alloc_held_words = 0;
         p->alloc_held_samples = 0;
+        p->alloc_node = node;
     }
 }
 

@@ -412,6 +412,10 @@ void ts_run_line(fo_session *s, const char *line)
         fo_session_heap_level(s, pid, ns);
         return;
     }
+    if (sscanf(line, "alloc_tail %" SCNu64 " %" SCNu64 " %7s", &pid, &ns, extra) == 2) {
+        fo_session_alloc_tail(s, pid, ns);
+        return;
+    }
     if (sscanf(line, "heap_level_unless_known %" SCNu64 " %" SCNu64 " %7s", &pid, &ns, extra) == 2) {
         fo_session_heap_level_unless_known(s, pid, ns);
         return;

@@ -345,6 +345,19 @@ static const ts_case session_cases[] = {
      LINES("1 (root) 1", "1 GC_MINOR 1", "1 m:a/0 2", "1 m:a/0;GC_MINOR 1", "1 m:a/0 alloc=350 gcs=2"),
      "events=5 gc_minor=2 gc_minor_ns=2 alloc_words=350 alloc_samples=2"},
 
+    {"the_words_since_the_last_collection_go_where_it_is_or_where_the_last_went", DEFAULT_LIMITS,
+     /* pid 1 is in m:b/0 at the end; pid 2 paused after its request (no
+      * stack known): its tail joins its last words; pid 3 never had its
+      * level known: nothing */
+     LINES("heap_level 1 0", "1 0 call m:a/0", "1 1 gc_start heap=100", "1 2 gc_end heap=10",
+           "1 3 call m:b/0 from m:a/0", "alloc_tail 1 510", "alloc_tail 1 510", /* 500, then 0 */
+           "heap_level 2 0", "2 0 call m:c/0", "2 1 gc_start heap=40", "2 2 gc_end heap=0", "2 3 pause",
+           "alloc_tail 2 70", "3 0 call m:d/0", "alloc_tail 3 999", "close 10"),
+     LINES("1 m:a/0 2", "1 m:a/0;GC_MINOR 1", "1 m:a/0;m:b/0 7", "1 m:a/0 alloc=100 gcs=1",
+           "1 m:a/0;m:b/0 alloc=500 gcs=0", "2 m:c/0 2", "2 m:c/0;GC_MINOR 1", "2 m:c/0 alloc=110 gcs=1",
+           "3 m:d/0 10"),
+     "events=9 gc_minor=2 gc_minor_ns=2 alloc_words=710 alloc_samples=2"},
+
     {"held_words_go_to_the_first_sampled_stack", DEFAULT_LIMITS,
      LINES("heap_level 1 0", "1 0 gc_start heap=300", "1 1 gc_end heap=0", "1 2 sample m:a/0;m:b/0",
            "close 5"),

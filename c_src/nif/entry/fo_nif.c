@@ -41,6 +41,8 @@ static ErlNifFunc nif_funcs[] = {
     {"graph_owner", 3, fo_graph_owner_nif, 0},
     {"graph_outsider", 2, fo_graph_outsider_nif, 0},
     {"graph_heap_level", 3, fo_graph_heap_level_nif, 0},
+    {"graph_alloc_followers", 1, fo_graph_alloc_followers_nif, 0},
+    {"graph_heap_tail", 3, fo_graph_heap_tail_nif, 0},
     {"graph_role", 1, fo_graph_role_nif, 0},
     {"finish", 2, fo_finish_nif, 0},
     {"render", 2, fo_render_nif, 0},

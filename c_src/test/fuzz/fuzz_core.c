@@ -160,9 +160,12 @@ static void follow_op(const fo_follow *f, reader *r, fo_event *ev)
             ev->heap_words = (uint64_t)(k & 0x70u) << 8;
         }
         fo_follow_event(f, ev);
-        /* a level read as a follower joins (the owner's, at any time) */
+        /* a level read as a follower joins (the owner's, at any time),
+         * or as the trace ends (alloc_tail: any time too) */
         if (k == 0x7fu)
             fo_session_heap_level_unless_known(f->session, ev->pid, byte(r) * 64u);
+        else if (k == 0x7eu)
+            fo_session_alloc_tail(f->session, ev->pid, byte(r) * 64u);
         break;
     }
     case 2:

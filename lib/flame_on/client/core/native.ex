@@ -274,6 +274,17 @@ defmodule FlameOn.Client.Core.Native do
   @spec graph_heap_level(session(), pid(), non_neg_integer()) :: :ok
   def graph_heap_level(_session, _pid, _words), do: :erlang.nif_error(:nif_not_loaded)
 
+  @doc false
+  # alloc: true, as a cross-process trace ends: the processes that follow
+  # it now (not its root) with a known heap level, and (graph_heap_tail)
+  # each one's young heap in use then: what it allocated since its last
+  # collection goes to the stack its last words went to.
+  @spec graph_alloc_followers(session()) :: [pid()]
+  def graph_alloc_followers(_session), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec graph_heap_tail(session(), pid(), non_neg_integer()) :: :ok
+  def graph_heap_tail(_session, _pid, _words), do: :erlang.nif_error(:nif_not_loaded)
+
   @spec graph_role(pid()) :: :root | :follower | nil
   def graph_role(_pid), do: :erlang.nif_error(:nif_not_loaded)
 

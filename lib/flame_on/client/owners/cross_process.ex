@@ -232,6 +232,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
 
   def handle_call(:collect, _from, state) do
     Native.stop(state.core)
+    alloc_tails(state)
     watched = state.mode.unwatch(state.watchers)
     {raw, stats, graph} = Native.finish(state.core, :stop)
     graph = Graph.build(graph, state.label)
@@ -404,6 +405,8 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   end
 
   defp finish_trace(%{timeline: timeline} = state, opts) when is_pid(timeline) do
+    alloc_tails(state)
+
     with {:ok, profile} <- Tracer.finish(timeline, opts),
          do: {:ok, profile |> ProcessName.name_profile(named(state)) |> lifetime(state)}
   end
@@ -419,6 +422,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
         Keyword.get(opts, :root_watched, %{metrics: %{}, stats: %{}})
       )
 
+    alloc_tails(state)
     # The tracer stamps events on its own clock; stop/1 noted when it ended.
     {raw, stats, graph} = Native.finish(state.core, :stop)
     stats = stats |> Map.merge(watched.stats) |> Map.put(:unprocessed_events, 0)
@@ -435,6 +439,20 @@ defmodule FlameOn.Client.Owners.CrossProcess do
 
     {:ok, lifetime(profile, state)}
   end
+
+  # alloc: true: what each process still following the trace (not the
+  # root) allocated since its last collection, from its heap now (a read
+  # waits for each one: they are servers done with the trace's requests).
+  defp alloc_tails(%{opts: %{alloc: true}, core: core}) do
+    pids = Native.graph_alloc_followers(core)
+
+    for {pid, words} <- Common.heap_levels(pids).heap_levels,
+        do: Native.graph_heap_tail(core, pid, words)
+
+    :ok
+  end
+
+  defp alloc_tails(_state), do: :ok
 
   defp lifetime(profile, state) do
     %{profile | stats: Map.put(profile.stats, :lifetime_exceeded, state.lifetime_exceeded)}
