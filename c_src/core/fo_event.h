@@ -38,6 +38,8 @@ static inline int fo_mfa_equal(const fo_mfa *a, const fo_mfa *b)
                                   (CPU-sampled sessions) */
 #define FO_EVF_MAJOR_GC 0x10u  /* gc start/end: a major (fullsweep) collection */
 #define FO_EVF_HAS_HEAP 0x20u  /* gc start/end: heap_words is set (allocation profiles) */
+#define FO_EVF_PAUSED 0x40u    /* exit: the process only leaves a followed trace for now (a
+                                  server between two requests): its heap level stays known */
 
 typedef struct {
     fo_event_kind kind;

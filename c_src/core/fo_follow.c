@@ -35,7 +35,7 @@ static void drain(const fo_follow *f)
                 f->changed(f->arg, n.pid, n.kind == FO_NOTE_JOINED ? FO_FOLLOW_JOINED : FO_FOLLOW_LEFT);
             break;
         case FO_NOTE_PAUSE:
-            apply(f->session, FO_EV_EXIT, n.pid, n.ts, 0);
+            apply(f->session, FO_EV_EXIT, n.pid, n.ts, FO_EVF_PAUSED);
             break;
         case FO_NOTE_RESUME:
             wait_starts(f->session, n.pid, n.ts);
@@ -157,6 +157,8 @@ void fo_follow_event(const fo_follow *f, const fo_event *ev)
         drain(f);
         if (counts)
             fo_session_apply(f->session, ev);
+        else
+            fo_session_gc_outside(f->session, ev);
         return;
     }
     default:

@@ -57,6 +57,13 @@ typedef struct {
     uint64_t heap_after;     /* its heap level after its last collection (heap_known) */
     uint64_t alloc_events;   /* call and return_to events since then */
     uint8_t heap_known;
+    /* words (and collections) counted where nothing of its stack was known
+     * (its root: a follower that just joined or came back, before its
+     * first call or sample), held for the next collection that starts at
+     * a known stack (fo_session_gc.c) */
+    uint64_t alloc_held_words;
+    uint64_t alloc_held_samples;
+    uint32_t alloc_node; /* the node its last counted words went to (FO_NONE: none) */
     int64_t last_ts;
     uint8_t state;       /* fo_proc_state */
     uint8_t has_ts;

@@ -80,6 +80,7 @@ fo_proc *fo_s_proc_for(fo_session *s, uint64_t pid)
     p->call_wait_node = FO_NONE;
     p->gc_node = FO_NONE;
     p->prev_wait_node = FO_NONE;
+    p->alloc_node = FO_NONE;
     p->state = FO_PROC_RUNNING;
     p->unseen = 1;
     fo_s_unseen_forget(p);
@@ -382,7 +383,10 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         p->prev_wait_node = FO_NONE;
         p->prev_wait_ns = 0;
         p->wait_ns = 0;
-        fo_s_gc_forget(p);
+        /* a follower that pauses keeps its heap level: its next
+         * collection in the trace counts from there (fo_session_gc.c) */
+        if (!(ev->flags & FO_EVF_PAUSED))
+            fo_s_gc_forget(s, p);
         break;
     case FO_EV_GC_START:
     case FO_EV_GC_END:
@@ -427,6 +431,8 @@ void fo_s_replace_stack(fo_session *s, fo_proc *p, const fo_mfa *frames, uint32_
     p->depth = keep;
     for (uint32_t first = i; i < count; i++)
         fo_s_push_frame(s, p, i == first && differing != FO_NONE ? differing : fo_s_intern(s, &frames[i]));
+    /* the first stack known since collections held their words */
+    fo_s_alloc_place_held(s, p);
 }
 
 /* A sample replaces the stack: the frames both stacks share from the root
@@ -586,6 +592,8 @@ void fo_session_close(fo_session *s, int64_t end_ns)
             charge(s, p, end_ns);
         if (p->root != FO_NONE && p->piece_count > 0)
             fo_s_receives_close(s, p);
+        if (p->root != FO_NONE)
+            fo_s_alloc_release(s, p);
     }
 }
 

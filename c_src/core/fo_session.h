@@ -235,6 +235,30 @@ void fo_session_set_alloc_event_words(fo_session *s, uint64_t words);
  * ignored. */
 void fo_session_heap_level(fo_session *s, uint64_t pid, uint64_t words);
 
+/* fo_session_heap_level unless pid's level is known already (one of its
+ * collections came first): a level read after the process joined a
+ * followed trace, which may cross its collections' events without
+ * counting anything twice (a collection that started before it only set
+ * the level, stats.alloc_unknown; its end sets the level anyway). */
+void fo_session_heap_level_unless_known(fo_session *s, uint64_t pid, uint64_t words);
+
+/* Allocation profiles, as a trace ends: pid's young heap in use now
+ * (heap_size + mbuf_size), read once its events stopped. What it
+ * allocated since its last collection (the tracer's own words taken off)
+ * goes to the stack it is in, or, where none is known (a follower
+ * between requests), to the stack its last words went to, counted as no
+ * collection. Processes without a known level are ignored. */
+void fo_session_alloc_tail(fo_session *s, uint64_t pid, uint64_t words_now);
+
+/* 1 when process index proc has a known heap level (alloc_tail). */
+int fo_session_heap_known(const fo_session *s, uint32_t proc);
+
+/* A collection the trace does not count (a follower between two of its
+ * requests, fo_follow.c): its end, with heap sizes, sets the level its
+ * next collection in the trace counts from; what was allocated before it
+ * is not the trace's. Processes the session does not have are ignored. */
+void fo_session_gc_outside(fo_session *s, const fo_event *ev);
+
 /* Charge every live process's time from its last event up to end_ns to
  * where it is now (running stack or sleep leaf). Call once, at the end. */
 void fo_session_close(fo_session *s, int64_t end_ns);

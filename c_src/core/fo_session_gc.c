@@ -20,8 +20,86 @@
  * counted); what it allocated after its last one is not either. */
 #include "fo_session_parts.h"
 
-void fo_s_gc_forget(fo_proc *p)
+static uint64_t add_sat(uint64_t a, uint64_t b)
 {
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/* words and samples charged to node, and counted in the totals; 0 when
+ * memory is short (nothing changed) */
+static int charge(fo_session *s, uint32_t node, uint64_t words, uint64_t samples)
+{
+    if (!fo_alloc_charge(&s->alloc, node, words, samples))
+        return 0;
+    s->stats.alloc_words = add_sat(s->stats.alloc_words, words);
+    s->stats.alloc_samples = add_sat(s->stats.alloc_samples, samples);
+    return 1;
+}
+
+void fo_s_alloc_release(fo_session *s, fo_proc *p)
+{
+    if (p->alloc_held_samples == 0 && p->alloc_held_words == 0)
+        return;
+    charge(s, p->root, p->alloc_held_words, p->alloc_held_samples);
+    p->alloc_held_words = 0;
+    p->alloc_held_samples = 0;
+}
+
+void fo_s_alloc_place_held(fo_session *s, fo_proc *p)
+{
+    uint32_t node = fo_s_current_node(p);
+    if ((p->alloc_held_samples == 0 && p->alloc_held_words == 0) || node == p->root)
+        return;
+    if (charge(s, node, p->alloc_held_words, p->alloc_held_samples)) {
+        p->alloc_held_words = 0;
+        p->alloc_held_samples = 0;
+        p->alloc_node = node;
+    }
+}
+
+/* The words since p's last collection less the tracer's own, for a level
+ * read now; the level becomes words_now. */
+static uint64_t words_since(const fo_session *s, fo_proc *p, uint64_t words_now)
+{
+    uint64_t words = words_now > p->heap_after ? words_now - p->heap_after : 0;
+    uint64_t tracer =
+        p->alloc_events > UINT64_MAX / (s->alloc_event_words + 1) ? UINT64_MAX : p->alloc_events * s->alloc_event_words;
+    p->heap_after = words_now;
+    p->alloc_events = 0;
+    return words > tracer ? words - tracer : 0;
+}
+
+void fo_session_alloc_tail(fo_session *s, uint64_t pid, uint64_t words_now)
+{
+    uint32_t index = fo_procs_find(&s->procs, pid);
+    if (index == UINT32_MAX)
+        return;
+    fo_proc *p = &s->procs.procs[index];
+    if (p->root == FO_NONE || !p->heap_known)
+        return;
+    uint64_t words = words_since(s, p, words_now);
+    if (words == 0)
+        return;
+    /* where it is now; a follower between requests is nowhere known: the
+     * stack its last words went to */
+    uint32_t node = fo_s_current_node(p);
+    if (node == p->root && p->alloc_node != FO_NONE)
+        node = p->alloc_node;
+    if (node == p->root)
+        p->alloc_held_words = add_sat(p->alloc_held_words, words); /* to the root, at close */
+    else
+        charge(s, node, words, 0);
+}
+
+int fo_session_heap_known(const fo_session *s, uint32_t proc)
+{
+    return proc < s->procs.count && s->procs.procs[proc].root != FO_NONE && s->procs.procs[proc].heap_known;
+}
+
+void fo_s_gc_forget(fo_session *s, fo_proc *p)
+{
+    fo_s_alloc_release(s, p);
+    p->alloc_node = FO_NONE;
     p->heap_known = 0;
     p->heap_after = 0;
     p->alloc_events = 0;
@@ -42,6 +120,29 @@ void fo_session_heap_level(fo_session *s, uint64_t pid, uint64_t words)
     p->alloc_events = 0;
 }
 
+void fo_session_heap_level_unless_known(fo_session *s, uint64_t pid, uint64_t words)
+{
+    fo_proc *p = fo_s_proc_for(s, pid);
+    if (p == NULL || p->heap_known)
+        return;
+    p->heap_after = words;
+    p->heap_known = 1;
+    p->alloc_events = 0;
+}
+
+void fo_session_gc_outside(fo_session *s, const fo_event *ev)
+{
+    if (ev->kind != FO_EV_GC_END || !(ev->flags & FO_EVF_HAS_HEAP))
+        return;
+    uint32_t index = fo_procs_find(&s->procs, ev->pid);
+    if (index == UINT32_MAX || s->procs.procs[index].root == FO_NONE)
+        return;
+    fo_proc *p = &s->procs.procs[index];
+    p->heap_after = ev->heap_words;
+    p->heap_known = 1;
+    p->alloc_events = 0;
+}
+
 /* A sample of p's allocation at the start of a collection, on node. */
 static void count_alloc(fo_session *s, fo_proc *p, const fo_event *ev, uint32_t node)
 {
@@ -54,10 +155,22 @@ static void count_alloc(fo_session *s, fo_proc *p, const fo_event *ev, uint32_t 
     uint64_t tracer =
         p->alloc_events > UINT64_MAX / (s->alloc_event_words + 1) ? UINT64_MAX : p->alloc_events * s->alloc_event_words;
     words = words > tracer ? words - tracer : 0;
-    if (!fo_alloc_charge(&s->alloc, node, words, 1))
+    if (node == p->root) {
+        /* Nothing of its stack is known: a follower of a cross-process
+         * trace that just joined, or came back for another request,
+         * collects before its first call or sample. Its root would show
+         * them as an empty stack; the next stack known (a sample's, or
+         * the next collection's) is the best guess of where they were
+         * allocated. */
+        p->alloc_held_words = add_sat(p->alloc_held_words, words);
+        p->alloc_held_samples = add_sat(p->alloc_held_samples, 1);
         return;
-    s->stats.alloc_words = s->stats.alloc_words > UINT64_MAX - words ? UINT64_MAX : s->stats.alloc_words + words;
-    s->stats.alloc_samples++;
+    }
+    if (charge(s, node, add_sat(words, p->alloc_held_words), add_sat(1, p->alloc_held_samples))) {
+        p->alloc_held_words = 0;
+        p->alloc_held_samples = 0;
+        p->alloc_node = node;
+    }
 }
 
 void fo_s_gc_event(fo_session *s, fo_proc *p, const fo_event *ev)

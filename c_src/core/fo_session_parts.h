@@ -62,8 +62,14 @@ void fo_s_hold_call_wait_in(fo_session *s, fo_proc *p, uint32_t leaf);
  * the time since its last event, which goes to its GC leaf while it
  * collects (1: charged there). */
 void fo_s_gc_event(fo_session *s, fo_proc *p, const fo_event *ev);
-/* p exited (or starts afresh): its heap level is no longer known. */
-void fo_s_gc_forget(fo_proc *p);
+/* p exited (or starts afresh): its heap level is no longer known, and
+ * the words it held go to its root. */
+void fo_s_gc_forget(fo_session *s, fo_proc *p);
+/* The words p held (see fo_proc) charged to its root: its trace ends. */
+void fo_s_alloc_release(fo_session *s, fo_proc *p);
+/* The words p held charged to the stack it is in now, when one is known
+ * (a sample just told it). */
+void fo_s_alloc_place_held(fo_session *s, fo_proc *p);
 int fo_s_gc_charge(fo_session *s, fo_proc *p, uint64_t delta);
 
 /* An unseen burst's time (fo_session_unseen.c): forget what was noted,

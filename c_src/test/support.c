@@ -424,6 +424,14 @@ void ts_run_line(fo_session *s, const char *line)
         fo_session_heap_level(s, pid, ns);
         return;
     }
+    if (sscanf(line, "alloc_tail %" SCNu64 " %" SCNu64 " %7s", &pid, &ns, extra) == 2) {
+        fo_session_alloc_tail(s, pid, ns);
+        return;
+    }
+    if (sscanf(line, "heap_level_unless_known %" SCNu64 " %" SCNu64 " %7s", &pid, &ns, extra) == 2) {
+        fo_session_heap_level_unless_known(s, pid, ns);
+        return;
+    }
     if (sscanf(line, "alloc_event_words %" SCNu64 " %7s", &ns, extra) == 1) {
         fo_session_set_alloc_event_words(s, ns);
         return;
@@ -454,6 +462,11 @@ void ts_run_line(fo_session *s, const char *line)
     }
     else if (n == 3 && strcmp(kind, "exit") == 0)
         ev = ev_kind(FO_EV_EXIT, pid, ts);
+    else if (n == 3 && strcmp(kind, "pause") == 0) {
+        /* a follower leaving its trace for now (fo_follow.c) */
+        ev = ev_kind(FO_EV_EXIT, pid, ts);
+        ev.flags |= FO_EVF_PAUSED;
+    }
     else if (n == 3 && strcmp(kind, "receive") == 0)
         ev = ev_kind(FO_EV_RECEIVE, pid, ts);
     else if (n == 3 && strcmp(kind, "gc_start") == 0)

@@ -12,7 +12,7 @@
  * Scripts (pids are numbers, frames "m:f/0"):
  *     "root P TS"                   fo_graph_root
  *     "P TS call M:F/A" / "P TS ret M:F/A" / "P TS out" / "P TS in" /
- *     "P TS gcstart" / "P TS gcend" fo_follow_event
+ *     "P TS gcstart" / "P TS gcend" fo_follow_event (" heap=W": with heap sizes)
  *     "P TS rcv WAKER"              fo_follow_received; WAKER a pid, port,
  *                                   timer
  *     "P TS exit"                   fo_follow_exit
@@ -133,10 +133,14 @@ static void run(trace *t, const char *line)
             ev = ev_kind(FO_EV_OUT, pid, ts);
         else if (strcmp(word, "in") == 0)
             ev = ev_kind(FO_EV_IN, pid, ts);
-        else if (strcmp(word, "gcstart") == 0)
-            ev = ev_kind(FO_EV_GC_START, pid, ts);
-        else if (strcmp(word, "gcend") == 0)
-            ev = ev_kind(FO_EV_GC_END, pid, ts);
+        else if (strcmp(word, "gcstart") == 0 || strcmp(word, "gcend") == 0) {
+            ev = ev_kind(strcmp(word, "gcstart") == 0 ? FO_EV_GC_START : FO_EV_GC_END, pid, ts);
+            /* "P TS gcstart heap=W": with the heap in use */
+            if (strncmp(arg, "heap=", 5) == 0) {
+                ev.flags |= FO_EVF_HAS_HEAP;
+                ev.heap_words = strtoull(arg + 5, NULL, 10);
+            }
+        }
         else if (strcmp(word, "exit") == 0) {
             fo_follow_exit(&t->f, pid, ts, 0);
             return;
@@ -357,6 +361,32 @@ static void test_collections_count_inside_spans(void **state)
     assert_int_equal(fo_graph_get_stats(t->g)->collections, 2);
 }
 
+/* Allocation across requests: a server's collections count inside its
+ * spans only; between two requests its level stays (the pause) and its
+ * collections there set it, so the next request counts from what the
+ * last one left, and nothing allocated outside is counted. */
+static void test_a_servers_heap_level_carries_over_between_requests(void **state)
+{
+    trace *t = *state;
+    script(t, LINES("root 1 0", "1 0 call app:run/0",
+                    "req 1 2 9 10", "1 11 out", "took 1 2 9 12", "2 12 call srv:handle/0",
+                    "2 13 gcstart heap=100", "2 14 gcend heap=10", /* the first: its level */
+                    "2 15 gcstart heap=510", "2 16 gcend heap=0",  /* 500 */
+                    "answer 2 1 9 20", "1 21 in", "1 21 rcv 2", "got 2 1 9 21",
+                    "2 25 gcstart heap=7000", "2 26 gcend heap=40", /* outside: the level only */
+                    "req 1 2 8 30", "1 31 out", "took 1 2 8 32", "2 32 call srv:handle/0",
+                    "2 33 gcstart heap=340", "2 34 gcend heap=0", /* 300 */
+                    "answer 2 1 8 40", "1 41 in", "1 41 rcv 2", "got 2 1 8 41",
+                    /* no collection between: the pause kept the level */
+                    "req 1 2 7 50", "1 51 out", "took 1 2 7 52", "2 52 call srv:handle/0",
+                    "2 53 gcstart heap=200", "2 54 gcend heap=0", /* 200 */
+                    "answer 2 1 7 60", "1 61 in", "1 61 rcv 2", "got 2 1 7 61", "close 70"));
+    const fo_stats *st = fo_session_stats(t->s);
+    assert_int_equal(st->alloc_words, 1000);
+    assert_int_equal(st->alloc_samples, 3);
+    assert_int_equal(st->alloc_unknown, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -373,6 +403,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_collection_before_the_receive_event_settles_nothing, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_collections_count_inside_spans, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_servers_heap_level_carries_over_between_requests, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests_name("follow", tests, NULL, NULL);
 }

@@ -331,6 +331,56 @@ static const ts_case session_cases[] = {
      LINES("1 m:a/0 2", "1 m:a/0;GC_MINOR 1", "1 m:b/0 3", "1 m:b/0;GC_MINOR 2", "1 m:b/0 alloc=70 gcs=1"),
      "events=9 gc_minor=3 gc_minor_ns=3 alloc_words=70 alloc_samples=1 alloc_unknown=2"},
 
+    {"a_pause_keeps_the_heap_level", DEFAULT_LIMITS,
+     /* a follower between two requests: its next collection counts from
+      * the level its last one left */
+     LINES("1 0 call m:a/0", "1 1 gc_start heap=10", "1 2 gc_end heap=5", "1 3 pause",
+           "1 4 call m:b/0", "1 5 gc_start heap=705", "1 6 gc_end heap=0", "close 7"),
+     LINES("1 m:a/0 2", "1 m:a/0;GC_MINOR 1", "1 m:b/0 2", "1 m:b/0;GC_MINOR 1", "1 m:b/0 alloc=700 gcs=1"),
+     "events=7 gc_minor=2 gc_minor_ns=2 alloc_words=700 alloc_samples=1 alloc_unknown=1"},
+
+    {"words_where_no_stack_is_known_wait_for_a_known_one", DEFAULT_LIMITS,
+     LINES("heap_level 1 0", "1 0 gc_start heap=300", "1 1 gc_end heap=0", "1 2 call m:a/0",
+           "1 3 gc_start heap=50", "1 4 gc_end heap=0", "close 5"),
+     LINES("1 (root) 1", "1 GC_MINOR 1", "1 m:a/0 2", "1 m:a/0;GC_MINOR 1", "1 m:a/0 alloc=350 gcs=2"),
+     "events=5 gc_minor=2 gc_minor_ns=2 alloc_words=350 alloc_samples=2"},
+
+    {"the_words_since_the_last_collection_go_where_it_is_or_where_the_last_went", DEFAULT_LIMITS,
+     /* pid 1 is in m:b/0 at the end; pid 2 paused after its request (no
+      * stack known): its tail joins its last words; pid 3 never had its
+      * level known: nothing */
+     LINES("heap_level 1 0", "1 0 call m:a/0", "1 1 gc_start heap=100", "1 2 gc_end heap=10",
+           "1 3 call m:b/0 from m:a/0", "alloc_tail 1 510", "alloc_tail 1 510", /* 500, then 0 */
+           "heap_level 2 0", "2 0 call m:c/0", "2 1 gc_start heap=40", "2 2 gc_end heap=0", "2 3 pause",
+           "alloc_tail 2 70", "3 0 call m:d/0", "alloc_tail 3 999", "close 10"),
+     LINES("1 m:a/0 2", "1 m:a/0;GC_MINOR 1", "1 m:a/0;m:b/0 7", "1 m:a/0 alloc=100 gcs=1",
+           "1 m:a/0;m:b/0 alloc=500 gcs=0", "2 m:c/0 2", "2 m:c/0;GC_MINOR 1", "2 m:c/0 alloc=110 gcs=1",
+           "3 m:d/0 10"),
+     "events=9 gc_minor=2 gc_minor_ns=2 alloc_words=710 alloc_samples=2"},
+
+    {"held_words_go_to_the_first_sampled_stack", DEFAULT_LIMITS,
+     LINES("heap_level 1 0", "1 0 gc_start heap=300", "1 1 gc_end heap=0", "1 2 sample m:a/0;m:b/0",
+           "close 5"),
+     /* (the burst's time moves there too: fo_session_unseen.c) */
+     LINES("1 m:a/0;m:b/0 4", "1 m:a/0;m:b/0;GC_MINOR 1", "1 m:a/0;m:b/0 alloc=300 gcs=1",
+           "1 m:a/0;m:b/0 samples=1 weight=0"),
+     "events=3 samples=1 gc_minor=1 gc_minor_ns=1 alloc_words=300 alloc_samples=1"},
+
+    {"held_words_go_to_the_root_when_the_trace_ends", DEFAULT_LIMITS,
+     LINES("heap_level 1 0", "1 0 gc_start heap=300", "1 1 gc_end heap=0", "close 2"),
+     LINES("1 (root) 1", "1 GC_MINOR 1", "1 (root) alloc=300 gcs=1"),
+     "events=2 gc_minor=1 gc_minor_ns=1 alloc_words=300 alloc_samples=1"},
+
+    {"a_level_read_late_counts_only_while_none_is_known", DEFAULT_LIMITS,
+     /* pid 1: read before its first collection; pid 2: its collection came
+      * first, the read is ignored */
+     LINES("1 0 call m:a/0", "heap_level_unless_known 1 100", "1 1 gc_start heap=400",
+           "1 2 gc_end heap=0", "2 0 call m:b/0", "2 1 gc_start heap=50", "2 2 gc_end heap=20",
+           "heap_level_unless_known 2 0", "2 3 gc_start heap=80", "2 4 gc_end heap=0", "close 5"),
+     LINES("1 m:a/0 4", "1 m:a/0;GC_MINOR 1", "1 m:a/0 alloc=300 gcs=1", "2 m:b/0 3", "2 m:b/0;GC_MINOR 2",
+           "2 m:b/0 alloc=60 gcs=1"),
+     "events=8 gc_minor=3 gc_minor_ns=3 alloc_words=360 alloc_samples=2 alloc_unknown=1"},
+
     {"the_tracers_own_words_per_event_are_taken_off", DEFAULT_LIMITS,
      /* 3 call/return_to events since the last end, 4 words each */
      LINES("alloc_event_words 4", "1 0 call m:a/0", "1 1 gc_start heap=0", "1 2 gc_end heap=0",

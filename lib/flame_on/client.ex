@@ -125,8 +125,12 @@ defmodule FlameOn.Client do
       `:nif` and `:process` the VM builds terms for the call tracing on
       the traced heap; 4 words per call or return event are taken off
       (calls with several arguments and body recursion cost more and
-      leave some). Not with `cross_process: true` (`ArgumentError`). See
-      the README's "Allocation profiles" for its error, measured.
+      leave some). With `cross_process: true` every process of the trace
+      has its own allocation stacks, counted from its own collections
+      while it works for the trace; not in mode `:process` on Erlang/OTP
+      27+ (`ArgumentError`: the root's collections are not traced
+      there). See the README's "Allocation profiles" for its error,
+      measured.
     * `:max_samples` (`100_000`) – mode `:sample`: samples whose metrics
       `profile.metrics` keeps per process; later ones still fold their
       stacks, and `stats.dropped_metrics` counts them.

@@ -21,6 +21,9 @@ defmodule FlameOn.Client.Test.Server do
     handle_call(request, from, state)
   end
 
+  # Builds a list of n integers (2n heap words) and replies its length.
+  def handle_call({:build, n}, _from, state), do: {:reply, length(build(n, [])), state}
+
   def handle_call({:sleep, ms}, _from, state) do
     Process.sleep(ms)
     {:reply, :slept, state}
@@ -49,6 +52,9 @@ defmodule FlameOn.Client.Test.Server do
     spin_until(deadline(ms))
     raise "crash on purpose"
   end
+
+  defp build(0, acc), do: acc
+  defp build(n, acc), do: build(n - 1, [n | acc])
 
   defp deadline(ms), do: System.monotonic_time(:microsecond) + ms * 1000
 

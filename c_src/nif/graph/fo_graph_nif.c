@@ -83,6 +83,63 @@ ERL_NIF_TERM fo_graph_outsider_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     return noted ? fo_atom_ok : fo_atom_error;
 }
 
+// graph_heap_level(Session, Pid, Words)
+ERL_NIF_TERM fo_graph_heap_level_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid pid;
+    ErlNifUInt64 words;
+    if (!graph_and_pid(env, argv, &res, &pid) || !enif_get_uint64(env, argv[2], &words))
+        return enif_make_badarg(env);
+    fo_spin_lock(&res->lock);
+    if (res->core != NULL && res->alloc)
+        fo_session_heap_level_unless_known(res->core, (uint64_t)pid.pid, words);
+    fo_spin_unlock(&res->lock);
+    return fo_atom_ok;
+}
+
+// graph_alloc_followers(Session)
+ERL_NIF_TERM fo_graph_alloc_followers_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    if (!fo_handle_get(env, argv[0], &res) || res->xproc == NULL)
+        return enif_make_badarg(env);
+    ERL_NIF_TERM list = enif_make_list(env, 0);
+    fo_spin_lock(&res->lock);
+    if (res->core != NULL && res->alloc) {
+        uint64_t root = fo_xproc_root(res->xproc);
+        uint32_t count = fo_session_process_count(res->core);
+        for (uint32_t i = 0; i < count; i++) {
+            uint64_t key = fo_session_process_pid(res->core, i);
+            if (key == root || !fo_session_heap_known(res->core, i) || !fo_graph_following(res->xproc->graph, key))
+                continue;
+            ErlNifPid pid;
+            pid.pid = (ERL_NIF_TERM)key;
+            list = enif_make_list_cell(env, enif_make_pid(env, &pid), list);
+        }
+    }
+    fo_spin_unlock(&res->lock);
+    return list;
+}
+
+// graph_heap_tail(Session, Pid, Words)
+ERL_NIF_TERM fo_graph_heap_tail_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    fo_session_res *res;
+    ErlNifPid pid;
+    ErlNifUInt64 words;
+    if (!graph_and_pid(env, argv, &res, &pid) || !enif_get_uint64(env, argv[2], &words))
+        return enif_make_badarg(env);
+    fo_spin_lock(&res->lock);
+    if (res->core != NULL && res->alloc)
+        fo_session_alloc_tail(res->core, (uint64_t)pid.pid, words);
+    fo_spin_unlock(&res->lock);
+    return fo_atom_ok;
+}
+
 // graph_role(Pid)
 ERL_NIF_TERM fo_graph_role_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {

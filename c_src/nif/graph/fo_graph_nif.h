@@ -23,6 +23,21 @@ ERL_NIF_TERM fo_graph_watch_callees_nif(ErlNifEnv *env, int argc, const ERL_NIF_
 // FollowMessages false: the trace follows GenServer calls only, and its
 // processes have no receive events.
 ERL_NIF_TERM fo_graph_owner_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+// graph_heap_level(Session, Pid, Words) -> ok: allocation profiles, the
+// young heap in use of a process that joined, read as it joined: its
+// first collection in the trace counts from there, unless one of its
+// collections came first (fo_session_heap_level_unless_known).
+ERL_NIF_TERM fo_graph_heap_level_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+// graph_alloc_followers(Session) -> [Pid]: allocation profiles, the
+// processes that follow the trace now (not its root) and have a known
+// heap level: those whose words since their last collection
+// graph_heap_tail/3 can count as the trace ends.
+ERL_NIF_TERM fo_graph_alloc_followers_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+// graph_heap_tail(Session, Pid, Words) -> ok: Pid's young heap in use now,
+// read once the trace's events stopped (fo_session_alloc_tail).
+ERL_NIF_TERM fo_graph_heap_tail_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
 // graph_outsider(Session, Pid) -> ok | error: no message or spawn of the
 // trace brings Pid in (a process of ours the trace's messages reach);
 // error when FO_GRAPH_OUTSIDERS are noted already.

@@ -315,6 +315,10 @@ static void on_process_event(ErlNifEnv *env, const ERL_NIF_TERM argv[])
             enif_release_resource(res);
             return;
         }
+        /* allocation profiles: a collection's heap sizes, as a
+         * single-process trace reads them (fo_tracer.c) */
+        if (res->alloc && (d.ev.kind == FO_EV_GC_START || d.ev.kind == FO_EV_GC_END))
+            fo_decode_gc_heap(env, argv[3], &d.ev, (fo_alloc_kind)res->alloc);
         if (d.ev.kind == FO_EV_EXIT) {
             fo_spin_lock(&res->lock);
             d.reason = fo_xproc_reason_key(env, res->xproc, argv[3]);
@@ -359,6 +363,8 @@ void fo_graph_ingest(ErlNifEnv *env, fo_session_res *res, ERL_NIF_TERM msg)
     fo_event ev;
     memset(&ev, 0, sizeof(ev));
     fo_decode_result decoded = fo_decode_trace_msg(env, msg, res->native_per_second, x->ingest_offset_ns, &ev);
+    if (res->alloc && decoded == FO_DECODED)
+        fo_decode_trace_msg_heap(env, msg, &ev, (fo_alloc_kind)res->alloc);
     int arity;
     const ERL_NIF_TERM *items;
     if (decoded != FO_DECODE_MALFORMED && enif_get_tuple(env, msg, &arity, &items) && (arity == 5 || arity == 6) &&

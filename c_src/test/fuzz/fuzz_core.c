@@ -53,7 +53,7 @@ static fo_mfa mfa(reader *r)
 static void check_tree(const fo_session *s)
 {
     uint32_t nodes = fo_session_node_count(s);
-    uint64_t samples = 0;
+    uint64_t samples = 0, alloc_words = 0, alloc_samples = 0;
     for (uint32_t id = 0; id < nodes; id++) {
         fo_node_info n;
         fo_session_node(s, id, &n);
@@ -62,9 +62,16 @@ static void check_tree(const fo_session *s)
         if (n.proc >= fo_session_process_count(s))
             abort();
         samples += n.samples;
+        alloc_words += n.alloc_words;
+        alloc_samples += n.alloc_samples;
     }
     /* every applied sample is counted on exactly one node */
     if (samples != fo_session_stats(s)->samples)
+        abort();
+    /* so is every collection's allocation, the words a process held where
+     * its stack was unknown included once the session is closed (the
+     * heap levels here are too small to saturate) */
+    if (alloc_words != fo_session_stats(s)->alloc_words || alloc_samples != fo_session_stats(s)->alloc_samples)
         abort();
 }
 
@@ -137,16 +144,30 @@ static void correlation(const fo_follow *f, reader *r, int64_t ts)
 /* Through fo_follow: the graph decides, the session follows. */
 static void follow_op(const fo_follow *f, reader *r, fo_event *ev)
 {
-    static const fo_event_kind kinds[] = {FO_EV_CALL, FO_EV_RETURN_TO, FO_EV_IN, FO_EV_OUT, FO_EV_GC_START};
+    static const fo_event_kind kinds[] = {FO_EV_CALL, FO_EV_RETURN_TO, FO_EV_IN,
+                                          FO_EV_OUT,  FO_EV_GC_START,  FO_EV_GC_END};
     switch (byte(r) % 7u) {
     case 0:
-    case 1:
-        ev->kind = kinds[byte(r) % 5u];
+    case 1: {
+        uint8_t k = byte(r);
+        ev->kind = kinds[k % 6u];
         ev->flags = FO_EVF_HAS_MFA | (byte(r) & 1u ? FO_EVF_HAS_CALLER : 0u);
         ev->mfa = mfa(r);
         ev->caller = mfa(r);
+        if ((ev->kind == FO_EV_GC_START || ev->kind == FO_EV_GC_END) && (k & 0x80u)) {
+            /* with a heap size: inside the trace's spans or between them */
+            ev->flags = FO_EVF_HAS_HEAP;
+            ev->heap_words = (uint64_t)(k & 0x70u) << 8;
+        }
         fo_follow_event(f, ev);
+        /* a level read as a follower joins (the owner's, at any time),
+         * or as the trace ends (alloc_tail: any time too) */
+        if (k == 0x7fu)
+            fo_session_heap_level_unless_known(f->session, ev->pid, byte(r) * 64u);
+        else if (k == 0x7eu)
+            fo_session_alloc_tail(f->session, ev->pid, byte(r) * 64u);
         break;
+    }
     case 2:
         fo_follow_received(f, ev->pid, ev->ts_ns, (fo_waker_kind)(byte(r) % 4u),
                            byte(r) & 3u ? small_key(r) : 0);

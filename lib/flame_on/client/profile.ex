@@ -56,7 +56,9 @@ defmodule FlameOn.Client.Profile do
       `alloc: true`. `stats` then adds `:alloc_words` and
       `:alloc_samples`, the totals, and `:alloc_unknown`, the collections
       that only set a process's starting level (the first of a process
-      whose heap was not read as the trace started).
+      whose heap was not read before it: as the trace started, or for a
+      process that joins a cross-process trace, as it joined). With
+      `cross_process: true` each process of the trace has its own.
     * `alloc_tree` – the same as a `FlameOn.Client.Profile.Tree`, whose
       `self_us` and `total_us` are words and whose `samples` are the
       collections counted on each stack (`weight` its words again); `nil`

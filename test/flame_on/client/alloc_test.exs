@@ -102,6 +102,120 @@ defmodule FlameOn.Client.AllocTest do
     assert abs(total - expected) <= 0.2 * expected
   end
 
+  # cross_process: true: a server builds a list of @list_length integers
+  # (a cons cell each, 2 words: @list_length * 2 words) on each request,
+  # the root recurses between requests.
+  defmodule Builder do
+    @moduledoc false
+    use GenServer
+
+    @list_length 100_000
+    def words_per_request, do: 2 * @list_length
+
+    @impl true
+    def init(_), do: {:ok, nil}
+
+    @impl true
+    def handle_call(:build, _from, state), do: {:reply, length(build(@list_length, [])), state}
+
+    def build(0, acc), do: acc
+    def build(n, acc), do: build(n - 1, [n | acc])
+  end
+
+  @requests 10
+
+  for mode <- [:nif, :process, :sample, :native] do
+    if mode == :native, do: @tag(:native)
+
+    test "cross_process: true, mode #{mode}: each process its own words, the server's at its building function" do
+      {:ok, server} = GenServer.start(Builder, nil)
+      root = self()
+
+      {_, profile} =
+        Client.profile(
+          fn ->
+            for _ <- 1..@requests do
+              GenServer.call(server, :build)
+              Work.fib(18)
+            end
+          end,
+          mode: unquote(mode),
+          alloc: true,
+          cross_process: true
+        )
+
+      GenServer.stop(server)
+      expected = @requests * Builder.words_per_request()
+      server_words = Enum.sum(for {_, w} <- Map.get(profile.alloc, server, []), do: w)
+
+      building =
+        Enum.sum(
+          for {stack, w} <- Map.get(profile.alloc, server, []), stack =~ "Builder.build/2", do: w
+        )
+
+      recursion = words(profile, &(&1 =~ "AllocTest.Work.fib/1"))
+      total = words(profile, fn _ -> true end)
+
+      IO.puts(
+        "alloc cross_process #{unquote(mode)}: server #{server_words} words " <>
+          "(#{Float.round(100 * server_words / expected, 1)}% of #{expected}), " <>
+          "build/2 #{Float.round(100 * building / max(server_words, 1), 1)}%, " <>
+          "root #{Enum.sum(for {_, w} <- Map.get(profile.alloc, root, []), do: w)}, " <>
+          "fib/1 #{Float.round(100 * recursion / total, 1)}% of #{total}, " <>
+          "#{profile.stats.alloc_samples} collections, #{profile.stats.alloc_unknown} unknown"
+      )
+
+      if building < 0.8 * expected,
+        do: IO.inspect(Map.get(profile.alloc, server), label: "the server's words")
+
+      assert profile.stats.alloc_words == total
+      # the root's and the server's
+      assert Map.has_key?(profile.alloc, root)
+      assert building >= 0.8 * expected
+      assert recursion <= 0.05 * total
+      assert abs(total - expected) <= 0.2 * expected
+      # the root's heap is read as the trace starts; the server's first
+      # collection may come before its level is read as it joins
+      assert profile.stats.alloc_unknown <= 1
+
+      # the allocation view of the trace exports as a single-process one
+      assert [{server, server_words}] ==
+               for(
+                 {pid, entries} <- Profile.alloc_view(profile).stacks,
+                 pid == server,
+                 do: {pid, Enum.sum(for {_, w} <- entries, do: w)}
+               )
+
+      assert_node_clean()
+    end
+  end
+
+  test "cross_process: true exports in words, the server's stacks among them", %{dir: dir} do
+    {:ok, server} = GenServer.start(Builder, nil)
+
+    {_, profile} =
+      Client.profile(fn -> for _ <- 1..3, do: GenServer.call(server, :build) end,
+        alloc: true,
+        cross_process: true,
+        name: "xalloc"
+      )
+
+    GenServer.stop(server)
+    written = Export.write(profile, dir, [:folded, :pprof, :svg], weight: :alloc)
+    folded = File.read!(written[:folded])
+    assert folded =~ "Builder.build/2"
+
+    assert folded
+           |> String.split("\n", trim: true)
+           |> Enum.map(&(&1 |> String.split(" ") |> List.last() |> String.to_integer()))
+           |> Enum.sum() == profile.stats.alloc_words
+
+    pprof = pprof_decode!(File.read!(written[:pprof]))
+    assert Enum.sum(for s <- pprof.samples, do: hd(s.values)) == profile.stats.alloc_words
+    svg_parse!(File.read!(written[:svg]))
+    assert_node_clean()
+  end
+
   test "start_trace/2 of another process, mode :sample: its allocation by stack" do
     parent = self()
 
@@ -140,11 +254,21 @@ defmodule FlameOn.Client.AllocTest do
     assert_node_clean()
   end
 
-  test "alloc: true is refused with cross_process: true and when not a boolean" do
-    assert_raise ArgumentError, ~r/cross_process/, fn ->
-      Client.profile(fn -> :ok end, alloc: true, cross_process: true)
+  test "alloc: true with cross_process: true in mode :process: refused on OTP 27+ only" do
+    fun = fn ->
+      Client.profile(fn -> :ok end, alloc: true, cross_process: true, mode: :process)
     end
 
+    if FlameOn.Client.Node.TraceBackend.sessions?() do
+      assert_raise ArgumentError, ~r/mode :process on Erlang\/OTP 27/, fun
+    else
+      assert {:ok, %Profile{}} = fun.()
+    end
+
+    assert_node_clean()
+  end
+
+  test "alloc: true is refused when not a boolean" do
     assert_raise ArgumentError, ~r/:alloc to be a boolean/, fn ->
       Client.profile(fn -> :ok end, alloc: :yes)
     end

@@ -232,6 +232,42 @@ defmodule FlameOn.Client.ClusterTest do
     assert_peer_clean(peers.c.node)
   end
 
+  test "alloc: true: B's server's words are under its remote pid, at its building function", %{
+    peers: peers
+  } do
+    b = peers.b.node
+    b_pid = server(b, :fo_cluster_b)
+    requests = 5
+    length = 100_000
+
+    {_, profile} =
+      profile(
+        fn ->
+          for _ <- 1..requests,
+              do: GenServer.call({:fo_cluster_b, b}, {:when_flagged, {:build, length}})
+        end,
+        alloc: true
+      )
+
+    words = Enum.sum(for {_stack, w} <- Map.get(profile.alloc, b_pid, []), do: w)
+
+    building =
+      Enum.sum(
+        for {stack, w} <- Map.get(profile.alloc, b_pid, []),
+            stack =~ "FlameOn.Client.Test.Server.build/2",
+            do: w
+      )
+
+    IO.puts("alloc across nodes: B's server #{words} words, #{building} at build/2")
+    # the first request may run before B's part flags the server
+    expected = (requests - 1) * 2 * length
+    assert building >= 0.8 * expected, "#{building} of #{words} words at build/2"
+    assert profile.stats.alloc_words == Enum.sum(for {_, e} <- profile.alloc, {_, w} <- e, do: w)
+    assert Profile.alloc_view(profile).stacks[b_pid] != nil
+    assert_node_clean()
+    assert_peer_clean(b)
+  end
+
   test "A -> B -> C: each hop's span is a child of its caller's, waits explained hop by hop", %{
     peers: peers
   } do

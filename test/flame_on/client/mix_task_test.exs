@@ -132,6 +132,39 @@ defmodule FlameOn.Client.MixTaskTest do
     assert_node_clean()
   end
 
+  test "--alloc --cross-process: the words of the process the work reaches, in files and the table",
+       %{out: out} do
+    {:ok, server} = Agent.start_link(fn -> 0 end, name: :flame_on_mix_task_alloc)
+
+    output =
+      run_task([
+        "-e",
+        "Enum.each(1..10, fn _ -> Agent.get(:flame_on_mix_task_alloc, " <>
+          "fn _ -> length(Enum.to_list(1..50_000)) end) end)",
+        "--alloc",
+        "--cross-process",
+        "--format",
+        "folded",
+        "--out",
+        out
+      ])
+
+    assert output =~ "Spans ("
+    assert output =~ "functions by heap words allocated"
+    [alloc_file] = out |> File.ls!() |> Enum.filter(&String.ends_with?(&1, ".alloc.folded"))
+    lines = folded_lines(Path.join(out, alloc_file))
+    # the agent's process built the lists: 10 times 50 000 elements, a
+    # list and its reverse (4 words an element)
+    agent_words =
+      for line <- lines, line =~ "flame_on_mix_task_alloc", reduce: 0 do
+        acc -> acc + (line |> String.split(" ") |> List.last() |> String.to_integer())
+      end
+
+    assert agent_words >= 0.8 * 2_000_000 and agent_words <= 1.2 * 2_000_000
+    Agent.stop(server)
+    assert_node_clean()
+  end
+
   test "the self-time table sums stacks by their leaf" do
     [a, b] = [:c.pid(0, 1, 0), :c.pid(0, 2, 0)]
 

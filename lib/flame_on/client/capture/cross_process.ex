@@ -108,7 +108,14 @@ defmodule FlameOn.Client.Capture.CrossProcess do
   # session of its own, while the root is in the handle's session too:
   # coexistence_test aborted the VM in 3 runs of 6. There the root's
   # collections are not followed (its GC time stays in its own frames, as
-  # before #24); its callees' are, through the handle's NIF tracer.
+  # before #24, and Options refuses alloc: true); its callees' are,
+  # through the handle's NIF tracer. OTP 27-29's trace_gc frees the info
+  # list it built for the first session tracing a process's collections
+  # and hands it to the next (erlang/otp#11624): no process may have
+  # :garbage_collection in two sessions. Taking the root's collections in
+  # the handle's session instead would need them merged into the
+  # timeline's later messages in time order (the NIF tracer applies them
+  # at once), untested on OTP 27 here.
   defp timeline_unsafe_flags,
     do: if(TraceBackend.sessions?(), do: [:garbage_collection], else: [])
 

@@ -102,6 +102,7 @@ defmodule FlameOn.Client.Cluster.Merge do
         tree: tree(profile, parts),
         graph: %{graph | spans: spans, edges: edges, stats: stats}
     }
+    |> merge_alloc(parts)
   end
 
   def merge(profile, _collected, _unreachable), do: profile
@@ -114,6 +115,29 @@ defmodule FlameOn.Client.Cluster.Merge do
       do: nil,
       else: profile.tree
   end
+
+  # alloc: true: the parts' processes' words beside the origin's, and
+  # their totals added to the origin's (parts from a node running an older
+  # version have none); the allocation tree is rebuilt from `alloc`
+  # (`Profile.alloc_view/1`), as the time tree is from `stacks`.
+  defp merge_alloc(%Profile{stats: %{alloc_words: _}} = profile, parts) do
+    remote = for {_node, part} <- parts, Map.get(part, :alloc, %{}) != %{}, do: part
+
+    if remote == [] do
+      profile
+    else
+      alloc = Enum.reduce(remote, profile.alloc, &Map.merge(&2, &1.alloc))
+
+      stats =
+        Enum.reduce(remote, profile.stats, fn part, acc ->
+          Map.merge(acc, Map.get(part, :alloc_stats, %{}), fn _key, a, b -> a + b end)
+        end)
+
+      %{profile | alloc: alloc, alloc_tree: nil, stats: stats}
+    end
+  end
+
+  defp merge_alloc(profile, _parts), do: profile
 
   # parts from a node running an older version have no lags
   defp flag_lags(part), do: Map.get(part, :flag_lag_us, %{})

@@ -60,14 +60,17 @@ defmodule FlameOn.Client.Cluster.Part do
 
   # The part as it travels: the span graph, the stacks by pid, the
   # watchers' metrics and counters, how late each process got its flags,
-  # the processes' names (FlameOn.Client.ProcessName, read here).
+  # the processes' names (FlameOn.Client.ProcessName, read here), and with
+  # alloc: true the words its processes allocated.
   @spec pack(
           %{
             graph: FlameOn.Client.Graph.t(),
             stacks: map(),
             watched: Mode.watched(),
             flagged_at: map(),
-            names: map()
+            names: map(),
+            alloc: map(),
+            alloc_stats: map()
           },
           pos_integer()
         ) :: map()
@@ -80,7 +83,11 @@ defmodule FlameOn.Client.Cluster.Part do
         flag_lag_us: flag_lags(graph, seen.flagged_at),
         metrics: watched.metrics,
         sampled: watched.stats,
-        names: seen.names
+        names: seen.names,
+        # alloc: true: the words of its processes by stack (a few entries
+        # each: the stacks collections started in), kept whole
+        alloc: seen.alloc,
+        alloc_stats: seen.alloc_stats
       },
       max_bytes
     )

@@ -270,6 +270,25 @@ defmodule FlameOn.Client.Core.Native do
   @spec graph_outsider(session(), pid()) :: :ok | :error
   def graph_outsider(_session, _pid), do: :erlang.nif_error(:nif_not_loaded)
 
+  @doc false
+  # alloc: true: the young heap in use (`heap_size + mbuf_size` of
+  # `:garbage_collection_info`) of `pid`, a process that joined the trace,
+  # read as it joined: its first collection counts from there, unless one
+  # of its collections reached the trace first (then this is ignored).
+  @spec graph_heap_level(session(), pid(), non_neg_integer()) :: :ok
+  def graph_heap_level(_session, _pid, _words), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  # alloc: true, as a cross-process trace ends: the processes that follow
+  # it now (not its root) with a known heap level, and (graph_heap_tail)
+  # each one's young heap in use then: what it allocated since its last
+  # collection goes to the stack its last words went to.
+  @spec graph_alloc_followers(session()) :: [pid()]
+  def graph_alloc_followers(_session), do: :erlang.nif_error(:nif_not_loaded)
+
+  @spec graph_heap_tail(session(), pid(), non_neg_integer()) :: :ok
+  def graph_heap_tail(_session, _pid, _words), do: :erlang.nif_error(:nif_not_loaded)
+
   @spec graph_role(pid()) :: :root | :follower | nil
   def graph_role(_pid), do: :erlang.nif_error(:nif_not_loaded)
 

@@ -141,7 +141,10 @@ defmodule FlameOn.Client.Owners.CrossProcess do
       {:module, _} = Code.ensure_loaded(Followers)
     end
 
-    core_options = mode.core_options(capture, Keyword.get(opts, :root_mfa))
+    core_options =
+      capture
+      |> mode.core_options(Keyword.get(opts, :root_mfa))
+      |> Map.merge(root_heap_level(capture, root))
 
     with {:ok, core} <- new_core(capture, Map.put(core_options, :label, label)),
          :ok <- register(core, root),
@@ -177,7 +180,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
         # the processes that joined, named as they did (by the namer):
         # pid => name, or nil when it has none (ProcessName.names())
         process_names: %{},
-        namer: Namer.start()
+        namer: Namer.start(if(capture.alloc, do: core))
       }
 
       # The root's Tracer (mode :process) starts under the same supervisor,
@@ -229,10 +232,12 @@ defmodule FlameOn.Client.Owners.CrossProcess do
 
   def handle_call(:collect, _from, state) do
     Native.stop(state.core)
+    alloc_tails(state)
     watched = state.mode.unwatch(state.watchers)
     {raw, stats, graph} = Native.finish(state.core, :stop)
     graph = Graph.build(graph, state.label)
-    stacks = Profile.build(raw, stats, [], state.names).stacks
+    built = Profile.build(raw, stats, [], state.names)
+    stacks = built.stacks
     # named here, on their own node
     pids = Enum.map(graph.spans, & &1.pid) ++ Map.keys(stacks)
     names = state |> named() |> ProcessName.complete(pids) |> ProcessName.strings()
@@ -246,7 +251,10 @@ defmodule FlameOn.Client.Owners.CrossProcess do
       stacks: stacks,
       watched: watched,
       flagged_at: state.flagged_at,
-      names: names
+      names: names,
+      # alloc: true: this node's processes' allocation, and its totals
+      alloc: built.alloc,
+      alloc_stats: Map.take(stats, [:alloc_words, :alloc_samples, :alloc_unknown])
     }
 
     {:stop, :normal, {:ok, part}, %{state | core: nil}}
@@ -329,6 +337,12 @@ defmodule FlameOn.Client.Owners.CrossProcess do
     with {:error, reason} <- Common.new_core(capture, extra), do: {:stop, reason}
   end
 
+  # alloc: true: the root's heap as the trace starts, so that its first
+  # collection counts from here (Common.heap_levels/1). A callee's is
+  # read as it joins (handle_info({:flame_on_callee, pid}, ...)).
+  defp root_heap_level(%{alloc: true}, root) when is_pid(root), do: Common.heap_levels([root])
+  defp root_heap_level(_capture, _root), do: %{}
+
   # Registered first: the VM asks the tracer (enabled/3, trace_status)
   # whether it is live when it becomes the system tracer. Without a root
   # yet, this process stands in for it (a gate's core puts the real root
@@ -391,6 +405,8 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   end
 
   defp finish_trace(%{timeline: timeline} = state, opts) when is_pid(timeline) do
+    alloc_tails(state)
+
     with {:ok, profile} <- Tracer.finish(timeline, opts),
          do: {:ok, profile |> ProcessName.name_profile(named(state)) |> lifetime(state)}
   end
@@ -406,6 +422,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
         Keyword.get(opts, :root_watched, %{metrics: %{}, stats: %{}})
       )
 
+    alloc_tails(state)
     # The tracer stamps events on its own clock; stop/1 noted when it ended.
     {raw, stats, graph} = Native.finish(state.core, :stop)
     stats = stats |> Map.merge(watched.stats) |> Map.put(:unprocessed_events, 0)
@@ -422,6 +439,20 @@ defmodule FlameOn.Client.Owners.CrossProcess do
 
     {:ok, lifetime(profile, state)}
   end
+
+  # alloc: true: what each process still following the trace (not the
+  # root) allocated since its last collection, from its heap now (a read
+  # waits for each one: they are servers done with the trace's requests).
+  defp alloc_tails(%{opts: %{alloc: true}, core: core}) do
+    pids = Native.graph_alloc_followers(core)
+
+    for {pid, words} <- Common.heap_levels(pids).heap_levels,
+        do: Native.graph_heap_tail(core, pid, words)
+
+    :ok
+  end
+
+  defp alloc_tails(_state), do: :ok
 
   defp lifetime(profile, state) do
     %{profile | stats: Map.put(profile.stats, :lifetime_exceeded, state.lifetime_exceeded)}

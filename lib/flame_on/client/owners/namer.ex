@@ -15,24 +15,32 @@ defmodule FlameOn.Client.Owners.Namer do
   # instruction) is read again at once, then after 1, 2, 4, ... ms, a few
   # times; what is known meanwhile ("Task") is sent too. It stops with
   # stop/1, or when the owner goes.
+  #
+  # With alloc: true it also reads each process's young heap as it joins
+  # (Core.Native.graph_heap_level/3), so that its first collection in the
+  # trace counts from there: the same kind of wait as a name's.
 
   import Bitwise, only: [<<<: 2]
 
+  alias FlameOn.Client.Capture.Common
+  alias FlameOn.Client.Core.Native
   alias FlameOn.Client.ProcessName
 
   @tries 8
 
   @doc """
-  Starts the namer of the calling process (the owner). What it runs is
+  Starts the namer of the calling process (the owner); `alloc_core`, the
+  trace's core session with `alloc: true` (nil: none), gets the heap
+  level of each process named. What it runs is
   loaded first: loaded on demand (a node in interactive mode), by a code
   server as busy as the traced work may be, the first reads came too late
   for short-lived processes.
   """
-  @spec start() :: pid()
-  def start do
+  @spec start(Native.session() | nil) :: pid()
+  def start(alloc_core \\ nil) do
     {:module, _} = Code.ensure_loaded(ProcessName)
     _ = ProcessName.read(self())
-    :proc_lib.spawn(__MODULE__, :init, [self()])
+    :proc_lib.spawn(__MODULE__, :init, [self(), alloc_core])
   end
 
   @doc "Names `pid` (once: a pid handed again is skipped)."
@@ -63,24 +71,40 @@ defmodule FlameOn.Client.Owners.Namer do
   end
 
   @doc false
-  def init(owner) do
+  def init(owner, alloc_core) do
     ref = Process.monitor(owner)
-    loop(owner, ref, MapSet.new())
+    loop(owner, ref, alloc_core, MapSet.new())
   end
 
-  defp loop(owner, ref, seen) do
+  defp loop(owner, ref, alloc_core, seen) do
     receive do
       {:DOWN, ^ref, :process, _, _} ->
         :ok
 
       {:name, pid, 1} ->
-        unless MapSet.member?(seen, pid), do: read(owner, pid, 1)
-        loop(owner, ref, MapSet.put(seen, pid))
+        unless MapSet.member?(seen, pid) do
+          heap_level(alloc_core, pid)
+          read(owner, pid, 1)
+        end
+
+        loop(owner, ref, alloc_core, MapSet.put(seen, pid))
 
       {:name, pid, try} ->
         read(owner, pid, try)
-        loop(owner, ref, seen)
+        loop(owner, ref, alloc_core, seen)
     end
+  end
+
+  defp heap_level(nil, _pid), do: :ok
+
+  defp heap_level(core, pid) do
+    for {^pid, words} <- Common.heap_levels([pid]).heap_levels,
+        do: Native.graph_heap_level(core, pid, words)
+
+    :ok
+  rescue
+    # the trace finished meanwhile
+    ArgumentError -> :ok
   end
 
   defp read(owner, pid, try) do
