@@ -224,6 +224,29 @@ defmodule FlameOn.Client.TraceBackendTest do
       assert_node_clean()
     end
 
+    # The send pattern cannot look before it turns flags on: there it
+    # leaves :garbage_collection out, and the namer turns it on through
+    # TraceBackend as each process joins.
+    test "a process another trace of ours follows for collections becomes a callee: the node stays up" do
+      {:ok, server} = FlameOn.Client.Test.Server.start()
+      {:ok, watch} = FlameOn.Client.start_trace(server, mode: :nif)
+
+      try do
+        {results, profile} =
+          FlameOn.Client.profile(
+            fn -> for _ <- 1..50, do: GenServer.call(server, {:build, 20_000}) end,
+            cross_process: true
+          )
+
+        assert length(results) == 50
+        assert Enum.count(profile.graph.spans, &(&1.pid == server)) == 50
+      after
+        FlameOn.Client.stop_trace(watch)
+      end
+
+      assert_node_clean()
+    end
+
     test "gc_traced_elsewhere?/2 sees another session's flag, never its own" do
       pid = sleeper()
       mine = TraceBackend.open(:trace, self())

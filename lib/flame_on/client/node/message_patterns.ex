@@ -34,6 +34,26 @@ defmodule FlameOn.Client.Node.MessagePatterns do
   def follower_flags(:messages), do: @follower_flags_messages
   def follower_flags(:calls), do: @follower_flags_calls
 
+  # The flags the send pattern turns on. Where the VM has trace sessions,
+  # no :garbage_collection: OTP 27-29 go down when a process has it in two
+  # sessions (erlang/otp#11624), and a match spec cannot look first (a
+  # process another trace of ours or another tool traces for collections
+  # may be sent a message of the trace). The namer turns it on as each
+  # process joins, through TraceBackend, which looks (late_gc_handle/1).
+  defp pattern_flags(follow) do
+    if TraceBackend.sessions?(),
+      do: follower_flags(follow) -- [:garbage_collection],
+      else: follower_flags(follow)
+  end
+
+  @doc """
+  The handle through which a trace's namer turns `:garbage_collection` on
+  in each process that joins (`handle`, where the send pattern leaves it
+  out), or nil (the send pattern turned it on).
+  """
+  @spec late_gc_handle(TraceBackend.t()) :: TraceBackend.t() | nil
+  def late_gc_handle(handle), do: if(TraceBackend.sessions?(), do: handle)
+
   @doc "The receive pattern of cross-process traces that follow every message."
   @spec receive_match_spec() :: [tuple()]
   def receive_match_spec, do: @receive_match_spec
@@ -77,7 +97,7 @@ defmodule FlameOn.Client.Node.MessagePatterns do
   def set_patterns(handle, graph) do
     traces = for {_owner, %{handle: ^handle} = t} <- graph, do: t
     follow = if Enum.any?(traces, &(&1.follow == :messages)), do: :messages, else: :calls
-    flags = TraceBackend.enable_flags(handle, follower_flags(follow))
+    flags = TraceBackend.enable_flags(handle, pattern_flags(follow))
 
     restore =
       for %{root: root, label: label} <- traces,

@@ -44,7 +44,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   alias FlameOn.Client.{Graph, ProcessName, Profile}
   alias FlameOn.Client.Capture.Common
   alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Node.Patterns
+  alias FlameOn.Client.Node.{MessagePatterns, Patterns}
   alias FlameOn.Client.Owners.{Followers, Namer, Tracer}
 
   @doc """
@@ -180,7 +180,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
         # the processes that joined, named as they did (by the namer):
         # pid => name, or nil when it has none (ProcessName.names())
         process_names: %{},
-        namer: Namer.start(if(capture.alloc, do: core))
+        namer: Namer.start(if(capture.alloc, do: core), MessagePatterns.late_gc_handle(handle))
       }
 
       # The root's Tracer (mode :process) starts under the same supervisor,

@@ -18,12 +18,17 @@ defmodule FlameOn.Client.Owners.Namer do
   #
   # With alloc: true it also reads each process's young heap as it joins
   # (Core.Native.graph_heap_level/3), so that its first collection in the
-  # trace counts from there: the same kind of wait as a name's.
+  # trace counts from there: the same kind of wait as a name's. Where the
+  # send pattern leaves :garbage_collection out (trace sessions, see
+  # MessagePatterns), it turns it on first, in the trace's handle: a
+  # process's flags are turned on at its next scheduling point, another
+  # wait the owner must not have.
 
   import Bitwise, only: [<<<: 2]
 
   alias FlameOn.Client.Capture.Common
   alias FlameOn.Client.Core.Native
+  alias FlameOn.Client.Node.TraceBackend
   alias FlameOn.Client.ProcessName
 
   @tries 8
@@ -36,11 +41,11 @@ defmodule FlameOn.Client.Owners.Namer do
   server as busy as the traced work may be, the first reads came too late
   for short-lived processes.
   """
-  @spec start(Native.session() | nil) :: pid()
-  def start(alloc_core \\ nil) do
+  @spec start(Native.session() | nil, TraceBackend.t() | nil) :: pid()
+  def start(alloc_core \\ nil, gc_handle \\ nil) do
     {:module, _} = Code.ensure_loaded(ProcessName)
     _ = ProcessName.read(self())
-    :proc_lib.spawn(__MODULE__, :init, [self(), alloc_core])
+    :proc_lib.spawn(__MODULE__, :init, [self(), {alloc_core, gc_handle}])
   end
 
   @doc "Names `pid` (once: a pid handed again is skipped)."
@@ -71,28 +76,44 @@ defmodule FlameOn.Client.Owners.Namer do
   end
 
   @doc false
-  def init(owner, alloc_core) do
+  def init(owner, cores) do
     ref = Process.monitor(owner)
-    loop(owner, ref, alloc_core, MapSet.new())
+    loop(owner, ref, cores, MapSet.new())
   end
 
-  defp loop(owner, ref, alloc_core, seen) do
+  defp loop(owner, ref, {alloc_core, gc_handle} = cores, seen) do
     receive do
       {:DOWN, ^ref, :process, _, _} ->
         :ok
 
       {:name, pid, 1} ->
         unless MapSet.member?(seen, pid) do
+          collections(gc_handle, pid)
           heap_level(alloc_core, pid)
           read(owner, pid, 1)
         end
 
-        loop(owner, ref, alloc_core, MapSet.put(seen, pid))
+        loop(owner, ref, cores, MapSet.put(seen, pid))
 
       {:name, pid, try} ->
         read(owner, pid, try)
-        loop(owner, ref, alloc_core, seen)
+        loop(owner, ref, cores, seen)
     end
+  end
+
+  # Only while it still follows the trace (the trace's flags on it): the
+  # flag alone on a process that left would stay until the last
+  # cross-process trace ends.
+  defp collections(nil, _pid), do: :ok
+
+  defp collections(handle, pid) do
+    if :send in TraceBackend.flags(handle, pid),
+      do: TraceBackend.trace(handle, pid, true, [:garbage_collection])
+
+    :ok
+  rescue
+    # gone meanwhile
+    ArgumentError -> :ok
   end
 
   defp heap_level(nil, _pid), do: :ok
