@@ -358,14 +358,14 @@ defmodule FlameOn.Bench.Tail do
     t3 = t.()
     true = TailHold.on?(capture.frequency)
     t4 = t.()
-    state = Native.tail_begin(125_000_000)
+    state = Native.tail_begin(125_000_000, nil)
     t5 = t.()
     handle = TraceBackend.legacy({Native, state})
     TraceBackend.set_flags(self(), [{handle, [:running]}])
     t6 = t.()
     TraceBackend.trace(handle, self(), false, [:running])
     t7 = t.()
-    :ok = Native.tail_end(state, false)
+    _ = Native.tail_end(state, false)
     t8 = t.()
 
     [

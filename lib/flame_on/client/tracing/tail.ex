@@ -91,11 +91,15 @@ defmodule FlameOn.Client.Tracing.Tail do
           {:ok, tail()} | :unavailable
   def start(opts, root, threshold_ms, name \\ nil) do
     with true <- shared?(opts),
-         true <- untraced_legacy?(),
-         {:tail, _, _} = state <- Native.tail_begin(ask_after_ns(root, threshold_ms)) do
+         {:ok, hint} <- own_flags(),
+         {:tail, _, _} = state <- begin(ask_after_ns(root, threshold_ms), hint, true) do
       handle = TraceBackend.legacy({Native, state})
       started_ts = :erlang.monotonic_time()
-      TraceBackend.trace(handle, self(), true, @flags)
+      # the same state: its lingering flags are on still
+      if state != hint do
+        TraceBackend.trace(handle, self(), true, @flags)
+        TailHold.note_self(state)
+      end
 
       {:ok,
        %{
@@ -123,9 +127,25 @@ defmodule FlameOn.Client.Tracing.Tail do
     keep = slow?(started_ts, end_ts, threshold_ms) and breaker_closed?(tail)
     # its last slice ends here, while its flag is still on: turning it off
     # may schedule it out, unseen, and others would run in that slice
-    :ok = Native.tail_end(state, keep)
-    TraceBackend.trace(tail.handle, self(), false, @flags)
-    if keep, do: replay(tail, end_ts)
+    case Native.tail_end(state, keep) do
+      # its flags stay for its next tail trace (TailHold's linger_ms)
+      :linger -> :ok
+      :ok -> untrace(tail)
+    end
+
+    if keep, do: replay_or_untrace(tail, end_ts)
+  end
+
+  # A kept trace whose entry lingers once replayed: if the replay fails,
+  # the flags go (the entry stays taken until the process exits, as
+  # without lingering).
+  defp replay_or_untrace(tail, end_ts) do
+    replay(tail, end_ts)
+  rescue
+    error ->
+      if Native.tail_state(tail.state) == :active, do: untrace(tail)
+
+      reraise error, __STACKTRACE__
   end
 
   defp breaker_closed?(tail) do
@@ -149,10 +169,39 @@ defmodule FlameOn.Client.Tracing.Tail do
   defp ask_after_ns(nil, _threshold_ms), do: 0
   defp ask_after_ns(_root, threshold_ms), do: div(threshold_ms * 1_000_000, 2)
 
-  # The shared path's flag goes to the legacy session: where the VM has
-  # trace sessions, Capture.traced?/0 looks at ours only.
-  defp untraced_legacy? do
-    not TraceBackend.sessions?() or :erlang.trace_info(self(), :tracer) == {:tracer, []}
+  defp untrace(tail) do
+    TraceBackend.trace(tail.handle, self(), false, @flags)
+    TailHold.forget_self()
+  end
+
+  # The calling process's flags in the legacy session: {:ok, state} with
+  # those its last tail trace left lingering (the state they were set
+  # with), {:ok, nil} without any, :error with another tracer's (where
+  # the VM has trace sessions Capture.traced?/0 looks at ours only; else
+  # it was asked before).
+  defp own_flags do
+    case TailHold.lingering_self() do
+      nil ->
+        if not TraceBackend.sessions?() or
+             :erlang.trace_info(self(), :tracer) == {:tracer, []},
+           do: {:ok, nil},
+           else: :error
+
+      state ->
+        {:ok, state}
+    end
+  end
+
+  # Its lingering flags being removed by another process (TailHold's
+  # sweep): once they are off, without them.
+  defp begin(ask_after_ns, hint, wait?) do
+    case Native.tail_begin(ask_after_ns, hint) do
+      :busy when wait? ->
+        if TailHold.await(hint, 1_000), do: begin(ask_after_ns, nil, false), else: :busy
+
+      other ->
+        other
+    end
   end
 
   # (`config :flame_on_client, tail: [shared: false]` keeps the hold off)
