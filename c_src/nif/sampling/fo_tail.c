@@ -56,10 +56,10 @@ typedef struct {
     atomic_int in_use; /* the states above */
     atomic_uint gen;
     uint64_t pid;
-    uint64_t thread; /* the running slice's thread; 0: scheduled out */
-    int64_t from_ns; /* the running slice's start */
-    int64_t end_ns;  /* tail_end's time; 0 before */
-    int64_t idle_ns; /* lingering since */
+    uint64_t thread;  /* the running slice's thread; 0: scheduled out */
+    int64_t from_ns;  /* the running slice's start */
+    int64_t end_ns;   /* tail_end's time; 0 before */
+    int64_t idle_ns;  /* lingering since */
     int linger_after; /* a kept request: lingers once replayed */
     uint32_t count;
     uint32_t cap;     /* slices allocated */
