@@ -24,7 +24,7 @@ defmodule FlameOn.Client.Tracing.Tail do
   # What a request traced and thrown away costs each way is in
   # bench/tail.exs.
 
-  alias FlameOn.Client.{Capture, Options, Profile, ProcessName}
+  alias FlameOn.Client.{Capture, Profile, ProcessName}
   alias FlameOn.Client.Capture.Common
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.{Breaker, PerfSampler, TailHold, TraceBackend}
@@ -39,31 +39,66 @@ defmodule FlameOn.Client.Tracing.Tail do
   @root {__MODULE__, :call, 1}
 
   @doc """
-  Runs `fun` traced as `name` with `trace_capture`, the capture options
-  checked by `Options.trace!/1` (mode resolved): `{result, profile}` when
-  it ran for at least `threshold_ms`, `{result, nil}` when not.
-  `profile_opts` makes the same as `profile/2`'s options, for a trace of
-  its own. As `profile/2`, it raises when the trace cannot start (`fun`
-  has not run then), and raises `fun`'s exception again once the trace is
-  given back.
+  Runs `fun` traced as `name` on the shared path where it can run (see
+  `start/4`): `{:ran, outcome, profile}` (`outcome` `{:ok, result}` or
+  `{kind, reason, stacktrace}`, `fun`'s exception caught; `profile` nil
+  under the threshold, or when building it failed: logged), else
+  `:unavailable` (`fun` has not run). No wrapper, no process dictionary
+  entry: what `trace/3` pays per request on this path.
   """
-  @spec run((() -> result), String.t(), map(), pos_integer(), (() -> keyword())) ::
-          {result, FlameOn.Client.Profile.t() | nil}
-        when result: term()
-  def run(fun, name, trace_capture, threshold_ms, profile_opts) do
+  @spec shared((() -> term()), String.t(), map(), pos_integer()) ::
+          {:ran, {:ok, term()} | {atom(), term(), list()}, FlameOn.Client.Profile.t() | nil}
+          | :unavailable
+  def shared(fun, name, trace_capture, threshold_ms) do
     case start(trace_capture, @root, threshold_ms, name) do
       {:ok, tail} ->
         outcome = call(fun)
-        profile = stop(tail, threshold_ms)
 
-        case outcome do
-          {:ok, result} -> {result, profile}
-          {kind, reason, stacktrace} -> :erlang.raise(kind, reason, stacktrace)
-        end
+        profile =
+          try do
+            stop(tail, threshold_ms)
+          catch
+            kind, reason ->
+              Logger.error(
+                "FlameOn: the trace of #{inspect(name)} failed after it ran:\n" <>
+                  Exception.format(kind, reason, __STACKTRACE__)
+              )
+
+              nil
+          end
+
+        {:ran, outcome, profile}
 
       :unavailable ->
-        own(fun, Options.profile!(profile_opts.()), threshold_ms)
+        :unavailable
     end
+  end
+
+  @doc """
+  Runs `fun` with a trace of its own (checked `profile/2` options
+  `opts`), its profile built only if it ran `threshold_ms` or more:
+  `{result, profile | nil}` (`profile` nil under the threshold). As
+  `profile/2`, it raises when the trace cannot start (`fun` has not run
+  then), and raises `fun`'s exception again once the trace is given back.
+  """
+  @spec own((() -> result), map(), pos_integer()) :: {result, FlameOn.Client.Profile.t() | nil}
+        when result: term()
+  def own(fun, opts, threshold_ms) do
+    capture = Capture.start({:self, @root}, opts)
+    started_ts = :erlang.monotonic_time()
+    capture = Capture.begin(capture, self())
+    TraceBackend.set_flags(self(), capture.flags)
+    outcome = call(fun)
+
+    end_ts = Capture.stop(capture)
+    Capture.detach(capture)
+
+    kept =
+      if slow?(started_ts, end_ts, threshold_ms),
+        do: Capture.finish(capture, started_ts, end_ts),
+        else: Capture.discard(capture)
+
+    Capture.result(capture, outcome, kept)
   end
 
   @typedoc "A running shared tail trace of the calling process (`start/2`)."
@@ -236,24 +271,6 @@ defmodule FlameOn.Client.Tracing.Tail do
 
     fields = Keyword.put(Common.fields(opts, self(), started_ts, end_ts), :mode, :native_tail)
     ProcessName.name_profile(Profile.build(raw, stats, fields), %{})
-  end
-
-  defp own(fun, opts, threshold_ms) do
-    capture = Capture.start({:self, @root}, opts)
-    started_ts = :erlang.monotonic_time()
-    capture = Capture.begin(capture, self())
-    TraceBackend.set_flags(self(), capture.flags)
-    outcome = call(fun)
-
-    end_ts = Capture.stop(capture)
-    Capture.detach(capture)
-
-    kept =
-      if slow?(started_ts, end_ts, threshold_ms),
-        do: Capture.finish(capture, started_ts, end_ts),
-        else: Capture.discard(capture)
-
-    Capture.result(capture, outcome, kept)
   end
 
   # As FlameOn.Client.TraceStore.keep/2 decides (on the profile's
