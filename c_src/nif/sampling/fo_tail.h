@@ -19,9 +19,19 @@
  * falls back to an ordinary trace). An entry whose process died is taken
  * back by the next tail_begin that finds the table full.
  *
+ * Lingering (tail_linger/2): a request that ends may leave its process
+ * its flags and its entry, idle (the callbacks return at once), so that
+ * the process's next request takes the same state again without an
+ * erlang:trace/3 call (which takes the node's code modification
+ * permission). The hold process sweeps idle ones (tail_idle/1: claimed,
+ * their flags removed, freed); an owner whose entry is claimed waits for
+ * that before it traces itself again, so the flags removed are never
+ * those of its next request.
+ *
  * The callbacks take no lock: an entry is written by its own process
- * only (its callbacks and its NIF calls are serial), and the generation
- * in the tracer state keeps a late callback off a reused entry. */
+ * only (its callbacks and its NIF calls are serial; a sweep writes only
+ * a claimed entry, whose owner waits), and the generation in the tracer
+ * state keeps a late callback off a reused entry. */
 #ifndef FO_TAIL_H
 #define FO_TAIL_H
 

@@ -341,6 +341,44 @@ defmodule FlameOn.Client.TailTest do
       for pid <- alive, do: send(pid, :exit)
     end
 
+    test "lingering flags go when the application stops, and when the hold is killed" do
+      parent = self()
+
+      linger = fn ->
+        spawn(fn ->
+          FlameOn.Client.Tracing.trace("fast", &Work.fast/0, mode: :native, threshold_ms: 200)
+          send(parent, {:traced, self()})
+          receive do: (:exit -> :ok)
+        end)
+      end
+
+      pid = linger.()
+      assert_receive {:traced, ^pid}
+      assert {:flags, [_ | _]} = :erlang.trace_info(pid, :flags)
+      :ok = Application.stop(:flame_on_client)
+      assert :erlang.trace_info(pid, :flags) == {:flags, []}
+      assert_no_trace_leftovers()
+      ensure_app_started()
+
+      other = linger.()
+      assert_receive {:traced, ^other}
+      assert {:flags, [_ | _]} = :erlang.trace_info(other, :flags)
+      hold = Process.whereis(TailHold)
+      ref = Process.monitor(hold)
+      Process.exit(hold, :kill)
+      assert_receive {:DOWN, ^ref, :process, ^hold, :killed}
+      # the hold that restarts takes them back
+      assert wait_until(fn -> :erlang.trace_info(other, :flags) == {:flags, []} end, 2_000)
+      assert TailHold.stats().lingering == 0
+      assert_node_clean()
+
+      # and the processes trace as before
+      send(pid, :exit)
+      send(other, :exit)
+      FlameOn.Client.Tracing.trace("fast", &Work.fast/0, mode: :native, threshold_ms: 200)
+      assert {:flags, [_ | _]} = :erlang.trace_info(self(), :flags)
+    end
+
     test "linger_ms 0: the flags go when each trace ends" do
       Application.put_env(:flame_on_client, :tail, linger_ms: 0)
       FlameOn.Client.Tracing.trace("fast", &Work.fast/0, mode: :native, threshold_ms: 200)

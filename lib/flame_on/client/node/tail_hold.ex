@@ -231,6 +231,9 @@ defmodule FlameOn.Client.Node.TailHold do
   def init(:ok) do
     # terminate/2 takes the lingering flags back when the application stops
     Process.flag(:trap_exit, true)
+    # and a hold killed before (no terminate/2) left them: the new one
+    # takes them back now
+    stop_lingering()
 
     flags =
       case :persistent_term.get({__MODULE__, :flags}, nil) do

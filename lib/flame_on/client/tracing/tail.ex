@@ -15,6 +15,10 @@ defmodule FlameOn.Client.Tracing.Tail do
   #     :native_tail). No session, no sampler call, no
   #     helper per request; only past half its threshold are its stops
   #     asked about (the helper reads where it waits, as in mode :native).
+  #     Its flags linger after it (TailHold's linger_ms), its entry idle:
+  #     the process's next request takes both again, so a process making
+  #     many requests pays no erlang:trace/3 call per request (each takes
+  #     the node's code modification permission).
   #   * own (every other case, and when the table is full): the steps of
   #     FlameOn.Client.profile/2, deciding on the threshold as soon as the
   #     traced work is over: a fast run gives its capture back
