@@ -379,6 +379,31 @@ defmodule FlameOn.Client.TailTest do
       assert {:flags, [_ | _]} = :erlang.trace_info(self(), :flags)
     end
 
+    test "a process whose dictionary was erased while lingering: its next tail trace takes its flags again" do
+      opts = [mode: :native, threshold_ms: 200]
+      parent = self()
+
+      spawn_link(fn ->
+        FlameOn.Client.Tracing.trace("fast", &Work.fast/0, opts)
+        {:tracer, {Native, {:tail, _, _} = state}} = :erlang.trace_info(self(), :tracer)
+        resumed = TailHold.stats().resumed
+        :erlang.erase()
+        traced? = FlameOn.Client.Tracing.traced?()
+        result = FlameOn.Client.Tracing.trace("fast", fn -> :done end, opts)
+        tracer = :erlang.trace_info(self(), :tracer)
+        # noted again: the next one does not ask the VM
+        noted = TailHold.lingering_self()
+        send(parent, {state, traced?, result, tracer, TailHold.stats().resumed - resumed, noted})
+      end)
+
+      assert_receive {state, traced?, result, tracer, resumed, noted}, 5_000
+      refute traced?
+      assert result == :done
+      assert tracer == {:tracer, {Native, state}}
+      assert resumed == 1
+      assert noted == state
+    end
+
     test "linger_ms 0: the flags go when each trace ends" do
       Application.put_env(:flame_on_client, :tail, linger_ms: 0)
       FlameOn.Client.Tracing.trace("fast", &Work.fast/0, mode: :native, threshold_ms: 200)

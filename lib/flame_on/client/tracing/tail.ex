@@ -130,15 +130,13 @@ defmodule FlameOn.Client.Tracing.Tail do
           {:ok, tail()} | :unavailable
   def start(opts, root, threshold_ms, name \\ nil) do
     with true <- shared?(opts),
-         {:ok, hint} <- own_flags(),
+         {:ok, hint, noted?} <- own_flags(),
          {:tail, _, _} = state <- begin(ask_after_ns(root, threshold_ms), hint, true) do
       handle = TraceBackend.legacy({Native, state})
       started_ts = :erlang.monotonic_time()
       # the same state: its lingering flags are on still
-      if state != hint do
-        TraceBackend.trace(handle, self(), true, @flags)
-        TailHold.note_self(state)
-      end
+      if state != hint, do: TraceBackend.trace(handle, self(), true, @flags)
+      if state != hint or not noted?, do: TailHold.note_self(state)
 
       {:ok,
        %{
@@ -213,21 +211,28 @@ defmodule FlameOn.Client.Tracing.Tail do
     TailHold.forget_self()
   end
 
-  # The calling process's flags in the legacy session: {:ok, state} with
-  # those its last tail trace left lingering (the state they were set
-  # with), {:ok, nil} without any, :error with another tracer's (where
-  # the VM has trace sessions Capture.traced?/0 looks at ours only; else
-  # it was asked before).
+  # The calling process's flags in the legacy session: {:ok, state,
+  # noted?} with those its last tail trace left lingering (the state they
+  # were set with; noted?: TailHold.lingering_self/0 knows it), {:ok, nil,
+  # true} without any, :error with another tracer's. The VM is asked (1
+  # µs) only where the process's own note and flags do not tell: where it
+  # has trace sessions (Capture.traced?/0 looks at ours only), or flags
+  # without the note (its dictionary erased).
   defp own_flags do
     case TailHold.lingering_self() do
       nil ->
-        if not TraceBackend.sessions?() or
-             :erlang.trace_info(self(), :tracer) == {:tracer, []},
-           do: {:ok, nil},
-           else: :error
+        if not TraceBackend.sessions?() and Process.info(self(), :trace) == {:trace, 0} do
+          {:ok, nil, true}
+        else
+          case :erlang.trace_info(self(), :tracer) do
+            {:tracer, []} -> {:ok, nil, true}
+            {:tracer, {Native, {:tail, _, _} = state}} -> {:ok, state, false}
+            _ -> :error
+          end
+        end
 
       state ->
-        {:ok, state}
+        {:ok, state, true}
     end
   end
 
