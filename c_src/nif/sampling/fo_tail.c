@@ -61,6 +61,11 @@ typedef struct {
     int64_t end_ns;   /* tail_end's time; 0 before */
     int64_t idle_ns;  /* lingering since */
     int linger_after; /* a kept request: lingers once replayed */
+    int placed;       /* holds a place among the lingering (lingering_now) */
+    /* Counters of this entry's requests (tail_stats/0 sums them): written
+     * by whoever holds the entry, so no two processes' requests share a
+     * cache line for them. */
+    atomic_ullong n_begun, n_resumed, n_lingered;
     uint32_t count;
     uint32_t cap;     /* slices allocated */
     uint32_t dropped; /* slices past max_slices or the byte budget */
@@ -84,18 +89,28 @@ static uint32_t max_processes, max_slices;
 static uint64_t max_bytes;
 static atomic_ullong slice_bytes; /* slices allocated, all entries */
 static atomic_uint hint;
-static atomic_ullong begun, kept, full, truncated, reclaimed, asks, answers, missed_outs;
+static atomic_ullong kept, full, truncated, reclaimed, asks, answers, missed_outs;
 /* Lingering (tail_linger/2): how long, how many at once, and counters. */
 static _Atomic int64_t linger_ns;
+/* lingering_now: entries holding a place (lingering, or tracing a request
+ * of a process that lingered: it keeps its place, so a process's requests
+ * one after another write no node-wide counter). */
 static atomic_uint max_lingering, lingering_now;
-static atomic_ullong lingered, resumed, linger_full, swept;
+static atomic_ullong linger_full, swept;
 
-/* A kept request that was to linger once replayed and will not (its
- * entry freed or taken back first): its place among the lingering. */
-static void drop_reservation(tail_entry *e)
+/* One more in a counter of the entry (its holder alone writes it). */
+static void bump(atomic_ullong *counter)
 {
-    if (e->linger_after) {
-        e->linger_after = 0;
+    atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + 1, memory_order_relaxed);
+}
+
+/* The entry gives back its place among the lingering, if it has one (its
+ * holder: the owner, or whoever claimed or took it back). */
+static void unplace(tail_entry *e)
+{
+    e->linger_after = 0;
+    if (e->placed) {
+        e->placed = 0;
         atomic_fetch_sub(&lingering_now, 1);
     }
 }
@@ -314,7 +329,7 @@ static void start_request(tail_entry *e, const ErlNifPid *self, int64_t ask_afte
     e->thread = fo_perf_thread_id();
     e->from_ns = fo_tracer_clock_ns();
     e->ask_after_ns = ask_after_ns > 0 ? e->from_ns + ask_after_ns : 0;
-    atomic_fetch_add_explicit(&begun, 1, memory_order_relaxed);
+    bump(&e->n_begun);
 }
 
 static ERL_NIF_TERM state_term(ErlNifEnv *env, uint32_t index, unsigned gen)
@@ -364,8 +379,7 @@ ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     if (mine != NULL) {
         int expected = TAIL_LINGERING;
         if (atomic_compare_exchange_strong(&mine->in_use, &expected, TAIL_ACTIVE)) {
-            atomic_fetch_sub(&lingering_now, 1);
-            atomic_fetch_add_explicit(&resumed, 1, memory_order_relaxed);
+            bump(&mine->n_resumed);
             start_request(mine, &self, ask_after);
             return state_term(env, at, gen);
         }
@@ -391,9 +405,7 @@ ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         if ((expected != TAIL_ACTIVE && expected != TAIL_LINGERING) || enif_is_process_alive(env, &owner) ||
             !atomic_compare_exchange_strong(&e->in_use, &expected, TAIL_RECLAIM))
             continue;
-        if (expected == TAIL_LINGERING)
-            atomic_fetch_sub(&lingering_now, 1);
-        drop_reservation(e);
+        unplace(e);
         atomic_fetch_add_explicit(&reclaimed, 1, memory_order_relaxed);
         atomic_store(&e->in_use, 1);
         return take(env, table, index, &self, ask_after);
@@ -433,32 +445,39 @@ static void trim(tail_entry *e, uint64_t owner)
 
 static void release(tail_entry *e)
 {
-    drop_reservation(e);
+    unplace(e);
     trim(e, 0);
     atomic_store_explicit(&e->in_use, TAIL_FREE, memory_order_release);
 }
 
-/* Whether a request that ends may leave its flags on (lingering on, and
- * fewer than max_lingering lingering): if so it counts as lingering
- * from now. Else counted: its flags go at once. */
-static int may_linger(void)
+/* Whether the request of entry e that ends may leave its flags on
+ * (lingering on, and the entry holds a place among the lingering, or
+ * takes one of max_lingering). Else counted: its flags go at once. */
+static int may_linger(tail_entry *e)
 {
-    if (atomic_load(&linger_ns) <= 0)
+    if (atomic_load_explicit(&linger_ns, memory_order_relaxed) <= 0) {
+        unplace(e);
         return 0;
-    if (atomic_fetch_add(&lingering_now, 1) < atomic_load(&max_lingering))
+    }
+    if (e->placed)
         return 1;
+    if (atomic_fetch_add(&lingering_now, 1) < atomic_load(&max_lingering)) {
+        e->placed = 1;
+        return 1;
+    }
     atomic_fetch_sub(&lingering_now, 1);
     atomic_fetch_add_explicit(&linger_full, 1, memory_order_relaxed);
     return 0;
 }
 
-/* The request is over; its process keeps the entry and its flags. */
+/* The request is over; its process keeps the entry (and its place) and
+ * its flags. */
 static void linger(tail_entry *e)
 {
-    e->linger_after = 0; /* counted already */
+    e->linger_after = 0;
     trim(e, e->pid);
     e->idle_ns = fo_tracer_clock_ns();
-    atomic_fetch_add_explicit(&lingered, 1, memory_order_relaxed);
+    bump(&e->n_lingered);
     atomic_store_explicit(&e->in_use, TAIL_LINGERING, memory_order_release);
 }
 
@@ -469,7 +488,7 @@ ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     if (e == NULL || (argv[1] != fo_atom_true && argv[1] != fo_atom_false))
         return enif_make_badarg(env);
     if (argv[1] == fo_atom_false) {
-        if (may_linger()) {
+        if (may_linger(e)) {
             linger(e);
             return fo_atom_linger;
         }
@@ -478,7 +497,7 @@ ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     }
     e->end_ns = fo_tracer_clock_ns();
     close_slice(e, e->end_ns, NULL);
-    e->linger_after = may_linger();
+    e->linger_after = may_linger(e);
     return e->linger_after ? fo_atom_linger : fo_atom_ok;
 }
 
@@ -695,7 +714,7 @@ static int claim(tail_entry *e)
     int expected = TAIL_LINGERING;
     if (!atomic_compare_exchange_strong(&e->in_use, &expected, TAIL_CLAIMED))
         return expected;
-    atomic_fetch_sub(&lingering_now, 1);
+    unplace(e);
     return TAIL_LINGERING;
 }
 
@@ -793,11 +812,14 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     (void)argc;
     (void)argv;
     tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
-    unsigned long long in_use = 0, lingering = 0;
+    unsigned long long in_use = 0, lingering = 0, begun = 0, resumed = 0, lingered = 0;
     for (uint32_t i = 0; table != NULL && i < max_processes; i++) {
         int state = atomic_load_explicit(&table[i].in_use, memory_order_relaxed);
         in_use += state == TAIL_ACTIVE || state == TAIL_RECLAIM;
         lingering += state == TAIL_LINGERING || state == TAIL_CLAIMED;
+        begun += atomic_load_explicit(&table[i].n_begun, memory_order_relaxed);
+        resumed += atomic_load_explicit(&table[i].n_resumed, memory_order_relaxed);
+        lingered += atomic_load_explicit(&table[i].n_lingered, memory_order_relaxed);
     }
     ERL_NIF_TERM map = enif_make_new_map(env);
     put(env, &map, "processes", table != NULL ? max_processes : 0);
@@ -806,7 +828,7 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     put(env, &map, "bytes",
         table != NULL ? (unsigned long long)max_processes * sizeof(tail_entry) + atomic_load(&slice_bytes) : 0);
     put(env, &map, "in_use", in_use);
-    put(env, &map, "begun", atomic_load(&begun));
+    put(env, &map, "begun", begun);
     put(env, &map, "kept", atomic_load(&kept));
     put(env, &map, "full", atomic_load(&full));
     put(env, &map, "truncated", atomic_load(&truncated));
@@ -817,8 +839,8 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     put(env, &map, "lingering", lingering);
     put(env, &map, "linger_ms", (unsigned long long)(atomic_load(&linger_ns) / 1000000));
     put(env, &map, "max_lingering", atomic_load(&max_lingering));
-    put(env, &map, "lingered", atomic_load(&lingered));
-    put(env, &map, "resumed", atomic_load(&resumed));
+    put(env, &map, "lingered", lingered);
+    put(env, &map, "resumed", resumed);
     put(env, &map, "linger_full", atomic_load(&linger_full));
     put(env, &map, "swept", atomic_load(&swept));
     return map;
@@ -834,5 +856,6 @@ void fo_tail_unload(void)
     }
     free(table);
     atomic_store(&slice_bytes, 0);
+    atomic_store(&lingering_now, 0);
     pthread_mutex_unlock(&enable_mutex);
 }
