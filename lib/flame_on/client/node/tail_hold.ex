@@ -29,7 +29,8 @@ defmodule FlameOn.Client.Node.TailHold do
   #     request otherwise: each takes the node's code modification
   #     permission). The sweep (every `linger_ms` / 2) removes the flags of
   #     processes idle longer; 0: they go when each trace ends.
-  #   * `:max_lingering` (256) – processes lingering at once; a trace that
+  #   * `:max_lingering` (256) – processes lingering at once (a process
+  #     keeps its place while it traces its next request); a trace that
   #     ends past them removes its flags at once (`linger_full`).
   #   * `:shared` (true) – false: every tail trace takes its own session
   #     (for comparisons; read when the hold would turn on, and kept until
