@@ -68,6 +68,9 @@ defmodule FlameOn.Client.TailTest do
 
   setup do
     ensure_app_started()
+    # what other tests' tail traces left lingering (in processes alive or
+    # not) goes, so the counts below are this test's
+    TailHold.off()
     assert_node_clean()
     Process.register(self(), :flame_on_tail_test)
 
@@ -441,14 +444,14 @@ defmodule FlameOn.Client.TailTest do
     test "a lingering process can be profiled, and traced by another process" do
       opts = [mode: :native, threshold_ms: 200]
       FlameOn.Client.Tracing.trace("fast", &Work.fast/0, opts)
-      assert {:flags, [_ | _]} = :erlang.trace_info(self(), :flags)
+      assert {:tracer, {Native, {:tail, _, _} = state}} = :erlang.trace_info(self(), :tracer)
       refute FlameOn.Client.Tracing.traced?()
 
       # profile/2 takes the flags back first
-      {_, profile} = FlameOn.Client.profile(fn -> Work.slow_compute(30) end, mode: :native)
+      {_, profile} = FlameOn.Client.profile(fn -> Work.slow_compute(60) end, mode: :native)
       assert time_in(profile, "TailTest.Work.slow_compute/1") > 0
       assert :erlang.trace_info(self(), :flags) == {:flags, []}
-      assert TailHold.stats().lingering == 0
+      assert Native.tail_state(state) == :gone
 
       # start_trace/2 of a process lingering
       parent = self()
@@ -466,13 +469,13 @@ defmodule FlameOn.Client.TailTest do
         end)
 
       assert_receive :traced
-      assert {:flags, [_ | _]} = :erlang.trace_info(pid, :flags)
+      assert {:tracer, {Native, {:tail, _, _} = other}} = :erlang.trace_info(pid, :tracer)
       assert {:ok, ref} = FlameOn.Client.Tracing.start_trace(pid, mode: :sample)
+      assert Native.tail_state(other) == :gone
       send(pid, :work)
       Process.sleep(100)
       assert {:ok, traced} = FlameOn.Client.Tracing.stop_trace(ref)
       assert time_in(traced, "TailTest.Work.slow_compute/1") > 0
-      assert TailHold.stats().lingering == 0
       send(pid, :exit)
       assert_node_clean()
     end
