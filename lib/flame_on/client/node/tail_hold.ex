@@ -27,8 +27,10 @@ defmodule FlameOn.Client.Node.TailHold do
   #     a tail trace ends (its entry lingering, its callbacks returning at
   #     once), so that its next one pays no `erlang:trace/3` call (two a
   #     request otherwise: each takes the node's code modification
-  #     permission). The sweep (every `linger_ms` / 2) removes the flags of
-  #     processes idle longer; 0: they go when each trace ends.
+  #     permission). The sweep (every `linger_ms` / 2, at most 100 ms
+  #     apart) removes the flags of processes idle longer, and frees the
+  #     entries of those that died; 0: the flags go when each trace ends.
+  #     All go when the hold turns off, stops or restarts.
   #   * `:max_lingering` (256) – processes lingering at once (a process
   #     keeps its place while it traces its next request); a trace that
   #     ends past them removes its flags at once (`linger_full`).
