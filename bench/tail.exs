@@ -87,8 +87,12 @@ defmodule FlameOn.Bench.Tail do
   # mode :native with threshold_ms cost before the shared path).
   # And the tail path's hold alone: untraced requests while the sampler
   # runs for tail tracing (what the node pays for the sampler itself).
+  # And the shared path without lingering (tail: [linger_ms: 0]: the flags
+  # on and off per request, as before linger_ms).
   def extra_variants(true),
     do: [
+      {"native, threshold 250, linger_ms 0",
+       {:linger0, [mode: :native, sample_rate: 1.0, threshold_ms: 250]}},
       {"native, threshold 250, own session",
        {:own, [mode: :native, sample_rate: 1.0, threshold_ms: 250]}},
       {"untraced, tail hold on (sampler only)", :hold}
@@ -148,14 +152,15 @@ defmodule FlameOn.Bench.Tail do
     per = div(requests, @workers)
     shipper = spawn(fn -> count_loop(0) end)
 
-    {shared?, opts} =
+    {config, opts} =
       case opts do
-        {:own, opts} -> {false, opts}
-        :hold -> {true, :hold}
-        opts -> {true, opts}
+        {:own, opts} -> {[shared: false], opts}
+        {:linger0, opts} -> {[shared: true, linger_ms: 0], opts}
+        :hold -> {[shared: true], :hold}
+        opts -> {[shared: true], opts}
       end
 
-    shared!(shared?)
+    tail_config!(config)
     opts = if opts == :hold, do: FlameOn.Client.Node.TailHold.on?(499) && nil, else: opts
 
     opts =
@@ -185,14 +190,16 @@ defmodule FlameOn.Bench.Tail do
     %{cpu_ns: cpu, wall_us: wall, kept: kept}
   end
 
-  # `config :flame_on_client, tail: [shared: shared]`: read when the hold
-  # turns on, so it is turned off on a change (and on again, outside what
-  # is measured, as it was before)
-  def shared!(shared) do
-    if Application.get_env(:flame_on_client, :tail, [])[:shared] != shared do
-      Application.put_env(:flame_on_client, :tail, shared: shared)
+  # `config :flame_on_client, tail: config`: read when the hold turns on,
+  # so it is turned off on a change (and on again, outside what is
+  # measured, as it was before)
+  def shared!(shared), do: tail_config!(shared: shared)
+
+  def tail_config!(config) do
+    if Application.get_env(:flame_on_client, :tail, []) != config do
+      Application.put_env(:flame_on_client, :tail, config)
       FlameOn.Client.Node.TailHold.off(0)
-      if shared and PerfSampler.available?(), do: FlameOn.Client.Node.TailHold.on?(499)
+      if config[:shared] and PerfSampler.available?(), do: FlameOn.Client.Node.TailHold.on?(499)
     end
   end
 
@@ -335,14 +342,48 @@ defmodule FlameOn.Bench.Tail do
   def shared_breakdown do
     if PerfSampler.available?() do
       IO.puts("\n== breakdown: the shared tail path, a fast request (ns, median of 2000) ==")
-      shared!(true)
-      steps = for _ <- 1..2000, do: shared_steps()
 
-      for key <- Keyword.keys(hd(steps)) do
-        values = Enum.sort(Enum.map(steps, &Keyword.fetch!(&1, key)))
-        IO.puts("  #{String.pad_trailing(Atom.to_string(key), 26)} #{Enum.at(values, 1000)}")
+      for {label, config} <- [
+            {"linger_ms 0 (flags on and off)", [shared: true, linger_ms: 0]},
+            {"lingering (the default)", [shared: true]}
+          ] do
+        IO.puts(label)
+        tail_config!(config)
+        linger? = config[:linger_ms] != 0
+        steps = for _ <- 1..2000, do: if(linger?, do: linger_steps(), else: shared_steps())
+
+        for key <- Keyword.keys(hd(steps)) do
+          values = Enum.sort(Enum.map(steps, &Keyword.fetch!(&1, key)))
+          IO.puts("  #{String.pad_trailing(Atom.to_string(key), 26)} #{Enum.at(values, 1000)}")
+        end
       end
     end
+  end
+
+  # The shared path with the process's flags lingering from its last
+  # request (its entry taken again, no erlang:trace/3 call), as
+  # FlameOn.Client.trace/3 and Tracing.Tail.shared/4 run it.
+  defp linger_steps do
+    alias FlameOn.Client.Tracing.Tail
+    t = fn -> System.monotonic_time(:nanosecond) end
+    opts = [mode: :native, sample_rate: 1.0, threshold_ms: 250]
+    t0 = t.()
+    {settings, capture} = Options.trace!(opts)
+    t1 = t.()
+    _ = Capture.sampled?(settings.sample_rate) and not Capture.traced?()
+    t2 = t.()
+    {:ok, tail} = Tail.start(capture, {Tail, :call, 1}, 250, "request")
+    t3 = t.()
+    nil = Tail.stop(tail, 250)
+    t4 = t.()
+
+    [
+      "Options.trace!": t1 - t0,
+      "sampled?, traced?": t2 - t1,
+      "Tail.start (resumed)": t3 - t2,
+      "Tail.stop (lingers)": t4 - t3,
+      total: t4 - t0
+    ]
   end
 
   defp shared_steps do
@@ -358,14 +399,14 @@ defmodule FlameOn.Bench.Tail do
     t3 = t.()
     true = TailHold.on?(capture.frequency)
     t4 = t.()
-    state = Native.tail_begin(125_000_000)
+    state = Native.tail_begin(125_000_000, nil)
     t5 = t.()
     handle = TraceBackend.legacy({Native, state})
     TraceBackend.set_flags(self(), [{handle, [:running]}])
     t6 = t.()
     TraceBackend.trace(handle, self(), false, [:running])
     t7 = t.()
-    :ok = Native.tail_end(state, false)
+    _ = Native.tail_end(state, false)
     t8 = t.()
 
     [

@@ -332,6 +332,17 @@ defmodule FlameOn.Client do
 
         fun.()
 
+      settings.threshold_ms > 0 ->
+        # the shared tail path first: no wrapper around fun there
+        case Tracing.Tail.shared(fun, name, capture, settings.threshold_ms) do
+          {:ran, outcome, profile} ->
+            if profile, do: FlameOn.Client.TraceStore.keep(profile, settings)
+            return(outcome)
+
+          :unavailable ->
+            traced(name, fun, settings, capture, opts)
+        end
+
       true ->
         traced(name, fun, settings, capture, opts)
     end
@@ -370,9 +381,12 @@ defmodule FlameOn.Client do
           profile(wrapped, profile_opts(name, capture, opts))
 
         threshold_ms ->
-          Tracing.Tail.run(wrapped, name, capture, threshold_ms, fn ->
-            profile_opts(name, capture, opts)
-          end)
+          # (the shared path was not available)
+          Tracing.Tail.own(
+            wrapped,
+            Options.profile!(profile_opts(name, capture, opts)),
+            threshold_ms
+          )
       end
     catch
       kind, reason ->

@@ -190,7 +190,12 @@
     A(wire)                                                                                    \
     A(tail)                                                                                    \
     A(memory)                                                                                  \
-    A(disabled)
+    A(disabled)                                                                                \
+    A(active)                                                                                  \
+    A(linger)                                                                                  \
+    A(lingering)                                                                               \
+    A(claimed)                                                                                 \
+    A(gone)
 
 #define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;
 FO_ATOMS(FO_ATOM_DECLARE)

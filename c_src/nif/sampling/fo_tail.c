@@ -46,13 +46,26 @@ typedef struct {
     fo_mfa frames[TAIL_CONTEXT_FRAMES];
 } tail_answers;
 
+/* An entry's states (in_use). A lingering entry is a process that keeps
+ * its flags between requests (its callbacks return at once); a claimed
+ * one is having them removed by another process (the sweep), and its
+ * owner waits for that before it traces itself again. */
+enum { TAIL_FREE = 0, TAIL_ACTIVE = 1, TAIL_RECLAIM = 2, TAIL_LINGERING = 3, TAIL_CLAIMED = 4 };
+
 typedef struct {
-    atomic_int in_use; /* 0 free, 1 taken, 2 being taken back */
+    atomic_int in_use; /* the states above */
     atomic_uint gen;
     uint64_t pid;
-    uint64_t thread; /* the running slice's thread; 0: scheduled out */
-    int64_t from_ns; /* the running slice's start */
-    int64_t end_ns;  /* tail_end's time; 0 before */
+    uint64_t thread;  /* the running slice's thread; 0: scheduled out */
+    int64_t from_ns;  /* the running slice's start */
+    int64_t end_ns;   /* tail_end's time; 0 before */
+    int64_t idle_ns;  /* lingering since */
+    int linger_after; /* a kept request: lingers once replayed */
+    int placed;       /* holds a place among the lingering (lingering_now) */
+    /* Counters of this entry's requests (tail_stats/0 sums them): written
+     * by whoever holds the entry, so no two processes' requests share a
+     * cache line for them. */
+    atomic_ullong n_begun, n_resumed, n_lingered;
     uint32_t count;
     uint32_t cap;     /* slices allocated */
     uint32_t dropped; /* slices past max_slices or the byte budget */
@@ -76,7 +89,31 @@ static uint32_t max_processes, max_slices;
 static uint64_t max_bytes;
 static atomic_ullong slice_bytes; /* slices allocated, all entries */
 static atomic_uint hint;
-static atomic_ullong begun, kept, full, truncated, reclaimed, asks, answers, missed_outs;
+static atomic_ullong kept, full, truncated, reclaimed, asks, answers, missed_outs;
+/* Lingering (tail_linger/2): how long, how many at once, and counters. */
+static _Atomic int64_t linger_ns;
+/* lingering_now: entries holding a place (lingering, or tracing a request
+ * of a process that lingered: it keeps its place, so a process's requests
+ * one after another write no node-wide counter). */
+static atomic_uint max_lingering, lingering_now;
+static atomic_ullong linger_full, swept;
+
+/* One more in a counter of the entry (its holder alone writes it). */
+static void bump(atomic_ullong *counter)
+{
+    atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + 1, memory_order_relaxed);
+}
+
+/* The entry gives back its place among the lingering, if it has one (its
+ * holder: the owner, or whoever claimed or took it back). */
+static void unplace(tail_entry *e)
+{
+    e->linger_after = 0;
+    if (e->placed) {
+        e->placed = 0;
+        atomic_fetch_sub(&lingering_now, 1);
+    }
+}
 
 int fo_tail_is_state(ErlNifEnv *env, ERL_NIF_TERM state)
 {
@@ -85,8 +122,9 @@ int fo_tail_is_state(ErlNifEnv *env, ERL_NIF_TERM state)
     return enif_get_tuple(env, state, &arity, &items) && arity == 3 && items[0] == fo_atom_tail;
 }
 
-/* The entry a state names while it is still that state's, else NULL. */
-static tail_entry *entry_of(ErlNifEnv *env, ERL_NIF_TERM state)
+/* The entry a state names while it is that state's, in any state but
+ * free (the entry's state is the caller's to check), else NULL. */
+static tail_entry *entry_named(ErlNifEnv *env, ERL_NIF_TERM state)
 {
     int arity;
     const ERL_NIF_TERM *items;
@@ -96,10 +134,18 @@ static tail_entry *entry_of(ErlNifEnv *env, ERL_NIF_TERM state)
         !enif_get_uint(env, items[1], &index) || !enif_get_uint(env, items[2], &gen) || index >= max_processes)
         return NULL;
     tail_entry *e = &table[index];
-    if (atomic_load_explicit(&e->in_use, memory_order_acquire) != 1 ||
+    if (atomic_load_explicit(&e->in_use, memory_order_acquire) == TAIL_FREE ||
         atomic_load_explicit(&e->gen, memory_order_relaxed) != gen)
         return NULL;
     return e;
+}
+
+/* The entry a state names while it is that state's and traces a request
+ * (not lingering between two), else NULL. */
+static tail_entry *entry_of(ErlNifEnv *env, ERL_NIF_TERM state)
+{
+    tail_entry *e = entry_named(env, state);
+    return e != NULL && atomic_load_explicit(&e->in_use, memory_order_acquire) == TAIL_ACTIVE ? e : NULL;
 }
 
 static int is_gc_tag(ERL_NIF_TERM tag)
@@ -115,7 +161,10 @@ ERL_NIF_TERM fo_tail_enabled(ErlNifEnv *env, const ERL_NIF_TERM argv[])
         return fo_atom_trace;
     if (tag != fo_atom_trace_status)
         return fo_atom_discard;
-    return entry_of(env, argv[1]) != NULL ? fo_atom_trace : fo_atom_remove;
+    /* a lingering process's flags are still ours (another tracer is
+     * refused, as during a request) */
+    tail_entry *e = entry_named(env, argv[1]);
+    return e != NULL && atomic_load(&e->in_use) != TAIL_RECLAIM ? fo_atom_trace : fo_atom_remove;
 }
 
 /* Room for one more slice: doubles the entry's array, within max_slices
@@ -190,7 +239,9 @@ ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[])
 {
     ErlNifPid pid;
     tail_entry *e = entry_of(env, argv[1]);
-    if (e == NULL || !enif_get_local_pid(env, argv[2], &pid) || e->pid != (uint64_t)pid.pid)
+    /* lingering (no request), or its request over (the flags stay on
+     * while a kept one is replayed, or for good when it lingers) */
+    if (e == NULL || e->end_ns != 0 || !enif_get_local_pid(env, argv[2], &pid) || e->pid != (uint64_t)pid.pid)
         return fo_atom_ok;
     int64_t now = fo_tracer_clock_ns();
     if (argv[0] == fo_atom_in) {
@@ -259,15 +310,15 @@ ERL_NIF_TERM fo_tail_enable_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     return answer;
 }
 
-/* An entry taken for the calling process (in_use already 1). */
-static ERL_NIF_TERM take(ErlNifEnv *env, tail_entry *table, uint32_t index, const ErlNifPid *self, int64_t ask_after_ns)
+/* A request of the calling process begins in entry e (in_use already
+ * 1): its first slice runs from now, on this thread. */
+static void start_request(tail_entry *e, const ErlNifPid *self, int64_t ask_after_ns)
 {
-    tail_entry *e = &table[index];
-    unsigned gen = atomic_fetch_add_explicit(&e->gen, 1, memory_order_relaxed) + 1;
     e->pid = (uint64_t)self->pid;
     e->count = 0;
     e->dropped = 0;
     e->end_ns = 0;
+    e->linger_after = 0;
     e->asked = 0;
     e->gc_from_ns = 0;
     fo_spin_lock(&e->ctx_lock);
@@ -278,9 +329,36 @@ static ERL_NIF_TERM take(ErlNifEnv *env, tail_entry *table, uint32_t index, cons
     e->thread = fo_perf_thread_id();
     e->from_ns = fo_tracer_clock_ns();
     e->ask_after_ns = ask_after_ns > 0 ? e->from_ns + ask_after_ns : 0;
-    atomic_store_explicit(&hint, index + 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&begun, 1, memory_order_relaxed);
+    bump(&e->n_begun);
+}
+
+static ERL_NIF_TERM state_term(ErlNifEnv *env, uint32_t index, unsigned gen)
+{
     return enif_make_tuple3(env, fo_atom_tail, enif_make_uint(env, index), enif_make_uint(env, gen));
+}
+
+/* An entry taken for the calling process (in_use already 1): a new
+ * generation, so a late callback of its last owner's misses it. */
+static ERL_NIF_TERM take(ErlNifEnv *env, tail_entry *table, uint32_t index, const ErlNifPid *self, int64_t ask_after_ns)
+{
+    tail_entry *e = &table[index];
+    unsigned gen = atomic_fetch_add_explicit(&e->gen, 1, memory_order_relaxed) + 1;
+    start_request(e, self, ask_after_ns);
+    atomic_store_explicit(&hint, index + 1, memory_order_relaxed);
+    return state_term(env, index, gen);
+}
+
+/* The entry a hint names, with its index and generation, if the calling
+ * process is its owner; else NULL. */
+static tail_entry *owned(ErlNifEnv *env, ERL_NIF_TERM state, const ErlNifPid *self, uint32_t *index, unsigned *gen)
+{
+    int arity;
+    const ERL_NIF_TERM *items;
+    tail_entry *e = entry_named(env, state);
+    if (e == NULL || e->pid != (uint64_t)self->pid || !enif_get_tuple(env, state, &arity, &items) ||
+        !enif_get_uint(env, items[1], index) || !enif_get_uint(env, items[2], gen))
+        return NULL;
+    return e;
 }
 
 ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -293,6 +371,24 @@ ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
     if (table == NULL)
         return fo_atom_disabled;
+    /* the process's lingering entry (its flags still on with it): the
+     * same state again, so no erlang:trace/3 call */
+    uint32_t at;
+    unsigned gen;
+    tail_entry *mine = argv[1] == fo_atom_nil ? NULL : owned(env, argv[1], &self, &at, &gen);
+    if (mine != NULL) {
+        int expected = TAIL_LINGERING;
+        if (atomic_compare_exchange_strong(&mine->in_use, &expected, TAIL_ACTIVE)) {
+            bump(&mine->n_resumed);
+            start_request(mine, &self, ask_after);
+            return state_term(env, at, gen);
+        }
+        /* being swept (its flags going off): once that is done */
+        if (expected == TAIL_CLAIMED)
+            return fo_atom_busy;
+        if (expected == TAIL_ACTIVE)
+            return fo_atom_active;
+    }
     uint32_t start = atomic_load_explicit(&hint, memory_order_relaxed);
     for (uint32_t i = 0; i < max_processes; i++) {
         uint32_t index = (start + i) % max_processes;
@@ -305,10 +401,11 @@ ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         tail_entry *e = &table[index];
         ErlNifPid owner;
         owner.pid = (ERL_NIF_TERM)e->pid;
-        int expected = 1;
-        if (atomic_load(&e->in_use) != 1 || enif_is_process_alive(env, &owner) ||
-            !atomic_compare_exchange_strong(&e->in_use, &expected, 2))
+        int expected = atomic_load(&e->in_use);
+        if ((expected != TAIL_ACTIVE && expected != TAIL_LINGERING) || enif_is_process_alive(env, &owner) ||
+            !atomic_compare_exchange_strong(&e->in_use, &expected, TAIL_RECLAIM))
             continue;
+        unplace(e);
         atomic_fetch_add_explicit(&reclaimed, 1, memory_order_relaxed);
         atomic_store(&e->in_use, 1);
         return take(env, table, index, &self, ask_after);
@@ -327,10 +424,11 @@ static tail_entry *own_entry(ErlNifEnv *env, ERL_NIF_TERM state)
     return e;
 }
 
-static void release(tail_entry *e)
+/* What a request held beyond its entry: a long request's array (the next
+ * one grows its own) and its answers. owner: the entry's pid from now. */
+static void trim(tail_entry *e, uint64_t owner)
 {
     if (e->cap > TAIL_KEPT_SLICES) {
-        /* a long request's array goes; the next one grows its own */
         atomic_fetch_sub(&slice_bytes, (uint64_t)e->cap * sizeof(tail_slice));
         free(e->slices);
         e->slices = NULL;
@@ -341,9 +439,46 @@ static void release(tail_entry *e)
     e->answers = NULL;
     e->ctx_count = 0;
     e->frame_count = 0;
-    e->pid = 0;
+    e->pid = owner;
     fo_spin_unlock(&e->ctx_lock);
-    atomic_store_explicit(&e->in_use, 0, memory_order_release);
+}
+
+static void release(tail_entry *e)
+{
+    unplace(e);
+    trim(e, 0);
+    atomic_store_explicit(&e->in_use, TAIL_FREE, memory_order_release);
+}
+
+/* Whether the request of entry e that ends may leave its flags on
+ * (lingering on, and the entry holds a place among the lingering, or
+ * takes one of max_lingering). Else counted: its flags go at once. */
+static int may_linger(tail_entry *e)
+{
+    if (atomic_load_explicit(&linger_ns, memory_order_relaxed) <= 0) {
+        unplace(e);
+        return 0;
+    }
+    if (e->placed)
+        return 1;
+    if (atomic_fetch_add(&lingering_now, 1) < atomic_load(&max_lingering)) {
+        e->placed = 1;
+        return 1;
+    }
+    atomic_fetch_sub(&lingering_now, 1);
+    atomic_fetch_add_explicit(&linger_full, 1, memory_order_relaxed);
+    return 0;
+}
+
+/* The request is over; its process keeps the entry (and its place) and
+ * its flags. */
+static void linger(tail_entry *e)
+{
+    e->linger_after = 0;
+    trim(e, e->pid);
+    e->idle_ns = fo_tracer_clock_ns();
+    bump(&e->n_lingered);
+    atomic_store_explicit(&e->in_use, TAIL_LINGERING, memory_order_release);
 }
 
 ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -353,12 +488,17 @@ ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     if (e == NULL || (argv[1] != fo_atom_true && argv[1] != fo_atom_false))
         return enif_make_badarg(env);
     if (argv[1] == fo_atom_false) {
+        if (may_linger(e)) {
+            linger(e);
+            return fo_atom_linger;
+        }
         release(e);
         return fo_atom_ok;
     }
     e->end_ns = fo_tracer_clock_ns();
     close_slice(e, e->end_ns, NULL);
-    return fo_atom_ok;
+    e->linger_after = may_linger(e);
+    return e->linger_after ? fo_atom_linger : fo_atom_ok;
 }
 
 ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[])
@@ -533,8 +673,106 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     free(events);
     fo_handle_stop(res);
     ERL_NIF_TERM answer = enif_make_tuple2(env, enif_make_uint(env, e->count), enif_make_uint(env, e->dropped));
-    release(e);
+    if (e->linger_after)
+        linger(e);
+    else
+        release(e);
     return answer;
+}
+
+ERL_NIF_TERM fo_tail_linger_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    unsigned ms, most;
+    if (!enif_get_uint(env, argv[0], &ms) || !enif_get_uint(env, argv[1], &most) || ms > FO_TAIL_MAX_LINGER_MS ||
+        most > FO_TAIL_MAX_PROCESSES)
+        return enif_make_badarg(env);
+    atomic_store(&max_lingering, most);
+    atomic_store(&linger_ns, (int64_t)ms * 1000000);
+    return fo_atom_ok;
+}
+
+ERL_NIF_TERM fo_tail_state_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tail_entry *e = entry_named(env, argv[0]);
+    switch (e != NULL ? atomic_load(&e->in_use) : TAIL_FREE) {
+    case TAIL_ACTIVE:
+        return fo_atom_active;
+    case TAIL_LINGERING:
+        return fo_atom_lingering;
+    case TAIL_CLAIMED:
+        return fo_atom_claimed;
+    default:
+        return fo_atom_gone;
+    }
+}
+
+/* Lingering -> claimed: its flags are the claimer's to remove. */
+static int claim(tail_entry *e)
+{
+    int expected = TAIL_LINGERING;
+    if (!atomic_compare_exchange_strong(&e->in_use, &expected, TAIL_CLAIMED))
+        return expected;
+    unplace(e);
+    return TAIL_LINGERING;
+}
+
+ERL_NIF_TERM fo_tail_claim_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tail_entry *e = entry_named(env, argv[0]);
+    switch (e != NULL ? claim(e) : TAIL_FREE) {
+    case TAIL_LINGERING:
+        return fo_atom_ok;
+    case TAIL_CLAIMED:
+        return fo_atom_busy;
+    case TAIL_ACTIVE:
+        return fo_atom_active;
+    default:
+        return fo_atom_gone;
+    }
+}
+
+ERL_NIF_TERM fo_tail_release_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tail_entry *e = entry_named(env, argv[0]);
+    if (e == NULL || atomic_load(&e->in_use) != TAIL_CLAIMED)
+        return fo_atom_gone;
+    release(e);
+    return fo_atom_ok;
+}
+
+ERL_NIF_TERM fo_tail_idle_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    ErlNifSInt64 idle_ns;
+    if (!enif_get_int64(env, argv[0], &idle_ns) || idle_ns < 0)
+        return enif_make_badarg(env);
+    tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
+    ERL_NIF_TERM list = enif_make_list(env, 0);
+    int64_t now = fo_tracer_clock_ns();
+    for (uint32_t i = 0; table != NULL && i < max_processes; i++) {
+        tail_entry *e = &table[i];
+        if (atomic_load_explicit(&e->in_use, memory_order_acquire) != TAIL_LINGERING)
+            continue;
+        ErlNifPid owner;
+        owner.pid = (ERL_NIF_TERM)e->pid;
+        /* a process that died took its flags with it: its place goes
+         * now, however short it lingered */
+        int alive = enif_is_process_alive(env, &owner);
+        if ((alive && now - e->idle_ns < idle_ns) || claim(e) != TAIL_LINGERING)
+            continue;
+        atomic_fetch_add_explicit(&swept, 1, memory_order_relaxed);
+        if (!alive) {
+            release(e);
+            continue;
+        }
+        ERL_NIF_TERM state = state_term(env, i, atomic_load(&e->gen));
+        list = enif_make_list_cell(env, enif_make_tuple2(env, enif_make_pid(env, &owner), state), list);
+    }
+    return list;
 }
 
 ERL_NIF_TERM fo_tail_owners_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -551,7 +789,7 @@ ERL_NIF_TERM fo_tail_owners_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
         owner.pid = (ERL_NIF_TERM)e->pid;
         int taken = 1;
         if (!enif_is_process_alive(env, &owner)) {
-            if (atomic_compare_exchange_strong(&e->in_use, &taken, 2)) {
+            if (atomic_compare_exchange_strong(&e->in_use, &taken, TAIL_RECLAIM)) {
                 atomic_fetch_add_explicit(&reclaimed, 1, memory_order_relaxed);
                 release(e);
             }
@@ -574,9 +812,15 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     (void)argc;
     (void)argv;
     tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
-    unsigned long long in_use = 0;
-    for (uint32_t i = 0; table != NULL && i < max_processes; i++)
-        in_use += atomic_load_explicit(&table[i].in_use, memory_order_relaxed) != 0;
+    unsigned long long in_use = 0, lingering = 0, begun = 0, resumed = 0, lingered = 0;
+    for (uint32_t i = 0; table != NULL && i < max_processes; i++) {
+        int state = atomic_load_explicit(&table[i].in_use, memory_order_relaxed);
+        in_use += state == TAIL_ACTIVE || state == TAIL_RECLAIM;
+        lingering += state == TAIL_LINGERING || state == TAIL_CLAIMED;
+        begun += atomic_load_explicit(&table[i].n_begun, memory_order_relaxed);
+        resumed += atomic_load_explicit(&table[i].n_resumed, memory_order_relaxed);
+        lingered += atomic_load_explicit(&table[i].n_lingered, memory_order_relaxed);
+    }
     ERL_NIF_TERM map = enif_make_new_map(env);
     put(env, &map, "processes", table != NULL ? max_processes : 0);
     put(env, &map, "slices", table != NULL ? max_slices : 0);
@@ -584,7 +828,7 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     put(env, &map, "bytes",
         table != NULL ? (unsigned long long)max_processes * sizeof(tail_entry) + atomic_load(&slice_bytes) : 0);
     put(env, &map, "in_use", in_use);
-    put(env, &map, "begun", atomic_load(&begun));
+    put(env, &map, "begun", begun);
     put(env, &map, "kept", atomic_load(&kept));
     put(env, &map, "full", atomic_load(&full));
     put(env, &map, "truncated", atomic_load(&truncated));
@@ -592,6 +836,13 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     put(env, &map, "asks", atomic_load(&asks));
     put(env, &map, "answers", atomic_load(&answers));
     put(env, &map, "missed_outs", atomic_load(&missed_outs));
+    put(env, &map, "lingering", lingering);
+    put(env, &map, "linger_ms", (unsigned long long)(atomic_load(&linger_ns) / 1000000));
+    put(env, &map, "max_lingering", atomic_load(&max_lingering));
+    put(env, &map, "lingered", lingered);
+    put(env, &map, "resumed", resumed);
+    put(env, &map, "linger_full", atomic_load(&linger_full));
+    put(env, &map, "swept", atomic_load(&swept));
     return map;
 }
 
@@ -605,5 +856,6 @@ void fo_tail_unload(void)
     }
     free(table);
     atomic_store(&slice_bytes, 0);
+    atomic_store(&lingering_now, 0);
     pthread_mutex_unlock(&enable_mutex);
 }

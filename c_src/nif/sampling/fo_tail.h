@@ -19,9 +19,19 @@
  * falls back to an ordinary trace). An entry whose process died is taken
  * back by the next tail_begin that finds the table full.
  *
+ * Lingering (tail_linger/2): a request that ends may leave its process
+ * its flags and its entry, idle (the callbacks return at once), so that
+ * the process's next request takes the same state again without an
+ * erlang:trace/3 call (which takes the node's code modification
+ * permission). The hold process sweeps idle ones (tail_idle/1: claimed,
+ * their flags removed, freed); an owner whose entry is claimed waits for
+ * that before it traces itself again, so the flags removed are never
+ * those of its next request.
+ *
  * The callbacks take no lock: an entry is written by its own process
- * only (its callbacks and its NIF calls are serial), and the generation
- * in the tracer state keeps a late callback off a reused entry. */
+ * only (its callbacks and its NIF calls are serial; a sweep writes only
+ * a claimed entry, whose owner waits), and the generation in the tracer
+ * state keeps a late callback off a reused entry. */
 #ifndef FO_TAIL_H
 #define FO_TAIL_H
 
@@ -32,6 +42,8 @@
 #define FO_TAIL_MAX_SLICES (1u << 24)
 /* The largest byte budget for the slices of all entries. */
 #define FO_TAIL_MAX_BYTES (4ull << 30)
+/* The longest a process may keep its flags between requests (an hour). */
+#define FO_TAIL_MAX_LINGER_MS 3600000u
 
 /* Whether a tracer state is a tail state ({tail, Index, Gen}). */
 int fo_tail_is_state(ErlNifEnv *env, ERL_NIF_TERM state);
@@ -45,8 +57,14 @@ ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[]);
 //   it), and set the slices' bounds.
 ERL_NIF_TERM fo_tail_enable_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
-// tail_begin(AskAfterNs) -> {tail, Index, Gen} | full | disabled
-//   The calling process is traced from now: it runs on this thread. Once
+// tail_begin(AskAfterNs, Hint) -> {tail, Index, Gen} | full | disabled | busy | active
+//   The calling process is traced from now: it runs on this thread. Hint:
+//   nil, or the state its flags have now (a lingering entry's, see
+//   tail_linger/2): that entry, still its own and lingering, is taken
+//   again and the same state returned (its flags are on: no
+//   erlang:trace/3 call); busy: another process is removing those flags
+//   (ask again once it is done); active: the process traces a request
+//   already. Once
 //   it ran AskAfterNs (0: never), it may be slow: each function it stops
 //   in (the first TAIL_ASKS) is asked about, as a native trace asks
 //   (fo_cpu_ask.h): the thread's helper reads its stack there
@@ -54,10 +72,12 @@ ERL_NIF_TERM fo_tail_enable_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 //   hangs its waits where they were, not under the stack last sampled.
 ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
-// tail_end(State, Keep) -> ok
-//   The calling process's traced work is over (its flags are off): closes
-//   its running slice. Keep false frees the entry; true keeps it for
-//   tail_replay/2.
+// tail_end(State, Keep) -> ok | linger
+//   The calling process's traced work is over: closes its running slice
+//   (its callbacks note nothing more). Keep false frees the entry; true
+//   keeps it for tail_replay/2. linger: the process keeps its flags (for
+//   its next request, with the same state), and its entry lingering from
+//   now (or once replayed); ok: its flags are to go now.
 ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 // tail_replay(Session, State) -> {Slices, Dropped}
@@ -67,13 +87,44 @@ ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
 //   then gives the profile.
 ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
+// tail_linger(LingerMs, MaxLingering) -> ok
+//   Lingering: a request that ends (tail_end/2) leaves its process its
+//   flags and entry (callbacks return at once) while fewer than
+//   MaxLingering do; LingerMs 0: none does. The sweep (tail_idle/1) takes
+//   them back after LingerMs. Past MaxLingering the flags go at once
+//   (counted: linger_full).
+ERL_NIF_TERM fo_tail_linger_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+// tail_state(State) -> active | lingering | claimed | gone
+ERL_NIF_TERM fo_tail_state_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+// tail_claim(State) -> ok | busy | active | gone
+//   A lingering entry becomes the caller's to take back (any process): it
+//   removes the flags (erlang:trace/3), then tail_release/1. Its owner's
+//   tail_begin answers busy meanwhile, so its next request's flags are
+//   never the ones removed.
+ERL_NIF_TERM fo_tail_claim_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+// tail_release(State) -> ok | gone
+//   Frees a claimed entry (its flags are off).
+ERL_NIF_TERM fo_tail_release_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+// tail_idle(IdleNs) -> [{Pid, State}]
+//   Claims the entries of live processes lingering for at least IdleNs
+//   (0: all) and returns them (the caller removes their flags, then
+//   tail_release/1); frees those of processes that died, however short
+//   they lingered.
+ERL_NIF_TERM fo_tail_idle_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
 // tail_owners() -> [{Pid, State}]
 //   The live processes holding an entry, with their tracer states; the
 //   entries of processes that died are freed.
 ERL_NIF_TERM fo_tail_owners_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 // tail_stats() -> #{processes, slices, max_bytes, bytes, in_use, begun, kept, full, truncated, reclaimed,
-//                   asks, answers, missed_outs}
+//                   asks, answers, missed_outs, lingering, linger_ms, max_lingering, lingered, resumed,
+//                   linger_full, swept}
+//   in_use: entries tracing a request; lingering: between two.
 ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 /* cpu_context(State, Pid, Asked, Current, Stack) for a tail state: keeps

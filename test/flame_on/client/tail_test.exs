@@ -20,6 +20,17 @@ defmodule FlameOn.Client.TailTest.Work do
     {:ok, compute_loop(deadline, 0)}
   end
 
+  def other_compute(ms) do
+    deadline = System.monotonic_time(:millisecond) + ms
+    {:ok, other_loop(deadline, 0)}
+  end
+
+  defp other_loop(deadline, acc) do
+    if System.monotonic_time(:millisecond) >= deadline,
+      do: acc,
+      else: other_loop(deadline, acc + fib(14))
+  end
+
   def slow_wait(ms) do
     Process.sleep(ms)
     {:ok, :waited}
@@ -57,6 +68,9 @@ defmodule FlameOn.Client.TailTest do
 
   setup do
     ensure_app_started()
+    # what other tests' tail traces left lingering (in processes alive or
+    # not) goes, so the counts below are this test's
+    TailHold.off()
     assert_node_clean()
     Process.register(self(), :flame_on_tail_test)
 
@@ -204,13 +218,16 @@ defmodule FlameOn.Client.TailTest do
       assert Enum.sort(flags) == [:garbage_collection, :running]
       Work.slow(120, 180)
       event.(:stop)
-      assert :erlang.trace_info(self(), :flags) == {:flags, []}
+      # lingering for its next request (linger_ms), until the hold is off
+      assert {:flags, [_ | _]} = :erlang.trace_info(self(), :flags)
 
       assert [profile] = kept()
       assert profile.name == "tail_test.req"
       assert profile.mode == :native_tail
       assert time_in(profile, "TailTest.Work.slow_compute/1") >= 60_000
       assert TailHold.stats().in_use == 0
+      :ok = TailHold.off()
+      assert :erlang.trace_info(self(), :flags) == {:flags, []}
     end
 
     test "a telemetry :start whose :stop never comes: its flag goes when the hold turns off" do
@@ -233,6 +250,251 @@ defmodule FlameOn.Client.TailTest do
       # its entry is given back once it is gone
       assert wait_until(fn -> Native.tail_owners() == [] end, 3_000)
       assert TailHold.stats().in_use == 0
+    end
+
+    test "a process's next tail trace takes its lingering flags again; the sweep removes them after linger_ms" do
+      Application.put_env(:flame_on_client, :tail, linger_ms: 200)
+      before = TailHold.stats()
+      opts = [mode: :native, threshold_ms: 200, shipper: @to_me]
+      FlameOn.Client.Tracing.trace("fast", &Work.fast/0, opts)
+      assert {:tracer, {Native, {:tail, _, _} = state}} = :erlang.trace_info(self(), :tracer)
+
+      for _ <- 1..4 do
+        FlameOn.Client.Tracing.trace("fast", &Work.fast/0, opts)
+        # the same flags, set once
+        assert :erlang.trace_info(self(), :tracer) == {:tracer, {Native, state}}
+      end
+
+      stats = TailHold.stats()
+      assert stats.begun - before.begun == 5
+      assert stats.resumed - before.resumed == 4
+      assert stats.lingering == 1
+      assert stats.in_use == 0
+      assert kept() == []
+
+      # idle: swept between 200 and 300 ms later
+      assert wait_until(fn -> :erlang.trace_info(self(), :flags) == {:flags, []} end, 3_000)
+      assert TailHold.stats().lingering == 0
+      assert TailHold.stats().swept > before.swept
+      assert TailHold.stats().on
+      assert_node_clean()
+
+      # and the next one sets them again
+      FlameOn.Client.Tracing.trace("fast", &Work.fast/0, opts)
+      assert {:tracer, {Native, {:tail, _, _} = again}} = :erlang.trace_info(self(), :tracer)
+      assert again != state
+    end
+
+    test "slow traces linger too; each profile holds its own request only" do
+      opts = [mode: :native, threshold_ms: 150, shipper: @to_me]
+      FlameOn.Client.Tracing.trace("first", fn -> Work.slow(120, 60) end, opts)
+      assert {:flags, [_ | _]} = :erlang.trace_info(self(), :flags)
+      resumed = TailHold.stats().resumed
+
+      FlameOn.Client.Tracing.trace(
+        "second",
+        fn ->
+          {:ok, _} = Work.other_compute(100)
+          Work.slow_wait(150)
+        end,
+        opts
+      )
+
+      assert TailHold.stats().resumed == resumed + 1
+
+      assert [first, second] = kept()
+      assert first.name == "first" and second.name == "second"
+      # (CPU time: what the loaded machine gave them)
+      assert time_in(first, "TailTest.Work.slow_compute/1") > 0
+      assert time_in(first, "TailTest.Work.other_compute/1") == 0
+      # nothing of the first request (nor of the first's replay) in the second
+      assert time_in(second, "TailTest.Work.other_compute/1") > 0
+      assert time_in(second, "TailTest.Work.slow_compute/1;") == 0
+      assert second.duration_us < 400_000
+      assert time_in(second, "TailTest.Work.slow_wait/1") >= 100_000
+      assert TailHold.stats().in_use == 0
+    end
+
+    test "the hold turning off removes every lingering flag; a process that died needs nothing" do
+      parent = self()
+
+      pids =
+        for _ <- 1..4 do
+          spawn(fn ->
+            FlameOn.Client.Tracing.trace("fast", &Work.fast/0, mode: :native, threshold_ms: 200)
+            send(parent, {:traced, self()})
+            receive do: (:exit -> :ok)
+          end)
+        end
+
+      for pid <- pids, do: assert_receive({:traced, ^pid})
+      for pid <- pids, do: assert({:flags, [_ | _]} = :erlang.trace_info(pid, :flags))
+      assert TailHold.stats().lingering == 4
+
+      # one dies lingering: its entry goes at the next sweep
+      [dead | alive] = pids
+      ref = Process.monitor(dead)
+      send(dead, :exit)
+      assert_receive {:DOWN, ^ref, :process, ^dead, _}
+      assert wait_until(fn -> TailHold.stats().lingering == 3 end, 2_000)
+
+      :ok = TailHold.off()
+      for pid <- alive, do: assert(:erlang.trace_info(pid, :flags) == {:flags, []})
+      assert TailHold.stats().lingering == 0
+      assert_node_clean()
+      for pid <- alive, do: send(pid, :exit)
+    end
+
+    test "lingering flags go when the application stops, and when the hold is killed" do
+      parent = self()
+
+      linger = fn ->
+        spawn(fn ->
+          FlameOn.Client.Tracing.trace("fast", &Work.fast/0, mode: :native, threshold_ms: 200)
+          send(parent, {:traced, self()})
+          receive do: (:exit -> :ok)
+        end)
+      end
+
+      pid = linger.()
+      assert_receive {:traced, ^pid}
+      assert {:flags, [_ | _]} = :erlang.trace_info(pid, :flags)
+      :ok = Application.stop(:flame_on_client)
+      assert :erlang.trace_info(pid, :flags) == {:flags, []}
+      assert_no_trace_leftovers()
+      ensure_app_started()
+
+      other = linger.()
+      assert_receive {:traced, ^other}
+      assert {:flags, [_ | _]} = :erlang.trace_info(other, :flags)
+      hold = Process.whereis(TailHold)
+      ref = Process.monitor(hold)
+      Process.exit(hold, :kill)
+      assert_receive {:DOWN, ^ref, :process, ^hold, :killed}
+      # the hold that restarts takes them back
+      assert wait_until(fn -> :erlang.trace_info(other, :flags) == {:flags, []} end, 2_000)
+      assert TailHold.stats().lingering == 0
+      assert_node_clean()
+
+      # and the processes trace as before
+      send(pid, :exit)
+      send(other, :exit)
+      FlameOn.Client.Tracing.trace("fast", &Work.fast/0, mode: :native, threshold_ms: 200)
+      assert {:flags, [_ | _]} = :erlang.trace_info(self(), :flags)
+    end
+
+    test "a process whose dictionary was erased while lingering: its next tail trace takes its flags again" do
+      opts = [mode: :native, threshold_ms: 200]
+      parent = self()
+
+      spawn_link(fn ->
+        FlameOn.Client.Tracing.trace("fast", &Work.fast/0, opts)
+        {:tracer, {Native, {:tail, _, _} = state}} = :erlang.trace_info(self(), :tracer)
+        resumed = TailHold.stats().resumed
+        :erlang.erase()
+        traced? = FlameOn.Client.Tracing.traced?()
+        result = FlameOn.Client.Tracing.trace("fast", fn -> :done end, opts)
+        tracer = :erlang.trace_info(self(), :tracer)
+        # noted again: the next one does not ask the VM
+        noted = TailHold.lingering_self()
+        send(parent, {state, traced?, result, tracer, TailHold.stats().resumed - resumed, noted})
+      end)
+
+      assert_receive {state, traced?, result, tracer, resumed, noted}, 5_000
+      refute traced?
+      assert result == :done
+      assert tracer == {:tracer, {Native, state}}
+      assert resumed == 1
+      assert noted == state
+    end
+
+    test "linger_ms 0: the flags go when each trace ends" do
+      Application.put_env(:flame_on_client, :tail, linger_ms: 0)
+      FlameOn.Client.Tracing.trace("fast", &Work.fast/0, mode: :native, threshold_ms: 200)
+      assert :erlang.trace_info(self(), :flags) == {:flags, []}
+      stats = TailHold.stats()
+      assert stats.lingering == 0 and stats.linger_ms == 0
+    end
+
+    test "past max_lingering a trace's flags go at once, counted" do
+      Application.put_env(:flame_on_client, :tail, max_lingering: 2)
+      parent = self()
+      full = TailHold.stats().linger_full
+
+      pids =
+        for _ <- 1..4 do
+          pid =
+            spawn(fn ->
+              FlameOn.Client.Tracing.trace("fast", &Work.fast/0, mode: :native, threshold_ms: 200)
+              send(parent, {:traced, self()})
+              receive do: (:exit -> :ok)
+            end)
+
+          assert_receive {:traced, ^pid}
+          pid
+        end
+
+      with_flags = Enum.filter(pids, &(:erlang.trace_info(&1, :flags) != {:flags, []}))
+      assert with_flags == Enum.take(pids, 2)
+      assert TailHold.stats().lingering == 2
+      assert TailHold.stats().linger_full == full + 2
+      for pid <- pids, do: send(pid, :exit)
+    end
+
+    test "a lingering process can be profiled, and traced by another process" do
+      opts = [mode: :native, threshold_ms: 200]
+      FlameOn.Client.Tracing.trace("fast", &Work.fast/0, opts)
+      assert {:tracer, {Native, {:tail, _, _} = state}} = :erlang.trace_info(self(), :tracer)
+      refute FlameOn.Client.Tracing.traced?()
+
+      # profile/2 takes the flags back first
+      {_, profile} = FlameOn.Client.profile(fn -> Work.slow_compute(60) end, mode: :native)
+      assert time_in(profile, "TailTest.Work.slow_compute/1") > 0
+      assert :erlang.trace_info(self(), :flags) == {:flags, []}
+      assert Native.tail_state(state) == :gone
+
+      # start_trace/2 of a process lingering
+      parent = self()
+
+      pid =
+        spawn(fn ->
+          FlameOn.Client.Tracing.trace("fast", &Work.fast/0, opts)
+          send(parent, :traced)
+
+          receive do
+            :work -> Work.slow_compute(50)
+          end
+
+          receive do: (:exit -> :ok)
+        end)
+
+      assert_receive :traced
+      assert {:tracer, {Native, {:tail, _, _} = other}} = :erlang.trace_info(pid, :tracer)
+      assert {:ok, ref} = FlameOn.Client.Tracing.start_trace(pid, mode: :sample)
+      assert Native.tail_state(other) == :gone
+      send(pid, :work)
+      Process.sleep(100)
+      assert {:ok, traced} = FlameOn.Client.Tracing.stop_trace(ref)
+      assert time_in(traced, "TailTest.Work.slow_compute/1") > 0
+      send(pid, :exit)
+      assert_node_clean()
+    end
+
+    test "a trace/3 nested in a tail trace runs untraced; the outer one keeps its flags" do
+      opts = [mode: :native, threshold_ms: 100, shipper: @to_me]
+
+      FlameOn.Client.Tracing.trace(
+        "outer",
+        fn ->
+          assert FlameOn.Client.Tracing.traced?()
+          FlameOn.Client.Tracing.trace("inner", fn -> Work.slow(60, 60) end, opts)
+        end,
+        opts
+      )
+
+      assert [profile] = kept()
+      assert profile.name == "outer"
+      assert time_in(profile, "TailTest.Work.slow_compute/1") > 30_000
     end
 
     test "cross_process and mode :sample take the own-session path" do

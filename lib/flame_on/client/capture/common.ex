@@ -7,7 +7,7 @@ defmodule FlameOn.Client.Capture.Common do
 
   alias FlameOn.Client.Capture.Mode
   alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Node.TraceBackend
+  alias FlameOn.Client.Node.{TailHold, TraceBackend}
 
   @doc "Two `watched` results as one (the root's and its callees')."
   @spec merge_watched(Mode.watched(), Mode.watched()) :: Mode.watched()
@@ -88,10 +88,28 @@ defmodule FlameOn.Client.Capture.Common do
 
   @doc """
   Whether the calling process is traced in a way that keeps FlameOn from
-  tracing it (`TraceBackend.check_tracee/1`).
+  tracing it (`TraceBackend.check_tracee/1`). The flags a tail trace of
+  it left lingering (`FlameOn.Client.Node.TailHold`'s `linger_ms`) do
+  not: the next tail trace takes them again, any other trace removes
+  them first (`ensure_untraced!/0`).
   """
   @spec traced?() :: boolean()
-  def traced?, do: TraceBackend.check_tracee(self()) != :ok
+  def traced? do
+    case TailHold.lingering_self() do
+      nil ->
+        case TraceBackend.check_tracee(self()) do
+          :ok -> false
+          {:error, {:already_traced, {Native, {:tail, _, _} = state}}} -> tail_active?(state)
+          _ -> true
+        end
+
+      # (the process dictionary's note: asking the VM costs 1 µs)
+      state ->
+        tail_active?(state)
+    end
+  end
+
+  defp tail_active?(state), do: Native.tail_state(state) == :active
 
   @doc "Whether a call is traced, at `rate` (0.0 to 1.0): one random number."
   @spec sampled?(number()) :: boolean()
@@ -107,6 +125,11 @@ defmodule FlameOn.Client.Capture.Common do
     case TraceBackend.check_tracee(self()) do
       :ok ->
         :ok
+
+      {:error, {:already_traced, {Native, {:tail, _, _} = state}}} = error ->
+        if leave? and TailHold.unlinger(self(), state) == :ok,
+          do: check_self(false),
+          else: error
 
       {:error, {:already_traced, tracer}} = error ->
         if leave? and follower_only?(tracer) do

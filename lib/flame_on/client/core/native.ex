@@ -385,13 +385,35 @@ defmodule FlameOn.Client.Core.Native do
     do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
-  @spec tail_begin(non_neg_integer()) ::
-          {:tail, non_neg_integer(), non_neg_integer()} | :full | :disabled
-  def tail_begin(_ask_after_ns), do: :erlang.nif_error(:nif_not_loaded)
+  # hint: nil, or the tail state the calling process's flags have (its
+  # lingering entry's: taken again, the same state answered)
+  @spec tail_begin(non_neg_integer(), tuple() | nil) ::
+          {:tail, non_neg_integer(), non_neg_integer()} | :full | :disabled | :busy | :active
+  def tail_begin(_ask_after_ns, _hint), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
-  @spec tail_end(tuple(), boolean()) :: :ok
+  @spec tail_end(tuple(), boolean()) :: :ok | :linger
   def tail_end(_state, _keep), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec tail_linger(non_neg_integer(), non_neg_integer()) :: :ok
+  def tail_linger(_linger_ms, _max_lingering), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec tail_state(term()) :: :active | :lingering | :claimed | :gone
+  def tail_state(_state), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec tail_claim(term()) :: :ok | :busy | :active | :gone
+  def tail_claim(_state), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec tail_release(term()) :: :ok | :gone
+  def tail_release(_state), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  @spec tail_idle(non_neg_integer()) :: [{pid(), tuple()}]
+  def tail_idle(_idle_ns), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
   @spec tail_replay(session(), tuple()) :: {non_neg_integer(), non_neg_integer()}

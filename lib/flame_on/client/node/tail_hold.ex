@@ -23,6 +23,17 @@ defmodule FlameOn.Client.Node.TailHold do
   #     same way.
   #   * `:idle_ms` (5000) – how long the hold outlives the last tail trace
   #     (at least; at most twice as long).
+  #   * `:linger_ms` (1000) – how long a process keeps its tail flags after
+  #     a tail trace ends (its entry lingering, its callbacks returning at
+  #     once), so that its next one pays no `erlang:trace/3` call (two a
+  #     request otherwise: each takes the node's code modification
+  #     permission). The sweep (every `linger_ms` / 2, at most 100 ms
+  #     apart) removes the flags of processes idle longer, and frees the
+  #     entries of those that died; 0: the flags go when each trace ends.
+  #     All go when the hold turns off, stops or restarts.
+  #   * `:max_lingering` (256) – processes lingering at once (a process
+  #     keeps its place while it traces its next request); a trace that
+  #     ends past them removes its flags at once (`linger_full`).
   #   * `:shared` (true) – false: every tail trace takes its own session
   #     (for comparisons; read when the hold would turn on, and kept until
   #     `off/1`).
@@ -47,7 +58,17 @@ defmodule FlameOn.Client.Node.TailHold do
   @on 1
   @not_shared 2
 
-  @defaults [max_processes: 1024, max_slices: 100_000, max_slices_mb: 32, idle_ms: 5_000]
+  @defaults [
+    max_processes: 1024,
+    max_slices: 100_000,
+    max_slices_mb: 32,
+    idle_ms: 5_000,
+    linger_ms: 1_000,
+    max_lingering: 256
+  ]
+
+  # a tail trace's flags (FlameOn.Client.Tracing.Tail)
+  @flags [:running, :garbage_collection]
 
   @doc false
   @spec start_link(keyword()) :: GenServer.on_start()
@@ -87,6 +108,120 @@ defmodule FlameOn.Client.Node.TailHold do
   @spec off(non_neg_integer()) :: :ok
   def off(wait_ms \\ 1_000), do: GenServer.call(__MODULE__, {:off, wait_ms}, 60_000)
 
+  # The calling process's tail state and its flags (the trace field of
+  # Process.info/2) while a tail trace of it runs or lingers: asking the
+  # VM for a process's tracer (erlang:trace_info/2) costs about 1 µs, the
+  # process dictionary and its own flags 0.06 µs.
+  @self_key {__MODULE__, :state}
+
+  @doc """
+  Notes that the calling process's tail flags are on with `state` (a
+  tail trace of it starts): `lingering_self/0` knows them.
+  """
+  @spec note_self(tuple()) :: :ok
+  def note_self(state) do
+    {:trace, mask} = Process.info(self(), :trace)
+    Process.put(@self_key, {state, mask})
+    :ok
+  end
+
+  @doc "The calling process's tail flags went off."
+  @spec forget_self() :: :ok
+  def forget_self do
+    Process.delete(@self_key)
+    :ok
+  end
+
+  @doc """
+  The tail state of the calling process's flags, if they are those of
+  its last tail trace (running or lingering since; the flags the same),
+  else nil.
+  """
+  @spec lingering_self() :: tuple() | nil
+  def lingering_self do
+    case Process.get(@self_key) do
+      {state, mask} -> if Process.info(self(), :trace) == {:trace, mask}, do: state
+      nil -> nil
+    end
+  end
+
+  @doc """
+  Takes back the lingering tail flags of `pid` (`state`: its tracer
+  state): `:ok` once they are off (or were not there), `{:error, :active}`
+  when `pid` traces a request with them, `{:error, :busy}` when another
+  process is removing them and has not finished within a second.
+  """
+  @spec unlinger(pid(), tuple()) :: :ok | {:error, :active | :busy}
+  def unlinger(pid, state), do: unlinger(pid, state, 1_000)
+
+  defp unlinger(pid, state, wait_ms) do
+    case Native.tail_claim(state) do
+      :ok ->
+        remove_flags(pid, state)
+        Native.tail_release(state)
+        if pid == self(), do: forget_self()
+        :ok
+
+      :gone ->
+        :ok
+
+      :active ->
+        {:error, :active}
+
+      :busy ->
+        if await(state, wait_ms), do: :ok, else: {:error, :busy}
+    end
+  end
+
+  @doc """
+  Waits up to `wait_ms` while another process removes the lingering
+  flags of `state` (`Native.tail_claim/1` answered `:busy`): whether they
+  are off.
+  """
+  @spec await(tuple(), non_neg_integer()) :: boolean()
+  def await(state, wait_ms) do
+    deadline = System.monotonic_time(:millisecond) + wait_ms
+    await_loop(state, deadline, 0)
+  end
+
+  defp await_loop(state, deadline, spins) do
+    cond do
+      Native.tail_state(state) != :claimed ->
+        true
+
+      System.monotonic_time(:millisecond) >= deadline ->
+        false
+
+      spins < 100 ->
+        :erlang.yield()
+        await_loop(state, deadline, spins + 1)
+
+      true ->
+        Process.sleep(1)
+        await_loop(state, deadline, spins)
+    end
+  end
+
+  # The claimed entry's flags, if they are still its own.
+  defp remove_flags(pid, state) do
+    if :erlang.trace_info(pid, :tracer) == {:tracer, {Native, state}},
+      do: :erlang.trace(pid, false, @flags)
+  rescue
+    # it exited meanwhile
+    ArgumentError -> :ok
+  end
+
+  # The lingering idle for `idle_ns` or more (0: all): their flags off,
+  # their entries free.
+  defp sweep(idle_ns) do
+    for {pid, state} <- Native.tail_idle(idle_ns) do
+      remove_flags(pid, state)
+      Native.tail_release(state)
+    end
+
+    :ok
+  end
+
   @doc "Whether the hold is on, and the table's counters."
   @spec stats() :: map()
   def stats do
@@ -97,6 +232,12 @@ defmodule FlameOn.Client.Node.TailHold do
 
   @impl GenServer
   def init(:ok) do
+    # terminate/2 takes the lingering flags back when the application stops
+    Process.flag(:trap_exit, true)
+    # and a hold killed before (no terminate/2) left them: the new one
+    # takes them back now
+    stop_lingering()
+
     flags =
       case :persistent_term.get({__MODULE__, :flags}, nil) do
         nil ->
@@ -111,7 +252,8 @@ defmodule FlameOn.Client.Node.TailHold do
 
     # begun: the table's count of tail traces started, as the last check
     # saw it, at active_ms
-    {:ok, %{flags: flags, held: false, timer: nil, begun: 0, active_ms: 0}}
+    {:ok,
+     %{flags: flags, held: false, timer: nil, sweep: nil, linger_ms: 0, begun: 0, active_ms: 0}}
   end
 
   @impl GenServer
@@ -153,20 +295,38 @@ defmodule FlameOn.Client.Node.TailHold do
     end
   end
 
+  def handle_info(:sweep, state) do
+    sweep(state.linger_ms * 1_000_000)
+
+    # (a timer still running: this one was cancelled too late)
+    if state.held and state.linger_ms > 0 and
+         not (is_reference(state.sweep) and Process.read_timer(state.sweep) != false),
+       do: {:noreply, %{state | sweep: schedule_sweep(state.linger_ms)}},
+       else: {:noreply, state}
+  end
+
   def handle_info(_msg, state), do: {:noreply, state}
 
   @impl GenServer
   def terminate(_reason, state) do
     :atomics.put(state.flags, @state, @off)
+    stop_lingering()
     if state.held, do: PerfSampler.release()
     :ok
+  end
+
+  # No trace lingers from now, and the flags of those that did go.
+  defp stop_lingering do
+    Native.tail_linger(0, 0)
+    sweep(0)
   end
 
   defp turn_on(state, frequency) do
     config = config()
 
     with :ok <- PerfSampler.acquire(frequency),
-         {:ok, _, _} <- enable(config) do
+         {:ok, processes, _} <- enable(config),
+         :ok <- linger(config, processes) do
       :atomics.put(state.flags, @state, @on)
 
       {:ok,
@@ -174,6 +334,8 @@ defmodule FlameOn.Client.Node.TailHold do
          state
          | held: true,
            timer: state.timer || schedule(config[:idle_ms]),
+           linger_ms: config[:linger_ms],
+           sweep: state.sweep || (config[:linger_ms] > 0 && schedule_sweep(config[:linger_ms])),
            begun: Native.tail_stats().begun,
            active_ms: System.monotonic_time(:millisecond)
        }}
@@ -194,15 +356,29 @@ defmodule FlameOn.Client.Node.TailHold do
     ArgumentError -> {:error, :invalid_config}
   end
 
+  # Entries lingering from an earlier hold (their flags may have been
+  # swept meanwhile, by the application's stop) go first.
+  defp linger(config, processes) do
+    stop_lingering()
+    Native.tail_linger(config[:linger_ms], min(config[:max_lingering], processes))
+  rescue
+    ArgumentError -> {:error, :invalid_config}
+  end
+
   defp turn_off(%{held: false} = state, _wait_ms), do: state
 
   defp turn_off(state, wait_ms) do
     :atomics.put(state.flags, @state, @off)
+    stop_lingering()
     wait_idle(System.monotonic_time(:millisecond) + wait_ms)
     untrace_stragglers()
+    # a trace that ended while lingering was turned off may still have
+    # read it on
+    sweep(0)
     PerfSampler.release()
     if state.timer, do: Process.cancel_timer(state.timer)
-    %{state | held: false, timer: nil}
+    if state.sweep, do: Process.cancel_timer(state.sweep)
+    %{state | held: false, timer: nil, sweep: nil}
   end
 
   # Until no tail trace holds an entry (or the deadline).
@@ -221,7 +397,7 @@ defmodule FlameOn.Client.Node.TailHold do
     for {pid, state} <- Native.tail_owners(),
         :erlang.trace_info(pid, :tracer) == {:tracer, {Native, state}} do
       try do
-        :erlang.trace(pid, false, [:running, :garbage_collection])
+        :erlang.trace(pid, false, @flags)
       rescue
         # it exited meanwhile
         ArgumentError -> :ok
@@ -230,6 +406,11 @@ defmodule FlameOn.Client.Node.TailHold do
   end
 
   defp schedule(idle_ms), do: Process.send_after(self(), :check, max(div(idle_ms, 2), 10))
+
+  # Every linger_ms / 2, at most 100 ms apart: the entries of lingering
+  # processes that died go at each (they count among max_lingering).
+  defp schedule_sweep(linger_ms),
+    do: Process.send_after(self(), :sweep, min(max(div(linger_ms, 2), 10), 100))
 
   defp config do
     Keyword.merge(@defaults, Application.get_env(:flame_on_client, :tail, []))

@@ -362,7 +362,19 @@ defmodule FlameOn.Client.Node.TraceBackend do
       else: check_other(pid)
   end
 
-  def check_tracee(pid), do: check_other(pid)
+  def check_tracee(pid) do
+    case check_other(pid) do
+      # a tail trace's flags, lingering on it between two of its requests
+      # (FlameOn.Client.Node.TailHold): taken back
+      {:error, {:already_traced, {FlameOn.Client.Core.Native, {:tail, _, _} = state}}} = error ->
+        if FlameOn.Client.Node.TailHold.unlinger(pid, state) == :ok,
+          do: check_other(pid),
+          else: error
+
+      other ->
+        other
+    end
+  end
 
   defp check_other(pid) when is_pid(pid) and node(pid) == node() do
     cond do

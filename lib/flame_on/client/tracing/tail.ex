@@ -15,6 +15,10 @@ defmodule FlameOn.Client.Tracing.Tail do
   #     :native_tail). No session, no sampler call, no
   #     helper per request; only past half its threshold are its stops
   #     asked about (the helper reads where it waits, as in mode :native).
+  #     Its flags linger after it (TailHold's linger_ms), its entry idle:
+  #     the process's next request takes both again, so a process making
+  #     many requests pays no erlang:trace/3 call per request (each takes
+  #     the node's code modification permission).
   #   * own (every other case, and when the table is full): the steps of
   #     FlameOn.Client.profile/2, deciding on the threshold as soon as the
   #     traced work is over: a fast run gives its capture back
@@ -24,7 +28,7 @@ defmodule FlameOn.Client.Tracing.Tail do
   # What a request traced and thrown away costs each way is in
   # bench/tail.exs.
 
-  alias FlameOn.Client.{Capture, Options, Profile, ProcessName}
+  alias FlameOn.Client.{Capture, Profile, ProcessName}
   alias FlameOn.Client.Capture.Common
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.{Breaker, PerfSampler, TailHold, TraceBackend}
@@ -39,31 +43,66 @@ defmodule FlameOn.Client.Tracing.Tail do
   @root {__MODULE__, :call, 1}
 
   @doc """
-  Runs `fun` traced as `name` with `trace_capture`, the capture options
-  checked by `Options.trace!/1` (mode resolved): `{result, profile}` when
-  it ran for at least `threshold_ms`, `{result, nil}` when not.
-  `profile_opts` makes the same as `profile/2`'s options, for a trace of
-  its own. As `profile/2`, it raises when the trace cannot start (`fun`
-  has not run then), and raises `fun`'s exception again once the trace is
-  given back.
+  Runs `fun` traced as `name` on the shared path where it can run (see
+  `start/4`): `{:ran, outcome, profile}` (`outcome` `{:ok, result}` or
+  `{kind, reason, stacktrace}`, `fun`'s exception caught; `profile` nil
+  under the threshold, or when building it failed: logged), else
+  `:unavailable` (`fun` has not run). No wrapper, no process dictionary
+  entry: what `trace/3` pays per request on this path.
   """
-  @spec run((() -> result), String.t(), map(), pos_integer(), (() -> keyword())) ::
-          {result, FlameOn.Client.Profile.t() | nil}
-        when result: term()
-  def run(fun, name, trace_capture, threshold_ms, profile_opts) do
+  @spec shared((() -> term()), String.t(), map(), pos_integer()) ::
+          {:ran, {:ok, term()} | {atom(), term(), list()}, FlameOn.Client.Profile.t() | nil}
+          | :unavailable
+  def shared(fun, name, trace_capture, threshold_ms) do
     case start(trace_capture, @root, threshold_ms, name) do
       {:ok, tail} ->
         outcome = call(fun)
-        profile = stop(tail, threshold_ms)
 
-        case outcome do
-          {:ok, result} -> {result, profile}
-          {kind, reason, stacktrace} -> :erlang.raise(kind, reason, stacktrace)
-        end
+        profile =
+          try do
+            stop(tail, threshold_ms)
+          catch
+            kind, reason ->
+              Logger.error(
+                "FlameOn: the trace of #{inspect(name)} failed after it ran:\n" <>
+                  Exception.format(kind, reason, __STACKTRACE__)
+              )
+
+              nil
+          end
+
+        {:ran, outcome, profile}
 
       :unavailable ->
-        own(fun, Options.profile!(profile_opts.()), threshold_ms)
+        :unavailable
     end
+  end
+
+  @doc """
+  Runs `fun` with a trace of its own (checked `profile/2` options
+  `opts`), its profile built only if it ran `threshold_ms` or more:
+  `{result, profile | nil}` (`profile` nil under the threshold). As
+  `profile/2`, it raises when the trace cannot start (`fun` has not run
+  then), and raises `fun`'s exception again once the trace is given back.
+  """
+  @spec own((() -> result), map(), pos_integer()) :: {result, FlameOn.Client.Profile.t() | nil}
+        when result: term()
+  def own(fun, opts, threshold_ms) do
+    capture = Capture.start({:self, @root}, opts)
+    started_ts = :erlang.monotonic_time()
+    capture = Capture.begin(capture, self())
+    TraceBackend.set_flags(self(), capture.flags)
+    outcome = call(fun)
+
+    end_ts = Capture.stop(capture)
+    Capture.detach(capture)
+
+    kept =
+      if slow?(started_ts, end_ts, threshold_ms),
+        do: Capture.finish(capture, started_ts, end_ts),
+        else: Capture.discard(capture)
+
+    Capture.result(capture, outcome, kept)
   end
 
   @typedoc "A running shared tail trace of the calling process (`start/2`)."
@@ -91,11 +130,13 @@ defmodule FlameOn.Client.Tracing.Tail do
           {:ok, tail()} | :unavailable
   def start(opts, root, threshold_ms, name \\ nil) do
     with true <- shared?(opts),
-         true <- untraced_legacy?(),
-         {:tail, _, _} = state <- Native.tail_begin(ask_after_ns(root, threshold_ms)) do
+         {:ok, hint, noted?} <- own_flags(),
+         {:tail, _, _} = state <- begin(ask_after_ns(root, threshold_ms), hint, true) do
       handle = TraceBackend.legacy({Native, state})
       started_ts = :erlang.monotonic_time()
-      TraceBackend.trace(handle, self(), true, @flags)
+      # the same state: its lingering flags are on still
+      if state != hint, do: TraceBackend.trace(handle, self(), true, @flags)
+      if state != hint or not noted?, do: TailHold.note_self(state)
 
       {:ok,
        %{
@@ -123,9 +164,25 @@ defmodule FlameOn.Client.Tracing.Tail do
     keep = slow?(started_ts, end_ts, threshold_ms) and breaker_closed?(tail)
     # its last slice ends here, while its flag is still on: turning it off
     # may schedule it out, unseen, and others would run in that slice
-    :ok = Native.tail_end(state, keep)
-    TraceBackend.trace(tail.handle, self(), false, @flags)
-    if keep, do: replay(tail, end_ts)
+    case Native.tail_end(state, keep) do
+      # its flags stay for its next tail trace (TailHold's linger_ms)
+      :linger -> :ok
+      :ok -> untrace(tail)
+    end
+
+    if keep, do: replay_or_untrace(tail, end_ts)
+  end
+
+  # A kept trace whose entry lingers once replayed: if the replay fails,
+  # the flags go (the entry stays taken until the process exits, as
+  # without lingering).
+  defp replay_or_untrace(tail, end_ts) do
+    replay(tail, end_ts)
+  rescue
+    error ->
+      if Native.tail_state(tail.state) == :active, do: untrace(tail)
+
+      reraise error, __STACKTRACE__
   end
 
   defp breaker_closed?(tail) do
@@ -149,10 +206,46 @@ defmodule FlameOn.Client.Tracing.Tail do
   defp ask_after_ns(nil, _threshold_ms), do: 0
   defp ask_after_ns(_root, threshold_ms), do: div(threshold_ms * 1_000_000, 2)
 
-  # The shared path's flag goes to the legacy session: where the VM has
-  # trace sessions, Capture.traced?/0 looks at ours only.
-  defp untraced_legacy? do
-    not TraceBackend.sessions?() or :erlang.trace_info(self(), :tracer) == {:tracer, []}
+  defp untrace(tail) do
+    TraceBackend.trace(tail.handle, self(), false, @flags)
+    TailHold.forget_self()
+  end
+
+  # The calling process's flags in the legacy session: {:ok, state,
+  # noted?} with those its last tail trace left lingering (the state they
+  # were set with; noted?: TailHold.lingering_self/0 knows it), {:ok, nil,
+  # true} without any, :error with another tracer's. The VM is asked (1
+  # µs) only where the process's own note and flags do not tell: where it
+  # has trace sessions (Capture.traced?/0 looks at ours only), or flags
+  # without the note (its dictionary erased).
+  defp own_flags do
+    case TailHold.lingering_self() do
+      nil ->
+        if not TraceBackend.sessions?() and Process.info(self(), :trace) == {:trace, 0} do
+          {:ok, nil, true}
+        else
+          case :erlang.trace_info(self(), :tracer) do
+            {:tracer, []} -> {:ok, nil, true}
+            {:tracer, {Native, {:tail, _, _} = state}} -> {:ok, state, false}
+            _ -> :error
+          end
+        end
+
+      state ->
+        {:ok, state, true}
+    end
+  end
+
+  # Its lingering flags being removed by another process (TailHold's
+  # sweep): once they are off, without them.
+  defp begin(ask_after_ns, hint, wait?) do
+    case Native.tail_begin(ask_after_ns, hint) do
+      :busy when wait? ->
+        if TailHold.await(hint, 1_000), do: begin(ask_after_ns, nil, false), else: :busy
+
+      other ->
+        other
+    end
   end
 
   # (`config :flame_on_client, tail: [shared: false]` keeps the hold off)
@@ -189,24 +282,6 @@ defmodule FlameOn.Client.Tracing.Tail do
 
     fields = Keyword.put(Common.fields(opts, self(), started_ts, end_ts), :mode, :native_tail)
     ProcessName.name_profile(Profile.build(raw, stats, fields), %{})
-  end
-
-  defp own(fun, opts, threshold_ms) do
-    capture = Capture.start({:self, @root}, opts)
-    started_ts = :erlang.monotonic_time()
-    capture = Capture.begin(capture, self())
-    TraceBackend.set_flags(self(), capture.flags)
-    outcome = call(fun)
-
-    end_ts = Capture.stop(capture)
-    Capture.detach(capture)
-
-    kept =
-      if slow?(started_ts, end_ts, threshold_ms),
-        do: Capture.finish(capture, started_ts, end_ts),
-        else: Capture.discard(capture)
-
-    Capture.result(capture, outcome, kept)
   end
 
   # As FlameOn.Client.TraceStore.keep/2 decides (on the profile's
