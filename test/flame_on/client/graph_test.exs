@@ -358,18 +358,20 @@ defmodule FlameOn.Client.GraphTest do
   # and its stacks for that request are whole.
   test "a trace ending does not take the flags from a shared server another trace's request waits in" do
     {:ok, server} = Server.start()
-    parent = self()
+    # no message from the first trace's root to this process: it would
+    # follow that trace, and so would the second trace's root it spawns
+    called = :atomics.new(1, [])
 
     first =
       Task.async(fn ->
         graph_profile(fn ->
           GenServer.call(server, {:spin, 5})
-          send(parent, :first_called)
+          :atomics.put(called, 1, 1)
           receive do: (:finish -> :ok)
         end)
       end)
 
-    assert_receive :first_called, 5_000
+    wait_until(fn -> :atomics.get(called, 1) == 1 end)
     # the server takes no request now: the second trace's waits in its
     # queue as the first trace ends
     :ok = :sys.suspend(server)

@@ -259,6 +259,10 @@ defmodule FlameOn.Client.TraceBackendTest do
         refute TraceBackend.gc_traced_elsewhere?(own, pid)
         TraceBackend.trace(other, pid, true, [:garbage_collection, :running])
         assert TraceBackend.flags(other, pid) == [:running]
+        # the legacy session too (the tail path's)
+        TraceBackend.trace(TraceBackend.legacy(self()), pid, true, [:garbage_collection, :procs])
+        assert :erlang.trace_info(pid, :flags) == {:flags, [:procs]}
+        :erlang.trace(pid, false, [:all])
       after
         TraceBackend.close(mine)
         TraceBackend.close(other)

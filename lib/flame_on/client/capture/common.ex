@@ -119,23 +119,26 @@ defmodule FlameOn.Client.Capture.Common do
 
   @doc "`ensure_untraced!/0` as a result."
   @spec check_self() :: :ok | {:error, term()}
-  def check_self, do: check_self(true)
+  def check_self, do: check_self(3)
 
-  defp check_self(leave?) do
+  # Leaving a trace we follow may take more than one try: the trace's namer
+  # may turn :garbage_collection on (OTP 27+, FlameOn.Client.Owners.Namer)
+  # just as the flags go.
+  defp check_self(leaves) do
     case TraceBackend.check_tracee(self()) do
       :ok ->
         :ok
 
       {:error, {:already_traced, {Native, {:tail, _, _} = state}}} = error ->
-        if leave? and TailHold.unlinger(self(), state) == :ok,
-          do: check_self(false),
+        if leaves > 0 and TailHold.unlinger(self(), state) == :ok,
+          do: check_self(0),
           else: error
 
       {:error, {:already_traced, tracer}} = error ->
-        if leave? and follower_only?(tracer) do
+        if leaves > 0 and follower_only?(tracer) do
           TraceBackend.untrace_graph(self())
           :seq_trace.set_token([])
-          check_self(false)
+          check_self(leaves - 1)
         else
           error
         end

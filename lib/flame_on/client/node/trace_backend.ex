@@ -132,6 +132,11 @@ defmodule FlameOn.Client.Node.TraceBackend do
   `ArgumentError` when `pid` is not alive.
   """
   @spec trace(t(), pid() | atom(), boolean(), [atom()]) :: non_neg_integer()
+  # The legacy session as trace:session_info/1 names it (OTP 27+).
+  @legacy {nil, {:legacy, :default}}
+  def trace(%__MODULE__{session: nil, tracer: tracer}, pid, true, flags) when is_pid(pid),
+    do: :erlang.trace(pid, true, [tracer_flag(tracer) | one_gc_tracer(@legacy, pid, flags)])
+
   def trace(%__MODULE__{session: nil, tracer: tracer}, pid, true, flags),
     do: :erlang.trace(pid, true, [tracer_flag(tracer) | flags])
 
@@ -152,7 +157,7 @@ defmodule FlameOn.Client.Node.TraceBackend do
   # its collections stay in its frames (time classes, alloc) rather than
   # the node going down.
   defp one_gc_tracer({_ref, own}, pid, flags) do
-    if :garbage_collection in flags and gc_traced_elsewhere?(own, pid),
+    if :garbage_collection in flags and sessions?() and gc_traced_elsewhere?(own, pid),
       do: List.delete(flags, :garbage_collection),
       else: flags
   end

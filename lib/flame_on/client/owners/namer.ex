@@ -103,18 +103,26 @@ defmodule FlameOn.Client.Owners.Namer do
 
   # Only while it still follows the trace (the trace's flags on it): the
   # flag alone on a process that left would stay until the last
-  # cross-process trace ends.
+  # cross-process trace ends. Looked at again after: the process may have
+  # left meanwhile (a follower that starts a trace of its own turns its
+  # flags off, FlameOn.Client.Capture.Common.check_self/0).
   defp collections(nil, _pid), do: :ok
 
   defp collections(handle, pid) do
-    if :send in TraceBackend.flags(handle, pid),
-      do: TraceBackend.trace(handle, pid, true, [:garbage_collection])
+    if following?(handle, pid) do
+      TraceBackend.trace(handle, pid, true, [:garbage_collection])
+
+      unless following?(handle, pid),
+        do: TraceBackend.trace(handle, pid, false, [:garbage_collection])
+    end
 
     :ok
   rescue
     # gone meanwhile
     ArgumentError -> :ok
   end
+
+  defp following?(handle, pid), do: :send in TraceBackend.flags(handle, pid)
 
   defp heap_level(nil, _pid), do: :ok
 
