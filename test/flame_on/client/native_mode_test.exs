@@ -121,6 +121,36 @@ defmodule FlameOn.Client.NativeModeTest do
       assert share > 0.33 and share < 0.67, "fib #{fib} µs, enum #{enum} µs"
     end
 
+    # The last slice of a trace (here the whole second phase, after the
+    # wait) takes its CPU samples as the session closes: from the
+    # sampler's buffers, which must still be there (they were freed first,
+    # and its time went to the stack before the wait: 0% for the phase).
+    # Short traces are what trace/3 keeps.
+    for cross_process <- [false, true] do
+      test "the last phase of a short trace gets its samples (cross_process: #{cross_process})" do
+        work = fn ->
+          Workloads.busy(15)
+          Process.sleep(10)
+          build(1_000_000, [])
+        end
+
+        # three short traces together, on-CPU in its code (its collections'
+        # time is exact either way): about half, from some sixty samples
+        # (before the fix: none)
+        {fib, build} =
+          for _ <- 1..3, reduce: {0, 0} do
+            {fib, build} ->
+              {_, profile} =
+                FlameOn.Client.profile(work, mode: :native, cross_process: unquote(cross_process))
+
+              {fib + running_in(profile, "Workloads.fib/1"),
+               build + running_in(profile, "NativeModeTest.build/2")}
+          end
+
+        assert build / max(fib + build, 1) > 0.2, "fib #{fib} µs, build #{build} µs"
+      end
+    end
+
     test "a wait in GenServer.call hangs under the call's frames, as in exact mode" do
       {:ok, server} = Agent.start_link(fn -> :ok end)
 
@@ -155,7 +185,9 @@ defmodule FlameOn.Client.NativeModeTest do
       assert result == :done
       assert profile.mode == :native
       spun = time_where(profile, server, &String.contains?(&1, "spin_until"))
-      assert spun >= 100_000, inspect(profile.stacks[server], limit: 10)
+      # (a sample in the runtime's C code whose chain broke may land on
+      # another of its stacks: 114-150 ms of the 150 in eight runs here)
+      assert spun >= 90_000, inspect(profile.stacks[server], limit: 10)
       GenServer.stop(server)
       assert until(&sampler_idle?/0, 100)
       assert_node_clean()
@@ -261,6 +293,17 @@ defmodule FlameOn.Client.NativeModeTest do
       assert traced_profile(fn -> Workloads.busy(20) end, mode: :auto).mode == :sample
     end
   end
+
+  # time in stacks through frame, but its classes' leaves
+  defp running_in(profile, frame) do
+    time_where(profile, self(), fn stack ->
+      String.contains?(stack, frame) and not (stack =~ ~r/;(GC_MINOR|GC_MAJOR|RUNNABLE|SLEEP)$/)
+    end)
+  end
+
+  # a list of n: few, large collections
+  def build(0, acc), do: length(acc)
+  def build(n, acc), do: build(n - 1, [rem(n * 7, 13) | acc])
 
   defp enum_for(ms) do
     deadline = System.monotonic_time(:millisecond) + ms

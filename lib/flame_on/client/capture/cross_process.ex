@@ -172,16 +172,22 @@ defmodule FlameOn.Client.Capture.CrossProcess do
           {:ok, FlameOn.Client.Profile.t()} | {:error, term()}
   def finish(%{owner: owner, mode: mode, opts: opts} = capture, started_ts, end_ts) do
     root_watched = mode.unwatch(capture.watchers)
-    :ok = mode.release(opts)
 
+    # The mode lets go once the owner finished: mode :native's last slices
+    # take their CPU samples as the session closes, from the sampler's
+    # buffers, which the last user's release frees.
     finished =
-      Owners.CrossProcess.finish(owner,
-        started_ts: started_ts,
-        end_ts: end_ts,
-        timeout: opts.timeout,
-        root: List.first(capture.pids),
-        root_watched: root_watched
-      )
+      try do
+        Owners.CrossProcess.finish(owner,
+          started_ts: started_ts,
+          end_ts: end_ts,
+          timeout: opts.timeout,
+          root: List.first(capture.pids),
+          root_watched: root_watched
+        )
+      after
+        :ok = mode.release(opts)
+      end
 
     with {:ok, profile} <- finished do
       profile = Cluster.finish(capture.cluster, profile)

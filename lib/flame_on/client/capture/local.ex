@@ -166,9 +166,17 @@ defmodule FlameOn.Client.Capture.Local do
     if capture.patterns, do: Patterns.release()
     TraceBackend.close(capture.handle)
     watched = capture.mode.unwatch(capture.watchers)
-    :ok = capture.mode.release(opts)
+
     # The tracer stamps events on its own clock; stop/1 noted when it ended.
-    {raw, stats} = Native.finish(core, :stop)
+    # Finished before the mode lets go: mode :native's last slices take
+    # their CPU samples as the session closes, from the sampler's buffers,
+    # which the last user's release frees.
+    {raw, stats} =
+      try do
+        Native.finish(core, :stop)
+      after
+        :ok = capture.mode.release(opts)
+      end
 
     stats =
       stats
@@ -202,8 +210,8 @@ defmodule FlameOn.Client.Capture.Local do
     if capture.patterns, do: Patterns.release()
     TraceBackend.close(capture.handle)
     capture.mode.unwatch(capture.watchers)
-    :ok = capture.mode.release(opts)
     _ = Native.finish(core, :stop)
+    :ok = capture.mode.release(opts)
     :ok
   end
 
