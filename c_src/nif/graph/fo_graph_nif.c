@@ -83,10 +83,11 @@ ERL_NIF_TERM fo_graph_outsider_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     return noted ? fo_atom_ok : fo_atom_error;
 }
 
-// graph_heap_level(Session, Pid, Words)
-ERL_NIF_TERM fo_graph_heap_level_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+/* (Session, Pid, Words): a heap size read for an alloc: true trace's
+ * process, handed to the core under the session's lock. */
+static ERL_NIF_TERM heap_words(ErlNifEnv *env, const ERL_NIF_TERM argv[],
+                               void (*apply)(fo_session *, uint64_t, uint64_t))
 {
-    (void)argc;
     fo_session_res *res;
     ErlNifPid pid;
     ErlNifUInt64 words;
@@ -94,9 +95,16 @@ ERL_NIF_TERM fo_graph_heap_level_nif(ErlNifEnv *env, int argc, const ERL_NIF_TER
         return enif_make_badarg(env);
     fo_spin_lock(&res->lock);
     if (res->core != NULL && res->alloc)
-        fo_session_heap_level_unless_known(res->core, (uint64_t)pid.pid, words);
+        apply(res->core, (uint64_t)pid.pid, words);
     fo_spin_unlock(&res->lock);
     return fo_atom_ok;
+}
+
+// graph_heap_level(Session, Pid, Words)
+ERL_NIF_TERM fo_graph_heap_level_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    return heap_words(env, argv, fo_session_heap_level_unless_known);
 }
 
 // graph_alloc_followers(Session)
@@ -128,16 +136,7 @@ ERL_NIF_TERM fo_graph_alloc_followers_nif(ErlNifEnv *env, int argc, const ERL_NI
 ERL_NIF_TERM fo_graph_heap_tail_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    fo_session_res *res;
-    ErlNifPid pid;
-    ErlNifUInt64 words;
-    if (!graph_and_pid(env, argv, &res, &pid) || !enif_get_uint64(env, argv[2], &words))
-        return enif_make_badarg(env);
-    fo_spin_lock(&res->lock);
-    if (res->core != NULL && res->alloc)
-        fo_session_alloc_tail(res->core, (uint64_t)pid.pid, words);
-    fo_spin_unlock(&res->lock);
-    return fo_atom_ok;
+    return heap_words(env, argv, fo_session_alloc_tail);
 }
 
 // graph_role(Pid)
