@@ -490,7 +490,7 @@ defmodule FlameOn.Client.Options do
 
     mode = opts.mode || default_mode
 
-    alloc_supported!(%{
+    %{
       opts
       | mode: if(mode == :auto, do: auto_mode(), else: mode),
         cross_process:
@@ -498,26 +498,8 @@ defmodule FlameOn.Client.Options do
             do: Application.get_env(:flame_on_client, :cross_process, false) == true,
             else: opts.cross_process
           )
-    })
+    }
   end
-
-  # Allocation is counted at each process's garbage collections. On OTP
-  # 27+ a cross-process trace in mode :process takes no collection of its
-  # root (FlameOn.Client.Capture.CrossProcess: two trace sessions tracing
-  # one process's collections crash the VM there), so the root's
-  # allocation, most often the point, could not be counted.
-  defp alloc_supported!(%{alloc: true, cross_process: true, mode: :process} = opts) do
-    if FlameOn.Client.Node.TraceBackend.sessions?() do
-      raise ArgumentError,
-            "alloc: true with cross_process: true does not work in mode :process on " <>
-              "Erlang/OTP 27 and later (the root's garbage collections are not traced " <>
-              "there); use mode :nif, :sample or :native"
-    end
-
-    opts
-  end
-
-  defp alloc_supported!(opts), do: opts
 
   defp settings(given) do
     %{

@@ -124,9 +124,7 @@ defmodule FlameOn.Client.AllocTest do
 
   @requests 10
 
-  # (mode :process is refused on OTP 27+: the test below)
-  for mode <- [:nif, :process, :sample, :native],
-      mode != :process or not FlameOn.Client.Node.TraceBackend.sessions?() do
+  for mode <- [:nif, :process, :sample, :native] do
     if mode == :native, do: @tag(:native)
 
     test "cross_process: true, mode #{mode}: each process its own words, the server's at its building function" do
@@ -253,20 +251,6 @@ defmodule FlameOn.Client.AllocTest do
     assert profile.alloc == %{}
     assert profile.alloc_tree == nil
     refute Map.has_key?(profile.stats, :alloc_words)
-    assert_node_clean()
-  end
-
-  test "alloc: true with cross_process: true in mode :process: refused on OTP 27+ only" do
-    fun = fn ->
-      Client.profile(fn -> :ok end, alloc: true, cross_process: true, mode: :process)
-    end
-
-    if FlameOn.Client.Node.TraceBackend.sessions?() do
-      assert_raise ArgumentError, ~r/mode :process on Erlang\/OTP 27/, fun
-    else
-      assert {:ok, %Profile{}} = fun.()
-    end
-
     assert_node_clean()
   end
 

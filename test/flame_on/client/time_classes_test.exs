@@ -6,7 +6,6 @@ defmodule FlameOn.Client.TimeClassesTest do
   import FlameOn.Client.TestHelpers
 
   alias FlameOn.Client.Profile.TimeClasses
-  alias FlameOn.Client.Node.TraceBackend
 
   doctest TimeClasses
 
@@ -166,14 +165,7 @@ defmodule FlameOn.Client.TimeClassesTest do
 
         assert_identity(profile)
 
-        # OTP 27: mode :process does not follow the root's own collections
-        # (FlameOn.Client.Capture.CrossProcess, a VM crash otherwise)
-        followed =
-          if unquote(mode) == :process and TraceBackend.sessions?(),
-            do: [server],
-            else: [self(), server]
-
-        for pid <- followed do
+        for pid <- [self(), server] do
           classes = profile.time_classes[pid]
           spans = span_classes(profile, pid)
           label = "#{inspect(pid)}: spans #{inspect(spans)}, stacks #{inspect(classes)}"

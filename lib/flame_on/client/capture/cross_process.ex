@@ -86,7 +86,11 @@ defmodule FlameOn.Client.Capture.CrossProcess do
   # handle's send pattern. Its collections are followed as the other
   # processes' are (their flags: FlameOn.Client.Node.MessagePatterns);
   # its receive events only when the trace follows messages (the span
-  # graph then tells runnable time from waits by them).
+  # graph then tells runnable time from waits by them). On OTP 27+ only
+  # the timeline takes the root's collections: two trace sessions taking
+  # one process's crash the VM there (erlang/otp#11624), so the send
+  # pattern turns no :garbage_collection on and TraceBackend leaves it out
+  # where another session has it.
   defp flags(target, opts, mode, %{handle: handle, timeline: timeline}) do
     follow = if opts.follow == :messages, do: @follow_flags, else: []
     own = mode.flags() -- [:receive]
@@ -98,26 +102,9 @@ defmodule FlameOn.Client.Capture.CrossProcess do
       :process when elem(target, 0) == :self ->
         timeline_handle = Tracer.handle(timeline)
         if follow != [], do: receive_pattern(timeline_handle)
-        own = own -- timeline_unsafe_flags()
         [{timeline_handle, own ++ (follow -- [:set_on_spawn])}, {handle, [:send]}]
     end
   end
-
-  # OTP 27 crashes (size_object_x under enif_send, from trace_gc) when
-  # the root's collections go to the timeline, a process tracer in a trace
-  # session of its own, while the root is in the handle's session too:
-  # coexistence_test aborted the VM in 3 runs of 6. There the root's
-  # collections are not followed (its GC time stays in its own frames, as
-  # before #24, and Options refuses alloc: true); its callees' are,
-  # through the handle's NIF tracer. OTP 27-29's trace_gc frees the info
-  # list it built for the first session tracing a process's collections
-  # and hands it to the next (erlang/otp#11624): no process may have
-  # :garbage_collection in two sessions. Taking the root's collections in
-  # the handle's session instead would need them merged into the
-  # timeline's later messages in time order (the NIF tracer applies them
-  # at once), untested on OTP 27 here.
-  defp timeline_unsafe_flags,
-    do: if(TraceBackend.sessions?(), do: [:garbage_collection], else: [])
 
   # A trace session of the timeline's own needs the receive pattern too,
   # for the root's receive events to name their sender (in the legacy
