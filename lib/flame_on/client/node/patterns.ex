@@ -48,7 +48,6 @@ defmodule FlameOn.Client.Node.Patterns do
   require Logger
 
   alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Owners.Followers
   alias FlameOn.Client.Node.{MessagePatterns, OtherTools, Sweep, TraceBackend}
 
   @match_spec Sweep.call_match_spec()
@@ -273,7 +272,7 @@ defmodule FlameOn.Client.Node.Patterns do
   def handle_call({:follow_again, handle, pid, follow, label}, _from, %{graph: graph} = state) do
     users = for {_owner, %{handle: ^handle, label: l}} <- graph, do: l
     others = Enum.reject(users, &(&1 == label))
-    if users != [] and still_followed?(pid, others), do: Followers.retrace(handle, pid, follow)
+    if users != [] and still_followed?(pid, others), do: retrace(handle, pid, follow)
     {:reply, :ok, state}
   end
 
@@ -359,6 +358,13 @@ defmodule FlameOn.Client.Node.Patterns do
   defp drop_user(state, rest, handle, kind) do
     unless in_scope?(rest, handle, kind), do: clear_patterns(handle, kind)
     %{state | users: rest}
+  end
+
+  defp retrace(handle, pid, follow) do
+    TraceBackend.trace(handle, pid, true, MessagePatterns.follower_flags(follow))
+  rescue
+    # it exited in between
+    ArgumentError -> :gone
   end
 
   defp still_followed?(pid, labels) do
