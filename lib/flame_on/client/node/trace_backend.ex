@@ -388,7 +388,7 @@ defmodule FlameOn.Client.Node.TraceBackend do
 
       sessions?() ->
         case Enum.find(apply(:trace, :session_info, [pid]) || [], &our_session?/1) do
-          nil -> :ok
+          nil -> lingering_tail(pid)
           {name, _id} -> {:error, {:already_traced, {:trace_session, name}}}
         end
 
@@ -403,6 +403,20 @@ defmodule FlameOn.Client.Node.TraceBackend do
   end
 
   defp check_other(pid), do: {:error, {:not_a_local_pid, pid}}
+
+  # Where the VM has sessions, a tail trace's flags lingering in the
+  # legacy session (FlameOn.Client.Node.TailHold) do not stop a trace of
+  # ours, but they are ours to take back first: its collections would be
+  # traced twice (the second session's flag is left out, see trace/4).
+  defp lingering_tail(pid) do
+    case :erlang.trace_info(pid, :tracer) do
+      {:tracer, {FlameOn.Client.Core.Native, {:tail, _, _}} = tracer} ->
+        {:error, {:already_traced, tracer}}
+
+      _ ->
+        :ok
+    end
+  end
 
   @doc "Trace sessions of ours alive on the node (`[]` without sessions)."
   @spec our_sessions() :: [term()]
