@@ -40,7 +40,11 @@ void fo_s_alloc_release(fo_session *s, fo_proc *p)
 {
     if (p->alloc_held_samples == 0 && p->alloc_held_words == 0)
         return;
-    charge(s, p->root, p->alloc_held_words, p->alloc_held_samples);
+    /* No stack came after them (a server's last requests, in a sampled
+     * mode, with no sample in them): where its words went last, the same
+     * work most often (as fo_session_alloc_tail guesses), else its root. */
+    uint32_t node = p->alloc_node != FO_NONE ? p->alloc_node : p->root;
+    charge(s, node, p->alloc_held_words, p->alloc_held_samples);
     p->alloc_held_words = 0;
     p->alloc_held_samples = 0;
 }
