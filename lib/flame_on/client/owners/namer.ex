@@ -109,7 +109,9 @@ defmodule FlameOn.Client.Owners.Namer do
   defp collections(nil, _pid), do: :ok
 
   defp collections(handle, pid) do
-    if following?(handle, pid) do
+    # the trace's root has its own collection flags (its mode's), set as
+    # the trace began
+    if Native.graph_role(pid) != :root and following?(handle, pid) do
       TraceBackend.trace(handle, pid, true, [:garbage_collection])
 
       unless following?(handle, pid),
