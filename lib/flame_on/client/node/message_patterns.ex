@@ -54,6 +54,19 @@ defmodule FlameOn.Client.Node.MessagePatterns do
   @spec late_gc_handle(TraceBackend.t()) :: TraceBackend.t() | nil
   def late_gc_handle(handle), do: if(TraceBackend.sessions?(), do: handle)
 
+  @doc """
+  Turns on in `pid`, through `handle`, the flags a process gets when it
+  joins a cross-process trace that follows `follow` (a follower a trace
+  takes back, or one that joined on another node). `:gone` when it exited.
+  """
+  @spec retrace(TraceBackend.t(), pid(), :messages | :calls) :: non_neg_integer() | :gone
+  def retrace(handle, pid, follow) do
+    TraceBackend.trace(handle, pid, true, follower_flags(follow))
+  rescue
+    # it exited in between
+    ArgumentError -> :gone
+  end
+
   @doc "The receive pattern of cross-process traces that follow every message."
   @spec receive_match_spec() :: [tuple()]
   def receive_match_spec, do: @receive_match_spec

@@ -272,7 +272,10 @@ defmodule FlameOn.Client.Node.Patterns do
   def handle_call({:follow_again, handle, pid, follow, label}, _from, %{graph: graph} = state) do
     users = for {_owner, %{handle: ^handle, label: l}} <- graph, do: l
     others = Enum.reject(users, &(&1 == label))
-    if users != [] and still_followed?(pid, others), do: retrace(handle, pid, follow)
+
+    if users != [] and still_followed?(pid, others),
+      do: MessagePatterns.retrace(handle, pid, follow)
+
     {:reply, :ok, state}
   end
 
@@ -358,13 +361,6 @@ defmodule FlameOn.Client.Node.Patterns do
   defp drop_user(state, rest, handle, kind) do
     unless in_scope?(rest, handle, kind), do: clear_patterns(handle, kind)
     %{state | users: rest}
-  end
-
-  defp retrace(handle, pid, follow) do
-    TraceBackend.trace(handle, pid, true, MessagePatterns.follower_flags(follow))
-  rescue
-    # it exited in between
-    ArgumentError -> :gone
   end
 
   defp still_followed?(pid, labels) do

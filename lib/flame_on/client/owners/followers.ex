@@ -7,7 +7,7 @@ defmodule FlameOn.Client.Owners.Followers do
   # ends, unless another running trace follows them.
 
   alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Node.{Patterns, TraceBackend}
+  alias FlameOn.Client.Node.{MessagePatterns, Patterns, TraceBackend}
 
   @doc false
   # A part: a process of this node took a request of the trace from
@@ -17,7 +17,7 @@ defmodule FlameOn.Client.Owners.Followers do
   def flag(pid, state) do
     case TraceBackend.tracer(state.handle, pid) do
       {:ok, []} ->
-        retrace(state.handle, pid, state.follow)
+        MessagePatterns.retrace(state.handle, pid, state.follow)
         at = System.monotonic_time(:microsecond)
 
         %{
@@ -58,13 +58,5 @@ defmodule FlameOn.Client.Owners.Followers do
     Patterns.follow_again(handle, pid, follow, label)
   catch
     :exit, _ -> :ok
-  end
-
-  @spec retrace(TraceBackend.t(), pid(), :messages | :calls) :: non_neg_integer() | :gone
-  def retrace(handle, pid, follow) do
-    TraceBackend.trace(handle, pid, true, Patterns.follower_flags(follow))
-  rescue
-    # it exited in between
-    ArgumentError -> :gone
   end
 end
