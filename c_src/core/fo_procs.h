@@ -14,6 +14,9 @@ typedef enum { FO_PROC_RUNNING = 0, FO_PROC_OUT, FO_PROC_EXITED } fo_proc_state;
  * seen at (see fo_session_cpu.c). */
 #define FO_CPU_CONTEXTS 16u
 #define FO_CPU_PENDING 16u
+/* Distinct stacks one stratum's samples may land on before it is left to
+ * the trace-wide share (fo_session_strata.c). */
+#define FO_CPU_STRATUM_NODES 16u
 typedef struct {
     uint32_t key;   /* the function it was in (0: a free entry) */
     uint32_t node;  /* the stack's innermost node */
@@ -98,6 +101,14 @@ typedef struct {
     uint8_t slice_sampled; /* a sample with Erlang frames came in this slice */
     uint8_t pending_count; /* C-code samples since that sample, placed when */
     uint32_t pending[FO_CPU_PENDING]; /* the next one or the slice's end says where */
+    /* Its stratum (fo_session_strata.c): the on-CPU time since its last
+     * long enough wait, and the stacks that time's samples landed on */
+    uint64_t stratum_base;  /* cpu_ns when the stratum began */
+    int64_t out_ts;         /* its last `out` (0: none yet) */
+    uint32_t stratum_nodes[FO_CPU_STRATUM_NODES];
+    uint32_t stratum_counts[FO_CPU_STRATUM_NODES];
+    uint8_t stratum_used;
+    uint8_t stratum_spilled; /* more stacks than it keeps: shared trace-wide */
 } fo_proc;
 
 typedef struct {

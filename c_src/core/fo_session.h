@@ -54,6 +54,7 @@ typedef struct {
     uint64_t cpu_seen_stops;     /* `out`s placed where a sample saw it in that function */
     uint64_t cpu_entered_stops;  /* `out`s taken as a call from this slice's last sample */
     uint64_t cpu_broken_chains;  /* C-code samples whose chain missed the process's root frame */
+    uint64_t cpu_strata;         /* strata whose on-CPU time was shared among their own samples */
     uint64_t gc_minor;           /* minor garbage collections started */
     uint64_t gc_major;           /* major (fullsweep) ones */
     uint64_t gc_minor_ns;        /* time on GC_MINOR leaves */
@@ -153,6 +154,20 @@ void fo_session_count_slept(fo_session *s, uint64_t pid, uint32_t times);
 typedef void (*fo_cpu_source)(void *ctx, fo_session *s, uint64_t pid, uint64_t thread, int64_t from_ns,
                               int64_t to_ns);
 void fo_session_set_cpu_sampled(fo_session *s, fo_cpu_source source, void *ctx);
+
+/* Strata (CPU-sampled sessions): a process's on-CPU time between two of
+ * its waits that lasted gap_ns or more (an `out` to the next `in`) is a
+ * stratum. One of min_ns or more whose samples landed on at most
+ * FO_CPU_STRATUM_NODES stacks has its own time shared among its own
+ * samples; the others' time is shared trace-wide, as without strata. Why:
+ * the trace-wide share puts a slow request's phases (parse, a call, then
+ * render) in proportion to their sample counts, a few dozen, and the
+ * samples miss the kernel's time (page faults: exclude_kernel), which one
+ * phase may have much more of; a phase between waits gets its own time
+ * exactly. Which strata are shared on their own depends on their length
+ * only, never on how many samples they got, so the estimate stays
+ * unbiased. min_ns 0 (the default): no strata. Set before any event. */
+void fo_session_set_cpu_strata(fo_session *s, uint64_t min_ns, uint64_t gap_ns);
 
 /* A CPU sample of pid, root frame first: its stack becomes the sampled
  * one and the sample is counted on it. No time moves. The first

@@ -132,7 +132,7 @@ static void place_orphan(fo_session *s, fo_proc *p, uint32_t leaf, int known)
         s->stats.node_limit_hits++;
         node = at;
     }
-    fo_tree_count_samples(&s->tree, node, 1, 0);
+    fo_s_cpu_count(s, p, node);
 }
 
 static void flush_pending(fo_session *s, fo_proc *p, int known)
@@ -190,6 +190,11 @@ static int stop_at(fo_session *s, fo_proc *p, uint32_t key)
 
 void fo_s_cpu_event(fo_session *s, fo_proc *p, const fo_event *ev)
 {
+    if (ev->kind == FO_EV_IN || ev->kind == FO_EV_EXIT) {
+        end_slice(s, p, ev->ts_ns); /* an `out` went missing */
+        flush_pending(s, p, 1);     /* its samples count in the stratum it ends */
+    }
+    fo_s_stratum_event(s, p, ev);
     switch (ev->kind) {
     case FO_EV_GC_START:
         /* The collection's time is exact (its GC leaf): the slice pauses
@@ -206,8 +211,6 @@ void fo_s_cpu_event(fo_session *s, fo_proc *p, const fo_event *ev)
             p->slice_from = ev->ts_ns;
         break;
     case FO_EV_IN:
-        end_slice(s, p, ev->ts_ns); /* an `out` went missing */
-        flush_pending(s, p, 1);
         p->slice_sampled = 0;
         if (ev->flags & FO_EVF_HAS_THREAD) {
             p->thread = ev->thread;
@@ -226,8 +229,6 @@ void fo_s_cpu_event(fo_session *s, fo_proc *p, const fo_event *ev)
         break;
     }
     case FO_EV_EXIT:
-        end_slice(s, p, ev->ts_ns);
-        flush_pending(s, p, 1);
         for (uint32_t i = 0; i < FO_CPU_CONTEXTS; i++)
             p->contexts[i].key = 0;
         p->out_key = 0;
@@ -293,7 +294,7 @@ void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, ui
     /* its own code innermost: it ran code in this slice (a signal it
      * handles runs the runtime's C code) */
     p->slice_ran |= count > 0 && erlang_frames >= count;
-    fo_tree_count_samples(&s->tree, fo_s_current_node(p), 1, 0);
+    fo_s_cpu_count(s, p, fo_s_current_node(p));
     erlang_frames = stack_entries(s, frames, erlang_frames);
     if (erlang_frames > 0 && erlang_frames <= p->depth && p->overflow == 0) {
         remember(p, p->stack_frames[erlang_frames - 1], p->stack_nodes[erlang_frames - 1], 0);
@@ -353,7 +354,7 @@ void fo_session_cpu_sample_cut(fo_session *s, uint64_t pid, const fo_mfa *frames
     p->stack_known = 1;
     p->slice_sampled = 1;
     p->slice_ran |= erlang_frames >= count;
-    fo_tree_count_samples(&s->tree, fo_s_current_node(p), 1, 0);
+    fo_s_cpu_count(s, p, fo_s_current_node(p));
 }
 
 void fo_session_cpu_sample_in(fo_session *s, uint64_t pid, const fo_mfa *caller, const fo_mfa *leaf)
@@ -395,7 +396,7 @@ void fo_session_cpu_sample_in(fo_session *s, uint64_t pid, const fo_mfa *caller,
         s->stats.node_limit_hits++;
         node = here;
     }
-    fo_tree_count_samples(&s->tree, node, 1, 0);
+    fo_s_cpu_count(s, p, node);
 }
 
 void fo_session_cpu_orphan(fo_session *s, uint64_t pid, const fo_mfa *leaf)
@@ -464,14 +465,6 @@ void fo_session_cpu_context(fo_session *s, uint64_t pid, const fo_mfa *key_mfa, 
         fo_s_hold_call_wait_in(s, p, leaf);
 }
 
-/* Nodes a CPU sample can land on: a process's running stacks, not its
- * wait leaves. */
-static int running_frame(uint32_t frame)
-{
-    return frame != FO_FRAME_SLEEP && frame != FO_FRAME_WAITING && frame != FO_FRAME_ATTRIBUTED &&
-           frame != FO_FRAME_GC_MINOR && frame != FO_FRAME_GC_MAJOR && frame != FO_FRAME_RUNNABLE;
-}
-
 void fo_session_cpu_settle(fo_session *s, int64_t end_ns)
 {
     uint32_t procs = s->procs.count;
@@ -481,8 +474,10 @@ void fo_session_cpu_settle(fo_session *s, int64_t end_ns)
         fo_proc *p = &s->procs.procs[i];
         if (p->root != FO_NONE && p->state == FO_PROC_RUNNING && end_ns != 0)
             end_slice(s, p, end_ns);
-        if (p->root != FO_NONE)
+        if (p->root != FO_NONE) {
             flush_pending(s, p, 1);
+            fo_s_stratum_end(s, p);
+        }
     }
     /* per process: its samples, the node with the most of them, and the
      * time given so far (what rounding leaves goes to that node) */
@@ -500,17 +495,19 @@ void fo_session_cpu_settle(fo_session *s, int64_t end_ns)
     fo_tree_node *nodes = s->tree.nodes;
     for (uint32_t n = 0; n < s->tree.count; n++) {
         uint32_t proc = nodes[n].proc;
-        if (nodes[n].samples == 0 || !running_frame(nodes[n].frame) || proc >= procs)
+        uint64_t pooled = nodes[n].samples - nodes[n].settled;
+        if (pooled == 0 || !fo_s_running_frame(nodes[n].frame) || proc >= procs)
             continue;
-        counts[proc] += nodes[n].samples;
-        if (busiest[proc] == FO_NONE || nodes[n].samples > nodes[busiest[proc]].samples)
+        counts[proc] += pooled;
+        if (busiest[proc] == FO_NONE || pooled > nodes[busiest[proc]].samples - nodes[busiest[proc]].settled)
             busiest[proc] = n;
     }
     for (uint32_t n = 0; n < s->tree.count; n++) {
         uint32_t proc = nodes[n].proc;
-        if (nodes[n].samples == 0 || !running_frame(nodes[n].frame) || proc >= procs || counts[proc] == 0)
+        uint64_t pooled = nodes[n].samples - nodes[n].settled;
+        if (pooled == 0 || !fo_s_running_frame(nodes[n].frame) || proc >= procs || counts[proc] == 0)
             continue;
-        unsigned __int128 share = (unsigned __int128)s->procs.procs[proc].cpu_ns * nodes[n].samples;
+        unsigned __int128 share = (unsigned __int128)s->procs.procs[proc].cpu_ns * pooled;
         uint64_t ns = (uint64_t)(share / counts[proc]);
         fo_tree_charge(&s->tree, n, ns);
         given[proc] += ns;
@@ -526,6 +523,7 @@ void fo_session_cpu_settle(fo_session *s, int64_t end_ns)
             fo_tree_charge(&s->tree, busiest[i], p->cpu_ns - given[i]);
         }
         p->cpu_ns = 0;
+        p->stratum_base = 0;
     }
     free(counts);
     free(given);

@@ -22,6 +22,8 @@ struct fo_session {
     int cpu_sampled;        /* fo_session_set_cpu_sampled */
     int collapse_recursion; /* fo_session_set_collapse_recursion */
     fo_cpu_source cpu_source;
+    uint64_t cpu_stratum_ns;     /* fo_session_set_cpu_strata (0: no strata) */
+    uint64_t cpu_stratum_gap_ns;
     void *cpu_ctx;
     fo_seen seen;           /* CPU-sampled: where each process was seen in each function */
     int track_receives;     /* FO_RECEIVES_*: fo_session_track_receives(_as) */
@@ -96,5 +98,14 @@ void fo_s_piece_was_wait(fo_proc *p, uint32_t leaf);
 /* fo_session_apply's step for CPU-sampled sessions, before the event
  * itself applies (fo_session_cpu.c). */
 void fo_s_cpu_event(fo_session *s, fo_proc *p, const fo_event *ev);
+
+/* Strata (fo_session_strata.c): a CPU sample of p counted on node; p's
+ * `out` and `in` (an `in` after a long enough wait ends its stratum); its
+ * stratum ends (exit, settle); and whether node's kind of frame takes
+ * on-CPU time (not a wait or GC leaf). */
+void fo_s_cpu_count(fo_session *s, fo_proc *p, uint32_t node);
+void fo_s_stratum_event(fo_session *s, fo_proc *p, const fo_event *ev);
+void fo_s_stratum_end(fo_session *s, fo_proc *p);
+int fo_s_running_frame(uint32_t frame);
 
 #endif

@@ -56,6 +56,7 @@ static uint32_t new_node(fo_tree *t, uint32_t parent, uint32_t frame, uint32_t p
     n->self_ns = 0;
     n->samples = 0;
     n->weight = 0;
+    n->settled = 0;
     return id;
 }
 

@@ -17,6 +17,7 @@ typedef struct {
     uint64_t self_ns;
     uint64_t samples; /* stack samples that landed here */
     uint64_t weight;  /* what those samples weighed (reductions since the previous one) */
+    uint64_t settled; /* CPU-sampled: of samples, those whose stratum's time was shared on its own */
 } fo_tree_node;
 
 typedef struct {

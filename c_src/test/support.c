@@ -350,6 +350,11 @@ void ts_run_line(fo_session *s, const char *line)
         fo_session_set_cpu_sampled(s, scripted_source, NULL);
         return;
     }
+    uint64_t stratum_ns = 0, gap_ns = 0;
+    if (sscanf(line, "cpu_strata %" SCNu64 " %" SCNu64 " %7s", &stratum_ns, &gap_ns, extra) == 2) {
+        fo_session_set_cpu_strata(s, stratum_ns, gap_ns);
+        return;
+    }
     if (strcmp(line, "settle") == 0) {
         fo_session_cpu_settle(s, 0);
         return;
@@ -877,6 +882,7 @@ void ts_assert_pid(const fo_session *s, uint64_t pid, const char *const *expecte
     X(cpu_seen_stops)                                                                              \
     X(cpu_entered_stops)                                                                           \
     X(cpu_broken_chains)                                                                           \
+    X(cpu_strata)                                                                                  \
     X(gc_minor)                                                                                    \
     X(gc_major)                                                                                    \
     X(gc_minor_ns)                                                                                 \

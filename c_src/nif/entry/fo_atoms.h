@@ -83,6 +83,7 @@
     A(moved)                                                                                   \
     A(slot)                                                                                    \
     A(cpu_root)                                                                                \
+    A(cpu_stratum_ns)                                                                          \
     A(cpu_cut)                                                                                 \
     A(denied)                                                                                  \
     A(no_support)                                                                              \

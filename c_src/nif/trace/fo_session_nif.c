@@ -17,6 +17,13 @@
 #include "fo_tracer_slots.h"
 #include "fo_xproc.h"
 
+/* A wait this long or longer ends a stratum (fo_session_set_cpu_strata):
+ * longer than a preemption on a quiet node (the process is back within
+ * microseconds), shorter than a call or a sleep. */
+#define FO_STRATUM_GAP_NS 50000u
+/* A stratum's shortest length above which none is taken (60 s). */
+#define FO_MAX_STRATUM_NS 60000000000ull
+
 /* Messages applied per slice before yielding back to the scheduler; a
  * slice stays well under 1 ms. */
 #define INGEST_CHUNK 2000
@@ -114,6 +121,12 @@ ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
             return enif_make_badarg(env);
         scope.has_cut = 1;
     }
+    /* strata (fo_session_set_cpu_strata): the shortest one shared on its
+     * own, in ns (absent or nil: no strata) */
+    ErlNifUInt64 stratum_ns = 0;
+    if (cpu_sampled && enif_get_map_value(env, argv[0], fo_atom_cpu_stratum_ns, &value) && value != fo_atom_nil &&
+        (!enif_get_uint64(env, value, &stratum_ns) || stratum_ns > FO_MAX_STRATUM_NS))
+        return enif_make_badarg(env);
     fo_session_res *res = fo_resource_new(&limits, native_per_second, replay);
     if (res == NULL)
         return enif_raise_exception(env, enif_make_atom(env, "enomem"));
@@ -126,6 +139,8 @@ ERL_NIF_TERM fo_new_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         return enif_raise_exception(env, enif_make_atom(env, "enomem"));
     }
     fo_session_set_collapse_recursion(res->core, collapse);
+    if (cpu_sampled)
+        fo_session_set_cpu_strata(res->core, stratum_ns, FO_STRATUM_GAP_NS);
     /* receive events tell runnable time from waits: true (exact modes: by
      * the calls after them), cpu (native: by the CPU samples and length of
      * the slice after them), sampled (mode :sample: by the slice after
@@ -275,6 +290,7 @@ static ERL_NIF_TERM with_cpu_stats(ErlNifEnv *env, const fo_session_res *res, co
     put_count(env, &map, "cpu_seen_stops", st->cpu_seen_stops);
     put_count(env, &map, "cpu_entered_stops", st->cpu_entered_stops);
     put_count(env, &map, "cpu_broken_chains", st->cpu_broken_chains);
+    put_count(env, &map, "cpu_strata", st->cpu_strata);
     put_count(env, &map, "cpu_asked", atomic_load(&res->asks->asked));
     put_count(env, &map, "cpu_asks_limited", atomic_load(&res->asks->limited));
     return map;

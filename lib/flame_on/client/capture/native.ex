@@ -30,12 +30,18 @@ defmodule FlameOn.Client.Capture.Native do
   @impl true
   def call_patterns?, do: false
 
+  # A phase of three sampling periods or more between two waits gets its
+  # own on-CPU time (c_src/core/fo_session.h, fo_session_set_cpu_strata):
+  # about three samples, one of which may be lost to kernel time
+  @stratum_periods 3
+
   @impl true
-  def core_options(_opts, root),
+  def core_options(opts, root),
     do: %{
       cpu_sampled: true,
       cpu_root: root,
       cpu_cut: FlameOn.Client.Sampling.Tick.cut_frame(),
+      cpu_stratum_ns: div(@stratum_periods * 1_000_000_000, Map.get(opts, :frequency, 499)),
       receives: :cpu
     }
 
