@@ -54,6 +54,7 @@ typedef struct {
     uint64_t cpu_seen_stops;     /* `out`s placed where a sample saw it in that function */
     uint64_t cpu_entered_stops;  /* `out`s taken as a call from this slice's last sample */
     uint64_t cpu_broken_chains;  /* C-code samples whose chain missed the process's root frame */
+    uint64_t cpu_foreign_chains; /* ... of those, the ones whose frames were not the process's */
     uint64_t cpu_strata;         /* strata whose on-CPU time was shared among their own samples */
     uint64_t gc_minor;           /* minor garbage collections started */
     uint64_t gc_major;           /* major (fullsweep) ones */

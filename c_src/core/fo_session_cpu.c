@@ -277,10 +277,21 @@ void fo_session_cpu_sample(fo_session *s, uint64_t pid, const fo_mfa *frames, ui
     /* The kernel follows frame pointers out of C code that keeps none: a
      * chain from a C leaf that does not reach the process's outermost
      * frame broke on the way (seen: one Erlang frame, at the root). Its
-     * innermost Erlang frame is where the C code was called from. */
+     * innermost Erlang frame is where the C code was called from, when
+     * the process is in that function or was seen in it: C code may leave
+     * the frame pointer at another process's stack (the scheduler's code
+     * keeps the one that ran before), whose frames are not this
+     * process's, so the sample counts only as C code. */
     if (count > erlang_frames && erlang_frames > 0 && p->depth > 0 && p->overflow == 0 &&
         fo_s_intern(s, &frames[0]) != p->stack_frames[0]) {
         s->stats.cpu_broken_chains++;
+        uint32_t key = fo_s_intern(s, &frames[erlang_frames - 1]);
+        if (key != FO_NONE && fo_s_find_below(p, key, p->depth - 1) == FO_NONE &&
+            fo_seen_get(&s->seen, (uint32_t)(p - s->procs.procs), key) == FO_NONE) {
+            s->stats.cpu_foreign_chains++;
+            fo_session_cpu_orphan(s, pid, &frames[count - 1]);
+            return;
+        }
         fo_session_cpu_sample_in(s, pid, &frames[erlang_frames - 1], &frames[count - 1]);
         return;
     }

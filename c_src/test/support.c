@@ -882,6 +882,7 @@ void ts_assert_pid(const fo_session *s, uint64_t pid, const char *const *expecte
     X(cpu_seen_stops)                                                                              \
     X(cpu_entered_stops)                                                                           \
     X(cpu_broken_chains)                                                                           \
+    X(cpu_foreign_chains)                                                                          \
     X(cpu_strata)                                                                                  \
     X(gc_minor)                                                                                    \
     X(gc_major)                                                                                    \

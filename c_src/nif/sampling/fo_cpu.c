@@ -88,6 +88,10 @@ uint64_t fo_cpu_find_caller(uint64_t first_ip, const uint64_t *words, uint64_t n
     for (uint64_t i = 0; i < n; i++) {
         if (words[i] < 4096 || fo_symbols_jit(words[i] - 1, &mfa) != FO_SYM_FRAGMENT)
             continue;
+        /* the scheduler's code: above it lie registers the last process
+         * left, often the address of whatever ran before on this thread */
+        if (mfa.arity == FO_FRAGMENT_SCHEDULER)
+            return 0;
         for (uint64_t j = i + 1; j < n && j <= i + CALLER_WINDOW; j++) {
             if (words[j] > 4096 && fo_symbols_jit(words[j] - 1, &mfa) == FO_SYM_ERLANG)
                 return words[j] - 1;
@@ -95,6 +99,15 @@ uint64_t fo_cpu_find_caller(uint64_t first_ip, const uint64_t *words, uint64_t n
         return 0;
     }
     return 0;
+}
+
+uint64_t fo_cpu_skipped_frame(uint64_t first_ip, uint64_t next_ip, const uint64_t *words, uint64_t n)
+{
+    fo_mfa mfa;
+    if (n == 0 || words[0] < 4096 || words[0] == next_ip || fo_symbols_jit(first_ip, &mfa) != FO_SYM_ERLANG ||
+        fo_symbols_jit(words[0] - 1, &mfa) != FO_SYM_ERLANG)
+        return 0;
+    return words[0];
 }
 
 static void each(void *ctx, int64_t ts_ns, const uint64_t *ips, uint32_t n, uint64_t caller)

@@ -32,6 +32,16 @@ void fo_cpu_slice(void *ctx, fo_session *s, uint64_t pid, uint64_t thread, int64
  * its own return address. 0 for a sample in JIT code, or none found. */
 uint64_t fo_cpu_find_caller(uint64_t first_ip, const uint64_t *words, uint64_t n);
 
+/* The return address a sample in an Erlang function's code skipped
+ * (fo_perf_frame_fn): the JIT's functions push their frame pointer as
+ * they begin and pop it before they return or tail-call, and a sample
+ * between the two finds the frame pointer still at its caller's frame,
+ * so the kernel's walk goes from the function straight to its caller's
+ * caller. Then the top of the stack is the function's own return
+ * address (with its frame made, it holds the saved frame pointer or a Y
+ * register, never a JIT address). 0 otherwise. */
+uint64_t fo_cpu_skipped_frame(uint64_t first_ip, uint64_t next_ip, const uint64_t *words, uint64_t n);
+
 /* Where the scope's stacks start in frames (root first): the innermost
  * call of its root function, 0 without one or when it is not there. */
 uint32_t fo_cpu_scope_start(const fo_cpu_scope *scope, const fo_mfa *frames, uint32_t count);

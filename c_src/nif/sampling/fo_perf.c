@@ -63,6 +63,7 @@ static int64_t freq_since[FO_PERF_FREQ_HISTORY];
 static uint32_t freq_value[FO_PERF_FREQ_HISTORY];
 static uint32_t freq_count;
 static fo_perf_caller_fn caller_fn;
+static fo_perf_frame_fn frame_fn;
 
 static _Thread_local uint64_t cached_tid;
 static _Thread_local uint64_t noted_generation;
@@ -333,13 +334,23 @@ static void make_room(perf_thread *t, uint32_t n)
     }
 }
 
-static void keep_sample(perf_thread *t, int64_t ts, const uint64_t *chain, uint64_t nr, uint64_t caller)
+static void keep_sample(perf_thread *t, int64_t ts, const uint64_t *chain, uint64_t nr, uint64_t caller,
+                        const uint64_t *stack, uint64_t stack_words)
 {
     uint64_t ips[FO_PERF_MAX_FRAMES];
     uint32_t n = 0;
     for (uint64_t i = 0; i < nr && n < FO_PERF_MAX_FRAMES; i++) {
         if (chain[i] < CONTEXT_MARKER)
             ips[n++] = chain[i];
+    }
+    uint64_t skipped = n > 0 && frame_fn != NULL && stack_words > 0
+                           ? frame_fn(ips[0], n > 1 ? ips[1] : 0, stack, stack_words)
+                           : 0;
+    if (skipped != 0) {
+        n = n < FO_PERF_MAX_FRAMES ? n + 1 : n;
+        memmove(&ips[2], &ips[1], sizeof(uint64_t) * (n - 2));
+        ips[1] = skipped;
+        counters.skipped_frames++;
     }
     if (n == 0)
         return;
@@ -380,13 +391,16 @@ static void drain_ring(perf_thread *t)
             uint64_t nr = record[3] < words - 4 ? record[3] : words - 4;
             uint64_t caller = 0;
             uint64_t at = 4 + nr;
+            uint64_t stack_words = 0;
             if (at < words && record[at] > 0 && at + 1 + record[at] / 8 < words) {
                 uint64_t copied = record[at] / 8;
                 uint64_t dyn = record[at + 1 + copied] / 8;
+                stack_words = dyn < copied ? dyn : copied;
                 if (caller_fn != NULL && nr > 0)
-                    caller = caller_fn(record[4], &record[at + 1], dyn < copied ? dyn : copied);
+                    caller = caller_fn(record[4], &record[at + 1], stack_words);
             }
-            keep_sample(t, (int64_t)record[2], &record[4], nr, caller);
+            keep_sample(t, (int64_t)record[2], &record[4], nr, caller, stack_words > 0 ? &record[at + 1] : NULL,
+                        stack_words);
         } else if (header.type == PERF_RECORD_LOST && header.size >= sizeof header + 16) {
             uint64_t lost[3];
             ring_copy(data, size, tail, lost, sizeof lost);
@@ -506,6 +520,11 @@ void fo_perf_set_frequency(uint32_t freq)
 void fo_perf_set_caller_finder(fo_perf_caller_fn fn)
 {
     caller_fn = fn;
+}
+
+void fo_perf_set_frame_finder(fo_perf_frame_fn fn)
+{
+    frame_fn = fn;
 }
 
 

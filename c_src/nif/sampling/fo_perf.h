@@ -86,6 +86,15 @@ typedef void (*fo_perf_each)(void *ctx, int64_t ts_ns, const uint64_t *ips, uint
  * whoever names addresses (fo_cpu), called as samples are copied out. */
 typedef uint64_t (*fo_perf_caller_fn)(uint64_t first_ip, const uint64_t *words, uint64_t n);
 void fo_perf_set_caller_finder(fo_perf_caller_fn fn);
+
+/* Finds the return address a sample's call chain skipped (first_ip:
+ * where it was, next_ip: the chain's next address, 0: none; words: its
+ * stack copy): a function caught before it made its frame or after it
+ * took it down leaves its own return address on top of the stack, where
+ * frame pointers do not lead. 0 when none. Set by whoever names
+ * addresses (fo_cpu). */
+typedef uint64_t (*fo_perf_frame_fn)(uint64_t first_ip, uint64_t next_ip, const uint64_t *words, uint64_t n);
+void fo_perf_set_frame_finder(fo_perf_frame_fn fn);
 uint32_t fo_perf_take(uint64_t thread, int64_t from_ns, int64_t to_ns, fo_perf_each fn, void *ctx);
 
 /* The threads sampled now (their ids, at most max, into tids): for a
@@ -111,6 +120,7 @@ typedef struct {
     uint64_t samples;      /* read from the kernel since sampling started */
     uint64_t lost;         /* the kernel's ring was full (PERF_RECORD_LOST) */
     uint64_t overwritten;  /* left the per-thread buffers before a trace took them */
+    uint64_t skipped_frames; /* return addresses put back into chains (fo_perf_frame_fn) */
     uint64_t open_failures; /* threads whose event could not be opened */
 } fo_perf_counters;
 

@@ -29,6 +29,7 @@ int fo_perf_nif_open(ErlNifEnv *env)
     user_type = enif_open_resource_type(env, NULL, "flame_on_perf_user", user_dtor,
                                         ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER, NULL);
     fo_perf_set_caller_finder(fo_cpu_find_caller);
+    fo_perf_set_frame_finder(fo_cpu_skipped_frame);
     return user_type != NULL && fo_symbols_init();
 }
 
@@ -130,6 +131,7 @@ ERL_NIF_TERM fo_perf_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     put(env, &map, "users", c.users);
     put(env, &map, "threads", c.threads);
     put(env, &map, "frequency", c.frequency);
+    put(env, &map, "skipped_frames", c.skipped_frames);
     put(env, &map, "samples", c.samples);
     put(env, &map, "lost", c.lost);
     put(env, &map, "overwritten", c.overwritten);

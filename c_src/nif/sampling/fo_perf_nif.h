@@ -27,7 +27,7 @@ ERL_NIF_TERM fo_perf_acquire_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM ar
 // perf_release(User) -> ok (again: ok)
 ERL_NIF_TERM fo_perf_release_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
-// perf_stats() -> #{users, threads, frequency, samples, lost, overwritten,
+// perf_stats() -> #{users, threads, frequency, skipped_frames, samples, lost, overwritten,
 //   open_failures, symbols, symbol_lines, unnamed_symbols, dropped_symbols}
 ERL_NIF_TERM fo_perf_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 

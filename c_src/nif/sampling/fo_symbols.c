@@ -112,8 +112,10 @@ static const char *read_atom(const char *p, const char *stop, char *out, size_t 
  * names are glue. */
 static uint8_t parse_name(const char *name, fo_mfa *mfa)
 {
-    if (strncmp(name, "$global::", 9) == 0)
+    if (strncmp(name, "$global::", 9) == 0) {
+        mfa->arity = strcmp(name + 9, "process_main") == 0 ? FO_FRAGMENT_SCHEDULER : 0;
         return FO_SYM_FRAGMENT;
+    }
     if (name[0] != '$' || strncmp(name, "$erts_beamasm:", 14) == 0)
         return FO_SYM_GLUE;
     char module[256], function[256];

@@ -39,6 +39,12 @@ int fo_symbols_map_exists(void);
  * when the file did not grow). Takes the write lock only when it did. */
 void fo_symbols_refresh(void);
 
+/* A fragment's mfa names nothing but this: arity FO_FRAGMENT_SCHEDULER
+ * for the scheduler loop's ($global::process_main), which calls the
+ * scheduler's C code (and a tracer's in/out callbacks), not code an
+ * Erlang function called. */
+#define FO_FRAGMENT_SCHEDULER 1u
+
 /* What ip is in JIT code. For a return address pass the address minus
  * one (it may be the first byte after its function). */
 fo_sym_kind fo_symbols_jit(uint64_t ip, fo_mfa *mfa);

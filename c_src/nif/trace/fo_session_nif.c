@@ -290,6 +290,7 @@ static ERL_NIF_TERM with_cpu_stats(ErlNifEnv *env, const fo_session_res *res, co
     put_count(env, &map, "cpu_seen_stops", st->cpu_seen_stops);
     put_count(env, &map, "cpu_entered_stops", st->cpu_entered_stops);
     put_count(env, &map, "cpu_broken_chains", st->cpu_broken_chains);
+    put_count(env, &map, "cpu_foreign_chains", st->cpu_foreign_chains);
     put_count(env, &map, "cpu_strata", st->cpu_strata);
     put_count(env, &map, "cpu_asked", atomic_load(&res->asks->asked));
     put_count(env, &map, "cpu_asks_limited", atomic_load(&res->asks->limited));
