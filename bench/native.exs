@@ -3,7 +3,8 @@
 #
 #     ERL_FLAGS="+JPperf true" mix run bench/native.exs             # about 4 min
 #     ERL_FLAGS="+JPperf true" mix run bench/native.exs fidelity    # one part:
-#       fidelity | tax | jpperf
+#       fidelity | tax | jpperf (ONLY=C-heavy: the fidelity workloads whose
+#       name holds that)
 #
 # Fidelity: each workload alternates two phases; the truth is each phase
 # timed inline, untraced (per pass of the loop its share, the median of the
@@ -116,6 +117,13 @@ defmodule FlameOn.Bench.Native.Fidelity do
   @moduledoc false
   alias FlameOn.Bench.Native, as: N
 
+  # MODES=native,sample: the modes to compare (default all three)
+  defp modes,
+    do:
+      System.get_env("MODES", "native,sample,nif")
+      |> String.split(",")
+      |> Enum.map(&String.to_atom/1)
+
   # A workload: {name, setup, phases, pid_of}: setup.() -> context; each
   # phase {frame_text, fun(context)}; the loop runs the phases in order
   # (and `between`, untimed: a call that waits) until the deadline.
@@ -124,7 +132,7 @@ defmodule FlameOn.Bench.Native.Fidelity do
     truth = truth(ctx, phases, between)
 
     rows =
-      for mode <- [:native, :sample, :nif] do
+      for mode <- modes() do
         {shares, stats} = traced(ctx, phases, between, mode, opts, seconds)
         {mode, shares, stats}
       end
@@ -284,8 +292,11 @@ fidelity = fn ->
      ], fn _ -> :ok end, []}
   ]
 
+  # ONLY=text: just the workloads whose name holds it
+  only = System.get_env("ONLY", "")
+
   results =
-    for w <- workloads do
+    for w <- workloads, String.contains?(elem(w, 0), only) do
       {name, truth, rows} = FlameOn.Bench.Native.Fidelity.run(w, seconds)
       IO.puts("\n#{name}")
       frames = Map.keys(truth)

@@ -400,6 +400,10 @@ void fo_session_cpu_sample_in(fo_session *s, uint64_t pid, const fo_mfa *caller,
     p->sampled = 1;
     p->stack_known = 1;
     p->slice_sampled = 1;
+    /* seen in caller there: its next C code goes back to this stack, not
+     * as a call from wherever the process is then (a BIF's caller may
+     * never be sampled in its own code) */
+    note_seen(s, p, p->depth);
     uint32_t here = fo_s_current_node(p);
     uint32_t frame = fo_s_intern(s, leaf);
     uint32_t node = frame == FO_NONE || p->overflow > 0 ? FO_NONE : fo_s_regular_child(s, here, frame);

@@ -34,8 +34,8 @@ defmodule FlameOn.Client.Node.Status do
       node_memory_bytes: :erlang.memory(:total),
       pattern_users: Patterns.users(),
       trace_sessions: length(TraceBackend.our_sessions()),
-      # continuous profiling holds it too, and is shown apart
-      sample_traces: max(BacktraceDepth.users() - continuous_depth(continuous), 0),
+      # continuous profiling and the tail hold hold it too, shown apart
+      sample_traces: max(BacktraceDepth.users() - continuous_depth(continuous) - tail_depth(), 0),
       active_samplers: Budget.active(),
       sample_budget: Budget.budget(),
       owners: DynamicSupervisor.count_children(FlameOn.Client.OwnerSupervisor).active,
@@ -48,6 +48,8 @@ defmodule FlameOn.Client.Node.Status do
 
   defp continuous_depth(%{depth: depth}) when depth > 7, do: 1
   defp continuous_depth(_not_running_or_default_depth), do: 0
+
+  defp tail_depth, do: if(TailHold.stats().on, do: 1, else: 0)
 
   # Whether mode :native can run here (checked now, not cached: a sysctl
   # may have changed), its sampler's counters while it runs, and tail

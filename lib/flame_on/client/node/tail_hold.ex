@@ -48,7 +48,7 @@ defmodule FlameOn.Client.Node.TailHold do
   use GenServer
 
   alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Node.PerfSampler
+  alias FlameOn.Client.Node.{BacktraceDepth, PerfSampler}
 
   # the flags' slot of the hold's state (the second is not used)
   @state 1
@@ -69,6 +69,9 @@ defmodule FlameOn.Client.Node.TailHold do
 
   # a tail trace's flags (FlameOn.Client.Tracing.Tail)
   @flags [:running, :garbage_collection]
+
+  # as FlameOn.Client.Capture.Native's
+  @backtrace_depth 64
 
   @doc false
   @spec start_link(keyword()) :: GenServer.on_start()
@@ -311,7 +314,7 @@ defmodule FlameOn.Client.Node.TailHold do
   def terminate(_reason, state) do
     :atomics.put(state.flags, @state, @off)
     stop_lingering()
-    if state.held, do: PerfSampler.release()
+    if state.held, do: release_sampling()
     :ok
   end
 
@@ -324,7 +327,7 @@ defmodule FlameOn.Client.Node.TailHold do
   defp turn_on(state, frequency) do
     config = config()
 
-    with :ok <- PerfSampler.acquire(frequency),
+    with :ok <- acquire_sampling(frequency),
          {:ok, processes, _} <- enable(config),
          :ok <- linger(config, processes) do
       :atomics.put(state.flags, @state, @on)
@@ -341,9 +344,23 @@ defmodule FlameOn.Client.Node.TailHold do
        }}
     else
       {:error, _} = error ->
-        PerfSampler.release()
+        release_sampling()
         error
     end
+  end
+
+  # The sampler, and stacks as deep as mode :native reads them where a
+  # slow request's stops are asked about (the default 8 frames would miss
+  # the trace's root in most real stacks)
+  defp acquire_sampling(frequency) do
+    with :ok <- PerfSampler.acquire(frequency) do
+      BacktraceDepth.acquire(@backtrace_depth)
+    end
+  end
+
+  defp release_sampling do
+    BacktraceDepth.release()
+    PerfSampler.release()
   end
 
   defp enable(config) do
@@ -375,7 +392,7 @@ defmodule FlameOn.Client.Node.TailHold do
     # a trace that ended while lingering was turned off may still have
     # read it on
     sweep(0)
-    PerfSampler.release()
+    release_sampling()
     if state.timer, do: Process.cancel_timer(state.timer)
     if state.sweep, do: Process.cancel_timer(state.sweep)
     %{state | held: false, timer: nil, sweep: nil}
