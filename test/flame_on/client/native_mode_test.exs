@@ -121,6 +121,62 @@ defmodule FlameOn.Client.NativeModeTest do
       assert share > 0.33 and share < 0.67, "fib #{fib} µs, enum #{enum} µs"
     end
 
+    # Phases with a wait between them are strata: each one's on-CPU time
+    # is shared among its own samples, so a short trace splits exactly
+    # where its samples alone (a dozen here) would not: shared by counts
+    # over the whole trace, 12 ms against 36 ms from ~24 samples is off by
+    # 9 pp (one standard deviation).
+    test "phases between waits get their own on-CPU time (strata)" do
+      work = fn ->
+        t0 = System.monotonic_time(:microsecond)
+        Workloads.busy(12)
+        t1 = System.monotonic_time(:microsecond)
+        Process.sleep(5)
+        t2 = System.monotonic_time(:microsecond)
+        enum_for(36)
+        {t1 - t0, System.monotonic_time(:microsecond) - t2}
+      end
+
+      for _ <- 1..3 do
+        {{fib_wall, enum_wall}, profile} = FlameOn.Client.profile(work, mode: :native)
+        fib = on_cpu_us(profile, self(), "Workloads.")
+        # the rest: enum_until, and Enum.filter_list/2's recursion deeper
+        # than the kernel walks (under a "…" root)
+        enum = on_cpu_us(profile, self()) - fib
+        traced = fib / max(fib + enum, 1)
+        inline = fib_wall / (fib_wall + enum_wall)
+
+        assert abs(traced - inline) < 0.05,
+               "fib #{fib} µs of #{fib_wall}, enum #{enum} µs of #{enum_wall}"
+
+        # one of them may be cut by a preemption that waited 50 µs or more
+        assert profile.stats.cpu_strata >= 1
+        refute_foreign_frames(profile)
+      end
+    end
+
+    # A function caught as it begins or returns (its frame not made yet,
+    # or taken down) has a call chain that skips its caller; the loop
+    # below is mostly that (a tail call per step), and every sample of it
+    # must still be under spin/1 (before: about one in ten was not). The
+    # waits and collections hang where its `out`s stopped, which before
+    # its first sample is a guess: only the samples' stacks are checked.
+    test "a tail-recursive loop's samples stay under its caller" do
+      {_, profile} = FlameOn.Client.profile(fn -> spin(3_000_000) end, mode: :native)
+      loop = on_cpu_us(profile, self(), "spin_loop/2")
+      assert loop > 0
+
+      missing =
+        for {stack, us} <- profile.stacks[self()],
+            String.contains?(stack, "spin_loop/2"),
+            not String.contains?(stack, "NativeModeTest.spin/1;"),
+            not (stack =~ ~r/;(GC_MINOR|GC_MAJOR|RUNNABLE|SLEEP)$/),
+            do: {stack, us}
+
+      assert missing == []
+      refute_foreign_frames(profile)
+    end
+
     # The last slice of a trace (here the whole second phase, after the
     # wait) takes its CPU samples as the session closes: from the
     # sampler's buffers, which must still be there (they were freed first,
@@ -293,6 +349,21 @@ defmodule FlameOn.Client.NativeModeTest do
       assert traced_profile(fn -> Workloads.busy(20) end, mode: :auto).mode == :sample
     end
   end
+
+  defp on_cpu_us(profile, pid, frame) do
+    time_where(profile, pid, &(String.contains?(&1, frame) and not String.contains?(&1, "SLEEP")))
+  end
+
+  # frames of another process (a stale frame pointer or register left by
+  # the process that ran before on the thread: the sampler's helper)
+  defp refute_foreign_frames(profile) do
+    foreign = for {stack, _} <- profile.stacks[self()], stack =~ "PerfSampler", do: stack
+    assert foreign == []
+  end
+
+  def spin(n), do: {:ok, spin_loop(n, 0)}
+  defp spin_loop(0, acc), do: acc
+  defp spin_loop(n, acc), do: spin_loop(n - 1, rem(acc * 31 + n, 1_000_003))
 
   # time in stacks through frame, but its classes' leaves
   defp running_in(profile, frame) do
