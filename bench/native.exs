@@ -7,9 +7,9 @@
 #       name holds that)
 #
 # Fidelity: each workload alternates two phases; the truth is each phase
-# timed inline, untraced (per pass of the loop its share, the median of the
-# passes over 2 s). Then the same
-# workload runs for SECONDS (default 6) under :native, :sample and :nif, and
+# timed inline, untraced (the passes' sums over 2 s). The same workload
+# runs for SECONDS (default 6) under :native, :sample and :nif, in ROUNDS
+# (default 3) turns taken with the truth's passes, and
 # each phase's share of the traced process's on-CPU time is read from its
 # stacks (the time of the stacks holding the phase's frame, waits left out).
 # A row passes when native is within 3 pp of the truth. "rootless" is the
@@ -124,33 +124,57 @@ defmodule FlameOn.Bench.Native.Fidelity do
       |> String.split(",")
       |> Enum.map(&String.to_atom/1)
 
+  # ROUNDS (default 3): the truth and each mode's traced run take turns,
+  # so the machine's drift over the run (its load, its clock) weighs on
+  # all alike
+  defp rounds, do: String.to_integer(System.get_env("ROUNDS", "3"))
+
   # A workload: {name, setup, phases, pid_of}: setup.() -> context; each
   # phase {frame_text, fun(context)}; the loop runs the phases in order
   # (and `between`, untimed: a call that waits) until the deadline.
   def run({name, setup, phases, between, opts}, seconds) do
     ctx = setup.()
-    truth = truth(ctx, phases, between)
+    rounds = rounds()
+    traced_ms = max(div(seconds * 1000, rounds), 500)
 
-    rows =
-      for mode <- modes() do
-        {shares, stats} = traced(ctx, phases, between, mode, opts, seconds)
-        {mode, shares, stats}
-      end
+    {passes, by_mode} =
+      Enum.reduce(1..rounds, {[], %{}}, fn _, {passes, by_mode} ->
+        passes = truth_passes(ctx, phases, between, max(div(2000, rounds), 300)) ++ passes
 
+        by_mode =
+          Enum.reduce(modes(), by_mode, fn mode, acc ->
+            {us, stats} = traced(ctx, phases, between, mode, opts, traced_ms)
+
+            Map.update(acc, mode, {us, stats}, fn {us0, stats0} ->
+              {Map.merge(us0, us, fn _, a, b -> a + b end), add_counts(stats0, stats)}
+            end)
+          end)
+
+        {passes, by_mode}
+      end)
+
+    truth =
+      shares(
+        Map.new(phases, fn {frame, _} -> {frame, Enum.sum(Enum.map(passes, & &1[frame]))} end)
+      )
+
+    rows = for mode <- modes(), {us, stats} = by_mode[mode], do: {mode, shares(us), stats}
     {name, truth, rows}
   end
 
-  # each phase timed inline while the loop runs untraced for 2 s: per pass
-  # of the loop each phase's share, and the median of those (a pass the
-  # machine interrupted does not move it)
-  defp truth(ctx, phases, between) do
-    deadline = System.monotonic_time(:millisecond) + 2000
-    passes = truth_loop(ctx, phases, between, deadline, [])
+  defp shares(by_phase) do
+    total = by_phase |> Map.values() |> Enum.sum()
+    Map.new(by_phase, fn {frame, t} -> {frame, t / max(total, 1)} end)
+  end
 
-    Map.new(phases, fn {frame, _} ->
-      shares = passes |> Enum.map(&(&1[frame] / max(Enum.sum(Map.values(&1)), 1))) |> Enum.sort()
-      {frame, Enum.at(shares, div(length(shares), 2))}
-    end)
+  defp add_counts(a, b),
+    do: Map.merge(a, b, fn _, x, y -> if is_integer(x) and is_integer(y), do: x + y, else: y end)
+
+  # each phase timed inline while the loop runs untraced for ms: the
+  # passes' times (their sums against the traced runs' sums)
+  defp truth_passes(ctx, phases, between, ms) do
+    deadline = System.monotonic_time(:millisecond) + ms
+    truth_loop(ctx, phases, between, deadline, [])
   end
 
   defp truth_loop(ctx, phases, between, deadline, acc) do
@@ -177,8 +201,8 @@ defmodule FlameOn.Bench.Native.Fidelity do
     end
   end
 
-  defp traced(ctx, phases, between, mode, opts, seconds) do
-    deadline = System.monotonic_time(:millisecond) + seconds * 1000
+  defp traced(ctx, phases, between, mode, opts, ms) do
+    deadline = System.monotonic_time(:millisecond) + ms
     # a callee's workload: the traced loop makes the call, the callee runs the phases
     work =
       case opts[:call] do
@@ -210,10 +234,16 @@ defmodule FlameOn.Bench.Native.Fidelity do
         {frame, us}
       end)
 
-    total = by_phase |> Map.values() |> Enum.sum()
-    shares = Map.new(by_phase, fn {frame, us} -> {frame, us / max(total, 1)} end)
+    # on-CPU time under the "…" root: call chains deeper than the kernel
+    # walks (127 frames) whose outer frames were never seen; counted in no
+    # phase
+    cut =
+      on_cpu
+      |> Enum.filter(fn {s, _} -> String.starts_with?(s, "…") end)
+      |> Enum.map(&elem(&1, 1))
 
-    {shares, profile.stats}
+    all = on_cpu |> Enum.map(&elem(&1, 1)) |> Enum.sum()
+    {by_phase, Map.merge(profile.stats, %{bench_cut_us: Enum.sum(cut), bench_on_cpu_us: all})}
   end
 end
 
@@ -308,7 +338,7 @@ fidelity = fn ->
             "",
             &String.pad_leading(&1 |> String.split(".") |> List.last(), 12)
           ) <>
-          "   samples  rootless"
+          "   samples  rootless  cut"
       )
 
       line = fn label, shares ->
@@ -327,7 +357,8 @@ fidelity = fn ->
           if mode == :native,
             do:
               "   #{String.pad_leading(Integer.to_string(stats.samples), 7)}  " <>
-                "#{:erlang.float_to_binary(100 * Map.get(stats, :cpu_rootless, 0) / max(stats.samples, 1), decimals: 1)}%",
+                "#{:erlang.float_to_binary(100 * Map.get(stats, :cpu_rootless, 0) / max(stats.samples, 1), decimals: 1)}%" <>
+                "  #{:erlang.float_to_binary(100 * stats.bench_cut_us / max(stats.bench_on_cpu_us, 1), decimals: 1)}%",
             else: ""
 
         IO.puts(line.(Atom.to_string(mode), shares) <> extra)
