@@ -50,6 +50,7 @@ typedef struct {
     uint64_t cpu_contexts;       /* stacks from fo_session_cpu_context kept */
     uint64_t cpu_unknown_stops;  /* `out`s in a function with no stack known for it */
     uint64_t cpu_cut_samples;    /* CPU samples whose call chain the kernel cut */
+    uint64_t cpu_rehomed_cuts;   /* ... chains of those moved from the cut marker as the session settled */
     uint64_t cpu_called_samples; /* CPU samples in C code, their caller found on its stack */
     uint64_t cpu_seen_stops;     /* `out`s placed where a sample saw it in that function */
     uint64_t cpu_entered_stops;  /* `out`s taken as a call from this slice's last sample */

@@ -326,7 +326,7 @@ void fo_session_cpu_inside(fo_session *s, uint64_t pid, const fo_mfa *frames, ui
 /* Where a cut chain whose outermost frame is `frame` goes: the parent of
  * the first node of that frame on the path to where the process was seen
  * in it; FO_NONE when it was never seen there. */
-static uint32_t cut_prefix(fo_session *s, fo_proc *p, uint32_t frame)
+uint32_t fo_s_cut_prefix(fo_session *s, fo_proc *p, uint32_t frame)
 {
     uint32_t node = fo_seen_get(&s->seen, (uint32_t)(p - s->procs.procs), frame);
     if (node == FO_NONE)
@@ -352,12 +352,14 @@ void fo_session_cpu_sample_cut(fo_session *s, uint64_t pid, const fo_mfa *frames
     s->stats.samples++;
     s->stats.cpu_cut_samples++;
     flush_pending(s, p, 1);
-    uint32_t prefix = cut_prefix(s, p, outer);
+    uint32_t prefix = fo_s_cut_prefix(s, p, outer);
     if (prefix == FO_NONE || prefix == p->root || !set_stack_to(s, p, prefix)) {
         p->depth = 0;
         p->overflow = 0;
-        if (marker != NULL)
-            fo_s_push_frame(s, p, fo_s_intern(s, marker));
+        if (marker != NULL) {
+            s->cut_marker = fo_s_intern(s, marker);
+            fo_s_push_frame(s, p, s->cut_marker);
+        }
     }
     for (uint32_t i = 0; i < count; i++)
         fo_s_push_frame(s, p, fo_s_intern(s, &frames[i]));
@@ -402,8 +404,10 @@ void fo_session_cpu_sample_in(fo_session *s, uint64_t pid, const fo_mfa *caller,
     p->slice_sampled = 1;
     /* seen in caller there: its next C code goes back to this stack, not
      * as a call from wherever the process is then (a BIF's caller may
-     * never be sampled in its own code) */
-    note_seen(s, p, p->depth);
+     * never be sampled in its own code); not under the cut marker, which
+     * is no place */
+    if (p->depth > 0 && (s->cut_marker == 0 || p->stack_frames[0] != s->cut_marker))
+        note_seen(s, p, p->depth);
     uint32_t here = fo_s_current_node(p);
     uint32_t frame = fo_s_intern(s, leaf);
     uint32_t node = frame == FO_NONE || p->overflow > 0 ? FO_NONE : fo_s_regular_child(s, here, frame);
@@ -494,6 +498,7 @@ void fo_session_cpu_settle(fo_session *s, int64_t end_ns)
             fo_s_stratum_end(s, p);
         }
     }
+    fo_s_rehome_cut_chains(s);
     /* per process: its samples, the node with the most of them, and the
      * time given so far (what rounding leaves goes to that node) */
     uint64_t *counts = calloc(procs, sizeof(uint64_t));

@@ -24,6 +24,7 @@ struct fo_session {
     fo_cpu_source cpu_source;
     uint64_t cpu_stratum_ns;     /* fo_session_set_cpu_strata (0: no strata) */
     uint64_t cpu_stratum_gap_ns;
+    uint32_t cut_marker;         /* the frame cut chains of unknown place go under (0: none yet) */
     void *cpu_ctx;
     fo_seen seen;           /* CPU-sampled: where each process was seen in each function */
     int track_receives;     /* FO_RECEIVES_*: fo_session_track_receives(_as) */
@@ -107,5 +108,12 @@ void fo_s_cpu_count(fo_session *s, fo_proc *p, uint32_t node);
 void fo_s_stratum_event(fo_session *s, fo_proc *p, const fo_event *ev);
 void fo_s_stratum_end(fo_session *s, fo_proc *p);
 int fo_s_running_frame(uint32_t frame);
+
+/* Cut chains (fo_session_cut.c): where a cut chain whose outermost frame
+ * is `frame` goes (FO_NONE: not known); and, as the session settles, the
+ * chains that went under the cut marker for want of that, moved where
+ * their outermost frame was seen since. */
+uint32_t fo_s_cut_prefix(fo_session *s, fo_proc *p, uint32_t frame);
+void fo_s_rehome_cut_chains(fo_session *s);
 
 #endif

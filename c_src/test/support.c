@@ -878,6 +878,7 @@ void ts_assert_pid(const fo_session *s, uint64_t pid, const char *const *expecte
     X(cpu_contexts)                                                                                \
     X(cpu_unknown_stops)                                                                           \
     X(cpu_cut_samples)                                                                             \
+    X(cpu_rehomed_cuts)                                                                            \
     X(cpu_called_samples)                                                                          \
     X(cpu_seen_stops)                                                                              \
     X(cpu_entered_stops)                                                                           \

@@ -286,6 +286,7 @@ static ERL_NIF_TERM with_cpu_stats(ErlNifEnv *env, const fo_session_res *res, co
     put_count(env, &map, "cpu_contexts", st->cpu_contexts);
     put_count(env, &map, "cpu_unknown_stops", st->cpu_unknown_stops);
     put_count(env, &map, "cpu_cut_samples", st->cpu_cut_samples);
+    put_count(env, &map, "cpu_rehomed_cuts", st->cpu_rehomed_cuts);
     put_count(env, &map, "cpu_called_samples", st->cpu_called_samples);
     put_count(env, &map, "cpu_seen_stops", st->cpu_seen_stops);
     put_count(env, &map, "cpu_entered_stops", st->cpu_entered_stops);
