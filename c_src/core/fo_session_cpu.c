@@ -352,7 +352,15 @@ void fo_session_cpu_sample_cut(fo_session *s, uint64_t pid, const fo_mfa *frames
     s->stats.samples++;
     s->stats.cpu_cut_samples++;
     flush_pending(s, p, 1);
+    /* where its outermost frame was seen, else the first of its frames
+     * that was (a mutual recursion keeps any of its functions outermost):
+     * the chain goes there whole, its outer frames being the recursion's
+     * part below that one */
     uint32_t prefix = fo_s_cut_prefix(s, p, outer);
+    for (uint32_t i = 1; i < erlang_frames && i < count && prefix == FO_NONE; i++) {
+        uint32_t frame = fo_s_intern(s, &frames[i]);
+        prefix = frame == FO_NONE ? FO_NONE : fo_s_cut_prefix(s, p, frame);
+    }
     if (prefix == FO_NONE || prefix == p->root || !set_stack_to(s, p, prefix)) {
         p->depth = 0;
         p->overflow = 0;

@@ -296,6 +296,19 @@ static const ts_case cpu_cases[] = {
            "1 m:a/0;m:b/0;m:r/0;m:r/0 samples=1 weight=0", "1 m:a/0;m:b/0;m:r/0;m:r/0;m:r/0 samples=1 weight=0",
            "1 m:cut/0;m:x/0 samples=1 weight=0"),
      "events=5 samples=3 cpu_cut_samples=2"},
+    {"a_cut_chain_whose_outer_frame_was_never_seen_goes_where_an_inner_one_was", DEFAULT_LIMITS,
+     /* a mutual recursion of p and q: q was seen under a;b, p never; the
+      * chain p;q;p goes under a;b whole */
+     LINES("cpu_sampled",
+           "at 1 5 m:a/0;m:b/0;m:q/0",
+           "at 1 15 ^m:p/0;m:q/0;m:p/0",
+           "1 0 in@1",
+           "1 30 out",
+           "close 30",
+           "settle"),
+     LINES("1 m:a/0;m:b/0;m:q/0 15", "1 m:a/0;m:b/0;m:p/0;m:q/0;m:p/0 15",
+           "1 m:a/0;m:b/0;m:q/0 samples=1 weight=0", "1 m:a/0;m:b/0;m:p/0;m:q/0;m:p/0 samples=1 weight=0"),
+     "events=4 samples=2 cpu_cut_samples=1"},
     {"a_cut_chain_seen_later_moves_there_as_the_session_settles", DEFAULT_LIMITS,
      /* the first sample of r was deep (cut, r not seen yet: under the
       * marker); the next one saw r under a;b, where the chain goes */
