@@ -125,7 +125,9 @@ defmodule FlameOn.Client.NativeModeTest do
     # is shared among its own samples, so a short trace splits exactly
     # where its samples alone (a dozen here) would not: shared by counts
     # over the whole trace, 12 ms against 36 ms from ~24 samples is off by
-    # 9 pp (one standard deviation).
+    # 9 pp (one standard deviation), within 5 pp 42% of the time. On a busy
+    # machine a preemption that waits 50 µs or more cuts a phase into
+    # shorter strata, shared trace-wide: so 5 traces, 4 of them within.
     test "phases between waits get their own on-CPU time (strata)" do
       work = fn ->
         t0 = System.monotonic_time(:microsecond)
@@ -137,22 +139,23 @@ defmodule FlameOn.Client.NativeModeTest do
         {t1 - t0, System.monotonic_time(:microsecond) - t2}
       end
 
-      for _ <- 1..3 do
-        {{fib_wall, enum_wall}, profile} = FlameOn.Client.profile(work, mode: :native)
-        fib = on_cpu_us(profile, self(), "Workloads.")
-        # the rest: enum_until, and Enum.filter_list/2's recursion deeper
-        # than the kernel walks (under a "…" root)
-        enum = on_cpu_us(profile, self()) - fib
-        traced = fib / max(fib + enum, 1)
-        inline = fib_wall / (fib_wall + enum_wall)
+      runs =
+        for _ <- 1..5 do
+          {{fib_wall, enum_wall}, profile} = FlameOn.Client.profile(work, mode: :native)
+          fib = on_cpu_us(profile, self(), "Workloads.")
+          # the rest: enum_until, and Enum.filter_list/2's recursion deeper
+          # than the kernel walks
+          enum = on_cpu_us(profile, self()) - fib
+          traced = fib / max(fib + enum, 1)
+          inline = fib_wall / (fib_wall + enum_wall)
+          refute_foreign_frames(profile)
 
-        assert abs(traced - inline) < 0.05,
-               "fib #{fib} µs of #{fib_wall}, enum #{enum} µs of #{enum_wall}"
+          {abs(traced - inline) < 0.05, profile.stats.cpu_strata,
+           "fib #{fib} µs of #{fib_wall}, enum #{enum} µs of #{enum_wall}"}
+        end
 
-        # one of them may be cut by a preemption that waited 50 µs or more
-        assert profile.stats.cpu_strata >= 1
-        refute_foreign_frames(profile)
-      end
+      assert Enum.count(runs, &elem(&1, 0)) >= 4, inspect(runs)
+      assert Enum.all?(runs, &(elem(&1, 1) >= 1)), inspect(runs)
     end
 
     # A function caught as it begins or returns (its frame not made yet,
