@@ -492,6 +492,13 @@ void fo_session_cpu_context(fo_session *s, uint64_t pid, const fo_mfa *key_mfa, 
         fo_s_hold_call_wait_in(s, p, leaf);
 }
 
+/* Samples of node whose time the trace-wide share gives out (not those
+ * of a stratum shared on its own). */
+static uint64_t pooled_samples(const fo_tree_node *node)
+{
+    return node->samples - node->settled;
+}
+
 void fo_session_cpu_settle(fo_session *s, int64_t end_ns)
 {
     uint32_t procs = s->procs.count;
@@ -523,16 +530,16 @@ void fo_session_cpu_settle(fo_session *s, int64_t end_ns)
     fo_tree_node *nodes = s->tree.nodes;
     for (uint32_t n = 0; n < s->tree.count; n++) {
         uint32_t proc = nodes[n].proc;
-        uint64_t pooled = nodes[n].samples - nodes[n].settled;
+        uint64_t pooled = pooled_samples(&nodes[n]);
         if (pooled == 0 || !fo_s_running_frame(nodes[n].frame) || proc >= procs)
             continue;
         counts[proc] += pooled;
-        if (busiest[proc] == FO_NONE || pooled > nodes[busiest[proc]].samples - nodes[busiest[proc]].settled)
+        if (busiest[proc] == FO_NONE || pooled > pooled_samples(&nodes[busiest[proc]]))
             busiest[proc] = n;
     }
     for (uint32_t n = 0; n < s->tree.count; n++) {
         uint32_t proc = nodes[n].proc;
-        uint64_t pooled = nodes[n].samples - nodes[n].settled;
+        uint64_t pooled = pooled_samples(&nodes[n]);
         if (pooled == 0 || !fo_s_running_frame(nodes[n].frame) || proc >= procs || counts[proc] == 0)
             continue;
         unsigned __int128 share = (unsigned __int128)s->procs.procs[proc].cpu_ns * pooled;

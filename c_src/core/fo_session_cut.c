@@ -9,12 +9,17 @@
 
 #include "fo_session_parts.h"
 
+/* node is a cut marker (on a process's root). */
+static int is_marker(const fo_session *s, uint32_t node)
+{
+    return s->tree.nodes[node].frame == s->cut_marker && s->tree.nodes[node].depth == 1;
+}
+
 /* node is in a chain under the cut marker. */
 static int under_marker(const fo_session *s, uint32_t node)
 {
-    const fo_tree_node *nodes = s->tree.nodes;
-    for (uint32_t at = node; at != UINT32_MAX; at = nodes[at].parent) {
-        if (nodes[at].frame == s->cut_marker && nodes[at].depth == 1)
+    for (uint32_t at = node; at != UINT32_MAX; at = s->tree.nodes[at].parent) {
+        if (is_marker(s, at))
             return 1;
     }
     return 0;
@@ -47,8 +52,7 @@ void fo_s_rehome_cut_chains(fo_session *s)
         moved_to[n] = FO_NONE;
         uint32_t parent = nodes[n].parent;
         /* a chain's outermost frame: a child of a marker on a process's root */
-        if (parent == UINT32_MAX || nodes[parent].frame != s->cut_marker || nodes[parent].depth != 1 ||
-            nodes[n].proc >= s->procs.count)
+        if (parent == UINT32_MAX || !is_marker(s, parent) || nodes[n].proc >= s->procs.count)
             continue;
         fo_proc *p = &s->procs.procs[nodes[n].proc];
         uint32_t prefix = fo_s_cut_prefix(s, p, nodes[n].frame);
