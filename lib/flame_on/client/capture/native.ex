@@ -15,10 +15,6 @@ defmodule FlameOn.Client.Capture.Native do
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.{BacktraceDepth, PerfSampler}
 
-  # Stacks the helper reads with process_info: as deep as the CPU samples'
-  # (the kernel's 127 frames) would cost more than they tell.
-  @backtrace_depth 64
-
   @impl true
   def description, do: "CPU samples from Linux perf events (+JPperf true); no call breakpoints"
 
@@ -48,7 +44,7 @@ defmodule FlameOn.Client.Capture.Native do
   @impl true
   def acquire(opts) do
     case PerfSampler.acquire(opts.frequency) do
-      :ok -> BacktraceDepth.acquire(@backtrace_depth)
+      :ok -> BacktraceDepth.acquire(BacktraceDepth.cpu_sampled())
       {:error, why} -> raise ArgumentError, "mode: :native is not available: " <> why
     end
   end

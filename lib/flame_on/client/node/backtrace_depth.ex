@@ -10,8 +10,6 @@ defmodule FlameOn.Client.Node.BacktraceDepth do
 
   use GenServer
 
-  alias FlameOn.Client.Node.Sweep
-
   @call_timeout 60_000
 
   @doc false
@@ -30,6 +28,49 @@ defmodule FlameOn.Client.Node.BacktraceDepth do
   @spec release() :: :ok
   def release, do: GenServer.call(__MODULE__, :release, @call_timeout)
 
+  # Stacks the CPU-sampled modes' helper reads with process_info (mode
+  # :native, the tail hold): as deep as the CPU samples' (the kernel's
+  # 127 frames) would cost more than they tell.
+  @cpu_sampled 64
+  # Where the node's backtrace_depth is kept while samplers raised it
+  # (FlameOn.Client.Node.Sweep puts it back after an owner died).
+  @saved_depth_key {__MODULE__, :saved_backtrace_depth}
+
+  @doc "The depth mode :native and the tail hold acquire (their helper's stacks)."
+  @spec cpu_sampled() :: pos_integer()
+  def cpu_sampled, do: @cpu_sampled
+
+  @doc """
+  Sets the node's `backtrace_depth` to `depth` for samplers, remembering the
+  value found first where a sweep finds it even after its owner died (a
+  persistent term: unlike the application environment, writing it does not
+  wait on the application controller, which a process stopping with the
+  application must not do).
+  """
+  @spec raise_to(pos_integer()) :: :ok
+  def raise_to(depth) do
+    old = :erlang.system_flag(:backtrace_depth, depth)
+
+    if :persistent_term.get(@saved_depth_key, nil) == nil,
+      do: :persistent_term.put(@saved_depth_key, old)
+
+    :ok
+  end
+
+  @doc "Puts back the `backtrace_depth` saved by `raise_to/1`; whether it did."
+  @spec restore_saved() :: boolean()
+  def restore_saved do
+    case :persistent_term.get(@saved_depth_key, nil) do
+      nil ->
+        false
+
+      depth ->
+        :erlang.system_flag(:backtrace_depth, depth)
+        :persistent_term.erase(@saved_depth_key)
+        true
+    end
+  end
+
   @doc "The number of processes holding a raised `backtrace_depth`."
   @spec users() :: non_neg_integer()
   def users, do: GenServer.call(__MODULE__, :users, @call_timeout)
@@ -43,7 +84,7 @@ defmodule FlameOn.Client.Node.BacktraceDepth do
   @impl GenServer
   def handle_call({:acquire, depth}, {pid, _tag}, users) do
     wanted = Enum.reduce(users, depth, fn {_pid, {_ref, d}}, acc -> max(d, acc) end)
-    Sweep.raise_backtrace_depth(wanted)
+    raise_to(wanted)
 
     users =
       case users do
@@ -67,7 +108,7 @@ defmodule FlameOn.Client.Node.BacktraceDepth do
 
   @impl GenServer
   def terminate(_reason, users) do
-    if users != %{}, do: Sweep.restore_backtrace_depth()
+    if users != %{}, do: restore_saved()
     :ok
   end
 
@@ -78,7 +119,7 @@ defmodule FlameOn.Client.Node.BacktraceDepth do
 
       {{ref, _depth}, rest} ->
         if demonitor?, do: Process.demonitor(ref, [:flush])
-        if rest == %{}, do: Sweep.restore_backtrace_depth()
+        if rest == %{}, do: restore_saved()
         rest
     end
   end

@@ -40,8 +40,6 @@ defmodule FlameOn.Client.Node.Sweep do
      [{:message, :"$1"}]},
     {[:_, :"$1", :_], [], [{:message, :"$1"}]}
   ]
-  # Where the node's backtrace_depth is kept while samplers raised it.
-  @saved_depth_key {__MODULE__, :saved_backtrace_depth}
   # The counter patterns (call_time, call_memory) a summary set in the
   # legacy session, where nothing tells them from another profiler's.
   @counters_key {__MODULE__, :legacy_counters}
@@ -71,7 +69,7 @@ defmodule FlameOn.Client.Node.Sweep do
     call_patterns = clear_call_patterns()
     next_call_patterns = FlameOn.Client.Node.Gates.sweep()
     processes = untrace_processes()
-    backtrace_depth = restore_backtrace_depth()
+    backtrace_depth = FlameOn.Client.Node.BacktraceDepth.restore_saved()
     counters = clear_counters()
 
     %{
@@ -85,37 +83,6 @@ defmodule FlameOn.Client.Node.Sweep do
       call_patterns: call_patterns,
       next_call_patterns: next_call_patterns
     }
-  end
-
-  @doc """
-  Sets the node's `backtrace_depth` to `depth` for samplers, remembering the
-  value found first where a sweep finds it even after its owner died (a
-  persistent term: unlike the application environment, writing it does not
-  wait on the application controller, which a process stopping with the
-  application must not do).
-  """
-  @spec raise_backtrace_depth(pos_integer()) :: :ok
-  def raise_backtrace_depth(depth) do
-    old = :erlang.system_flag(:backtrace_depth, depth)
-
-    if :persistent_term.get(@saved_depth_key, nil) == nil,
-      do: :persistent_term.put(@saved_depth_key, old)
-
-    :ok
-  end
-
-  @doc "Puts back the `backtrace_depth` saved by `save_backtrace_depth/0`; whether it did."
-  @spec restore_backtrace_depth() :: boolean()
-  def restore_backtrace_depth do
-    case :persistent_term.get(@saved_depth_key, nil) do
-      nil ->
-        false
-
-      depth ->
-        :erlang.system_flag(:backtrace_depth, depth)
-        :persistent_term.erase(@saved_depth_key)
-        true
-    end
   end
 
   @doc """

@@ -70,9 +70,6 @@ defmodule FlameOn.Client.Node.TailHold do
   # a tail trace's flags (FlameOn.Client.Tracing.Tail)
   @flags [:running, :garbage_collection]
 
-  # as FlameOn.Client.Capture.Native's
-  @backtrace_depth 64
-
   @doc false
   @spec start_link(keyword()) :: GenServer.on_start()
   def start_link(_opts \\ []), do: GenServer.start_link(__MODULE__, :ok, name: __MODULE__)
@@ -354,7 +351,7 @@ defmodule FlameOn.Client.Node.TailHold do
   # the trace's root in most real stacks)
   defp acquire_sampling(frequency) do
     with :ok <- PerfSampler.acquire(frequency) do
-      BacktraceDepth.acquire(@backtrace_depth)
+      BacktraceDepth.acquire(BacktraceDepth.cpu_sampled())
     end
   end
 
