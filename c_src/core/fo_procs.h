@@ -45,6 +45,7 @@ typedef struct {
                                 frame it stands for (0: one call) */
     uint64_t call_wait_ns; /* WAITING time of the current call (graph traces) */
     uint32_t call_wait_node; /* the one WAITING leaf that holds it (FO_NONE: none yet) */
+    uint32_t call_wait_stop; /* the frame its last `out` in the call named (0: none) */
     uint32_t gc_node;        /* while it collects garbage: its GC leaf (FO_NONE: not) */
     uint64_t gcs[2];         /* collections started: minor, major (fo_session_process_gcs) */
     uint64_t undecided_ns;   /* tracking receives: off-CPU since its wait began, no message seen yet */
@@ -57,6 +58,7 @@ typedef struct {
     uint8_t slice_ran;       /* a CPU sample of its own code landed in this slice */
     uint8_t signal_expected; /* the front end wakes it with a signal (fo_session_expect_signal) */
     uint64_t slice_run_ns;   /* on CPU, not collecting, since its last `in` */
+    uint32_t slice_stop;     /* the frame its last `out` named (0: none) */
     uint64_t heap_after;     /* its heap level after its last collection (heap_known) */
     uint64_t alloc_events;   /* call and return_to events since then */
     uint8_t heap_known;

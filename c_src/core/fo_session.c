@@ -305,13 +305,15 @@ void fo_s_hold_call_wait_in(fo_session *s, fo_proc *p, uint32_t leaf)
     p->call_wait_node = leaf;
 }
 
-static void on_out(fo_session *s, fo_proc *p, uint32_t flags)
+static void on_out(fo_session *s, fo_proc *p, const fo_event *ev)
 {
     if (p->state == FO_PROC_OUT)
         return;
     p->state = FO_PROC_OUT;
     p->wait_ns = 0;
-    uint32_t leaf = (flags & FO_EVF_IN_CALL) ? FO_FRAME_WAITING : FO_FRAME_SLEEP;
+    uint32_t leaf = (ev->flags & FO_EVF_IN_CALL) ? FO_FRAME_WAITING : FO_FRAME_SLEEP;
+    if (leaf == FO_FRAME_WAITING)
+        fo_s_call_wait_stop(s, p, ev);
     uint32_t node = fo_s_regular_child(s, fo_s_current_node(p), leaf);
     if (node == FO_NONE) {
         s->stats.node_limit_hits++;
@@ -358,7 +360,7 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         p->pair_clean = 0;
         break;
     case FO_EV_OUT:
-        on_out(s, p, ev->flags);
+        on_out(s, p, ev);
         break;
     case FO_EV_IN:
         if (p->state == FO_PROC_OUT) {
@@ -609,6 +611,7 @@ void fo_session_call_started(fo_session *s, uint64_t pid)
     if (index != UINT32_MAX) {
         s->procs.procs[index].call_wait_ns = 0;
         s->procs.procs[index].call_wait_node = FO_NONE;
+        s->procs.procs[index].call_wait_stop = 0;
     }
 }
 

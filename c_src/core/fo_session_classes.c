@@ -119,11 +119,35 @@ static void pieces_were_runnable(fo_session *s, fo_proc *p)
 {
     for (uint32_t i = 0; i < p->piece_count; i++) {
         uint64_t moved = to_runnable(s, p, p->pieces[i].leaf, p->pieces[i].ns);
-        /* a sample must not move it again as the last wait's */
+        /* a sample must not move it again as the last wait's, nor the
+         * span graph as its call's wait */
         if (p->pieces[i].leaf == p->prev_wait_node)
             p->prev_wait_ns = p->prev_wait_ns > moved ? p->prev_wait_ns - moved : 0;
+        if (p->pieces[i].leaf == p->call_wait_node)
+            p->call_wait_ns = p->call_wait_ns > moved ? p->call_wait_ns - moved : 0;
     }
     p->piece_count = 0;
+}
+
+/* The span graph holds a call's wait open from the follower's first `out`
+ * until a message ends it: the in/out pairs between with no message look
+ * like one wait going on (a signal, a collection). Its stacks learn
+ * otherwise when it stops in another function: it ran its code between,
+ * preempted as it worked for the call, so each gap was runnable where it
+ * was, not held for the stack of its last stop (a callee preempted a
+ * hundred times in a recursion and then in a sort had all of the
+ * recursion's gaps under the sort). The span graph's own decision later
+ * (runnable, or a wait some process explains) takes what is held then. */
+void fo_s_call_wait_stop(fo_session *s, fo_proc *p, const fo_event *ev)
+{
+    uint32_t stop = (ev->flags & FO_EVF_HAS_MFA) ? fo_s_intern(s, &ev->mfa) : 0;
+    if (stop == 0 || stop == FO_NONE)
+        return;
+    if (p->call_wait_stop != 0 && stop != p->call_wait_stop && p->call_wait_ns > 0) {
+        uint64_t moved = to_runnable(s, p, p->call_wait_node, p->call_wait_ns);
+        p->call_wait_ns = p->call_wait_ns > moved ? p->call_wait_ns - moved : 0;
+    }
+    p->call_wait_stop = stop;
 }
 
 void fo_s_piece_was_wait(fo_proc *p, uint32_t leaf)
@@ -132,10 +156,18 @@ void fo_s_piece_was_wait(fo_proc *p, uint32_t leaf)
         p->piece_count--;
 }
 
-/* What the slice since the process's last `in` showed: it ran its code. */
-static int slice_ran_code(const fo_session *s, const fo_proc *p)
+/* What the slice since the process's last `in` showed: it ran its code.
+ * An `out` in another function than the one before also says so: a
+ * waiting process woken by a signal, collected, or running a BIF that
+ * yields stops where it stopped. (A preempted recursion's slices are a few
+ * µs, far too short for a CPU sample to land in one; a follower working
+ * for a call is preempted hundreds of times, and without this every gap
+ * stayed undecided, held on the WAITING leaf of its last stop.) */
+static int slice_ran_code(const fo_session *s, const fo_proc *p, uint32_t stop)
 {
     if (p->slice_run_ns >= FO_RUNS_CODE_NS || p->slice_ran)
+        return 1;
+    if (stop != 0 && p->slice_stop != 0 && stop != p->slice_stop)
         return 1;
     return s->track_receives == FO_RECEIVES_SAMPLED && !p->signal_expected;
 }
@@ -182,19 +214,25 @@ void fo_s_slice_event(fo_session *s, fo_proc *p, const fo_event *ev)
             p->signal_expected = (uint8_t)expected;
         }
         return;
-    case FO_EV_OUT:
+    case FO_EV_OUT: {
         if (p->state != FO_PROC_RUNNING)
             return;
-        if (p->piece_count > 0 && slice_ran_code(s, p))
+        uint32_t stop = (ev->flags & FO_EVF_HAS_MFA) ? fo_s_intern(s, &ev->mfa) : 0;
+        stop = stop == FO_NONE ? 0 : stop;
+        if (p->piece_count > 0 && slice_ran_code(s, p, stop))
             pieces_were_runnable(s, p);
+        if (stop != 0)
+            p->slice_stop = stop;
         new_slice(p);
         return;
+    }
     case FO_EV_EXIT:
         /* it ran its code to its end (or was killed as it ran) */
         if (p->state == FO_PROC_RUNNING)
             pieces_were_runnable(s, p);
         p->piece_count = 0;
         p->got_message = 0;
+        p->slice_stop = 0;
         new_slice(p);
         return;
     default:

@@ -90,6 +90,11 @@ void fo_s_receives_event(fo_session *s, fo_proc *p, const fo_event *ev);
  * an `out` or exit decides the undecided pieces by what the slice showed
  * (FO_RECEIVES_CPU, _SAMPLED). */
 void fo_s_slice_event(fo_session *s, fo_proc *p, const fo_event *ev);
+/* p stops (an `out`) while its call's wait is held (graph traces, before
+ * the stop's WAITING leaf is placed): an `out` in another function than
+ * its last one says it ran code since, so what its call held so far was
+ * runnable (fo_session_classes.c). */
+void fo_s_call_wait_stop(fo_session *s, fo_proc *p, const fo_event *ev);
 /* The session closes: p's undecided pieces are decided. */
 void fo_s_receives_close(fo_session *s, fo_proc *p);
 /* A sample says p's last piece, on leaf, was a wait (it answered waiting):

@@ -445,6 +445,10 @@ void ts_run_line(fo_session *s, const char *line)
         fo_session_attribute_wait(s, pid, ns);
         return;
     }
+    if (sscanf(line, "runnable %" SCNu64 " %" SCNu64 " %7s", &pid, &ns, extra) == 2) {
+        fo_session_runnable_wait(s, pid, ns);
+        return;
+    }
     int n = sscanf(line, "%" SCNu64 " %" SCNd64 " %15s %63s %15s %63s %7s", &pid, &ts, kind, a1, a2,
                    a3, extra);
     fo_event ev;
@@ -460,6 +464,10 @@ void ts_run_line(fo_session *s, const char *line)
         ev = ev_kind(FO_EV_OUT, pid, ts);
         ev.flags |= FO_EVF_HAS_MFA;
         ev.mfa = ts_mfa(kind + 4);
+    } else if (n == 3 && strncmp(kind, "out_call@", 9) == 0) {
+        ev = ev_kind(FO_EV_OUT, pid, ts);
+        ev.flags |= FO_EVF_HAS_MFA | FO_EVF_IN_CALL;
+        ev.mfa = ts_mfa(kind + 9);
     } else if (n == 3 && strncmp(kind, "in@", 3) == 0) {
         ev = ev_kind(FO_EV_IN, pid, ts);
         ev.flags |= FO_EVF_HAS_THREAD;

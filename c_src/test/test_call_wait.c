@@ -71,6 +71,36 @@ static const ts_case call_wait_cases[] = {
            "1 m:a/0 samples=1 weight=0", "1 m:a/0;m:r/0;WAITING samples=1 weight=0"),
      "events=6 samples=2"},
 
+    {"a stop in another function says the wait held so far was runnable", DEFAULT_LIMITS,
+     LINES("1 0 call m:a/0", "call_started 1",
+           "1 10 out_call@m:a/0", "1 12 in",   /* preempted in a: 2 */
+           "1 20 out_call@m:a/0", "1 23 in",   /* again in a: 3 more, still held */
+           "1 25 call m:b/0",
+           "1 30 out_call@m:b/0",              /* it ran code since: a's 5 were runnable */
+           "1 130 in",                         /* a;b;WAITING: 100 */
+           "attribute 1 60", "close 140"),
+     LINES("1 m:a/0 20", "1 m:a/0;RUNNABLE 5", "1 m:a/0;m:b/0 15", "1 m:a/0;m:b/0;WAITING 40",
+           "1 m:a/0;m:b/0;ATTRIBUTED 60"),
+     "events=8"},
+
+    {"stops in one function keep the whole wait held", DEFAULT_LIMITS,
+     LINES("1 0 call m:a/0", "call_started 1",
+           "1 10 out_call@m:a/0", "1 40 in", "1 45 out_call@m:a/0", "1 65 in", /* 30 + 20 */
+           "attribute 1 45", "close 70"),
+     LINES("1 m:a/0 20", "1 m:a/0;WAITING 5", "1 m:a/0;ATTRIBUTED 45"), "events=5"},
+
+    {"the graph's runnable time takes what is still held", DEFAULT_LIMITS,
+     /* a callee preempted in a recursion, then in a sort, then done: the
+      * span graph says the whole 3 + 4 was runnable as the call ends */
+     LINES("1 0 call m:h/0", "1 1 call m:r/0", "call_started 1",
+           "1 10 out_call@m:r/0", "1 13 in",
+           "1 20 ret m:h/0", "1 21 call m:s/0",
+           "1 30 out_call@m:s/0", "1 34 in",
+           "runnable 1 7", "close 40"),
+     LINES("1 m:h/0 2", "1 m:h/0;m:r/0 16", "1 m:h/0;m:r/0;RUNNABLE 3", "1 m:h/0;m:s/0 15",
+           "1 m:h/0;m:s/0;RUNNABLE 4"),
+     "events=8"},
+
     {"plain out stays SLEEP and is never attributed", DEFAULT_LIMITS,
      LINES("1 0 call m:a/0", "call_started 1", "1 10 out", "1 20 in", "attribute 1 5", "close 20"),
      LINES("1 m:a/0 10", "1 m:a/0;SLEEP 10"), "events=3"},

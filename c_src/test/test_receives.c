@@ -134,6 +134,12 @@ static const ts_case sliced_cases[] = {
      /* both pieces before the long slice, not the one after it */
      LINES("1 m:a/0 100021", "1 m:a/0;RUNNABLE 9", "1 m:a/0;SLEEP 10"), "events=8"},
 
+    {"cpu_a_stop_in_another_function_ran_code", DEFAULT_LIMITS,
+     /* slices far too short for a sample: the `out` in b says it ran */
+     LINES("track_receives_cpu", "1 0 call m:a/0", "1 10 out@m:a/0", "1 15 in", "1 16 out@m:a/0", "1 20 in",
+           "1 21 call m:b/0", "1 25 out@m:b/0", "1 30 in", "1 30 receive", "close 40"),
+     LINES("1 m:a/0 12", "1 m:a/0;RUNNABLE 9", "1 m:a/0;m:b/0 14", "1 m:a/0;m:b/0;SLEEP 5"), "events=9"},
+
     {"cpu_a_collection_is_no_code", DEFAULT_LIMITS,
      LINES("track_receives_cpu", "1 0 call m:a/0", "1 10 out", "1 15 in", "1 15 gc_start", "1 100015 gc_end",
            "1 100016 out", "1 100020 in", "1 100020 receive", "close 100030"),

@@ -25,6 +25,7 @@
  *                                       "@M:F/A!LEAF": one in C code LEAF that M:F/A called)
  *     "PID TS in@THREAD"                an `in` on that OS thread (FO_EVF_HAS_THREAD)
  *     "PID TS out@M:F/A"                an `out` that stopped in M:F/A (FO_EVF_HAS_MFA)
+ *     "PID TS out_call@M:F/A"           the same inside a call (FO_EVF_IN_CALL too)
  *     "context PID M:F/A STACK"         fo_session_cpu_context: seen in STACK, stopped in M:F/A
  *     "PID cpu M:F/A;M:F/A"             fo_session_cpu_sample (root frame first)
  *     "settle" / "settle TS"            fo_session_cpu_settle(s, 0 / TS)
