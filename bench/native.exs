@@ -143,10 +143,11 @@ defmodule FlameOn.Bench.Native.Fidelity do
 
         by_mode =
           Enum.reduce(modes(), by_mode, fn mode, acc ->
-            {us, stats} = traced(ctx, phases, between, mode, opts, traced_ms)
+            {us, stats, inline} = traced(ctx, phases, between, mode, opts, traced_ms)
+            sum = fn a, b -> Map.merge(a, b, fn _, x, y -> x + y end) end
 
-            Map.update(acc, mode, {us, stats}, fn {us0, stats0} ->
-              {Map.merge(us0, us, fn _, a, b -> a + b end), add_counts(stats0, stats)}
+            Map.update(acc, mode, {us, stats, inline}, fn {us0, stats0, inline0} ->
+              {sum.(us0, us), add_counts(stats0, stats), sum.(inline0, inline)}
             end)
           end)
 
@@ -158,8 +159,16 @@ defmodule FlameOn.Bench.Native.Fidelity do
         Map.new(phases, fn {frame, _} -> {frame, Enum.sum(Enum.map(passes, & &1[frame]))} end)
       )
 
-    rows = for mode <- modes(), {us, stats} = by_mode[mode], do: {mode, shares(us), stats}
-    {name, truth, rows}
+    rows = for mode <- modes(), {us, stats, _} = by_mode[mode], do: {mode, shares(us), stats}
+
+    # the phases timed inline in native's traced runs (a callee's: not timed)
+    inline =
+      case by_mode[:native] do
+        {_, _, inline} when map_size(inline) == length(phases) -> shares(inline)
+        _ -> nil
+      end
+
+    {name, truth, rows, inline}
   end
 
   defp shares(by_phase) do
@@ -193,11 +202,28 @@ defmodule FlameOn.Bench.Native.Fidelity do
     end
   end
 
-  defp loop(ctx, phases, between, deadline) do
+  # the traced loop times its phases inline too: what the trace's own cost
+  # did to the phases' shares (the "inline" row), apart from how well the
+  # stacks tell them
+  defp loop(ctx, phases, between, deadline, inline) do
     if System.monotonic_time(:millisecond) < deadline do
-      Enum.each(phases, fn {_frame, fun} -> fun.(ctx) end)
+      inline =
+        Enum.reduce(phases, inline, fn {frame, fun}, inline ->
+          t0 = System.monotonic_time(:nanosecond)
+          fun.(ctx)
+
+          Map.update(
+            inline,
+            frame,
+            System.monotonic_time(:nanosecond) - t0,
+            &(&1 + System.monotonic_time(:nanosecond) - t0)
+          )
+        end)
+
       between.(ctx)
-      loop(ctx, phases, between, deadline)
+      loop(ctx, phases, between, deadline, inline)
+    else
+      inline
     end
   end
 
@@ -206,11 +232,11 @@ defmodule FlameOn.Bench.Native.Fidelity do
     # a callee's workload: the traced loop makes the call, the callee runs the phases
     work =
       case opts[:call] do
-        nil -> fn -> loop(ctx, phases, between, deadline) end
-        call -> fn -> loop(ctx, [{"", call}], between, deadline) end
+        nil -> fn -> loop(ctx, phases, between, deadline, %{}) end
+        call -> fn -> loop(ctx, [{"", call}], between, deadline, %{}) end
       end
 
-    {_, profile} =
+    {inline, profile} =
       FlameOn.Client.profile(work, [mode: mode] ++ Keyword.take(opts, [:cross_process]))
 
     pid = if opts[:callee], do: opts[:callee].(ctx), else: profile.pid
@@ -243,7 +269,9 @@ defmodule FlameOn.Bench.Native.Fidelity do
       |> Enum.map(&elem(&1, 1))
 
     all = on_cpu |> Enum.map(&elem(&1, 1)) |> Enum.sum()
-    {by_phase, Map.merge(profile.stats, %{bench_cut_us: Enum.sum(cut), bench_on_cpu_us: all})}
+
+    {by_phase, Map.merge(profile.stats, %{bench_cut_us: Enum.sum(cut), bench_on_cpu_us: all}),
+     inline}
   end
 end
 
@@ -327,7 +355,7 @@ fidelity = fn ->
 
   results =
     for w <- workloads, String.contains?(elem(w, 0), only) do
-      {name, truth, rows} = FlameOn.Bench.Native.Fidelity.run(w, seconds)
+      {name, truth, rows, inline} = FlameOn.Bench.Native.Fidelity.run(w, seconds)
       IO.puts("\n#{name}")
       frames = Map.keys(truth)
 
@@ -351,6 +379,7 @@ fidelity = fn ->
       end
 
       IO.puts(line.("truth", truth))
+      if inline, do: IO.puts(line.("(inline)", inline) <> "   native's runs timed inline")
 
       for {mode, shares, stats} <- rows do
         extra =
