@@ -462,6 +462,27 @@ static uint32_t path_node(fo_session *s, fo_proc *p, const fo_mfa *frames, uint3
     return node;
 }
 
+/* Every frame of a stack read at a stop counts as seen there too: a later
+ * stop in any of them finds this stack when the process's few contexts
+ * have moved on (a callee's pipeline stops in more functions than they
+ * hold), instead of taking its function for a call from wherever the
+ * process was last known. Only a whole stack: one the read cut short
+ * (deeper than the backtrace depth) starts at some inner frame, under the
+ * root, and its frames are not there; a whole one starts where the
+ * process's samples have seen it start. */
+static void note_context_seen(fo_session *s, fo_proc *p, uint32_t node)
+{
+    const fo_tree_node *nodes = s->tree.nodes;
+    uint32_t proc = (uint32_t)(p - s->procs.procs);
+    uint32_t outermost = node;
+    while (outermost != FO_NONE && nodes[outermost].parent != p->root)
+        outermost = nodes[outermost].parent;
+    if (outermost == FO_NONE || fo_seen_get(&s->seen, proc, nodes[outermost].frame) != outermost)
+        return;
+    for (uint32_t at = node; at != p->root; at = nodes[at].parent)
+        fo_seen_put(&s->seen, proc, nodes[at].frame, at);
+}
+
 void fo_session_cpu_context(fo_session *s, uint64_t pid, const fo_mfa *key_mfa, const fo_mfa *frames,
                             uint32_t count)
 {
@@ -475,6 +496,7 @@ void fo_session_cpu_context(fo_session *s, uint64_t pid, const fo_mfa *key_mfa, 
         return;
     s->stats.cpu_contexts++;
     remember(p, key, node, 1);
+    note_context_seen(s, p, node);
     if (p->state != FO_PROC_OUT || p->out_key != key || fo_s_current_node(p) == node)
         return;
     /* it still waits where it was asked about: its wait moves there */

@@ -220,6 +220,38 @@ static const ts_case cpu_cases[] = {
            "1 m:a/0;m:b/0;m:c/0 samples=1 weight=0"),
      "events=3 samples=1 cpu_contexts=2"},
 
+    {"a_stop_in_any_frame_of_a_stack_read_takes_that_stack", DEFAULT_LIMITS,
+     /* read at a stop in w: its caller v was there too, so a later stop
+      * in v (never sampled, no context of its own) goes back to a;v */
+     LINES("cpu_sampled",
+           "at 1 5 m:a/0;m:p/0",
+           "1 0 in@1",
+           "1 8 out",
+           "1 9 in@1",
+           "context 1 m:w/0 m:a/0;m:v/0;m:w/0",
+           "1 20 out@m:v/0",
+           "close 30",
+           "settle"),
+     LINES("1 m:a/0;m:p/0 19", "1 m:a/0;m:p/0;SLEEP 1", "1 m:a/0;m:v/0;SLEEP 10",
+           "1 m:a/0;m:p/0 samples=1 weight=0"),
+     "events=5 samples=1 cpu_contexts=1 cpu_seen_stops=1"},
+
+    {"a_stack_read_cut_short_says_nothing_of_its_frames", DEFAULT_LIMITS,
+     /* deeper than the read's depth: it starts at x, where no sample saw
+      * the process start; v stays unseen (taken as a call from p) */
+     LINES("cpu_sampled",
+           "at 1 5 m:a/0;m:p/0",
+           "1 0 in@1",
+           "1 8 out",
+           "1 9 in@1",
+           "context 1 m:w/0 m:x/0;m:v/0;m:w/0",
+           "1 20 out@m:v/0",
+           "close 30",
+           "settle"),
+     LINES("1 m:a/0;m:p/0 19", "1 m:a/0;m:p/0;SLEEP 1", "1 m:a/0;m:p/0;m:v/0;SLEEP 10",
+           "1 m:a/0;m:p/0 samples=1 weight=0"),
+     "events=5 samples=1 cpu_contexts=1 cpu_entered_stops=1"},
+
     {"a_sample_is_a_context_for_its_innermost_function", DEFAULT_LIMITS,
      /* preempted in f after the last sample showed g: back to where f was seen */
      LINES("cpu_sampled",
