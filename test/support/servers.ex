@@ -24,6 +24,11 @@ defmodule FlameOn.Client.Test.Server do
   # Builds a list of n integers (2n heap words) and replies its length.
   def handle_call({:build, n}, _from, state), do: {:reply, length(build(n, [])), state}
 
+  # A recursion (fib(n)), then a sort of m integers: two phases whose
+  # frames stay on the stack while they run.
+  def handle_call({:recurse_then_sort, n, m}, _from, state),
+    do: {:reply, {recurse_phase(n), sort_phase(m)}, state}
+
   def handle_call({:sleep, ms}, _from, state) do
     Process.sleep(ms)
     {:reply, :slept, state}
@@ -52,6 +57,13 @@ defmodule FlameOn.Client.Test.Server do
     spin_until(deadline(ms))
     raise "crash on purpose"
   end
+
+  defp recurse_phase(n), do: {:ok, fib(n)}
+  defp fib(n) when n < 2, do: n
+  defp fib(n), do: fib(n - 1) + fib(n - 2)
+
+  defp sort_phase(m),
+    do: {:ok, 1..m |> Enum.map(&rem(&1 * 7919, 10_007)) |> Enum.sort() |> length()}
 
   defp build(0, acc), do: acc
   defp build(n, acc), do: build(n - 1, [n | acc])

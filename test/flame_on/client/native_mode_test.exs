@@ -252,6 +252,46 @@ defmodule FlameOn.Client.NativeModeTest do
       assert_node_clean()
     end
 
+    test "cross_process: true: a callee's preemptions stay runnable where they happened" do
+      # The callee is preempted hundreds of times in its recursion (a few
+      # µs slices) and then in its sort, with no message between: the span
+      # graph holds that as one wait until the call ends. Each gap is
+      # runnable under the phase it came in (before, all of them went under
+      # the sort, where the callee stopped last: 28% of its time there, and
+      # 0.4% under the recursion).
+      {:ok, server} = FlameOn.Client.Test.Server.start()
+
+      calls = fn ->
+        deadline = System.monotonic_time(:millisecond) + 600
+
+        Stream.repeatedly(fn -> GenServer.call(server, {:recurse_then_sort, 22, 20_000}) end)
+        |> Enum.find(fn _ -> System.monotonic_time(:millisecond) >= deadline end)
+      end
+
+      {_, profile} = FlameOn.Client.profile(calls, mode: :native, cross_process: true)
+      in_phase = &time_where(profile, server, fn stack -> String.contains?(stack, &1) end)
+
+      runnable_in =
+        &time_where(profile, server, fn stack ->
+          String.contains?(stack, &1) and String.ends_with?(stack, "RUNNABLE")
+        end)
+
+      recurse = in_phase.("recurse_phase")
+      sort = in_phase.("sort_phase")
+      assert recurse > 50_000 and sort > 20_000, inspect(profile.stacks[server], limit: 12)
+      recurse_rate = runnable_in.("recurse_phase") / recurse
+      sort_rate = runnable_in.("sort_phase") / sort
+      assert recurse_rate > 0.0, inspect(profile.stacks[server], limit: 12)
+
+      assert recurse_rate >= 0.3 * sort_rate,
+             "runnable: #{Float.round(100 * recurse_rate, 1)}% of the recursion's time, " <>
+               "#{Float.round(100 * sort_rate, 1)}% of the sort's"
+
+      GenServer.stop(server)
+      assert until(&sampler_idle?/0, 100)
+      assert_node_clean()
+    end
+
     test "mode :auto (the default of trace/3) runs native here" do
       assert traced_profile(fn -> Workloads.busy(50) end, []).mode == :native
       assert FlameOn.Client.status().native.available == true
