@@ -326,7 +326,9 @@ void fo_session_track_receives(fo_session *s, int on);
  * leaves them all waits. A slice shows it ran code when it ran at least
  * FO_RUNS_CODE_NS on CPU (collections not counted: a signal that wakes a
  * waiting process, a process_info, a monitor, runs it for a few µs), when
- * it exits, when the session closes while it runs, and:
+ * its `out` names another function than the `out` before it (a waiting
+ * process woken by a signal stops where it stopped), when it exits, when
+ * the session closes while it runs, and:
  * - FO_RECEIVES_CPU (native): a CPU sample of its own code (an Erlang
  *   frame innermost) landed in it;
  * - FO_RECEIVES_SAMPLED (sample mode): always, unless the front end said
