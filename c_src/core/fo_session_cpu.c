@@ -395,6 +395,7 @@ void fo_session_cpu_sample_in(fo_session *s, uint64_t pid, const fo_mfa *caller,
     s->stats.cpu_called_samples++;
     flush_pending(s, p, 1);
     uint32_t at = p->depth > 0 ? fo_s_find_below(p, key, p->depth - 1) : FO_NONE;
+    int guessed = 0;
     if (at != FO_NONE) {
         p->depth = at + 1;
     } else {
@@ -405,6 +406,7 @@ void fo_session_cpu_sample_in(fo_session *s, uint64_t pid, const fo_mfa *caller,
             if (!p->stack_known)
                 p->depth = 0;
             fo_s_push_frame(s, p, key);
+            guessed = 1;
         }
     }
     p->sampled = 1;
@@ -413,8 +415,11 @@ void fo_session_cpu_sample_in(fo_session *s, uint64_t pid, const fo_mfa *caller,
     /* seen in caller there: its next C code goes back to this stack, not
      * as a call from wherever the process is then (a BIF's caller may
      * never be sampled in its own code); not under the cut marker, which
-     * is no place */
-    if (p->depth > 0 && (s->cut_marker == 0 || p->stack_frames[0] != s->cut_marker))
+     * is no place, and not where the caller was only guessed to be called
+     * from: a guess taken for a sighting sends every later stop in the
+     * caller there (a recursion's stops under the trace's root, before
+     * its first sample, for good) */
+    if (!guessed && p->depth > 0 && (s->cut_marker == 0 || p->stack_frames[0] != s->cut_marker))
         note_seen(s, p, p->depth);
     uint32_t here = fo_s_current_node(p);
     uint32_t frame = fo_s_intern(s, leaf);

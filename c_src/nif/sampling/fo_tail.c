@@ -154,10 +154,19 @@ static int is_gc_tag(ERL_NIF_TERM tag)
            tag == fo_atom_gc_major_end;
 }
 
+static void note_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM state, ERL_NIF_TERM tracee,
+                       ERL_NIF_TERM payload);
+
 ERL_NIF_TERM fo_tail_enabled(ErlNifEnv *env, const ERL_NIF_TERM argv[])
 {
     ERL_NIF_TERM tag = argv[0];
-    if (tag == fo_atom_in || tag == fo_atom_out || is_gc_tag(tag))
+    /* An `in` and a collection's start and end are only their time: taken
+     * here, and the VM builds nothing for trace/5 (see fo_tracer.c) */
+    if (tag == fo_atom_in || is_gc_tag(tag)) {
+        note_event(env, tag, argv[1], argv[2], 0);
+        return fo_atom_discard;
+    }
+    if (tag == fo_atom_out)
         return fo_atom_trace;
     if (tag != fo_atom_trace_status)
         return fo_atom_discard;
@@ -235,16 +244,19 @@ static void ask(ErlNifEnv *env, tail_entry *e, ERL_NIF_TERM state, const ErlNifP
 }
 
 // trace(in | out, {tail, Index, Gen}, Pid, _, Opts): a slice starts or ends
-ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[])
+/* An event of the process an entry traces: tag, the tracer state, the
+ * tracee and the payload (read for an `out` only). */
+static void note_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM state, ERL_NIF_TERM tracee,
+                       ERL_NIF_TERM payload)
 {
     ErlNifPid pid;
-    tail_entry *e = entry_of(env, argv[1]);
+    tail_entry *e = entry_of(env, state);
     /* lingering (no request), or its request over (the flags stay on
      * while a kept one is replayed, or for good when it lingers) */
-    if (e == NULL || e->end_ns != 0 || !enif_get_local_pid(env, argv[2], &pid) || e->pid != (uint64_t)pid.pid)
-        return fo_atom_ok;
+    if (e == NULL || e->end_ns != 0 || !enif_get_local_pid(env, tracee, &pid) || e->pid != (uint64_t)pid.pid)
+        return;
     int64_t now = fo_tracer_clock_ns();
-    if (argv[0] == fo_atom_in) {
+    if (tag == fo_atom_in) {
         /* Running still: an `out` went missing (it went out before its
          * flag was on, as erlang:trace/3 may make it, while the slice of
          * tail_begin was open). When is unknown, so the slice's samples
@@ -256,28 +268,33 @@ ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[])
         fo_perf_note_thread();
         e->thread = fo_perf_thread_id();
         e->from_ns = now;
-    } else if (argv[0] == fo_atom_gc_minor_start || argv[0] == fo_atom_gc_major_start) {
+    } else if (tag == fo_atom_gc_minor_start || tag == fo_atom_gc_major_start) {
         if (e->gc_from_ns == 0) {
             e->gc_from_ns = now;
-            e->gc_major = argv[0] == fo_atom_gc_major_start;
+            e->gc_major = tag == fo_atom_gc_major_start;
         }
-    } else if (argv[0] == fo_atom_gc_minor_end || argv[0] == fo_atom_gc_major_end) {
+    } else if (tag == fo_atom_gc_minor_end || tag == fo_atom_gc_major_end) {
         if (e->gc_from_ns != 0)
             add_record(e, &(tail_slice){0, e->gc_from_ns, now, {0, 0, e->gc_major}});
         e->gc_from_ns = 0;
-    } else if (argv[0] == fo_atom_out) {
+    } else if (tag == fo_atom_out) {
         /* where it stopped: {M, F, A} (atoms never move or die) */
         int arity;
         const ERL_NIF_TERM *mfa;
         unsigned a;
         fo_mfa stop = {0, 0, 0};
-        if (enif_get_tuple(env, argv[3], &arity, &mfa) && arity == 3 && enif_is_atom(env, mfa[0]) &&
+        if (enif_get_tuple(env, payload, &arity, &mfa) && arity == 3 && enif_is_atom(env, mfa[0]) &&
             enif_is_atom(env, mfa[1]) && enif_get_uint(env, mfa[2], &a))
             stop = (fo_mfa){(uint64_t)mfa[0], (uint64_t)mfa[1], a};
         close_slice(e, now, &stop);
         if (e->ask_after_ns != 0 && now >= e->ask_after_ns && stop.module != 0)
-            ask(env, e, argv[1], &pid, &stop);
+            ask(env, e, state, &pid, &stop);
     }
+}
+
+ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[])
+{
+    note_event(env, argv[0], argv[1], argv[2], argv[3]);
     return fo_atom_ok;
 }
 

@@ -163,6 +163,16 @@ static fo_decode_result decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_T
     return FO_DECODED;
 }
 
+int fo_decode_tag_only(ERL_NIF_TERM tag, fo_event *out)
+{
+    int collection = tag == fo_atom_gc_minor_start || tag == fo_atom_gc_major_start || tag == fo_atom_gc_minor_end ||
+                     tag == fo_atom_gc_major_end;
+    if (tag != fo_atom_in && !collection)
+        return 0;
+    /* their payloads are not read: any term */
+    return decode_event(NULL, tag, 0, NULL, out, 0) == FO_DECODED;
+}
+
 fo_decode_result fo_decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM payload,
                                  const ERL_NIF_TERM *caller, fo_event *out)
 {

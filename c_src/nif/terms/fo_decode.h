@@ -29,6 +29,11 @@ fo_decode_result fo_decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM 
 fo_decode_result fo_decode_event_deferred(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM payload,
                                           const ERL_NIF_TERM *caller, fo_event *out);
 
+/* The events whose tag says all a CPU-sampled session keeps of them (an
+ * `in`, a collection's start or end: their time is read by the caller):
+ * 1 and *out (kind and flags) for those, else 0. */
+int fo_decode_tag_only(ERL_NIF_TERM tag, fo_event *out);
+
 /* The check fo_decode_event_deferred left out: FO_DECODE_MALFORMED when
  * the event's own MFA is not one; a caller that is not one is dropped
  * (unknown caller), as fo_decode_event does. Any env will do (atoms are

@@ -43,6 +43,8 @@ static int state_key(ErlNifEnv *env, ERL_NIF_TERM state, ERL_NIF_TERM *key)
     return 1;
 }
 
+static int take_at_once(ErlNifEnv *env, const ERL_NIF_TERM argv[]);
+
 /* enabled/3 runs before every event, maybe several times, on any scheduler
  * thread (dirty ones included). For event tags it only looks at the tag;
  * trace/5 checks the session anyway (a stopped one drops the event). The
@@ -55,8 +57,11 @@ ERL_NIF_TERM fo_tracer_enabled(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     if (argv[1] == fo_atom_graph)
         return fo_graph_tracer_enabled(env, tag);
     /* a live key, the common case: no other test */
-    if (fo_tracer_slots_live(argv[1]))
+    if (fo_tracer_slots_live(argv[1])) {
+        if (take_at_once(env, argv))
+            return fo_atom_discard;
         return tag == fo_atom_trace_status || is_our_tag(tag) ? fo_atom_trace : fo_atom_discard;
+    }
     if (fo_tail_is_state(env, argv[1]))
         return fo_tail_enabled(env, argv);
     if (fo_next_is_state(env, argv[1]))
@@ -142,6 +147,9 @@ static void note_cpu(fo_session_res *res, fo_rec *rec, ErlNifEnv *env, const fo_
     enif_free_env(msg_env);
 }
 
+static void append(ErlNifEnv *env, fo_session_res *res, fo_rec *rec, const fo_event *decoded, uint64_t pid,
+                   int64_t ts);
+
 /* Caller holds res's slot: stamp, decode, append. 0 when opts is not a
  * map (a call made by hand: badarg). */
 static int record(ErlNifEnv *env, fo_session_res *res, const ERL_NIF_TERM argv[], uint64_t pid)
@@ -173,6 +181,18 @@ static int record(ErlNifEnv *env, fo_session_res *res, const ERL_NIF_TERM argv[]
     }
     if (ev.kind == FO_EV_CALL && ev.mfa.module == (uint64_t)fo_atom_native_module)
         return 1; /* our own NIFs (stop/1 ending the trace) */
+    if (res->alloc && (ev.kind == FO_EV_GC_START || ev.kind == FO_EV_GC_END))
+        fo_decode_gc_heap(env, argv[3], &ev, (fo_alloc_kind)res->alloc);
+    append(env, res, rec, &ev, pid, ts);
+    return 1;
+}
+
+/* Fills rec with ev (decoded) and publishes it. Caller holds res's slot. */
+static void append(ErlNifEnv *env, fo_session_res *res, fo_rec *rec, const fo_event *decoded, uint64_t pid,
+                   int64_t ts)
+{
+    fo_ring *ring = &res->ring;
+    fo_event ev = *decoded;
     rec->ts = ts;
     rec->pid = pid;
     rec->kind = (uint8_t)ev.kind;
@@ -181,12 +201,8 @@ static int record(ErlNifEnv *env, fo_session_res *res, const ERL_NIF_TERM argv[]
         put_mfa(&ev.mfa, &rec->module, &rec->function, &rec->arity);
     if (ev.flags & FO_EVF_HAS_CALLER)
         put_mfa(&ev.caller, &rec->caller_module, &rec->caller_function, &rec->caller_arity);
-    if (res->alloc && (ev.kind == FO_EV_GC_START || ev.kind == FO_EV_GC_END)) {
-        /* a gc event has no caller: its heap words go there */
-        fo_decode_gc_heap(env, argv[3], &ev, (fo_alloc_kind)res->alloc);
-        rec->flags = (uint8_t)ev.flags;
-        rec->caller_module = ev.heap_words;
-    }
+    if (res->alloc && (ev.kind == FO_EV_GC_START || ev.kind == FO_EV_GC_END))
+        rec->caller_module = ev.heap_words; /* a gc event has no caller: its heap words go there */
     if (res->cpu_sampled)
         note_cpu(res, rec, env, &ev, pid, ts);
     if (fo_ring_publish(ring) >= ring->capacity / 2 &&
@@ -194,7 +210,36 @@ static int record(ErlNifEnv *env, fo_session_res *res, const ERL_NIF_TERM argv[]
         !atomic_exchange(&ring->drain_queued, 1) && !fo_drainer_request(res))
         atomic_store(&ring->drain_queued, 0);
     fo_wake_note(&res->wakes, ev.kind, pid);
-    return 1;
+}
+
+/* A CPU-sampled session's `in` or collection event, taken in enabled/3,
+ * which then says discard: the tag and the time (read here) are all the
+ * session keeps of them, and the VM then builds nothing for trace/5: no
+ * heap info list for a collection (two walks of the process's heap
+ * data, a temporary allocation), no {M, F, A} on the process's heap and
+ * no function lookup for an `in`, and no second callback. 0 when the
+ * event goes the usual way: another kind of session, a replay, or one
+ * that reads heap sizes (alloc). */
+static int take_at_once(ErlNifEnv *env, const ERL_NIF_TERM argv[])
+{
+    fo_event ev;
+    if (!fo_decode_tag_only(argv[0], &ev))
+        return 0;
+    ERL_NIF_TERM key = argv[1];
+    fo_session_res *res = fo_tracer_slots_acquire(key);
+    if (res == NULL)
+        return 0;
+    ErlNifPid pid;
+    int taken = res->cpu_sampled && !res->replay && !res->alloc && enif_get_local_pid(env, argv[2], &pid);
+    if (taken) {
+        fo_rec *rec = fo_ring_next(&res->ring);
+        if (rec == NULL)
+            rec = fold_here(res, env);
+        if (rec != NULL)
+            append(env, res, rec, &ev, (uint64_t)pid.pid, fo_clock_read(&res->clock));
+    }
+    fo_tracer_slots_release(key);
+    return taken;
 }
 
 ERL_NIF_TERM fo_tracer_trace(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
