@@ -252,6 +252,26 @@ static const ts_case cpu_cases[] = {
            "1 m:a/0;m:p/0 samples=1 weight=0"),
      "events=5 samples=1 cpu_contexts=1 cpu_entered_stops=1"},
 
+    {"a_bifs_caller_guessed_to_be_called_from_where_it_was_is_no_sighting", DEFAULT_LIMITS,
+     /* C code f called, f seen nowhere: taken for a call from a;b (where
+      * the process was), but a later stop in f, the process then in a;x,
+      * is not sent back there */
+     LINES("cpu_sampled",
+           "at 1 5 m:a/0;m:b/0",
+           "at 1 15 @m:f/0!erts:t2b/0",
+           "1 0 in@1",
+           "1 20 out",
+           "1 22 in@1",
+           "at 1 25 m:a/0;m:x/0",
+           "1 30 out@m:f/0",
+           "close 40",
+           "settle"),
+     LINES("1 m:a/0;m:b/0 10", "1 m:a/0;m:b/0;m:f/0;erts:t2b/0 9", "1 m:a/0;m:b/0;m:f/0;SLEEP 2",
+           "1 m:a/0;m:x/0 9", "1 m:a/0;m:x/0;m:f/0;SLEEP 10",
+           "1 m:a/0;m:b/0 samples=1 weight=0", "1 m:a/0;m:b/0;m:f/0;erts:t2b/0 samples=1 weight=0",
+           "1 m:a/0;m:x/0 samples=1 weight=0"),
+     "events=7 samples=3 cpu_called_samples=1 cpu_entered_stops=1"},
+
     {"a_sample_is_a_context_for_its_innermost_function", DEFAULT_LIMITS,
      /* preempted in f after the last sample showed g: back to where f was seen */
      LINES("cpu_sampled",
