@@ -211,13 +211,8 @@ defmodule FlameOn.Bench.Native.Fidelity do
         Enum.reduce(phases, inline, fn {frame, fun}, inline ->
           t0 = System.monotonic_time(:nanosecond)
           fun.(ctx)
-
-          Map.update(
-            inline,
-            frame,
-            System.monotonic_time(:nanosecond) - t0,
-            &(&1 + System.monotonic_time(:nanosecond) - t0)
-          )
+          took = System.monotonic_time(:nanosecond) - t0
+          Map.update(inline, frame, took, &(&1 + took))
         end)
 
       between.(ctx)

@@ -185,6 +185,12 @@ uint32_t fo_s_intern(fo_session *s, const fo_mfa *mfa)
     return fo_frames_intern(&s->frames, mfa);
 }
 
+uint32_t fo_s_stop_frame(fo_session *s, const fo_event *ev)
+{
+    uint32_t frame = (ev->flags & FO_EVF_HAS_MFA) ? fo_s_intern(s, &ev->mfa) : 0;
+    return frame == FO_NONE ? 0 : frame;
+}
+
 static void on_call(fo_session *s, fo_proc *p, const fo_event *ev)
 {
     uint32_t callee = fo_s_intern(s, &ev->mfa);

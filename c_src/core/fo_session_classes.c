@@ -140,8 +140,8 @@ static void pieces_were_runnable(fo_session *s, fo_proc *p)
  * (runnable, or a wait some process explains) takes what is held then. */
 void fo_s_call_wait_stop(fo_session *s, fo_proc *p, const fo_event *ev)
 {
-    uint32_t stop = (ev->flags & FO_EVF_HAS_MFA) ? fo_s_intern(s, &ev->mfa) : 0;
-    if (stop == 0 || stop == FO_NONE)
+    uint32_t stop = fo_s_stop_frame(s, ev);
+    if (stop == 0)
         return;
     if (p->call_wait_stop != 0 && stop != p->call_wait_stop && p->call_wait_ns > 0) {
         uint64_t moved = to_runnable(s, p, p->call_wait_node, p->call_wait_ns);
@@ -217,8 +217,7 @@ void fo_s_slice_event(fo_session *s, fo_proc *p, const fo_event *ev)
     case FO_EV_OUT: {
         if (p->state != FO_PROC_RUNNING)
             return;
-        uint32_t stop = (ev->flags & FO_EVF_HAS_MFA) ? fo_s_intern(s, &ev->mfa) : 0;
-        stop = stop == FO_NONE ? 0 : stop;
+        uint32_t stop = fo_s_stop_frame(s, ev);
         if (p->piece_count > 0 && slice_ran_code(s, p, stop))
             pieces_were_runnable(s, p);
         if (stop != 0)

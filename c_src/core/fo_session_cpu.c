@@ -142,11 +142,12 @@ static void flush_pending(fo_session *s, fo_proc *p, int known)
     p->pending_count = 0;
 }
 
-/* The process stopped in the function of frame `key`: 1 when its stack
- * there is known (and is now its stack). */
+/* The process stopped in the function of frame `key` (0: unknown, as
+ * fo_s_stop_frame gives): 1 when its stack there is known (and is now its
+ * stack). */
 static int stop_at(fo_session *s, fo_proc *p, uint32_t key)
 {
-    p->out_key = key == FO_NONE ? 0 : key;
+    p->out_key = key;
     if (p->out_key == 0 || p->overflow > 0)
         return p->stack_known;
     if (fo_s_top_frame(p) == key)
@@ -223,7 +224,7 @@ void fo_s_cpu_event(fo_session *s, fo_proc *p, const fo_event *ev)
          * trapped, a GC before a wait) more often than where it was last
          * sampled: it goes under the stop's stack when that is known, else
          * under that sample */
-        int known = stop_at(s, p, (ev->flags & FO_EVF_HAS_MFA) ? fo_s_intern(s, &ev->mfa) : 0);
+        int known = stop_at(s, p, fo_s_stop_frame(s, ev));
         flush_pending(s, p, known || p->slice_sampled);
         p->stack_known = (uint8_t)known;
         break;

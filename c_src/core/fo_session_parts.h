@@ -47,6 +47,9 @@ uint32_t fo_s_find_below(const fo_proc *p, uint32_t frame, uint32_t from);
 /* A regular node under parent, within max_nodes; FO_NONE when full. */
 uint32_t fo_s_regular_child(fo_session *s, uint32_t parent, uint32_t frame);
 uint32_t fo_s_intern(fo_session *s, const fo_mfa *mfa);
+/* The frame an `out` names (where the process stopped): 0 when it names
+ * none, or the frame table is full. */
+uint32_t fo_s_stop_frame(fo_session *s, const fo_event *ev);
 /* Pushes frame (or, collapsing recursion, counts a repeat of the frame
  * on top). */
 void fo_s_push_frame(fo_session *s, fo_proc *p, uint32_t frame);

@@ -243,7 +243,6 @@ static void ask(ErlNifEnv *env, tail_entry *e, ERL_NIF_TERM state, const ErlNifP
     enif_free_env(msg_env);
 }
 
-// trace(in | out, {tail, Index, Gen}, Pid, _, Opts): a slice starts or ends
 /* An event of the process an entry traces: tag, the tracer state, the
  * tracee and the payload (read for an `out` only). */
 static void note_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM state, ERL_NIF_TERM tracee,
@@ -292,6 +291,8 @@ static void note_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM state, ERL
     }
 }
 
+// trace(out, {tail, Index, Gen}, Pid, {M, F, A}, Opts): a slice ends (the
+// `in`s and collections end in enabled/3, which says discard)
 ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[])
 {
     note_event(env, argv[0], argv[1], argv[2], argv[3]);

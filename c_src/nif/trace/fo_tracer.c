@@ -103,6 +103,14 @@ static fo_rec *fold_here(fo_session_res *res, ErlNifEnv *env)
     return fo_ring_next(&res->ring);
 }
 
+/* The record to fill next (the ring folded first when it is full); NULL
+ * when even that left no room. Caller holds res's slot. */
+static fo_rec *next_rec(fo_session_res *res, ErlNifEnv *env)
+{
+    fo_rec *rec = fo_ring_next(&res->ring);
+    return rec != NULL ? rec : fold_here(res, env);
+}
+
 static void put_mfa(const fo_mfa *mfa, uint64_t *module, uint64_t *function, uint16_t *arity)
 {
     *module = mfa->module;
@@ -155,8 +163,8 @@ static void append(ErlNifEnv *env, fo_session_res *res, fo_rec *rec, const fo_ev
 static int record(ErlNifEnv *env, fo_session_res *res, const ERL_NIF_TERM argv[], uint64_t pid)
 {
     fo_ring *ring = &res->ring;
-    fo_rec *rec = fo_ring_next(ring);
-    if (rec == NULL && (rec = fold_here(res, env)) == NULL)
+    fo_rec *rec = next_rec(res, env);
+    if (rec == NULL)
         return 1;
     /* read first: the counter's latency overlaps the decoding below */
     int64_t ts = stamp(env, res, argv[4]);
@@ -232,9 +240,7 @@ static int take_at_once(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     ErlNifPid pid;
     int taken = res->cpu_sampled && !res->replay && !res->alloc && enif_get_local_pid(env, argv[2], &pid);
     if (taken) {
-        fo_rec *rec = fo_ring_next(&res->ring);
-        if (rec == NULL)
-            rec = fold_here(res, env);
+        fo_rec *rec = next_rec(res, env);
         if (rec != NULL)
             append(env, res, rec, &ev, (uint64_t)pid.pid, fo_clock_read(&res->clock));
     }

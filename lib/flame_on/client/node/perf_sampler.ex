@@ -176,7 +176,7 @@ defmodule FlameOn.Client.Node.PerfSampler do
   end
 
   # `read`: how many stops of each traced process (by session) this
-  # helper read while it was preempted there (read_stop?/4)
+  # helper read while it was preempted there (read_stop?/3)
   defp help_loop(read) do
     receive do
       {:flame_on_context, session, pid, mfa} ->
