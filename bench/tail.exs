@@ -10,7 +10,8 @@
 #
 # Load: WORKERS (50) processes make REQUESTS (2 000) requests in all, each
 # two small CPU bursts around a 1 ms sleep, once untraced and once per
-# trace/3 variant, the variants interleaved over ROUNDS (3) rounds. A
+# trace/3 variant, the variants interleaved over ROUNDS (3) rounds
+# (VARIANTS="all kept,none kept" runs those whose names hold a part). A
 # variant's cost is the node's CPU time (every thread of the OS process,
 # /proc/self/task/*/schedstat, so the drainer thread and samplers count)
 # against the untraced phase's: the ratio, and the extra CPU per request.
@@ -76,11 +77,28 @@ defmodule FlameOn.Bench.Tail do
         do: [
           {"native, keep all", [mode: :native, sample_rate: 1.0, threshold_ms: 0]},
           {"native, threshold 250 (none kept)",
-           [mode: :native, sample_rate: 1.0, threshold_ms: 250]}
+           [mode: :native, sample_rate: 1.0, threshold_ms: 250]},
+          # every request lasts over 1 ms (its sleep): all kept, on the
+          # shared tail path
+          {"native, threshold 1 (all kept)", [mode: :native, sample_rate: 1.0, threshold_ms: 1]}
         ],
         else: []
 
-    base ++ native ++ extra_variants(native?)
+    all = base ++ native ++ extra_variants(native?)
+
+    # VARIANTS="keep all,none kept": those whose names hold one of these
+    # (the untraced phase always runs: the ratios are against it)
+    case System.get_env("VARIANTS") do
+      nil ->
+        all
+
+      wanted ->
+        parts = String.split(wanted, ",", trim: true)
+
+        Enum.filter(all, fn {name, _} ->
+          name == "untraced" or Enum.any?(parts, &String.contains?(name, &1))
+        end)
+    end
   end
 
   # The tail path's own-session fallback where native sampling runs (what

@@ -5,7 +5,8 @@
 #include <string.h>
 
 
-#define FRAMES_INITIAL_SLOTS 1024u
+/* small to start, as the tree (fo_tree.c) */
+#define FRAMES_INITIAL_SLOTS 64u
 
 static uint64_t mfa_hash(const fo_mfa *m)
 {

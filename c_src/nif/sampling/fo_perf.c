@@ -57,6 +57,12 @@ static long page_bytes;
 static _Atomic uint64_t generation;
 static uint64_t last_generation; /* under lock */
 static _Atomic uint64_t pending[FO_PERF_MAX_THREADS];
+/* Set once a thread is put in pending: a pump (a kept tail request runs
+ * one) looks through pending only then. */
+static _Atomic int pending_any;
+/* threads[] at and past this index are free (under lock): the pump runs
+ * on every kept tail request, so it walks the threads in use only. */
+static uint32_t threads_end;
 static fo_perf_counters counters; /* under lock */
 /* fo_perf_frequencies: since when each frequency ran (under lock) */
 static int64_t freq_since[FO_PERF_FREQ_HISTORY];
@@ -90,8 +96,10 @@ void fo_perf_note_thread(void)
     uint64_t tid = fo_perf_thread_id();
     for (uint32_t i = 0; i < FO_PERF_MAX_THREADS; i++) {
         uint64_t free_slot = 0;
-        if (atomic_compare_exchange_strong(&pending[i], &free_slot, tid))
+        if (atomic_compare_exchange_strong(&pending[i], &free_slot, tid)) {
+            atomic_store(&pending_any, 1);
             return;
+        }
     }
 }
 
@@ -202,6 +210,8 @@ static fo_perf_status open_thread(uint64_t tid, int *err)
     t->tid = tid;
     ioctl(t->fd, PERF_EVENT_IOC_ENABLE, 0);
     open_count++;
+    if (free_at + 1 > threads_end)
+        threads_end = free_at + 1;
     return FO_PERF_OK;
 }
 
@@ -287,6 +297,7 @@ fo_perf_status fo_perf_acquire(uint32_t freq, int *err)
             memset(&counters, 0, sizeof counters);
             for (uint32_t i = 0; i < FO_PERF_MAX_THREADS; i++)
                 atomic_store(&pending[i], 0);
+            atomic_store(&pending_any, 0);
             open_named_threads();
             atomic_store(&generation, ++last_generation);
         }
@@ -306,6 +317,7 @@ void fo_perf_release(void)
             if (threads[i].tid != 0)
                 close_thread(&threads[i]);
         }
+        threads_end = 0;
         frequency = 0;
     }
     pthread_mutex_unlock(&lock);
@@ -417,13 +429,14 @@ void fo_perf_pump(void)
         return;
     pthread_mutex_lock(&lock);
     if (users > 0) {
-        for (uint32_t i = 0; i < FO_PERF_MAX_THREADS; i++) {
+        int look = atomic_exchange(&pending_any, 0);
+        for (uint32_t i = 0; look && i < FO_PERF_MAX_THREADS; i++) {
             uint64_t tid = atomic_exchange(&pending[i], 0);
             int err;
             if (tid != 0)
                 open_thread(tid, &err);
         }
-        for (uint32_t i = 0; i < FO_PERF_MAX_THREADS; i++) {
+        for (uint32_t i = 0; i < threads_end; i++) {
             if (threads[i].tid != 0)
                 drain_ring(&threads[i]);
         }
@@ -436,7 +449,7 @@ uint32_t fo_perf_take(uint64_t thread, int64_t from_ns, int64_t to_ns, fo_perf_e
     uint32_t given = 0;
     pthread_mutex_lock(&lock);
     perf_thread *t = NULL;
-    for (uint32_t i = 0; i < FO_PERF_MAX_THREADS && t == NULL; i++) {
+    for (uint32_t i = 0; i < threads_end && t == NULL; i++) {
         if (threads[i].tid == thread && thread != 0)
             t = &threads[i];
     }
@@ -486,7 +499,7 @@ uint32_t fo_perf_threads(uint64_t *tids, uint32_t max)
 {
     uint32_t n = 0;
     pthread_mutex_lock(&lock);
-    for (uint32_t i = 0; i < FO_PERF_MAX_THREADS && n < max; i++) {
+    for (uint32_t i = 0; i < threads_end && n < max; i++) {
         if (threads[i].tid != 0)
             tids[n++] = threads[i].tid;
     }

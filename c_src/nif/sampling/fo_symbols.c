@@ -4,10 +4,12 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -23,6 +25,7 @@ static uint32_t entry_count;
 static long map_offset; /* bytes of the map read (whole lines) */
 static uint64_t next_seq;
 static fo_symbols_counters counters;
+static _Atomic int64_t checked_ns; /* when the map's size was last looked at (fo_symbols_refresh) */
 static ErlNifEnv *atom_env; /* for atom lookups: atoms need no process */
 static ERL_NIF_TERM native_module, unnamed_function;
 
@@ -57,6 +60,7 @@ void fo_symbols_destroy(void)
     map_offset = 0;
     next_seq = 0;
     memset(&counters, 0, sizeof counters);
+    atomic_store(&checked_ns, 0);
     pthread_rwlock_unlock(&lock);
     pthread_mutex_lock(&native_lock);
     memset(native_cache, 0, sizeof native_cache);
@@ -216,8 +220,29 @@ static size_t parse_lines(char *text, size_t len, entry *fresh, uint32_t *fresh_
     return used;
 }
 
+/* A trace's finish asks too (names for its last samples), and on the
+ * tail path every kept request finishes: thousands a second under load,
+ * each a stat of the map (2-4 us here). Asked again within this long,
+ * the map is taken as read. A module loaded within it, sampled and
+ * finished before the next look (the drainer's tick or a later finish)
+ * has its frames unnamed: its code runs within the last millisecond. */
+#define RECHECK_NS 1000000
+
+static int64_t monotonic_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+
 void fo_symbols_refresh(void)
 {
+    int64_t now = monotonic_ns();
+    int64_t last = atomic_load_explicit(&checked_ns, memory_order_relaxed);
+    if (now - last < RECHECK_NS && last != 0)
+        return;
+    atomic_store_explicit(&checked_ns, now, memory_order_relaxed);
     char path[64];
     map_path(path, sizeof path);
     struct stat st;

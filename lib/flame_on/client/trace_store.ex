@@ -21,8 +21,9 @@ defmodule FlameOn.Client.TraceStore do
       (`stats/0`'s `too_large`).
 
   A trace is copied into an ETS table by the process that finished it;
-  trimming happens right after, in the store's process, so for a moment
-  the store may hold one trace per concurrent writer more than its bounds.
+  trimming happens right after, in the store's process (one trim for all
+  the traces put while it waits to run), so for a moment the store may
+  hold more than its bounds: the traces put since its last trim.
 
       iex> FlameOn.Client.TraceStore.max_traces() >= 0
       true
@@ -35,6 +36,9 @@ defmodule FlameOn.Client.TraceStore do
   alias FlameOn.Client.Profile
 
   @table __MODULE__
+  # {seq, trace_id, bytes} of every kept trace, oldest first: what a trim
+  # takes out, without scanning and sorting the traces
+  @order FlameOn.Client.TraceStore.Order
 
   @typedoc "What the list of recent traces shows of one trace."
   @type summary :: %{
@@ -73,15 +77,22 @@ defmodule FlameOn.Client.TraceStore do
         :ets.update_counter(@table, :too_large, 1, {:too_large, 0})
         {:error, :too_large}
       else
+        id = profile.trace_id
         seq = System.unique_integer([:positive, :monotonic])
+        # a trace kept again (its trace_id given) replaces itself
+        replaced = :ets.lookup(@table, {:trace, id})
+        :ets.insert(@table, {{:trace, id}, seq, bytes, summary(profile, bytes), profile})
+        :ets.insert(@order, {seq, id, bytes})
+        for {_, old_seq, old_bytes, _, _} <- replaced, do: forget(old_seq, old_bytes)
+        total = :ets.update_counter(@table, :bytes, bytes, {:bytes, 0})
 
-        :ets.insert(
-          @table,
-          {{:trace, profile.trace_id}, seq, bytes, summary(profile, bytes), profile}
-        )
+        # over a bound: one trim asked at a time (the writers before it
+        # runs need none of their own: under load, one trim for many)
+        if (:ets.info(@order, :size) > max_traces or total > max_bytes) and
+             :ets.update_counter(@table, :trim_asked, 1, {:trim_asked, 0}) == 1,
+           do: GenServer.cast(__MODULE__, :trim)
 
-        GenServer.cast(__MODULE__, :trim)
-        {:ok, profile.trace_id}
+        {:ok, id}
       end
     end
   rescue
@@ -178,11 +189,14 @@ defmodule FlameOn.Client.TraceStore do
   @impl GenServer
   def init(:ok) do
     :ets.new(@table, [:named_table, :public, :set, read_concurrency: true])
+    :ets.new(@order, [:named_table, :public, :ordered_set])
     {:ok, %{}}
   end
 
   @impl GenServer
   def handle_cast(:trim, state) do
+    # before the scan: a trace put from here on asks for a trim of its own
+    :ets.insert(@table, {:trim_asked, 0})
     trim()
     {:noreply, state}
   end
@@ -190,29 +204,37 @@ defmodule FlameOn.Client.TraceStore do
   @impl GenServer
   def handle_call(:clear, _from, state) do
     :ets.delete_all_objects(@table)
+    :ets.delete_all_objects(@order)
     {:reply, :ok, state}
   end
 
   # Oldest out until both bounds hold.
   defp trim do
     {max_traces, max_bytes} = limits()
-
-    entries =
-      @table
-      |> :ets.select([{{{:trace, :"$1"}, :"$2", :"$3", :_, :_}, [], [{{:"$2", :"$1", :"$3"}}]}])
-      |> Enum.sort()
-
-    total = Enum.reduce(entries, 0, fn {_, _, bytes}, acc -> acc + bytes end)
-    drop(entries, length(entries), total, max_traces, max_bytes)
+    drop(max_traces, max_bytes)
   end
 
-  defp drop([{_seq, id, bytes} | rest], count, total, max_traces, max_bytes)
-       when count > max_traces or total > max_bytes do
-    :ets.delete(@table, {:trace, id})
-    drop(rest, count - 1, total - bytes, max_traces, max_bytes)
+  defp drop(max_traces, max_bytes) do
+    total =
+      case :ets.lookup(@table, :bytes) do
+        [{:bytes, total}] -> total
+        [] -> 0
+      end
+
+    with true <- :ets.info(@order, :size) > max_traces or total > max_bytes,
+         seq when seq != :"$end_of_table" <- :ets.first(@order) do
+      [{^seq, id, bytes}] = :ets.lookup(@order, seq)
+      # only the entry put with this seq (a trace kept again has a newer one)
+      :ets.match_delete(@table, {{:trace, id}, seq, :_, :_, :_})
+      forget(seq, bytes)
+      drop(max_traces, max_bytes)
+    end
   end
 
-  defp drop(_entries, _count, _total, _max_traces, _max_bytes), do: :ok
+  defp forget(seq, bytes) do
+    :ets.delete(@order, seq)
+    :ets.update_counter(@table, :bytes, -bytes, {:bytes, 0})
+  end
 
   @doc false
   # What trace/3, start_trace/2, telemetry do with a finished trace: ship

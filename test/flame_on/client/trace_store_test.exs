@@ -67,6 +67,29 @@ defmodule FlameOn.Client.TraceStoreTest do
     assert %{traces: 3, max_traces: 3} = TraceStore.stats()
   end
 
+  test "a trace kept again replaces itself: it counts once toward the bounds" do
+    Application.put_env(:flame_on_client, :trace_store, max_traces: 2)
+    {:ok, a} = TraceStore.put(profile("a"))
+    {:ok, ^a} = TraceStore.put(%{profile("a again") | trace_id: a})
+    {:ok, b} = TraceStore.put(profile("b"))
+    settle()
+    assert Enum.map(TraceStore.list(), & &1.name) == ["b", "a again"]
+    assert %{traces: 2} = TraceStore.stats()
+    {:ok, _} = TraceStore.put(profile("c"))
+    settle()
+    assert Enum.map(TraceStore.list(), & &1.name) == ["c", "b"]
+    assert {:ok, %Profile{name: "b", trace_id: ^b}} = TraceStore.get(b)
+
+    # its bytes count once too: two traces of ~40 KB fit in 0.1 MB
+    Application.put_env(:flame_on_client, :trace_store, max_memory_mb: 0.1)
+    TraceStore.clear()
+    {:ok, big} = TraceStore.put(profile("big", 40_000))
+    for _ <- 1..3, do: {:ok, ^big} = TraceStore.put(%{profile("big", 40_000) | trace_id: big})
+    {:ok, _} = TraceStore.put(profile("other", 40_000))
+    settle()
+    assert Enum.map(TraceStore.list(), & &1.name) == ["other", "big"]
+  end
+
   test "max_memory_mb: the oldest go first, and a trace past it is not kept" do
     # 0.1 MB: three traces of ~40 KB do not fit, two do
     Application.put_env(:flame_on_client, :trace_store, max_memory_mb: 0.1)
