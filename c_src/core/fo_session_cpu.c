@@ -575,12 +575,23 @@ void fo_session_cpu_settle(fo_session *s, int64_t end_ns)
         fo_tree_charge(&s->tree, n, ns);
         given[proc] += ns;
     }
+    /* A process no sample landed on (a short trace: a request of 30 us
+     * at 499 Hz) ran somewhere under its stacks' one outermost frame,
+     * when they have one (the trace's root function): its time goes
+     * there, not on the bare process. busiest[] is free for them. */
+    for (uint32_t n = 0; n < s->tree.count; n++) {
+        uint32_t proc = nodes[n].proc;
+        if (proc >= procs || counts[proc] != 0 || nodes[n].frame < FO_FRAME_FIRST_REAL ||
+            nodes[n].parent != s->procs.procs[proc].root)
+            continue;
+        busiest[proc] = busiest[proc] == FO_NONE ? n : s->procs.procs[proc].root;
+    }
     for (uint32_t i = 0; i < procs; i++) {
         fo_proc *p = &s->procs.procs[i];
         if (p->root == FO_NONE || p->cpu_ns == 0)
             continue;
         if (counts[i] == 0) {
-            fo_tree_charge(&s->tree, p->root, p->cpu_ns);
+            fo_tree_charge(&s->tree, busiest[i] != FO_NONE ? busiest[i] : p->root, p->cpu_ns);
             s->stats.cpu_unsampled_ns += p->cpu_ns;
         } else if (p->cpu_ns > given[i]) {
             fo_tree_charge(&s->tree, busiest[i], p->cpu_ns - given[i]);

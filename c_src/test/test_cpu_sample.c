@@ -61,6 +61,33 @@ static const ts_case cpu_cases[] = {
      LINES("1 (root) 60", "1 SLEEP 10"),
      "events=3 cpu_unsampled_ns=60"},
 
+    {"a_process_no_sample_landed_on_runs_under_its_outermost_frame", DEFAULT_LIMITS,
+     /* its one stack (a read where it waited) starts at m:r/0: the 60
+      * on CPU ran somewhere under it */
+     LINES("cpu_sampled",
+           "1 0 in",
+           "context 1 m:w/0 m:r/0;m:w/0",
+           "1 50 out@m:w/0",
+           "1 60 in",
+           "close 70",
+           "settle"),
+     LINES("1 m:r/0 60", "1 m:r/0;m:w/0;SLEEP 10"),
+     "events=3 cpu_unsampled_ns=60 cpu_contexts=1"},
+
+    {"a_process_no_sample_landed_on_with_two_outer_frames_keeps_its_root", DEFAULT_LIMITS,
+     LINES("cpu_sampled",
+           "1 0 in",
+           "context 1 m:w/0 m:r/0;m:w/0",
+           "context 1 m:v/0 m:q/0;m:v/0",
+           "1 40 out@m:w/0",
+           "1 50 in",
+           "1 60 out@m:v/0",
+           "1 65 in",
+           "close 70",
+           "settle"),
+     LINES("1 (root) 55", "1 m:r/0;m:w/0;SLEEP 10", "1 m:q/0;m:v/0;SLEEP 5"),
+     "events=5 cpu_unsampled_ns=55 cpu_contexts=2"},
+
     {"rounding_leaves_nothing_out", DEFAULT_LIMITS,
      /* 100 over three equal counts: 33 + 33 + 33, and 1 to the first busiest */
      LINES("cpu_sampled",

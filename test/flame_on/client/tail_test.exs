@@ -200,6 +200,26 @@ defmodule FlameOn.Client.TailTest do
       assert TailHold.stats().truncated >= 1
     end
 
+    test "a kept request no sample landed on has its CPU under its root frame" do
+      # two bursts of ~20 µs at the hold's 499 Hz: almost never sampled
+      for _ <- 1..5 do
+        FlameOn.Client.Tracing.trace("short", &Work.fast/0,
+          threshold_ms: 1,
+          mode: :native,
+          shipper: @to_me
+        )
+
+        assert_receive {:flame_on_profile, profile}
+        assert profile.mode == :native_tail
+        stacks = Enum.flat_map(profile.stacks, fn {_pid, stacks} -> stacks end)
+        on_cpu = for {stack, us} <- stacks, not String.ends_with?(stack, "SLEEP"), do: {stack, us}
+        assert on_cpu != []
+        # none on the bare process (the stack ""): all in the trace's root
+        for {stack, _us} <- on_cpu,
+            do: assert(String.starts_with?(stack, "FlameOn.Client.Tracing.Tail.call/1"))
+      end
+    end
+
     test "telemetry traces with threshold_ms take the shared path too" do
       config = [mode: :native, threshold_ms: 200, shipper: @to_me]
 
