@@ -196,7 +196,29 @@
     A(linger)                                                                                  \
     A(lingering)                                                                               \
     A(claimed)                                                                                 \
-    A(gone)
+    A(gone)                                                                                    \
+    A(collapsed_recursion)                                                                     \
+    A(gc_minor_ns)                                                                             \
+    A(gc_major_ns)                                                                             \
+    A(alloc_words)                                                                             \
+    A(alloc_samples)                                                                           \
+    A(alloc_unknown)                                                                           \
+    A(cpu_unsampled_ns)                                                                        \
+    A(cpu_orphans)                                                                             \
+    A(cpu_rootless)                                                                            \
+    A(cpu_contexts)                                                                            \
+    A(cpu_unknown_stops)                                                                       \
+    A(cpu_cut_samples)                                                                         \
+    A(cpu_rehomed_cuts)                                                                        \
+    A(cpu_called_samples)                                                                      \
+    A(cpu_seen_stops)                                                                          \
+    A(cpu_entered_stops)                                                                       \
+    A(cpu_broken_chains)                                                                       \
+    A(cpu_foreign_chains)                                                                      \
+    A(cpu_strata)                                                                              \
+    A(cpu_asked)                                                                               \
+    A(cpu_asks_limited)                                                                        \
+    A(process_gcs)
 
 #define FO_ATOM_DECLARE(name) extern ERL_NIF_TERM fo_atom_##name;
 FO_ATOMS(FO_ATOM_DECLARE)

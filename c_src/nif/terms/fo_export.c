@@ -112,14 +112,32 @@ ERL_NIF_TERM fo_export_tree(ErlNifEnv *env, const fo_session *s, uint64_t max_te
 ERL_NIF_TERM fo_export_stats(ErlNifEnv *env, const fo_stats *st, size_t memory, uint32_t nodes,
                              uint32_t processes, uint32_t frames, uint64_t producer_folds, uint64_t buffer_bytes)
 {
-    ERL_NIF_TERM keys[] = {fo_atom_events,           fo_atom_dropped_events,     fo_atom_malformed_events,
+    return fo_export_stats_with(env, st, memory, nodes, processes, frames, producer_folds, buffer_bytes, NULL);
+}
+
+void fo_export_more_count(ErlNifEnv *env, fo_export_more *more, ERL_NIF_TERM key, uint64_t value)
+{
+    if (more->count >= FO_EXPORT_MORE_STATS)
+        return;
+    more->keys[more->count] = key;
+    more->values[more->count] = enif_make_uint64(env, value);
+    more->count++;
+}
+
+#define BASE_STATS 19u
+
+ERL_NIF_TERM fo_export_stats_with(ErlNifEnv *env, const fo_stats *st, size_t memory, uint32_t nodes,
+                                  uint32_t processes, uint32_t frames, uint64_t producer_folds,
+                                  uint64_t buffer_bytes, const fo_export_more *more)
+{
+    ERL_NIF_TERM keys[BASE_STATS + FO_EXPORT_MORE_STATS] = {fo_atom_events,           fo_atom_dropped_events,     fo_atom_malformed_events,
                            fo_atom_ignored_events,   fo_atom_truncated_stacks,   fo_atom_depth_truncations,
                            fo_atom_node_limit_hits,  fo_atom_frame_limit_hits,   fo_atom_process_limit_hits,
                            fo_atom_stack_overflows,  fo_atom_clock_skews,        fo_atom_resyncs,
                            fo_atom_memory_bytes,     fo_atom_nodes,              fo_atom_processes,
                            fo_atom_frames,           fo_atom_samples,            fo_atom_producer_folds,
                            fo_atom_buffer_bytes};
-    ERL_NIF_TERM values[] = {
+    ERL_NIF_TERM values[BASE_STATS + FO_EXPORT_MORE_STATS] = {
         enif_make_uint64(env, st->events),           enif_make_uint64(env, st->dropped_events),
         enif_make_uint64(env, st->malformed_events), enif_make_uint64(env, st->ignored_events),
         enif_make_uint64(env, st->truncated_stacks), enif_make_uint64(env, st->depth_truncations),
@@ -130,7 +148,13 @@ ERL_NIF_TERM fo_export_stats(ErlNifEnv *env, const fo_stats *st, size_t memory, 
         enif_make_uint(env, processes),              enif_make_uint(env, frames),
         enif_make_uint64(env, st->samples),          enif_make_uint64(env, producer_folds),
         enif_make_uint64(env, buffer_bytes)};
+    size_t count = BASE_STATS;
+    for (unsigned i = 0; more != NULL && i < more->count; i++, count++) {
+        keys[count] = more->keys[i];
+        values[count] = more->values[i];
+    }
     ERL_NIF_TERM map;
-    enif_make_map_from_arrays(env, keys, values, sizeof(keys) / sizeof(keys[0]), &map);
+    if (!enif_make_map_from_arrays(env, keys, values, count, &map))
+        map = enif_make_new_map(env); /* a key twice: cannot happen with these atoms */
     return map;
 }

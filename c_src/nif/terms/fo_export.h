@@ -30,4 +30,22 @@ ERL_NIF_TERM fo_export_tree(ErlNifEnv *env, const fo_session *s, uint64_t max_te
 ERL_NIF_TERM fo_export_stats(ErlNifEnv *env, const fo_stats *stats, size_t memory, uint32_t nodes,
                              uint32_t processes, uint32_t frames, uint64_t producer_folds, uint64_t buffer_bytes);
 
+/* Counters a front end adds to that map: built with it in one go (a map
+ * past 32 keys is a tree, and putting them one by one copied it each
+ * time). At most FO_EXPORT_MORE_STATS. */
+#define FO_EXPORT_MORE_STATS 32
+typedef struct {
+    ERL_NIF_TERM keys[FO_EXPORT_MORE_STATS];
+    ERL_NIF_TERM values[FO_EXPORT_MORE_STATS];
+    unsigned count;
+} fo_export_more;
+
+/* Adds key => value (an unsigned count) to more; ignored once it is full. */
+void fo_export_more_count(ErlNifEnv *env, fo_export_more *more, ERL_NIF_TERM key, uint64_t value);
+
+/* fo_export_stats with more's counters too (more may be NULL). */
+ERL_NIF_TERM fo_export_stats_with(ErlNifEnv *env, const fo_stats *stats, size_t memory, uint32_t nodes,
+                                  uint32_t processes, uint32_t frames, uint64_t producer_folds,
+                                  uint64_t buffer_bytes, const fo_export_more *more);
+
 #endif

@@ -259,43 +259,38 @@ ERL_NIF_TERM fo_ingest_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     return enif_schedule_nif(env, "ingest", 0, fo_ingest_nif, 2, next);
 }
 
-static void put_count(ErlNifEnv *env, ERL_NIF_TERM *map, const char *key, uint64_t value)
-{
-    enif_make_map_put(env, *map, enif_make_atom(env, key), enif_make_uint64(env, value), map);
-}
-
 /* Native mode's own counters (fo_session.h, fo_cpu_ask.h), and the
  * garbage collections and collapsed recursion of every mode. */
-static ERL_NIF_TERM with_cpu_stats(ErlNifEnv *env, const fo_session_res *res, const fo_stats *st, ERL_NIF_TERM map)
+static void cpu_stats(ErlNifEnv *env, const fo_session_res *res, const fo_stats *st, fo_export_more *more)
 {
-    put_count(env, &map, "collapsed_recursion", st->collapsed_recursion);
-    put_count(env, &map, "gc_minor", st->gc_minor);
-    put_count(env, &map, "gc_major", st->gc_major);
-    put_count(env, &map, "gc_minor_ns", st->gc_minor_ns);
-    put_count(env, &map, "gc_major_ns", st->gc_major_ns);
+    more->count = 0;
+    fo_export_more_count(env, more, fo_atom_collapsed_recursion, st->collapsed_recursion);
+    fo_export_more_count(env, more, fo_atom_gc_minor, st->gc_minor);
+    fo_export_more_count(env, more, fo_atom_gc_major, st->gc_major);
+    fo_export_more_count(env, more, fo_atom_gc_minor_ns, st->gc_minor_ns);
+    fo_export_more_count(env, more, fo_atom_gc_major_ns, st->gc_major_ns);
     if (res->alloc) {
-        put_count(env, &map, "alloc_words", st->alloc_words);
-        put_count(env, &map, "alloc_samples", st->alloc_samples);
-        put_count(env, &map, "alloc_unknown", st->alloc_unknown);
+        fo_export_more_count(env, more, fo_atom_alloc_words, st->alloc_words);
+        fo_export_more_count(env, more, fo_atom_alloc_samples, st->alloc_samples);
+        fo_export_more_count(env, more, fo_atom_alloc_unknown, st->alloc_unknown);
     }
     if (!res->cpu_sampled)
-        return map;
-    put_count(env, &map, "cpu_unsampled_ns", st->cpu_unsampled_ns);
-    put_count(env, &map, "cpu_orphans", st->cpu_orphans);
-    put_count(env, &map, "cpu_rootless", st->cpu_rootless);
-    put_count(env, &map, "cpu_contexts", st->cpu_contexts);
-    put_count(env, &map, "cpu_unknown_stops", st->cpu_unknown_stops);
-    put_count(env, &map, "cpu_cut_samples", st->cpu_cut_samples);
-    put_count(env, &map, "cpu_rehomed_cuts", st->cpu_rehomed_cuts);
-    put_count(env, &map, "cpu_called_samples", st->cpu_called_samples);
-    put_count(env, &map, "cpu_seen_stops", st->cpu_seen_stops);
-    put_count(env, &map, "cpu_entered_stops", st->cpu_entered_stops);
-    put_count(env, &map, "cpu_broken_chains", st->cpu_broken_chains);
-    put_count(env, &map, "cpu_foreign_chains", st->cpu_foreign_chains);
-    put_count(env, &map, "cpu_strata", st->cpu_strata);
-    put_count(env, &map, "cpu_asked", atomic_load(&res->asks->asked));
-    put_count(env, &map, "cpu_asks_limited", atomic_load(&res->asks->limited));
-    return map;
+        return;
+    fo_export_more_count(env, more, fo_atom_cpu_unsampled_ns, st->cpu_unsampled_ns);
+    fo_export_more_count(env, more, fo_atom_cpu_orphans, st->cpu_orphans);
+    fo_export_more_count(env, more, fo_atom_cpu_rootless, st->cpu_rootless);
+    fo_export_more_count(env, more, fo_atom_cpu_contexts, st->cpu_contexts);
+    fo_export_more_count(env, more, fo_atom_cpu_unknown_stops, st->cpu_unknown_stops);
+    fo_export_more_count(env, more, fo_atom_cpu_cut_samples, st->cpu_cut_samples);
+    fo_export_more_count(env, more, fo_atom_cpu_rehomed_cuts, st->cpu_rehomed_cuts);
+    fo_export_more_count(env, more, fo_atom_cpu_called_samples, st->cpu_called_samples);
+    fo_export_more_count(env, more, fo_atom_cpu_seen_stops, st->cpu_seen_stops);
+    fo_export_more_count(env, more, fo_atom_cpu_entered_stops, st->cpu_entered_stops);
+    fo_export_more_count(env, more, fo_atom_cpu_broken_chains, st->cpu_broken_chains);
+    fo_export_more_count(env, more, fo_atom_cpu_foreign_chains, st->cpu_foreign_chains);
+    fo_export_more_count(env, more, fo_atom_cpu_strata, st->cpu_strata);
+    fo_export_more_count(env, more, fo_atom_cpu_asked, atomic_load(&res->asks->asked));
+    fo_export_more_count(env, more, fo_atom_cpu_asks_limited, atomic_load(&res->asks->limited));
 }
 
 /* At finish: the collections of each process that had any, pid =>
@@ -314,23 +309,25 @@ static ERL_NIF_TERM with_process_gcs(ErlNifEnv *env, const fo_session *core, ERL
         enif_make_map_put(env, map, enif_make_pid(env, &pid),
                           enif_make_tuple2(env, enif_make_uint64(env, minor), enif_make_uint64(env, major)), &map);
     }
-    enif_make_map_put(env, stats, enif_make_atom(env, "process_gcs"), map, &stats);
+    enif_make_map_put(env, stats, fo_atom_process_gcs, map, &stats);
     return stats;
 }
 
 static ERL_NIF_TERM stats_term(ErlNifEnv *env, fo_session_res *res)
 {
-    if (res->core == NULL)
-        return with_cpu_stats(env, res, &res->final_stats,
-                              fo_export_stats(env, &res->final_stats, 0, res->final_nodes, res->final_processes,
-                                              res->final_frames, res->ring.producer_folds,
-                                              fo_ring_largest_bytes(&res->ring)));
+    fo_export_more more;
+    if (res->core == NULL) {
+        cpu_stats(env, res, &res->final_stats, &more);
+        return fo_export_stats_with(env, &res->final_stats, 0, res->final_nodes, res->final_processes,
+                                    res->final_frames, res->ring.producer_folds, fo_ring_largest_bytes(&res->ring),
+                                    &more);
+    }
     fo_resource_fold(res, env);
     const fo_stats *st = fo_session_stats(res->core);
-    return with_cpu_stats(env, res, st,
-                          fo_export_stats(env, st, fo_session_memory(res->core), fo_session_node_count(res->core),
-                                          fo_session_process_count(res->core), fo_session_frame_count(res->core),
-                                          res->ring.producer_folds, fo_ring_largest_bytes(&res->ring)));
+    cpu_stats(env, res, st, &more);
+    return fo_export_stats_with(env, st, fo_session_memory(res->core), fo_session_node_count(res->core),
+                                fo_session_process_count(res->core), fo_session_frame_count(res->core),
+                                res->ring.producer_folds, fo_ring_largest_bytes(&res->ring), &more);
 }
 
 // stats(Session)
