@@ -2,6 +2,8 @@
  * (ingest), stats, stop and finish, and the node-wide counts. */
 #include "fo_session_nif.h"
 
+#include <stddef.h>
+
 #include <string.h>
 
 #include "fo_atoms.h"
@@ -259,36 +261,46 @@ ERL_NIF_TERM fo_ingest_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     return enif_schedule_nif(env, "ingest", 0, fo_ingest_nif, 2, next);
 }
 
+/* A counter of fo_stats (all uint64_t) and the key it goes under. */
+typedef struct {
+    const ERL_NIF_TERM *key;
+    size_t offset;
+} stat_field;
+
+#define STAT_FIELD(name) {&fo_atom_##name, offsetof(fo_stats, name)}
+
+static const stat_field every_mode[] = {STAT_FIELD(collapsed_recursion), STAT_FIELD(gc_minor), STAT_FIELD(gc_major),
+                                        STAT_FIELD(gc_minor_ns), STAT_FIELD(gc_major_ns)};
+static const stat_field alloc_fields[] = {STAT_FIELD(alloc_words), STAT_FIELD(alloc_samples),
+                                          STAT_FIELD(alloc_unknown)};
+static const stat_field native_fields[] = {
+    STAT_FIELD(cpu_unsampled_ns),  STAT_FIELD(cpu_orphans),        STAT_FIELD(cpu_rootless),
+    STAT_FIELD(cpu_contexts),      STAT_FIELD(cpu_unknown_stops),  STAT_FIELD(cpu_cut_samples),
+    STAT_FIELD(cpu_rehomed_cuts),  STAT_FIELD(cpu_called_samples), STAT_FIELD(cpu_seen_stops),
+    STAT_FIELD(cpu_entered_stops), STAT_FIELD(cpu_broken_chains),  STAT_FIELD(cpu_foreign_chains),
+    STAT_FIELD(cpu_strata)};
+
+static void add_fields(ErlNifEnv *env, fo_export_more *more, const fo_stats *st, const stat_field *fields,
+                       size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        uint64_t value;
+        memcpy(&value, (const char *)st + fields[i].offset, sizeof value);
+        fo_export_more_count(env, more, *fields[i].key, value);
+    }
+}
+
 /* Native mode's own counters (fo_session.h, fo_cpu_ask.h), and the
  * garbage collections and collapsed recursion of every mode. */
 static void cpu_stats(ErlNifEnv *env, const fo_session_res *res, const fo_stats *st, fo_export_more *more)
 {
     more->count = 0;
-    fo_export_more_count(env, more, fo_atom_collapsed_recursion, st->collapsed_recursion);
-    fo_export_more_count(env, more, fo_atom_gc_minor, st->gc_minor);
-    fo_export_more_count(env, more, fo_atom_gc_major, st->gc_major);
-    fo_export_more_count(env, more, fo_atom_gc_minor_ns, st->gc_minor_ns);
-    fo_export_more_count(env, more, fo_atom_gc_major_ns, st->gc_major_ns);
-    if (res->alloc) {
-        fo_export_more_count(env, more, fo_atom_alloc_words, st->alloc_words);
-        fo_export_more_count(env, more, fo_atom_alloc_samples, st->alloc_samples);
-        fo_export_more_count(env, more, fo_atom_alloc_unknown, st->alloc_unknown);
-    }
+    add_fields(env, more, st, every_mode, sizeof every_mode / sizeof every_mode[0]);
+    if (res->alloc)
+        add_fields(env, more, st, alloc_fields, sizeof alloc_fields / sizeof alloc_fields[0]);
     if (!res->cpu_sampled)
         return;
-    fo_export_more_count(env, more, fo_atom_cpu_unsampled_ns, st->cpu_unsampled_ns);
-    fo_export_more_count(env, more, fo_atom_cpu_orphans, st->cpu_orphans);
-    fo_export_more_count(env, more, fo_atom_cpu_rootless, st->cpu_rootless);
-    fo_export_more_count(env, more, fo_atom_cpu_contexts, st->cpu_contexts);
-    fo_export_more_count(env, more, fo_atom_cpu_unknown_stops, st->cpu_unknown_stops);
-    fo_export_more_count(env, more, fo_atom_cpu_cut_samples, st->cpu_cut_samples);
-    fo_export_more_count(env, more, fo_atom_cpu_rehomed_cuts, st->cpu_rehomed_cuts);
-    fo_export_more_count(env, more, fo_atom_cpu_called_samples, st->cpu_called_samples);
-    fo_export_more_count(env, more, fo_atom_cpu_seen_stops, st->cpu_seen_stops);
-    fo_export_more_count(env, more, fo_atom_cpu_entered_stops, st->cpu_entered_stops);
-    fo_export_more_count(env, more, fo_atom_cpu_broken_chains, st->cpu_broken_chains);
-    fo_export_more_count(env, more, fo_atom_cpu_foreign_chains, st->cpu_foreign_chains);
-    fo_export_more_count(env, more, fo_atom_cpu_strata, st->cpu_strata);
+    add_fields(env, more, st, native_fields, sizeof native_fields / sizeof native_fields[0]);
     fo_export_more_count(env, more, fo_atom_cpu_asked, atomic_load(&res->asks->asked));
     fo_export_more_count(env, more, fo_atom_cpu_asks_limited, atomic_load(&res->asks->limited));
 }

@@ -9,13 +9,17 @@ defmodule FlameOn.Client.NativeModeTest do
   import FlameOn.Client.TestHelpers
 
   alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Node.PerfSampler
+  alias FlameOn.Client.Node.{PerfSampler, TailHold}
   alias FlameOn.Client.Test.Workloads
 
   @to_me {FlameOn.Client.Shipper.Process, pid: :flame_on_native_mode_test}
 
   setup do
     ensure_app_started()
+    # an earlier test's tail traces (trace/3 with threshold_ms, mode :auto)
+    # keep the node's sampler on for idle_ms: the counts of open events
+    # below are this test's
+    TailHold.off()
     assert_node_clean()
     Process.register(self(), :flame_on_native_mode_test)
     :ok
