@@ -58,6 +58,9 @@ defmodule FlameOn.Client.ContinuousTest do
 
   setup do
     Continuous.stop()
+    # an earlier test's tail traces keep the sampler on for idle_ms: the
+    # frequency and open-event counts below are this test's
+    FlameOn.Client.Node.TailHold.off()
     on_exit(&Continuous.stop/0)
   end
 
