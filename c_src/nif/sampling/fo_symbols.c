@@ -235,7 +235,6 @@ static int64_t monotonic_ns(void)
     return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 }
 
-
 void fo_symbols_refresh(void)
 {
     int64_t now = monotonic_ns();

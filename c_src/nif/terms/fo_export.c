@@ -130,13 +130,14 @@ ERL_NIF_TERM fo_export_stats_with(ErlNifEnv *env, const fo_stats *st, size_t mem
                                   uint32_t processes, uint32_t frames, uint64_t producer_folds,
                                   uint64_t buffer_bytes, const fo_export_more *more)
 {
-    ERL_NIF_TERM keys[BASE_STATS + FO_EXPORT_MORE_STATS] = {fo_atom_events,           fo_atom_dropped_events,     fo_atom_malformed_events,
-                           fo_atom_ignored_events,   fo_atom_truncated_stacks,   fo_atom_depth_truncations,
-                           fo_atom_node_limit_hits,  fo_atom_frame_limit_hits,   fo_atom_process_limit_hits,
-                           fo_atom_stack_overflows,  fo_atom_clock_skews,        fo_atom_resyncs,
-                           fo_atom_memory_bytes,     fo_atom_nodes,              fo_atom_processes,
-                           fo_atom_frames,           fo_atom_samples,            fo_atom_producer_folds,
-                           fo_atom_buffer_bytes};
+    ERL_NIF_TERM keys[BASE_STATS + FO_EXPORT_MORE_STATS] = {
+        fo_atom_events,           fo_atom_dropped_events,    fo_atom_malformed_events,
+        fo_atom_ignored_events,   fo_atom_truncated_stacks,  fo_atom_depth_truncations,
+        fo_atom_node_limit_hits,  fo_atom_frame_limit_hits,  fo_atom_process_limit_hits,
+        fo_atom_stack_overflows,  fo_atom_clock_skews,       fo_atom_resyncs,
+        fo_atom_memory_bytes,     fo_atom_nodes,             fo_atom_processes,
+        fo_atom_frames,           fo_atom_samples,           fo_atom_producer_folds,
+        fo_atom_buffer_bytes};
     ERL_NIF_TERM values[BASE_STATS + FO_EXPORT_MORE_STATS] = {
         enif_make_uint64(env, st->events),           enif_make_uint64(env, st->dropped_events),
         enif_make_uint64(env, st->malformed_events), enif_make_uint64(env, st->ignored_events),

@@ -3,7 +3,6 @@
 #include "fo_session_nif.h"
 
 #include <stddef.h>
-
 #include <string.h>
 
 #include "fo_atoms.h"

@@ -83,7 +83,7 @@ defmodule FlameOn.Client.TraceStore do
         replaced = :ets.lookup(@table, {:trace, id})
         :ets.insert(@table, {{:trace, id}, seq, bytes, summary(profile, bytes), profile})
         :ets.insert(@order, {seq, id, bytes})
-        for {_, old_seq, old_bytes, _, _} <- replaced, do: forget(old_seq, old_bytes)
+        for {_, old_seq, _, _, _} <- replaced, do: forget(old_seq)
         total = :ets.update_counter(@table, :bytes, bytes, {:bytes, 0})
 
         # over a bound: one trim asked at a time (the writers before it
@@ -223,17 +223,26 @@ defmodule FlameOn.Client.TraceStore do
 
     with true <- :ets.info(@order, :size) > max_traces or total > max_bytes,
          seq when seq != :"$end_of_table" <- :ets.first(@order) do
-      [{^seq, id, bytes}] = :ets.lookup(@order, seq)
-      # only the entry put with this seq (a trace kept again has a newer one)
-      :ets.match_delete(@table, {{:trace, id}, seq, :_, :_, :_})
-      forget(seq, bytes)
+      # (gone already if a put replacing that trace took it out meanwhile)
+      with {:ok, id} <- forget(seq),
+           # only the entry put with this seq (a trace kept again has a newer one)
+           do: :ets.match_delete(@table, {{:trace, id}, seq, :_, :_, :_})
+
       drop(max_traces, max_bytes)
     end
   end
 
-  defp forget(seq, bytes) do
-    :ets.delete(@order, seq)
-    :ets.update_counter(@table, :bytes, -bytes, {:bytes, 0})
+  # The index entry of seq out, its bytes off the total: {:ok, trace_id},
+  # or :gone when another process took it first (each is taken once).
+  defp forget(seq) do
+    case :ets.take(@order, seq) do
+      [{^seq, id, bytes}] ->
+        :ets.update_counter(@table, :bytes, -bytes, {:bytes, 0})
+        {:ok, id}
+
+      [] ->
+        :gone
+    end
   end
 
   @doc false
