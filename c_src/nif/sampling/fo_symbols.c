@@ -9,8 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "fo_clock.h"
 
 typedef struct {
     uint64_t start, end;
@@ -228,16 +229,9 @@ static size_t parse_lines(char *text, size_t len, entry *fresh, uint32_t *fresh_
  * has its frames unnamed: its code runs within the last millisecond. */
 #define RECHECK_NS 1000000
 
-static int64_t monotonic_ns(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-}
-
 void fo_symbols_refresh(void)
 {
-    int64_t now = monotonic_ns();
+    int64_t now = fo_tracer_clock_ns();
     int64_t last = atomic_load_explicit(&checked_ns, memory_order_relaxed);
     if (now - last < RECHECK_NS && last != 0)
         return;

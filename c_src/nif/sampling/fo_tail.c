@@ -148,12 +148,6 @@ static tail_entry *entry_of(ErlNifEnv *env, ERL_NIF_TERM state)
     return e != NULL && atomic_load_explicit(&e->in_use, memory_order_acquire) == TAIL_ACTIVE ? e : NULL;
 }
 
-static int is_gc_tag(ERL_NIF_TERM tag)
-{
-    return tag == fo_atom_gc_minor_start || tag == fo_atom_gc_minor_end || tag == fo_atom_gc_major_start ||
-           tag == fo_atom_gc_major_end;
-}
-
 static void note_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM state, ERL_NIF_TERM tracee,
                        ERL_NIF_TERM payload);
 
@@ -162,7 +156,7 @@ ERL_NIF_TERM fo_tail_enabled(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     ERL_NIF_TERM tag = argv[0];
     /* An `in` and a collection's start and end are only their time: taken
      * here, and the VM builds nothing for trace/5 (see fo_tracer.c) */
-    if (tag == fo_atom_in || is_gc_tag(tag)) {
+    if (tag == fo_atom_in || fo_decode_is_collection_tag(tag)) {
         note_event(env, tag, argv[1], argv[2], 0);
         return fo_atom_discard;
     }

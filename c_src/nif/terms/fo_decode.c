@@ -163,11 +163,15 @@ static fo_decode_result decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_T
     return FO_DECODED;
 }
 
+int fo_decode_is_collection_tag(ERL_NIF_TERM tag)
+{
+    return tag == fo_atom_gc_minor_start || tag == fo_atom_gc_minor_end || tag == fo_atom_gc_major_start ||
+           tag == fo_atom_gc_major_end;
+}
+
 int fo_decode_tag_only(ERL_NIF_TERM tag, fo_event *out)
 {
-    int collection = tag == fo_atom_gc_minor_start || tag == fo_atom_gc_major_start || tag == fo_atom_gc_minor_end ||
-                     tag == fo_atom_gc_major_end;
-    if (tag != fo_atom_in && !collection)
+    if (tag != fo_atom_in && !fo_decode_is_collection_tag(tag))
         return 0;
     /* their payloads are not read: any term */
     return decode_event(NULL, tag, 0, NULL, out, 0) == FO_DECODED;

@@ -29,6 +29,10 @@ fo_decode_result fo_decode_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM 
 fo_decode_result fo_decode_event_deferred(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM payload,
                                           const ERL_NIF_TERM *caller, fo_event *out);
 
+/* A collection's start or end (minor or major): the tags of the
+ * `garbage_collection` flag's events. */
+int fo_decode_is_collection_tag(ERL_NIF_TERM tag);
+
 /* The events whose tag says all a CPU-sampled session keeps of them (an
  * `in`, a collection's start or end: their time is read by the caller):
  * 1 and *out (kind and flags) for those, else 0. */
