@@ -47,9 +47,16 @@ typedef struct {
     uint32_t call_wait_node; /* the one WAITING leaf that holds it (FO_NONE: none yet) */
     uint32_t call_wait_stop; /* the frame its last `out` in the call named (0: none) */
     uint32_t gc_node;        /* while it collects garbage: its GC leaf (FO_NONE: not) */
+    /* CPU-sampled sessions: the collection now is one of no known place
+     * (1 minor, 2 major; 0: not), and such collections' time [minor,
+     * major], placed as the trace settles (fo_session_cpu_settle) */
+    uint8_t gc_pooled;
+    uint64_t gc_pool_ns[2];
     uint64_t gcs[2];         /* collections started: minor, major (fo_session_process_gcs) */
     uint64_t undecided_ns;   /* tracking receives: off-CPU since its wait began, no message seen yet */
     uint8_t got_message;     /* tracking receives: a message came while it was scheduled out */
+    uint8_t left_wait;       /* sampled modes tracking receives: a message (or a receive's
+                                timeout) ended its wait before this slice or in it */
     /* tracking receives without calls (FO_RECEIVES_CPU, _SAMPLED): the
      * off-CPU pieces no message ended yet, by the leaf that holds each,
      * and what the slice since its `in` showed */

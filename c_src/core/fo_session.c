@@ -388,6 +388,7 @@ void fo_session_apply(fo_session *s, const fo_event *ev)
         p->call_wait_ns = 0;
         p->call_wait_node = FO_NONE;
         p->gc_node = FO_NONE;
+        p->gc_pooled = 0;
         p->prev_wait_node = FO_NONE;
         p->prev_wait_ns = 0;
         p->wait_ns = 0;

@@ -186,12 +186,17 @@ static void sliced_event(fo_session *s, fo_proc *p, const fo_event *ev)
     switch (ev->kind) {
     case FO_EV_RECEIVE:
         /* a message (or a receive's timeout): every piece since the last
-         * one was part of a wait it ends */
+         * one was part of a wait it ends. The VM may trace it after the
+         * `in` (as the process takes its signals): it left its wait all
+         * the same. */
         if (p->state == FO_PROC_OUT)
             p->got_message = 1;
+        else
+            p->left_wait = 1;
         p->piece_count = 0;
         return;
     case FO_EV_IN:
+        p->left_wait = p->state == FO_PROC_OUT && p->got_message;
         if (p->state != FO_PROC_OUT)
             return;
         if (!p->got_message)
@@ -231,6 +236,7 @@ void fo_s_slice_event(fo_session *s, fo_proc *p, const fo_event *ev)
             pieces_were_runnable(s, p);
         p->piece_count = 0;
         p->got_message = 0;
+        p->left_wait = 0;
         p->slice_stop = 0;
         new_slice(p);
         return;

@@ -181,6 +181,7 @@ void fo_s_gc_event(fo_session *s, fo_proc *p, const fo_event *ev)
 {
     if (ev->kind == FO_EV_GC_END) {
         p->gc_node = FO_NONE;
+        p->gc_pooled = 0;
         if (ev->flags & FO_EVF_HAS_HEAP) {
             p->heap_after = ev->heap_words;
             p->heap_known = 1;
@@ -198,6 +199,19 @@ void fo_s_gc_event(fo_session *s, fo_proc *p, const fo_event *ev)
         s->stats.gc_major++;
     else
         s->stats.gc_minor++;
+    /* CPU-sampled, back from a wait a message ended, and no sample yet in
+     * this slice: the stack on top is still the wait's, in a receive the
+     * process has left since; the collection comes from the code after
+     * it. Its place is not known: its time is placed as the settle says
+     * (fo_session_cpu_settle). Left under the wait, a request's
+     * collections after its call went to the call, not to the render that
+     * allocated them (bench/RESULTS.md). After a preemption the stack on
+     * top is where the process goes on: its collection stays there. */
+    if (s->cpu_sampled && p->state == FO_PROC_RUNNING && !p->slice_sampled && p->left_wait) {
+        p->gc_pooled = (uint8_t)(1 + major);
+        p->gc_node = p->root;
+        return;
+    }
     uint32_t node = fo_s_regular_child(s, fo_s_current_node(p), major ? FO_FRAME_GC_MAJOR : FO_FRAME_GC_MINOR);
     if (node == FO_NONE) {
         s->stats.node_limit_hits++;
@@ -210,10 +224,33 @@ int fo_s_gc_charge(fo_session *s, fo_proc *p, uint64_t delta)
 {
     if (p->gc_node == FO_NONE)
         return 0;
+    if (p->gc_pooled != 0) {
+        int major = p->gc_pooled == 2;
+        p->gc_pool_ns[major] = add_sat(p->gc_pool_ns[major], delta);
+        if (major)
+            s->stats.gc_major_ns += delta;
+        else
+            s->stats.gc_minor_ns += delta;
+        return 1;
+    }
     fo_tree_charge(&s->tree, p->gc_node, delta);
     if (p->gc_node != p->node_cap && s->tree.nodes[p->gc_node].frame == FO_FRAME_GC_MAJOR)
         s->stats.gc_major_ns += delta;
     else
         s->stats.gc_minor_ns += delta;
     return 1;
+}
+
+void fo_s_gc_place(fo_session *s, uint32_t node, const uint64_t ns[2])
+{
+    for (int major = 0; major < 2; major++) {
+        if (ns[major] == 0)
+            continue;
+        uint32_t leaf = fo_s_regular_child(s, node, major ? FO_FRAME_GC_MAJOR : FO_FRAME_GC_MINOR);
+        if (leaf == FO_NONE) {
+            s->stats.node_limit_hits++;
+            leaf = node;
+        }
+        fo_tree_charge(&s->tree, leaf, ns[major]);
+    }
 }

@@ -78,6 +78,10 @@ void fo_s_alloc_release(fo_session *s, fo_proc *p);
 void fo_s_alloc_place_held(fo_session *s, fo_proc *p);
 int fo_s_gc_charge(fo_session *s, fo_proc *p, uint64_t delta);
 
+/* Collection time ns [minor, major] under node's GC leaves (made within
+ * the usual bounds). */
+void fo_s_gc_place(fo_session *s, uint32_t node, const uint64_t ns[2]);
+
 /* An unseen burst's time (fo_session_unseen.c): forget what was noted,
  * note delta charged to node while unseen, and move what was noted under
  * p's current stack (a sample just replaced it; ended: the sample found

@@ -278,10 +278,13 @@ defmodule FlameOn.Client.ContinuousTest do
     before = MapSet.new(Process.list())
     collector = self()
 
+    # mode :sample: its stacks' depth + 1 (mode :auto may run native,
+    # whose depth is the CPU-sampled one)
     {:ok, pid} =
       Continuous.start(
         window_ms: 100,
         depth: 40,
+        mode: :sample,
         shipper: {FlameOn.Client.Shipper.Process, pid: collector}
       )
 

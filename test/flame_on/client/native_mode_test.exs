@@ -236,6 +236,42 @@ defmodule FlameOn.Client.NativeModeTest do
       Agent.stop(server)
     end
 
+    # A request's parse allocates nothing; after its call's reply it
+    # renders, which allocates. A collection that starts before any
+    # sample of the slice after the reply found the wait's stack on top:
+    # it went under gen:do_call/4 (about half of their time here),
+    # not to render. It now goes where the collections after a sample
+    # went: render's.
+    test "collections after a call's reply go with the code after it, not under the wait" do
+      {:ok, server} = Agent.start_link(fn -> :ok end)
+
+      request_loop = fn ->
+        deadline = System.monotonic_time(:millisecond) + 1_500
+
+        Stream.repeatedly(fn ->
+          parse(20_000, 0)
+          Agent.get(server, fn state -> Process.sleep(1) && state end)
+          for _ <- 1..40, do: build(200, [])
+        end)
+        |> Enum.find(fn _ -> System.monotonic_time(:millisecond) >= deadline end)
+      end
+
+      # a new process, its heap small: many small collections (thousands)
+      {pid, profile} =
+        Task.async(fn -> {self(), FlameOn.Client.profile(request_loop, mode: :native)} end)
+        |> Task.await(10_000)
+        |> then(fn {pid, {_, profile}} -> {pid, profile} end)
+
+      gc = &(&1 =~ ~r/;GC_(MINOR|MAJOR)$/)
+      collections = time_where(profile, pid, gc)
+      in_wait = time_where(profile, pid, &(gc.(&1) and String.contains?(&1, "gen:do_call/4")))
+      in_parse = time_where(profile, pid, &(gc.(&1) and String.contains?(&1, ".parse/2")))
+      assert profile.stats.gc_minor > 1000
+      assert in_wait < 0.1 * collections, inspect(profile.stacks[pid], limit: 30)
+      assert in_parse < 0.1 * collections, inspect(profile.stacks[pid], limit: 30)
+      Agent.stop(server)
+    end
+
     test "cross_process: true: the callee's CPU work is in its own stacks" do
       {:ok, server} = FlameOn.Client.Test.Server.start()
 
@@ -424,6 +460,10 @@ defmodule FlameOn.Client.NativeModeTest do
       String.contains?(stack, frame) and not (stack =~ ~r/;(GC_MINOR|GC_MAJOR|RUNNABLE|SLEEP)$/)
     end)
   end
+
+  # arithmetic only: no collection
+  def parse(0, acc), do: acc
+  def parse(n, acc), do: parse(n - 1, rem(acc * 31 + n, 1_000_003))
 
   # a list of n: few, large collections
   def build(0, acc), do: length(acc)
