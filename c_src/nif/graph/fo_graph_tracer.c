@@ -23,8 +23,7 @@ ERL_NIF_TERM fo_graph_tracer_enabled(ErlNifEnv *env, ERL_NIF_TERM tag)
     if (tag == fo_atom_call || tag == fo_atom_return_to || tag == fo_atom_in || tag == fo_atom_out ||
         tag == fo_atom_exit || tag == fo_atom_in_exiting || tag == fo_atom_out_exiting ||
         tag == fo_atom_seq_trace || tag == fo_atom_receive || tag == fo_atom_spawned ||
-        tag == fo_atom_gc_minor_start || tag == fo_atom_gc_minor_end || tag == fo_atom_gc_major_start ||
-        tag == fo_atom_gc_major_end)
+        fo_decode_is_collection_tag(tag))
         return fo_atom_trace;
     /* send events only exist so the send match spec runs; spawn, link... */
     return fo_atom_discard;

@@ -148,28 +148,6 @@ static tail_entry *entry_of(ErlNifEnv *env, ERL_NIF_TERM state)
     return e != NULL && atomic_load_explicit(&e->in_use, memory_order_acquire) == TAIL_ACTIVE ? e : NULL;
 }
 
-static void note_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM state, ERL_NIF_TERM tracee,
-                       ERL_NIF_TERM payload);
-
-ERL_NIF_TERM fo_tail_enabled(ErlNifEnv *env, const ERL_NIF_TERM argv[])
-{
-    ERL_NIF_TERM tag = argv[0];
-    /* An `in` and a collection's start and end are only their time: taken
-     * here, and the VM builds nothing for trace/5 (see fo_tracer.c) */
-    if (tag == fo_atom_in || fo_decode_is_collection_tag(tag)) {
-        note_event(env, tag, argv[1], argv[2], 0);
-        return fo_atom_discard;
-    }
-    if (tag == fo_atom_out)
-        return fo_atom_trace;
-    if (tag != fo_atom_trace_status)
-        return fo_atom_discard;
-    /* a lingering process's flags are still ours (another tracer is
-     * refused, as during a request) */
-    tail_entry *e = entry_named(env, argv[1]);
-    return e != NULL && atomic_load(&e->in_use) != TAIL_RECLAIM ? fo_atom_trace : fo_atom_remove;
-}
-
 /* Room for one more slice: doubles the entry's array, within max_slices
  * and the node-wide byte budget. */
 static int room(tail_entry *e)
@@ -291,6 +269,25 @@ ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[])
 {
     note_event(env, argv[0], argv[1], argv[2], argv[3]);
     return fo_atom_ok;
+}
+
+ERL_NIF_TERM fo_tail_enabled(ErlNifEnv *env, const ERL_NIF_TERM argv[])
+{
+    ERL_NIF_TERM tag = argv[0];
+    /* An `in` and a collection's start and end are only their time: taken
+     * here, and the VM builds nothing for trace/5 (see fo_tracer.c) */
+    if (tag == fo_atom_in || fo_decode_is_collection_tag(tag)) {
+        note_event(env, tag, argv[1], argv[2], 0);
+        return fo_atom_discard;
+    }
+    if (tag == fo_atom_out)
+        return fo_atom_trace;
+    if (tag != fo_atom_trace_status)
+        return fo_atom_discard;
+    /* a lingering process's flags are still ours (another tracer is
+     * refused, as during a request) */
+    tail_entry *e = entry_named(env, argv[1]);
+    return e != NULL && atomic_load(&e->in_use) != TAIL_RECLAIM ? fo_atom_trace : fo_atom_remove;
 }
 
 ERL_NIF_TERM fo_tail_enable_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])

@@ -19,8 +19,7 @@ static int is_our_tag(ERL_NIF_TERM tag)
 {
     return tag == fo_atom_call || tag == fo_atom_return_to || tag == fo_atom_in || tag == fo_atom_out ||
            tag == fo_atom_exit || tag == fo_atom_in_exiting || tag == fo_atom_out_exiting ||
-           tag == fo_atom_gc_minor_start || tag == fo_atom_gc_minor_end || tag == fo_atom_gc_major_start ||
-           tag == fo_atom_gc_major_end || tag == fo_atom_garbage_collection || tag == fo_atom_receive;
+           fo_decode_is_collection_tag(tag) || tag == fo_atom_garbage_collection || tag == fo_atom_receive;
 }
 
 /* The key of a tracer state that is not a live key: a stale key (or any
