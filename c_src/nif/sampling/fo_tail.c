@@ -557,13 +557,14 @@ ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     return result;
 }
 
-/* The contexts read after `after` slices, into the session (caller holds
- * its lock and e's ctx_lock). */
+/* The contexts read after `after` slices (every one: TAIL_ALL), into the
+ * session (caller holds its lock and e's ctx_lock). */
+#define TAIL_ALL UINT32_MAX
 static void apply_contexts(fo_session_res *res, const tail_entry *e, uint32_t after)
 {
     for (uint32_t i = 0; e->answers != NULL && i < e->ctx_count; i++) {
         const tail_context *c = &e->answers->ctx[i];
-        if (c->after != after)
+        if (after != TAIL_ALL && c->after != after)
             continue;
         const fo_mfa *frames = &e->answers->frames[c->first];
         uint32_t from = fo_cpu_scope_start(&res->cpu_scope, frames, c->count);
@@ -661,6 +662,15 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
                  * first sample goes under it */
                 if (first && res->cpu_scope.has_root)
                     fo_session_cpu_inside(res->core, e->pid, &res->cpu_scope.root, 1);
+                /* Its stops are asked about only from half its threshold
+                 * on: a stop before, in a function read later, is where
+                 * that read says (a request repeats its calls), not a call
+                 * from wherever its last sample was (a wait in a
+                 * GenServer.call pushed onto its render: parse read 39%
+                 * against 31%). Each is applied again at its time, where
+                 * it moves the wait it was read in. */
+                if (first)
+                    apply_contexts(res, e, TAIL_ALL);
                 first = 0;
                 break;
             case 1:

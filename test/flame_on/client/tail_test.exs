@@ -220,6 +220,39 @@ defmodule FlameOn.Client.TailTest do
       end
     end
 
+    # A tail trace asks where its stops are only from half its threshold
+    # on. A wait in GenServer.call before that, in a function asked about
+    # later, hangs where the later read says: before, it was taken as a
+    # call from the last sample's stack (gen:do_call/4 under the compute
+    # loop), about a sixth of the waits here.
+    test "waits before the first stop read hang where a later read of the same function says" do
+      {:ok, server} = Agent.start_link(fn -> :ok end)
+
+      request = fn ->
+        for _ <- 1..60 do
+          Work.burst(3_000)
+          Agent.get(server, fn state -> Process.sleep(2) && state end)
+        end
+      end
+
+      FlameOn.Client.Tracing.trace("calls", request,
+        threshold_ms: 60,
+        mode: :native,
+        shipper: @to_me
+      )
+
+      assert_receive {:flame_on_profile, profile}, 5_000
+      assert profile.mode == :native_tail
+      stacks = Enum.flat_map(profile.stacks, fn {_pid, stacks} -> stacks end)
+      waits = for {stack, us} <- stacks, stack =~ ~r/gen:do_call\/4;SLEEP$/, do: {stack, us}
+      all = Enum.sum(Enum.map(waits, &elem(&1, 1)))
+      in_call = for {stack, us} <- waits, stack =~ "GenServer.call/3;gen:do_call/4", do: us
+      # 60 waits of 2 ms
+      assert all >= 100_000
+      assert Enum.sum(in_call) >= 0.95 * all, inspect(waits, limit: 10)
+      Agent.stop(server)
+    end
+
     test "telemetry traces with threshold_ms take the shared path too" do
       config = [mode: :native, threshold_ms: 200, shipper: @to_me]
 
