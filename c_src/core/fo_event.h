@@ -40,6 +40,8 @@ static inline int fo_mfa_equal(const fo_mfa *a, const fo_mfa *b)
 #define FO_EVF_HAS_HEAP 0x20u  /* gc start/end: heap_words is set (allocation profiles) */
 #define FO_EVF_PAUSED 0x40u    /* exit: the process only leaves a followed trace for now (a
                                   server between two requests): its heap level stays known */
+#define FO_EVF_LEFT_WAIT 0x80u /* in: a message (or a receive's timeout) ended its wait, or came
+                                  in this slice (CPU-sampled sessions without receive events) */
 
 typedef struct {
     fo_event_kind kind;

@@ -55,8 +55,9 @@ typedef struct {
     uint64_t gcs[2];         /* collections started: minor, major (fo_session_process_gcs) */
     uint64_t undecided_ns;   /* tracking receives: off-CPU since its wait began, no message seen yet */
     uint8_t got_message;     /* tracking receives: a message came while it was scheduled out */
-    uint8_t left_wait;       /* sampled modes tracking receives: a message (or a receive's
-                                timeout) ended its wait before this slice or in it */
+    uint8_t left_wait;       /* sampled modes: a message (or a receive's timeout) ended its
+                                wait before this slice or in it (receive events, or
+                                FO_EVF_LEFT_WAIT on its `in`) */
     /* tracking receives without calls (FO_RECEIVES_CPU, _SAMPLED): the
      * off-CPU pieces no message ended yet, by the leaf that holds each,
      * and what the slice since its `in` showed */

@@ -213,6 +213,8 @@ void fo_s_cpu_event(fo_session *s, fo_proc *p, const fo_event *ev)
         break;
     case FO_EV_IN:
         p->slice_sampled = 0;
+        if (!s->track_receives)
+            p->left_wait = (ev->flags & FO_EVF_LEFT_WAIT) != 0;
         if (ev->flags & FO_EVF_HAS_THREAD) {
             p->thread = ev->thread;
             p->slice_from = ev->ts_ns;

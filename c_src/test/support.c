@@ -460,6 +460,11 @@ void ts_run_line(fo_session *s, const char *line)
     }
     else if (n == 3 && strcmp(kind, "in") == 0)
         ev = ev_kind(FO_EV_IN, pid, ts);
+    else if (n == 3 && strcmp(kind, "in_after_msg") == 0) {
+        /* a message ended its wait (a session without receive events) */
+        ev = ev_kind(FO_EV_IN, pid, ts);
+        ev.flags |= FO_EVF_LEFT_WAIT;
+    }
     else if (n == 3 && strncmp(kind, "out@", 4) == 0) {
         ev = ev_kind(FO_EV_OUT, pid, ts);
         ev.flags |= FO_EVF_HAS_MFA;

@@ -26,8 +26,13 @@
 /* A time slice: the thread, when, and the function the process stopped
  * in (its `out` event's MFA; module 0: none). A garbage collection is a
  * record with thread 0 (stop.arity 1: a major one). */
+/* TAIL_AFTER_MESSAGE: a message (or a receive's timeout) ended the wait
+ * before the slice, or came in it */
+#define TAIL_AFTER_MESSAGE 1u
+
 typedef struct {
-    uint64_t thread;
+    uint32_t thread; /* an OS thread id; 0: a collection */
+    uint32_t flags;  /* TAIL_AFTER_MESSAGE */
     int64_t from_ns, to_ns;
     fo_mfa stop;
 } tail_slice;
@@ -66,6 +71,10 @@ typedef struct {
      * by whoever holds the entry, so no two processes' requests share a
      * cache line for them. */
     atomic_ullong n_begun, n_resumed, n_lingered;
+    /* a receive event since the last `in` or `out` (any thread sets it:
+     * the sender's may trace it), and the running slice's flags */
+    atomic_uint message;
+    uint32_t slice_flags;
     uint32_t count;
     uint32_t cap;     /* slices allocated */
     uint32_t dropped; /* slices past max_slices or the byte budget */
@@ -187,7 +196,8 @@ static void close_slice(tail_entry *e, int64_t now, const fo_mfa *stop)
     static const fo_mfa none = {0, 0, 0};
     if (e->thread == 0)
         return;
-    add_record(e, &(tail_slice){e->thread, e->from_ns, now, stop != NULL ? *stop : none});
+    uint32_t flags = e->slice_flags | (atomic_exchange(&e->message, 0) ? TAIL_AFTER_MESSAGE : 0);
+    add_record(e, &(tail_slice){(uint32_t)e->thread, flags, e->from_ns, now, stop != NULL ? *stop : none});
     e->thread = 0;
 }
 
@@ -239,6 +249,9 @@ static void note_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM state, ERL
         fo_perf_note_thread();
         e->thread = fo_perf_thread_id();
         e->from_ns = now;
+        e->slice_flags = atomic_exchange(&e->message, 0) ? TAIL_AFTER_MESSAGE : 0;
+    } else if (tag == fo_atom_receive) {
+        atomic_store(&e->message, 1);
     } else if (tag == fo_atom_gc_minor_start || tag == fo_atom_gc_major_start) {
         if (e->gc_from_ns == 0) {
             e->gc_from_ns = now;
@@ -246,7 +259,7 @@ static void note_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM state, ERL
         }
     } else if (tag == fo_atom_gc_minor_end || tag == fo_atom_gc_major_end) {
         if (e->gc_from_ns != 0)
-            add_record(e, &(tail_slice){0, e->gc_from_ns, now, {0, 0, e->gc_major}});
+            add_record(e, &(tail_slice){0, 0, e->gc_from_ns, now, {0, 0, e->gc_major}});
         e->gc_from_ns = 0;
     } else if (tag == fo_atom_out) {
         /* where it stopped: {M, F, A} (atoms never move or die) */
@@ -274,9 +287,10 @@ ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[])
 ERL_NIF_TERM fo_tail_enabled(ErlNifEnv *env, const ERL_NIF_TERM argv[])
 {
     ERL_NIF_TERM tag = argv[0];
-    /* An `in` and a collection's start and end are only their time: taken
-     * here, and the VM builds nothing for trace/5 (see fo_tracer.c) */
-    if (tag == fo_atom_in || fo_decode_is_collection_tag(tag)) {
+    /* An `in`, a collection's start and end and a message are only their
+     * time: taken here, and the VM builds nothing for trace/5 (see
+     * fo_tracer.c) */
+    if (tag == fo_atom_in || fo_decode_is_collection_tag(tag) || tag == fo_atom_receive) {
         note_event(env, tag, argv[1], argv[2], 0);
         return fo_atom_discard;
     }
@@ -330,6 +344,8 @@ static void start_request(tail_entry *e, const ErlNifPid *self, int64_t ask_afte
     e->linger_after = 0;
     e->asked = 0;
     e->gc_from_ns = 0;
+    atomic_store(&e->message, 0);
+    e->slice_flags = 0;
     fo_spin_lock(&e->ctx_lock);
     e->ctx_count = 0;
     e->frame_count = 0;
@@ -577,15 +593,17 @@ static void apply_contexts(fo_session_res *res, const tail_entry *e, uint32_t af
     }
 }
 
-static void apply(fo_session *core, uint8_t kind, uint64_t pid, int64_t ts, uint64_t thread, const fo_mfa *mfa)
+static void apply(fo_session *core, uint8_t kind, uint64_t pid, int64_t ts, uint64_t thread, const fo_mfa *mfa,
+                  uint32_t flags)
 {
     fo_event ev;
     memset(&ev, 0, sizeof ev);
     ev.kind = kind;
     ev.pid = pid;
     ev.ts_ns = ts;
+    ev.flags = flags;
     if (thread != 0) {
-        ev.flags = FO_EVF_HAS_THREAD;
+        ev.flags |= FO_EVF_HAS_THREAD;
         ev.thread = thread;
     }
     if (mfa != NULL && mfa->module != 0) {
@@ -657,7 +675,8 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
             const tail_slice *s = &e->slices[ev->record];
             switch (ev->what) {
             case 0:
-                apply(res->core, FO_EV_IN, e->pid, s->from_ns, s->thread, NULL);
+                apply(res->core, FO_EV_IN, e->pid, s->from_ns, s->thread, NULL,
+                      (s->flags & TAIL_AFTER_MESSAGE) ? FO_EVF_LEFT_WAIT : 0);
                 /* it runs inside its root function: what comes before its
                  * first sample goes under it */
                 if (first && res->cpu_scope.has_root)
@@ -678,7 +697,7 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
                 apply_gc(res->core, ev->what == 1 ? FO_EV_GC_START : FO_EV_GC_END, e->pid, ev->ts, s->stop.arity);
                 break;
             default:
-                apply(res->core, FO_EV_OUT, e->pid, s->to_ns, 0, &s->stop);
+                apply(res->core, FO_EV_OUT, e->pid, s->to_ns, 0, &s->stop, 0);
                 break;
             }
             /* where it stopped, as the helper read it before it ran again */

@@ -4,9 +4,10 @@
  * While tail tracing is on, the node's CPU sampler (fo_perf) runs for
  * good. A traced request takes an entry of a node-wide table that is
  * allocated once (max processes, configuration) and
- * gives its process the `running` flag with the tracer state {tail,
- * Index, Gen}: the callbacks only note the time slices the process runs
- * in (thread, from, to) in its entry, never build anything. At the end
+ * gives its process the `running`, `garbage_collection` and `receive`
+ * flags with the tracer state {tail, Index, Gen}: the callbacks only note
+ * the time slices the process runs in (thread, from, to, whether a
+ * message came) and its collections in its entry, never build anything. At the end
  * the process frees its entry (a fast request: nothing else happens), or
  * replays its slices into a new CPU-sampled session (a slow one), which
  * takes the samples of each slice from fo_perf's per-thread buffers: the

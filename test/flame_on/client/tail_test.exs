@@ -46,6 +46,11 @@ defmodule FlameOn.Client.TailTest.Work do
   def fib(n), do: fib(n - 1) + fib(n - 2)
 
   def burst(n), do: Enum.reduce(1..n, 0, fn k, acc -> rem(acc * 31 + k, 1_000_003) end)
+
+  # a list of n (allocation)
+  def build(n), do: build(n, [])
+  defp build(0, acc), do: length(acc)
+  defp build(n, acc), do: build(n - 1, [rem(n * 7, 13) | acc])
 end
 
 defmodule FlameOn.Client.TailTest do
@@ -253,6 +258,42 @@ defmodule FlameOn.Client.TailTest do
       Agent.stop(server)
     end
 
+    # After a call's reply, until the slice's first sample, the stack on
+    # top is still the wait's; render's collections there went under
+    # gen:do_call/4 (most of their time here). The tail path's
+    # `receive` flag tells such a slice, as mode :native's receive events.
+    test "a kept request's collections after a call's reply go with the code after it" do
+      {:ok, server} = Agent.start_link(fn -> :ok end)
+
+      request = fn ->
+        for _ <- 1..150 do
+          Work.burst(3_000)
+          Agent.get(server, fn state -> Process.sleep(1) && state end)
+          for _ <- 1..40, do: Work.build(200)
+        end
+      end
+
+      # a new process, its heap small: many small collections
+      Task.async(fn ->
+        FlameOn.Client.Tracing.trace("collects", request,
+          threshold_ms: 50,
+          mode: :native,
+          shipper: @to_me
+        )
+      end)
+      |> Task.await(10_000)
+
+      assert_receive {:flame_on_profile, profile}, 5_000
+      assert profile.mode == :native_tail
+      stacks = Enum.flat_map(profile.stacks, fn {_pid, stacks} -> stacks end)
+      gc = for {stack, us} <- stacks, stack =~ ~r/;GC_(MINOR|MAJOR)$/, do: {stack, us}
+      all = Enum.sum(Enum.map(gc, &elem(&1, 1)))
+      in_wait = for {stack, us} <- gc, String.contains?(stack, "gen:do_call/4"), do: us
+      assert profile.stats.gc_minor > 300
+      assert Enum.sum(in_wait) < 0.1 * all, inspect(Enum.sort_by(gc, &(-elem(&1, 1))), limit: 8)
+      Agent.stop(server)
+    end
+
     test "telemetry traces with threshold_ms take the shared path too" do
       config = [mode: :native, threshold_ms: 200, shipper: @to_me]
 
@@ -268,7 +309,7 @@ defmodule FlameOn.Client.TailTest do
 
       event.(:start)
       assert {:flags, flags} = :erlang.trace_info(self(), :flags)
-      assert Enum.sort(flags) == [:garbage_collection, :running]
+      assert Enum.sort(flags) == [:garbage_collection, :receive, :running]
       Work.slow(120, 180)
       event.(:stop)
       # lingering for its next request (linger_ms), until the hold is off

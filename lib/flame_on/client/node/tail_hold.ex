@@ -68,7 +68,7 @@ defmodule FlameOn.Client.Node.TailHold do
   ]
 
   # a tail trace's flags (FlameOn.Client.Tracing.Tail)
-  @flags [:running, :garbage_collection]
+  @flags [:running, :garbage_collection, :receive]
 
   @doc false
   @spec start_link(keyword()) :: GenServer.on_start()

@@ -7,8 +7,9 @@ defmodule FlameOn.Client.Tracing.Tail do
   #     the node's CPU sampler keeps running while tail traces come
   #     (FlameOn.Client.Node.TailHold); a request takes an entry of the
   #     NIF's slice table (c_src/nif/sampling/fo_tail.h) and gets only the
-  #     `running` and `garbage_collection` flags, whose callbacks note the
-  #     time slices it runs in and its collections. A fast request frees
+  #     `running`, `garbage_collection` and `receive` flags, whose callbacks
+  #     note the time slices it runs in, its collections and whether a
+  #     message came. A fast request frees
   #     its entry and builds nothing; a slow one replays its slices into a
   #     new CPU-sampled core session, which takes their samples from the
   #     sampler's buffers, and becomes an ordinary profile (mode
@@ -35,9 +36,10 @@ defmodule FlameOn.Client.Tracing.Tail do
 
   require Logger
 
-  # A shared tail trace's flags: its time slices and its collections
-  # (their time exact, as in mode :native).
-  @flags [:running, :garbage_collection]
+  # A shared tail trace's flags: its time slices, its collections (their
+  # time exact, as in mode :native) and its messages (a slice after one
+  # left a wait: a collection before its first sample is not the wait's).
+  @flags [:running, :garbage_collection, :receive]
 
   # The root of a tail trace's stacks (both paths): call/1's frame.
   @root {__MODULE__, :call, 1}
