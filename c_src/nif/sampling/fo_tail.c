@@ -23,13 +23,13 @@
 #define TAIL_ASKS 16u
 #define TAIL_CONTEXT_FRAMES 256u
 
+/* A slice's flag: a message (or a receive's timeout) ended the wait
+ * before it, or came in it */
+#define TAIL_AFTER_MESSAGE 1u
+
 /* A time slice: the thread, when, and the function the process stopped
  * in (its `out` event's MFA; module 0: none). A garbage collection is a
  * record with thread 0 (stop.arity 1: a major one). */
-/* TAIL_AFTER_MESSAGE: a message (or a receive's timeout) ended the wait
- * before the slice, or came in it */
-#define TAIL_AFTER_MESSAGE 1u
-
 typedef struct {
     uint32_t thread; /* an OS thread id; 0: a collection */
     uint32_t flags;  /* TAIL_AFTER_MESSAGE */
