@@ -580,7 +580,7 @@ static void settle_gc(fo_session *s, const uint32_t *rest)
             continue;
         const uint64_t *pool = s->procs.procs[proc].gc_pool_ns;
         int by_leaves = weights[2 * proc] > 0;
-        uint64_t total = weights[2 * proc + !by_leaves], under;
+        uint64_t total = weights[2 * proc + !by_leaves];
         uint32_t at;
         uint64_t have = gc_weight(&s->tree.nodes[n], n, by_leaves, &at);
         if ((pool[0] == 0 && pool[1] == 0) || have == 0 || total == 0)
@@ -590,10 +590,10 @@ static void settle_gc(fo_session *s, const uint32_t *rest)
             part[k] = (uint64_t)((unsigned __int128)pool[k] * have / total);
             given[2 * proc + k] += part[k];
         }
-        under = part[0] + part[1];
-        if (largest[proc] == FO_NONE || under > largest_part[proc]) {
+        uint64_t size = part[0] + part[1];
+        if (largest[proc] == FO_NONE || size > largest_part[proc]) {
             largest[proc] = at;
-            largest_part[proc] = under;
+            largest_part[proc] = size;
         }
         fo_s_gc_place(s, at, part);
     }

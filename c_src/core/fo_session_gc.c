@@ -224,17 +224,15 @@ int fo_s_gc_charge(fo_session *s, fo_proc *p, uint64_t delta)
 {
     if (p->gc_node == FO_NONE)
         return 0;
+    int major;
     if (p->gc_pooled != 0) {
-        int major = p->gc_pooled == 2;
+        major = p->gc_pooled == 2;
         p->gc_pool_ns[major] = add_sat(p->gc_pool_ns[major], delta);
-        if (major)
-            s->stats.gc_major_ns += delta;
-        else
-            s->stats.gc_minor_ns += delta;
-        return 1;
+    } else {
+        fo_tree_charge(&s->tree, p->gc_node, delta);
+        major = p->gc_node != p->node_cap && s->tree.nodes[p->gc_node].frame == FO_FRAME_GC_MAJOR;
     }
-    fo_tree_charge(&s->tree, p->gc_node, delta);
-    if (p->gc_node != p->node_cap && s->tree.nodes[p->gc_node].frame == FO_FRAME_GC_MAJOR)
+    if (major)
         s->stats.gc_major_ns += delta;
     else
         s->stats.gc_minor_ns += delta;
