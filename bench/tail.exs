@@ -113,7 +113,12 @@ defmodule FlameOn.Bench.Tail do
        {:linger0, [mode: :native, sample_rate: 1.0, threshold_ms: 250]}},
       {"native, threshold 250, own session",
        {:own, [mode: :native, sample_rate: 1.0, threshold_ms: 250]}},
-      {"untraced, tail hold on (sampler only)", :hold}
+      {"untraced, tail hold on (sampler only)", :hold},
+      # one tail trace around all of a worker's requests: their time
+      # slices' callbacks and records, none of trace/3's own work per
+      # request (the floor of the flags)
+      {"native, flags' floor (1 trace a worker)",
+       {:one, [mode: :native, sample_rate: 1.0, threshold_ms: 3_600_000]}}
     ]
 
   def extra_variants(false), do: []
@@ -173,6 +178,7 @@ defmodule FlameOn.Bench.Tail do
     {config, opts} =
       case opts do
         {:own, opts} -> {[shared: false], opts}
+        {:one, opts} -> {[shared: true], {:one, opts}}
         {:linger0, opts} -> {[shared: true, linger_ms: 0], opts}
         :hold -> {[shared: true], :hold}
         opts -> {[shared: true], opts}
@@ -181,8 +187,14 @@ defmodule FlameOn.Bench.Tail do
     tail_config!(config)
     opts = if opts == :hold, do: FlameOn.Client.Node.TailHold.on?(499) && nil, else: opts
 
+    shipper_opt = [shipper: {FlameOn.Client.Shipper.Process, pid: shipper}]
+
     opts =
-      if opts, do: opts ++ [shipper: {FlameOn.Client.Shipper.Process, pid: shipper}], else: nil
+      case opts do
+        nil -> nil
+        {:one, opts} -> {:one, opts ++ shipper_opt}
+        opts -> opts ++ shipper_opt
+      end
 
     cpu0 = cpu_ns()
     t0 = System.monotonic_time(:microsecond)
@@ -190,10 +202,20 @@ defmodule FlameOn.Bench.Tail do
     workers =
       for _ <- 1..@workers do
         spawn_link(fn ->
-          for _ <- 1..per do
-            if opts,
-              do: FlameOn.Client.Tracing.trace("request", &request/0, opts),
-              else: request()
+          case opts do
+            {:one, opts} ->
+              FlameOn.Client.Tracing.trace(
+                "requests",
+                fn -> for _ <- 1..per, do: request() end,
+                opts
+              )
+
+            _ ->
+              for _ <- 1..per do
+                if opts,
+                  do: FlameOn.Client.Tracing.trace("request", &request/0, opts),
+                  else: request()
+              end
           end
 
           send(parent, {:done, self()})

@@ -319,38 +319,47 @@ defmodule FlameOn.Client do
 
   def trace(name, fun, opts) when is_function(fun, 0) do
     name = name!(name)
-    {settings, capture} = Options.trace!(opts)
+    {settings, capture} = Options.trace_request!(opts)
 
-    cond do
-      not Capture.sampled?(settings.sample_rate) ->
-        fun.()
-
-      Capture.traced?() ->
-        Logger.debug(fn ->
-          "FlameOn: #{inspect(name)} runs untraced: the process is already traced"
-        end)
-
-        fun.()
-
-      settings.threshold_ms > 0 ->
-        # the shared tail path first: no wrapper around fun there
-        case Tracing.Tail.shared(fun, name, capture, settings.threshold_ms) do
-          {:ran, outcome, profile} ->
-            if profile, do: FlameOn.Client.TraceStore.keep(profile, settings)
-            return(outcome)
-
-          :unavailable ->
-            traced(name, fun, settings, capture, opts)
-        end
-
-      true ->
-        traced(name, fun, settings, capture, opts)
-    end
+    if Capture.sampled?(settings.sample_rate),
+      do: sampled(name, fun, opts, settings, capture, Capture.self_state()),
+      else: fun.()
   end
 
   def trace(_name, fun, _opts) do
     raise ArgumentError, "expected a function of arity 0, got: #{inspect(fun)}"
   end
+
+  defp sampled(name, fun, _opts, _settings, _capture, :traced) do
+    Logger.debug(fn ->
+      "FlameOn: #{inspect(name)} runs untraced: the process is already traced"
+    end)
+
+    fun.()
+  end
+
+  # the shared tail path first: no wrapper around fun there
+  defp sampled(
+         name,
+         fun,
+         opts,
+         %{threshold_ms: threshold_ms} = settings,
+         capture,
+         {:untraced, lingering}
+       )
+       when threshold_ms > 0 do
+    case Tracing.Tail.shared(fun, name, capture, threshold_ms, lingering) do
+      {:ran, outcome, profile} ->
+        if profile, do: FlameOn.Client.TraceStore.keep(profile, settings)
+        return(outcome)
+
+      :unavailable ->
+        traced(name, fun, settings, capture, opts)
+    end
+  end
+
+  defp sampled(name, fun, opts, settings, capture, {:untraced, _}),
+    do: traced(name, fun, settings, capture, opts)
 
   defp name!(name) when is_binary(name), do: name
   defp name!(name) when is_atom(name) and name not in [nil, true, false], do: Atom.to_string(name)

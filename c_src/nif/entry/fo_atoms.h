@@ -193,6 +193,7 @@
     A(memory)                                                                                  \
     A(disabled)                                                                                \
     A(active)                                                                                  \
+    A(slow)                                                                                    \
     A(linger)                                                                                  \
     A(lingering)                                                                               \
     A(claimed)                                                                                 \

@@ -63,6 +63,7 @@ typedef struct {
     uint64_t pid;
     uint64_t thread;  /* the running slice's thread; 0: scheduled out */
     int64_t from_ns;  /* the running slice's start */
+    int64_t begun_ns; /* the request's start (tail_begin) */
     int64_t end_ns;   /* tail_end's time; 0 before */
     int64_t idle_ns;  /* lingering since */
     int linger_after; /* a kept request: lingers once replayed */
@@ -352,7 +353,7 @@ static void start_request(tail_entry *e, const ErlNifPid *self, int64_t ask_afte
     fo_spin_unlock(&e->ctx_lock);
     fo_perf_note_thread();
     e->thread = fo_perf_thread_id();
-    e->from_ns = fo_tracer_clock_ns();
+    e->from_ns = e->begun_ns = fo_tracer_clock_ns();
     e->ask_after_ns = ask_after_ns > 0 ? e->from_ns + ask_after_ns : 0;
     bump(&e->n_begun);
 }
@@ -509,10 +510,19 @@ static void linger(tail_entry *e)
 ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
+    ErlNifSInt64 threshold_ns = -1;
     tail_entry *e = own_entry(env, argv[0]);
-    if (e == NULL || (argv[1] != fo_atom_true && argv[1] != fo_atom_false))
+    if (e == NULL || (argv[1] != fo_atom_true && argv[1] != fo_atom_false &&
+                      (!enif_get_int64(env, argv[1], &threshold_ns) || threshold_ns < 0)))
         return enif_make_badarg(env);
-    if (argv[1] == fo_atom_false) {
+    /* a threshold: the request's time decides here, so a fast one reads
+     * no clock of its own (the slow one ends with a second call) */
+    if (threshold_ns >= 0) {
+        int64_t took_ns = fo_tracer_clock_ns() - e->begun_ns;
+        if (took_ns >= threshold_ns)
+            return enif_make_tuple2(env, fo_atom_slow, enif_make_int64(env, took_ns));
+    }
+    if (argv[1] != fo_atom_true) {
         if (may_linger(e)) {
             linger(e);
             return fo_atom_linger;

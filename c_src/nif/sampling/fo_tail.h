@@ -73,12 +73,15 @@ ERL_NIF_TERM fo_tail_enable_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 //   hangs its waits where they were, not under the stack last sampled.
 ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
-// tail_end(State, Keep) -> ok | linger
+// tail_end(State, Keep) -> ok | linger | {slow, TookNs}
 //   The calling process's traced work is over: closes its running slice
 //   (its callbacks note nothing more). Keep false frees the entry; true
 //   keeps it for tail_replay/2. linger: the process keeps its flags (for
 //   its next request, with the same state), and its entry lingering from
-//   now (or once replayed); ok: its flags are to go now.
+//   now (or once replayed); ok: its flags are to go now. Keep a threshold
+//   in nanoseconds: a request that ran less ends as with false; one that
+//   ran that long is left as it is, {slow, TookNs} (its time since
+//   tail_begin/2), for a second call with true or false.
 ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 // tail_replay(Session, State) -> {Slices, Dropped}

@@ -155,6 +155,9 @@ defmodule FlameOn.Client.Options do
   the application environment's values the result depends on (`:mode`,
   and those of the keys it leaves out) and checks again only when one
   changed. Options that raise are never kept, so they raise every time.
+  A process also keeps its last result for 100 ms and takes it again for
+  the same list without those reads: a change of the application
+  environment reaches a process that makes requests within 100 ms.
 
   ## Application environment
 
@@ -209,6 +212,21 @@ defmodule FlameOn.Client.Options do
   """
   @spec trace!(term()) :: {settings(), capture()}
   def trace!(opts), do: cached!({:trace, opts}, opts)
+
+  @doc """
+  `trace!/1` as `trace/3` calls it, per request: the calling process
+  keeps the result it got for an option list and takes it again for
+  the same list during the next 100 ms (no cache or application
+  environment read per request); after that, or for another list,
+  `trace!/1` again.
+  """
+  @spec trace_request!(term()) :: {settings(), capture()}
+  def trace_request!(opts), do: kept_in_process!(:trace, opts, &trace!/1)
+
+  @doc "`telemetry!/2` as the telemetry handler calls it, per event (see `trace_request!/1`)."
+  @spec telemetry_request!(term(), [atom()]) :: {settings(), capture()}
+  def telemetry_request!(config, prefix),
+    do: kept_in_process!(:telemetry, {config, prefix}, fn _ -> telemetry!(config, prefix) end)
 
   @doc """
   `start_trace/2`'s options (`:top` for a whole-node trace): a map with
@@ -317,6 +335,29 @@ defmodule FlameOn.Client.Options do
   end
 
   # --- the per-request checks' cache ----------------------------------------
+
+  # How long a process takes its last checked options again without a
+  # look at the cache and the application environment (their reads, an
+  # ETS lookup each, were half of what a request traced and thrown away
+  # cost on the shared tail path): a change of the environment reaches a
+  # process making requests within this time.
+  @kept_in_process_ms 100
+
+  defp kept_in_process!(kind, raw, check) do
+    key = {__MODULE__, kind}
+    now = :erlang.monotonic_time()
+
+    case Process.get(key) do
+      {^raw, until, checked} when now < until ->
+        checked
+
+      _ ->
+        checked = check.(raw)
+        until = now + System.convert_time_unit(@kept_in_process_ms, :millisecond, :native)
+        Process.put(key, {raw, until, checked})
+        checked
+    end
+  end
 
   # The application environment's keys the checks of trace/3 and
   # telemetry may read (`:auto_mode`: what mode :auto runs).

@@ -169,30 +169,32 @@ defmodule FlameOn.Client.Telemetry do
         Process.put(key, %{entry | depth: depth + 1})
 
       nil ->
-        {settings, opts} = Options.telemetry!(config, prefix)
+        {settings, opts} = Options.telemetry_request!(config, prefix)
         entry = %{depth: 1, owner: nil, capture: nil, tail: nil, settings: settings}
 
+        self_state = if Capture.sampled?(settings.sample_rate), do: Capture.self_state()
+
         entry =
-          cond do
-            not Capture.sampled?(settings.sample_rate) ->
+          case self_state do
+            nil ->
               entry
 
-            Capture.traced?() ->
+            :traced ->
               Logger.debug(fn ->
                 "FlameOn: #{inspect(prefix)} not traced: #{inspect(self())} is already traced"
               end)
 
               entry
 
-            settings.threshold_ms > 0 ->
+            {:untraced, lingering} when settings.threshold_ms > 0 ->
               # tail-based: the shared path where it runs (its flag is on
               # from here), else a trace of its own
-              case Tail.start(opts, nil, settings.threshold_ms) do
+              case Tail.start(opts, nil, settings.threshold_ms, nil, lingering) do
                 {:ok, tail} -> %{entry | tail: tail}
                 :unavailable -> start_trace(entry, prefix, settings, opts)
               end
 
-            true ->
+            {:untraced, _} ->
               start_trace(entry, prefix, settings, opts)
           end
 

@@ -282,4 +282,33 @@ defmodule FlameOn.Client.OptionsTest do
     assert {kept, max} = Options.Cache.size()
     assert kept in 1..max
   end
+
+  # trace/3 and the telemetry handler take a process's last checked
+  # options again for 100 ms without reading the environment.
+  test "a process takes its last checked options of a request again for 100 ms" do
+    on_exit(fn -> Application.delete_env(:flame_on_client, :sample_rate) end)
+    opts = [mode: :sample, threshold_ms: 3]
+
+    started = System.monotonic_time(:millisecond)
+    assert {%{sample_rate: 1.0}, _} = Options.trace_request!(opts)
+    Application.put_env(:flame_on_client, :sample_rate, 0.25)
+    kept = Options.trace_request!(opts)
+
+    # (on a machine stalled past the 100 ms, the environment is read again)
+    if System.monotonic_time(:millisecond) - started < 90,
+      do: assert({%{sample_rate: 1.0}, _} = kept)
+
+    # another list is checked at once, and the same list after 100 ms
+    assert {%{sample_rate: 0.25}, _} = Options.trace_request!(mode: :sample, threshold_ms: 4)
+    Process.sleep(110)
+    assert {%{sample_rate: 0.25}, _} = Options.trace_request!(opts)
+
+    # the telemetry handler's the same way
+    assert {%{sample_rate: 0.25}, %{name: "a.b"}} =
+             Options.telemetry_request!([threshold_ms: 1], [:a, :b])
+
+    Application.put_env(:flame_on_client, :sample_rate, 0.5)
+    Process.sleep(110)
+    assert {%{sample_rate: 0.5}, _} = Options.telemetry_request!([threshold_ms: 1], [:a, :b])
+  end
 end

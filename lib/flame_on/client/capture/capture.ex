@@ -185,4 +185,8 @@ defmodule FlameOn.Client.Capture do
   @doc "Whether the calling process is traced in a way that keeps FlameOn from tracing it."
   @spec traced?() :: boolean()
   defdelegate traced?(), to: Common
+
+  @doc "`traced?/0`, with the lingering tail flags it read (see `Common.self_state/0`)."
+  @spec self_state() :: :traced | {:untraced, tuple() | nil}
+  defdelegate self_state(), to: Common
 end

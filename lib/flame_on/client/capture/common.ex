@@ -94,20 +94,37 @@ defmodule FlameOn.Client.Capture.Common do
   them first (`ensure_untraced!/0`).
   """
   @spec traced?() :: boolean()
-  def traced? do
+  def traced?, do: self_state() == :traced
+
+  @doc """
+  `traced?/0` with what it read on the way: `:traced`, or `{:untraced,
+  lingering}` with the calling process's lingering tail flags' state
+  (`TailHold.lingering_self/0`, nil without a note of them), for
+  `FlameOn.Client.Tracing.Tail.start/5`, which need not read it again.
+  """
+  @spec self_state() :: :traced | {:untraced, tuple() | nil}
+  def self_state do
     case TailHold.lingering_self() do
       nil ->
         case TraceBackend.check_tracee(self()) do
-          :ok -> false
-          {:error, {:already_traced, {Native, {:tail, _, _} = state}}} -> tail_active?(state)
-          _ -> true
+          :ok ->
+            {:untraced, nil}
+
+          {:error, {:already_traced, {Native, {:tail, _, _} = state}}} ->
+            untraced_unless_active(state, nil)
+
+          _ ->
+            :traced
         end
 
       # (the process dictionary's note: asking the VM costs 1 µs)
       state ->
-        tail_active?(state)
+        untraced_unless_active(state, state)
     end
   end
+
+  defp untraced_unless_active(state, lingering),
+    do: if(tail_active?(state), do: :traced, else: {:untraced, lingering})
 
   defp tail_active?(state), do: Native.tail_state(state) == :active
 

@@ -52,11 +52,11 @@ defmodule FlameOn.Client.Tracing.Tail do
   `:unavailable` (`fun` has not run). No wrapper, no process dictionary
   entry: what `trace/3` pays per request on this path.
   """
-  @spec shared((() -> term()), String.t(), map(), pos_integer()) ::
+  @spec shared((() -> term()), String.t(), map(), pos_integer(), tuple() | nil | :unknown) ::
           {:ran, {:ok, term()} | {atom(), term(), list()}, FlameOn.Client.Profile.t() | nil}
           | :unavailable
-  def shared(fun, name, trace_capture, threshold_ms) do
-    case start(trace_capture, @root, threshold_ms, name) do
+  def shared(fun, name, trace_capture, threshold_ms, lingering \\ :unknown) do
+    case start(trace_capture, @root, threshold_ms, name, lingering) do
       {:ok, tail} ->
         outcome = call(fun)
 
@@ -113,8 +113,7 @@ defmodule FlameOn.Client.Tracing.Tail do
           handle: TraceBackend.t(),
           opts: map(),
           name: String.t() | nil,
-          root: mfa() | nil,
-          started_ts: integer()
+          root: mfa() | nil
         }
 
   @doc """
@@ -126,16 +125,17 @@ defmodule FlameOn.Client.Tracing.Tail do
   `:unavailable`. `root`: the function its stacks start at, or nil.
   Once it ran half of `threshold_ms` it may be slow: from then on, where
   it stops is asked about (its waits hang where they were, if the stack
-  read there reaches `root`: not without a root).
+  read there reaches `root`: not without a root). `lingering`: what
+  `FlameOn.Client.Capture.self_state/0` read of the calling process's
+  lingering flags, or `:unknown` (read here).
   """
-  @spec start(map(), mfa() | nil, pos_integer(), String.t() | nil) ::
+  @spec start(map(), mfa() | nil, pos_integer(), String.t() | nil, tuple() | nil | :unknown) ::
           {:ok, tail()} | :unavailable
-  def start(opts, root, threshold_ms, name \\ nil) do
+  def start(opts, root, threshold_ms, name \\ nil, lingering \\ :unknown) do
     with true <- shared?(opts),
-         {:ok, hint, noted?} <- own_flags(),
+         {:ok, hint, noted?} <- own_flags(lingering),
          {:tail, _, _} = state <- begin(ask_after_ns(root, threshold_ms), hint, true) do
       handle = TraceBackend.legacy({Native, state})
-      started_ts = :erlang.monotonic_time()
       # the same state: its lingering flags are on still
       if state != hint, do: TraceBackend.trace(handle, self(), true, @flags)
       if state != hint or not noted?, do: TailHold.note_self(state)
@@ -146,8 +146,7 @@ defmodule FlameOn.Client.Tracing.Tail do
          handle: handle,
          opts: opts,
          name: name,
-         root: root,
-         started_ts: started_ts
+         root: root
        }}
     else
       _ -> :unavailable
@@ -160,26 +159,36 @@ defmodule FlameOn.Client.Tracing.Tail do
   (nothing built).
   """
   @spec stop(tail(), non_neg_integer()) :: FlameOn.Client.Profile.t() | nil
-  def stop(%{state: state, started_ts: started_ts} = tail, threshold_ms) do
-    end_ts = :erlang.monotonic_time()
-    # a slow one is built unless the breaker is open (no new session then)
-    keep = slow?(started_ts, end_ts, threshold_ms) and breaker_closed?(tail)
-    # its last slice ends here, while its flag is still on: turning it off
-    # may schedule it out, unseen, and others would run in that slice
-    case Native.tail_end(state, keep) do
-      # its flags stay for its next tail trace (TailHold's linger_ms)
-      :linger -> :ok
-      :ok -> untrace(tail)
-    end
+  def stop(%{state: state} = tail, threshold_ms) do
+    # The NIF times the request (from tail_begin): a fast one ends there,
+    # no clock read here. Its last slice ends then, while its flag is
+    # still on: turning it off may schedule it out, unseen, and others
+    # would run in that slice. As TraceStore.keep/2 decides, in whole
+    # microseconds.
+    case Native.tail_end(state, ceil(threshold_ms * 1000) * 1000) do
+      {:slow, took_ns} ->
+        end_ts = :erlang.monotonic_time()
+        started_ts = end_ts - System.convert_time_unit(took_ns, :nanosecond, :native)
+        # built unless the breaker is open (no new session then)
+        keep = breaker_closed?(tail)
+        ended(tail, Native.tail_end(state, keep))
+        if keep, do: replay_or_untrace(tail, started_ts, end_ts)
 
-    if keep, do: replay_or_untrace(tail, end_ts)
+      fast ->
+        ended(tail, fast)
+        nil
+    end
   end
+
+  # its flags stay for its next tail trace (TailHold's linger_ms), or go
+  defp ended(_tail, :linger), do: :ok
+  defp ended(tail, :ok), do: untrace(tail)
 
   # A kept trace whose entry lingers once replayed: if the replay fails,
   # the flags go (the entry stays taken until the process exits, as
   # without lingering).
-  defp replay_or_untrace(tail, end_ts) do
-    replay(tail, end_ts)
+  defp replay_or_untrace(tail, started_ts, end_ts) do
+    replay(tail, started_ts, end_ts)
   rescue
     error ->
       if Native.tail_state(tail.state) == :active, do: untrace(tail)
@@ -220,8 +229,10 @@ defmodule FlameOn.Client.Tracing.Tail do
   # µs) only where the process's own note and flags do not tell: where it
   # has trace sessions (Capture.traced?/0 looks at ours only), or flags
   # without the note (its dictionary erased).
-  defp own_flags do
-    case TailHold.lingering_self() do
+  defp own_flags(:unknown), do: own_flags(TailHold.lingering_self())
+
+  defp own_flags(lingering) do
+    case lingering do
       nil ->
         if not TraceBackend.sessions?() and Process.info(self(), :trace) == {:trace, 0} do
           {:ok, nil, true}
@@ -266,7 +277,7 @@ defmodule FlameOn.Client.Tracing.Tail do
   end
 
   # A slow request's slices, with the samples taken in them, as a profile.
-  defp replay(%{opts: opts, state: state, started_ts: started_ts} = tail, end_ts) do
+  defp replay(%{opts: opts, state: state} = tail, started_ts, end_ts) do
     opts = if tail.name, do: %{opts | name: tail.name}, else: opts
     # no receive events in a tail trace's slices: every wait stays one
     core_options = Map.delete(Capture.Native.core_options(opts, tail.root), :receives)
