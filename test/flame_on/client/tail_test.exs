@@ -128,6 +128,8 @@ defmodule FlameOn.Client.TailTest do
         do: (acc -> acc + us)
   end
 
+  defp lingering(state), do: if(Native.tail_state(state) == :lingering, do: state)
+
   defp flags_left(pids) do
     for pid <- pids,
         Process.alive?(pid),
@@ -589,6 +591,36 @@ defmodule FlameOn.Client.TailTest do
       assert [profile] = kept()
       assert profile.name == "outer"
       assert time_in(profile, "TailTest.Work.slow_compute/1") > 30_000
+    end
+
+    test "the NIF times a request: under the threshold it ends at once, over it waits for the keep" do
+      assert TailHold.on?(499)
+      started = System.monotonic_time(:nanosecond)
+      {:tail, _, _} = state = Native.tail_begin(0, nil)
+      Process.sleep(30)
+      # 30 ms over a 20 ms threshold: left as it is, its time given
+      assert {:slow, took_ns} = Native.tail_end(state, 20_000_000)
+      elapsed = System.monotonic_time(:nanosecond) - started
+      assert took_ns >= 30_000_000 and took_ns <= elapsed
+      assert Native.tail_state(state) == :active
+      assert Native.tail_end(state, false) in [:ok, :linger]
+      refute Native.tail_state(state) == :active
+
+      # under the threshold: ended (lingering or freed), no second call
+      {:tail, _, _} =
+        state = Native.tail_begin(0, (Native.tail_state(state) == :lingering && state) || nil)
+
+      assert Native.tail_end(state, 60_000_000_000) in [:ok, :linger]
+      refute Native.tail_state(state) == :active
+
+      for bad <- [-1, 1.5, :maybe] do
+        {:tail, _, _} = state = Native.tail_begin(0, lingering(state))
+        assert_raise ArgumentError, fn -> Native.tail_end(state, bad) end
+        Native.tail_end(state, false)
+      end
+
+      if lingering(state), do: assert(TailHold.unlinger(self(), state) == :ok)
+      assert Native.tail_state(state) == :gone
     end
 
     test "cross_process and mode :sample take the own-session path" do
