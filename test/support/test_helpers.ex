@@ -135,6 +135,21 @@ defmodule FlameOn.Client.TestHelpers do
   crash is asynchronous (the pattern owner handles a 'DOWN'), so this polls
   for up to `timeout` ms before failing.
   """
+  @doc """
+  What the tracer module's enabled/3 answers a process whose trace is
+  gone: `:remove`, or `:discard` before erts 13.2 (OTP 25.3), where the
+  VM could crash on a removal it did itself (erlang/otp#6448).
+  """
+  def tracer_gone do
+    [major, minor | _] =
+      :erlang.system_info(:version)
+      |> to_string()
+      |> String.split(".")
+      |> Enum.map(&String.to_integer/1)
+
+    if {major, minor} >= {13, 2}, do: :remove, else: :discard
+  end
+
   def assert_node_clean(timeout \\ 2_000) do
     deadline = System.monotonic_time(:millisecond) + timeout
     problems = wait_clean(deadline)

@@ -90,6 +90,7 @@ static int on_load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
         !fo_router_init() || !fo_tracer_slots_init())
         return 1;
     fo_clock_init();
+    fo_tracer_init();
     /* without the thread, producers fold their own rings when full */
     fo_drainer_start();
     instances++;

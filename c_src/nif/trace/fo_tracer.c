@@ -1,5 +1,6 @@
 #include "fo_tracer.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "fo_atoms.h"
@@ -44,6 +45,22 @@ static int state_key(ErlNifEnv *env, ERL_NIF_TERM state, ERL_NIF_TERM *key)
 
 static int take_at_once(ErlNifEnv *env, const ERL_NIF_TERM argv[]);
 
+static int remove_is_safe;
+
+void fo_tracer_init(void)
+{
+    ErlNifSysInfo info;
+    unsigned major = 0, minor = 0;
+    enif_system_info(&info, sizeof(info));
+    remove_is_safe = info.erts_version != NULL && sscanf(info.erts_version, "%u.%u", &major, &minor) == 2 &&
+                     (major > 13 || (major == 13 && minor >= 2));
+}
+
+ERL_NIF_TERM fo_tracer_gone(void)
+{
+    return remove_is_safe ? fo_atom_remove : fo_atom_discard;
+}
+
 /* enabled/3 runs before every event, maybe several times, on any scheduler
  * thread (dirty ones included). For event tags it only looks at the tag;
  * trace/5 checks the session anyway (a stopped one drops the event). The
@@ -68,7 +85,7 @@ ERL_NIF_TERM fo_tracer_enabled(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     if (tag != fo_atom_trace_status)
         return is_our_tag(tag) ? fo_atom_trace : fo_atom_discard;
     ERL_NIF_TERM key;
-    return state_key(env, argv[1], &key) && fo_tracer_slots_live(key) ? fo_atom_trace : fo_atom_remove;
+    return state_key(env, argv[1], &key) && fo_tracer_slots_live(key) ? fo_atom_trace : fo_tracer_gone();
 }
 
 /* Real tracing passes the timestamp *kind* in Opts, so events are stamped

@@ -47,13 +47,22 @@ defmodule FlameOnNamesTest.Worker do
 
   def loop, do: churn()
 
-  # works, then tells `to`
+  # Takes a request of the trace (a process is named once the trace sees
+  # it take one: one whose first message is its last, as it ends, may be
+  # gone before its name can be read), works, then tells `to`.
   def crunch(to, ms) do
+    receive do
+      :go -> :ok
+    end
+
     Workloads.busy(ms)
     send(to, {:crunched, self()})
   end
 
-  def task_work, do: Workloads.busy(30)
+  def task_work(to) do
+    send(to, {:task_working, self()})
+    Workloads.busy(30)
+  end
 end
 
 defmodule FlameOn.Client.ProcessNamesTest do
@@ -115,9 +124,10 @@ defmodule FlameOn.Client.ProcessNamesTest do
         fn ->
           GenServer.call(:inventory_server, {:work, 10})
           GenServer.call(cart, {:work, 10})
-          task = Task.async(&Worker.task_work/0)
+          task = Task.async(Worker, :task_work, [test])
           Task.await(task)
           plain = spawn(Worker, :crunch, [test, 20])
+          send(plain, :go)
           assert_receive {:crunched, ^plain}
           {task.pid, plain}
         end,
@@ -132,12 +142,12 @@ defmodule FlameOn.Client.ProcessNamesTest do
     # the spans carry the names too
     spans = Map.new(profile.graph.spans, &{&1.pid, &1.name})
     assert spans[cart] == @store
-    assert spans[task] == "Task #{@worker}.task_work/0"
+    assert spans[task] == "Task #{@worker}.task_work/1"
 
     assert_named(profile, [
       {inventory, "inventory_server"},
       {cart, @store},
-      {task, "Task #{@worker}.task_work/0"},
+      {task, "Task #{@worker}.task_work/1"},
       {plain, "#{@worker}.crunch/2"}
     ])
   end
