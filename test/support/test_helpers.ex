@@ -129,13 +129,6 @@ defmodule FlameOn.Client.TestHelpers do
   end
 
   @doc """
-  Asserts that no trace is left on the node: no process has trace flags, no
-  call pattern is set (on a few probe MFAs and for modules loaded later), the
-  pattern owner has no users and no trace session runs. Cleanup after a
-  crash is asynchronous (the pattern owner handles a 'DOWN'), so this polls
-  for up to `timeout` ms before failing.
-  """
-  @doc """
   What the tracer module's enabled/3 answers a process whose trace is
   gone: `:remove`, or `:discard` before erts 13.2 (OTP 25.3), where the
   VM could crash on a removal it did itself (erlang/otp#6448).
@@ -150,6 +143,13 @@ defmodule FlameOn.Client.TestHelpers do
     if {major, minor} >= {13, 2}, do: :remove, else: :discard
   end
 
+  @doc """
+  Asserts that no trace is left on the node: no process has trace flags, no
+  call pattern is set (on a few probe MFAs and for modules loaded later), the
+  pattern owner has no users and no trace session runs. Cleanup after a
+  crash is asynchronous (the pattern owner handles a 'DOWN'), so this polls
+  for up to `timeout` ms before failing.
+  """
   def assert_node_clean(timeout \\ 2_000) do
     deadline = System.monotonic_time(:millisecond) + timeout
     problems = wait_clean(deadline)
