@@ -9,7 +9,6 @@
 #include "fo_cpu_helpers.h"
 #include "fo_drainer.h"
 #include "fo_follow.h"
-#include "fo_tracer.h"
 #include "fo_perf.h"
 #include "fo_router.h"
 #include "fo_seq.h"
@@ -20,7 +19,7 @@ ERL_NIF_TERM fo_graph_tracer_enabled(ErlNifEnv *env, ERL_NIF_TERM tag)
 {
     (void)env;
     if (tag == fo_atom_trace_status)
-        return fo_router_sessions() > 0 ? fo_atom_trace : fo_tracer_gone();
+        return fo_router_sessions() > 0 ? fo_atom_trace : fo_atom_remove;
     if (tag == fo_atom_call || tag == fo_atom_return_to || tag == fo_atom_in || tag == fo_atom_out ||
         tag == fo_atom_exit || tag == fo_atom_in_exiting || tag == fo_atom_out_exiting ||
         tag == fo_atom_seq_trace || tag == fo_atom_receive || tag == fo_atom_spawned ||

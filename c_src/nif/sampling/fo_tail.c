@@ -14,7 +14,6 @@
 #include "fo_perf.h"
 #include "fo_resource.h"
 #include "fo_spinlock.h"
-#include "fo_tracer.h"
 
 /* An entry's first array, and the most it keeps when freed (a short
  * request's array is reused by the next one). */
@@ -303,7 +302,7 @@ ERL_NIF_TERM fo_tail_enabled(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     /* a lingering process's flags are still ours (another tracer is
      * refused, as during a request) */
     tail_entry *e = entry_named(env, argv[1]);
-    return e != NULL && atomic_load(&e->in_use) != TAIL_RECLAIM ? fo_atom_trace : fo_tracer_gone();
+    return e != NULL && atomic_load(&e->in_use) != TAIL_RECLAIM ? fo_atom_trace : fo_atom_remove;
 }
 
 ERL_NIF_TERM fo_tail_enable_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])

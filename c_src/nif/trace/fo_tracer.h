@@ -9,12 +9,15 @@
 /* At load: whether this VM may be told to remove a tracer (fo_tracer_gone). */
 void fo_tracer_init(void);
 
-/* What enabled/3 answers a process whose trace is gone: `remove` (the VM
- * takes the flags off), or `discard` on a VM before erts 13.2 (OTP 25.3),
- * which could then receive-trace that process's next message with no
- * tracer and crash (erlang/otp#6448; seen here under load, 6 runs in 25
- * of a whole-node trace on OTP 25.2.3). There the flags stay, idle, until
- * whoever set them takes them off (the capture's owner, the sweep). */
+/* What enabled/3 answers a process whose session is gone: `remove` (the
+ * VM takes the flags off), or `discard` on a VM before erts 13.2 (OTP
+ * 25.3), which could then receive-trace that process's next message with
+ * no tracer and crash (erlang/otp#6448; seen here under load, 6 runs in
+ * 25 of a whole-node trace on OTP 25.2.3). There the flags stay, idle,
+ * until whoever set them takes them off (the capture's owner, the sweep).
+ * Only the sessions' tracer answers so: with the graph tracer's and the
+ * tail entries' answers too, the ASan suite crashed in trace_send, in 2
+ * runs of 11 (0 of 8 without), so those still answer `remove`. */
 ERL_NIF_TERM fo_tracer_gone(void);
 
 // enabled(TraceTag, TracerState, Tracee) -> trace | discard | remove

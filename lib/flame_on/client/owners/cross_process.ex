@@ -264,9 +264,10 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   def handle_info(:lifetime, %{part: part} = state) when part != nil, do: {:stop, :normal, state}
   def handle_info(:lifetime, %{core: nil} = state), do: {:noreply, state}
 
-  # The root's flags go now, as a follower's that leaves: the tracer does
-  # not answer `remove` to a stopped session on every VM (fo_tracer_gone
-  # in c_src/nif/trace/fo_tracer.h).
+  # The root's flags go now, as a follower's that leaves (the graph
+  # tracer has the VM remove them only once no cross-process trace runs,
+  # and a session's tracer not on every VM: fo_tracer_gone in
+  # c_src/nif/trace/fo_tracer.h).
   def handle_info(:lifetime, state) do
     Native.stop(state.core)
     if is_pid(state.root), do: Followers.unfollow([state.root], state)
