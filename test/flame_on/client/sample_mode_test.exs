@@ -225,7 +225,12 @@ defmodule FlameOn.Client.SampleModeTest do
     assert Enum.all?(stacks, &(&1 == "" or &1 =~ ~r/^FlameOn\.Client\.profile\/2/)),
            inspect(stacks)
 
-    assert Enum.count(stacks, &Map.has_key?(timed, &1)) >= length(stacks) - 2, inspect(stacks)
+    # A sample that found the process waiting (a `;SLEEP` stack: a
+    # preemption seen as a wait, on a slow VM) is off-CPU time the trace
+    # events class (RUNNABLE when no message ended it), not under that
+    # string: twice in a fresh OTP 27 root, two such stacks of four.
+    on_cpu = Enum.reject(stacks, &String.ends_with?(&1, ";SLEEP"))
+    assert Enum.count(on_cpu, &Map.has_key?(timed, &1)) >= length(on_cpu) - 2, inspect(stacks)
 
     # busy/1 is fib calls: the reductions are under fib
     fib_reds =
