@@ -194,6 +194,7 @@
     A(disabled)                                                                                \
     A(active)                                                                                  \
     A(slow)                                                                                    \
+    A(unavailable)                                                                             \
     A(linger)                                                                                  \
     A(lingering)                                                                               \
     A(claimed)                                                                                 \

@@ -59,7 +59,8 @@ static ErlNifFunc nif_funcs[] = {
     {"perf_frequency", 1, fo_perf_frequency_nif, 0},
     {"nodewide_take", 3, fo_nodewide_take_nif, 0},
     {"tail_enable", 3, fo_tail_enable_nif, 0},
-    {"tail_begin", 2, fo_tail_begin_nif, 0},
+    {"tail_begin", 3, fo_tail_begin_nif, 0},
+    {"tail_flagless", 0, fo_tail_flagless_nif, 0},
     {"tail_linger", 2, fo_tail_linger_nif, 0},
     {"tail_state", 1, fo_tail_state_nif, 0},
     {"tail_claim", 1, fo_tail_claim_nif, 0},
@@ -91,6 +92,7 @@ static int on_load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
         return 1;
     fo_clock_init();
     fo_tracer_init();
+    fo_tail_init();
     /* without the thread, producers fold their own rings when full */
     fo_drainer_start();
     instances++;

@@ -14,6 +14,11 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#if FO_PERF_IDENTITY
+#include <asm/perf_regs.h>
+#endif
+
+#include "fo_identity.h"
 
 /* The kernel's ring per thread: 1 + 2^4 pages (64 KiB of samples, about
  * 0.2 s at 1 kHz: the drainer copies it out every few ms). */
@@ -31,6 +36,7 @@ typedef struct {
     int64_t ts;
     uint64_t pos; /* absolute word index of its first ip */
     uint64_t caller; /* fo_perf.h: the JIT address found on the C stack, 0: none */
+    uint64_t proc;   /* fo_identity.h: the known process it names, 0: none */
     uint32_t n;
 } sample_ref;
 
@@ -69,6 +75,10 @@ static int64_t freq_since[FO_PERF_FREQ_HISTORY];
 static uint32_t freq_value[FO_PERF_FREQ_HISTORY];
 static uint32_t freq_count;
 static fo_perf_caller_fn caller_fn;
+static fo_perf_known_fn known_fn;
+/* the known processes, sorted, while a drain runs (under lock) */
+static uint64_t known[FO_PERF_MAX_KNOWN];
+static uint32_t known_count;
 static fo_perf_frame_fn frame_fn;
 
 static _Thread_local uint64_t cached_tid;
@@ -135,6 +145,11 @@ static int open_event(uint64_t tid, uint32_t freq)
     attr.sample_period = 1000000000ull / freq;
     attr.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_STACK_USER;
     attr.sample_stack_user = FO_PERF_STACK_BYTES;
+#if FO_PERF_IDENTITY
+    /* r13: the running process (fo_identity.h) */
+    attr.sample_type |= PERF_SAMPLE_REGS_USER;
+    attr.sample_regs_user = 1ull << PERF_REG_X86_R13;
+#endif
     attr.disabled = 1;
     attr.exclude_kernel = 1;
     attr.exclude_hv = 1;
@@ -347,7 +362,7 @@ static void make_room(perf_thread *t, uint32_t n)
 }
 
 static void keep_sample(perf_thread *t, int64_t ts, const uint64_t *chain, uint64_t nr, uint64_t caller,
-                        const uint64_t *stack, uint64_t stack_words)
+                        uint64_t proc, const uint64_t *stack, uint64_t stack_words)
 {
     uint64_t ips[FO_PERF_MAX_FRAMES];
     uint32_t n = 0;
@@ -373,10 +388,20 @@ static void keep_sample(perf_thread *t, int64_t ts, const uint64_t *chain, uint6
     ref->ts = ts;
     ref->pos = t->words_head;
     ref->caller = caller;
+    ref->proc = proc;
     ref->n = n;
+    if (proc != 0)
+        counters.identified++;
     t->words_head += n;
     t->refs_head++;
     counters.samples++;
+}
+
+/* The known processes now, for the drains that follow (caller holds
+ * lock). */
+static void refresh_known(void)
+{
+    known_count = known_fn != NULL ? fo_identity_sort(known, known_fn(known, FO_PERF_MAX_KNOWN)) : 0;
 }
 
 /* Caller holds lock. */
@@ -387,9 +412,10 @@ static void drain_ring(perf_thread *t)
     size_t size = t->ring_bytes - (size_t)page_bytes;
     uint64_t head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
     uint64_t tail = meta->data_tail;
-    /* a sample: header, pid/tid, time, nr, the chain, then the stack copy:
-     * its size, the bytes, their dynamic size */
-    uint64_t record[4 + FO_PERF_MAX_FRAMES + 3 + FO_PERF_STACK_BYTES / 8];
+    /* a sample: header, pid/tid, time, nr, the chain, the user registers
+     * (x86-64: their ABI, r13), then the stack copy: its size, the bytes,
+     * their dynamic size */
+    uint64_t record[4 + FO_PERF_MAX_FRAMES + 2 + 3 + FO_PERF_STACK_BYTES / 8];
     while (tail < head) {
         struct perf_event_header header;
         ring_copy(data, size, tail, &header, sizeof header);
@@ -404,6 +430,15 @@ static void drain_ring(perf_thread *t)
             uint64_t caller = 0;
             uint64_t at = 4 + nr;
             uint64_t stack_words = 0;
+            uint64_t reg = 0;
+#if FO_PERF_IDENTITY
+            /* the registers' ABI, then r13 unless it is 0 (none: a kernel thread) */
+            if (at < words) {
+                uint64_t abi = record[at++];
+                if (abi != 0 && at < words)
+                    reg = record[at++];
+            }
+#endif
             if (at < words && record[at] > 0 && at + 1 + record[at] / 8 < words) {
                 uint64_t copied = record[at] / 8;
                 uint64_t dyn = record[at + 1 + copied] / 8;
@@ -411,8 +446,9 @@ static void drain_ring(perf_thread *t)
                 if (caller_fn != NULL && nr > 0)
                     caller = caller_fn(record[4], &record[at + 1], stack_words);
             }
-            keep_sample(t, (int64_t)record[2], &record[4], nr, caller, stack_words > 0 ? &record[at + 1] : NULL,
-                        stack_words);
+            const uint64_t *stack = stack_words > 0 ? &record[at + 1] : NULL;
+            uint64_t proc = fo_identity_of(reg, stack, stack_words, known, known_count);
+            keep_sample(t, (int64_t)record[2], &record[4], nr, caller, proc, stack, stack_words);
         } else if (header.type == PERF_RECORD_LOST && header.size >= sizeof header + 16) {
             uint64_t lost[3];
             ring_copy(data, size, tail, lost, sizeof lost);
@@ -421,6 +457,21 @@ static void drain_ring(perf_thread *t)
         tail += header.size;
     }
     __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
+}
+
+/* The first sample of t at or after ts (samples of one thread come in
+ * time order). Caller holds lock. */
+static uint64_t first_at(const perf_thread *t, int64_t ts)
+{
+    uint64_t lo = t->refs_oldest, hi = t->refs_head;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (t->refs[mid % BUFFER_SAMPLES].ts < ts)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
 void fo_perf_pump(void)
@@ -436,6 +487,7 @@ void fo_perf_pump(void)
             if (tid != 0)
                 open_thread(tid, &err);
         }
+        refresh_known();
         for (uint32_t i = 0; i < threads_end; i++) {
             if (threads[i].tid != 0)
                 drain_ring(&threads[i]);
@@ -454,19 +506,11 @@ uint32_t fo_perf_take(uint64_t thread, int64_t from_ns, int64_t to_ns, fo_perf_e
             t = &threads[i];
     }
     if (t != NULL && from_ns < to_ns) {
+        refresh_known();
         drain_ring(t); /* the slice may have ended a moment ago */
         if (from_ns <= t->dropped_until)
             counters.overwritten++;
-        /* the first sample at or after from_ns: samples of one thread come
-         * in time order */
-        uint64_t lo = t->refs_oldest, hi = t->refs_head;
-        while (lo < hi) {
-            uint64_t mid = lo + (hi - lo) / 2;
-            if (t->refs[mid % BUFFER_SAMPLES].ts < from_ns)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
+        uint64_t lo = first_at(t, from_ns);
         uint64_t ips[FO_PERF_MAX_FRAMES];
         for (uint64_t k = lo; k < t->refs_head; k++) {
             const sample_ref *ref = &t->refs[k % BUFFER_SAMPLES];
@@ -515,6 +559,7 @@ void fo_perf_set_frequency(uint32_t freq)
     if (users > 0 && freq != frequency) {
         /* what the kernel holds was sampled at the old frequency: copied
          * out now, before the change is noted */
+        refresh_known();
         for (uint32_t i = 0; i < FO_PERF_MAX_THREADS; i++) {
             if (threads[i].tid != 0)
                 drain_ring(&threads[i]);
@@ -538,6 +583,58 @@ void fo_perf_set_caller_finder(fo_perf_caller_fn fn)
 void fo_perf_set_frame_finder(fo_perf_frame_fn fn)
 {
     frame_fn = fn;
+}
+
+void fo_perf_set_known_fn(fo_perf_known_fn fn)
+{
+    pthread_mutex_lock(&lock);
+    known_fn = fn;
+    pthread_mutex_unlock(&lock);
+}
+
+typedef struct {
+    fo_perf_slice_fn fn;
+    void *ctx;
+    uint64_t thread;
+} runs_ctx;
+
+static void each_run(void *ctx, int64_t from_ns, int64_t to_ns)
+{
+    runs_ctx *r = ctx;
+    r->fn(r->ctx, r->thread, from_ns, to_ns);
+}
+
+uint32_t fo_perf_runs(uint64_t proc, int64_t from_ns, int64_t to_ns, fo_perf_slice_fn fn, void *ctx, int *overwritten)
+{
+    uint32_t given = 0;
+    *overwritten = 0;
+    if (proc == 0 || from_ns >= to_ns)
+        return 0;
+    static fo_identity_sample window[BUFFER_SAMPLES]; /* under lock */
+    pthread_mutex_lock(&lock);
+    int64_t period_ns = frequency > 0 ? 1000000000ll / frequency : 1000000;
+    refresh_known();
+    for (uint32_t i = 0; i < threads_end; i++) {
+        perf_thread *t = &threads[i];
+        if (t->tid == 0)
+            continue;
+        drain_ring(t);
+        if (from_ns <= t->dropped_until) {
+            counters.overwritten++;
+            *overwritten = 1;
+        }
+        uint32_t n = 0;
+        for (uint64_t k = first_at(t, from_ns); k < t->refs_head && n < BUFFER_SAMPLES; k++) {
+            const sample_ref *ref = &t->refs[k % BUFFER_SAMPLES];
+            if (ref->ts >= to_ns)
+                break;
+            window[n++] = (fo_identity_sample){ref->ts, ref->proc};
+        }
+        runs_ctx r = {fn, ctx, t->tid};
+        given += fo_identity_runs(window, n, proc, from_ns, to_ns, period_ns, each_run, &r);
+    }
+    pthread_mutex_unlock(&lock);
+    return given;
 }
 
 

@@ -97,6 +97,30 @@ typedef uint64_t (*fo_perf_frame_fn)(uint64_t first_ip, uint64_t next_ip, const 
 void fo_perf_set_frame_finder(fo_perf_frame_fn fn);
 uint32_t fo_perf_take(uint64_t thread, int64_t from_ns, int64_t to_ns, fo_perf_each fn, void *ctx);
 
+/* Samples name the process they caught (fo_identity.h) on x86-64 only:
+ * elsewhere the JIT keeps it in another register, unread here. */
+#if defined(__x86_64__)
+#define FO_PERF_IDENTITY 1
+#else
+#define FO_PERF_IDENTITY 0
+#endif
+
+/* Fills out with the process pointers whose samples are to be named (at
+ * most max; returns how many): called as samples are copied out, with
+ * the mutex held. Set by whoever traces without flags (fo_tail). */
+#define FO_PERF_MAX_KNOWN 65536u
+typedef uint32_t (*fo_perf_known_fn)(uint64_t *out, uint32_t max);
+void fo_perf_set_known_fn(fo_perf_known_fn fn);
+
+/* Calls fn for each slice of the CPU time of process `proc` (a pointer
+ * the known function gave while its samples were copied out) between
+ * from_ns and to_ns, on every thread, cut from the samples that named it
+ * (fo_identity_runs). Returns the slices given; *overwritten is set when
+ * the buffers no longer hold the window's start. Takes the mutex (fn must
+ * not call fo_perf). */
+typedef void (*fo_perf_slice_fn)(void *ctx, uint64_t thread, int64_t from_ns, int64_t to_ns);
+uint32_t fo_perf_runs(uint64_t proc, int64_t from_ns, int64_t to_ns, fo_perf_slice_fn fn, void *ctx, int *overwritten);
+
 /* The threads sampled now (their ids, at most max, into tids): for a
  * node-wide reader (fo_nodewide.h). Takes the mutex. */
 uint32_t fo_perf_threads(uint64_t *tids, uint32_t max);
@@ -122,6 +146,7 @@ typedef struct {
     uint64_t overwritten;  /* left the per-thread buffers before a trace took them */
     uint64_t skipped_frames; /* return addresses put back into chains (fo_perf_frame_fn) */
     uint64_t open_failures; /* threads whose event could not be opened */
+    uint64_t identified;   /* samples that named a known process (fo_perf_set_known_fn) */
 } fo_perf_counters;
 
 void fo_perf_counters_read(fo_perf_counters *out);

@@ -132,6 +132,7 @@ ERL_NIF_TERM fo_perf_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     put(env, &map, "threads", c.threads);
     put(env, &map, "frequency", c.frequency);
     put(env, &map, "skipped_frames", c.skipped_frames);
+    put(env, &map, "identified", c.identified);
     put(env, &map, "samples", c.samples);
     put(env, &map, "lost", c.lost);
     put(env, &map, "overwritten", c.overwritten);

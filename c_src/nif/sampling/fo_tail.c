@@ -2,6 +2,8 @@
 
 #include <bsd/stdlib.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -61,6 +63,10 @@ typedef struct {
     atomic_int in_use; /* the states above */
     atomic_uint gen;
     uint64_t pid;
+    /* A request traced without flags: its process's pointer, which CPU
+     * samples name (fo_identity.h); its slices are cut from them when it
+     * is kept. 0: a request with flags. */
+    _Atomic uint64_t proc;
     uint64_t thread;  /* the running slice's thread; 0: scheduled out */
     int64_t from_ns;  /* the running slice's start */
     int64_t begun_ns; /* the request's start (tail_begin) */
@@ -107,6 +113,12 @@ static _Atomic int64_t linger_ns;
  * one after another write no node-wide counter). */
 static atomic_uint max_lingering, lingering_now;
 static atomic_ullong linger_full, swept;
+/* Requests traced without flags now, and since the table was made. */
+static atomic_uint flagless_now;
+static atomic_ullong flagless_begun;
+/* Whether a NIF's environment holds its process where this file reads it
+ * (fo_tail_init: the runtime's versions checked). */
+static int env_layout_known;
 
 /* One more in a counter of the entry (its holder alone writes it). */
 static void bump(atomic_ullong *counter)
@@ -336,7 +348,7 @@ ERL_NIF_TERM fo_tail_enable_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 
 /* A request of the calling process begins in entry e (in_use already
  * 1): its first slice runs from now, on this thread. */
-static void start_request(tail_entry *e, const ErlNifPid *self, int64_t ask_after_ns)
+static void start_request(tail_entry *e, const ErlNifPid *self, int64_t ask_after_ns, uint64_t proc)
 {
     e->pid = (uint64_t)self->pid;
     e->count = 0;
@@ -352,9 +364,18 @@ static void start_request(tail_entry *e, const ErlNifPid *self, int64_t ask_afte
     e->frame_count = 0;
     fo_spin_unlock(&e->ctx_lock);
     fo_perf_note_thread();
-    e->thread = fo_perf_thread_id();
     e->from_ns = e->begun_ns = fo_tracer_clock_ns();
-    e->ask_after_ns = ask_after_ns > 0 ? e->from_ns + ask_after_ns : 0;
+    if (proc != 0) {
+        /* no callbacks: no open slice, nothing asked */
+        e->thread = 0;
+        e->ask_after_ns = 0;
+        atomic_fetch_add_explicit(&flagless_now, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&flagless_begun, 1, memory_order_relaxed);
+        atomic_store_explicit(&e->proc, proc, memory_order_release);
+    } else {
+        e->thread = fo_perf_thread_id();
+        e->ask_after_ns = ask_after_ns > 0 ? e->from_ns + ask_after_ns : 0;
+    }
     bump(&e->n_begun);
 }
 
@@ -365,11 +386,12 @@ static ERL_NIF_TERM state_term(ErlNifEnv *env, uint32_t index, unsigned gen)
 
 /* An entry taken for the calling process (in_use already 1): a new
  * generation, so a late callback of its last owner's misses it. */
-static ERL_NIF_TERM take(ErlNifEnv *env, tail_entry *table, uint32_t index, const ErlNifPid *self, int64_t ask_after_ns)
+static ERL_NIF_TERM take(ErlNifEnv *env, tail_entry *table, uint32_t index, const ErlNifPid *self, int64_t ask_after_ns,
+                         uint64_t proc)
 {
     tail_entry *e = &table[index];
     unsigned gen = atomic_fetch_add_explicit(&e->gen, 1, memory_order_relaxed) + 1;
-    start_request(e, self, ask_after_ns);
+    start_request(e, self, ask_after_ns, proc);
     atomic_store_explicit(&hint, index + 1, memory_order_relaxed);
     return state_term(env, index, gen);
 }
@@ -387,16 +409,71 @@ static tail_entry *owned(ErlNifEnv *env, ERL_NIF_TERM state, const ErlNifPid *se
     return e;
 }
 
+/* The calling process's own pointer, as CPU samples name it, or 0 where
+ * it cannot be read safely. A NIF's environment holds the process that
+ * called it (erl_nif.c's struct enif_environment_t: mod_nif, then proc,
+ * on OTP 24 to 28), and a process's first word is its pid: checked on
+ * every call, so a layout that moved reads as unavailable, never as
+ * another process. */
+static uint64_t own_proc(ErlNifEnv *env, const ErlNifPid *self)
+{
+    if (!FO_PERF_IDENTITY || !env_layout_known)
+        return 0;
+    void *proc = ((void *const *)env)[1];
+    if (proc == NULL || *(const ERL_NIF_TERM *)proc != enif_make_pid(env, self))
+        return 0;
+    return (uint64_t)(uintptr_t)proc;
+}
+
+/* The processes requests without flags trace now, for fo_perf's drains
+ * (fo_perf_known_fn). */
+static uint32_t known_procs(uint64_t *out, uint32_t max)
+{
+    tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
+    uint32_t n = 0;
+    if (table == NULL || atomic_load_explicit(&flagless_now, memory_order_relaxed) == 0)
+        return 0;
+    for (uint32_t i = 0; i < max_processes && n < max; i++) {
+        uint64_t proc = atomic_load_explicit(&table[i].proc, memory_order_acquire);
+        if (proc != 0)
+            out[n++] = proc;
+    }
+    return n;
+}
+
+void fo_tail_init(void)
+{
+    ErlNifSysInfo info;
+    unsigned major = 0;
+    enif_system_info(&info, sizeof(info));
+    /* erts 12 (OTP 24) to 16 (OTP 28): the versions whose layout was read */
+    env_layout_known = info.erts_version != NULL && sscanf(info.erts_version, "%u.", &major) == 1 && major >= 12 &&
+                       major <= 16;
+    fo_perf_set_known_fn(known_procs);
+}
+
+ERL_NIF_TERM fo_tail_flagless_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    (void)argv;
+    ErlNifPid self;
+    return enif_self(env, &self) != NULL && own_proc(env, &self) != 0 ? fo_atom_true : fo_atom_false;
+}
+
 ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     ErlNifPid self;
     ErlNifSInt64 ask_after;
-    if (!enif_get_int64(env, argv[0], &ask_after) || ask_after < 0 || enif_self(env, &self) == NULL)
+    if (!enif_get_int64(env, argv[0], &ask_after) || ask_after < 0 || enif_self(env, &self) == NULL ||
+        (argv[2] != fo_atom_true && argv[2] != fo_atom_false))
         return enif_make_badarg(env);
     tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
     if (table == NULL)
         return fo_atom_disabled;
+    uint64_t proc = 0;
+    if (argv[2] == fo_atom_true && (proc = own_proc(env, &self)) == 0)
+        return fo_atom_unavailable;
     /* the process's lingering entry (its flags still on with it): the
      * same state again, so no erlang:trace/3 call */
     uint32_t at;
@@ -406,7 +483,7 @@ ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         int expected = TAIL_LINGERING;
         if (atomic_compare_exchange_strong(&mine->in_use, &expected, TAIL_ACTIVE)) {
             bump(&mine->n_resumed);
-            start_request(mine, &self, ask_after);
+            start_request(mine, &self, ask_after, proc);
             return state_term(env, at, gen);
         }
         /* being swept (its flags going off): once that is done */
@@ -420,7 +497,7 @@ ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         uint32_t index = (start + i) % max_processes;
         int expected = 0;
         if (atomic_compare_exchange_strong(&table[index].in_use, &expected, 1))
-            return take(env, table, index, &self, ask_after);
+            return take(env, table, index, &self, ask_after, proc);
     }
     /* full: take back an entry whose process died with it */
     for (uint32_t index = 0; index < max_processes; index++) {
@@ -434,7 +511,7 @@ ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         unplace(e);
         atomic_fetch_add_explicit(&reclaimed, 1, memory_order_relaxed);
         atomic_store(&e->in_use, 1);
-        return take(env, table, index, &self, ask_after);
+        return take(env, table, index, &self, ask_after, proc);
     }
     atomic_fetch_add_explicit(&full, 1, memory_order_relaxed);
     return fo_atom_full;
@@ -469,8 +546,16 @@ static void trim(tail_entry *e, uint64_t owner)
     fo_spin_unlock(&e->ctx_lock);
 }
 
+/* A request without flags ends: its samples are named no more. */
+static void forget_proc(tail_entry *e)
+{
+    if (atomic_exchange(&e->proc, 0) != 0)
+        atomic_fetch_sub(&flagless_now, 1);
+}
+
 static void release(tail_entry *e)
 {
+    forget_proc(e);
     unplace(e);
     trim(e, 0);
     atomic_store_explicit(&e->in_use, TAIL_FREE, memory_order_release);
@@ -481,7 +566,9 @@ static void release(tail_entry *e)
  * takes one of max_lingering). Else counted: its flags go at once. */
 static int may_linger(tail_entry *e)
 {
-    if (atomic_load_explicit(&linger_ns, memory_order_relaxed) <= 0) {
+    /* without flags there is nothing to keep on */
+    if (atomic_load_explicit(&e->proc, memory_order_relaxed) != 0 ||
+        atomic_load_explicit(&linger_ns, memory_order_relaxed) <= 0) {
         unplace(e);
         return 0;
     }
@@ -651,6 +738,12 @@ static void apply_gc(fo_session *core, uint8_t kind, uint64_t pid, int64_t ts, u
     fo_session_apply(core, &ev);
 }
 
+/* A slice of a request without flags (fo_perf_slice_fn). */
+static void add_run(void *ctx, uint64_t thread, int64_t from_ns, int64_t to_ns)
+{
+    add_record(ctx, &(tail_slice){(uint32_t)thread, 0, from_ns, to_ns, {0, 0, 0}});
+}
+
 ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
@@ -662,6 +755,15 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
         return enif_make_badarg(env);
     atomic_fetch_add_explicit(&kept, 1, memory_order_relaxed);
     fo_perf_pump(); /* the samples up to now */
+    uint64_t proc = atomic_load(&e->proc);
+    if (proc != 0) {
+        /* its slices, from the samples that named it */
+        int overwritten = 0;
+        fo_perf_runs(proc, e->begun_ns, e->end_ns, add_run, e, &overwritten);
+        if (overwritten && e->dropped++ == 0)
+            atomic_fetch_add_explicit(&truncated, 1, memory_order_relaxed);
+        forget_proc(e);
+    }
     int64_t end_ns = e->dropped > 0 && e->count > 0 ? e->slices[e->count - 1].to_ns : e->end_ns;
     /* the records' events in time order (a collection's record comes
      * before its slice's, which ends later) */
@@ -891,11 +993,14 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     put(env, &map, "resumed", resumed);
     put(env, &map, "linger_full", atomic_load(&linger_full));
     put(env, &map, "swept", atomic_load(&swept));
+    put(env, &map, "flagless", atomic_load(&flagless_now));
+    put(env, &map, "flagless_begun", atomic_load(&flagless_begun));
     return map;
 }
 
 void fo_tail_unload(void)
 {
+    fo_perf_set_known_fn(NULL); /* no drain reads the table from here */
     pthread_mutex_lock(&enable_mutex);
     tail_entry *table = atomic_exchange(&entries, NULL);
     for (uint32_t i = 0; table != NULL && i < max_processes; i++) {

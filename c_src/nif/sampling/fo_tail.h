@@ -58,7 +58,15 @@ ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[]);
 //   it), and set the slices' bounds.
 ERL_NIF_TERM fo_tail_enable_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
-// tail_begin(AskAfterNs, Hint) -> {tail, Index, Gen} | full | disabled | busy | active
+/* Reads the runtime's version (whether a NIF's environment can name its
+ * process) and gives fo_perf the processes traced without flags. */
+void fo_tail_init(void);
+
+// tail_flagless() -> boolean(): whether the calling process could be
+// traced without flags (its samples name it: fo_identity.h)
+ERL_NIF_TERM fo_tail_flagless_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+// tail_begin(AskAfterNs, Hint, Flagless) -> {tail, Index, Gen} | full | disabled | busy | active | unavailable
 //   The calling process is traced from now: it runs on this thread. Hint:
 //   nil, or the state its flags have now (a lingering entry's, see
 //   tail_linger/2): that entry, still its own and lingering, is taken
@@ -71,6 +79,10 @@ ERL_NIF_TERM fo_tail_enable_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 //   (fo_cpu_ask.h): the thread's helper reads its stack there
 //   (cpu_context/5 with the tail state, fo_tail_context), and a replay
 //   hangs its waits where they were, not under the stack last sampled.
+//   Flagless true: the process gets no flags (the caller sets none) and
+//   its samples name it (fo_identity.h); a kept request's slices are cut
+//   from them (fo_perf_runs), its waits are the time between, and nothing
+//   is asked. unavailable: its samples cannot name it (tail_flagless/0).
 ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 // tail_end(State, Keep) -> ok | linger | {slow, TookNs}

@@ -596,7 +596,7 @@ defmodule FlameOn.Client.TailTest do
     test "the NIF times a request: under the threshold it ends at once, over it waits for the keep" do
       assert TailHold.on?(499)
       started = System.monotonic_time(:nanosecond)
-      {:tail, _, _} = state = Native.tail_begin(0, nil)
+      {:tail, _, _} = state = Native.tail_begin(0, nil, false)
       Process.sleep(30)
       # 30 ms over a 20 ms threshold: left as it is, its time given
       assert {:slow, took_ns} = Native.tail_end(state, 20_000_000)
@@ -608,19 +608,75 @@ defmodule FlameOn.Client.TailTest do
 
       # under the threshold: ended (lingering or freed), no second call
       {:tail, _, _} =
-        state = Native.tail_begin(0, (Native.tail_state(state) == :lingering && state) || nil)
+        state =
+        Native.tail_begin(0, (Native.tail_state(state) == :lingering && state) || nil, false)
 
       assert Native.tail_end(state, 60_000_000_000) in [:ok, :linger]
       refute Native.tail_state(state) == :active
 
       for bad <- [-1, 1.5, :maybe] do
-        {:tail, _, _} = state = Native.tail_begin(0, lingering(state))
+        {:tail, _, _} = state = Native.tail_begin(0, lingering(state), false)
         assert_raise ArgumentError, fn -> Native.tail_end(state, bad) end
         Native.tail_end(state, false)
       end
 
       if lingering(state), do: assert(TailHold.unlinger(self(), state) == :ok)
       assert Native.tail_state(state) == :gone
+    end
+
+    test "without flags (attribution: :samples) no request gets any; exactly the slow one is kept, its CPU stacks from the samples that named it" do
+      Application.put_env(:flame_on_client, :tail, attribution: :samples)
+      assert TailHold.on?(499)
+      assert TailHold.flagless?() == Native.tail_flagless()
+
+      if TailHold.flagless?() do
+        parent = self()
+        before = Native.tail_stats()
+        identified = Native.perf_stats().identified
+        opts = [mode: :native, threshold_ms: 200, sample_rate: 1.0, shipper: @to_me]
+
+        flags_inside = fn fun ->
+          fn ->
+            send(
+              parent,
+              {:inside, :erlang.trace_info(self(), :flags), FlameOn.Client.Tracing.traced?()}
+            )
+
+            fun.()
+          end
+        end
+
+        # two processes, so the other's samples are there to be told apart
+        other = Task.async(fn -> Work.other_compute(400) end)
+
+        for _ <- 1..10,
+            do: FlameOn.Client.Tracing.trace("fast", flags_inside.(&Work.fast/0), opts)
+
+        FlameOn.Client.Tracing.trace("slow", flags_inside.(fn -> Work.slow(150, 150) end), opts)
+        Task.await(other)
+
+        for _ <- 1..11, do: assert_receive({:inside, {:flags, []}, true})
+        assert :erlang.trace_info(self(), :flags) == {:flags, []}
+
+        assert [profile] = kept()
+        assert profile.name == "slow"
+        assert profile.mode == :native_tail
+        assert profile.stats.tail_attribution == :samples
+        assert profile.duration_us >= 300_000
+        # its CPU: the slow function's (150 ms, at least half sampled on a
+        # loaded machine), none of the other process's
+        compute = time_in(profile, "TailTest.Work.slow_compute/1")
+        assert compute >= 60_000, inspect(profile.stacks, limit: :infinity)
+        assert time_in(profile, "other_compute") == 0
+        # the rest of its time off-CPU
+        waited = time_in(profile, "SLEEP")
+        assert waited >= 100_000, inspect(profile.stacks, limit: :infinity)
+
+        stats = Native.tail_stats()
+        assert stats.flagless_begun - before.flagless_begun == 11
+        assert stats.flagless == 0 and stats.in_use == 0
+        assert Native.perf_stats().identified > identified
+      end
     end
 
     test "cross_process and mode :sample take the own-session path" do

@@ -386,10 +386,22 @@ defmodule FlameOn.Client.Core.Native do
 
   @doc false
   # hint: nil, or the tail state the calling process's flags have (its
-  # lingering entry's: taken again, the same state answered)
-  @spec tail_begin(non_neg_integer(), tuple() | nil) ::
-          {:tail, non_neg_integer(), non_neg_integer()} | :full | :disabled | :busy | :active
-  def tail_begin(_ask_after_ns, _hint), do: :erlang.nif_error(:nif_not_loaded)
+  # lingering entry's: taken again, the same state answered); flagless:
+  # the request gets no flags, its samples name it (c_src/core/fo_identity.h)
+  @spec tail_begin(non_neg_integer(), tuple() | nil, boolean()) ::
+          {:tail, non_neg_integer(), non_neg_integer()}
+          | :full
+          | :disabled
+          | :busy
+          | :active
+          | :unavailable
+  def tail_begin(_ask_after_ns, _hint, _flagless), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  # whether the calling process's CPU samples can name it (x86-64, OTP 24
+  # to 28): tail traces without flags
+  @spec tail_flagless() :: boolean()
+  def tail_flagless, do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
   @spec tail_end(tuple(), boolean()) :: :ok | :linger

@@ -37,6 +37,18 @@ defmodule FlameOn.Client.Node.TailHold do
   #   * `:shared` (true) – false: every tail trace takes its own session
   #     (for comparisons; read when the hold would turn on, and kept until
   #     `off/1`).
+  #   * `:attribution` (:flags) – how a request's CPU samples are known
+  #     to be its own: `:flags`, by the `running` flag's time slices (with
+  #     the `garbage_collection` and `receive` flags: exact collections,
+  #     and waits where they were, at about 1-2 µs of callbacks per
+  #     request); `:samples`, by the process each sample names (no trace
+  #     flags: a request costs a table entry and two NIF calls;
+  #     c_src/core/fo_identity.h), where the VM allows it (x86-64, OTP 24
+  #     to 28; else as `:flags`). A kept request's CPU stacks are as
+  #     exact with it, but its waits hang under the stack sampled last
+  #     before each (nothing says where it stopped), and collections are
+  #     CPU samples in the runtime's C code, not GC time. Read when the
+  #     hold turns on.
   #
   # Per request, `on?/1` is a :persistent_term read and an atomics read;
   # whether tail traces started lately, the checks (every `idle_ms` / 2)
@@ -50,8 +62,10 @@ defmodule FlameOn.Client.Node.TailHold do
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.{BacktraceDepth, PerfSampler}
 
-  # the flags' slot of the hold's state (the second is not used)
+  # the flags' slots: the hold's state, and whether tail traces go
+  # without flags (1) or with them (0)
   @state 1
+  @flagless 2
 
   # its states (@not_shared: the configuration said no; until off/1)
   @off 0
@@ -64,7 +78,8 @@ defmodule FlameOn.Client.Node.TailHold do
     max_slices_mb: 32,
     idle_ms: 5_000,
     linger_ms: 1_000,
-    max_lingering: 256
+    max_lingering: 256,
+    attribution: :flags
   ]
 
   # a tail trace's flags (FlameOn.Client.Tracing.Tail)
@@ -102,6 +117,17 @@ defmodule FlameOn.Client.Node.TailHold do
   end
 
   @doc """
+  Whether tail traces go without trace flags (the `:attribution`
+  configuration and the VM allow it; read when the hold turned on). Only
+  meaningful once `on?/1` said true.
+  """
+  @spec flagless?() :: boolean()
+  def flagless? do
+    flags = :persistent_term.get({__MODULE__, :flags}, nil)
+    flags != nil and :atomics.get(flags, @flagless) == 1
+  end
+
+  @doc """
   Turns the hold off now (waits up to `wait_ms` for running tail traces);
   the next tail trace reads the configuration again.
   """
@@ -122,6 +148,17 @@ defmodule FlameOn.Client.Node.TailHold do
   def note_self(state) do
     {:trace, mask} = Process.info(self(), :trace)
     Process.put(@self_key, {state, mask})
+    :ok
+  end
+
+  @doc """
+  Notes that a tail trace without flags of the calling process starts
+  with `state` (as `note_self/1`, for a process with no flags: one
+  process dictionary write).
+  """
+  @spec note_flagless_self(tuple()) :: :ok
+  def note_flagless_self(state) do
+    Process.put(@self_key, {state, 0})
     :ok
   end
 
@@ -327,6 +364,8 @@ defmodule FlameOn.Client.Node.TailHold do
     with :ok <- acquire_sampling(frequency),
          {:ok, processes, _} <- enable(config),
          :ok <- linger(config, processes) do
+      flagless = config[:attribution] != :flags and Native.tail_flagless()
+      :atomics.put(state.flags, @flagless, if(flagless, do: 1, else: 0))
       :atomics.put(state.flags, @state, @on)
 
       {:ok,

@@ -6,8 +6,13 @@ defmodule FlameOn.Client.Tracing.Tail do
   #   * shared (mode :native where the VM samples natively, one process):
   #     the node's CPU sampler keeps running while tail traces come
   #     (FlameOn.Client.Node.TailHold); a request takes an entry of the
-  #     NIF's slice table (c_src/nif/sampling/fo_tail.h) and gets only the
-  #     `running`, `garbage_collection` and `receive` flags, whose callbacks
+  #     NIF's slice table (c_src/nif/sampling/fo_tail.h) and, by default,
+  #     no trace flags at all: the CPU samples name the process they caught
+  #     (c_src/core/fo_identity.h), and a kept request's time slices are
+  #     cut from the samples that named it (its waits are the time between
+  #     them). With TailHold's `attribution: :flags` (or where samples
+  #     cannot name processes) it gets the `running`,
+  #     `garbage_collection` and `receive` flags instead, whose callbacks
   #     note the time slices it runs in, its collections and whether a
   #     message came. A fast request frees
   #     its entry and builds nothing; a slow one replays its slices into a
@@ -107,10 +112,13 @@ defmodule FlameOn.Client.Tracing.Tail do
     Capture.result(capture, outcome, kept)
   end
 
-  @typedoc "A running shared tail trace of the calling process (`start/2`)."
+  @typedoc """
+  A running shared tail trace of the calling process (`start/2`); `handle`
+  nil: it has no flags (TailHold's `:attribution`).
+  """
   @type tail :: %{
           state: tuple(),
-          handle: TraceBackend.t(),
+          handle: TraceBackend.t() | nil,
           opts: map(),
           name: String.t() | nil,
           root: mfa() | nil
@@ -132,8 +140,28 @@ defmodule FlameOn.Client.Tracing.Tail do
   @spec start(map(), mfa() | nil, pos_integer(), String.t() | nil, tuple() | nil | :unknown) ::
           {:ok, tail()} | :unavailable
   def start(opts, root, threshold_ms, name \\ nil, lingering \\ :unknown) do
-    with true <- shared?(opts),
-         {:ok, hint, noted?} <- own_flags(lingering),
+    cond do
+      not shared?(opts) -> :unavailable
+      TailHold.flagless?() -> start_flagless(opts, root, name)
+      true -> start_flags(opts, root, threshold_ms, name, lingering)
+    end
+  end
+
+  # No flags: an entry of the table, whose process its samples name.
+  defp start_flagless(opts, root, name) do
+    case Native.tail_begin(0, nil, true) do
+      {:tail, _, _} = state ->
+        # so a trace nested in it sees it (Capture.Common.self_state/0)
+        TailHold.note_flagless_self(state)
+        {:ok, %{state: state, handle: nil, opts: opts, name: name, root: root}}
+
+      _ ->
+        :unavailable
+    end
+  end
+
+  defp start_flags(opts, root, threshold_ms, name, lingering) do
+    with {:ok, hint, noted?} <- own_flags(lingering),
          {:tail, _, _} = state <- begin(ask_after_ns(root, threshold_ms), hint, true) do
       handle = TraceBackend.legacy({Native, state})
       # the same state: its lingering flags are on still
@@ -217,6 +245,9 @@ defmodule FlameOn.Client.Tracing.Tail do
   defp ask_after_ns(nil, _threshold_ms), do: 0
   defp ask_after_ns(_root, threshold_ms), do: div(threshold_ms * 1_000_000, 2)
 
+  # (a trace without flags has none to take off)
+  defp untrace(%{handle: nil}), do: TailHold.forget_self()
+
   defp untrace(tail) do
     TraceBackend.trace(tail.handle, self(), false, @flags)
     TailHold.forget_self()
@@ -252,7 +283,7 @@ defmodule FlameOn.Client.Tracing.Tail do
   # Its lingering flags being removed by another process (TailHold's
   # sweep): once they are off, without them.
   defp begin(ask_after_ns, hint, wait?) do
-    case Native.tail_begin(ask_after_ns, hint) do
+    case Native.tail_begin(ask_after_ns, hint, false) do
       :busy when wait? ->
         if TailHold.await(hint, 1_000), do: begin(ask_after_ns, nil, false), else: :busy
 
@@ -289,6 +320,7 @@ defmodule FlameOn.Client.Tracing.Tail do
       Map.merge(stats, %{
         unprocessed_events: 0,
         tail_slices: slices,
+        tail_attribution: if(tail.handle, do: :flags, else: :samples),
         tail_dropped_slices: dropped,
         tail_truncated: dropped > 0
       })

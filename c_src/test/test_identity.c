@@ -1,0 +1,116 @@
+/* fo_identity: which traced process a sample names, and a process's
+ * slices cut from one thread's samples. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "fo_identity.h"
+
+static void test_the_register_names_a_known_process(void **state)
+{
+    (void)state;
+    uint64_t known[] = {0x1000, 0x2000, 0x3000};
+    uint64_t stack[] = {0x3000};
+    assert_int_equal(fo_identity_of(0x2000, stack, 1, known, 3), 0x2000);
+}
+
+static void test_the_stack_names_it_when_the_register_does_not(void **state)
+{
+    (void)state;
+    uint64_t known[] = {0x1000, 0x2000, 0x3000};
+    /* the register holds something else (C code reused it); the first
+     * known word from the stack pointer up wins */
+    uint64_t stack[] = {7, 0x2008, 0x3000, 0x1000};
+    assert_int_equal(fo_identity_of(0x55, stack, 4, known, 3), 0x3000);
+}
+
+static void test_nothing_known_names_no_process(void **state)
+{
+    (void)state;
+    uint64_t known[] = {0x1000};
+    uint64_t stack[] = {0x2000, 0, 0x1001};
+    assert_int_equal(fo_identity_of(0x2000, stack, 3, known, 1), 0);
+    assert_int_equal(fo_identity_of(0x1000, stack, 3, known, 0), 0);
+    assert_int_equal(fo_identity_of(0x2000, NULL, 0, known, 1), 0);
+}
+
+static void test_sort_orders_and_drops_repeats(void **state)
+{
+    (void)state;
+    uint64_t known[] = {0x3000, 0x1000, 0x3000, 0x2000, 0x1000};
+    assert_int_equal(fo_identity_sort(known, 5), 3);
+    assert_int_equal(known[0], 0x1000);
+    assert_int_equal(known[1], 0x2000);
+    assert_int_equal(known[2], 0x3000);
+    assert_int_equal(fo_identity_sort(known, 0), 0);
+}
+
+typedef struct {
+    int64_t from[8], to[8];
+    uint32_t n;
+} slices;
+
+static void collect(void *ctx, int64_t from_ns, int64_t to_ns)
+{
+    slices *s = ctx;
+    s->from[s->n] = from_ns;
+    s->to[s->n] = to_ns;
+    s->n++;
+}
+
+static void test_runs_of_one_process_become_slices(void **state)
+{
+    (void)state;
+    /* P = 0xA at 1 kHz (period 1000): two runs, split by another's sample */
+    const fo_identity_sample samples[] = {
+        {5000, 0xA}, {6000, 0xA}, {7000, 0xA}, {8000, 0xB}, {8400, 0xA}, {9400, 0xA},
+    };
+    slices got = {0};
+    assert_int_equal(fo_identity_runs(samples, 6, 0xA, 0, 100000, 1000, collect, &got), 2);
+    assert_int_equal(got.from[0], 4000);
+    assert_int_equal(got.to[0], 7001);
+    /* not before the other process's sample */
+    assert_int_equal(got.from[1], 8001);
+    assert_int_equal(got.to[1], 9401);
+}
+
+static void test_runs_stay_inside_the_window(void **state)
+{
+    (void)state;
+    const fo_identity_sample samples[] = {{1000, 0xA}, {2000, 0xA}, {2500, 0}, {3000, 0xA}, {9000, 0xA}};
+    slices got = {0};
+    /* the first sample is before the window; the last after it */
+    assert_int_equal(fo_identity_runs(samples, 5, 0xA, 1500, 5000, 1000, collect, &got), 2);
+    assert_int_equal(got.from[0], 1500);
+    assert_int_equal(got.to[0], 2001);
+    assert_int_equal(got.from[1], 2501);
+    assert_int_equal(got.to[1], 3001);
+}
+
+static void test_no_process_no_slices(void **state)
+{
+    (void)state;
+    const fo_identity_sample samples[] = {{1000, 0}, {2000, 0xB}};
+    slices got = {0};
+    assert_int_equal(fo_identity_runs(samples, 2, 0xA, 0, 5000, 1000, collect, &got), 0);
+    assert_int_equal(fo_identity_runs(samples, 2, 0, 0, 5000, 1000, collect, &got), 0);
+    assert_int_equal(fo_identity_runs(NULL, 0, 0xA, 0, 5000, 1000, collect, &got), 0);
+    assert_int_equal(got.n, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_the_register_names_a_known_process),
+        cmocka_unit_test(test_the_stack_names_it_when_the_register_does_not),
+        cmocka_unit_test(test_nothing_known_names_no_process),
+        cmocka_unit_test(test_sort_orders_and_drops_repeats),
+        cmocka_unit_test(test_runs_of_one_process_become_slices),
+        cmocka_unit_test(test_runs_stay_inside_the_window),
+        cmocka_unit_test(test_no_process_no_slices),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL) == 0 ? 0 : 1;
+}
