@@ -118,7 +118,13 @@ defmodule FlameOn.Bench.Tail do
       # slices' callbacks and records, none of trace/3's own work per
       # request (the floor of the flags)
       {"native, flags' floor (1 trace a worker)",
-       {:one, [mode: :native, sample_rate: 1.0, threshold_ms: 3_600_000]}}
+       {:one, [mode: :native, sample_rate: 1.0, threshold_ms: 3_600_000]}},
+      # no trace flags: the samples name the process (tail: [attribution:
+      # :samples])
+      {"native, no flags, threshold 250 (none kept)",
+       {:samples, [mode: :native, sample_rate: 1.0, threshold_ms: 250]}},
+      {"native, no flags, threshold 1 (all kept)",
+       {:samples, [mode: :native, sample_rate: 1.0, threshold_ms: 1]}}
     ]
 
   def extra_variants(false), do: []
@@ -180,6 +186,7 @@ defmodule FlameOn.Bench.Tail do
         {:own, opts} -> {[shared: false], opts}
         {:one, opts} -> {[shared: true], {:one, opts}}
         {:linger0, opts} -> {[shared: true, linger_ms: 0], opts}
+        {:samples, opts} -> {[shared: true, attribution: :samples], opts}
         :hold -> {[shared: true], :hold}
         opts -> {[shared: true], opts}
       end
@@ -439,7 +446,7 @@ defmodule FlameOn.Bench.Tail do
     t3 = t.()
     true = TailHold.on?(capture.frequency)
     t4 = t.()
-    state = Native.tail_begin(125_000_000, nil)
+    state = Native.tail_begin(125_000_000, nil, false)
     t5 = t.()
     handle = TraceBackend.legacy({Native, state})
     TraceBackend.set_flags(self(), [{handle, [:running]}])

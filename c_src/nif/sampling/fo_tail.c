@@ -77,7 +77,7 @@ typedef struct {
     /* Counters of this entry's requests (tail_stats/0 sums them): written
      * by whoever holds the entry, so no two processes' requests share a
      * cache line for them. */
-    atomic_ullong n_begun, n_resumed, n_lingered;
+    atomic_ullong n_begun, n_resumed, n_lingered, n_flagless;
     /* a receive event since the last `in` or `out` (any thread sets it:
      * the sender's may trace it), and the running slice's flags */
     atomic_uint message;
@@ -113,9 +113,9 @@ static _Atomic int64_t linger_ns;
  * one after another write no node-wide counter). */
 static atomic_uint max_lingering, lingering_now;
 static atomic_ullong linger_full, swept;
-/* Requests traced without flags now, and since the table was made. */
-static atomic_uint flagless_now;
-static atomic_ullong flagless_begun;
+/* Set once a request is traced without flags: drains look for their
+ * processes from then on. */
+static atomic_int flagless_ever;
 /* Whether a NIF's environment holds its process where this file reads it
  * (fo_tail_init: the runtime's versions checked). */
 static int env_layout_known;
@@ -369,8 +369,9 @@ static void start_request(tail_entry *e, const ErlNifPid *self, int64_t ask_afte
         /* no callbacks: no open slice, nothing asked */
         e->thread = 0;
         e->ask_after_ns = 0;
-        atomic_fetch_add_explicit(&flagless_now, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&flagless_begun, 1, memory_order_relaxed);
+        if (!atomic_load_explicit(&flagless_ever, memory_order_relaxed))
+            atomic_store(&flagless_ever, 1);
+        bump(&e->n_flagless);
         atomic_store_explicit(&e->proc, proc, memory_order_release);
     } else {
         e->thread = fo_perf_thread_id();
@@ -392,7 +393,8 @@ static ERL_NIF_TERM take(ErlNifEnv *env, tail_entry *table, uint32_t index, cons
     tail_entry *e = &table[index];
     unsigned gen = atomic_fetch_add_explicit(&e->gen, 1, memory_order_relaxed) + 1;
     start_request(e, self, ask_after_ns, proc);
-    atomic_store_explicit(&hint, index + 1, memory_order_relaxed);
+    if (atomic_load_explicit(&hint, memory_order_relaxed) != index + 1)
+        atomic_store_explicit(&hint, index + 1, memory_order_relaxed);
     return state_term(env, index, gen);
 }
 
@@ -431,7 +433,7 @@ static uint32_t known_procs(uint64_t *out, uint32_t max)
 {
     tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
     uint32_t n = 0;
-    if (table == NULL || atomic_load_explicit(&flagless_now, memory_order_relaxed) == 0)
+    if (table == NULL || !atomic_load_explicit(&flagless_ever, memory_order_relaxed))
         return 0;
     for (uint32_t i = 0; i < max_processes && n < max; i++) {
         uint64_t proc = atomic_load_explicit(&table[i].proc, memory_order_acquire);
@@ -472,8 +474,20 @@ ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     if (table == NULL)
         return fo_atom_disabled;
     uint64_t proc = 0;
-    if (argv[2] == fo_atom_true && (proc = own_proc(env, &self)) == 0)
-        return fo_atom_unavailable;
+    if (argv[2] == fo_atom_true) {
+        if ((proc = own_proc(env, &self)) == 0)
+            return fo_atom_unavailable;
+        /* the entry of its last request, free again: taken with no scan
+         * and no node-wide write */
+        int arity;
+        const ERL_NIF_TERM *items;
+        unsigned last;
+        int expected = TAIL_FREE;
+        if (argv[1] != fo_atom_nil && enif_get_tuple(env, argv[1], &arity, &items) && arity == 3 &&
+            items[0] == fo_atom_tail && enif_get_uint(env, items[1], &last) && last < max_processes &&
+            atomic_compare_exchange_strong(&table[last].in_use, &expected, TAIL_ACTIVE))
+            return take(env, table, last, &self, ask_after, proc);
+    }
     /* the process's lingering entry (its flags still on with it): the
      * same state again, so no erlang:trace/3 call */
     uint32_t at;
@@ -549,8 +563,8 @@ static void trim(tail_entry *e, uint64_t owner)
 /* A request without flags ends: its samples are named no more. */
 static void forget_proc(tail_entry *e)
 {
-    if (atomic_exchange(&e->proc, 0) != 0)
-        atomic_fetch_sub(&flagless_now, 1);
+    if (atomic_load_explicit(&e->proc, memory_order_relaxed) != 0)
+        atomic_store_explicit(&e->proc, 0, memory_order_release);
 }
 
 static void release(tail_entry *e)
@@ -962,7 +976,8 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     (void)argc;
     (void)argv;
     tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
-    unsigned long long in_use = 0, lingering = 0, begun = 0, resumed = 0, lingered = 0;
+    unsigned long long in_use = 0, lingering = 0, begun = 0, resumed = 0, lingered = 0, flagless = 0,
+                       flagless_begun = 0;
     for (uint32_t i = 0; table != NULL && i < max_processes; i++) {
         int state = atomic_load_explicit(&table[i].in_use, memory_order_relaxed);
         in_use += state == TAIL_ACTIVE || state == TAIL_RECLAIM;
@@ -970,6 +985,8 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         begun += atomic_load_explicit(&table[i].n_begun, memory_order_relaxed);
         resumed += atomic_load_explicit(&table[i].n_resumed, memory_order_relaxed);
         lingered += atomic_load_explicit(&table[i].n_lingered, memory_order_relaxed);
+        flagless_begun += atomic_load_explicit(&table[i].n_flagless, memory_order_relaxed);
+        flagless += atomic_load_explicit(&table[i].proc, memory_order_relaxed) != 0;
     }
     ERL_NIF_TERM map = enif_make_new_map(env);
     put(env, &map, "processes", table != NULL ? max_processes : 0);
@@ -993,8 +1010,8 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     put(env, &map, "resumed", resumed);
     put(env, &map, "linger_full", atomic_load(&linger_full));
     put(env, &map, "swept", atomic_load(&swept));
-    put(env, &map, "flagless", atomic_load(&flagless_now));
-    put(env, &map, "flagless_begun", atomic_load(&flagless_begun));
+    put(env, &map, "flagless", flagless);
+    put(env, &map, "flagless_begun", flagless_begun);
     return map;
 }
 

@@ -62,15 +62,15 @@ defmodule FlameOn.Client.Node.TailHold do
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.{BacktraceDepth, PerfSampler}
 
-  # the flags' slots: the hold's state, and whether tail traces go
-  # without flags (1) or with them (0)
+  # the flags' slot of the hold's state (the second is not used)
   @state 1
-  @flagless 2
 
-  # its states (@not_shared: the configuration said no; until off/1)
+  # its states (@not_shared: the configuration said no; until off/1;
+  # @on_flagless: on, tail traces without trace flags)
   @off 0
   @on 1
   @not_shared 2
+  @on_flagless 3
 
   @defaults [
     max_processes: 1024,
@@ -96,35 +96,46 @@ defmodule FlameOn.Client.Node.TailHold do
   cannot be made, or the configuration says `shared: false`.
   """
   @spec on?(pos_integer()) :: boolean()
-  def on?(frequency) do
+  def on?(frequency), do: route(frequency) != false
+
+  @doc """
+  `on?/1`, and how tail traces go when it is on: `:flags` (the `running`,
+  `garbage_collection` and `receive` flags), `:flagless` (none: the
+  `:attribution` configuration and the VM allow it; read when the hold
+  turned on), else false. One `:persistent_term` read and one atomics
+  read when it is on.
+  """
+  @spec route(pos_integer()) :: :flags | :flagless | false
+  def route(frequency) do
     flags = :persistent_term.get({__MODULE__, :flags}, nil)
 
     case flags && :atomics.get(flags, @state) do
-      nil ->
-        false
+      @on_flagless ->
+        :flagless
 
       @on ->
-        true
-
-      @not_shared ->
-        false
+        :flags
 
       @off ->
-        GenServer.call(__MODULE__, {:on, frequency}, 60_000) == :ok
+        if GenServer.call(__MODULE__, {:on, frequency}, 60_000) == :ok,
+          do: route(frequency),
+          else: false
+
+      _nil_or_not_shared ->
+        false
     end
   catch
     :exit, _ -> false
   end
 
   @doc """
-  Whether tail traces go without trace flags (the `:attribution`
-  configuration and the VM allow it; read when the hold turned on). Only
-  meaningful once `on?/1` said true.
+  Whether tail traces go without trace flags now (`route/1`, without
+  turning the hold on).
   """
   @spec flagless?() :: boolean()
   def flagless? do
     flags = :persistent_term.get({__MODULE__, :flags}, nil)
-    flags != nil and :atomics.get(flags, @flagless) == 1
+    flags != nil and :atomics.get(flags, @state) == @on_flagless
   end
 
   @doc """
@@ -263,7 +274,7 @@ defmodule FlameOn.Client.Node.TailHold do
   @spec stats() :: map()
   def stats do
     flags = :persistent_term.get({__MODULE__, :flags}, nil)
-    on = flags != nil and :atomics.get(flags, @state) == @on
+    on = flags != nil and :atomics.get(flags, @state) in [@on, @on_flagless]
     Map.put(Native.tail_stats(), :on, on)
   end
 
@@ -296,7 +307,7 @@ defmodule FlameOn.Client.Node.TailHold do
   @impl GenServer
   def handle_call({:on, frequency}, _from, state) do
     cond do
-      :atomics.get(state.flags, @state) == @on ->
+      :atomics.get(state.flags, @state) in [@on, @on_flagless] ->
         {:reply, :ok, state}
 
       config()[:shared] == false ->
@@ -365,8 +376,7 @@ defmodule FlameOn.Client.Node.TailHold do
          {:ok, processes, _} <- enable(config),
          :ok <- linger(config, processes) do
       flagless = config[:attribution] != :flags and Native.tail_flagless()
-      :atomics.put(state.flags, @flagless, if(flagless, do: 1, else: 0))
-      :atomics.put(state.flags, @state, @on)
+      :atomics.put(state.flags, @state, if(flagless, do: @on_flagless, else: @on))
 
       {:ok,
        %{

@@ -140,16 +140,19 @@ defmodule FlameOn.Client.Tracing.Tail do
   @spec start(map(), mfa() | nil, pos_integer(), String.t() | nil, tuple() | nil | :unknown) ::
           {:ok, tail()} | :unavailable
   def start(opts, root, threshold_ms, name \\ nil, lingering \\ :unknown) do
-    cond do
-      not shared?(opts) -> :unavailable
-      TailHold.flagless?() -> start_flagless(opts, root, name)
-      true -> start_flags(opts, root, threshold_ms, name, lingering)
+    case route(opts) do
+      :flagless -> start_flagless(opts, root, name, lingering)
+      :flags -> start_flags(opts, root, threshold_ms, name, lingering)
+      false -> :unavailable
     end
   end
 
-  # No flags: an entry of the table, whose process its samples name.
-  defp start_flagless(opts, root, name) do
-    case Native.tail_begin(0, nil, true) do
+  # No flags: an entry of the table, whose process its samples name (the
+  # one of its last request again, if free: the note of it stays).
+  defp start_flagless(opts, root, name, last) do
+    last = if last == :unknown, do: TailHold.lingering_self(), else: last
+
+    case Native.tail_begin(0, last, true) do
       {:tail, _, _} = state ->
         # so a trace nested in it sees it (Capture.Common.self_state/0)
         TailHold.note_flagless_self(state)
@@ -245,8 +248,9 @@ defmodule FlameOn.Client.Tracing.Tail do
   defp ask_after_ns(nil, _threshold_ms), do: 0
   defp ask_after_ns(_root, threshold_ms), do: div(threshold_ms * 1_000_000, 2)
 
-  # (a trace without flags has none to take off)
-  defp untrace(%{handle: nil}), do: TailHold.forget_self()
+  # (a trace without flags has none to take off; the note of its entry
+  # stays, for its next request)
+  defp untrace(%{handle: nil}), do: :ok
 
   defp untrace(tail) do
     TraceBackend.trace(tail.handle, self(), false, @flags)
@@ -293,10 +297,10 @@ defmodule FlameOn.Client.Tracing.Tail do
   end
 
   # (`config :flame_on_client, tail: [shared: false]` keeps the hold off)
-  defp shared?(%{mode: :native, cross_process: false} = opts),
-    do: PerfSampler.available?() and TailHold.on?(opts.frequency)
+  defp route(%{mode: :native, cross_process: false} = opts),
+    do: PerfSampler.available?() and TailHold.route(opts.frequency)
 
-  defp shared?(_opts), do: false
+  defp route(_opts), do: false
 
   @doc false
   # The root frame of a tail trace's stacks: `fun` runs in it.
