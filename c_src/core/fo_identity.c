@@ -74,8 +74,11 @@ uint32_t fo_identity_runs(const fo_identity_sample *samples, uint32_t n, uint64_
         int64_t start = s->ts_ns - period_ns;
         if (start < floor_ns)
             start = floor_ns;
+        /* a thread's task clock runs only while it runs: two samples more
+         * than two periods apart had idle time between them */
         uint32_t last = i;
-        while (last + 1 < n && samples[last + 1].proc == proc && samples[last + 1].ts_ns < to_ns)
+        while (last + 1 < n && samples[last + 1].proc == proc && samples[last + 1].ts_ns < to_ns &&
+               samples[last + 1].ts_ns - samples[last].ts_ns <= 2 * period_ns)
             last++;
         int64_t end = samples[last].ts_ns + 1;
         each(ctx, start, end);

@@ -36,7 +36,8 @@ typedef struct {
 
 /* Cuts the CPU time of process `proc` on one thread, between from_ns and
  * to_ns, into slices from that thread's samples (n, in time order): each
- * run of consecutive samples naming proc is one slice, from a sample
+ * run of consecutive samples naming proc, no two more than two periods
+ * apart (the thread idled between), is one slice, from a sample
  * period (period_ns) before its first sample (not before the sample
  * before it, of someone else, nor from_ns) to just after its last. `each`
  * gets every slice [from, to): a sample at ts is taken by a slice with

@@ -77,6 +77,19 @@ static void test_runs_of_one_process_become_slices(void **state)
     assert_int_equal(got.to[1], 9401);
 }
 
+static void test_samples_far_apart_are_two_slices(void **state)
+{
+    (void)state;
+    /* the thread idled between 2000 and 40000: its clock stood still */
+    const fo_identity_sample samples[] = {{1000, 0xA}, {2000, 0xA}, {40000, 0xA}, {41000, 0xA}};
+    slices got = {0};
+    assert_int_equal(fo_identity_runs(samples, 4, 0xA, 0, 100000, 1000, collect, &got), 2);
+    assert_int_equal(got.from[0], 0);
+    assert_int_equal(got.to[0], 2001);
+    assert_int_equal(got.from[1], 39000);
+    assert_int_equal(got.to[1], 41001);
+}
+
 static void test_runs_stay_inside_the_window(void **state)
 {
     (void)state;
@@ -109,6 +122,7 @@ int main(void)
         cmocka_unit_test(test_nothing_known_names_no_process),
         cmocka_unit_test(test_sort_orders_and_drops_repeats),
         cmocka_unit_test(test_runs_of_one_process_become_slices),
+        cmocka_unit_test(test_samples_far_apart_are_two_slices),
         cmocka_unit_test(test_runs_stay_inside_the_window),
         cmocka_unit_test(test_no_process_no_slices),
     };

@@ -79,6 +79,7 @@
     A(heap_levels)                                                                             \
     A(mbuf_size)                                                                               \
     A(flame_on_context)                                                                        \
+    A(flagless)                                                                                \
     A(stale)                                                                                   \
     A(moved)                                                                                   \
     A(slot)                                                                                    \

@@ -28,6 +28,9 @@
 /* A slice's flag: a message (or a receive's timeout) ended the wait
  * before it, or came in it */
 #define TAIL_AFTER_MESSAGE 1u
+/* A slice of no time on no thread (not a collection): where a request
+ * without flags was read waiting in another function than before */
+#define TAIL_MOVE 2u
 
 /* A time slice: the thread, when, and the function the process stopped
  * in (its `out` event's MFA; module 0: none). A garbage collection is a
@@ -47,10 +50,18 @@ typedef struct {
     uint32_t after, first, count;
 } tail_context;
 
+/* Stack reads of a request without flags: at most this many (when, and
+ * the function it waited in), from its half threshold on, one every
+ * TAIL_READ_EVERY_NS while it lasts (fo_tail_poll_waits). */
+#define TAIL_WAIT_READS 256u
+#define TAIL_READ_EVERY_NS 2000000
+
 /* The answers of one request, allocated at its first. */
 typedef struct {
     tail_context ctx[TAIL_ASKS];
     fo_mfa frames[TAIL_CONTEXT_FRAMES];
+    int64_t read_ts[TAIL_WAIT_READS];
+    fo_mfa read_key[TAIL_WAIT_READS];
 } tail_answers;
 
 /* An entry's states (in_use). A lingering entry is a process that keeps
@@ -67,6 +78,9 @@ typedef struct {
      * samples name (fo_identity.h); its slices are cut from them when it
      * is kept. 0: a request with flags. */
     _Atomic uint64_t proc;
+    /* without flags: the threads tail_begin and tail_end ran on (the
+     * request's first and last moments, on CPU there) */
+    uint64_t begin_thread, end_thread;
     uint64_t thread;  /* the running slice's thread; 0: scheduled out */
     int64_t from_ns;  /* the running slice's start */
     int64_t begun_ns; /* the request's start (tail_begin) */
@@ -96,7 +110,12 @@ typedef struct {
     fo_mfa asked_keys[TAIL_ASKS];
     fo_spinlock ctx_lock;
     uint32_t ctx_count, frame_count;
+    uint32_t reads;        /* without flags: read_ts/read_key filled */
     tail_answers *answers; /* NULL until the first */
+    /* without flags: when its stack is to be read next (fo_tail_poll_waits;
+     * 0: never) */
+    _Atomic int64_t next_read_ns;
+    atomic_uint polls; /* reads asked for this request (the drainer's) */
 } tail_entry;
 
 static pthread_mutex_t enable_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -105,7 +124,7 @@ static uint32_t max_processes, max_slices;
 static uint64_t max_bytes;
 static atomic_ullong slice_bytes; /* slices allocated, all entries */
 static atomic_uint hint;
-static atomic_ullong kept, full, truncated, reclaimed, asks, answers, missed_outs;
+static atomic_ullong kept, full, truncated, reclaimed, asks, answers, missed_outs, wait_reads;
 /* Lingering (tail_linger/2): how long, how many at once, and counters. */
 static _Atomic int64_t linger_ns;
 /* lingering_now: entries holding a place (lingering, or tracing a request
@@ -362,13 +381,19 @@ static void start_request(tail_entry *e, const ErlNifPid *self, int64_t ask_afte
     fo_spin_lock(&e->ctx_lock);
     e->ctx_count = 0;
     e->frame_count = 0;
+    e->reads = 0;
     fo_spin_unlock(&e->ctx_lock);
     fo_perf_note_thread();
     e->from_ns = e->begun_ns = fo_tracer_clock_ns();
     if (proc != 0) {
-        /* no callbacks: no open slice, nothing asked */
+        /* no callbacks: no open slice; from half its threshold on, its
+         * stack is read where it waits (fo_tail_poll_waits) */
         e->thread = 0;
+        e->begin_thread = fo_perf_thread_id();
+        atomic_store_explicit(&e->polls, 0, memory_order_relaxed);
         e->ask_after_ns = 0;
+        atomic_store_explicit(&e->next_read_ns, ask_after_ns > 0 ? e->from_ns + ask_after_ns : 0,
+                              memory_order_relaxed);
         if (!atomic_load_explicit(&flagless_ever, memory_order_relaxed))
             atomic_store(&flagless_ever, 1);
         bump(&e->n_flagless);
@@ -563,6 +588,7 @@ static void trim(tail_entry *e, uint64_t owner)
 /* A request without flags ends: its samples are named no more. */
 static void forget_proc(tail_entry *e)
 {
+    atomic_store_explicit(&e->next_read_ns, 0, memory_order_relaxed);
     if (atomic_load_explicit(&e->proc, memory_order_relaxed) != 0)
         atomic_store_explicit(&e->proc, 0, memory_order_release);
 }
@@ -632,9 +658,79 @@ ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
         return fo_atom_ok;
     }
     e->end_ns = fo_tracer_clock_ns();
+    e->end_thread = fo_perf_thread_id();
     close_slice(e, e->end_ns, NULL);
     e->linger_after = may_linger(e);
     return e->linger_after ? fo_atom_linger : fo_atom_ok;
+}
+
+/* A read of a request without flags, waiting in `key` at `now`: the time
+ * and function (a replay makes the slice before it stop there), and the
+ * stack, once per function (caller holds ctx_lock; answers allocated). */
+static ERL_NIF_TERM note_wait(tail_entry *e, int64_t now, const fo_mfa *key, const fo_mfa *frames, uint32_t count)
+{
+    if (e->reads >= TAIL_WAIT_READS)
+        return fo_atom_full;
+    e->answers->read_ts[e->reads] = now;
+    e->answers->read_key[e->reads] = *key;
+    e->reads++;
+    atomic_fetch_add_explicit(&wait_reads, 1, memory_order_relaxed);
+    for (uint32_t i = 0; i < e->ctx_count; i++)
+        if (fo_mfa_equal(&e->answers->ctx[i].key, key))
+            return fo_atom_ok;
+    if (e->ctx_count < TAIL_ASKS && e->frame_count + count <= TAIL_CONTEXT_FRAMES) {
+        /* after 0: applied at the first slice, as every context */
+        tail_context *c = &e->answers->ctx[e->ctx_count++];
+        c->key = *key;
+        c->after = 0;
+        c->first = e->frame_count;
+        c->count = count;
+        memcpy(&e->answers->frames[e->frame_count], frames, sizeof(fo_mfa) * count);
+        e->frame_count += count;
+        atomic_fetch_add_explicit(&answers, 1, memory_order_relaxed);
+    }
+    return fo_atom_ok;
+}
+
+int fo_tail_poll_waits(void)
+{
+    tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
+    if (table == NULL || !atomic_load_explicit(&flagless_ever, memory_order_relaxed))
+        return 0;
+    int pending = 0;
+    int64_t now = fo_tracer_clock_ns();
+    ErlNifPid helper;
+    int have_helper = -1;
+    for (uint32_t i = 0; i < max_processes; i++) {
+        tail_entry *e = &table[i];
+        int64_t due = atomic_load_explicit(&e->next_read_ns, memory_order_relaxed);
+        if (due == 0 || atomic_load_explicit(&e->in_use, memory_order_acquire) != TAIL_ACTIVE)
+            continue;
+        pending = 1;
+        if (now < due)
+            continue;
+        /* every 2 ms at first, further apart as reads go unanswered or
+         * pile up (a process that died with its entry, a request of many
+         * seconds), and none past TAIL_WAIT_READS asks */
+        uint32_t asked = atomic_fetch_add_explicit(&e->polls, 1, memory_order_relaxed);
+        int64_t every = TAIL_READ_EVERY_NS * (1 + asked / 64);
+        atomic_store_explicit(&e->next_read_ns, asked + 1 < TAIL_WAIT_READS * 4 ? now + every : 0,
+                              memory_order_relaxed);
+        if (have_helper < 0)
+            have_helper = fo_cpu_helpers_for(0, &helper);
+        ErlNifEnv *msg_env = have_helper ? enif_alloc_env() : NULL;
+        if (msg_env == NULL)
+            continue;
+        ErlNifPid owner;
+        owner.pid = (ERL_NIF_TERM)e->pid;
+        ERL_NIF_TERM msg = enif_make_tuple4(msg_env, fo_atom_flame_on_context,
+                                            state_term(msg_env, i, atomic_load(&e->gen)),
+                                            enif_make_pid(msg_env, &owner), fo_atom_flagless);
+        enif_send(NULL, &helper, msg_env, msg);
+        enif_free_env(msg_env);
+        atomic_fetch_add_explicit(&asks, 1, memory_order_relaxed);
+    }
+    return pending;
 }
 
 ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[])
@@ -662,6 +758,7 @@ ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     if (count == 0 || !fo_mfa_equal(&frames[count - 1], &key))
         frames[count++] = key;
     ERL_NIF_TERM result = fo_atom_full;
+    int64_t now = fo_tracer_clock_ns();
     fo_spin_lock(&e->ctx_lock);
     /* still that request's entry (it may have ended meanwhile, and the
      * same process begun another) */
@@ -669,6 +766,8 @@ ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[])
         result = fo_atom_stopped;
     } else if (e->answers == NULL && (e->answers = malloc(sizeof(tail_answers))) == NULL) {
         result = fo_atom_full;
+    } else if (atomic_load_explicit(&e->proc, memory_order_relaxed) != 0) {
+        result = note_wait(e, now, &key, frames, count);
     } else if (e->ctx_count < TAIL_ASKS && e->frame_count + count <= TAIL_CONTEXT_FRAMES) {
         tail_context *c = &e->answers->ctx[e->ctx_count++];
         c->key = key;
@@ -752,6 +851,67 @@ static void apply_gc(fo_session *core, uint8_t kind, uint64_t pid, int64_t ts, u
     fo_session_apply(core, &ev);
 }
 
+static int by_start(const void *a, const void *b)
+{
+    const tail_slice *x = a, *y = b;
+    return x->from_ns < y->from_ns ? -1 : x->from_ns > y->from_ns;
+}
+
+/* A request without flags: its slices in time order, and where it
+ * waited between them, from the reads (caller holds ctx_lock): the slice
+ * before a read (the last that ended before it) stops in the function of
+ * the first read after it; where a later read of the same gap names
+ * another function, the wait moves there at that read (a slice of no
+ * time, on no thread, stopping in it). */
+static void place_reads(tail_entry *e)
+{
+    if (e->count > 1)
+        qsort(e->slices, e->count, sizeof(tail_slice), by_start);
+    /* A slice starts a period before its first sample, which may reach
+     * into the one before it on another thread (the process moved): it
+     * starts just after that one ends (a replay orders an `in` before an
+     * `out` of the same time, so none may share a time). One that would
+     * start after its own first sample (samples of both threads
+     * interleaved, as no process runs) is not kept. */
+    uint32_t kept_slices = 0;
+    for (uint32_t i = 0; i < e->count; i++) {
+        tail_slice s = e->slices[i];
+        if (kept_slices > 0 && s.from_ns <= e->slices[kept_slices - 1].to_ns)
+            s.from_ns = e->slices[kept_slices - 1].to_ns + 1;
+        if (s.from_ns < s.to_ns)
+            e->slices[kept_slices++] = s;
+    }
+    e->count = kept_slices;
+    uint32_t slices = e->count;
+    uint32_t gap = UINT32_MAX; /* the slice whose gap the last read was in */
+    fo_mfa last_key = {0, 0, 0};
+    for (uint32_t r = 0; e->answers != NULL && r < e->reads; r++) {
+        int64_t ts = e->answers->read_ts[r];
+        const fo_mfa *key = &e->answers->read_key[r];
+        uint32_t lo = 0, hi = slices; /* the first slice ending after ts */
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (e->slices[mid].to_ns <= ts)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo == 0 || (lo < slices && e->slices[lo].from_ns <= ts))
+            continue; /* before its first slice, or inside one */
+        if (ts <= e->slices[lo - 1].to_ns)
+            ts = e->slices[lo - 1].to_ns + 1;
+        if (lo < slices && ts >= e->slices[lo].from_ns)
+            continue;
+        if (lo - 1 != gap) {
+            gap = lo - 1;
+            e->slices[gap].stop = *key;
+        } else if (!fo_mfa_equal(&last_key, key)) {
+            add_record(e, &(tail_slice){0, TAIL_MOVE, ts, ts, *key});
+        }
+        last_key = *key;
+    }
+}
+
 /* A slice of a request without flags (fo_perf_slice_fn). */
 static void add_run(void *ctx, uint64_t thread, int64_t from_ns, int64_t to_ns)
 {
@@ -773,10 +933,18 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     if (proc != 0) {
         /* its slices, from the samples that named it */
         int overwritten = 0;
-        fo_perf_runs(proc, e->begun_ns, e->end_ns, add_run, e, &overwritten);
+        /* it ran at its first and last nanosecond (tail_begin, tail_end):
+         * so it has a slice even where no sample caught it, and the time
+         * between its slices is its waits */
+        add_run(e, e->begin_thread, e->begun_ns, e->begun_ns + 1);
+        fo_perf_runs(proc, e->begun_ns + 1, e->end_ns - 1, add_run, e, &overwritten);
+        add_run(e, e->end_thread, e->end_ns - 1, e->end_ns);
         if (overwritten && e->dropped++ == 0)
             atomic_fetch_add_explicit(&truncated, 1, memory_order_relaxed);
         forget_proc(e);
+        fo_spin_lock(&e->ctx_lock);
+        place_reads(e);
+        fo_spin_unlock(&e->ctx_lock);
     }
     int64_t end_ns = e->dropped > 0 && e->count > 0 ? e->slices[e->count - 1].to_ns : e->end_ns;
     /* the records' events in time order (a collection's record comes
@@ -785,7 +953,7 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     if (e->count > 0 && events == NULL)
         return enif_raise_exception(env, fo_atom_memory);
     for (uint32_t i = 0; i < e->count; i++) {
-        int gc = e->slices[i].thread == 0;
+        int gc = e->slices[i].thread == 0 && !(e->slices[i].flags & TAIL_MOVE);
         events[2 * i] = (replay_event){e->slices[i].from_ns, gc ? 1 : 0, i};
         events[2 * i + 1] = (replay_event){e->slices[i].to_ns, gc ? 2 : 3, i};
     }
@@ -1011,6 +1179,7 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     put(env, &map, "linger_full", atomic_load(&linger_full));
     put(env, &map, "swept", atomic_load(&swept));
     put(env, &map, "flagless", flagless);
+    put(env, &map, "wait_reads", atomic_load(&wait_reads));
     put(env, &map, "flagless_begun", flagless_begun);
     return map;
 }

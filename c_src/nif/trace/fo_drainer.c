@@ -7,12 +7,16 @@
 #include "fo_atoms.h"
 #include "fo_perf.h"
 #include "fo_symbols.h"
+#include "fo_tail.h"
 #include "fo_tracer_slots.h"
 
 /* While native traces run, the kernel's sample rings are copied out this
  * often (a ring holds a few hundred ms of samples at the most frequent
  * sampling), and the perf map read for modules loaded since. */
 #define PERF_TICK_NS 20000000
+/* while a tail trace without flags may be slow: its waits are read this
+ * often (fo_tail_poll_waits) */
+#define WAIT_TICK_NS 2000000
 
 /* A message the thread sends for a tracer callback: {flame_on_in, Pid}
  * (fo_drainer_send_in), or {flame_on_context, {label, Label}, Pid, {M, F,
@@ -110,20 +114,20 @@ static int64_t now_ns(void)
 
 /* Waits for work (caller holds the mutex); while anyone samples, for
  * PERF_TICK_NS at most. Returns 1 when it is time to pump the samples. */
-static int wait_for_work(int64_t *last_pump)
+static int wait_for_work(int64_t *last_pump, int64_t tick_ns)
 {
     while (first == NULL && mail == NULL && !stopping) {
         if (!fo_perf_active()) {
             pthread_cond_wait(&wakeup, &mutex);
             continue;
         }
-        int64_t due = *last_pump + PERF_TICK_NS;
+        int64_t due = *last_pump + tick_ns;
         if (now_ns() >= due)
             break;
         struct timespec at = {(time_t)(due / 1000000000), (long)(due % 1000000000)};
         pthread_cond_timedwait(&wakeup, &mutex, &at);
     }
-    if (stopping || !fo_perf_active() || now_ns() < *last_pump + PERF_TICK_NS)
+    if (stopping || !fo_perf_active() || now_ns() < *last_pump + tick_ns)
         return 0;
     *last_pump = now_ns();
     return 1;
@@ -133,12 +137,14 @@ static void *drainer_main(void *arg)
 {
     (void)arg;
     int64_t last_pump = 0;
+    int64_t tick_ns = PERF_TICK_NS;
     pthread_mutex_lock(&mutex);
     for (;;) {
-        if (wait_for_work(&last_pump)) {
+        if (wait_for_work(&last_pump, tick_ns)) {
             pthread_mutex_unlock(&mutex);
             fo_perf_pump();
             fo_symbols_refresh();
+            tick_ns = fo_tail_poll_waits() ? WAIT_TICK_NS : PERF_TICK_NS;
             pthread_mutex_lock(&mutex);
             continue;
         }

@@ -151,8 +151,17 @@ defmodule FlameOn.Client.TailTest do
     assert waited >= 120_000, inspect(profile.stacks, limit: :infinity)
   end
 
-  describe "where native sampling runs (+JPperf true)" do
+  # the tail path's flags (`attribution: :flags`), with `config` beside
+  defp put_tail_env(config),
+    do: Application.put_env(:flame_on_client, :tail, Keyword.merge([attribution: :flags], config))
+
+  describe "with trace flags (attribution: :flags), where native sampling runs (+JPperf true)" do
     @describetag :native
+
+    setup do
+      put_tail_env([])
+      :ok
+    end
 
     test "every request traced: exactly the slow one is kept, with its stacks; nothing left after" do
       pids = load([mode: :native, threshold_ms: 200], 8, 15, 5)
@@ -178,7 +187,7 @@ defmodule FlameOn.Client.TailTest do
     end
 
     test "the hold turns off by itself after idle_ms" do
-      Application.put_env(:flame_on_client, :tail, idle_ms: 100)
+      put_tail_env(idle_ms: 100)
       FlameOn.Client.Tracing.trace("fast", &Work.fast/0, threshold_ms: 100, mode: :native)
       assert TailHold.stats().on
       # off, then the sampler released once no tail trace runs
@@ -188,7 +197,7 @@ defmodule FlameOn.Client.TailTest do
 
     test "a request that runs in more slices than an entry holds is truncated, and says so" do
       :ok = TailHold.off()
-      Application.put_env(:flame_on_client, :tail, max_slices: 20)
+      put_tail_env(max_slices: 20)
 
       FlameOn.Client.Tracing.trace("long", fn -> Work.slow_compute(100) end,
         threshold_ms: 50,
@@ -349,7 +358,7 @@ defmodule FlameOn.Client.TailTest do
     end
 
     test "a process's next tail trace takes its lingering flags again; the sweep removes them after linger_ms" do
-      Application.put_env(:flame_on_client, :tail, linger_ms: 200)
+      put_tail_env(linger_ms: 200)
       before = TailHold.stats()
       opts = [mode: :native, threshold_ms: 200, shipper: @to_me]
       FlameOn.Client.Tracing.trace("fast", &Work.fast/0, opts)
@@ -505,7 +514,7 @@ defmodule FlameOn.Client.TailTest do
     end
 
     test "linger_ms 0: the flags go when each trace ends" do
-      Application.put_env(:flame_on_client, :tail, linger_ms: 0)
+      put_tail_env(linger_ms: 0)
       FlameOn.Client.Tracing.trace("fast", &Work.fast/0, mode: :native, threshold_ms: 200)
       assert :erlang.trace_info(self(), :flags) == {:flags, []}
       stats = TailHold.stats()
@@ -513,7 +522,7 @@ defmodule FlameOn.Client.TailTest do
     end
 
     test "past max_lingering a trace's flags go at once, counted" do
-      Application.put_env(:flame_on_client, :tail, max_lingering: 2)
+      put_tail_env(max_lingering: 2)
       parent = self()
       full = TailHold.stats().linger_full
 
@@ -624,12 +633,56 @@ defmodule FlameOn.Client.TailTest do
       assert Native.tail_state(state) == :gone
     end
 
-    test "without flags (attribution: :samples) no request gets any; exactly the slow one is kept, its CPU stacks from the samples that named it" do
-      Application.put_env(:flame_on_client, :tail, attribution: :samples)
-      assert TailHold.on?(499)
-      assert TailHold.flagless?() == Native.tail_flagless()
+    test "cross_process and mode :sample take the own-session path" do
+      FlameOn.Client.Tracing.trace("slow", fn -> Work.slow(120, 180) end,
+        mode: :sample,
+        threshold_ms: 200,
+        shipper: @to_me
+      )
 
-      if TailHold.flagless?() do
+      assert_receive {:flame_on_profile, profile}
+      assert profile.mode == :sample
+      refute TailHold.stats().on
+    end
+  end
+
+  # Samples name the process they caught on x86-64 (the JIT's r13,
+  # c_src/core/fo_identity.h): there tail traces take no flags by default.
+  defp flagless? do
+    x86? =
+      :erlang.system_info(:system_architecture) |> to_string() |> String.starts_with?("x86_64")
+
+    assert TailHold.on?(499)
+    if x86?, do: assert(TailHold.flagless?())
+    TailHold.flagless?()
+  end
+
+  describe "without trace flags (the default), where native sampling runs (+JPperf true)" do
+    @describetag :native
+
+    test "every request traced: exactly the slow one is kept, with its CPU stacks and its wait where it waited" do
+      if flagless?() do
+        pids = load([mode: :native, threshold_ms: 200], 8, 15, 5)
+
+        assert [profile] = kept()
+        assert_slow_profile(profile, :native_tail)
+        assert profile.stats.tail_attribution == :samples
+        assert profile.stats.samples > 0
+        assert flags_left([self() | pids]) == []
+
+        stats = Native.tail_stats()
+        assert stats.in_use == 0 and stats.flagless == 0
+        assert stats.flagless_begun >= 120
+        # where it waited: read by the helpers while it waited
+        assert stats.wait_reads > 0
+        :ok = TailHold.off()
+        assert Native.perf_stats().users == 0
+        assert_node_clean()
+      end
+    end
+
+    test "no request gets a flag; the slow one's CPU stacks are its own samples', none of another process's" do
+      if flagless?() do
         parent = self()
         before = Native.tail_stats()
         identified = Native.perf_stats().identified
@@ -679,16 +732,98 @@ defmodule FlameOn.Client.TailTest do
       end
     end
 
-    test "cross_process and mode :sample take the own-session path" do
-      FlameOn.Client.Tracing.trace("slow", fn -> Work.slow(120, 180) end,
-        mode: :sample,
-        threshold_ms: 200,
-        shipper: @to_me
-      )
+    test "waits in calls hang under the call: the helpers read where it waits" do
+      if flagless?() do
+        {:ok, server} = Agent.start_link(fn -> :ok end)
 
-      assert_receive {:flame_on_profile, profile}
-      assert profile.mode == :sample
-      refute TailHold.stats().on
+        request = fn ->
+          for _ <- 1..60 do
+            Work.burst(3_000)
+            Agent.get(server, fn state -> Process.sleep(2) && state end)
+          end
+        end
+
+        FlameOn.Client.Tracing.trace("calls", request,
+          threshold_ms: 60,
+          mode: :native,
+          shipper: @to_me
+        )
+
+        assert_receive {:flame_on_profile, profile}, 5_000
+        assert profile.stats.tail_attribution == :samples
+        stacks = Enum.flat_map(profile.stacks, fn {_pid, stacks} -> stacks end)
+        waits = for {stack, us} <- stacks, String.ends_with?(stack, ";SLEEP"), do: {stack, us}
+        all = Enum.sum(Enum.map(waits, &elem(&1, 1)))
+
+        in_call =
+          for {stack, us} <- waits, stack =~ "GenServer.call/3;gen:do_call/4;SLEEP", do: us
+
+        # 60 waits of 2 ms; the reads start at half the threshold, and a
+        # wait before the request's first sample hangs under its root
+        assert all >= 100_000
+        assert Enum.sum(in_call) >= 0.75 * all, inspect(waits, limit: 10)
+        Agent.stop(server)
+      end
+    end
+
+    test "telemetry traces take no flags either" do
+      if flagless?() do
+        config = [mode: :native, threshold_ms: 200, shipper: @to_me]
+
+        event = fn suffix ->
+          Telemetry.handle_event([:tail_test, :req, suffix], %{}, %{}, config)
+        end
+
+        event.(:start)
+        assert :erlang.trace_info(self(), :flags) == {:flags, []}
+        assert FlameOn.Client.Tracing.traced?()
+        Work.slow(120, 180)
+        event.(:stop)
+        refute FlameOn.Client.Tracing.traced?()
+
+        assert [profile] = kept()
+        assert profile.name == "tail_test.req"
+        assert profile.stats.tail_attribution == :samples
+        assert time_in(profile, "TailTest.Work.slow_compute/1") >= 60_000
+        # (no root frame: a read where it waits is not anchored, nothing
+        # is read; its wait hangs under the stack sampled before it)
+        assert time_in(profile, ";SLEEP") >= 120_000
+      end
+    end
+
+    test "a request no sample caught: its time is all off-CPU, under its root" do
+      if flagless?() do
+        FlameOn.Client.Tracing.trace("idle", fn -> Process.sleep(30) end,
+          threshold_ms: 10,
+          mode: :native,
+          shipper: @to_me
+        )
+
+        assert_receive {:flame_on_profile, profile}
+        stacks = Enum.flat_map(profile.stacks, fn {_pid, stacks} -> stacks end)
+        total = Enum.sum(Enum.map(stacks, &elem(&1, 1)))
+        assert total >= 30_000 and total <= profile.duration_us + 1_000
+
+        for {stack, _us} <- stacks,
+            do: assert(String.starts_with?(stack, "FlameOn.Client.Tracing.Tail.call/1"))
+      end
+    end
+
+    test "the NIF: a request without flags begins and ends as one with them; bad arguments raise" do
+      if flagless?() do
+        assert Native.tail_flagless()
+        {:tail, index, _} = state = Native.tail_begin(0, nil, true)
+        assert Native.tail_state(state) == :active
+        assert Native.tail_stats().flagless == 1
+        assert Native.tail_end(state, 60_000_000_000) == :ok
+        assert Native.tail_state(state) == :gone
+        assert Native.tail_stats().flagless == 0
+        # its entry again, named by the last state
+        assert {:tail, ^index, _} = state = Native.tail_begin(0, state, true)
+        assert Native.tail_end(state, false) == :ok
+        assert_raise ArgumentError, fn -> Native.tail_begin(0, nil, :maybe) end
+        assert_raise ArgumentError, fn -> Native.tail_begin(-1, nil, true) end
+      end
     end
   end
 

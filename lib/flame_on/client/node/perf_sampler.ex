@@ -228,6 +228,15 @@ defmodule FlameOn.Client.Node.PerfSampler do
     end
   end
 
+  # a tail trace without flags (c_src/nif/sampling/fo_tail.h), asked every
+  # few ms: read where it waits, not while it runs
+  defp read_stop?(pid, :flagless, _so_far) do
+    case Process.info(pid, :status) do
+      {:status, :waiting} -> :waited
+      _ -> false
+    end
+  end
+
   defp read_stop?(_pid, _mfa, _so_far), do: :waited
 
   # bounded: the counts start over past a few hundred traced processes

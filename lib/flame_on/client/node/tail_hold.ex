@@ -79,7 +79,7 @@ defmodule FlameOn.Client.Node.TailHold do
     idle_ms: 5_000,
     linger_ms: 1_000,
     max_lingering: 256,
-    attribution: :flags
+    attribution: :samples
   ]
 
   # a tail trace's flags (FlameOn.Client.Tracing.Tail)
@@ -335,6 +335,9 @@ defmodule FlameOn.Client.Node.TailHold do
     begun = Native.tail_stats().begun
     # one started since the last check: it counts from now
     state = if begun != state.begun, do: %{state | begun: begun, active_ms: now}, else: state
+    # the entries of processes that died in a request go (without flags
+    # nothing else notices: their stacks would be asked about)
+    Native.tail_owners()
 
     if state.held and now - state.active_ms >= idle_ms do
       {:noreply, turn_off(%{state | timer: nil}, idle_ms)}

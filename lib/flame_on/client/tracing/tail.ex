@@ -141,7 +141,7 @@ defmodule FlameOn.Client.Tracing.Tail do
           {:ok, tail()} | :unavailable
   def start(opts, root, threshold_ms, name \\ nil, lingering \\ :unknown) do
     case route(opts) do
-      :flagless -> start_flagless(opts, root, name, lingering)
+      :flagless -> start_flagless(opts, root, threshold_ms, name, lingering)
       :flags -> start_flags(opts, root, threshold_ms, name, lingering)
       false -> :unavailable
     end
@@ -149,10 +149,12 @@ defmodule FlameOn.Client.Tracing.Tail do
 
   # No flags: an entry of the table, whose process its samples name (the
   # one of its last request again, if free: the note of it stays).
-  defp start_flagless(opts, root, name, last) do
+  # From half its threshold on, the thread helpers read where it waits
+  # (every 2 ms, c_src/nif/sampling/fo_tail.h).
+  defp start_flagless(opts, root, threshold_ms, name, last) do
     last = if last == :unknown, do: TailHold.lingering_self(), else: last
 
-    case Native.tail_begin(0, last, true) do
+    case Native.tail_begin(ask_after_ns(root, threshold_ms), last, true) do
       {:tail, _, _} = state ->
         # so a trace nested in it sees it (Capture.Common.self_state/0)
         TailHold.note_flagless_self(state)
