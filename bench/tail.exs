@@ -72,6 +72,9 @@ defmodule FlameOn.Bench.Tail do
       {"sample, threshold 250 (none kept)", [mode: :sample, sample_rate: 1.0, threshold_ms: 250]}
     ]
 
+    # the shared tail path as it runs by default (the `running`,
+    # `garbage_collection` and `receive` flags), and without flags (tail:
+    # [attribution: :samples]: the samples name the process)
     native =
       if native?,
         do: [
@@ -80,7 +83,11 @@ defmodule FlameOn.Bench.Tail do
            [mode: :native, sample_rate: 1.0, threshold_ms: 250]},
           # every request lasts over 1 ms (its sleep): all kept, on the
           # shared tail path
-          {"native, threshold 1 (all kept)", [mode: :native, sample_rate: 1.0, threshold_ms: 1]}
+          {"native, threshold 1 (all kept)", [mode: :native, sample_rate: 1.0, threshold_ms: 1]},
+          {"native, no flags, threshold 250 (none kept)",
+           {:samples, [mode: :native, sample_rate: 1.0, threshold_ms: 250]}},
+          {"native, no flags, threshold 1 (all kept)",
+           {:samples, [mode: :native, sample_rate: 1.0, threshold_ms: 1]}}
         ],
         else: []
 
@@ -114,17 +121,11 @@ defmodule FlameOn.Bench.Tail do
       {"native, threshold 250, own session",
        {:own, [mode: :native, sample_rate: 1.0, threshold_ms: 250]}},
       {"untraced, tail hold on (sampler only)", :hold},
-      # one tail trace around all of a worker's requests: their time
-      # slices' callbacks and records, none of trace/3's own work per
+      # one tail trace with flags around all of a worker's requests: their
+      # time slices' callbacks and records, none of trace/3's own work per
       # request (the floor of the flags)
       {"native, flags' floor (1 trace a worker)",
-       {:one, [mode: :native, sample_rate: 1.0, threshold_ms: 3_600_000]}},
-      # no trace flags: the samples name the process (tail: [attribution:
-      # :samples])
-      {"native, no flags, threshold 250 (none kept)",
-       {:samples, [mode: :native, sample_rate: 1.0, threshold_ms: 250]}},
-      {"native, no flags, threshold 1 (all kept)",
-       {:samples, [mode: :native, sample_rate: 1.0, threshold_ms: 1]}}
+       {:one, [mode: :native, sample_rate: 1.0, threshold_ms: 3_600_000]}}
     ]
 
   def extra_variants(false), do: []
@@ -184,8 +185,8 @@ defmodule FlameOn.Bench.Tail do
     {config, opts} =
       case opts do
         {:own, opts} -> {[shared: false], opts}
-        {:one, opts} -> {[shared: true], {:one, opts}}
-        {:linger0, opts} -> {[shared: true, linger_ms: 0], opts}
+        {:one, opts} -> {[shared: true, attribution: :flags], {:one, opts}}
+        {:linger0, opts} -> {[shared: true, linger_ms: 0, attribution: :flags], opts}
         {:samples, opts} -> {[shared: true, attribution: :samples], opts}
         :hold -> {[shared: true], :hold}
         opts -> {[shared: true], opts}
@@ -296,11 +297,15 @@ defmodule FlameOn.Bench.Tail do
 
     modes =
       if PerfSampler.available?(),
-        do: [{"native, shared tail path", :native, true}, {"native, own session", :native, false}],
+        do: [
+          {"native, shared (flags)", :native, [shared: true]},
+          {"native, shared, no flags", :native, [shared: true, attribution: :samples]},
+          {"native, own session", :native, [shared: false]}
+        ],
         else: []
 
-    for {label, mode, shared} <- modes ++ [{"sample", :sample, true}] do
-      shared!(shared)
+    for {label, mode, config} <- modes ++ [{"sample", :sample, [shared: true]}] do
+      tail_config!(config)
       me = self()
 
       # each traced run beside an untraced one, so the machine's load

@@ -28,6 +28,11 @@
  * trace that folds late still finds its slices' samples. */
 #define BUFFER_WORDS (1u << 17)
 #define BUFFER_SAMPLES (1u << 13)
+/* When each thread went to sleep and woke (PERF_RECORD_SWITCH, not
+ * counting preemptions), the newest ones: a gap between two samples is
+ * time in the kernel (samples there are not taken) unless the thread
+ * slept in it, and a thread that wakes runs what it woke for. */
+#define BUFFER_SWITCHES (1u << 12)
 
 /* Callchain values at or above this are PERF_CONTEXT_* markers. */
 #define CONTEXT_MARKER ((uint64_t)-4095)
@@ -37,6 +42,7 @@ typedef struct {
     uint64_t pos; /* absolute word index of its first ip */
     uint64_t caller; /* fo_perf.h: the JIT address found on the C stack, 0: none */
     uint64_t proc;   /* fo_identity.h: the known process it names, 0: none */
+    int64_t cpu_ns;  /* the thread's CPU time then (its task clock) */
     uint32_t n;
 } sample_ref;
 
@@ -50,6 +56,9 @@ typedef struct {
     sample_ref *refs;
     uint64_t refs_head, refs_oldest;
     int64_t dropped_until; /* newest time a sample left the buffer untaken */
+    int64_t *outs, *ins;   /* switch-out and -in times, BUFFER_SWITCHES each */
+    uint64_t outs_head, ins_head; /* absolute indices */
+    int asleep;            /* its last switch-out was a sleep, not a preemption */
 } perf_thread;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -143,7 +152,11 @@ static int open_event(uint64_t tid, uint32_t freq)
      * the thread's recent rate and undersamples a burst after idle time,
      * where a period gives every nanosecond on CPU the same chance. */
     attr.sample_period = 1000000000ull / freq;
-    attr.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_STACK_USER;
+    /* READ: the thread's CPU time at each sample (the task clock's count):
+     * samples in the kernel are not taken, so gaps between samples are
+     * told from time the thread slept by it (fo_identity_runs) */
+    attr.sample_type =
+        PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_READ | PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_STACK_USER;
     attr.sample_stack_user = FO_PERF_STACK_BYTES;
 #if FO_PERF_IDENTITY
     /* r13: the running process (fo_identity.h) */
@@ -154,6 +167,9 @@ static int open_event(uint64_t tid, uint32_t freq)
     attr.exclude_kernel = 1;
     attr.exclude_hv = 1;
     attr.exclude_callchain_kernel = 1;
+    /* switch records, stamped (sample_id_all: pid/tid and time follow) */
+    attr.context_switch = 1;
+    attr.sample_id_all = 1;
     attr.use_clockid = 1;
     attr.clockid = CLOCK_MONOTONIC;
     attr.sample_max_stack = FO_PERF_MAX_FRAMES;
@@ -176,8 +192,12 @@ static void free_buffers(perf_thread *t)
 {
     free(t->words);
     free(t->refs);
+    free(t->outs);
+    free(t->ins);
     t->words = NULL;
     t->refs = NULL;
+    t->outs = NULL;
+    t->ins = NULL;
 }
 
 /* Caller holds lock. */
@@ -212,7 +232,9 @@ static fo_perf_status open_thread(uint64_t tid, int *err)
     }
     t->words = calloc(BUFFER_WORDS, sizeof(uint64_t));
     t->refs = calloc(BUFFER_SAMPLES, sizeof(sample_ref));
-    if (t->ring == MAP_FAILED || t->words == NULL || t->refs == NULL) {
+    t->outs = calloc(BUFFER_SWITCHES, sizeof(int64_t));
+    t->ins = calloc(BUFFER_SWITCHES, sizeof(int64_t));
+    if (t->ring == MAP_FAILED || t->words == NULL || t->refs == NULL || t->outs == NULL || t->ins == NULL) {
         *err = errno;
         if (t->ring != MAP_FAILED)
             munmap(t->ring, t->ring_bytes);
@@ -361,8 +383,8 @@ static void make_room(perf_thread *t, uint32_t n)
     }
 }
 
-static void keep_sample(perf_thread *t, int64_t ts, const uint64_t *chain, uint64_t nr, uint64_t caller,
-                        uint64_t proc, const uint64_t *stack, uint64_t stack_words)
+static void keep_sample(perf_thread *t, int64_t ts, int64_t cpu_ns, const uint64_t *chain, uint64_t nr,
+                        uint64_t caller, uint64_t proc, const uint64_t *stack, uint64_t stack_words)
 {
     uint64_t ips[FO_PERF_MAX_FRAMES];
     uint32_t n = 0;
@@ -389,6 +411,7 @@ static void keep_sample(perf_thread *t, int64_t ts, const uint64_t *chain, uint6
     ref->pos = t->words_head;
     ref->caller = caller;
     ref->proc = proc;
+    ref->cpu_ns = cpu_ns;
     ref->n = n;
     if (proc != 0)
         counters.identified++;
@@ -412,10 +435,10 @@ static void drain_ring(perf_thread *t)
     size_t size = t->ring_bytes - (size_t)page_bytes;
     uint64_t head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
     uint64_t tail = meta->data_tail;
-    /* a sample: header, pid/tid, time, nr, the chain, the user registers
+    /* a sample: header, pid/tid, time, CPU time, nr, the chain, the user registers
      * (x86-64: their ABI, r13), then the stack copy: its size, the bytes,
      * their dynamic size */
-    uint64_t record[4 + FO_PERF_MAX_FRAMES + 2 + 3 + FO_PERF_STACK_BYTES / 8];
+    uint64_t record[5 + FO_PERF_MAX_FRAMES + 2 + 3 + FO_PERF_STACK_BYTES / 8];
     while (tail < head) {
         struct perf_event_header header;
         ring_copy(data, size, tail, &header, sizeof header);
@@ -423,12 +446,17 @@ static void drain_ring(perf_thread *t)
             break; /* cannot happen with a sane kernel: stop rather than spin */
         if (header.type == PERF_RECORD_SAMPLE && header.size <= sizeof record) {
             ring_copy(data, size, tail, record, header.size);
-            /* record[0] header, [1] pid|tid, [2] time, [3] nr, [4..] ips,
-             * then the stack copy: size, words, dynamic size */
+            /* record[0] header, [1] pid|tid, [2] time, [3] CPU time, [4] nr,
+             * [5..] ips, then the registers and the stack copy: size,
+             * words, dynamic size */
             uint64_t words = header.size / sizeof(uint64_t);
-            uint64_t nr = record[3] < words - 4 ? record[3] : words - 4;
+            if (words < 5) {
+                tail += header.size;
+                continue;
+            }
+            uint64_t nr = record[4] < words - 5 ? record[4] : words - 5;
             uint64_t caller = 0;
-            uint64_t at = 4 + nr;
+            uint64_t at = 5 + nr;
             uint64_t stack_words = 0;
             uint64_t reg = 0;
 #if FO_PERF_IDENTITY
@@ -444,11 +472,25 @@ static void drain_ring(perf_thread *t)
                 uint64_t dyn = record[at + 1 + copied] / 8;
                 stack_words = dyn < copied ? dyn : copied;
                 if (caller_fn != NULL && nr > 0)
-                    caller = caller_fn(record[4], &record[at + 1], stack_words);
+                    caller = caller_fn(record[5], &record[at + 1], stack_words);
             }
             const uint64_t *stack = stack_words > 0 ? &record[at + 1] : NULL;
             uint64_t proc = fo_identity_of(reg, stack, stack_words, known, known_count);
-            keep_sample(t, (int64_t)record[2], &record[4], nr, caller, proc, stack, stack_words);
+            keep_sample(t, (int64_t)record[2], (int64_t)record[3], &record[5], nr, caller, proc, stack, stack_words);
+        } else if (header.type == PERF_RECORD_SWITCH && header.size >= sizeof header + 16) {
+            /* header, pid|tid, time */
+            uint64_t sw[3];
+            ring_copy(data, size, tail, sw, sizeof sw);
+            /* a thread the OS preempted was runnable all along: only
+             * sleeps count, and the wake after one */
+            if (!(header.misc & PERF_RECORD_MISC_SWITCH_OUT)) {
+                if (t->asleep)
+                    t->ins[t->ins_head++ % BUFFER_SWITCHES] = (int64_t)sw[2];
+                t->asleep = 0;
+            } else if (!(header.misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT)) {
+                t->outs[t->outs_head++ % BUFFER_SWITCHES] = (int64_t)sw[2];
+                t->asleep = 1;
+            }
         } else if (header.type == PERF_RECORD_LOST && header.size >= sizeof header + 16) {
             uint64_t lost[3];
             ring_copy(data, size, tail, lost, sizeof lost);
@@ -592,6 +634,39 @@ void fo_perf_set_known_fn(fo_perf_known_fn fn)
     pthread_mutex_unlock(&lock);
 }
 
+/* The first index (absolute) of a thread's switch times (ring `at`,
+ * `head` written) later than ts; the ones the ring no longer holds read
+ * as none. Caller holds lock. */
+static uint64_t switch_after(const int64_t *at, uint64_t head, int64_t ts)
+{
+    uint64_t lo = head > BUFFER_SWITCHES ? head - BUFFER_SWITCHES : 0, hi = head;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (at[mid % BUFFER_SWITCHES] <= ts)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The first of the switch times in (from_ns, to_ns), 0 when none. */
+static int64_t first_switch(const int64_t *at, uint64_t head, int64_t from_ns, int64_t to_ns)
+{
+    uint64_t k = switch_after(at, head, from_ns);
+    return k < head && at[k % BUFFER_SWITCHES] < to_ns ? at[k % BUFFER_SWITCHES] : 0;
+}
+
+/* The last of the switch times in (from_ns, to_ns), 0 when none. */
+static int64_t last_switch(const int64_t *at, uint64_t head, int64_t from_ns, int64_t to_ns)
+{
+    uint64_t k = switch_after(at, head, to_ns - 1);
+    return k > 0 && k - 1 >= (head > BUFFER_SWITCHES ? head - BUFFER_SWITCHES : 0) &&
+                   at[(k - 1) % BUFFER_SWITCHES] > from_ns
+               ? at[(k - 1) % BUFFER_SWITCHES]
+               : 0;
+}
+
 typedef struct {
     fo_perf_slice_fn fn;
     void *ctx;
@@ -628,7 +703,11 @@ uint32_t fo_perf_runs(uint64_t proc, int64_t from_ns, int64_t to_ns, fo_perf_sli
             const sample_ref *ref = &t->refs[k % BUFFER_SAMPLES];
             if (ref->ts >= to_ns)
                 break;
-            window[n++] = (fo_identity_sample){ref->ts, ref->proc};
+            int64_t before = k > t->refs_oldest ? t->refs[(k - 1) % BUFFER_SAMPLES].ts : ref->ts - period_ns;
+            int64_t after = k + 1 < t->refs_head ? t->refs[(k + 1) % BUFFER_SAMPLES].ts : ref->ts + period_ns;
+            window[n++] = (fo_identity_sample){ref->ts, ref->cpu_ns, ref->proc,
+                                               last_switch(t->ins, t->ins_head, before, ref->ts),
+                                               first_switch(t->outs, t->outs_head, ref->ts, after)};
         }
         runs_ctx r = {fn, ctx, t->tid};
         given += fo_identity_runs(window, n, proc, from_ns, to_ns, period_ns, each_run, &r);

@@ -692,12 +692,12 @@ static ERL_NIF_TERM note_wait(tail_entry *e, int64_t now, const fo_mfa *key, con
     return fo_atom_ok;
 }
 
-int fo_tail_poll_waits(void)
+int64_t fo_tail_poll_waits(void)
 {
     tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
     if (table == NULL || !atomic_load_explicit(&flagless_ever, memory_order_relaxed))
         return 0;
-    int pending = 0;
+    int64_t next = 0;
     int64_t now = fo_tracer_clock_ns();
     ErlNifPid helper;
     int have_helper = -1;
@@ -706,16 +706,20 @@ int fo_tail_poll_waits(void)
         int64_t due = atomic_load_explicit(&e->next_read_ns, memory_order_relaxed);
         if (due == 0 || atomic_load_explicit(&e->in_use, memory_order_acquire) != TAIL_ACTIVE)
             continue;
-        pending = 1;
-        if (now < due)
+        if (now < due) {
+            if (next == 0 || due < next)
+                next = due;
             continue;
+        }
         /* every 2 ms at first, further apart as reads go unanswered or
          * pile up (a process that died with its entry, a request of many
          * seconds), and none past TAIL_WAIT_READS asks */
         uint32_t asked = atomic_fetch_add_explicit(&e->polls, 1, memory_order_relaxed);
         int64_t every = TAIL_READ_EVERY_NS * (1 + asked / 64);
-        atomic_store_explicit(&e->next_read_ns, asked + 1 < TAIL_WAIT_READS * 4 ? now + every : 0,
-                              memory_order_relaxed);
+        int64_t again = asked + 1 < TAIL_WAIT_READS * 4 ? now + every : 0;
+        atomic_store_explicit(&e->next_read_ns, again, memory_order_relaxed);
+        if (again != 0 && (next == 0 || again < next))
+            next = again;
         if (have_helper < 0)
             have_helper = fo_cpu_helpers_for(0, &helper);
         ErlNifEnv *msg_env = have_helper ? enif_alloc_env() : NULL;
@@ -730,7 +734,7 @@ int fo_tail_poll_waits(void)
         enif_free_env(msg_env);
         atomic_fetch_add_explicit(&asks, 1, memory_order_relaxed);
     }
-    return pending;
+    return next;
 }
 
 ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[])

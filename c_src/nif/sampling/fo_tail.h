@@ -150,9 +150,10 @@ ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[]);
 /* For the drainer thread, as it pumps: asks a helper to read the stack
  * of each request without flags that ran half its threshold, every
  * TAIL_READ_EVERY_NS (the helper reads it only where it waits, and
- * answers with cpu_context/5: fo_tail_context). Returns whether any such
- * request runs (the drainer pumps more often then). */
-int fo_tail_poll_waits(void);
+ * answers with cpu_context/5: fo_tail_context). Returns when the next
+ * read is due (fo_tracer_clock_ns time; 0: none is), so the drainer
+ * pumps no more often than reads need. */
+int64_t fo_tail_poll_waits(void);
 
 /* Frees the table (the library is unloaded). */
 void fo_tail_unload(void);

@@ -14,8 +14,8 @@
  * often (a ring holds a few hundred ms of samples at the most frequent
  * sampling), and the perf map read for modules loaded since. */
 #define PERF_TICK_NS 20000000
-/* while a tail trace without flags may be slow: its waits are read this
- * often (fo_tail_poll_waits) */
+/* the shortest tick: while a tail trace without flags may be slow, its
+ * waits are read this often (fo_tail_poll_waits) */
 #define WAIT_TICK_NS 2000000
 
 /* A message the thread sends for a tracer callback: {flame_on_in, Pid}
@@ -144,7 +144,10 @@ static void *drainer_main(void *arg)
             pthread_mutex_unlock(&mutex);
             fo_perf_pump();
             fo_symbols_refresh();
-            tick_ns = fo_tail_poll_waits() ? WAIT_TICK_NS : PERF_TICK_NS;
+            /* sooner when a tail trace's read is due before the tick */
+            int64_t due = fo_tail_poll_waits();
+            int64_t wait = due != 0 ? due - now_ns() : PERF_TICK_NS;
+            tick_ns = wait < WAIT_TICK_NS ? WAIT_TICK_NS : wait > PERF_TICK_NS ? PERF_TICK_NS : wait;
             pthread_mutex_lock(&mutex);
             continue;
         }

@@ -647,17 +647,19 @@ defmodule FlameOn.Client.TailTest do
   end
 
   # Samples name the process they caught on x86-64 (the JIT's r13,
-  # c_src/core/fo_identity.h): there tail traces take no flags by default.
+  # c_src/core/fo_identity.h): there tail traces with `attribution:
+  # :samples` take no flags.
   defp flagless? do
     x86? =
       :erlang.system_info(:system_architecture) |> to_string() |> String.starts_with?("x86_64")
 
+    Application.put_env(:flame_on_client, :tail, attribution: :samples)
     assert TailHold.on?(499)
     if x86?, do: assert(TailHold.flagless?())
     TailHold.flagless?()
   end
 
-  describe "without trace flags (the default), where native sampling runs (+JPperf true)" do
+  describe "without trace flags (attribution: :samples), where native sampling runs (+JPperf true)" do
     @describetag :native
 
     test "every request traced: exactly the slow one is kept, with its CPU stacks and its wait where it waited" do

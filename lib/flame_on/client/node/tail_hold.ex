@@ -79,7 +79,7 @@ defmodule FlameOn.Client.Node.TailHold do
     idle_ms: 5_000,
     linger_ms: 1_000,
     max_lingering: 256,
-    attribution: :samples
+    attribution: :flags
   ]
 
   # a tail trace's flags (FlameOn.Client.Tracing.Tail)
