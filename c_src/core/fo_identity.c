@@ -56,8 +56,6 @@ uint32_t fo_identity_sort(uint64_t *known, uint32_t n)
  * runs only while it runs. */
 static int slept_between(const fo_identity_sample *a, const fo_identity_sample *b, int64_t period_ns)
 {
-    if (a->slept_ns >= 0)
-        return a->slept_ns > 0;
     int64_t wall = b->ts_ns - a->ts_ns;
     if (a->cpu_ns == 0 || b->cpu_ns == 0)
         return wall > 2 * period_ns;
@@ -83,19 +81,14 @@ uint32_t fo_identity_runs(const fo_identity_sample *samples, uint32_t n, uint64_
             i++;
             continue;
         }
-        /* a thread that woke ran what it woke for from then */
-        int64_t start = s->woke_ns > 0 ? s->woke_ns : s->ts_ns - period_ns;
+        int64_t start = s->ts_ns - period_ns;
         if (start < floor_ns)
             start = floor_ns;
         uint32_t last = i;
         while (last + 1 < n && samples[last + 1].proc == proc && samples[last + 1].ts_ns < to_ns &&
                !slept_between(&samples[last], &samples[last + 1], period_ns))
             last++;
-        /* until it slept, if it did soon after */
-        const fo_identity_sample *l = &samples[last];
-        int64_t end = l->slept_ns > l->ts_ns && l->slept_ns < l->ts_ns + period_ns ? l->slept_ns : l->ts_ns + 1;
-        if (end > to_ns)
-            end = to_ns;
+        int64_t end = samples[last].ts_ns + 1;
         each(ctx, start, end);
         given++;
         floor_ns = end;

@@ -28,32 +28,25 @@ uint64_t fo_identity_of(uint64_t reg, const uint64_t *stack, uint64_t words, con
 uint32_t fo_identity_sort(uint64_t *known, uint32_t n);
 
 /* One thread's samples in time order, for fo_identity_runs: when, the
- * thread's CPU time then (0: unknown), the process each named (0: none),
- * when the thread last woke since the sample before (0: it did not, or
- * unknown), and when it first went to sleep after this one, before the
- * next sample or within a period (0: it did not; -1: unknown). */
+ * thread's CPU time then (0: unknown), and the process each named (0:
+ * none). */
 typedef struct {
     int64_t ts_ns;
     int64_t cpu_ns;
     uint64_t proc;
-    int64_t woke_ns;
-    int64_t slept_ns;
 } fo_identity_sample;
 
 /* Cuts the CPU time of process `proc` on one thread, between from_ns and
  * to_ns, into slices from that thread's samples (n, in time order): each
  * run of consecutive samples naming proc is one slice, unless the thread
- * slept between two of them (went off its CPU, not preempted; where that is not
- * known, their times differ by more than their CPU times do, by half a
- * period; without CPU times either, they are more than two periods
- * apart). A gap alone says nothing: samples in the kernel are not taken,
- * and its time counts in no CPU time either. Each slice runs from when
- * the thread woke before its first sample, if it did, else from a sample
- * period before it (not before the sample before it, of someone else,
- * nor from_ns), to when the thread went to sleep after its last sample
- * (a period after it at most), else just after that sample. `each` gets
- * every slice [from, to): a sample at ts is taken by a slice with
- * from <= ts < to. Returns the slices given. */
+ * slept between two of them: their times differ by more than their CPU
+ * times do, by half a period (without CPU times, they are more than two
+ * periods apart). A gap alone says nothing: a sample that would fall in
+ * the kernel is not taken. Each slice runs from a sample period before
+ * its first sample (not before the sample before it, of someone else,
+ * nor from_ns) to just after its last. `each` gets every slice
+ * [from, to): a sample at ts is taken by a slice with from <= ts < to.
+ * Returns the slices given. */
 typedef void (*fo_identity_slice_fn)(void *ctx, int64_t from_ns, int64_t to_ns);
 uint32_t fo_identity_runs(const fo_identity_sample *samples, uint32_t n, uint64_t proc, int64_t from_ns,
                           int64_t to_ns, int64_t period_ns, fo_identity_slice_fn each, void *ctx);

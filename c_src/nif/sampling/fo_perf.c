@@ -28,11 +28,6 @@
  * trace that folds late still finds its slices' samples. */
 #define BUFFER_WORDS (1u << 17)
 #define BUFFER_SAMPLES (1u << 13)
-/* When each thread went to sleep and woke (PERF_RECORD_SWITCH, not
- * counting preemptions), the newest ones: a gap between two samples is
- * time in the kernel (samples there are not taken) unless the thread
- * slept in it, and a thread that wakes runs what it woke for. */
-#define BUFFER_SWITCHES (1u << 12)
 
 /* Callchain values at or above this are PERF_CONTEXT_* markers. */
 #define CONTEXT_MARKER ((uint64_t)-4095)
@@ -56,9 +51,6 @@ typedef struct {
     sample_ref *refs;
     uint64_t refs_head, refs_oldest;
     int64_t dropped_until; /* newest time a sample left the buffer untaken */
-    int64_t *outs, *ins;   /* switch-out and -in times, BUFFER_SWITCHES each */
-    uint64_t outs_head, ins_head; /* absolute indices */
-    int asleep;            /* its last switch-out was a sleep, not a preemption */
 } perf_thread;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -167,9 +159,6 @@ static int open_event(uint64_t tid, uint32_t freq)
     attr.exclude_kernel = 1;
     attr.exclude_hv = 1;
     attr.exclude_callchain_kernel = 1;
-    /* switch records, stamped (sample_id_all: pid/tid and time follow) */
-    attr.context_switch = 1;
-    attr.sample_id_all = 1;
     attr.use_clockid = 1;
     attr.clockid = CLOCK_MONOTONIC;
     attr.sample_max_stack = FO_PERF_MAX_FRAMES;
@@ -192,12 +181,8 @@ static void free_buffers(perf_thread *t)
 {
     free(t->words);
     free(t->refs);
-    free(t->outs);
-    free(t->ins);
     t->words = NULL;
     t->refs = NULL;
-    t->outs = NULL;
-    t->ins = NULL;
 }
 
 /* Caller holds lock. */
@@ -232,9 +217,7 @@ static fo_perf_status open_thread(uint64_t tid, int *err)
     }
     t->words = calloc(BUFFER_WORDS, sizeof(uint64_t));
     t->refs = calloc(BUFFER_SAMPLES, sizeof(sample_ref));
-    t->outs = calloc(BUFFER_SWITCHES, sizeof(int64_t));
-    t->ins = calloc(BUFFER_SWITCHES, sizeof(int64_t));
-    if (t->ring == MAP_FAILED || t->words == NULL || t->refs == NULL || t->outs == NULL || t->ins == NULL) {
+    if (t->ring == MAP_FAILED || t->words == NULL || t->refs == NULL) {
         *err = errno;
         if (t->ring != MAP_FAILED)
             munmap(t->ring, t->ring_bytes);
@@ -477,20 +460,6 @@ static void drain_ring(perf_thread *t)
             const uint64_t *stack = stack_words > 0 ? &record[at + 1] : NULL;
             uint64_t proc = fo_identity_of(reg, stack, stack_words, known, known_count);
             keep_sample(t, (int64_t)record[2], (int64_t)record[3], &record[5], nr, caller, proc, stack, stack_words);
-        } else if (header.type == PERF_RECORD_SWITCH && header.size >= sizeof header + 16) {
-            /* header, pid|tid, time */
-            uint64_t sw[3];
-            ring_copy(data, size, tail, sw, sizeof sw);
-            /* a thread the OS preempted was runnable all along: only
-             * sleeps count, and the wake after one */
-            if (!(header.misc & PERF_RECORD_MISC_SWITCH_OUT)) {
-                if (t->asleep)
-                    t->ins[t->ins_head++ % BUFFER_SWITCHES] = (int64_t)sw[2];
-                t->asleep = 0;
-            } else if (!(header.misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT)) {
-                t->outs[t->outs_head++ % BUFFER_SWITCHES] = (int64_t)sw[2];
-                t->asleep = 1;
-            }
         } else if (header.type == PERF_RECORD_LOST && header.size >= sizeof header + 16) {
             uint64_t lost[3];
             ring_copy(data, size, tail, lost, sizeof lost);
@@ -634,39 +603,6 @@ void fo_perf_set_known_fn(fo_perf_known_fn fn)
     pthread_mutex_unlock(&lock);
 }
 
-/* The first index (absolute) of a thread's switch times (ring `at`,
- * `head` written) later than ts; the ones the ring no longer holds read
- * as none. Caller holds lock. */
-static uint64_t switch_after(const int64_t *at, uint64_t head, int64_t ts)
-{
-    uint64_t lo = head > BUFFER_SWITCHES ? head - BUFFER_SWITCHES : 0, hi = head;
-    while (lo < hi) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (at[mid % BUFFER_SWITCHES] <= ts)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/* The first of the switch times in (from_ns, to_ns), 0 when none. */
-static int64_t first_switch(const int64_t *at, uint64_t head, int64_t from_ns, int64_t to_ns)
-{
-    uint64_t k = switch_after(at, head, from_ns);
-    return k < head && at[k % BUFFER_SWITCHES] < to_ns ? at[k % BUFFER_SWITCHES] : 0;
-}
-
-/* The last of the switch times in (from_ns, to_ns), 0 when none. */
-static int64_t last_switch(const int64_t *at, uint64_t head, int64_t from_ns, int64_t to_ns)
-{
-    uint64_t k = switch_after(at, head, to_ns - 1);
-    return k > 0 && k - 1 >= (head > BUFFER_SWITCHES ? head - BUFFER_SWITCHES : 0) &&
-                   at[(k - 1) % BUFFER_SWITCHES] > from_ns
-               ? at[(k - 1) % BUFFER_SWITCHES]
-               : 0;
-}
-
 typedef struct {
     fo_perf_slice_fn fn;
     void *ctx;
@@ -703,11 +639,7 @@ uint32_t fo_perf_runs(uint64_t proc, int64_t from_ns, int64_t to_ns, fo_perf_sli
             const sample_ref *ref = &t->refs[k % BUFFER_SAMPLES];
             if (ref->ts >= to_ns)
                 break;
-            int64_t before = k > t->refs_oldest ? t->refs[(k - 1) % BUFFER_SAMPLES].ts : ref->ts - period_ns;
-            int64_t after = k + 1 < t->refs_head ? t->refs[(k + 1) % BUFFER_SAMPLES].ts : ref->ts + period_ns;
-            window[n++] = (fo_identity_sample){ref->ts, ref->cpu_ns, ref->proc,
-                                               last_switch(t->ins, t->ins_head, before, ref->ts),
-                                               first_switch(t->outs, t->outs_head, ref->ts, after)};
+            window[n++] = (fo_identity_sample){ref->ts, ref->cpu_ns, ref->proc};
         }
         runs_ctx r = {fn, ctx, t->tid};
         given += fo_identity_runs(window, n, proc, from_ns, to_ns, period_ns, each_run, &r);
