@@ -3,7 +3,6 @@
 #include <bsd/stdlib.h>
 #include <pthread.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -16,107 +15,8 @@
 #include "fo_perf.h"
 #include "fo_resource.h"
 #include "fo_spinlock.h"
+#include "fo_tail_entry.h"
 
-/* An entry's first array, and the most it keeps when freed (a short
- * request's array is reused by the next one). */
-#define TAIL_FIRST_SLICES 16u
-#define TAIL_KEPT_SLICES 64u
-/* Stops asked about per request, and the frames their answers keep. */
-#define TAIL_ASKS 16u
-#define TAIL_CONTEXT_FRAMES 256u
-
-/* A slice's flag: a message (or a receive's timeout) ended the wait
- * before it, or came in it */
-#define TAIL_AFTER_MESSAGE 1u
-/* A slice of no time on no thread (not a collection): where a request
- * without flags was read waiting in another function than before */
-#define TAIL_MOVE 2u
-
-/* A time slice: the thread, when, and the function the process stopped
- * in (its `out` event's MFA; module 0: none). A garbage collection is a
- * record with thread 0 (stop.arity 1: a major one). */
-typedef struct {
-    uint32_t thread; /* an OS thread id; 0: a collection */
-    uint32_t flags;  /* TAIL_AFTER_MESSAGE */
-    int64_t from_ns, to_ns;
-    fo_mfa stop;
-} tail_slice;
-
-/* A stack the thread's helper read (process_info) where the process
- * stopped in `key`, after `after` slices: frames root first, in the
- * entry's frame store from `first`. */
-typedef struct {
-    fo_mfa key;
-    uint32_t after, first, count;
-} tail_context;
-
-/* Stack reads of a request without flags: at most this many (when, and
- * the function it waited in), from its half threshold on, one every
- * TAIL_READ_EVERY_NS while it lasts (fo_tail_poll_waits). */
-#define TAIL_WAIT_READS 256u
-#define TAIL_READ_EVERY_NS 2000000
-
-/* The answers of one request, allocated at its first. */
-typedef struct {
-    tail_context ctx[TAIL_ASKS];
-    fo_mfa frames[TAIL_CONTEXT_FRAMES];
-    int64_t read_ts[TAIL_WAIT_READS];
-    fo_mfa read_key[TAIL_WAIT_READS];
-} tail_answers;
-
-/* An entry's states (in_use). A lingering entry is a process that keeps
- * its flags between requests (its callbacks return at once); a claimed
- * one is having them removed by another process (the sweep), and its
- * owner waits for that before it traces itself again. */
-enum { TAIL_FREE = 0, TAIL_ACTIVE = 1, TAIL_RECLAIM = 2, TAIL_LINGERING = 3, TAIL_CLAIMED = 4 };
-
-typedef struct {
-    atomic_int in_use; /* the states above */
-    atomic_uint gen;
-    uint64_t pid;
-    /* A request traced without flags: its process's pointer, which CPU
-     * samples name (fo_identity.h); its slices are cut from them when it
-     * is kept. 0: a request with flags. */
-    _Atomic uint64_t proc;
-    /* without flags: the threads tail_begin and tail_end ran on (the
-     * request's first and last moments, on CPU there) */
-    uint64_t begin_thread, end_thread;
-    uint64_t thread;  /* the running slice's thread; 0: scheduled out */
-    int64_t from_ns;  /* the running slice's start */
-    int64_t begun_ns; /* the request's start (tail_begin) */
-    int64_t end_ns;   /* tail_end's time; 0 before */
-    int64_t idle_ns;  /* lingering since */
-    int linger_after; /* a kept request: lingers once replayed */
-    int placed;       /* holds a place among the lingering (lingering_now) */
-    /* Counters of this entry's requests (tail_stats/0 sums them): written
-     * by whoever holds the entry, so no two processes' requests share a
-     * cache line for them. */
-    atomic_ullong n_begun, n_resumed, n_lingered, n_flagless;
-    /* a receive event since the last `in` or `out` (any thread sets it:
-     * the sender's may trace it), and the running slice's flags */
-    atomic_uint message;
-    uint32_t slice_flags;
-    uint32_t count;
-    uint32_t cap;     /* slices allocated */
-    uint32_t dropped; /* slices past max_slices or the byte budget */
-    tail_slice *slices;
-    /* Stops asked about: only once the request ran ask_after_ns (it may be
-     * slow), once per function, TAIL_ASKS at most; the answers (contexts,
-     * under ctx_lock: the helper writes them) say where its waits were. */
-    int64_t ask_after_ns; /* 0: never */
-    int64_t gc_from_ns;   /* a collection running since; 0: none */
-    uint32_t gc_major;
-    uint32_t asked;
-    fo_mfa asked_keys[TAIL_ASKS];
-    fo_spinlock ctx_lock;
-    uint32_t ctx_count, frame_count;
-    uint32_t reads;        /* without flags: read_ts/read_key filled */
-    tail_answers *answers; /* NULL until the first */
-    /* without flags: when its stack is to be read next (fo_tail_poll_waits;
-     * 0: never) */
-    _Atomic int64_t next_read_ns;
-    atomic_uint polls; /* reads asked for this request (the drainer's) */
-} tail_entry;
 
 static pthread_mutex_t enable_mutex = PTHREAD_MUTEX_INITIALIZER;
 static tail_entry *_Atomic entries; /* published once filled */
@@ -135,9 +35,6 @@ static atomic_ullong linger_full, swept;
 /* Set once a request is traced without flags: drains look for their
  * processes from then on. */
 static atomic_int flagless_ever;
-/* Whether a NIF's environment holds its process where this file reads it
- * (fo_tail_init: the runtime's versions checked). */
-static int env_layout_known;
 
 /* One more in a counter of the entry (its holder alone writes it). */
 static void bump(atomic_ullong *counter)
@@ -215,7 +112,7 @@ static int room(tail_entry *e)
     return 1;
 }
 
-static void add_record(tail_entry *e, const tail_slice *record)
+void fo_tail_add_record(tail_entry *e, const tail_slice *record)
 {
     if (e->dropped == 0 && room(e))
         e->slices[e->count++] = *record;
@@ -229,7 +126,7 @@ static void close_slice(tail_entry *e, int64_t now, const fo_mfa *stop)
     if (e->thread == 0)
         return;
     uint32_t flags = e->slice_flags | (atomic_exchange(&e->message, 0) ? TAIL_AFTER_MESSAGE : 0);
-    add_record(e, &(tail_slice){(uint32_t)e->thread, flags, e->from_ns, now, stop != NULL ? *stop : none});
+    fo_tail_add_record(e, &(tail_slice){(uint32_t)e->thread, flags, e->from_ns, now, stop != NULL ? *stop : none});
     e->thread = 0;
 }
 
@@ -291,7 +188,7 @@ static void note_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM state, ERL
         }
     } else if (tag == fo_atom_gc_minor_end || tag == fo_atom_gc_major_end) {
         if (e->gc_from_ns != 0)
-            add_record(e, &(tail_slice){0, 0, e->gc_from_ns, now, {0, 0, e->gc_major}});
+            fo_tail_add_record(e, &(tail_slice){0, 0, e->gc_from_ns, now, {0, 0, e->gc_major}});
         e->gc_from_ns = 0;
     } else if (tag == fo_atom_out) {
         /* where it stopped: {M, F, A} (atoms never move or die) */
@@ -436,21 +333,6 @@ static tail_entry *owned(ErlNifEnv *env, ERL_NIF_TERM state, const ErlNifPid *se
     return e;
 }
 
-/* The calling process's own pointer, as CPU samples name it, or 0 where
- * it cannot be read safely. A NIF's environment holds the process that
- * called it (erl_nif.c's struct enif_environment_t: mod_nif, then proc,
- * on OTP 24 to 28), and a process's first word is its pid: checked on
- * every call, so a layout that moved reads as unavailable, never as
- * another process. */
-static uint64_t own_proc(ErlNifEnv *env, const ErlNifPid *self)
-{
-    if (!FO_PERF_IDENTITY || !env_layout_known)
-        return 0;
-    void *proc = ((void *const *)env)[1];
-    if (proc == NULL || *(const ERL_NIF_TERM *)proc != enif_make_pid(env, self))
-        return 0;
-    return (uint64_t)(uintptr_t)proc;
-}
 
 /* The processes requests without flags trace now, for fo_perf's drains
  * (fo_perf_known_fn). */
@@ -470,12 +352,7 @@ static uint32_t known_procs(uint64_t *out, uint32_t max)
 
 void fo_tail_init(void)
 {
-    ErlNifSysInfo info;
-    unsigned major = 0;
-    enif_system_info(&info, sizeof(info));
-    /* erts 12 (OTP 24) to 16 (OTP 28): the versions whose layout was read */
-    env_layout_known = info.erts_version != NULL && sscanf(info.erts_version, "%u.", &major) == 1 && major >= 12 &&
-                       major <= 16;
+    fo_tail_flagless_init();
     fo_perf_set_known_fn(known_procs);
 }
 
@@ -484,7 +361,7 @@ ERL_NIF_TERM fo_tail_flagless_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM a
     (void)argc;
     (void)argv;
     ErlNifPid self;
-    return enif_self(env, &self) != NULL && own_proc(env, &self) != 0 ? fo_atom_true : fo_atom_false;
+    return enif_self(env, &self) != NULL && fo_tail_own_proc(env, &self) != 0 ? fo_atom_true : fo_atom_false;
 }
 
 ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -500,7 +377,7 @@ ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         return fo_atom_disabled;
     uint64_t proc = 0;
     if (argv[2] == fo_atom_true) {
-        if ((proc = own_proc(env, &self)) == 0)
+        if ((proc = fo_tail_own_proc(env, &self)) == 0)
             return fo_atom_unavailable;
         /* the entry of its last request, free again: taken with no scan
          * and no node-wide write */
@@ -664,33 +541,6 @@ ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     return e->linger_after ? fo_atom_linger : fo_atom_ok;
 }
 
-/* A read of a request without flags, waiting in `key` at `now`: the time
- * and function (a replay makes the slice before it stop there), and the
- * stack, once per function (caller holds ctx_lock; answers allocated). */
-static ERL_NIF_TERM note_wait(tail_entry *e, int64_t now, const fo_mfa *key, const fo_mfa *frames, uint32_t count)
-{
-    if (e->reads >= TAIL_WAIT_READS)
-        return fo_atom_full;
-    e->answers->read_ts[e->reads] = now;
-    e->answers->read_key[e->reads] = *key;
-    e->reads++;
-    atomic_fetch_add_explicit(&wait_reads, 1, memory_order_relaxed);
-    for (uint32_t i = 0; i < e->ctx_count; i++)
-        if (fo_mfa_equal(&e->answers->ctx[i].key, key))
-            return fo_atom_ok;
-    if (e->ctx_count < TAIL_ASKS && e->frame_count + count <= TAIL_CONTEXT_FRAMES) {
-        /* after 0: applied at the first slice, as every context */
-        tail_context *c = &e->answers->ctx[e->ctx_count++];
-        c->key = *key;
-        c->after = 0;
-        c->first = e->frame_count;
-        c->count = count;
-        memcpy(&e->answers->frames[e->frame_count], frames, sizeof(fo_mfa) * count);
-        e->frame_count += count;
-        atomic_fetch_add_explicit(&answers, 1, memory_order_relaxed);
-    }
-    return fo_atom_ok;
-}
 
 int64_t fo_tail_poll_waits(void)
 {
@@ -771,7 +621,12 @@ ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     } else if (e->answers == NULL && (e->answers = malloc(sizeof(tail_answers))) == NULL) {
         result = fo_atom_full;
     } else if (atomic_load_explicit(&e->proc, memory_order_relaxed) != 0) {
-        result = note_wait(e, now, &key, frames, count);
+        int noted = fo_tail_note_wait(e, now, &key, frames, count);
+        if (noted > 0)
+            atomic_fetch_add_explicit(&wait_reads, 1, memory_order_relaxed);
+        if (noted > 1)
+            atomic_fetch_add_explicit(&answers, 1, memory_order_relaxed);
+        result = noted > 0 ? fo_atom_ok : fo_atom_full;
     } else if (e->ctx_count < TAIL_ASKS && e->frame_count + count <= TAIL_CONTEXT_FRAMES) {
         tail_context *c = &e->answers->ctx[e->ctx_count++];
         c->key = key;
@@ -855,72 +710,8 @@ static void apply_gc(fo_session *core, uint8_t kind, uint64_t pid, int64_t ts, u
     fo_session_apply(core, &ev);
 }
 
-static int by_start(const void *a, const void *b)
-{
-    const tail_slice *x = a, *y = b;
-    return x->from_ns < y->from_ns ? -1 : x->from_ns > y->from_ns;
-}
 
-/* A request without flags: its slices in time order, and where it
- * waited between them, from the reads (caller holds ctx_lock): the slice
- * before a read (the last that ended before it) stops in the function of
- * the first read after it; where a later read of the same gap names
- * another function, the wait moves there at that read (a slice of no
- * time, on no thread, stopping in it). */
-static void place_reads(tail_entry *e)
-{
-    if (e->count > 1)
-        qsort(e->slices, e->count, sizeof(tail_slice), by_start);
-    /* A slice starts a period before its first sample, which may reach
-     * into the one before it on another thread (the process moved): it
-     * starts just after that one ends (a replay orders an `in` before an
-     * `out` of the same time, so none may share a time). One that would
-     * start after its own first sample (samples of both threads
-     * interleaved, as no process runs) is not kept. */
-    uint32_t kept_slices = 0;
-    for (uint32_t i = 0; i < e->count; i++) {
-        tail_slice s = e->slices[i];
-        if (kept_slices > 0 && s.from_ns <= e->slices[kept_slices - 1].to_ns)
-            s.from_ns = e->slices[kept_slices - 1].to_ns + 1;
-        if (s.from_ns < s.to_ns)
-            e->slices[kept_slices++] = s;
-    }
-    e->count = kept_slices;
-    uint32_t slices = e->count;
-    uint32_t gap = UINT32_MAX; /* the slice whose gap the last read was in */
-    fo_mfa last_key = {0, 0, 0};
-    for (uint32_t r = 0; e->answers != NULL && r < e->reads; r++) {
-        int64_t ts = e->answers->read_ts[r];
-        const fo_mfa *key = &e->answers->read_key[r];
-        uint32_t lo = 0, hi = slices; /* the first slice ending after ts */
-        while (lo < hi) {
-            uint32_t mid = lo + (hi - lo) / 2;
-            if (e->slices[mid].to_ns <= ts)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        if (lo == 0 || (lo < slices && e->slices[lo].from_ns <= ts))
-            continue; /* before its first slice, or inside one */
-        if (ts <= e->slices[lo - 1].to_ns)
-            ts = e->slices[lo - 1].to_ns + 1;
-        if (lo < slices && ts >= e->slices[lo].from_ns)
-            continue;
-        if (lo - 1 != gap) {
-            gap = lo - 1;
-            e->slices[gap].stop = *key;
-        } else if (!fo_mfa_equal(&last_key, key)) {
-            add_record(e, &(tail_slice){0, TAIL_MOVE, ts, ts, *key});
-        }
-        last_key = *key;
-    }
-}
 
-/* A slice of a request without flags (fo_perf_slice_fn). */
-static void add_run(void *ctx, uint64_t thread, int64_t from_ns, int64_t to_ns)
-{
-    add_record(ctx, &(tail_slice){(uint32_t)thread, 0, from_ns, to_ns, {0, 0, 0}});
-}
 
 ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
@@ -940,14 +731,14 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
         /* it ran at its first and last nanosecond (tail_begin, tail_end):
          * so it has a slice even where no sample caught it, and the time
          * between its slices is its waits */
-        add_run(e, e->begin_thread, e->begun_ns, e->begun_ns + 1);
-        fo_perf_runs(proc, e->begun_ns + 1, e->end_ns - 1, add_run, e, &overwritten);
-        add_run(e, e->end_thread, e->end_ns - 1, e->end_ns);
+        fo_tail_add_run(e, e->begin_thread, e->begun_ns, e->begun_ns + 1);
+        fo_perf_runs(proc, e->begun_ns + 1, e->end_ns - 1, fo_tail_add_run, e, &overwritten);
+        fo_tail_add_run(e, e->end_thread, e->end_ns - 1, e->end_ns);
         if (overwritten && e->dropped++ == 0)
             atomic_fetch_add_explicit(&truncated, 1, memory_order_relaxed);
         forget_proc(e);
         fo_spin_lock(&e->ctx_lock);
-        place_reads(e);
+        fo_tail_place_reads(e);
         fo_spin_unlock(&e->ctx_lock);
     }
     int64_t end_ns = e->dropped > 0 && e->count > 0 ? e->slices[e->count - 1].to_ns : e->end_ns;
