@@ -80,6 +80,10 @@
     A(mbuf_size)                                                                               \
     A(flame_on_context)                                                                        \
     A(flagless)                                                                                \
+    A(flame_on_promote)                                                                        \
+    A(untrace)                                                                                 \
+    A(check)                                                                                   \
+    A(begin)                                                                                   \
     A(stale)                                                                                   \
     A(moved)                                                                                   \
     A(slot)                                                                                    \

@@ -62,6 +62,8 @@ static ErlNifFunc nif_funcs[] = {
     {"tail_begin", 3, fo_tail_begin_nif, 0},
     {"tail_flagless", 0, fo_tail_flagless_nif, 0},
     {"tail_linger", 2, fo_tail_linger_nif, 0},
+    {"tail_promoter", 1, fo_tail_promoter_nif, 0},
+    {"tail_promote", 2, fo_tail_promote_nif, 0},
     {"tail_state", 1, fo_tail_state_nif, 0},
     {"tail_claim", 1, fo_tail_claim_nif, 0},
     {"tail_release", 1, fo_tail_release_nif, 0},

@@ -35,6 +35,12 @@ static atomic_ullong linger_full, swept;
 /* Set once a request is traced without flags: drains look for their
  * processes from then on. */
 static atomic_int flagless_ever;
+/* Who sets the flags of a request without flags that may be slow
+ * (tail_promoter/1: the tail hold), and how many it was asked to. */
+static pthread_mutex_t promoter_lock = PTHREAD_MUTEX_INITIALIZER;
+static ErlNifPid promoter;
+static int have_promoter; /* under promoter_lock */
+static atomic_ullong promotions;
 
 /* One more in a counter of the entry (its holder alone writes it). */
 static void bump(atomic_ullong *counter)
@@ -176,6 +182,7 @@ static void note_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM state, ERL
             atomic_fetch_add_explicit(&missed_outs, 1, memory_order_relaxed);
         }
         fo_perf_note_thread();
+        e->promoted_open = 0;
         e->thread = fo_perf_thread_id();
         e->from_ns = now;
         e->slice_flags = atomic_exchange(&e->message, 0) ? TAIL_AFTER_MESSAGE : 0;
@@ -199,6 +206,12 @@ static void note_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM state, ERL
         if (enif_get_tuple(env, payload, &arity, &mfa) && arity == 3 && enif_is_atom(env, mfa[0]) &&
             enif_is_atom(env, mfa[1]) && enif_get_uint(env, mfa[2], &a))
             stop = (fo_mfa){(uint64_t)mfa[0], (uint64_t)mfa[1], a};
+        /* running when it was promoted: its slice since then ends here */
+        if (e->thread == 0 && e->promoted_open) {
+            e->thread = fo_perf_thread_id();
+            e->from_ns = e->promoted_ns;
+        }
+        e->promoted_open = 0;
         close_slice(e, now, &stop);
         if (e->ask_after_ns != 0 && now >= e->ask_after_ns && stop.module != 0)
             ask(env, e, state, &pid, &stop);
@@ -287,6 +300,9 @@ static void start_request(tail_entry *e, const ErlNifPid *self, int64_t ask_afte
          * stack is read where it waits (fo_tail_poll_waits) */
         e->thread = 0;
         e->begin_thread = fo_perf_thread_id();
+        e->promoted_ns = 0;
+        e->promoted_open = 0;
+        atomic_store_explicit(&e->promotion, TAIL_PROMOTE_NONE, memory_order_relaxed);
         atomic_store_explicit(&e->polls, 0, memory_order_relaxed);
         e->ask_after_ns = 0;
         atomic_store_explicit(&e->next_read_ns, ask_after_ns > 0 ? e->from_ns + ask_after_ns : 0,
@@ -526,21 +542,47 @@ ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
         if (took_ns >= threshold_ns)
             return enif_make_tuple2(env, fo_atom_slow, enif_make_int64(env, took_ns));
     }
+    /* a request without flags that got them (promoted): its owner takes
+     * them off (the promoter, if it sets them after this, too) */
+    int promoted = atomic_exchange(&e->promotion, TAIL_PROMOTE_NONE) == TAIL_PROMOTE_ON;
     if (argv[1] != fo_atom_true) {
         if (may_linger(e)) {
             linger(e);
             return fo_atom_linger;
         }
         release(e);
-        return fo_atom_ok;
+        return promoted ? fo_atom_untrace : fo_atom_ok;
     }
     e->end_ns = fo_tracer_clock_ns();
     e->end_thread = fo_perf_thread_id();
     close_slice(e, e->end_ns, NULL);
     e->linger_after = may_linger(e);
-    return e->linger_after ? fo_atom_linger : fo_atom_ok;
+    return promoted ? fo_atom_untrace : e->linger_after ? fo_atom_linger : fo_atom_ok;
 }
 
+
+/* A request without flags that may be slow: the promoter is asked, once,
+ * to set its flags (fo_tail_promote_nif). */
+static void ask_promoter(tail_entry *e, uint32_t index)
+{
+    int expected = TAIL_PROMOTE_NONE;
+    pthread_mutex_lock(&promoter_lock);
+    ErlNifPid to = promoter;
+    int have = have_promoter;
+    pthread_mutex_unlock(&promoter_lock);
+    if (!have || !atomic_compare_exchange_strong(&e->promotion, &expected, TAIL_PROMOTE_ASKED))
+        return;
+    ErlNifEnv *msg_env = enif_alloc_env();
+    if (msg_env == NULL)
+        return;
+    ErlNifPid owner;
+    owner.pid = (ERL_NIF_TERM)e->pid;
+    ERL_NIF_TERM msg = enif_make_tuple3(msg_env, fo_atom_flame_on_promote, state_term(msg_env, index, atomic_load(&e->gen)),
+                                        enif_make_pid(msg_env, &owner));
+    enif_send(NULL, &to, msg_env, msg);
+    enif_free_env(msg_env);
+    atomic_fetch_add_explicit(&promotions, 1, memory_order_relaxed);
+}
 
 int64_t fo_tail_poll_waits(void)
 {
@@ -570,6 +612,7 @@ int64_t fo_tail_poll_waits(void)
         atomic_store_explicit(&e->next_read_ns, again, memory_order_relaxed);
         if (again != 0 && (next == 0 || again < next))
             next = again;
+        ask_promoter(e, i);
         if (have_helper < 0)
             have_helper = fo_cpu_helpers_for(0, &helper);
         ErlNifEnv *msg_env = have_helper ? enif_alloc_env() : NULL;
@@ -620,7 +663,9 @@ ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[])
         result = fo_atom_stopped;
     } else if (e->answers == NULL && (e->answers = malloc(sizeof(tail_answers))) == NULL) {
         result = fo_atom_full;
-    } else if (atomic_load_explicit(&e->proc, memory_order_relaxed) != 0) {
+    } else if (argv[2] == fo_atom_flagless) {
+        /* a read of a request without flags where it waits (asked by the
+         * drainer, or by its promoter as it sets its flags) */
         int noted = fo_tail_note_wait(e, now, &key, frames, count);
         if (noted > 0)
             atomic_fetch_add_explicit(&wait_reads, 1, memory_order_relaxed);
@@ -713,6 +758,51 @@ static void apply_gc(fo_session *core, uint8_t kind, uint64_t pid, int64_t ts, u
 
 
 
+/* A kept request without flags: its slices from its samples, up to the
+ * first one its flags' callbacks made if it was promoted (those follow,
+ * the contexts read with them counted after the samples' slices).
+ * Returns nonzero when memory is short. */
+static int flagless_slices(tail_entry *e, uint64_t proc)
+{
+    uint32_t recorded = e->count, recorded_dropped = e->dropped;
+    tail_slice *saved = NULL;
+    int64_t cut = e->end_ns;
+    if (recorded > 0) {
+        saved = reallocarray(NULL, recorded, sizeof(tail_slice));
+        if (saved == NULL)
+            return 1;
+        memcpy(saved, e->slices, (size_t)recorded * sizeof(tail_slice));
+        for (uint32_t i = 0; i < recorded; i++)
+            if (saved[i].from_ns < cut)
+                cut = saved[i].from_ns;
+    }
+    e->count = 0;
+    e->dropped = 0;
+    int overwritten = 0;
+    /* it ran at its first and last nanosecond (tail_begin, tail_end): so
+     * it has a slice even where no sample caught it, and the time between
+     * its slices is its waits */
+    fo_tail_add_run(e, e->begin_thread, e->begun_ns, e->begun_ns + 1);
+    fo_perf_runs(proc, e->begun_ns + 1, cut - 1, fo_tail_add_run, e, &overwritten);
+    if (recorded == 0)
+        fo_tail_add_run(e, e->end_thread, e->end_ns - 1, e->end_ns);
+    if (overwritten && e->dropped++ == 0)
+        atomic_fetch_add_explicit(&truncated, 1, memory_order_relaxed);
+    forget_proc(e);
+    fo_spin_lock(&e->ctx_lock);
+    fo_tail_place_reads(e);
+    uint32_t before = e->count;
+    for (uint32_t i = 0; e->answers != NULL && i < e->ctx_count; i++)
+        if (e->answers->ctx[i].after > 0)
+            e->answers->ctx[i].after += before;
+    fo_spin_unlock(&e->ctx_lock);
+    for (uint32_t i = 0; i < recorded; i++)
+        fo_tail_add_record(e, &saved[i]);
+    e->dropped += recorded_dropped;
+    free(saved);
+    return 0;
+}
+
 ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
@@ -725,22 +815,8 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     atomic_fetch_add_explicit(&kept, 1, memory_order_relaxed);
     fo_perf_pump(); /* the samples up to now */
     uint64_t proc = atomic_load(&e->proc);
-    if (proc != 0) {
-        /* its slices, from the samples that named it */
-        int overwritten = 0;
-        /* it ran at its first and last nanosecond (tail_begin, tail_end):
-         * so it has a slice even where no sample caught it, and the time
-         * between its slices is its waits */
-        fo_tail_add_run(e, e->begin_thread, e->begun_ns, e->begun_ns + 1);
-        fo_perf_runs(proc, e->begun_ns + 1, e->end_ns - 1, fo_tail_add_run, e, &overwritten);
-        fo_tail_add_run(e, e->end_thread, e->end_ns - 1, e->end_ns);
-        if (overwritten && e->dropped++ == 0)
-            atomic_fetch_add_explicit(&truncated, 1, memory_order_relaxed);
-        forget_proc(e);
-        fo_spin_lock(&e->ctx_lock);
-        fo_tail_place_reads(e);
-        fo_spin_unlock(&e->ctx_lock);
-    }
+    if (proc != 0 && flagless_slices(e, proc) != 0)
+        return enif_raise_exception(env, fo_atom_memory);
     int64_t end_ns = e->dropped > 0 && e->count > 0 ? e->slices[e->count - 1].to_ns : e->end_ns;
     /* the records' events in time order (a collection's record comes
      * before its slice's, which ends later) */
@@ -805,6 +881,46 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     else
         release(e);
     return answer;
+}
+
+ERL_NIF_TERM fo_tail_promoter_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    ErlNifPid pid;
+    int have = argv[0] != fo_atom_nil;
+    if (have && !enif_get_local_pid(env, argv[0], &pid))
+        return enif_make_badarg(env);
+    pthread_mutex_lock(&promoter_lock);
+    if (have)
+        promoter = pid;
+    have_promoter = have;
+    pthread_mutex_unlock(&promoter_lock);
+    return fo_atom_ok;
+}
+
+ERL_NIF_TERM fo_tail_promote_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tail_entry *e = entry_of(env, argv[0]);
+    if (argv[1] == fo_atom_check)
+        return e != NULL && e->end_ns == 0 && atomic_load(&e->promotion) == TAIL_PROMOTE_ON ? fo_atom_ok
+                                                                                            : fo_atom_gone;
+    if (argv[1] != fo_atom_begin)
+        return enif_make_badarg(env);
+    int expected = TAIL_PROMOTE_ASKED;
+    if (e == NULL || e->end_ns != 0 || atomic_load(&e->proc) == 0)
+        return fo_atom_gone;
+    /* from now its callbacks make its slices; it is not running as far
+     * as they know (its first `out`, if it runs, is not a slice: the
+     * samples say that part) */
+    e->promoted_ns = fo_tracer_clock_ns();
+    e->thread = 0;
+    e->promoted_open = 1;
+    e->ask_after_ns = e->promoted_ns;
+    if (!atomic_compare_exchange_strong(&e->promotion, &expected, TAIL_PROMOTE_ON))
+        return fo_atom_gone;
+    atomic_store_explicit(&e->next_read_ns, 0, memory_order_relaxed);
+    return fo_atom_ok;
 }
 
 ERL_NIF_TERM fo_tail_linger_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -975,6 +1091,7 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     put(env, &map, "swept", atomic_load(&swept));
     put(env, &map, "flagless", flagless);
     put(env, &map, "wait_reads", atomic_load(&wait_reads));
+    put(env, &map, "promotions", atomic_load(&promotions));
     put(env, &map, "flagless_begun", flagless_begun);
     return map;
 }

@@ -103,6 +103,21 @@ ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
 //   then gives the profile.
 ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
+// tail_promoter(Pid | nil) -> ok
+//   Who sets the flags of a request without flags once it may be slow (its
+//   half threshold): it gets {flame_on_promote, State, Pid} (once a
+//   request) and calls tail_promote(State, begin) before it sets them.
+ERL_NIF_TERM fo_tail_promoter_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+// tail_promote(State, begin | check) -> ok | gone
+//   begin: the request still runs and was asked about: its flags' callbacks
+//   make its slices from now (before, its samples did); the caller sets
+//   the flags then. check: whether it still runs with them (else the
+//   caller takes off the flags it set: the request ended meanwhile; its
+//   owner took them off too, if they were on by then: tail_end/2 answers
+//   untrace).
+ERL_NIF_TERM fo_tail_promote_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
 // tail_linger(LingerMs, MaxLingering) -> ok
 //   Lingering: a request that ends (tail_end/2) leaves its process its
 //   flags and entry (callbacks return at once) while fewer than

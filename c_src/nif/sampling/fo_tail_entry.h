@@ -109,7 +109,18 @@ typedef struct {
      * 0: never) */
     _Atomic int64_t next_read_ns;
     atomic_uint polls; /* reads asked for this request (the drainer's) */
+    /* Without flags until it may be slow (its half threshold), then with
+     * them: TAIL_PROMOTE_* below, and since when (fo_tail_promote). */
+    atomic_int promotion;
+    int64_t promoted_ns;
+    /* promoted, and no `in` or `out` since: an `out` first ends a slice
+     * that began then, on the thread it comes from */
+    int promoted_open;
 } tail_entry;
+
+/* A request without flags: not promoted, its promoter asked to set its
+ * flags, its flags being set (from promoted_ns on its slices are theirs). */
+enum { TAIL_PROMOTE_NONE = 0, TAIL_PROMOTE_ASKED = 1, TAIL_PROMOTE_ON = 2 };
 
 /* One more record of a request (a slice, a collection), within the
  * entry's and the node's bounds; past them counted as dropped

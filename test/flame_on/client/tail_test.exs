@@ -128,6 +128,13 @@ defmodule FlameOn.Client.TailTest do
         do: (acc -> acc + us)
   end
 
+  defp build_until(deadline) do
+    if System.monotonic_time(:millisecond) < deadline do
+      Work.build(2_000)
+      build_until(deadline)
+    end
+  end
+
   defp lingering(state), do: if(Native.tail_state(state) == :lingering, do: state)
 
   defp flags_left(pids) do
@@ -667,6 +674,7 @@ defmodule FlameOn.Client.TailTest do
         pids = load([mode: :native, threshold_ms: 200], 8, 15, 5)
 
         assert [profile] = kept()
+
         assert_slow_profile(profile, :native_tail)
         assert profile.stats.tail_attribution == :samples
         assert profile.stats.samples > 0
@@ -675,8 +683,8 @@ defmodule FlameOn.Client.TailTest do
         stats = Native.tail_stats()
         assert stats.in_use == 0 and stats.flagless == 0
         assert stats.flagless_begun >= 120
-        # where it waited: read by the helpers while it waited
-        assert stats.wait_reads > 0
+        # the slow one got its flags at half its threshold (TailHold)
+        assert stats.promotions >= 1
         :ok = TailHold.off()
         assert Native.perf_stats().users == 0
         assert_node_clean()
@@ -734,8 +742,11 @@ defmodule FlameOn.Client.TailTest do
       end
     end
 
-    test "waits in calls hang under the call: the helpers read where it waits" do
+    test "waits in calls hang under the call: the helpers read where it waits, until its flags are set" do
       if flagless?() do
+        # nobody sets its flags: its waits are all placed by the reads
+        Native.tail_promoter(nil)
+        reads = Native.tail_stats().wait_reads
         {:ok, server} = Agent.start_link(fn -> :ok end)
 
         request = fn ->
@@ -764,7 +775,40 @@ defmodule FlameOn.Client.TailTest do
         # wait before the request's first sample hangs under its root
         assert all >= 100_000
         assert Enum.sum(in_call) >= 0.75 * all, inspect(waits, limit: 10)
+        assert Native.tail_stats().wait_reads > reads
         Agent.stop(server)
+      end
+    end
+
+    test "a request that may be slow gets its flags: from then on its slices, collections and stops are exact" do
+      if flagless?() do
+        request = fn ->
+          Work.slow_compute(30)
+          deadline = System.monotonic_time(:millisecond) + 150
+          build_until(deadline)
+          Work.slow_wait(60)
+        end
+
+        # a new process, its heap small: many small collections
+        Task.async(fn ->
+          FlameOn.Client.Tracing.trace("promoted", request,
+            threshold_ms: 40,
+            mode: :native,
+            shipper: @to_me
+          )
+
+          # its flags went with its request
+          assert :erlang.trace_info(self(), :flags) == {:flags, []}
+        end)
+        |> Task.await(10_000)
+
+        assert_receive {:flame_on_profile, profile}, 5_000
+        assert profile.stats.tail_attribution == :samples
+        assert Native.tail_stats().promotions >= 1
+        # its collections after the promotion are GC time, its wait where it waited
+        assert profile.stats.gc_minor > 0
+        assert time_in(profile, "TailTest.Work.slow_wait/1;Process.sleep/1;SLEEP") >= 50_000
+        assert time_in(profile, "TailTest.Work.slow_compute/1") >= 20_000
       end
     end
 
@@ -804,7 +848,9 @@ defmodule FlameOn.Client.TailTest do
         assert_receive {:flame_on_profile, profile}
         stacks = Enum.flat_map(profile.stacks, fn {_pid, stacks} -> stacks end)
         total = Enum.sum(Enum.map(stacks, &elem(&1, 1)))
-        assert total >= 30_000 and total <= profile.duration_us + 1_000
+
+        assert total >= 30_000 and total <= profile.duration_us + 1_000,
+               inspect({total, profile.duration_us, stacks})
 
         for {stack, _us} <- stacks,
             do: assert(String.starts_with?(stack, "FlameOn.Client.Tracing.Tail.call/1"))

@@ -240,8 +240,8 @@ defmodule FlameOn.Client.Core.Native do
   @spec cpu_helper_gone(pid()) :: :ok
   def cpu_helper_gone(_helper), do: :erlang.nif_error(:nif_not_loaded)
 
-  @spec cpu_context({:slot | :label, non_neg_integer()}, pid(), mfa(), mfa(), list()) ::
-          :ok | :moved | :stale | :stopped
+  @spec cpu_context(tuple(), pid(), mfa() | :flagless, mfa(), list()) ::
+          :ok | :moved | :stale | :stopped | :full
   def cpu_context(_session, _pid, _mfa, _current, _stack),
     do: :erlang.nif_error(:nif_not_loaded)
 
@@ -404,8 +404,21 @@ defmodule FlameOn.Client.Core.Native do
   def tail_flagless, do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
-  @spec tail_end(tuple(), boolean()) :: :ok | :linger
+  @spec tail_end(tuple(), boolean() | non_neg_integer()) ::
+          :ok | :linger | :untrace | {:slow, non_neg_integer()}
   def tail_end(_state, _keep), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  # who sets the flags of a request without flags once it may be slow
+  # ({:flame_on_promote, state, pid} messages), nil: nobody
+  @spec tail_promoter(pid() | nil) :: :ok
+  def tail_promoter(_pid), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  # :begin: the request still runs, its flags' callbacks make its slices
+  # from now (the caller sets them); :check: whether it still runs so
+  @spec tail_promote(tuple(), :begin | :check) :: :ok | :gone
+  def tail_promote(_state, _how), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
   @spec tail_linger(non_neg_integer(), non_neg_integer()) :: :ok

@@ -60,7 +60,7 @@ defmodule FlameOn.Client.Node.TailHold do
   use GenServer
 
   alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Node.{BacktraceDepth, PerfSampler}
+  alias FlameOn.Client.Node.{BacktraceDepth, PerfSampler, TraceBackend}
 
   # the flags' slot of the hold's state (the second is not used)
   @state 1
@@ -356,6 +356,11 @@ defmodule FlameOn.Client.Node.TailHold do
        else: {:noreply, state}
   end
 
+  def handle_info({:flame_on_promote, tail, pid}, state) do
+    promote(tail, pid)
+    {:noreply, state}
+  end
+
   def handle_info(_msg, state), do: {:noreply, state}
 
   @impl GenServer
@@ -364,6 +369,49 @@ defmodule FlameOn.Client.Node.TailHold do
     stop_lingering()
     if state.held, do: release_sampling()
     :ok
+  end
+
+  # A tail trace without flags (attribution: :samples) that ran half its
+  # threshold may be slow: from now its flags' callbacks make its time
+  # slices, exactly (its collections, where it stops), as a trace with
+  # flags from the start. Unless it has another tracer, or ended before:
+  # then nothing is set, or what was set goes again (its owner takes them
+  # off too when it ends, Native.tail_end/2 answering :untrace).
+  defp promote(tail, pid) do
+    note_wait(tail, pid)
+
+    if :erlang.trace_info(pid, :tracer) == {:tracer, []} and
+         Native.tail_promote(tail, :begin) == :ok do
+      handle = TraceBackend.legacy({Native, tail})
+
+      try do
+        # (erlang:trace/3 waits for a running process to stop: where it
+        # stopped, if it waits, is read once its flags are on)
+        TraceBackend.trace(handle, pid, true, @flags)
+        note_wait(tail, pid)
+
+        if Native.tail_promote(tail, :check) != :ok and
+             :erlang.trace_info(pid, :tracer) == {:tracer, {Native, tail}},
+           do: TraceBackend.trace(handle, pid, false, @flags)
+      rescue
+        # it exited meanwhile
+        ArgumentError -> :ok
+      end
+    end
+
+    :ok
+  end
+
+  # Where it waits now, if it does (its flags see where it waits next).
+  defp note_wait(tail, pid) do
+    with {:status, :waiting} <- Process.info(pid, :status),
+         [current_function: current, current_stacktrace: stack] <-
+           Process.info(pid, [:current_function, :current_stacktrace]) do
+      Native.cpu_context(tail, pid, :flagless, current, stack)
+    end
+  rescue
+    # a stack the NIF refused: no read
+    ArgumentError -> :ok
   end
 
   # No trace lingers from now, and the flags of those that did go.
@@ -379,6 +427,8 @@ defmodule FlameOn.Client.Node.TailHold do
          {:ok, processes, _} <- enable(config),
          :ok <- linger(config, processes) do
       flagless = config[:attribution] != :flags and Native.tail_flagless()
+      # it sets the flags of a request without them that may be slow
+      Native.tail_promoter(if flagless, do: self())
       :atomics.put(state.flags, @state, if(flagless, do: @on_flagless, else: @on))
 
       {:ok,
@@ -435,6 +485,7 @@ defmodule FlameOn.Client.Node.TailHold do
 
   defp turn_off(state, wait_ms) do
     :atomics.put(state.flags, @state, @off)
+    Native.tail_promoter(nil)
     stop_lingering()
     wait_idle(System.monotonic_time(:millisecond) + wait_ms)
     untrace_stragglers()

@@ -149,12 +149,14 @@ defmodule FlameOn.Client.Tracing.Tail do
 
   # No flags: an entry of the table, whose process its samples name (the
   # one of its last request again, if free: the note of it stays).
-  # From half its threshold on, the thread helpers read where it waits
-  # (every 2 ms, c_src/nif/sampling/fo_tail.h).
+  # From half its threshold on, it may be slow: TailHold sets its flags
+  # (from then on its slices are exact, as with flags from the start),
+  # and until they are on the thread helpers read where it waits (every
+  # 2 ms, c_src/nif/sampling/fo_tail.h).
   defp start_flagless(opts, root, threshold_ms, name, last) do
     last = if last == :unknown, do: TailHold.lingering_self(), else: last
 
-    case Native.tail_begin(ask_after_ns(root, threshold_ms), last, true) do
+    case Native.tail_begin(div(threshold_ms * 1_000_000, 2), last, true) do
       {:tail, _, _} = state ->
         # so a trace nested in it sees it (Capture.Common.self_state/0)
         TailHold.note_flagless_self(state)
@@ -213,9 +215,19 @@ defmodule FlameOn.Client.Tracing.Tail do
     end
   end
 
-  # its flags stay for its next tail trace (TailHold's linger_ms), or go
+  # its flags stay for its next tail trace (TailHold's linger_ms), or go;
+  # a trace without flags that got them (TailHold's promote/2): they go
   defp ended(_tail, :linger), do: :ok
   defp ended(tail, :ok), do: untrace(tail)
+
+  defp ended(tail, :untrace) do
+    handle = TraceBackend.legacy({Native, tail.state})
+
+    if :erlang.trace_info(self(), :tracer) == {:tracer, {Native, tail.state}},
+      do: TraceBackend.trace(handle, self(), false, @flags)
+
+    :ok
+  end
 
   # A kept trace whose entry lingers once replayed: if the replay fails,
   # the flags go (the entry stays taken until the process exits, as
