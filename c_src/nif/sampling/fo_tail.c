@@ -792,6 +792,17 @@ static int flagless_slices(tail_entry *e, uint64_t proc)
     fo_spin_lock(&e->ctx_lock);
     fo_tail_place_reads(e);
     uint32_t before = e->count;
+    /* Running when it was promoted (its first slice with flags starts
+     * then): its last slice from samples ran up to that moment, not just
+     * past its last sample. */
+    if (before > 0 && recorded > 0 && cut == e->promoted_ns && e->slices[before - 1].thread != 0) {
+        fo_perf_counters pc;
+        fo_perf_counters_read(&pc);
+        int64_t period_ns = pc.frequency > 0 ? 1000000000ll / pc.frequency : 0;
+        tail_slice *last = &e->slices[before - 1];
+        if (last->to_ns < cut - 1 && cut - last->to_ns <= period_ns)
+            last->to_ns = cut - 1;
+    }
     for (uint32_t i = 0; e->answers != NULL && i < e->ctx_count; i++)
         if (e->answers->ctx[i].after > 0)
             e->answers->ctx[i].after += before;
