@@ -37,18 +37,16 @@ defmodule FlameOn.Client.Node.TailHold do
   #   * `:shared` (true) – false: every tail trace takes its own session
   #     (for comparisons; read when the hold would turn on, and kept until
   #     `off/1`).
-  #   * `:attribution` (:flags) – how a request's CPU samples are known
-  #     to be its own: `:flags`, by the `running` flag's time slices (with
-  #     the `garbage_collection` and `receive` flags: exact collections,
-  #     and waits where they were, at about 1-2 µs of callbacks per
-  #     request); `:samples`, by the process each sample names (no trace
-  #     flags: a request costs a table entry and two NIF calls;
-  #     c_src/core/fo_identity.h), where the VM allows it (x86-64, OTP 24
-  #     to 28; else as `:flags`). A kept request's CPU stacks are as
-  #     exact with it, but its waits hang under the stack sampled last
-  #     before each (nothing says where it stopped), and collections are
-  #     CPU samples in the runtime's C code, not GC time. Read when the
-  #     hold turns on.
+  #   * `:attribution` (:samples) – how a request's CPU samples are known
+  #     to be its own: `:samples`, by the process each sample names
+  #     (c_src/core/fo_identity.h: no trace flags, a table entry and two
+  #     NIF calls a request) until it runs half its threshold, when this
+  #     process sets its flags (promote/2: exact from then on); where
+  #     samples cannot name processes (not x86-64, OTP outside 24-28) as
+  #     `:flags`. `:flags`: the `running`, `garbage_collection` and
+  #     `receive` flags from the start (exact collections and waits, about
+  #     1-2 µs of callbacks a request), lingering between requests. Read
+  #     when the hold turns on.
   #
   # Per request, `on?/1` is a :persistent_term read and an atomics read;
   # whether tail traces started lately, the checks (every `idle_ms` / 2)
@@ -79,7 +77,7 @@ defmodule FlameOn.Client.Node.TailHold do
     idle_ms: 5_000,
     linger_ms: 1_000,
     max_lingering: 256,
-    attribution: :flags
+    attribution: :samples
   ]
 
   # a tail trace's flags (FlameOn.Client.Tracing.Tail)

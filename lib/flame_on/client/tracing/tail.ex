@@ -7,11 +7,13 @@ defmodule FlameOn.Client.Tracing.Tail do
   #     the node's CPU sampler keeps running while tail traces come
   #     (FlameOn.Client.Node.TailHold); a request takes an entry of the
   #     NIF's slice table (c_src/nif/sampling/fo_tail.h) and, by default,
-  #     no trace flags at all: the CPU samples name the process they caught
+  #     no trace flags: the CPU samples name the process they caught
   #     (c_src/core/fo_identity.h), and a kept request's time slices are
   #     cut from the samples that named it (its waits are the time between
-  #     them). With TailHold's `attribution: :flags` (or where samples
-  #     cannot name processes) it gets the `running`,
+  #     them, hung where reads found it); at half its threshold TailHold
+  #     sets its flags (promote/2) and it goes on as below. With TailHold's
+  #     `attribution: :flags` (or where samples cannot name processes) it
+  #     gets from the start the `running`,
   #     `garbage_collection` and `receive` flags instead, whose callbacks
   #     note the time slices it runs in, its collections and whether a
   #     message came. A fast request frees
