@@ -72,10 +72,9 @@ defmodule FlameOn.Bench.Tail do
       {"sample, threshold 250 (none kept)", [mode: :sample, sample_rate: 1.0, threshold_ms: 250]}
     ]
 
-    # the shared tail path as it runs by default (no trace flags until a
-    # request may be slow, where samples name processes), and with the
-    # `running`, `garbage_collection` and `receive` flags from the start
-    # (tail: [attribution: :flags])
+    # the shared tail path as it runs by default (the `running`,
+    # `garbage_collection` and `receive` flags), and without flags until a
+    # request may be slow (tail: [attribution: :samples])
     native =
       if native?,
         do: [
@@ -85,10 +84,10 @@ defmodule FlameOn.Bench.Tail do
           # every request lasts over 1 ms (its sleep): all kept, on the
           # shared tail path
           {"native, threshold 1 (all kept)", [mode: :native, sample_rate: 1.0, threshold_ms: 1]},
-          {"native, flags, threshold 250 (none kept)",
-           {:flags, [mode: :native, sample_rate: 1.0, threshold_ms: 250]}},
-          {"native, flags, threshold 1 (all kept)",
-           {:flags, [mode: :native, sample_rate: 1.0, threshold_ms: 1]}}
+          {"native, no flags, threshold 250 (none kept)",
+           {:samples, [mode: :native, sample_rate: 1.0, threshold_ms: 250]}},
+          {"native, no flags, threshold 1 (all kept)",
+           {:samples, [mode: :native, sample_rate: 1.0, threshold_ms: 1]}}
         ],
         else: []
 
@@ -117,7 +116,7 @@ defmodule FlameOn.Bench.Tail do
   # on and off per request, as before linger_ms).
   def extra_variants(true),
     do: [
-      {"native, flags, threshold 250, linger_ms 0",
+      {"native, threshold 250, linger_ms 0",
        {:linger0, [mode: :native, sample_rate: 1.0, threshold_ms: 250]}},
       {"native, threshold 250, own session",
        {:own, [mode: :native, sample_rate: 1.0, threshold_ms: 250]}},
@@ -188,7 +187,7 @@ defmodule FlameOn.Bench.Tail do
         {:own, opts} -> {[shared: false], opts}
         {:one, opts} -> {[shared: true, attribution: :flags], {:one, opts}}
         {:linger0, opts} -> {[shared: true, linger_ms: 0, attribution: :flags], opts}
-        {:flags, opts} -> {[shared: true, attribution: :flags], opts}
+        {:samples, opts} -> {[shared: true, attribution: :samples], opts}
         :hold -> {[shared: true], :hold}
         opts -> {[shared: true], opts}
       end
@@ -299,8 +298,8 @@ defmodule FlameOn.Bench.Tail do
     modes =
       if PerfSampler.available?(),
         do: [
-          {"native, shared", :native, [shared: true]},
-          {"native, shared, flags", :native, [shared: true, attribution: :flags]},
+          {"native, shared (flags)", :native, [shared: true]},
+          {"native, shared, no flags", :native, [shared: true, attribution: :samples]},
           {"native, own session", :native, [shared: false]}
         ],
         else: []
@@ -397,9 +396,8 @@ defmodule FlameOn.Bench.Tail do
       IO.puts("\n== breakdown: the shared tail path, a fast request (ns, median of 2000) ==")
 
       for {label, config} <- [
-            {"flags, linger_ms 0 (flags on and off)",
-             [shared: true, linger_ms: 0, attribution: :flags]},
-            {"flags, lingering", [shared: true, attribution: :flags]}
+            {"linger_ms 0 (flags on and off)", [shared: true, linger_ms: 0]},
+            {"lingering (the default)", [shared: true]}
           ] do
         IO.puts(label)
         tail_config!(config)

@@ -16,6 +16,7 @@
 #include "fo_resource.h"
 #include "fo_spinlock.h"
 #include "fo_tail_entry.h"
+#include "fo_tracer.h"
 
 
 static pthread_mutex_t enable_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -162,6 +163,15 @@ static void ask(ErlNifEnv *env, tail_entry *e, ERL_NIF_TERM state, const ErlNifP
 
 /* An event of the process an entry traces: tag, the tracer state, the
  * tracee and the payload (read for an `out` only). */
+/* A promoted request's `in` or `out`: its callbacks say where it is from
+ * now, no read is needed. */
+static void promoted_event(tail_entry *e)
+{
+    if (e->promoted_ns != 0 && atomic_load_explicit(&e->next_read_ns, memory_order_relaxed) != 0)
+        atomic_store_explicit(&e->next_read_ns, 0, memory_order_relaxed);
+    e->promoted_open = 0;
+}
+
 static void note_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM state, ERL_NIF_TERM tracee,
                        ERL_NIF_TERM payload)
 {
@@ -182,7 +192,7 @@ static void note_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM state, ERL
             atomic_fetch_add_explicit(&missed_outs, 1, memory_order_relaxed);
         }
         fo_perf_note_thread();
-        e->promoted_open = 0;
+        promoted_event(e);
         e->thread = fo_perf_thread_id();
         e->from_ns = now;
         e->slice_flags = atomic_exchange(&e->message, 0) ? TAIL_AFTER_MESSAGE : 0;
@@ -211,7 +221,7 @@ static void note_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM state, ERL
             e->thread = fo_perf_thread_id();
             e->from_ns = e->promoted_ns;
         }
-        e->promoted_open = 0;
+        promoted_event(e);
         close_slice(e, now, &stop);
         if (e->ask_after_ns != 0 && now >= e->ask_after_ns && stop.module != 0)
             ask(env, e, state, &pid, &stop);
@@ -570,7 +580,12 @@ static void ask_promoter(tail_entry *e, uint32_t index)
     ErlNifPid to = promoter;
     int have = have_promoter;
     pthread_mutex_unlock(&promoter_lock);
-    if (!have || !atomic_compare_exchange_strong(&e->promotion, &expected, TAIL_PROMOTE_ASKED))
+    /* Before OTP 25.3 flags set on a running process by another crashed
+     * the VM (erts_process_info, make_internal_hash on a bad term: 2 runs
+     * of 4 of bench/tail.exs with every request promoted; OTP 27: 0 of 3):
+     * there a request without flags stays so, its reads placing its waits */
+    if (!have || !fo_tracer_vm_trace_safe() ||
+        !atomic_compare_exchange_strong(&e->promotion, &expected, TAIL_PROMOTE_ASKED))
         return;
     ErlNifEnv *msg_env = enif_alloc_env();
     if (msg_env == NULL)
@@ -790,7 +805,7 @@ static int flagless_slices(tail_entry *e, uint64_t proc)
         atomic_fetch_add_explicit(&truncated, 1, memory_order_relaxed);
     forget_proc(e);
     fo_spin_lock(&e->ctx_lock);
-    fo_tail_place_reads(e);
+    fo_tail_place_reads(e, cut);
     uint32_t before = e->count;
     /* Running when it was promoted (its first slice with flags starts
      * then): its last slice from samples ran up to that moment, not just
@@ -930,7 +945,8 @@ ERL_NIF_TERM fo_tail_promote_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM ar
     e->ask_after_ns = e->promoted_ns;
     if (!atomic_compare_exchange_strong(&e->promotion, &expected, TAIL_PROMOTE_ON))
         return fo_atom_gone;
-    atomic_store_explicit(&e->next_read_ns, 0, memory_order_relaxed);
+    /* its reads go on until its first callback: erlang:trace/3 waits for
+     * a running process to stop, and where it stopped is read so */
     return fo_atom_ok;
 }
 
@@ -1103,6 +1119,7 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     put(env, &map, "flagless", flagless);
     put(env, &map, "wait_reads", atomic_load(&wait_reads));
     put(env, &map, "promotions", atomic_load(&promotions));
+    put(env, &map, "promote", (unsigned long long)fo_tracer_vm_trace_safe());
     put(env, &map, "flagless_begun", flagless_begun);
     return map;
 }

@@ -142,8 +142,9 @@ void fo_tail_flagless_init(void);
 int fo_tail_note_wait(tail_entry *e, int64_t now, const fo_mfa *key, const fo_mfa *frames, uint32_t count);
 
 /* A kept request without flags: its slices in time order, apart, and
- * where it waited between them from its reads (caller holds ctx_lock). */
-void fo_tail_place_reads(tail_entry *e);
+ * where it waited between them from its reads before until_ns (its flags'
+ * first slice, once promoted; caller holds ctx_lock). */
+void fo_tail_place_reads(tail_entry *e, int64_t until_ns);
 
 /* A slice of a request without flags (fo_perf_slice_fn; ctx: the entry). */
 void fo_tail_add_run(void *ctx, uint64_t thread, int64_t from_ns, int64_t to_ns);

@@ -74,7 +74,7 @@ static int by_start(const void *a, const void *b)
  * the first read after it; where a later read of the same gap names
  * another function, the wait moves there at that read (a slice of no
  * time, on no thread, stopping in it). */
-void fo_tail_place_reads(tail_entry *e)
+void fo_tail_place_reads(tail_entry *e, int64_t until_ns)
 {
     if (e->count > 1)
         qsort(e->slices, e->count, sizeof(tail_slice), by_start);
@@ -99,6 +99,8 @@ void fo_tail_place_reads(tail_entry *e)
     for (uint32_t r = 0; e->answers != NULL && r < e->reads; r++) {
         int64_t ts = e->answers->read_ts[r];
         const fo_mfa *key = &e->answers->read_key[r];
+        if (ts >= until_ns)
+            continue; /* once its flags' callbacks came: their stops say */
         uint32_t lo = 0, hi = slices; /* the first slice ending after ts */
         while (lo < hi) {
             uint32_t mid = lo + (hi - lo) / 2;

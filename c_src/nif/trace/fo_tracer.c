@@ -56,6 +56,11 @@ void fo_tracer_init(void)
                      (major > 13 || (major == 13 && minor >= 2));
 }
 
+int fo_tracer_vm_trace_safe(void)
+{
+    return remove_is_safe;
+}
+
 ERL_NIF_TERM fo_tracer_gone(void)
 {
     return remove_is_safe ? fo_atom_remove : fo_atom_discard;

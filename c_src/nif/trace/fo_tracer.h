@@ -20,6 +20,11 @@ void fo_tracer_init(void);
  * runs of 11 (0 of 8 without), so those still answer `remove`. */
 ERL_NIF_TERM fo_tracer_gone(void);
 
+/* Whether this VM is past the trace bugs of OTP before 25.3 (erts 13.2):
+ * a tracer removed by a `remove` answer (erlang/otp#6448), and flags set
+ * by one process on another that runs (tail promotion, fo_tail.c). */
+int fo_tracer_vm_trace_safe(void);
+
 // enabled(TraceTag, TracerState, Tracee) -> trace | discard | remove
 ERL_NIF_TERM fo_tracer_enabled(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 

@@ -683,8 +683,12 @@ defmodule FlameOn.Client.TailTest do
         stats = Native.tail_stats()
         assert stats.in_use == 0 and stats.flagless == 0
         assert stats.flagless_begun >= 120
-        # the slow one got its flags at half its threshold (TailHold)
-        assert stats.promotions >= 1
+        # the slow one got its flags at half its threshold (TailHold), on
+        # OTP 25.3+; before, its waits were read
+        if stats.promote == 1,
+          do: assert(stats.promotions >= 1),
+          else: assert(stats.promotions == 0 and stats.wait_reads > 0)
+
         :ok = TailHold.off()
         assert Native.perf_stats().users == 0
         assert_node_clean()
@@ -804,9 +808,13 @@ defmodule FlameOn.Client.TailTest do
 
         assert_receive {:flame_on_profile, profile}, 5_000
         assert profile.stats.tail_attribution == :samples
-        assert Native.tail_stats().promotions >= 1
-        # its collections after the promotion are GC time, its wait where it waited
-        assert profile.stats.gc_minor > 0
+        stats = Native.tail_stats()
+        # its collections after the promotion are GC time (OTP 25.3+: no
+        # promotion before), its wait where it waited either way
+        if stats.promote == 1,
+          do: assert(stats.promotions >= 1 and profile.stats.gc_minor > 0),
+          else: assert(stats.promotions == 0)
+
         assert time_in(profile, "TailTest.Work.slow_wait/1;Process.sleep/1;SLEEP") >= 50_000
         assert time_in(profile, "TailTest.Work.slow_compute/1") >= 20_000
       end

@@ -37,16 +37,16 @@ defmodule FlameOn.Client.Node.TailHold do
   #   * `:shared` (true) – false: every tail trace takes its own session
   #     (for comparisons; read when the hold would turn on, and kept until
   #     `off/1`).
-  #   * `:attribution` (:samples) – how a request's CPU samples are known
-  #     to be its own: `:samples`, by the process each sample names
+  #   * `:attribution` (:flags) – how a request's CPU samples are known
+  #     to be its own: `:flags`, the `running`, `garbage_collection` and
+  #     `receive` flags from the start (exact collections and waits, about
+  #     1-2 µs of callbacks a request), lingering between requests;
+  #     `:samples`, by the process each sample names
   #     (c_src/core/fo_identity.h: no trace flags, a table entry and two
   #     NIF calls a request) until it runs half its threshold, when this
   #     process sets its flags (promote/2: exact from then on); where
   #     samples cannot name processes (not x86-64, OTP outside 24-28) as
-  #     `:flags`. `:flags`: the `running`, `garbage_collection` and
-  #     `receive` flags from the start (exact collections and waits, about
-  #     1-2 µs of callbacks a request), lingering between requests. Read
-  #     when the hold turns on.
+  #     `:flags`. Read when the hold turns on.
   #
   # Per request, `on?/1` is a :persistent_term read and an atomics read;
   # whether tail traces started lately, the checks (every `idle_ms` / 2)
@@ -77,7 +77,7 @@ defmodule FlameOn.Client.Node.TailHold do
     idle_ms: 5_000,
     linger_ms: 1_000,
     max_lingering: 256,
-    attribution: :samples
+    attribution: :flags
   ]
 
   # a tail trace's flags (FlameOn.Client.Tracing.Tail)
@@ -376,17 +376,17 @@ defmodule FlameOn.Client.Node.TailHold do
   # then nothing is set, or what was set goes again (its owner takes them
   # off too when it ends, Native.tail_end/2 answering :untrace).
   defp promote(tail, pid) do
-    note_wait(tail, pid)
-
     if :erlang.trace_info(pid, :tracer) == {:tracer, []} and
          Native.tail_promote(tail, :begin) == :ok do
       handle = TraceBackend.legacy({Native, tail})
 
+      # (erlang:trace/3 waits for a running process to stop: where it
+      # stopped, if it waits, the helpers read until its first callback.
+      # Not here: process_info/2 of a process whose flags this process
+      # sets crashed OTP 25.2's VM in erts_process_info, 2 runs in 4 of
+      # bench/tail.exs with every request promoted; 0 in 4 without.)
       try do
-        # (erlang:trace/3 waits for a running process to stop: where it
-        # stopped, if it waits, is read once its flags are on)
         TraceBackend.trace(handle, pid, true, @flags)
-        note_wait(tail, pid)
 
         if Native.tail_promote(tail, :check) != :ok and
              :erlang.trace_info(pid, :tracer) == {:tracer, {Native, tail}},
@@ -398,18 +398,6 @@ defmodule FlameOn.Client.Node.TailHold do
     end
 
     :ok
-  end
-
-  # Where it waits now, if it does (its flags see where it waits next).
-  defp note_wait(tail, pid) do
-    with {:status, :waiting} <- Process.info(pid, :status),
-         [current_function: current, current_stacktrace: stack] <-
-           Process.info(pid, [:current_function, :current_stacktrace]) do
-      Native.cpu_context(tail, pid, :flagless, current, stack)
-    end
-  rescue
-    # a stack the NIF refused: no read
-    ArgumentError -> :ok
   end
 
   # No trace lingers from now, and the flags of those that did go.
