@@ -61,6 +61,14 @@ static void collect(void *ctx, int64_t from_ns, int64_t to_ns)
     s->n++;
 }
 
+/* Slice i of s is [from, to). */
+static void expect_slice(const slices *s, uint32_t i, int64_t from, int64_t to)
+{
+    assert_true(i < s->n);
+    assert_int_equal(s->from[i], from);
+    assert_int_equal(s->to[i], to);
+}
+
 static void test_runs_of_one_process_become_slices(void **state)
 {
     (void)state;
@@ -70,11 +78,9 @@ static void test_runs_of_one_process_become_slices(void **state)
     };
     slices got = {0};
     assert_int_equal(fo_identity_runs(samples, 6, 0xA, 0, 100000, 1000, collect, &got), 2);
-    assert_int_equal(got.from[0], 4000);
-    assert_int_equal(got.to[0], 7001);
+    expect_slice(&got, 0, 4000, 7001);
     /* not before the other process's sample */
-    assert_int_equal(got.from[1], 8001);
-    assert_int_equal(got.to[1], 9401);
+    expect_slice(&got, 1, 8001, 9401);
 }
 
 static void test_samples_far_apart_are_two_slices(void **state)
@@ -84,10 +90,8 @@ static void test_samples_far_apart_are_two_slices(void **state)
     const fo_identity_sample samples[] = {{1000, 0, 0xA}, {2000, 0, 0xA}, {40000, 0, 0xA}, {41000, 0, 0xA}};
     slices got = {0};
     assert_int_equal(fo_identity_runs(samples, 4, 0xA, 0, 100000, 1000, collect, &got), 2);
-    assert_int_equal(got.from[0], 0);
-    assert_int_equal(got.to[0], 2001);
-    assert_int_equal(got.from[1], 39000);
-    assert_int_equal(got.to[1], 41001);
+    expect_slice(&got, 0, 0, 2001);
+    expect_slice(&got, 1, 39000, 41001);
 }
 
 static void test_cpu_times_tell_a_sleep_from_time_in_the_kernel(void **state)
@@ -99,10 +103,8 @@ static void test_cpu_times_tell_a_sleep_from_time_in_the_kernel(void **state)
     const fo_identity_sample samples[] = {{1000, 100000, 0xA}, {5000, 103900, 0xA}, {9000, 104900, 0xA}};
     slices got = {0};
     assert_int_equal(fo_identity_runs(samples, 3, 0xA, 0, 100000, 1000, collect, &got), 2);
-    assert_int_equal(got.from[0], 0);
-    assert_int_equal(got.to[0], 5001);
-    assert_int_equal(got.from[1], 8000);
-    assert_int_equal(got.to[1], 9001);
+    expect_slice(&got, 0, 0, 5001);
+    expect_slice(&got, 1, 8000, 9001);
 }
 
 static void test_runs_stay_inside_the_window(void **state)
@@ -112,10 +114,8 @@ static void test_runs_stay_inside_the_window(void **state)
     slices got = {0};
     /* the first sample is before the window; the last after it */
     assert_int_equal(fo_identity_runs(samples, 5, 0xA, 1500, 5000, 1000, collect, &got), 2);
-    assert_int_equal(got.from[0], 1500);
-    assert_int_equal(got.to[0], 2001);
-    assert_int_equal(got.from[1], 2501);
-    assert_int_equal(got.to[1], 3001);
+    expect_slice(&got, 0, 1500, 2001);
+    expect_slice(&got, 1, 2501, 3001);
 }
 
 static void test_no_process_no_slices(void **state)

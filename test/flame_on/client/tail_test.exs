@@ -128,6 +128,28 @@ defmodule FlameOn.Client.TailTest do
         do: (acc -> acc + us)
   end
 
+  # 60 calls to an Agent that waits 2 ms, CPU between them, traced with
+  # a 60 ms threshold: the server and the kept profile.
+  defp calls_profile do
+    {:ok, server} = Agent.start_link(fn -> :ok end)
+
+    request = fn ->
+      for _ <- 1..60 do
+        Work.burst(3_000)
+        Agent.get(server, fn state -> Process.sleep(2) && state end)
+      end
+    end
+
+    FlameOn.Client.Tracing.trace("calls", request,
+      threshold_ms: 60,
+      mode: :native,
+      shipper: @to_me
+    )
+
+    assert_receive {:flame_on_profile, profile}, 5_000
+    {server, profile}
+  end
+
   defp build_until(deadline) do
     if System.monotonic_time(:millisecond) < deadline do
       Work.build(2_000)
@@ -249,22 +271,7 @@ defmodule FlameOn.Client.TailTest do
     # call from the last sample's stack (gen:do_call/4 under the compute
     # loop), about a sixth of the waits here.
     test "waits before the first stop read hang where a later read of the same function says" do
-      {:ok, server} = Agent.start_link(fn -> :ok end)
-
-      request = fn ->
-        for _ <- 1..60 do
-          Work.burst(3_000)
-          Agent.get(server, fn state -> Process.sleep(2) && state end)
-        end
-      end
-
-      FlameOn.Client.Tracing.trace("calls", request,
-        threshold_ms: 60,
-        mode: :native,
-        shipper: @to_me
-      )
-
-      assert_receive {:flame_on_profile, profile}, 5_000
+      {server, profile} = calls_profile()
       assert profile.mode == :native_tail
       stacks = Enum.flat_map(profile.stacks, fn {_pid, stacks} -> stacks end)
       waits = for {stack, us} <- stacks, stack =~ ~r/gen:do_call\/4;SLEEP$/, do: {stack, us}
@@ -751,22 +758,7 @@ defmodule FlameOn.Client.TailTest do
         # nobody sets its flags: its waits are all placed by the reads
         Native.tail_promoter(nil)
         reads = Native.tail_stats().wait_reads
-        {:ok, server} = Agent.start_link(fn -> :ok end)
-
-        request = fn ->
-          for _ <- 1..60 do
-            Work.burst(3_000)
-            Agent.get(server, fn state -> Process.sleep(2) && state end)
-          end
-        end
-
-        FlameOn.Client.Tracing.trace("calls", request,
-          threshold_ms: 60,
-          mode: :native,
-          shipper: @to_me
-        )
-
-        assert_receive {:flame_on_profile, profile}, 5_000
+        {server, profile} = calls_profile()
         assert profile.stats.tail_attribution == :samples
         stacks = Enum.flat_map(profile.stacks, fn {_pid, stacks} -> stacks end)
         waits = for {stack, us} <- stacks, String.ends_with?(stack, ";SLEEP"), do: {stack, us}
