@@ -372,7 +372,7 @@ defmodule FlameOn.Client.Node.TraceBackend do
       # a tail trace's flags, lingering on it between two of its requests
       # (FlameOn.Client.Node.TailHold): taken back
       {:error, {:already_traced, {FlameOn.Client.Core.Native, {:tail, _, _} = state}}} = error ->
-        if FlameOn.Client.Node.TailHold.unlinger(pid, state) == :ok,
+        if FlameOn.Client.Node.TailNote.unlinger(pid, state) == :ok,
           do: check_other(pid),
           else: error
 
