@@ -603,6 +603,21 @@ void fo_perf_set_known_fn(fo_perf_known_fn fn)
     pthread_mutex_unlock(&lock);
 }
 
+/* A sample period at the frequency sampling runs at, 0 when it does not
+ * (caller holds lock). */
+static int64_t period_locked(void)
+{
+    return frequency > 0 ? 1000000000ll / frequency : 0;
+}
+
+int64_t fo_perf_period_ns(void)
+{
+    pthread_mutex_lock(&lock);
+    int64_t period_ns = period_locked();
+    pthread_mutex_unlock(&lock);
+    return period_ns;
+}
+
 typedef struct {
     fo_perf_slice_fn fn;
     void *ctx;
@@ -623,7 +638,9 @@ uint32_t fo_perf_runs(uint64_t proc, int64_t from_ns, int64_t to_ns, fo_perf_sli
         return 0;
     static fo_identity_sample window[BUFFER_SAMPLES]; /* under lock */
     pthread_mutex_lock(&lock);
-    int64_t period_ns = frequency > 0 ? 1000000000ll / frequency : 1000000;
+    int64_t period_ns = period_locked();
+    if (period_ns == 0)
+        period_ns = 1000000;
     refresh_known();
     for (uint32_t i = 0; i < threads_end; i++) {
         perf_thread *t = &threads[i];

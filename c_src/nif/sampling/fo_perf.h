@@ -118,6 +118,10 @@ void fo_perf_set_known_fn(fo_perf_known_fn fn);
  * (fo_identity_runs). Returns the slices given; *overwritten is set when
  * the buffers no longer hold the window's start. Takes the mutex (fn must
  * not call fo_perf). */
+/* The time between two samples of a busy thread now (ns), 0 when nobody
+ * samples. Takes the mutex. */
+int64_t fo_perf_period_ns(void);
+
 typedef void (*fo_perf_slice_fn)(void *ctx, uint64_t thread, int64_t from_ns, int64_t to_ns);
 uint32_t fo_perf_runs(uint64_t proc, int64_t from_ns, int64_t to_ns, fo_perf_slice_fn fn, void *ctx, int *overwritten);
 

@@ -18,7 +18,6 @@
 #include "fo_tail_entry.h"
 #include "fo_tracer.h"
 
-
 static pthread_mutex_t enable_mutex = PTHREAD_MUTEX_INITIALIZER;
 static tail_entry *_Atomic entries; /* published once filled */
 static uint32_t max_processes, max_slices;
@@ -161,8 +160,6 @@ static void ask(ErlNifEnv *env, tail_entry *e, ERL_NIF_TERM state, const ErlNifP
     enif_free_env(msg_env);
 }
 
-/* An event of the process an entry traces: tag, the tracer state, the
- * tracee and the payload (read for an `out` only). */
 /* A promoted request's `in` or `out`: its callbacks say where it is from
  * now, no read is needed. */
 static void promoted_event(tail_entry *e)
@@ -171,6 +168,9 @@ static void promoted_event(tail_entry *e)
         atomic_store_explicit(&e->next_read_ns, 0, memory_order_relaxed);
     e->promoted_open = 0;
 }
+
+/* An event of the process an entry traces: tag, the tracer state, the
+ * tracee and the payload (read for an `out` only). */
 
 static void note_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM state, ERL_NIF_TERM tracee,
                        ERL_NIF_TERM payload)
@@ -358,7 +358,6 @@ static tail_entry *owned(ErlNifEnv *env, ERL_NIF_TERM state, const ErlNifPid *se
         return NULL;
     return e;
 }
-
 
 /* The processes requests without flags trace now, for fo_perf's drains
  * (fo_perf_known_fn). */
@@ -570,6 +569,21 @@ ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     return promoted ? fo_atom_untrace : e->linger_after ? fo_atom_linger : fo_atom_ok;
 }
 
+/* Sends {Tag, State, Pid} (or {Tag, State, Pid, Last} where last is not
+ * 0) about entry e at index to `to`, from any thread. */
+static void send_about(const ErlNifPid *to, tail_entry *e, uint32_t index, ERL_NIF_TERM tag, ERL_NIF_TERM last)
+{
+    ErlNifEnv *msg_env = enif_alloc_env();
+    if (msg_env == NULL)
+        return;
+    ErlNifPid owner;
+    owner.pid = (ERL_NIF_TERM)e->pid;
+    ERL_NIF_TERM state = state_term(msg_env, index, atomic_load(&e->gen));
+    ERL_NIF_TERM pid = enif_make_pid(msg_env, &owner);
+    ERL_NIF_TERM msg = last != 0 ? enif_make_tuple4(msg_env, tag, state, pid, last) : enif_make_tuple3(msg_env, tag, state, pid);
+    enif_send(NULL, to, msg_env, msg);
+    enif_free_env(msg_env);
+}
 
 /* A request without flags that may be slow: the promoter is asked, once,
  * to set its flags (fo_tail_promote_nif). */
@@ -587,15 +601,7 @@ static void ask_promoter(tail_entry *e, uint32_t index)
     if (!have || !fo_tracer_vm_trace_safe() ||
         !atomic_compare_exchange_strong(&e->promotion, &expected, TAIL_PROMOTE_ASKED))
         return;
-    ErlNifEnv *msg_env = enif_alloc_env();
-    if (msg_env == NULL)
-        return;
-    ErlNifPid owner;
-    owner.pid = (ERL_NIF_TERM)e->pid;
-    ERL_NIF_TERM msg = enif_make_tuple3(msg_env, fo_atom_flame_on_promote, state_term(msg_env, index, atomic_load(&e->gen)),
-                                        enif_make_pid(msg_env, &owner));
-    enif_send(NULL, &to, msg_env, msg);
-    enif_free_env(msg_env);
+    send_about(&to, e, index, fo_atom_flame_on_promote, 0);
     atomic_fetch_add_explicit(&promotions, 1, memory_order_relaxed);
 }
 
@@ -630,16 +636,9 @@ int64_t fo_tail_poll_waits(void)
         ask_promoter(e, i);
         if (have_helper < 0)
             have_helper = fo_cpu_helpers_for(0, &helper);
-        ErlNifEnv *msg_env = have_helper ? enif_alloc_env() : NULL;
-        if (msg_env == NULL)
+        if (!have_helper)
             continue;
-        ErlNifPid owner;
-        owner.pid = (ERL_NIF_TERM)e->pid;
-        ERL_NIF_TERM msg = enif_make_tuple4(msg_env, fo_atom_flame_on_context,
-                                            state_term(msg_env, i, atomic_load(&e->gen)),
-                                            enif_make_pid(msg_env, &owner), fo_atom_flagless);
-        enif_send(NULL, &helper, msg_env, msg);
-        enif_free_env(msg_env);
+        send_about(&helper, e, i, fo_atom_flame_on_context, fo_atom_flagless);
         atomic_fetch_add_explicit(&asks, 1, memory_order_relaxed);
     }
     return next;
@@ -770,9 +769,6 @@ static void apply_gc(fo_session *core, uint8_t kind, uint64_t pid, int64_t ts, u
     fo_session_apply(core, &ev);
 }
 
-
-
-
 /* A kept request without flags: its slices from its samples, up to the
  * first one its flags' callbacks made if it was promoted (those follow,
  * the contexts read with them counted after the samples' slices).
@@ -811,11 +807,8 @@ static int flagless_slices(tail_entry *e, uint64_t proc)
      * then): its last slice from samples ran up to that moment, not just
      * past its last sample. */
     if (before > 0 && recorded > 0 && cut == e->promoted_ns && e->slices[before - 1].thread != 0) {
-        fo_perf_counters pc;
-        fo_perf_counters_read(&pc);
-        int64_t period_ns = pc.frequency > 0 ? 1000000000ll / pc.frequency : 0;
         tail_slice *last = &e->slices[before - 1];
-        if (last->to_ns < cut - 1 && cut - last->to_ns <= period_ns)
+        if (last->to_ns < cut - 1 && cut - last->to_ns <= fo_perf_period_ns())
             last->to_ns = cut - 1;
     }
     for (uint32_t i = 0; e->answers != NULL && i < e->ctx_count; i++)

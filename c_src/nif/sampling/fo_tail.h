@@ -58,8 +58,9 @@ ERL_NIF_TERM fo_tail_trace(ErlNifEnv *env, const ERL_NIF_TERM argv[]);
 //   it), and set the slices' bounds.
 ERL_NIF_TERM fo_tail_enable_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
-/* Reads the runtime's version (whether a NIF's environment can name its
- * process) and gives fo_perf the processes traced without flags. */
+/* After fo_tracer_init: whether a NIF's environment can name its process
+ * (by the runtime's version), and gives fo_perf the processes traced
+ * without flags. */
 void fo_tail_init(void);
 
 // tail_flagless() -> boolean(): whether the calling process could be

@@ -131,8 +131,8 @@ void fo_tail_add_record(tail_entry *e, const tail_slice *record);
  * or 0 where it cannot be read safely (fo_tail_flagless_init says where). */
 uint64_t fo_tail_own_proc(ErlNifEnv *env, const ErlNifPid *self);
 
-/* Reads the runtime's version: whether a NIF's environment holds its
- * process where fo_tail_own_proc reads it. */
+/* Whether a NIF's environment holds its process where fo_tail_own_proc
+ * reads it, by the runtime's version (after fo_tracer_init). */
 void fo_tail_flagless_init(void);
 
 /* A read of where a request without flags waits, at `now`, in `key`,

@@ -3,22 +3,19 @@
  * make of its time. */
 #include "fo_tail_entry.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fo_perf.h"
+#include "fo_tracer.h"
 
 static int env_layout_known;
 
 void fo_tail_flagless_init(void)
 {
-    ErlNifSysInfo info;
-    unsigned major = 0;
-    enif_system_info(&info, sizeof(info));
     /* erts 12 (OTP 24) to 16 (OTP 28): the versions whose layout was read */
-    env_layout_known = info.erts_version != NULL && sscanf(info.erts_version, "%u.", &major) == 1 && major >= 12 &&
-                       major <= 16;
+    unsigned major = fo_tracer_erts_major();
+    env_layout_known = major >= 12 && major <= 16;
 }
 
 /* The calling process's own pointer, as CPU samples name it, or 0 where
@@ -69,11 +66,10 @@ static int by_start(const void *a, const void *b)
     return x->from_ns < y->from_ns ? -1 : x->from_ns > y->from_ns;
 }
 
-/* The slice
- * before a read (the last that ended before it) stops in the function of
- * the first read after it; where a later read of the same gap names
- * another function, the wait moves there at that read (a slice of no
- * time, on no thread, stopping in it). */
+/* The slice before a read (the last that ended before it) stops in the
+ * function of the first read after it; where a later read of the same
+ * gap names another function, the wait moves there at that read (a
+ * slice of no time, on no thread, stopping in it). */
 void fo_tail_place_reads(tail_entry *e, int64_t until_ns)
 {
     if (e->count > 1)

@@ -113,7 +113,7 @@ static int64_t now_ns(void)
 }
 
 /* Waits for work (caller holds the mutex); while anyone samples, for
- * PERF_TICK_NS at most. Returns 1 when it is time to pump the samples. */
+ * tick_ns at most. Returns 1 when it is time to pump the samples. */
 static int wait_for_work(int64_t *last_pump, int64_t tick_ns)
 {
     while (first == NULL && mail == NULL && !stopping) {

@@ -46,14 +46,21 @@ static int state_key(ErlNifEnv *env, ERL_NIF_TERM state, ERL_NIF_TERM *key)
 static int take_at_once(ErlNifEnv *env, const ERL_NIF_TERM argv[]);
 
 static int remove_is_safe;
+static unsigned erts_major; /* 0: unknown */
 
 void fo_tracer_init(void)
 {
     ErlNifSysInfo info;
     unsigned major = 0, minor = 0;
     enif_system_info(&info, sizeof(info));
-    remove_is_safe = info.erts_version != NULL && sscanf(info.erts_version, "%u.%u", &major, &minor) == 2 &&
-                     (major > 13 || (major == 13 && minor >= 2));
+    int read = info.erts_version != NULL && sscanf(info.erts_version, "%u.%u", &major, &minor) == 2;
+    erts_major = read ? major : 0;
+    remove_is_safe = read && (major > 13 || (major == 13 && minor >= 2));
+}
+
+unsigned fo_tracer_erts_major(void)
+{
+    return erts_major;
 }
 
 int fo_tracer_vm_trace_safe(void)

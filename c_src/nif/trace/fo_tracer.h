@@ -25,6 +25,10 @@ ERL_NIF_TERM fo_tracer_gone(void);
  * by one process on another that runs (tail promotion, fo_tail.c). */
 int fo_tracer_vm_trace_safe(void);
 
+/* The runtime's major version (erts 13: OTP 25), read by fo_tracer_init;
+ * 0 when it could not be read. */
+unsigned fo_tracer_erts_major(void);
+
 // enabled(TraceTag, TracerState, Tracee) -> trace | discard | remove
 ERL_NIF_TERM fo_tracer_enabled(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
