@@ -127,16 +127,6 @@ defmodule FlameOn.Client.Node.TailHold do
   end
 
   @doc """
-  Whether tail traces go without trace flags now (`route/1`, without
-  turning the hold on).
-  """
-  @spec flagless?() :: boolean()
-  def flagless? do
-    flags = :persistent_term.get({__MODULE__, :flags}, nil)
-    flags != nil and :atomics.get(flags, @state) == @on_flagless
-  end
-
-  @doc """
   Turns the hold off now (waits up to `wait_ms` for running tail traces);
   the next tail trace reads the configuration again.
   """
@@ -283,10 +273,7 @@ defmodule FlameOn.Client.Node.TailHold do
       # bench/tail.exs with every request promoted; 0 in 4 without.)
       try do
         TraceBackend.trace(handle, pid, true, @flags)
-
-        if Native.tail_promote(tail, :check) != :ok and
-             :erlang.trace_info(pid, :tracer) == {:tracer, {Native, tail}},
-           do: TraceBackend.trace(handle, pid, false, @flags)
+        if Native.tail_promote(tail, :check) != :ok, do: TailNote.remove_flags(pid, tail)
       rescue
         # it exited meanwhile
         ArgumentError -> :ok

@@ -6,15 +6,15 @@ defmodule FlameOn.Client.Tracing.Tail do
   #   * shared (mode :native where the VM samples natively, one process):
   #     the node's CPU sampler keeps running while tail traces come
   #     (FlameOn.Client.Node.TailHold); a request takes an entry of the
-  #     NIF's slice table (c_src/nif/sampling/fo_tail.h) and, by default,
-  #     no trace flags: the CPU samples name the process they caught
-  #     (c_src/core/fo_identity.h), and a kept request's time slices are
-  #     cut from the samples that named it (its waits are the time between
-  #     them, hung where reads found it); at half its threshold TailHold
-  #     sets its flags (promote/2) and it goes on as below. With TailHold's
-  #     `attribution: :flags` (or where samples cannot name processes) it
-  #     gets from the start the `running`,
-  #     `garbage_collection` and `receive` flags instead, whose callbacks
+  #     NIF's slice table (c_src/nif/sampling/fo_tail.h) and, with
+  #     TailHold's `attribution: :samples` (where samples can name
+  #     processes), no trace flags: the CPU samples name the process they
+  #     caught (c_src/core/fo_identity.h), and a kept request's time slices
+  #     are cut from the samples that named it (its waits are the time
+  #     between them, hung where reads found it); at half its threshold
+  #     TailHold sets its flags (promote/2, OTP 25.3+) and it goes on as
+  #     below. By default (`attribution: :flags`) it gets from the start
+  #     the `running`, `garbage_collection` and `receive` flags, whose callbacks
   #     note the time slices it runs in, its collections and whether a
   #     message came. A fast request frees
   #     its entry and builds nothing; a slow one replays its slices into a
@@ -39,7 +39,7 @@ defmodule FlameOn.Client.Tracing.Tail do
   alias FlameOn.Client.{Capture, Profile, ProcessName}
   alias FlameOn.Client.Capture.Common
   alias FlameOn.Client.Core.Native
-  alias FlameOn.Client.Node.{Breaker, PerfSampler, TailHold, TraceBackend}
+  alias FlameOn.Client.Node.{Breaker, PerfSampler, TailHold, TailNote, TraceBackend}
 
   require Logger
 
@@ -158,7 +158,7 @@ defmodule FlameOn.Client.Tracing.Tail do
   defp start_flagless(opts, root, threshold_ms, name, last) do
     last = if last == :unknown, do: TailHold.lingering_self(), else: last
 
-    case Native.tail_begin(div(threshold_ms * 1_000_000, 2), last, true) do
+    case Native.tail_begin(half_ns(threshold_ms), last, true) do
       {:tail, _, _} = state ->
         # so a trace nested in it sees it (Capture.Common.self_state/0)
         TailHold.note_flagless_self(state)
@@ -223,11 +223,7 @@ defmodule FlameOn.Client.Tracing.Tail do
   defp ended(tail, :ok), do: untrace(tail)
 
   defp ended(tail, :untrace) do
-    handle = TraceBackend.legacy({Native, tail.state})
-
-    if :erlang.trace_info(self(), :tracer) == {:tracer, {Native, tail.state}},
-      do: TraceBackend.trace(handle, self(), false, @flags)
-
+    TailNote.remove_flags(self(), tail.state)
     :ok
   end
 
@@ -262,7 +258,10 @@ defmodule FlameOn.Client.Tracing.Tail do
   # node's backtrace_depth, 8 by default, may cut it): without a root,
   # nothing is asked.
   defp ask_after_ns(nil, _threshold_ms), do: 0
-  defp ask_after_ns(_root, threshold_ms), do: div(threshold_ms * 1_000_000, 2)
+  defp ask_after_ns(_root, threshold_ms), do: half_ns(threshold_ms)
+
+  # half the threshold, in ns: from then on a request may be slow
+  defp half_ns(threshold_ms), do: div(threshold_ms * 1_000_000, 2)
 
   # (a trace without flags has none to take off; the note of its entry
   # stays, for its next request)
