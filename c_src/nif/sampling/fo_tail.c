@@ -333,6 +333,15 @@ static ERL_NIF_TERM state_term(ErlNifEnv *env, uint32_t index, unsigned gen)
     return enif_make_tuple3(env, fo_atom_tail, enif_make_uint(env, index), enif_make_uint(env, gen));
 }
 
+/* The entry's owner as read now, for a term: 0 when it has none (it was
+ * released meanwhile, by its owner on another thread). */
+static int owner_of(tail_entry *e, ErlNifPid *owner)
+{
+    uint64_t pid = atomic_load_explicit(&e->pid, memory_order_relaxed);
+    owner->pid = (ERL_NIF_TERM)pid;
+    return pid != 0;
+}
+
 /* An entry taken for the calling process (in_use already 1): a new
  * generation, so a late callback of its last owner's misses it. */
 static ERL_NIF_TERM take(ErlNifEnv *env, tail_entry *table, uint32_t index, const ErlNifPid *self, int64_t ask_after_ns,
@@ -444,9 +453,9 @@ ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     for (uint32_t index = 0; index < max_processes; index++) {
         tail_entry *e = &table[index];
         ErlNifPid owner;
-        owner.pid = (ERL_NIF_TERM)e->pid;
         int expected = atomic_load(&e->in_use);
-        if ((expected != TAIL_ACTIVE && expected != TAIL_LINGERING) || enif_is_process_alive(env, &owner) ||
+        if ((expected != TAIL_ACTIVE && expected != TAIL_LINGERING) || !owner_of(e, &owner) ||
+            enif_is_process_alive(env, &owner) ||
             !atomic_compare_exchange_strong(&e->in_use, &expected, TAIL_RECLAIM))
             continue;
         unplace(e);
@@ -571,18 +580,18 @@ ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
 
 /* Sends {Tag, State, Pid} (or {Tag, State, Pid, Last} where last is not
  * 0) about entry e at index to `to`, from any thread. */
-static void send_about(const ErlNifPid *to, tail_entry *e, uint32_t index, ERL_NIF_TERM tag, ERL_NIF_TERM last)
+static int send_about(const ErlNifPid *to, tail_entry *e, uint32_t index, ERL_NIF_TERM tag, ERL_NIF_TERM last)
 {
-    ErlNifEnv *msg_env = enif_alloc_env();
-    if (msg_env == NULL)
-        return;
     ErlNifPid owner;
-    owner.pid = (ERL_NIF_TERM)e->pid;
+    ErlNifEnv *msg_env;
+    if (!owner_of(e, &owner) || (msg_env = enif_alloc_env()) == NULL)
+        return 0;
     ERL_NIF_TERM state = state_term(msg_env, index, atomic_load(&e->gen));
     ERL_NIF_TERM pid = enif_make_pid(msg_env, &owner);
     ERL_NIF_TERM msg = last != 0 ? enif_make_tuple4(msg_env, tag, state, pid, last) : enif_make_tuple3(msg_env, tag, state, pid);
-    enif_send(NULL, to, msg_env, msg);
+    int sent = enif_send(NULL, to, msg_env, msg);
     enif_free_env(msg_env);
+    return sent;
 }
 
 /* A request without flags that may be slow: the promoter is asked, once,
@@ -594,15 +603,10 @@ static void ask_promoter(tail_entry *e, uint32_t index)
     ErlNifPid to = promoter;
     int have = have_promoter;
     pthread_mutex_unlock(&promoter_lock);
-    /* Before OTP 25.3 flags set on a running process by another crashed
-     * the VM (erts_process_info, make_internal_hash on a bad term: 2 runs
-     * of 4 of bench/tail.exs with every request promoted; OTP 27: 0 of 3):
-     * there a request without flags stays so, its reads placing its waits */
-    if (!have || !fo_tracer_vm_trace_safe() ||
-        !atomic_compare_exchange_strong(&e->promotion, &expected, TAIL_PROMOTE_ASKED))
+    if (!have || !atomic_compare_exchange_strong(&e->promotion, &expected, TAIL_PROMOTE_ASKED))
         return;
-    send_about(&to, e, index, fo_atom_flame_on_promote, 0);
-    atomic_fetch_add_explicit(&promotions, 1, memory_order_relaxed);
+    if (send_about(&to, e, index, fo_atom_flame_on_promote, 0))
+        atomic_fetch_add_explicit(&promotions, 1, memory_order_relaxed);
 }
 
 int64_t fo_tail_poll_waits(void)
@@ -638,8 +642,8 @@ int64_t fo_tail_poll_waits(void)
             have_helper = fo_cpu_helpers_for(0, &helper);
         if (!have_helper)
             continue;
-        send_about(&helper, e, i, fo_atom_flame_on_context, fo_atom_flagless);
-        atomic_fetch_add_explicit(&asks, 1, memory_order_relaxed);
+        if (send_about(&helper, e, i, fo_atom_flame_on_context, fo_atom_flagless))
+            atomic_fetch_add_explicit(&asks, 1, memory_order_relaxed);
     }
     return next;
 }
@@ -1021,7 +1025,8 @@ ERL_NIF_TERM fo_tail_idle_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         if (atomic_load_explicit(&e->in_use, memory_order_acquire) != TAIL_LINGERING)
             continue;
         ErlNifPid owner;
-        owner.pid = (ERL_NIF_TERM)e->pid;
+        if (!owner_of(e, &owner))
+            continue;
         /* a process that died took its flags with it: its place goes
          * now, however short it lingered */
         int alive = enif_is_process_alive(env, &owner);
@@ -1049,8 +1054,9 @@ ERL_NIF_TERM fo_tail_owners_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
         if (atomic_load_explicit(&e->in_use, memory_order_acquire) != 1)
             continue;
         ErlNifPid owner;
-        owner.pid = (ERL_NIF_TERM)e->pid;
         int taken = 1;
+        if (!owner_of(e, &owner))
+            continue;
         if (!enif_is_process_alive(env, &owner)) {
             if (atomic_compare_exchange_strong(&e->in_use, &taken, TAIL_RECLAIM)) {
                 atomic_fetch_add_explicit(&reclaimed, 1, memory_order_relaxed);
@@ -1112,7 +1118,6 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     put(env, &map, "flagless", flagless);
     put(env, &map, "wait_reads", atomic_load(&wait_reads));
     put(env, &map, "promotions", atomic_load(&promotions));
-    put(env, &map, "promote", (unsigned long long)fo_tracer_vm_trace_safe());
     put(env, &map, "flagless_begun", flagless_begun);
     return map;
 }

@@ -66,7 +66,11 @@ enum { TAIL_FREE = 0, TAIL_ACTIVE = 1, TAIL_RECLAIM = 2, TAIL_LINGERING = 3, TAI
 typedef struct {
     atomic_int in_use; /* the states above */
     atomic_uint gen;
-    uint64_t pid;
+    /* The owner; 0 once released. The drainer, the sweep and the hold
+     * read it while its owner may release it: read once, and a 0 never
+     * goes into a term (a pid term 0 in a message crashed the VM:
+     * bench/RESULTS.md) */
+    _Atomic uint64_t pid;
     /* A request traced without flags: its process's pointer, which CPU
      * samples name (fo_identity.h); its slices are cut from them when it
      * is kept. 0: a request with flags. */
