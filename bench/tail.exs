@@ -72,9 +72,11 @@ defmodule FlameOn.Bench.Tail do
       {"sample, threshold 250 (none kept)", [mode: :sample, sample_rate: 1.0, threshold_ms: 250]}
     ]
 
-    # the shared tail path as it runs by default (the `running`,
-    # `garbage_collection` and `receive` flags), and without flags until a
-    # request may be slow (tail: [attribution: :samples])
+    # the shared tail path as it runs by default (tail: [attribution:
+    # :samples]: without flags until a request may be slow, where samples
+    # name processes), with the `running`, `garbage_collection` and
+    # `receive` flags from the start (attribution: :flags), and
+    # explicitly without flags
     native =
       if native?,
         do: [
@@ -84,6 +86,10 @@ defmodule FlameOn.Bench.Tail do
           # every request lasts over 1 ms (its sleep): all kept, on the
           # shared tail path
           {"native, threshold 1 (all kept)", [mode: :native, sample_rate: 1.0, threshold_ms: 1]},
+          {"native, flags, threshold 250 (none kept)",
+           {:flags, [mode: :native, sample_rate: 1.0, threshold_ms: 250]}},
+          {"native, flags, threshold 1 (all kept)",
+           {:flags, [mode: :native, sample_rate: 1.0, threshold_ms: 1]}},
           {"native, no flags, threshold 250 (none kept)",
            {:samples, [mode: :native, sample_rate: 1.0, threshold_ms: 250]}},
           {"native, no flags, threshold 1 (all kept)",
@@ -134,6 +140,16 @@ defmodule FlameOn.Bench.Tail do
     IO.puts(
       "== load: #{@workers} workers, #{@requests} requests of 2 bursts (#{@burst}) around a 1 ms sleep, #{@rounds} rounds =="
     )
+
+    if PerfSampler.available?() do
+      IO.puts(
+        "(the default rows run " <>
+          if(FlameOn.Client.Core.Native.tail_flagless(),
+            do: "without flags until a request may be slow: samples name processes here)",
+            else: "with flags: samples cannot name processes here)"
+          )
+      )
+    end
 
     variants = variants()
     # warm up every path once
@@ -188,6 +204,7 @@ defmodule FlameOn.Bench.Tail do
         {:one, opts} -> {[shared: true, attribution: :flags], {:one, opts}}
         {:linger0, opts} -> {[shared: true, linger_ms: 0, attribution: :flags], opts}
         {:samples, opts} -> {[shared: true, attribution: :samples], opts}
+        {:flags, opts} -> {[shared: true, attribution: :flags], opts}
         :hold -> {[shared: true], :hold}
         opts -> {[shared: true], opts}
       end
@@ -298,7 +315,7 @@ defmodule FlameOn.Bench.Tail do
     modes =
       if PerfSampler.available?(),
         do: [
-          {"native, shared (flags)", :native, [shared: true]},
+          {"native, shared (flags)", :native, [shared: true, attribution: :flags]},
           {"native, shared, no flags", :native, [shared: true, attribution: :samples]},
           {"native, own session", :native, [shared: false]}
         ],

@@ -691,11 +691,8 @@ defmodule FlameOn.Client.TailTest do
         stats = Native.tail_stats()
         assert stats.in_use == 0 and stats.flagless == 0
         assert stats.flagless_begun >= 120
-        # the slow one got its flags at half its threshold (TailHold), on
-        # OTP 25.3+; before, its waits were read
-        if stats.promote == 1,
-          do: assert(stats.promotions >= 1),
-          else: assert(stats.promotions == 0 and stats.wait_reads > 0)
+        # the slow one got its flags at half its threshold (TailHold)
+        assert stats.promotions >= 1
 
         :ok = TailHold.off()
         assert Native.perf_stats().users == 0
@@ -802,11 +799,8 @@ defmodule FlameOn.Client.TailTest do
         assert_receive {:flame_on_profile, profile}, 5_000
         assert profile.stats.tail_attribution == :samples
         stats = Native.tail_stats()
-        # its collections after the promotion are GC time (OTP 25.3+: no
-        # promotion before), its wait where it waited either way
-        if stats.promote == 1,
-          do: assert(stats.promotions >= 1 and profile.stats.gc_minor > 0),
-          else: assert(stats.promotions == 0)
+        # its collections after the promotion are GC time
+        assert stats.promotions >= 1 and profile.stats.gc_minor > 0
 
         assert time_in(profile, "TailTest.Work.slow_wait/1;Process.sleep/1;SLEEP") >= 50_000
         assert time_in(profile, "TailTest.Work.slow_compute/1") >= 20_000
@@ -858,6 +852,50 @@ defmodule FlameOn.Client.TailTest do
       end
     end
 
+    test "where most requests are kept, new ones take flags from the start; back without when few are" do
+      if flagless?() do
+        me = self()
+        # every request kept (2 ms over a 1 ms threshold), from one process
+        slow = fn ->
+          FlameOn.Client.Tracing.trace("kept", fn -> Process.sleep(2) end,
+            sample_rate: 1.0,
+            threshold_ms: 1,
+            mode: :native,
+            shipper: {FlameOn.Client.Shipper.Process, pid: me}
+          )
+        end
+
+        for _ <- 1..150, do: slow.()
+        assert wait_until(fn -> TailHold.stats().attribution == :flags end, 2_000)
+        before = Native.tail_stats().flagless_begun
+        slow.()
+        assert_receive {:flame_on_profile, %{stats: %{tail_attribution: :flags}}}, 5_000
+        # its flags linger, as on the path with flags from the start
+        assert {:flags, [_ | _]} = :erlang.trace_info(self(), :flags)
+        assert Native.tail_stats().flagless_begun == before
+
+        # then fast ones only (none kept): back without flags; this
+        # process's lingering flags serve its next requests until swept
+        fast = fn ->
+          for _ <- 1..50 do
+            FlameOn.Client.Tracing.trace("fast", fn -> :ok end,
+              sample_rate: 1.0,
+              threshold_ms: 250,
+              mode: :native
+            )
+          end
+
+          TailHold.stats().attribution == :samples
+        end
+
+        assert wait_until(fast, 3_000)
+        flush_profiles()
+        TailHold.off()
+        assert flags_left([self()]) == []
+        assert_node_clean()
+      end
+    end
+
     test "the NIF: a request without flags begins and ends as one with them; bad arguments raise" do
       if flagless?() do
         assert Native.tail_flagless()
@@ -886,6 +924,14 @@ defmodule FlameOn.Client.TailTest do
     assert flags_left([self() | pids]) == []
     assert Native.open_sessions() == 0
     assert_node_clean()
+  end
+
+  defp flush_profiles do
+    receive do
+      {:flame_on_profile, _} -> flush_profiles()
+    after
+      0 -> :ok
+    end
   end
 
   defp wait_until(fun, timeout) do

@@ -37,16 +37,16 @@ defmodule FlameOn.Client.Node.TailHold do
   #   * `:shared` (true) – false: every tail trace takes its own session
   #     (for comparisons; read when the hold would turn on, and kept until
   #     `off/1`).
-  #   * `:attribution` (:flags) – how a request's CPU samples are known
-  #     to be its own: `:flags`, the `running`, `garbage_collection` and
-  #     `receive` flags from the start (exact collections and waits, about
-  #     1-2 µs of callbacks a request), lingering between requests;
-  #     `:samples`, by the process each sample names
+  #   * `:attribution` (:samples) – how a request's CPU samples are
+  #     known to be its own: `:samples`, by the process each sample names
   #     (c_src/core/fo_identity.h: no trace flags, a table entry and two
   #     NIF calls a request) until it runs half its threshold, when this
   #     process sets its flags (promote/2: exact from then on); where
   #     samples cannot name processes (not x86-64, OTP outside 24-28) as
-  #     `:flags`. Read when the hold turns on.
+  #     `:flags`: the `running`, `garbage_collection` and `receive` flags
+  #     from the start (exact collections and waits, about 1-2 µs of
+  #     callbacks a request), lingering between requests. Read when the
+  #     hold turns on.
   #
   # Per request, `on?/1` is a :persistent_term read and an atomics read;
   # whether tail traces started lately, the checks (every `idle_ms` / 2)
@@ -59,6 +59,8 @@ defmodule FlameOn.Client.Node.TailHold do
 
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.{BacktraceDepth, PerfSampler, TailNote, TraceBackend}
+
+  require Logger
 
   # the flags' slot of the hold's state (the second is not used)
   @state 1
@@ -77,7 +79,7 @@ defmodule FlameOn.Client.Node.TailHold do
     idle_ms: 5_000,
     linger_ms: 1_000,
     max_lingering: 256,
-    attribution: :flags
+    attribution: :samples
   ]
 
   # a tail trace's flags (FlameOn.Client.Tracing.Tail)
@@ -154,12 +156,22 @@ defmodule FlameOn.Client.Node.TailHold do
     :ok
   end
 
-  @doc "Whether the hold is on, and the table's counters."
+  @doc """
+  Whether the hold is on, how requests begin now (`attribution`:
+  `:samples`, `:flags`, nil when off), and the table's counters.
+  """
   @spec stats() :: map()
   def stats do
     flags = :persistent_term.get({__MODULE__, :flags}, nil)
-    on = flags != nil and :atomics.get(flags, @state) in [@on, @on_flagless]
-    Map.put(Native.tail_stats(), :on, on)
+
+    attribution =
+      case flags && :atomics.get(flags, @state) do
+        @on_flagless -> :samples
+        @on -> :flags
+        _ -> nil
+      end
+
+    Map.merge(Native.tail_stats(), %{on: attribution != nil, attribution: attribution})
   end
 
   @impl GenServer
@@ -184,8 +196,20 @@ defmodule FlameOn.Client.Node.TailHold do
 
     # begun: the table's count of tail traces started, as the last check
     # saw it, at active_ms
+    # adapt: the table's counts of requests begun and kept at the last
+    # look (nil: requests go with flags, the configuration or the VM says)
     {:ok,
-     %{flags: flags, held: false, timer: nil, sweep: nil, linger_ms: 0, begun: 0, active_ms: 0}}
+     %{
+       flags: flags,
+       held: false,
+       timer: nil,
+       sweep: nil,
+       linger_ms: 0,
+       begun: 0,
+       active_ms: 0,
+       adapt: nil,
+       adapt_timer: nil
+     }}
   end
 
   @impl GenServer
@@ -240,6 +264,11 @@ defmodule FlameOn.Client.Node.TailHold do
        else: {:noreply, state}
   end
 
+  def handle_info(:adapt, %{held: true, adapt: %{}} = state),
+    do: {:noreply, %{adapt(state) | adapt_timer: schedule_adapt()}}
+
+  def handle_info(:adapt, state), do: {:noreply, %{state | adapt_timer: nil}}
+
   def handle_info({:flame_on_promote, tail, pid}, state) do
     promote(tail, pid)
     {:noreply, state}
@@ -267,10 +296,7 @@ defmodule FlameOn.Client.Node.TailHold do
       handle = TraceBackend.legacy({Native, tail})
 
       # (erlang:trace/3 waits for a running process to stop: where it
-      # stopped, if it waits, the helpers read until its first callback.
-      # Not here: process_info/2 of a process whose flags this process
-      # sets crashed OTP 25.2's VM in erts_process_info, 2 runs in 4 of
-      # bench/tail.exs with every request promoted; 0 in 4 without.)
+      # stopped, if it waits, the helpers read until its first callback)
       try do
         TraceBackend.trace(handle, pid, true, @flags)
         if Native.tail_promote(tail, :check) != :ok, do: TailNote.remove_flags(pid, tail)
@@ -295,10 +321,11 @@ defmodule FlameOn.Client.Node.TailHold do
     with :ok <- acquire_sampling(frequency),
          {:ok, processes, _} <- enable(config),
          :ok <- linger(config, processes) do
-      flagless = config[:attribution] != :flags and Native.tail_flagless()
+      flagless = flagless?(config[:attribution])
       # it sets the flags of a request without them that may be slow
       Native.tail_promoter(if flagless, do: self())
       :atomics.put(state.flags, @state, if(flagless, do: @on_flagless, else: @on))
+      stats = Native.tail_stats()
 
       {:ok,
        %{
@@ -307,8 +334,10 @@ defmodule FlameOn.Client.Node.TailHold do
            timer: state.timer || schedule(config[:idle_ms]),
            linger_ms: config[:linger_ms],
            sweep: state.sweep || (config[:linger_ms] > 0 && schedule_sweep(config[:linger_ms])),
-           begun: Native.tail_stats().begun,
-           active_ms: System.monotonic_time(:millisecond)
+           begun: stats.begun,
+           active_ms: System.monotonic_time(:millisecond),
+           adapt: if(flagless, do: %{begun: stats.begun, kept: stats.kept}),
+           adapt_timer: state.adapt_timer || (flagless && schedule_adapt())
        }}
     else
       {:error, _} = error ->
@@ -364,7 +393,8 @@ defmodule FlameOn.Client.Node.TailHold do
     release_sampling()
     if state.timer, do: Process.cancel_timer(state.timer)
     if state.sweep, do: Process.cancel_timer(state.sweep)
-    %{state | held: false, timer: nil, sweep: nil}
+    if state.adapt_timer, do: Process.cancel_timer(state.adapt_timer)
+    %{state | held: false, timer: nil, sweep: nil, adapt: nil, adapt_timer: nil}
   end
 
   # Until no tail trace holds an entry (or the deadline).
@@ -391,12 +421,64 @@ defmodule FlameOn.Client.Node.TailHold do
     end
   end
 
+  # Without flags, a request that may be slow gets them at half its
+  # threshold (promote/2): two erlang:trace/3 calls and a message, about
+  # 18 µs of node CPU more than a kept request with flags from the start
+  # costs, where flags from the start cost every request 0.5-2 µs of
+  # callbacks (bench/RESULTS.md). So where many requests are kept, new
+  # ones take their flags from the start: over @adapt_to_flags_pct of
+  # the requests begun since the last look were kept (at least
+  # @adapt_min_begun of them), and back without under
+  # @adapt_to_samples_pct. Requests running keep the way they began.
+  @adapt_ms 200
+  @adapt_min_begun 100
+  @adapt_to_flags_pct 10
+  @adapt_to_samples_pct 4
+
+  defp schedule_adapt, do: Process.send_after(self(), :adapt, @adapt_ms)
+
+  defp adapt(%{adapt: last} = state) do
+    %{begun: begun, kept: kept} = Native.tail_stats()
+    began = begun - last.begun
+
+    if began < @adapt_min_begun do
+      state
+    else
+      pct = (kept - last.kept) * 100 / began
+
+      case :atomics.get(state.flags, @state) do
+        @on_flagless when pct > @adapt_to_flags_pct ->
+          :atomics.compare_exchange(state.flags, @state, @on_flagless, @on)
+
+        @on when pct < @adapt_to_samples_pct ->
+          :atomics.compare_exchange(state.flags, @state, @on, @on_flagless)
+
+        _ ->
+          :ok
+      end
+
+      %{state | adapt: %{begun: begun, kept: kept}}
+    end
+  end
+
   defp schedule(idle_ms), do: Process.send_after(self(), :check, max(div(idle_ms, 2), 10))
 
   # Every linger_ms / 2, at most 100 ms apart: the entries of lingering
   # processes that died go at each (they count among max_lingering).
   defp schedule_sweep(linger_ms),
     do: Process.send_after(self(), :sweep, min(max(div(linger_ms, 2), 10), 100))
+
+  # Whether tail traces go without flags (where samples name processes).
+  defp flagless?(:flags), do: false
+  defp flagless?(:samples), do: Native.tail_flagless()
+
+  defp flagless?(other) do
+    Logger.warning(
+      "FlameOn: tail: [attribution: #{inspect(other)}] is neither :samples nor :flags; :samples is used"
+    )
+
+    flagless?(:samples)
+  end
 
   defp config do
     Keyword.merge(@defaults, Application.get_env(:flame_on_client, :tail, []))

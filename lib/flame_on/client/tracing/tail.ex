@@ -6,17 +6,17 @@ defmodule FlameOn.Client.Tracing.Tail do
   #   * shared (mode :native where the VM samples natively, one process):
   #     the node's CPU sampler keeps running while tail traces come
   #     (FlameOn.Client.Node.TailHold); a request takes an entry of the
-  #     NIF's slice table (c_src/nif/sampling/fo_tail.h) and, with
-  #     TailHold's `attribution: :samples` (where samples can name
+  #     NIF's slice table (c_src/nif/sampling/fo_tail.h) and, by default
+  #     (TailHold's `attribution: :samples`, where samples can name
   #     processes), no trace flags: the CPU samples name the process they
   #     caught (c_src/core/fo_identity.h), and a kept request's time slices
   #     are cut from the samples that named it (its waits are the time
   #     between them, hung where reads found it); at half its threshold
-  #     TailHold sets its flags (promote/2, OTP 25.3+) and it goes on as
-  #     below. By default (`attribution: :flags`) it gets from the start
-  #     the `running`, `garbage_collection` and `receive` flags, whose callbacks
-  #     note the time slices it runs in, its collections and whether a
-  #     message came. A fast request frees
+  #     TailHold sets its flags (promote/2) and it goes on as below. With
+  #     `attribution: :flags` (or where samples cannot name processes) it
+  #     gets from the start the `running`, `garbage_collection` and
+  #     `receive` flags, whose callbacks note the time slices it runs in,
+  #     its collections and whether a message came. A fast request frees
   #     its entry and builds nothing; a slow one replays its slices into a
   #     new CPU-sampled core session, which takes their samples from the
   #     sampler's buffers, and becomes an ordinary profile (mode
@@ -149,15 +149,29 @@ defmodule FlameOn.Client.Tracing.Tail do
     end
   end
 
+  # Flags from an earlier request with them linger (TailHold took its
+  # requests with flags for a while): with them again, at no
+  # erlang:trace/3 call, rather than beside them.
+  defp start_flagless(opts, root, threshold_ms, name, :unknown),
+    do: start_flagless(opts, root, threshold_ms, name, TailHold.lingering_self())
+
+  defp start_flagless(opts, root, threshold_ms, name, last)
+       when last != nil and is_tuple(last) do
+    if Process.info(self(), :trace) == {:trace, 0},
+      do: start_without_flags(opts, root, threshold_ms, name, last),
+      else: start_flags(opts, root, threshold_ms, name, last)
+  end
+
+  defp start_flagless(opts, root, threshold_ms, name, nil),
+    do: start_without_flags(opts, root, threshold_ms, name, nil)
+
   # No flags: an entry of the table, whose process its samples name (the
   # one of its last request again, if free: the note of it stays).
   # From half its threshold on, it may be slow: TailHold sets its flags
   # (from then on its slices are exact, as with flags from the start),
   # and until they are on the thread helpers read where it waits (every
   # 2 ms, c_src/nif/sampling/fo_tail.h).
-  defp start_flagless(opts, root, threshold_ms, name, last) do
-    last = if last == :unknown, do: TailHold.lingering_self(), else: last
-
+  defp start_without_flags(opts, root, threshold_ms, name, last) do
     case Native.tail_begin(half_ns(threshold_ms), last, true) do
       {:tail, _, _} = state ->
         # so a trace nested in it sees it (Capture.Common.self_state/0)
