@@ -67,7 +67,7 @@ defmodule FlameOn.Client.Capture.Local do
       # A gate's match spec turns tracing on in the legacy session, with
       # the tracer in its flag list (FlameOn.Client.NextCall.Gate).
       handle =
-        if match?({:gate, _}, target),
+        if match?({:gate, _}, target) or legacy_first?(mode, target),
           do: TraceBackend.legacy(tracer),
           else: TraceBackend.open(:trace, tracer)
 
@@ -79,6 +79,23 @@ defmodule FlameOn.Client.Capture.Local do
       end
     end
   end
+
+  # On OTP 27+ a trace session of our own costs the node about 0.8 ms of
+  # CPU when it is destroyed (the VM goes over all code and processes
+  # with the schedulers stopped; bench/RESULTS.md), more than the rest of
+  # a trace in mode :sample or :native. A trace that sets flags only
+  # (no call patterns), on processes nobody traces in the legacy session,
+  # goes there instead, as on OTP 25-26 (its flags come off when it ends);
+  # a process traced there by another tool keeps it beside our session.
+  defp legacy_first?(mode, target) do
+    TraceBackend.sessions?() and not mode.call_patterns?() and legacy_free?(target)
+  end
+
+  defp legacy_free?({:self, _root}), do: legacy_free?(self())
+  defp legacy_free?({:pid, pid}), do: legacy_free?(pid)
+  defp legacy_free?({:pids, pids}), do: Enum.all?(pids, &legacy_free?/1)
+  defp legacy_free?(pid) when is_pid(pid), do: :erlang.trace_info(pid, :tracer) == {:tracer, []}
+  defp legacy_free?(_target), do: false
 
   defp patterns(%{mode: mode, handle: handle, core: core} = capture) do
     with true <- mode.call_patterns?(),

@@ -4,8 +4,11 @@ defmodule FlameOn.Client.Node.TraceBackend do
   # either of the VM's two tracing models. Internal: the rest of FlameOn
   # calls it, user code does not.
   #
-  #   * **Trace sessions** (OTP 27+, `:trace.session_create/3`): every trace
-  #     FlameOn starts gets its own session, with our tracer (the NIF
+  #   * **Trace sessions** (OTP 27+, `:trace.session_create/3`): a trace
+  #     FlameOn starts gets its own session (but a flag-only trace of
+  #     processes free in the legacy session, which goes there: a
+  #     session's destruction costs ~0.8 ms, FlameOn.Client.Capture.Local),
+  #     with our tracer (the NIF
   #     `{FlameOn.Client.Core.Native, state}` or a tracer process) as the
   #     session's tracer. Its flags and patterns live in that session only, so
   #     another tool's patterns and flags — in its own session or in the
