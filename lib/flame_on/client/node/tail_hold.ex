@@ -82,8 +82,7 @@ defmodule FlameOn.Client.Node.TailHold do
     attribution: :samples
   ]
 
-  # a tail trace's flags (FlameOn.Client.Tracing.Tail)
-  @flags [:running, :garbage_collection, :receive]
+  @flags TailNote.flags()
 
   @doc false
   @spec start_link(keyword()) :: GenServer.on_start()

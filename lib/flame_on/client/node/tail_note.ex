@@ -7,8 +7,15 @@ defmodule FlameOn.Client.Node.TailNote do
 
   alias FlameOn.Client.Core.Native
 
-  # a tail trace's flags (FlameOn.Client.Tracing.Tail)
+  # A tail trace's flags (FlameOn.Client.Tracing.Tail; the hold sets them
+  # too): its time slices, its collections (their time exact, as in mode
+  # :native) and its messages (a slice after one left a wait: a
+  # collection before its first sample is not the wait's).
   @flags [:running, :garbage_collection, :receive]
+
+  @doc "The trace flags of a tail trace (Tail, TailHold and this module set and clear them)."
+  @spec flags() :: [atom()]
+  def flags, do: @flags
 
   # The calling process's tail state and its flags (the trace field of
   # Process.info/2) while a tail trace of it runs or lingers: asking the

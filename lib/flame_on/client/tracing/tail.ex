@@ -43,10 +43,7 @@ defmodule FlameOn.Client.Tracing.Tail do
 
   require Logger
 
-  # A shared tail trace's flags: its time slices, its collections (their
-  # time exact, as in mode :native) and its messages (a slice after one
-  # left a wait: a collection before its first sample is not the wait's).
-  @flags [:running, :garbage_collection, :receive]
+  @flags TailNote.flags()
 
   # The root of a tail trace's stacks (both paths): call/1's frame.
   @root {__MODULE__, :call, 1}
