@@ -16,6 +16,7 @@
 #include "fo_resource.h"
 #include "fo_spinlock.h"
 #include "fo_tail_entry.h"
+#include "fo_tail_replay.h"
 #include "fo_tracer.h"
 
 static pthread_mutex_t enable_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -496,17 +497,9 @@ static void trim(tail_entry *e, uint64_t owner)
     fo_spin_unlock(&e->ctx_lock);
 }
 
-/* A request without flags ends: its samples are named no more. */
-static void forget_proc(tail_entry *e)
-{
-    atomic_store_explicit(&e->next_read_ns, 0, memory_order_relaxed);
-    if (atomic_load_explicit(&e->proc, memory_order_relaxed) != 0)
-        atomic_store_explicit(&e->proc, 0, memory_order_release);
-}
-
 static void release(tail_entry *e)
 {
-    forget_proc(e);
+    fo_tail_forget_proc(e);
     unplace(e);
     trim(e, 0);
     atomic_store_explicit(&e->in_use, TAIL_FREE, memory_order_release);
@@ -705,127 +698,9 @@ ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     return result;
 }
 
-/* The contexts read after `after` slices (every one: TAIL_ALL), into the
- * session (caller holds its lock and e's ctx_lock). */
-#define TAIL_ALL UINT32_MAX
-static void apply_contexts(fo_session_res *res, const tail_entry *e, uint32_t after)
-{
-    for (uint32_t i = 0; e->answers != NULL && i < e->ctx_count; i++) {
-        const tail_context *c = &e->answers->ctx[i];
-        if (after != TAIL_ALL && c->after != after)
-            continue;
-        const fo_mfa *frames = &e->answers->frames[c->first];
-        uint32_t from = fo_cpu_scope_start(&res->cpu_scope, frames, c->count);
-        /* a stack cut by the node's backtrace_depth below the root says
-         * not where the wait was: the core places it as without */
-        if (!res->cpu_scope.has_root || !fo_mfa_equal(&frames[from], &res->cpu_scope.root))
-            continue;
-        if (c->count > from)
-            fo_session_cpu_context(res->core, e->pid, &c->key, frames + from, c->count - from);
-    }
-}
-
-static void apply(fo_session *core, uint8_t kind, uint64_t pid, int64_t ts, uint64_t thread, const fo_mfa *mfa,
-                  uint32_t flags)
-{
-    fo_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.kind = kind;
-    ev.pid = pid;
-    ev.ts_ns = ts;
-    ev.flags = flags;
-    if (thread != 0) {
-        ev.flags |= FO_EVF_HAS_THREAD;
-        ev.thread = thread;
-    }
-    if (mfa != NULL && mfa->module != 0) {
-        ev.flags |= FO_EVF_HAS_MFA;
-        ev.mfa = *mfa;
-    }
-    fo_session_apply(core, &ev);
-}
-
-/* An event of a replay: a record's start or end; what: 0 in, 1 a
- * collection's start, 2 its end, 3 out (the order at equal times). */
-typedef struct {
-    int64_t ts;
-    uint32_t what, record;
-} replay_event;
-
-static int by_time(const void *a, const void *b)
-{
-    const replay_event *x = a, *y = b;
-    if (x->ts != y->ts)
-        return x->ts < y->ts ? -1 : 1;
-    if (x->what != y->what)
-        return x->what < y->what ? -1 : 1;
-    return x->record < y->record ? -1 : x->record > y->record;
-}
-
-static void apply_gc(fo_session *core, uint8_t kind, uint64_t pid, int64_t ts, uint32_t major)
-{
-    fo_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.kind = kind;
-    ev.pid = pid;
-    ev.ts_ns = ts;
-    ev.flags = major ? FO_EVF_MAJOR_GC : 0;
-    fo_session_apply(core, &ev);
-}
-
-/* A kept request without flags: its slices from its samples, up to the
- * first one its flags' callbacks made if it was promoted (those follow,
- * the contexts read with them counted after the samples' slices).
- * Returns nonzero when memory is short. */
-static int flagless_slices(tail_entry *e, uint64_t proc)
-{
-    uint32_t recorded = e->count, recorded_dropped = e->dropped;
-    tail_slice *saved = NULL;
-    int64_t cut = e->end_ns;
-    if (recorded > 0) {
-        saved = reallocarray(NULL, recorded, sizeof(tail_slice));
-        if (saved == NULL)
-            return 1;
-        memcpy(saved, e->slices, (size_t)recorded * sizeof(tail_slice));
-        for (uint32_t i = 0; i < recorded; i++)
-            if (saved[i].from_ns < cut)
-                cut = saved[i].from_ns;
-    }
-    e->count = 0;
-    e->dropped = 0;
-    int overwritten = 0;
-    /* it ran at its first and last nanosecond (tail_begin, tail_end): so
-     * it has a slice even where no sample caught it, and the time between
-     * its slices is its waits */
-    fo_tail_add_run(e, e->begin_thread, e->begun_ns, e->begun_ns + 1);
-    fo_perf_runs(proc, e->begun_ns + 1, cut - 1, fo_tail_add_run, e, &overwritten);
-    if (recorded == 0)
-        fo_tail_add_run(e, e->end_thread, e->end_ns - 1, e->end_ns);
-    if (overwritten && e->dropped++ == 0)
-        atomic_fetch_add_explicit(&truncated, 1, memory_order_relaxed);
-    forget_proc(e);
-    fo_spin_lock(&e->ctx_lock);
-    fo_tail_place_reads(e, cut);
-    uint32_t before = e->count;
-    /* Running when it was promoted (its first slice with flags starts
-     * then): its last slice from samples ran up to that moment, not just
-     * past its last sample. */
-    if (before > 0 && recorded > 0 && cut == e->promoted_ns && e->slices[before - 1].thread != 0) {
-        tail_slice *last = &e->slices[before - 1];
-        if (last->to_ns < cut - 1 && cut - last->to_ns <= fo_perf_period_ns())
-            last->to_ns = cut - 1;
-    }
-    for (uint32_t i = 0; e->answers != NULL && i < e->ctx_count; i++)
-        if (e->answers->ctx[i].after > 0)
-            e->answers->ctx[i].after += before;
-    fo_spin_unlock(&e->ctx_lock);
-    for (uint32_t i = 0; i < recorded; i++)
-        fo_tail_add_record(e, &saved[i]);
-    e->dropped += recorded_dropped;
-    free(saved);
-    return 0;
-}
-
+/* tail_replay(Session, State): a kept request's slices (with their
+ * samples) into a CPU-sampled core session (fo_tail_replay.c), then its
+ * entry lingers or goes. */
 ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
@@ -838,66 +713,15 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     atomic_fetch_add_explicit(&kept, 1, memory_order_relaxed);
     fo_perf_pump(); /* the samples up to now */
     uint64_t proc = atomic_load(&e->proc);
-    if (proc != 0 && flagless_slices(e, proc) != 0)
-        return enif_raise_exception(env, fo_atom_memory);
-    int64_t end_ns = e->dropped > 0 && e->count > 0 ? e->slices[e->count - 1].to_ns : e->end_ns;
-    /* the records' events in time order (a collection's record comes
-     * before its slice's, which ends later) */
-    replay_event *events = e->count > 0 ? reallocarray(NULL, (size_t)e->count * 2, sizeof(replay_event)) : NULL;
-    if (e->count > 0 && events == NULL)
-        return enif_raise_exception(env, fo_atom_memory);
-    for (uint32_t i = 0; i < e->count; i++) {
-        int gc = e->slices[i].thread == 0 && !(e->slices[i].flags & TAIL_MOVE);
-        events[2 * i] = (replay_event){e->slices[i].from_ns, gc ? 1 : 0, i};
-        events[2 * i + 1] = (replay_event){e->slices[i].to_ns, gc ? 2 : 3, i};
+    if (proc != 0) {
+        int overwritten = 0;
+        if (fo_tail_flagless_slices(e, proc, &overwritten) != 0)
+            return enif_raise_exception(env, fo_atom_memory);
+        if (overwritten && e->dropped++ == 0)
+            atomic_fetch_add_explicit(&truncated, 1, memory_order_relaxed);
     }
-    if (e->count > 0)
-        qsort(events, (size_t)e->count * 2, sizeof(replay_event), by_time);
-    fo_spin_lock(&res->lock);
-    fo_spin_lock(&e->ctx_lock);
-    if (res->core != NULL && atomic_load(&res->active)) {
-        fo_resource_fold(res, env);
-        int first = 1;
-        for (uint32_t k = 0; k < e->count * 2; k++) {
-            const replay_event *ev = &events[k];
-            const tail_slice *s = &e->slices[ev->record];
-            switch (ev->what) {
-            case 0:
-                apply(res->core, FO_EV_IN, e->pid, s->from_ns, s->thread, NULL,
-                      (s->flags & TAIL_AFTER_MESSAGE) ? FO_EVF_LEFT_WAIT : 0);
-                /* it runs inside its root function: what comes before its
-                 * first sample goes under it */
-                if (first && res->cpu_scope.has_root)
-                    fo_session_cpu_inside(res->core, e->pid, &res->cpu_scope.root, 1);
-                /* Its stops are asked about only from half its threshold
-                 * on: a stop before, in a function read later, is where
-                 * that read says (a request repeats its calls), not a call
-                 * from wherever its last sample was (a wait in a
-                 * GenServer.call pushed onto its render: parse read 39%
-                 * against 31%). Each is applied again at its time, where
-                 * it moves the wait it was read in. */
-                if (first)
-                    apply_contexts(res, e, TAIL_ALL);
-                first = 0;
-                break;
-            case 1:
-            case 2:
-                apply_gc(res->core, ev->what == 1 ? FO_EV_GC_START : FO_EV_GC_END, e->pid, ev->ts, s->stop.arity);
-                break;
-            default:
-                apply(res->core, FO_EV_OUT, e->pid, s->to_ns, 0, &s->stop, 0);
-                break;
-            }
-            /* where it stopped, as the helper read it before it ran again */
-            if (ev->what >= 2)
-                apply_contexts(res, e, ev->record + 1);
-        }
-        res->stopped_ns = end_ns;
-    }
-    fo_spin_unlock(&e->ctx_lock);
-    fo_spin_unlock(&res->lock);
-    free(events);
-    fo_handle_stop(res);
+    if (fo_tail_replay_into(res, env, e) != 0)
+        return enif_raise_exception(env, fo_atom_memory);
     ERL_NIF_TERM answer = enif_make_tuple2(env, enif_make_uint(env, e->count), enif_make_uint(env, e->dropped));
     if (e->linger_after)
         linger(e);

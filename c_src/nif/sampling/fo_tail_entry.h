@@ -1,5 +1,6 @@
-/* The tail path's table entry (fo_tail.c) and what tail traces without
- * flags do with it (fo_tail_flagless.c). Private to those two files. */
+/* The tail path's table entry (fo_tail.c), what tail traces without
+ * flags do with it (fo_tail_flagless.c) and a kept one's replay
+ * (fo_tail_replay.c). Private to those files. */
 #ifndef FO_TAIL_ENTRY_H
 #define FO_TAIL_ENTRY_H
 
@@ -145,12 +146,15 @@ void fo_tail_flagless_init(void);
  * stack is kept too (the first read of that function). */
 int fo_tail_note_wait(tail_entry *e, int64_t now, const fo_mfa *key, const fo_mfa *frames, uint32_t count);
 
-/* A kept request without flags: its slices in time order, apart, and
- * where it waited between them from its reads before until_ns (its flags'
- * first slice, once promoted; caller holds ctx_lock). */
-void fo_tail_place_reads(tail_entry *e, int64_t until_ns);
+/* A request without flags ends: its samples are named no more, its
+ * stack read no more. */
+void fo_tail_forget_proc(tail_entry *e);
 
-/* A slice of a request without flags (fo_perf_slice_fn; ctx: the entry). */
-void fo_tail_add_run(void *ctx, uint64_t thread, int64_t from_ns, int64_t to_ns);
+/* A kept request without flags (its samples then named no more): its
+ * slices from its samples, then those its flags' callbacks made once
+ * promoted; where it waited from its reads. Sets *overwritten when the
+ * sampler's buffers no longer held all of its time. Nonzero when memory
+ * is short. */
+int fo_tail_flagless_slices(tail_entry *e, uint64_t proc, int *overwritten);
 
 #endif

@@ -66,11 +66,22 @@ static int by_start(const void *a, const void *b)
     return x->from_ns < y->from_ns ? -1 : x->from_ns > y->from_ns;
 }
 
+/* A request without flags ends: its samples are named no more. */
+void fo_tail_forget_proc(tail_entry *e)
+{
+    atomic_store_explicit(&e->next_read_ns, 0, memory_order_relaxed);
+    if (atomic_load_explicit(&e->proc, memory_order_relaxed) != 0)
+        atomic_store_explicit(&e->proc, 0, memory_order_release);
+}
+
 /* The slice before a read (the last that ended before it) stops in the
  * function of the first read after it; where a later read of the same
  * gap names another function, the wait moves there at that read (a
  * slice of no time, on no thread, stopping in it). */
-void fo_tail_place_reads(tail_entry *e, int64_t until_ns)
+/* A kept request without flags: its slices in time order, apart, and
+ * where it waited between them from its reads before until_ns (its flags'
+ * first slice, once promoted; caller holds ctx_lock). */
+static void place_reads(tail_entry *e, int64_t until_ns)
 {
     if (e->count > 1)
         qsort(e->slices, e->count, sizeof(tail_slice), by_start);
@@ -121,7 +132,58 @@ void fo_tail_place_reads(tail_entry *e, int64_t until_ns)
     }
 }
 
-void fo_tail_add_run(void *ctx, uint64_t thread, int64_t from_ns, int64_t to_ns)
+/* A slice of a request without flags (fo_perf_slice_fn; ctx: the entry). */
+static void add_run(void *ctx, uint64_t thread, int64_t from_ns, int64_t to_ns)
 {
     fo_tail_add_record(ctx, &(tail_slice){(uint32_t)thread, 0, from_ns, to_ns, {0, 0, 0}});
+}
+
+/* A kept request without flags: its slices from its samples, up to the
+ * first one its flags' callbacks made if it was promoted (those follow,
+ * the contexts read with them counted after the samples' slices).
+ * Returns nonzero when memory is short. */
+int fo_tail_flagless_slices(tail_entry *e, uint64_t proc, int *overwritten)
+{
+    uint32_t recorded = e->count, recorded_dropped = e->dropped;
+    tail_slice *saved = NULL;
+    int64_t cut = e->end_ns;
+    if (recorded > 0) {
+        saved = reallocarray(NULL, recorded, sizeof(tail_slice));
+        if (saved == NULL)
+            return 1;
+        memcpy(saved, e->slices, (size_t)recorded * sizeof(tail_slice));
+        for (uint32_t i = 0; i < recorded; i++)
+            if (saved[i].from_ns < cut)
+                cut = saved[i].from_ns;
+    }
+    e->count = 0;
+    e->dropped = 0;
+    /* it ran at its first and last nanosecond (tail_begin, tail_end): so
+     * it has a slice even where no sample caught it, and the time between
+     * its slices is its waits */
+    add_run(e, e->begin_thread, e->begun_ns, e->begun_ns + 1);
+    fo_perf_runs(proc, e->begun_ns + 1, cut - 1, add_run, e, overwritten);
+    if (recorded == 0)
+        add_run(e, e->end_thread, e->end_ns - 1, e->end_ns);
+    fo_tail_forget_proc(e);
+    fo_spin_lock(&e->ctx_lock);
+    place_reads(e, cut);
+    uint32_t before = e->count;
+    /* Running when it was promoted (its first slice with flags starts
+     * then): its last slice from samples ran up to that moment, not just
+     * past its last sample. */
+    if (before > 0 && recorded > 0 && cut == e->promoted_ns && e->slices[before - 1].thread != 0) {
+        tail_slice *last = &e->slices[before - 1];
+        if (last->to_ns < cut - 1 && cut - last->to_ns <= fo_perf_period_ns())
+            last->to_ns = cut - 1;
+    }
+    for (uint32_t i = 0; e->answers != NULL && i < e->ctx_count; i++)
+        if (e->answers->ctx[i].after > 0)
+            e->answers->ctx[i].after += before;
+    fo_spin_unlock(&e->ctx_lock);
+    for (uint32_t i = 0; i < recorded; i++)
+        fo_tail_add_record(e, &saved[i]);
+    e->dropped += recorded_dropped;
+    free(saved);
+    return 0;
 }
