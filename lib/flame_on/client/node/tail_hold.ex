@@ -194,9 +194,9 @@ defmodule FlameOn.Client.Node.TailHold do
       end
 
     # begun: the table's count of tail traces started, as the last check
-    # saw it, at active_ms
-    # adapt: the table's counts of requests begun and kept at the last
-    # look (nil: requests go with flags, the configuration or the VM says)
+    # saw it, at active_ms; adapt: the table's counts of requests begun
+    # and kept at the last look (nil: requests go with flags, as the
+    # configuration or the VM says)
     {:ok,
      %{
        flags: flags,
@@ -263,10 +263,19 @@ defmodule FlameOn.Client.Node.TailHold do
        else: {:noreply, state}
   end
 
-  def handle_info(:adapt, %{held: true, adapt: %{}} = state),
-    do: {:noreply, %{adapt(state) | adapt_timer: schedule_adapt()}}
+  def handle_info(:adapt, state) do
+    cond do
+      # (a timer still running: this one was cancelled too late)
+      is_reference(state.adapt_timer) and Process.read_timer(state.adapt_timer) != false ->
+        {:noreply, state}
 
-  def handle_info(:adapt, state), do: {:noreply, %{state | adapt_timer: nil}}
+      state.held and is_map(state.adapt) ->
+        {:noreply, %{adapt(state) | adapt_timer: schedule_adapt()}}
+
+      true ->
+        {:noreply, %{state | adapt_timer: nil}}
+    end
+  end
 
   def handle_info({:flame_on_promote, tail, pid}, state) do
     promote(tail, pid)
