@@ -291,6 +291,24 @@ for mode <- [:nif, :process] do
       assert_node_clean()
     end
 
+    test "profile/2 inside a flag-only profile/2 is refused too (on OTP 27 the outer one is in the legacy session)" do
+      {result, profile} =
+        profile(
+          fn ->
+            assert_raise ArgumentError, ~r/already traced/, fn ->
+              profile(fn -> :inner end, mode: :sample)
+            end
+
+            Workloads.fib(18)
+          end,
+          mode: :sample
+        )
+
+      assert result == 2584
+      assert profile.mode == :sample
+      assert_node_clean()
+    end
+
     test "two concurrent profiles both work and patterns are cleared only after both end" do
       parent = self()
 

@@ -407,13 +407,15 @@ defmodule FlameOn.Client.Node.TraceBackend do
 
   defp check_other(pid), do: {:error, {:not_a_local_pid, pid}}
 
-  # Where the VM has sessions, a tail trace's flags lingering in the
-  # legacy session (FlameOn.Client.Node.TailHold) do not stop a trace of
-  # ours, but they are ours to take back first: its collections would be
-  # traced twice (the second session's flag is left out, see trace/4).
+  # Where the VM has sessions, a trace of ours may still be in the legacy
+  # session: a flag-only trace (FlameOn.Client.Capture.Local: a session
+  # costs ~0.8 ms to destroy), whose process is ours as in a session of
+  # ours, and a tail trace's flags (FlameOn.Client.Node.TailHold), ours
+  # to take back first (its collections would be traced twice: the
+  # second session's flag is left out, see trace/4).
   defp lingering_tail(pid) do
     case :erlang.trace_info(pid, :tracer) do
-      {:tracer, {FlameOn.Client.Core.Native, {:tail, _, _}} = tracer} ->
+      {:tracer, {FlameOn.Client.Core.Native, _state} = tracer} ->
         {:error, {:already_traced, tracer}}
 
       _ ->
