@@ -112,16 +112,16 @@ uint32_t fo_perf_take(uint64_t thread, int64_t from_ns, int64_t to_ns, fo_perf_e
 typedef uint32_t (*fo_perf_known_fn)(uint64_t *out, uint32_t max);
 void fo_perf_set_known_fn(fo_perf_known_fn fn);
 
+/* The time between two samples of a busy thread now (ns), 0 when nobody
+ * samples. Takes the mutex. */
+int64_t fo_perf_period_ns(void);
+
 /* Calls fn for each slice of the CPU time of process `proc` (a pointer
  * the known function gave while its samples were copied out) between
  * from_ns and to_ns, on every thread, cut from the samples that named it
  * (fo_identity_runs). Returns the slices given; *overwritten is set when
  * the buffers no longer hold the window's start. Takes the mutex (fn must
  * not call fo_perf). */
-/* The time between two samples of a busy thread now (ns), 0 when nobody
- * samples. Takes the mutex. */
-int64_t fo_perf_period_ns(void);
-
 typedef void (*fo_perf_slice_fn)(void *ctx, uint64_t thread, int64_t from_ns, int64_t to_ns);
 uint32_t fo_perf_runs(uint64_t proc, int64_t from_ns, int64_t to_ns, fo_perf_slice_fn fn, void *ctx, int *overwritten);
 

@@ -172,7 +172,6 @@ static void promoted_event(tail_entry *e)
 
 /* An event of the process an entry traces: tag, the tracer state, the
  * tracee and the payload (read for an `out` only). */
-
 static void note_event(ErlNifEnv *env, ERL_NIF_TERM tag, ERL_NIF_TERM state, ERL_NIF_TERM tracee,
                        ERL_NIF_TERM payload)
 {
@@ -676,7 +675,7 @@ ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[])
         result = fo_atom_full;
     } else if (argv[2] == fo_atom_flagless) {
         /* a read of a request without flags where it waits (asked by the
-         * drainer, or by its promoter as it sets its flags) */
+         * drainer: fo_tail_poll_waits) */
         int noted = fo_tail_note_wait(e, now, &key, frames, count);
         if (noted > 0)
             atomic_fetch_add_explicit(&wait_reads, 1, memory_order_relaxed);

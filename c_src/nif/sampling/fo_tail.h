@@ -163,10 +163,11 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
  * the stack the helper read. ok | stale | stopped | full */
 ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[]);
 
-/* For the drainer thread, as it pumps: asks a helper to read the stack
- * of each request without flags that ran half its threshold, every
- * TAIL_READ_EVERY_NS (the helper reads it only where it waits, and
- * answers with cpu_context/5: fo_tail_context). Returns when the next
+/* For the drainer thread, as it pumps: asks the promoter (once) to set
+ * the flags of each request without flags that ran half its threshold,
+ * and a helper to read its stack every TAIL_READ_EVERY_NS until its
+ * first callback (the helper reads it only where it waits, and answers
+ * with cpu_context/5: fo_tail_context). Returns when the next
  * read is due (fo_tracer_clock_ns time; 0: none is), so the drainer
  * pumps no more often than reads need. */
 int64_t fo_tail_poll_waits(void);

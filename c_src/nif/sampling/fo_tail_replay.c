@@ -68,17 +68,6 @@ static int by_time(const void *a, const void *b)
     return x->record < y->record ? -1 : x->record > y->record;
 }
 
-static void apply_gc(fo_session *core, uint8_t kind, uint64_t pid, int64_t ts, uint32_t major)
-{
-    fo_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.kind = kind;
-    ev.pid = pid;
-    ev.ts_ns = ts;
-    ev.flags = major ? FO_EVF_MAJOR_GC : 0;
-    fo_session_apply(core, &ev);
-}
-
 int fo_tail_replay_into(fo_session_res *res, ErlNifEnv *env, tail_entry *e)
 {
     int64_t end_ns = e->dropped > 0 && e->count > 0 ? e->slices[e->count - 1].to_ns : e->end_ns;
@@ -123,7 +112,8 @@ int fo_tail_replay_into(fo_session_res *res, ErlNifEnv *env, tail_entry *e)
                 break;
             case 1:
             case 2:
-                apply_gc(res->core, ev->what == 1 ? FO_EV_GC_START : FO_EV_GC_END, e->pid, ev->ts, s->stop.arity);
+                apply(res->core, ev->what == 1 ? FO_EV_GC_START : FO_EV_GC_END, e->pid, ev->ts, 0, NULL,
+                      s->stop.arity ? FO_EVF_MAJOR_GC : 0);
                 break;
             default:
                 apply(res->core, FO_EV_OUT, e->pid, s->to_ns, 0, &s->stop, 0);

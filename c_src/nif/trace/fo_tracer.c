@@ -63,11 +63,6 @@ unsigned fo_tracer_erts_major(void)
     return erts_major;
 }
 
-int fo_tracer_vm_trace_safe(void)
-{
-    return remove_is_safe;
-}
-
 ERL_NIF_TERM fo_tracer_gone(void)
 {
     return remove_is_safe ? fo_atom_remove : fo_atom_discard;

@@ -20,11 +20,6 @@ void fo_tracer_init(void);
  * runs of 11 (0 of 8 without), so those still answer `remove`. */
 ERL_NIF_TERM fo_tracer_gone(void);
 
-/* Whether this VM is past the trace bugs of OTP before 25.3 (erts 13.2):
- * a tracer removed by a `remove` answer (erlang/otp#6448), and flags set
- * by one process on another that runs (tail promotion, fo_tail.c). */
-int fo_tracer_vm_trace_safe(void);
-
 /* The runtime's major version (erts 13: OTP 25), read by fo_tracer_init;
  * 0 when it could not be read. */
 unsigned fo_tracer_erts_major(void);

@@ -418,15 +418,7 @@ defmodule FlameOn.Client.Node.TailHold do
   # them; their entries stay theirs (bounded) until their :stop or exit.
   # (Native.tail_owners/0 frees the entries of processes that died.)
   defp untrace_stragglers do
-    for {pid, state} <- Native.tail_owners(),
-        :erlang.trace_info(pid, :tracer) == {:tracer, {Native, state}} do
-      try do
-        :erlang.trace(pid, false, @flags)
-      rescue
-        # it exited meanwhile
-        ArgumentError -> :ok
-      end
-    end
+    for {pid, state} <- Native.tail_owners(), do: TailNote.remove_flags(pid, state)
   end
 
   # Without flags, a request that may be slow gets them at half its

@@ -152,8 +152,7 @@ defmodule FlameOn.Client.Tracing.Tail do
   defp start_flagless(opts, root, threshold_ms, name, :unknown),
     do: start_flagless(opts, root, threshold_ms, name, TailHold.lingering_self())
 
-  defp start_flagless(opts, root, threshold_ms, name, last)
-       when last != nil and is_tuple(last) do
+  defp start_flagless(opts, root, threshold_ms, name, last) when is_tuple(last) do
     if Process.info(self(), :trace) == {:trace, 0},
       do: start_without_flags(opts, root, threshold_ms, name, last),
       else: start_flags(opts, root, threshold_ms, name, last)
