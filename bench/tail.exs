@@ -15,7 +15,9 @@
 # variant's cost is the node's CPU time (every thread of the OS process,
 # /proc/self/task/*/schedstat, so the drainer thread and samplers count)
 # against the untraced phase's: the ratio, and the extra CPU per request.
-# "kept" counts the profiles the variant's shipper got.
+# "kept" counts the profiles the variant's shipper got (a process that
+# counts them), or for the "stored" rows, which have no shipper, the
+# traces the trace store took (kept pending: built only when read).
 #
 # Breakdown: one process makes sequential requests (no sleep) through the
 # steps of trace/3 (FlameOn.Client.profile/2 inlined) and times each step;
@@ -93,7 +95,13 @@ defmodule FlameOn.Bench.Tail do
           {"native, no flags, threshold 250 (none kept)",
            {:samples, [mode: :native, sample_rate: 1.0, threshold_ms: 250]}},
           {"native, no flags, threshold 1 (all kept)",
-           {:samples, [mode: :native, sample_rate: 1.0, threshold_ms: 1]}}
+           {:samples, [mode: :native, sample_rate: 1.0, threshold_ms: 1]}},
+          # no shipper: the trace store keeps each kept request's data,
+          # its profile built only when read (FlameOn.Client.Profile.Pending)
+          {"native, threshold 1 (all kept, stored)",
+           {:stored, [mode: :native, sample_rate: 1.0, threshold_ms: 1]}},
+          {"native, flags, threshold 1 (all kept, stored)",
+           {:stored, {:flags, [mode: :native, sample_rate: 1.0, threshold_ms: 1]}}}
         ],
         else: []
 
@@ -198,6 +206,9 @@ defmodule FlameOn.Bench.Tail do
     per = div(requests, @workers)
     shipper = spawn(fn -> count_loop(0) end)
 
+    {stored?, opts} =
+      with {:stored, opts} <- opts, do: {true, opts}, else: (opts -> {false, opts})
+
     {config, opts} =
       case opts do
         {:own, opts} -> {[shared: false], opts}
@@ -212,7 +223,10 @@ defmodule FlameOn.Bench.Tail do
     tail_config!(config)
     opts = if opts == :hold, do: FlameOn.Client.Node.TailHold.on?(499) && nil, else: opts
 
-    shipper_opt = [shipper: {FlameOn.Client.Shipper.Process, pid: shipper}]
+    shipper_opt =
+      if stored?, do: [], else: [shipper: {FlameOn.Client.Shipper.Process, pid: shipper}]
+
+    stored_before = FlameOn.Client.TraceStore.stats().kept
 
     opts =
       case opts do
@@ -251,7 +265,8 @@ defmodule FlameOn.Bench.Tail do
     wall = System.monotonic_time(:microsecond) - t0
     cpu = cpu_ns() - cpu0
     send(shipper, {:count, self()})
-    kept = receive(do: ({:kept, n} -> n))
+    shipped = receive(do: ({:kept, n} -> n))
+    kept = if stored?, do: FlameOn.Client.TraceStore.stats().kept - stored_before, else: shipped
     %{cpu_ns: cpu, wall_us: wall, kept: kept}
   end
 

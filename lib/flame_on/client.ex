@@ -349,8 +349,8 @@ defmodule FlameOn.Client do
        )
        when threshold_ms > 0 do
     case Tracing.Tail.shared(fun, name, capture, threshold_ms, lingering) do
-      {:ran, outcome, profile} ->
-        if profile, do: FlameOn.Client.TraceStore.keep(profile, settings)
+      {:ran, outcome, pending} ->
+        if pending, do: FlameOn.Client.TraceStore.keep(pending, settings)
         return(outcome)
 
       :unavailable ->

@@ -242,9 +242,9 @@ defmodule FlameOn.Client.Telemetry do
         Process.put(key, %{entry | depth: depth - 1})
 
       %{tail: tail, settings: settings} when tail != nil ->
-        profile = Tail.stop(tail, settings.threshold_ms)
+        pending = Tail.stop(tail, settings.threshold_ms)
         Process.delete(key)
-        if profile, do: FlameOn.Client.TraceStore.keep(profile, settings)
+        if pending, do: FlameOn.Client.TraceStore.keep(pending, settings)
 
       %{owner: nil} ->
         Process.delete(key)

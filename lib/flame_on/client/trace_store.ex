@@ -20,6 +20,13 @@ defmodule FlameOn.Client.TraceStore do
       out first; a single trace larger than that is not kept
       (`stats/0`'s `too_large`).
 
+  A tail trace (`trace/3` with `threshold_ms` on its shared path) that
+  passes its threshold is kept as a `FlameOn.Client.Profile.Pending`
+  when no shipper wants it: its profile is built when `get/1` reads it
+  (each time; the store keeps the folded data), so where every request is
+  kept, those nobody reads cost no profile. `stats/0`'s `kept` counts
+  the traces put since the store started (`traces` is what it holds).
+
   A trace is copied into an ETS table by the process that finished it;
   trimming happens right after, in the store's process (one trim for all
   the traces put while it waits to run), so for a moment the store may
@@ -34,6 +41,7 @@ defmodule FlameOn.Client.TraceStore do
   require Logger
 
   alias FlameOn.Client.Profile
+  alias FlameOn.Client.Profile.Pending
 
   @table __MODULE__
   # {seq, trace_id, bytes} of every kept trace, oldest first: what a trim
@@ -58,26 +66,27 @@ defmodule FlameOn.Client.TraceStore do
   def start_link(_opts \\ []), do: GenServer.start_link(__MODULE__, :ok, name: __MODULE__)
 
   @doc """
-  Keeps `profile`. Returns `{:ok, trace_id}` (a profile without a
+  Keeps `profile` (or a `FlameOn.Client.Profile.Pending`, built when
+  read). Returns `{:ok, trace_id}` (a profile without a
   `trace_id` gets one), `{:error, :too_large}` for a trace past
   `:max_memory_mb`, and `{:error, :disabled}` when the store keeps nothing
   (`max_traces: 0`, or the application is not running). Never raises.
   """
-  @spec put(Profile.t()) :: {:ok, pos_integer()} | {:error, :too_large | :disabled}
-  def put(%Profile{} = profile) do
+  @spec put(Profile.t() | Pending.t()) :: {:ok, pos_integer()} | {:error, :too_large | :disabled}
+  def put(%kind{} = profile) when kind in [Profile, Pending] do
     {max_traces, max_bytes} = limits()
 
     if max_traces == 0 or :ets.whereis(@table) == :undefined do
       {:error, :disabled}
     else
-      profile = %{profile | trace_id: profile.trace_id || System.unique_integer([:positive])}
+      profile = with_trace_id(profile)
       bytes = :erlang.external_size(profile)
 
       if bytes > max_bytes do
         :ets.update_counter(@table, :too_large, 1, {:too_large, 0})
         {:error, :too_large}
       else
-        id = profile.trace_id
+        id = trace_id(profile)
         seq = System.unique_integer([:positive, :monotonic])
         # a trace kept again (its trace_id given) replaces itself
         replaced = :ets.lookup(@table, {:trace, id})
@@ -85,6 +94,7 @@ defmodule FlameOn.Client.TraceStore do
         :ets.insert(@order, {seq, id, bytes})
         for {_, old_seq, _, _, _} <- replaced, do: forget(old_seq)
         total = :ets.update_counter(@table, :bytes, bytes, {:bytes, 0})
+        :ets.update_counter(@table, :kept, 1, {:kept, 0})
 
         # over a bound: one trim asked at a time (the writers before it
         # runs need none of their own: under load, one trim for many)
@@ -115,10 +125,14 @@ defmodule FlameOn.Client.TraceStore do
     |> Enum.map(&elem(&1, 1))
   end
 
-  @doc "The kept trace `trace_id`: `{:ok, profile}` or `:error`."
+  @doc """
+  The kept trace `trace_id`: `{:ok, profile}` (a trace kept pending is
+  built now) or `:error`.
+  """
   @spec get(pos_integer()) :: {:ok, Profile.t()} | :error
   def get(trace_id) do
     case :ets.lookup(@table, {:trace, trace_id}) do
+      [{_, _seq, _bytes, _summary, %Pending{} = pending}] -> build(pending)
       [{_, _seq, _bytes, _summary, profile}] -> {:ok, profile}
       [] -> :error
     end
@@ -126,32 +140,65 @@ defmodule FlameOn.Client.TraceStore do
     ArgumentError -> :error
   end
 
+  # A profile that cannot be built is logged, and reads as not kept.
+  defp build(pending) do
+    {:ok, Pending.build(pending)}
+  rescue
+    error ->
+      Logger.error(
+        "FlameOn: the kept trace #{Pending.field(pending, :trace_id)} could not be built:\n" <>
+          Exception.format(:error, error, __STACKTRACE__)
+      )
+
+      :error
+  end
+
+  defp with_trace_id(%Profile{trace_id: nil} = profile),
+    do: %{profile | trace_id: System.unique_integer([:positive])}
+
+  defp with_trace_id(%Pending{} = pending) do
+    if Pending.field(pending, :trace_id),
+      do: pending,
+      else: %{
+        pending
+        | fields: Keyword.put(pending.fields, :trace_id, System.unique_integer([:positive]))
+      }
+  end
+
+  defp with_trace_id(profile), do: profile
+
+  defp trace_id(%Profile{trace_id: id}), do: id
+  defp trace_id(%Pending{} = pending), do: Pending.field(pending, :trace_id)
+
   @doc "Forgets every trace."
   @spec clear() :: :ok
   def clear, do: GenServer.call(__MODULE__, :clear)
 
   @doc """
-  `%{traces: n, bytes: size of the kept traces, too_large: traces not kept
-  for their size, max_traces: ..., max_bytes: ...}`.
+  `%{traces: n, bytes: size of the kept traces, kept: traces put since the
+  store started, too_large: traces not kept for their size, max_traces:
+  ..., max_bytes: ...}`.
   """
   @spec stats() :: map()
   def stats do
     {max_traces, max_bytes} = limits()
     entries = select(@table, [{{{:trace, :_}, :_, :"$1", :_, :_}, [], [:"$1"]}])
 
-    too_large =
-      case :ets.whereis(@table) != :undefined and :ets.lookup(@table, :too_large) do
-        [{:too_large, n}] -> n
-        _ -> 0
-      end
-
     %{
       traces: length(entries),
       bytes: Enum.sum(entries),
-      too_large: too_large,
+      kept: counter(:kept),
+      too_large: counter(:too_large),
       max_traces: max_traces,
       max_bytes: max_bytes
     }
+  end
+
+  defp counter(key) do
+    case :ets.whereis(@table) != :undefined and :ets.lookup(@table, key) do
+      [{^key, n}] -> n
+      _ -> 0
+    end
   end
 
   @doc "The configured `:max_traces`."
@@ -167,6 +214,22 @@ defmodule FlameOn.Client.TraceStore do
   defp limits do
     config = FlameOn.Client.Options.Config.trace_store()
     {config[:max_traces], trunc(config[:max_memory_mb] * 1024 * 1024)}
+  end
+
+  defp summary(%Pending{} = pending, bytes) do
+    started_at = Pending.field(pending, :started_at)
+
+    %{
+      trace_id: Pending.field(pending, :trace_id),
+      name: Pending.field(pending, :name),
+      mode: Pending.field(pending, :mode),
+      pid: Pending.field(pending, :pid),
+      started_at_system_us: started_at && started_at + System.time_offset(:microsecond),
+      duration_us: Pending.field(pending, :duration_us),
+      processes: Pending.processes(pending),
+      spans: 0,
+      bytes: bytes
+    }
   end
 
   defp summary(%Profile{} = profile, bytes) do
@@ -248,8 +311,25 @@ defmodule FlameOn.Client.TraceStore do
   @doc false
   # What trace/3, start_trace/2, telemetry do with a finished trace: ship
   # it if it lasted at least the threshold, and keep it in the
-  # FlameOn.Client.TraceStore (the web UI's recent traces).
-  @spec keep(Profile.t(), %{threshold_ms: number(), shippers: list()}) :: :ok
+  # FlameOn.Client.TraceStore (the web UI's recent traces). A pending one
+  # (a tail trace's) is built only to be shipped: without shippers the
+  # store keeps it pending.
+  @spec keep(Profile.t() | Pending.t(), %{threshold_ms: number(), shippers: list()}) :: :ok
+  def keep(%Pending{} = pending, %{threshold_ms: threshold_ms, shippers: shippers} = settings) do
+    cond do
+      Pending.field(pending, :duration_us) < threshold_ms * 1000 ->
+        :ok
+
+      shippers == [] ->
+        put(pending)
+        :ok
+
+      true ->
+        with {:ok, profile} <- build(pending), do: keep(profile, settings)
+        :ok
+    end
+  end
+
   def keep(%Profile{} = profile, %{threshold_ms: threshold_ms, shippers: shippers}) do
     if profile.duration_us >= threshold_ms * 1000 do
       put(profile)

@@ -215,6 +215,33 @@ defmodule FlameOn.Client.TailTest do
       assert_node_clean()
     end
 
+    test "without a shipper the store keeps the slow request's data, built into its profile when read" do
+      FlameOn.Client.TraceStore.clear()
+      kept_before = FlameOn.Client.TraceStore.stats().kept
+
+      for _ <- 1..10,
+          do: FlameOn.Client.trace("fast", &Work.fast/0, mode: :native, threshold_ms: 200)
+
+      FlameOn.Client.trace("slow", fn -> Work.slow(120, 180) end, mode: :native, threshold_ms: 200)
+
+      assert FlameOn.Client.TraceStore.stats().kept == kept_before + 1
+      assert [summary] = FlameOn.Client.TraceStore.list()
+      assert summary.name == "slow" and summary.mode == :native_tail
+      assert summary.pid == self() and summary.processes == 1
+      assert summary.duration_us >= 250_000
+
+      # the profile is made on each read, the same each time
+      assert {:ok, profile} = FlameOn.Client.TraceStore.get(summary.trace_id)
+      assert profile.trace_id == summary.trace_id
+      assert_slow_profile(profile, :native_tail)
+      assert profile.process_names[self()] == FlameOn.Client.ProcessName.read(self())
+      assert {:ok, ^profile} = FlameOn.Client.TraceStore.get(summary.trace_id)
+      # what the store holds is the folded data, not the profile's texts
+      assert summary.bytes < :erlang.external_size(profile)
+      :ok = TailHold.off()
+      assert_node_clean()
+    end
+
     test "the hold turns off by itself after idle_ms" do
       put_tail_env(idle_ms: 100)
       FlameOn.Client.Tracing.trace("fast", &Work.fast/0, threshold_ms: 100, mode: :native)

@@ -14,6 +14,7 @@ defmodule FlameOn.Client.TraceStoreTest do
   alias FlameOn.Client.Test.Workloads
 
   doctest FlameOn.Client.TraceStore
+  doctest FlameOn.Client.Profile.Pending
 
   setup do
     ensure_app_started()
@@ -111,6 +112,78 @@ defmodule FlameOn.Client.TraceStoreTest do
 
     assert log =~ "max_traces"
     assert TraceStore.list() == []
+  end
+
+  # A finished tree as the core hands it over: a process root and one
+  # frame under it with `self_us` of its own (Core.Native's module doc).
+  defp pending(name, self_us) do
+    pid = self()
+
+    frames =
+      {:process, :sleep, :depth_cap, :node_cap, :waiting, :gc_minor, :attributed, :gc_major,
+       :runnable, {Workloads, :fib, 1}}
+
+    nodes =
+      <<0xFFFFFFFF::32-native, 0::32-native, 0::32-native, 0::64-native, 0::64-native,
+        0::64-native, 0::32-native, 9::32-native, 0::32-native, self_us * 1000::64-native,
+        3::64-native, 3::64-native>>
+
+    %Profile.Pending{
+      tree: {frames, {pid}, nodes, 1024 * 1024},
+      stats: %{samples: 3},
+      fields: [
+        trace_id: System.unique_integer([:positive]),
+        name: name,
+        mode: :native_tail,
+        pid: pid,
+        started_at: System.monotonic_time(:microsecond),
+        duration_us: 5_000
+      ],
+      names: %{pid => "the request"}
+    }
+  end
+
+  test "a pending trace is listed at once and built into its profile when read" do
+    pending = pending("lazy", 2_000)
+    before = TraceStore.stats().kept
+    {:ok, id} = TraceStore.put(pending)
+    settle()
+    assert TraceStore.stats().kept == before + 1
+
+    assert [%{trace_id: ^id, name: "lazy", mode: :native_tail, processes: 1, spans: 0} = summary] =
+             TraceStore.list()
+
+    assert summary.duration_us == 5_000
+    assert summary.bytes == :erlang.external_size(pending)
+
+    assert {:ok, %Profile{} = profile} = TraceStore.get(id)
+    assert profile == Profile.Pending.build(pending)
+    assert profile.trace_id == id and profile.name == "lazy"
+    assert profile.stacks[self()] == [{"FlameOn.Client.Test.Workloads.fib/1", 2_000}]
+    assert profile.process_names[self()] == "the request"
+    assert profile.stats.samples == 3
+  end
+
+  test "keep/2: a pending trace is stored pending without shippers, built and shipped with them" do
+    settings = %{threshold_ms: 1, shippers: []}
+    :ok = TraceStore.keep(pending("stored", 1_000), settings)
+    :ok = TraceStore.keep(pending("under", 1_000), %{settings | threshold_ms: 10})
+
+    shipped = %{settings | shippers: [{FlameOn.Client.Shipper.Process, pid: self()}]}
+    :ok = TraceStore.keep(pending("shipped", 1_000), shipped)
+    settle()
+
+    assert_receive {:flame_on_profile, %Profile{name: "shipped", stacks: stacks}}
+    assert stacks[self()] == [{"FlameOn.Client.Test.Workloads.fib/1", 1_000}]
+    assert Enum.map(TraceStore.list(), & &1.name) == ["shipped", "stored"]
+  end
+
+  test "a pending trace that cannot be built reads as not kept, and says why" do
+    broken = %{pending("broken", 1_000) | tree: {{}, {}, <<1, 2, 3>>, 0}}
+    {:ok, id} = TraceStore.put(broken)
+
+    log = capture_log(fn -> assert TraceStore.get(id) == :error end)
+    assert log =~ "the kept trace #{id} could not be built"
   end
 
   test "trace/3, start_trace/2 and telemetry traces land here when they pass their threshold" do

@@ -20,7 +20,8 @@ defmodule FlameOn.Client.Tracing.Tail do
   #     its entry and builds nothing; a slow one replays its slices into a
   #     new CPU-sampled core session, which takes their samples from the
   #     sampler's buffers, and becomes an ordinary profile (mode
-  #     :native_tail). No session, no sampler call, no
+  #     :native_tail), built when shipped or read (a
+  #     FlameOn.Client.Profile.Pending until then). No session, no sampler call, no
   #     helper per request; only past half its threshold are its stops
   #     asked about (the helper reads where it waits, as in mode :native).
   #     Its flags linger after it (TailHold's linger_ms), its entry idle:
@@ -36,7 +37,8 @@ defmodule FlameOn.Client.Tracing.Tail do
   # What a request traced and thrown away costs each way is in
   # bench/tail.exs.
 
-  alias FlameOn.Client.{Capture, Profile, ProcessName}
+  alias FlameOn.Client.{Capture, ProcessName}
+  alias FlameOn.Client.Profile.Pending
   alias FlameOn.Client.Capture.Common
   alias FlameOn.Client.Core.Native
   alias FlameOn.Client.Node.{Breaker, PerfSampler, TailHold, TailNote, TraceBackend}
@@ -50,21 +52,22 @@ defmodule FlameOn.Client.Tracing.Tail do
 
   @doc """
   Runs `fun` traced as `name` on the shared path where it can run (see
-  `start/4`): `{:ran, outcome, profile}` (`outcome` `{:ok, result}` or
-  `{kind, reason, stacktrace}`, `fun`'s exception caught; `profile` nil
-  under the threshold, or when building it failed: logged), else
+  `start/4`): `{:ran, outcome, pending}` (`outcome` `{:ok, result}` or
+  `{kind, reason, stacktrace}`, `fun`'s exception caught; `pending` the
+  trace's `FlameOn.Client.Profile.Pending`, or nil under the threshold or
+  when its replay failed: logged), else
   `:unavailable` (`fun` has not run). No wrapper, no process dictionary
   entry: what `trace/3` pays per request on this path.
   """
   @spec shared((() -> term()), String.t(), map(), pos_integer(), tuple() | nil | :unknown) ::
-          {:ran, {:ok, term()} | {atom(), term(), list()}, FlameOn.Client.Profile.t() | nil}
+          {:ran, {:ok, term()} | {atom(), term(), list()}, Pending.t() | nil}
           | :unavailable
   def shared(fun, name, trace_capture, threshold_ms, lingering \\ :unknown) do
     case start(trace_capture, @root, threshold_ms, name, lingering) do
       {:ok, tail} ->
         outcome = call(fun)
 
-        profile =
+        pending =
           try do
             stop(tail, threshold_ms)
           catch
@@ -77,7 +80,7 @@ defmodule FlameOn.Client.Tracing.Tail do
               nil
           end
 
-        {:ran, outcome, profile}
+        {:ran, outcome, pending}
 
       :unavailable ->
         :unavailable
@@ -202,10 +205,11 @@ defmodule FlameOn.Client.Tracing.Tail do
 
   @doc """
   Ends the calling process's shared tail trace (its flag off, if still
-  on): its profile when it lasted at least `threshold_ms`, else nil
-  (nothing built).
+  on): its `FlameOn.Client.Profile.Pending` (the profile's data,
+  `FlameOn.Client.TraceStore.keep/2` builds it when it ships it) when it
+  lasted at least `threshold_ms`, else nil (nothing built).
   """
-  @spec stop(tail(), non_neg_integer()) :: FlameOn.Client.Profile.t() | nil
+  @spec stop(tail(), non_neg_integer()) :: Pending.t() | nil
   def stop(%{state: state} = tail, threshold_ms) do
     # The NIF times the request (from tail_begin): a fast one ends there,
     # no clock read here. Its last slice ends then, while its flag is
@@ -336,7 +340,8 @@ defmodule FlameOn.Client.Tracing.Tail do
     kind, reason -> {kind, reason, __STACKTRACE__}
   end
 
-  # A slow request's slices, with the samples taken in them, as a profile.
+  # A slow request's slices, with the samples taken in them, as a
+  # profile's data.
   defp replay(%{opts: opts, state: state} = tail, started_ts, end_ts) do
     opts = if tail.name, do: %{opts | name: tail.name}, else: opts
     # no receive events in a tail trace's slices: every wait stays one
@@ -355,7 +360,9 @@ defmodule FlameOn.Client.Tracing.Tail do
       })
 
     fields = Keyword.put(Common.fields(opts, self(), started_ts, end_ts), :mode, :native_tail)
-    ProcessName.name_profile(Profile.build(raw, stats, fields), %{})
+    # built when shipped or read (FlameOn.Client.TraceStore.keep/2): its
+    # process's name now, while it runs
+    %Pending{tree: raw, stats: stats, fields: fields, names: ProcessName.complete(%{}, [self()])}
   end
 
   # As FlameOn.Client.TraceStore.keep/2 decides (on the profile's

@@ -1,0 +1,63 @@
+defmodule FlameOn.Client.Profile.Pending do
+  @moduledoc """
+  A kept trace whose `FlameOn.Client.Profile` is built when it is first
+  needed: the folded tree its core session finished with, its counters,
+  its fields and the names of its processes read while it ran.
+
+  A tail trace (`trace/3` with `threshold_ms` on the shared path, or a
+  telemetry trace there) that passes its threshold ends as one. With
+  shippers, `FlameOn.Client.TraceStore.keep/2` builds it at once and
+  ships the profile; without, the trace store keeps it as it is and
+  builds it when it is read (`FlameOn.Client.TraceStore.get/1`, the web
+  UI). So where every request is kept and nobody looks at most of them,
+  the stacks' texts, the tree and the time classes are made only for
+  those read (`bench/tail.exs`).
+
+      iex> tree = {{:process}, {self()}, <<>>, 1024}
+      iex> pending = %FlameOn.Client.Profile.Pending{
+      ...>   tree: tree,
+      ...>   stats: %{},
+      ...>   fields: [trace_id: 7, name: "checkout", mode: :native_tail, pid: self(),
+      ...>            started_at: 0, duration_us: 1500],
+      ...>   names: %{}
+      ...> }
+      iex> FlameOn.Client.Profile.Pending.field(pending, :duration_us)
+      1500
+      iex> FlameOn.Client.Profile.Pending.build(pending).name
+      "checkout"
+  """
+
+  alias FlameOn.Client.{ProcessName, Profile}
+
+  @enforce_keys [:tree, :stats, :fields, :names]
+  defstruct [:tree, :stats, :fields, :names]
+
+  @typedoc """
+  `tree`: the finished core session's tree (`FlameOn.Client.Core.Native.finish/2`);
+  `stats`: the profile's counters; `fields`: the profile's `trace_id`,
+  `name`, `mode`, `pid`, `started_at` and `duration_us`; `names`: its
+  processes' names, read while it ran.
+  """
+  @type t :: %__MODULE__{
+          tree: FlameOn.Client.Core.Native.tree(),
+          stats: map(),
+          fields: keyword(),
+          names: ProcessName.names()
+        }
+
+  @doc "The profile (the names of processes not in `names` are read now)."
+  @spec build(t()) :: Profile.t()
+  def build(%__MODULE__{} = pending) do
+    pending.tree
+    |> Profile.build(pending.stats, pending.fields)
+    |> ProcessName.name_profile(pending.names)
+  end
+
+  @doc "One of the profile's fields (`:trace_id`, `:name`, `:duration_us`, ...)."
+  @spec field(t(), atom()) :: term()
+  def field(%__MODULE__{fields: fields}, key), do: Keyword.get(fields, key)
+
+  @doc "How many processes the profile will show stacks of."
+  @spec processes(t()) :: non_neg_integer()
+  def processes(%__MODULE__{tree: tree}), do: tuple_size(elem(tree, 1))
+end
