@@ -9,9 +9,12 @@
 # Each row: one process computing until the row ends (SHAPE=busy: fib(12) calls
 # between clock reads, as test/support's Workloads.busy/1; SHAPE=fib: fib(15)
 # calls only), its flags set with a process that drops the events as its
-# tracer, while this process asks for its stack every millisecond
-# (REQUESTS, default 200). Latencies in µs (p50, p90, p99, max), and the
-# share of requests answered later than 1 ms.
+# tracer (or, in the "tracer module" row, bench/floor_tracer.c's module,
+# which only counts), while this process asks for its stack every
+# millisecond (REQUESTS, default 200). Latencies in µs (p50, p90, p99,
+# max), and the share of requests answered later than 1 ms.
+
+Code.require_file("support.exs", __DIR__)
 
 defmodule FlameOn.Bench.SignalLatency do
   @moduledoc false
@@ -47,6 +50,7 @@ defmodule FlameOn.Bench.SignalLatency do
     rows = [
       {"none", []},
       {"running", [:running]},
+      {"running (tracer module)", {:module, [:running]}},
       {"running_procs", [:running_procs]},
       {"garbage_collection", [:garbage_collection]},
       {"receive", [:receive]},
@@ -80,7 +84,17 @@ defmodule FlameOn.Bench.SignalLatency do
         send(me, {:done, self()})
       end)
 
-    if flags != [], do: :erlang.trace(target, true, [{:tracer, sink} | flags])
+    case flags do
+      [] ->
+        :ok
+
+      {:module, flags} ->
+        :erlang.trace(target, true, [{:tracer, FlameOn.Bench.FloorTracer, []} | flags])
+
+      flags ->
+        :erlang.trace(target, true, [{:tracer, sink} | flags])
+    end
+
     send(target, :go)
     Process.sleep(2)
 

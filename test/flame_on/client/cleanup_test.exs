@@ -96,10 +96,9 @@ defmodule FlameOn.Client.CleanupTest do
   end
 
   # The node holds nothing of ours within 1 s, and tracing works again.
-  # A sampled run is longer: a process with the `running` flag answers a
-  # stack request late while it computes (10-20 ms here under load,
-  # bench/signal_latency.exs), so 20 ms of fib could end before the first
-  # answer.
+  # A sampled run is longer: on a loaded machine the sampler may tick
+  # late, and 20 ms of fib could end before its first tick
+  # (bench/RESULTS.md).
   defp assert_clean_and_usable(opts) do
     assert_no_trace_leftovers(1_000)
     ensure_app_started()

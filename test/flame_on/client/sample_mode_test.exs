@@ -115,8 +115,8 @@ defmodule FlameOn.Client.SampleModeTest do
       {FlameOn.Client.Shipper.Directory, dir: dir}
     ]
 
-    # (80 ms: a computing process with the `running` flag answers a stack
-    # request late, 10-20 ms under load: bench/signal_latency.exs)
+    # (80 ms: on a loaded machine the sampler may tick late, and a
+    # shorter burst end before its first tick: bench/RESULTS.md)
     result =
       FlameOn.Client.trace("sampled trace", fn -> Workloads.busy(80) end,
         mode: :sample,
@@ -748,8 +748,8 @@ defmodule FlameOn.Client.SampleCostTest do
       spawn(fn ->
         send(test, {:waiting, self()})
         receive do: (:go -> :ok)
-        # (80 ms: a computing process with the `running` flag answers a
-        # stack request late, 10-20 ms under load: bench/signal_latency.exs)
+        # (80 ms: on a loaded machine the sampler may tick late, and a
+        # shorter burst end before its first tick: bench/RESULTS.md)
         Workloads.busy(80)
         send(test, :worked)
         receive do: (:done -> :ok)
