@@ -270,7 +270,7 @@ defmodule FlameOn.Client.Owners.CrossProcess do
   # c_src/nif/trace/fo_tracer.h).
   def handle_info(:lifetime, state) do
     Native.stop(state.core)
-    if is_pid(state.root), do: Followers.unfollow([state.root], state)
+    if is_pid(state.root), do: Followers.unfollow([state.root], state, again: false)
     {:noreply, %{state | lifetime_exceeded: true}}
   end
 

@@ -38,15 +38,22 @@ defmodule FlameOn.Client.Owners.Followers do
   # flags went (the send pattern found them on, and the process takes the
   # message untraced, its stacks lost): Patterns turns them on again when
   # another trace still needs them (FlameOn.Client.Node.Patterns.follow_again/4).
-  @spec unfollow([pid()], %{handle: TraceBackend.t(), follow: :messages | :calls}) :: pid()
-  def unfollow(pids, %{handle: handle, follow: follow} = state) do
+  # `again: false` (the trace follows nothing any more: its lifetime is
+  # over): no Patterns.follow_again/4 for this trace's own sake (a message
+  # merely queued at the process, a call's reply, traced the root again
+  # for good: graph_test's max_duration_ms test looped its 500 calls).
+  @spec unfollow([pid()], %{handle: TraceBackend.t(), follow: :messages | :calls}, keyword()) ::
+          pid()
+  def unfollow(pids, %{handle: handle, follow: follow} = state, opts \\ []) do
     label = Map.get(state, :label)
+    again? = Keyword.get(opts, :again, true)
 
     spawn(fn ->
       Enum.each(pids, fn pid ->
         with nil <- Native.graph_role(pid),
              {:ok, {Native, :graph}} <- TraceBackend.tracer(handle, pid),
-             :ok <- TraceBackend.untrace(handle, pid) do
+             :ok <- TraceBackend.untrace(handle, pid),
+             true <- again? do
           follow_again(handle, pid, follow, label)
         end
       end)
