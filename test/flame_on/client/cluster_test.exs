@@ -485,33 +485,21 @@ defmodule FlameOn.Client.ClusterTest do
     assert duration(child) >= (ms - 1) * 1000
     refute Enum.any?(graph.spans, &(&1.kind == :remote))
 
+    # the root's waits the child ended
+    edges =
+      for %{waiter_span_id: 0, waker_span_id: id} = edge <- graph.edges,
+          id == child.span_id,
+          do: edge
+
     # (the root's wait for it: the edge, beside what else the root waited
     # for, e.g. loading code)
-    edge_us =
-      for %{waiter_span_id: 0, waker_span_id: id, attributed_us: us} <- graph.edges,
-          id == child.span_id,
-          reduce: 0,
-          do: (acc -> acc + us)
-
+    edge_us = edges |> Enum.map(& &1.attributed_us) |> Enum.sum()
     # what the child did after the root woke (its exit on a loaded node)
     # no wait of the root can explain
-    woke_at =
-      for(
-        %{waiter_span_id: 0, waker_span_id: id, ended_at: at} <- graph.edges,
-        id == child.span_id,
-        do: at
-      )
-      |> Enum.max(fn -> child.ended_at end)
-
+    woke_at = edges |> Enum.map(& &1.ended_at) |> Enum.max(fn -> child.ended_at end)
     # and what it did before the root began waiting (the root still ran:
     # 16 ms of it once, OTP 27 in a fresh root)
-    waited_from =
-      for(
-        %{waiter_span_id: 0, waker_span_id: id, started_at: at} <- graph.edges,
-        id == child.span_id,
-        do: at
-      )
-      |> Enum.min(fn -> child.started_at end)
+    waited_from = edges |> Enum.map(& &1.started_at) |> Enum.min(fn -> child.started_at end)
 
     explainable =
       duration(child) - max(child.ended_at - woke_at, 0) -
