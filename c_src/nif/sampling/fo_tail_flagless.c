@@ -74,13 +74,13 @@ void fo_tail_forget_proc(tail_entry *e)
         atomic_store_explicit(&e->proc, 0, memory_order_release);
 }
 
-/* The slice before a read (the last that ended before it) stops in the
- * function of the first read after it; where a later read of the same
- * gap names another function, the wait moves there at that read (a
- * slice of no time, on no thread, stopping in it). */
 /* A kept request without flags: its slices in time order, apart, and
  * where it waited between them from its reads before until_ns (its flags'
- * first slice, once promoted; caller holds ctx_lock). */
+ * first slice, once promoted; caller holds ctx_lock). The slice before a
+ * read (the last that ended before it) stops in the function of the
+ * first read after it; where a later read of the same gap names another
+ * function, the wait moves there at that read (a slice of no time, on no
+ * thread, stopping in it). */
 static void place_reads(tail_entry *e, int64_t until_ns)
 {
     if (e->count > 1)

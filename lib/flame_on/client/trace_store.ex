@@ -86,7 +86,7 @@ defmodule FlameOn.Client.TraceStore do
         :ets.update_counter(@table, :too_large, 1, {:too_large, 0})
         {:error, :too_large}
       else
-        id = trace_id(profile)
+        id = field(profile, :trace_id)
         seq = System.unique_integer([:positive, :monotonic])
         # a trace kept again (its trace_id given) replaces itself
         replaced = :ets.lookup(@table, {:trace, id})
@@ -153,22 +153,20 @@ defmodule FlameOn.Client.TraceStore do
       :error
   end
 
-  defp with_trace_id(%Profile{trace_id: nil} = profile),
-    do: %{profile | trace_id: System.unique_integer([:positive])}
+  # One of a kept trace's profile fields, whether it is built or pending.
+  defp field(%Pending{} = pending, key), do: Pending.field(pending, key)
+  defp field(%Profile{} = profile, key), do: Map.fetch!(profile, key)
 
-  defp with_trace_id(%Pending{} = pending) do
-    if Pending.field(pending, :trace_id),
-      do: pending,
-      else: %{
-        pending
-        | fields: Keyword.put(pending.fields, :trace_id, System.unique_integer([:positive]))
-      }
+  defp with_trace_id(trace) do
+    if field(trace, :trace_id),
+      do: trace,
+      else: put_trace_id(trace, System.unique_integer([:positive]))
   end
 
-  defp with_trace_id(profile), do: profile
+  defp put_trace_id(%Profile{} = profile, id), do: %{profile | trace_id: id}
 
-  defp trace_id(%Profile{trace_id: id}), do: id
-  defp trace_id(%Pending{} = pending), do: Pending.field(pending, :trace_id)
+  defp put_trace_id(%Pending{} = pending, id),
+    do: %{pending | fields: Keyword.put(pending.fields, :trace_id, id)}
 
   @doc "Forgets every trace."
   @spec clear() :: :ok
@@ -216,36 +214,28 @@ defmodule FlameOn.Client.TraceStore do
     {config[:max_traces], trunc(config[:max_memory_mb] * 1024 * 1024)}
   end
 
-  defp summary(%Pending{} = pending, bytes) do
-    started_at = Pending.field(pending, :started_at)
+  defp summary(trace, bytes) do
+    started_at = field(trace, :started_at)
 
     %{
-      trace_id: Pending.field(pending, :trace_id),
-      name: Pending.field(pending, :name),
-      mode: Pending.field(pending, :mode),
-      pid: Pending.field(pending, :pid),
+      trace_id: field(trace, :trace_id),
+      name: field(trace, :name),
+      mode: field(trace, :mode),
+      pid: field(trace, :pid),
       started_at_system_us: started_at && started_at + System.time_offset(:microsecond),
-      duration_us: Pending.field(pending, :duration_us),
-      processes: Pending.processes(pending),
-      spans: 0,
+      duration_us: field(trace, :duration_us),
+      processes: processes(trace),
+      spans: spans(trace),
       bytes: bytes
     }
   end
 
-  defp summary(%Profile{} = profile, bytes) do
-    %{
-      trace_id: profile.trace_id,
-      name: profile.name,
-      mode: profile.mode,
-      pid: profile.pid,
-      started_at_system_us:
-        profile.started_at && profile.started_at + System.time_offset(:microsecond),
-      duration_us: profile.duration_us,
-      processes: map_size(profile.stacks),
-      spans: if(profile.graph, do: length(profile.graph.spans), else: 0),
-      bytes: bytes
-    }
-  end
+  defp processes(%Pending{} = pending), do: Pending.processes(pending)
+  defp processes(%Profile{stacks: stacks}), do: map_size(stacks)
+
+  # a pending trace is a tail trace's: one process, no span graph
+  defp spans(%Profile{graph: %{spans: spans}}), do: length(spans)
+  defp spans(_trace), do: 0
 
   # --- server ---------------------------------------------------------------
 
@@ -315,32 +305,31 @@ defmodule FlameOn.Client.TraceStore do
   # (a tail trace's) is built only to be shipped: without shippers the
   # store keeps it pending.
   @spec keep(Profile.t() | Pending.t(), %{threshold_ms: number(), shippers: list()}) :: :ok
-  def keep(%Pending{} = pending, %{threshold_ms: threshold_ms, shippers: shippers} = settings) do
-    cond do
-      Pending.field(pending, :duration_us) < threshold_ms * 1000 ->
-        :ok
-
-      shippers == [] ->
-        put(pending)
-        :ok
-
-      true ->
-        with {:ok, profile} <- build(pending), do: keep(profile, settings)
-        :ok
-    end
-  end
-
-  def keep(%Profile{} = profile, %{threshold_ms: threshold_ms, shippers: shippers}) do
-    if profile.duration_us >= threshold_ms * 1000 do
-      put(profile)
-      FlameOn.Client.Shipper.ship_all(profile, shippers)
+  def keep(trace, %{threshold_ms: threshold_ms, shippers: shippers}) do
+    if field(trace, :duration_us) >= threshold_ms * 1000 do
+      keep_and_ship(trace, shippers)
     else
       Logger.debug(fn ->
-        "FlameOn: trace #{inspect(profile.name)} (#{profile.trace_id}) took " <>
-          "#{profile.duration_us} µs, below threshold_ms #{threshold_ms}: not shipped"
+        "FlameOn: trace #{inspect(field(trace, :name))} (#{field(trace, :trace_id)}) took " <>
+          "#{field(trace, :duration_us)} µs, below threshold_ms #{threshold_ms}: not shipped"
       end)
 
       :ok
     end
+  end
+
+  defp keep_and_ship(%Pending{} = pending, []) do
+    put(pending)
+    :ok
+  end
+
+  defp keep_and_ship(%Pending{} = pending, shippers) do
+    with {:ok, profile} <- build(pending), do: keep_and_ship(profile, shippers)
+    :ok
+  end
+
+  defp keep_and_ship(%Profile{} = profile, shippers) do
+    put(profile)
+    FlameOn.Client.Shipper.ship_all(profile, shippers)
   end
 end

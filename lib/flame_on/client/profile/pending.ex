@@ -57,7 +57,7 @@ defmodule FlameOn.Client.Profile.Pending do
   @spec field(t(), atom()) :: term()
   def field(%__MODULE__{fields: fields}, key), do: Keyword.get(fields, key)
 
-  @doc "How many processes the profile will show stacks of."
+  @doc "How many processes its tree holds (a tail trace's: one)."
   @spec processes(t()) :: non_neg_integer()
   def processes(%__MODULE__{tree: tree}), do: tuple_size(elem(tree, 1))
 end
