@@ -16,7 +16,11 @@ native? = FlameOn.Client.Node.PerfSampler.available?()
 # A crash in the library's code fails the suite (after it ran).
 FlameOn.Client.Test.CrashWatch.start()
 
+FlameOn.Client.Test.FailureRecap.start()
+
+# Failures are printed again at the end, where a CI log's tail shows them.
 ExUnit.start(
   assert_receive_timeout: 5_000,
+  formatters: [ExUnit.CLIFormatter, FlameOn.Client.Test.FailureRecap],
   exclude: if(native?, do: [:native_unavailable], else: [:native])
 )
