@@ -156,6 +156,9 @@ void fo_session_count_slept(fo_session *s, uint64_t pid, uint32_t times);
 typedef void (*fo_cpu_source)(void *ctx, fo_session *s, uint64_t pid, uint64_t thread, int64_t from_ns,
                               int64_t to_ns);
 void fo_session_set_cpu_sampled(fo_session *s, fo_cpu_source source, void *ctx);
+/* A CPU-sampled session's source from here on (a replay's samples from a
+ * copy, then none once it is over: NULL), its state otherwise as it is. */
+void fo_session_swap_cpu_source(fo_session *s, fo_cpu_source source, void *ctx);
 
 /* Strata (CPU-sampled sessions): a process's on-CPU time between two of
  * its waits that lasted gap_ns or more (an `out` to the next `in`) is a

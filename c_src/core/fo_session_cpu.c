@@ -26,6 +26,12 @@ void fo_session_set_cpu_sampled(fo_session *s, fo_cpu_source source, void *ctx)
     s->cpu_ctx = ctx;
 }
 
+void fo_session_swap_cpu_source(fo_session *s, fo_cpu_source source, void *ctx)
+{
+    s->cpu_source = source;
+    s->cpu_ctx = ctx;
+}
+
 /* The samples of the slice that ends here, from the source, before the
  * event moves the process off-CPU. */
 static void end_slice(fo_session *s, fo_proc *p, int64_t to_ns)

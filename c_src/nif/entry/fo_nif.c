@@ -19,6 +19,8 @@
 #include "fo_sample.h"
 #include "fo_session_nif.h"
 #include "fo_tail.h"
+#include "fo_tail_kept.h"
+#include "fo_tail_replay.h"
 #include "fo_tracer.h"
 #include "fo_tracer_slots.h"
 
@@ -69,6 +71,7 @@ static ErlNifFunc nif_funcs[] = {
     {"tail_release", 1, fo_tail_release_nif, 0},
     {"tail_idle", 1, fo_tail_idle_nif, 0},
     {"tail_end", 2, fo_tail_end_nif, 0},
+    {"tail_keep", 3, fo_tail_keep_nif, 0},
     {"tail_replay", 2, fo_tail_replay_nif, 0},
     {"tail_stats", 0, fo_tail_stats_nif, 0},
     {"tail_owners", 0, fo_tail_owners_nif, 0},
@@ -90,7 +93,7 @@ static int on_load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
     (void)info;
     fo_atoms_init(env);
     if (!fo_resource_open(env) || !fo_handle_open(env) || !fo_next_open(env) || !fo_perf_nif_open(env) ||
-        !fo_router_init() || !fo_tracer_slots_init())
+        !fo_tail_kept_open(env) || !fo_router_init() || !fo_tracer_slots_init())
         return 1;
     fo_clock_init();
     fo_tracer_init();

@@ -16,20 +16,18 @@ uint32_t fo_cpu_scope_start(const fo_cpu_scope *scope, const fo_mfa *frames, uin
     return 0;
 }
 
-uint32_t fo_cpu_frames(const uint64_t *ips, uint32_t n, const fo_cpu_scope *scope, fo_mfa *frames,
-                       uint32_t *erlang, int *cut)
+void fo_cpu_resolve(const uint64_t *ips, uint32_t n, uint64_t caller, fo_cpu_chain *out)
 {
-    fo_mfa leafward[FO_PERF_MAX_FRAMES];
-    uint32_t count = 0;
-    fo_mfa c_leaf;
-    int has_c_leaf = 0;
+    out->count = 0;
+    out->has_c_leaf = 0;
+    out->has_caller = 0;
     for (uint32_t i = 0; i < n && i < FO_PERF_MAX_FRAMES; i++) {
         /* a return address may be the first byte after its call's function */
         uint64_t ip = i == 0 ? ips[0] : ips[i] - 1;
         fo_mfa mfa;
         fo_sym_kind kind = fo_symbols_jit(ip, &mfa);
         if (kind == FO_SYM_ERLANG) {
-            leafward[count++] = mfa;
+            out->leafward[out->count++] = mfa;
             continue;
         }
         if (kind == FO_SYM_GLUE || kind == FO_SYM_FRAGMENT)
@@ -37,33 +35,70 @@ uint32_t fo_cpu_frames(const uint64_t *ips, uint32_t n, const fo_cpu_scope *scop
         /* C code: the leaf is named; C frames past it come from frame
          * pointers C code does not keep, and past an Erlang frame they are
          * not the process's */
-        if (count > 0)
+        if (out->count > 0)
             break;
         if (i == 0) {
-            fo_symbols_native(ip, &c_leaf);
-            has_c_leaf = 1;
+            fo_symbols_native(ip, &out->c_leaf);
+            out->has_c_leaf = 1;
         }
     }
-    uint32_t keep = count;
+    /* the kernel walks FO_PERF_MAX_FRAMES at most: a chain that long may
+     * have lost its outer frames */
+    out->long_chain = n >= FO_PERF_MAX_FRAMES;
+    if (out->count == 0 && caller != 0 && fo_symbols_jit(caller, &out->caller) == FO_SYM_ERLANG)
+        out->has_caller = 1;
+}
+
+/* The chain's frames as a scope sees them, root first, into frames (room
+ * for FO_PERF_MAX_FRAMES + 1): the count, *erlang and *cut as
+ * fo_cpu_frames says. */
+static uint32_t scoped(const fo_cpu_chain *c, const fo_cpu_scope *scope, fo_mfa *frames, uint32_t *erlang,
+                       int *cut)
+{
+    uint32_t keep = c->count;
     int rooted = 0;
     if (scope != NULL && scope->has_root) {
-        for (uint32_t i = 0; i < count && !rooted; i++) {
-            if (fo_mfa_equal(&leafward[i], &scope->root)) {
+        for (uint32_t i = 0; i < c->count && !rooted; i++) {
+            if (fo_mfa_equal(&c->leafward[i], &scope->root)) {
                 keep = i + 1;
                 rooted = 1;
             }
         }
     }
-    /* the kernel walks FO_PERF_MAX_FRAMES at most: a chain that long with
-     * no root lost its outer frames */
-    *cut = !rooted && n >= FO_PERF_MAX_FRAMES;
+    *cut = !rooted && c->long_chain;
     uint32_t out = 0;
     for (uint32_t i = keep; i > 0; i--)
-        frames[out++] = leafward[i - 1];
-    if (has_c_leaf)
-        frames[out++] = c_leaf;
+        frames[out++] = c->leafward[i - 1];
+    if (c->has_c_leaf)
+        frames[out++] = c->c_leaf;
     *erlang = keep;
     return out;
+}
+
+uint32_t fo_cpu_frames(const uint64_t *ips, uint32_t n, const fo_cpu_scope *scope, fo_mfa *frames,
+                       uint32_t *erlang, int *cut)
+{
+    fo_cpu_chain chain;
+    fo_cpu_resolve(ips, n, 0, &chain);
+    return scoped(&chain, scope, frames, erlang, cut);
+}
+
+void fo_cpu_place(const fo_cpu_chain *c, const fo_cpu_scope *scope, fo_session *s, uint64_t pid)
+{
+    fo_mfa frames[FO_PERF_MAX_FRAMES + 1];
+    uint32_t erlang = 0;
+    int cut = 0;
+    uint32_t count = scoped(c, scope, frames, &erlang, &cut);
+    if (count == 0)
+        return;
+    if (erlang > 0 && cut)
+        fo_session_cpu_sample_cut(s, pid, frames, count, erlang, scope != NULL && scope->has_cut ? &scope->cut : NULL);
+    else if (erlang > 0)
+        fo_session_cpu_sample(s, pid, frames, count, erlang);
+    else if (c->has_caller)
+        fo_session_cpu_sample_in(s, pid, &c->caller, &frames[0]);
+    else
+        fo_session_cpu_orphan(s, pid, &frames[0]);
 }
 
 typedef struct {
@@ -114,22 +149,9 @@ static void each(void *ctx, int64_t ts_ns, const uint64_t *ips, uint32_t n, uint
 {
     (void)ts_ns;
     slice *sl = ctx;
-    fo_mfa frames[FO_PERF_MAX_FRAMES + 1];
-    uint32_t erlang = 0;
-    int cut = 0;
-    fo_mfa called_from;
-    uint32_t count = fo_cpu_frames(ips, n, sl->scope, frames, &erlang, &cut);
-    if (count == 0)
-        return;
-    if (erlang > 0 && cut)
-        fo_session_cpu_sample_cut(sl->s, sl->pid, frames, count, erlang,
-                                  sl->scope != NULL && sl->scope->has_cut ? &sl->scope->cut : NULL);
-    else if (erlang > 0)
-        fo_session_cpu_sample(sl->s, sl->pid, frames, count, erlang);
-    else if (caller != 0 && fo_symbols_jit(caller, &called_from) == FO_SYM_ERLANG)
-        fo_session_cpu_sample_in(sl->s, sl->pid, &called_from, &frames[0]);
-    else
-        fo_session_cpu_orphan(sl->s, sl->pid, &frames[0]);
+    fo_cpu_chain chain;
+    fo_cpu_resolve(ips, n, caller, &chain);
+    fo_cpu_place(&chain, sl->scope, sl->s, sl->pid);
 }
 
 void fo_cpu_slice(void *ctx, fo_session *s, uint64_t pid, uint64_t thread, int64_t from_ns, int64_t to_ns)

@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "fo_perf.h"
 #include "fo_session.h"
 
 typedef struct {
@@ -45,6 +46,28 @@ uint64_t fo_cpu_skipped_frame(uint64_t first_ip, uint64_t next_ip, const uint64_
 /* Where the scope's stacks start in frames (root first): the innermost
  * call of its root function, 0 without one or when it is not there. */
 uint32_t fo_cpu_scope_start(const fo_cpu_scope *scope, const fo_mfa *frames, uint32_t count);
+
+/* A sample's call chain, named: its Erlang frames leaf first (glue and
+ * fragments skipped), the C function it was caught in (has_c_leaf: it
+ * was, before any Erlang frame), whether the kernel's walk was as long as
+ * it goes (long_chain: it may have lost its outer frames), and, for a
+ * chain with no Erlang frame, the Erlang function that called into C
+ * (has_caller; fo_cpu_find_caller). What a kept tail request copies
+ * (fo_tail_kept.h): names read while its code is still loaded. */
+typedef struct {
+    fo_mfa leafward[FO_PERF_MAX_FRAMES];
+    uint32_t count;
+    int long_chain, has_c_leaf, has_caller;
+    fo_mfa c_leaf, caller;
+} fo_cpu_chain;
+
+/* Names a chain (leaf first, as fo_perf gives it; caller: the address
+ * fo_perf found for it, 0: none). */
+void fo_cpu_resolve(const uint64_t *ips, uint32_t n, uint64_t caller, fo_cpu_chain *out);
+
+/* A named chain as one sample of process pid in session s, within scope
+ * (a sample, a cut one, one in C code called from Erlang, or an orphan). */
+void fo_cpu_place(const fo_cpu_chain *c, const fo_cpu_scope *scope, fo_session *s, uint64_t pid);
 
 /* A chain (leaf first, as fo_perf gives it) as frames, root first, into
  * frames (room for n + 1). Returns the count; *erlang gets how many are

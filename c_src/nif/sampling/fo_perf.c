@@ -403,11 +403,19 @@ static void keep_sample(perf_thread *t, int64_t ts, int64_t cpu_ns, const uint64
     counters.samples++;
 }
 
-/* The known processes now, for the drains that follow (caller holds
- * lock). */
+/* The known processes are read again before the next drain that finds
+ * samples (caller holds lock): a read walks the whole tail table, and
+ * most drains (a kept request's slices, one at a time) find none. */
+static int known_stale = 1;
 static void refresh_known(void)
 {
+    known_stale = 1;
+}
+
+static void read_known(void)
+{
     known_count = known_fn != NULL ? fo_identity_sort(known, known_fn(known, FO_PERF_MAX_KNOWN)) : 0;
+    known_stale = 0;
 }
 
 /* Caller holds lock. */
@@ -422,6 +430,8 @@ static void drain_ring(perf_thread *t)
      * (x86-64: their ABI, r13), then the stack copy: its size, the bytes,
      * their dynamic size */
     uint64_t record[5 + FO_PERF_MAX_FRAMES + 2 + 3 + FO_PERF_STACK_BYTES / 8];
+    if (tail < head && known_stale)
+        read_known();
     while (tail < head) {
         struct perf_event_header header;
         ring_copy(data, size, tail, &header, sizeof header);

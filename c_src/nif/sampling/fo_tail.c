@@ -16,7 +16,7 @@
 #include "fo_resource.h"
 #include "fo_spinlock.h"
 #include "fo_tail_entry.h"
-#include "fo_tail_replay.h"
+#include "fo_tail_kept.h"
 #include "fo_tracer.h"
 
 static pthread_mutex_t enable_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -697,17 +697,15 @@ ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     return result;
 }
 
-/* tail_replay(Session, State): a kept request's slices (with their
- * samples) into a CPU-sampled core session (fo_tail_replay.c), then its
- * entry lingers or goes. */
-ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+/* tail_keep(State, MaxSamples, MaxFrames): a kept request copied with
+ * its samples (fo_tail_kept.c), then its entry lingers or goes. */
+ERL_NIF_TERM fo_tail_keep_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    fo_session_res *res;
-    if (!fo_handle_get(env, argv[0], &res) || !res->cpu_sampled)
-        return enif_make_badarg(env);
-    tail_entry *e = own_entry(env, argv[1]);
-    if (e == NULL || e->end_ns == 0)
+    unsigned max_samples, max_frames;
+    tail_entry *e = own_entry(env, argv[0]);
+    if (e == NULL || e->end_ns == 0 || !enif_get_uint(env, argv[1], &max_samples) ||
+        !enif_get_uint(env, argv[2], &max_frames))
         return enif_make_badarg(env);
     atomic_fetch_add_explicit(&kept, 1, memory_order_relaxed);
     fo_perf_pump(); /* the samples up to now */
@@ -719,14 +717,29 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
         if (overwritten && e->dropped++ == 0)
             atomic_fetch_add_explicit(&truncated, 1, memory_order_relaxed);
     }
-    if (fo_tail_replay_into(res, env, e) != 0)
+    /* a long request's array goes with it (its entry would free it):
+     * counted in the trace store's bytes from here, not the table's */
+    tail_slice *long_slices = NULL;
+    if (e->cap > TAIL_KEPT_SLICES) {
+        long_slices = e->slices;
+        atomic_fetch_sub(&slice_bytes, (uint64_t)e->cap * sizeof(tail_slice));
+        e->slices = NULL;
+        e->cap = 0;
+    }
+    fo_tail_kept *k = fo_tail_kept_make(e, long_slices, max_samples, max_frames);
+    if (k == NULL) {
+        e->count = 0; /* its slices may have gone with the copy */
         return enif_raise_exception(env, fo_atom_memory);
-    ERL_NIF_TERM answer = enif_make_tuple2(env, enif_make_uint(env, e->count), enif_make_uint(env, e->dropped));
+    }
+    ERL_NIF_TERM answer[] = {enif_make_resource(env, k), enif_make_uint(env, k->count),
+                             enif_make_uint(env, k->dropped), enif_make_uint(env, k->samples_dropped),
+                             enif_make_uint64(env, k->bytes)};
+    enif_release_resource(k);
     if (e->linger_after)
         linger(e);
     else
         release(e);
-    return answer;
+    return enif_make_tuple_from_array(env, answer, 5);
 }
 
 ERL_NIF_TERM fo_tail_promoter_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])

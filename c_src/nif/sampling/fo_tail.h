@@ -89,7 +89,7 @@ ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
 // tail_end(State, Keep) -> ok | linger | {slow, TookNs}
 //   The calling process's traced work is over: closes its running slice
 //   (its callbacks note nothing more). Keep false frees the entry; true
-//   keeps it for tail_replay/2. linger: the process keeps its flags (for
+//   keeps it for tail_keep/3. linger: the process keeps its flags (for
 //   its next request, with the same state), and its entry lingering from
 //   now (or once replayed); ok: its flags are to go now. Keep a threshold
 //   in nanoseconds: a request that ran less ends as with false; one that
@@ -97,12 +97,13 @@ ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
 //   tail_begin/2), for a second call with true or false.
 ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
-// tail_replay(Session, State) -> {Slices, Dropped}
-//   Applies the entry's slices to the CPU-sampled Session (new/1 with
-//   cpu_sampled), stops it at the end of the work (or of the last slice
-//   held, when Dropped > 0) and frees the entry. finish(Session, stop)
-//   then gives the profile.
-ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+// tail_keep(State, MaxSamples, MaxFrames) -> {Kept, Slices, Dropped, SamplesDropped, Bytes}
+//   The calling process's kept request (tail_end/2 with true): its
+//   records and the samples of its slices (at most MaxSamples, with
+//   MaxFrames frames; past them counted in SamplesDropped) copied into
+//   Kept, a resource of Bytes bytes, whose profile tail_replay/2 makes
+//   when it is wanted. The entry lingers or goes from here.
+ERL_NIF_TERM fo_tail_keep_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 // tail_promoter(Pid | nil) -> ok
 //   Who sets the flags of a request without flags once it may be slow (its

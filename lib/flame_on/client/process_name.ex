@@ -113,6 +113,31 @@ defmodule FlameOn.Client.ProcessName do
   end
 
   @doc """
+  What `from_info/1` names the calling process by, read now without
+  copying its dictionary: its registered name, its initial call and the
+  dictionary keys a name comes from, as `process_info/2` gives them.
+
+      iex> Process.put(:"$process_label", :checkout)
+      iex> FlameOn.Client.ProcessName.from_info(FlameOn.Client.ProcessName.self_info())
+      "checkout"
+  """
+  @spec self_info() :: [{term(), term()}]
+  def self_info do
+    # (no registered name: [] rather than the tuple)
+    registered =
+      case :erlang.process_info(self(), :registered_name) do
+        {:registered_name, _} = named -> named
+        [] -> {:registered_name, []}
+      end
+
+    [
+      registered,
+      :erlang.process_info(self(), :initial_call)
+      | for(key <- @dict_keys, do: {{:dictionary, key}, Process.get(key, :undefined)})
+    ]
+  end
+
+  @doc """
   `known` plus the names of those `pids` it lacks, read now (processes of
   this node that still run). A process read without a name maps to `nil`,
   so that it is not read again.

@@ -87,6 +87,36 @@ defmodule FlameOn.Client.ProcessNamesTest do
     on_exit(fn -> assert_node_clean() end)
   end
 
+  doctest FlameOn.Client.ProcessName
+
+  test "a process's own read (self_info/0, no dictionary copied) names it as a read of it does" do
+    parent = self()
+
+    starts = [
+      fn -> Process.register(self(), :self_info_named) end,
+      fn -> Process.put(:"$process_label", {:worker, 7}) end,
+      fn -> :ok end
+    ]
+
+    for start <- starts do
+      # a task (its $callers and $initial_call): registered, labelled, plain
+      {:ok, task} =
+        Task.start(fn ->
+          start.()
+          send(parent, {:read, self(), ProcessName.from_info(ProcessName.self_info())})
+          receive do: (:stop -> :ok)
+        end)
+
+      assert_receive {:read, ^task, own}
+      assert own == ProcessName.read(task) and is_binary(own)
+      send(task, :stop)
+    end
+
+    # a bare process (spawned with a fun): no name
+    spawn(fn -> send(parent, {:read, ProcessName.from_info(ProcessName.self_info())}) end)
+    assert_receive {:read, nil}
+  end
+
   test "a whole-node trace names the processes it picked, after they are gone" do
     {:ok, inventory} = Store.start(busy: true, name: :inventory_server)
     {:ok, cart} = Store.start(busy: true)

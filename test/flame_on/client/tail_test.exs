@@ -180,6 +180,39 @@ defmodule FlameOn.Client.TailTest do
     assert waited >= 120_000, inspect(profile.stacks, limit: :infinity)
   end
 
+  # A slow request of 10 ms of CPU and a 30 ms wait, kept without a
+  # shipper: the store holds the copy of its slices and samples
+  # (Native.tail_keep/3), replayed into its profile on each read.
+  defp assert_kept_as_copy do
+    FlameOn.Client.TraceStore.clear()
+    # its stops asked about from 5 ms on (half its threshold): its wait's
+    FlameOn.Client.trace("short", fn -> Work.slow(10, 30) end, mode: :native, threshold_ms: 10)
+
+    assert [summary] = FlameOn.Client.TraceStore.list()
+    assert summary.name == "short" and summary.processes == 1
+
+    # the store holds the copy (its records and named samples), not a tree
+    [{_, _, bytes, _, pending}] =
+      :ets.lookup(FlameOn.Client.TraceStore, {:trace, summary.trace_id})
+
+    assert %FlameOn.Client.Profile.Pending{tree: nil, make: {_, _, _}} = pending
+    assert bytes == summary.bytes and bytes > pending.bytes and pending.bytes < 256 * 1024
+
+    # replayed on each read, the same each time: 10 ms of CPU in
+    # slow_compute (its slices' time), 30 ms asleep in slow_wait
+    assert {:ok, profile} = FlameOn.Client.TraceStore.get(summary.trace_id)
+    assert {:ok, ^profile} = FlameOn.Client.TraceStore.get(summary.trace_id)
+    assert profile.mode == :native_tail and profile.stats.samples > 0
+    assert profile.stats.tail_dropped_samples == 0 and profile.stats.tail_truncated == false
+    compute = time_in(profile, "TailTest.Work.slow_compute/1")
+    assert compute >= 7_000 and compute <= 30_000, inspect(profile.stacks, limit: :infinity)
+    waited = time_in(profile, "TailTest.Work.slow_wait/1;Process.sleep/1;SLEEP")
+    assert waited >= 25_000, inspect(profile.stacks, limit: :infinity)
+    :ok = TailHold.off()
+    assert_node_clean()
+    profile
+  end
+
   # the tail path's flags (`attribution: :flags`), with `config` beside
   defp put_tail_env(config),
     do: Application.put_env(:flame_on_client, :tail, Keyword.merge([attribution: :flags], config))
@@ -240,6 +273,10 @@ defmodule FlameOn.Client.TailTest do
       assert summary.bytes < :erlang.external_size(profile)
       :ok = TailHold.off()
       assert_node_clean()
+    end
+
+    test "a short slow request is kept as the copy of its slices and samples, replayed when read" do
+      assert assert_kept_as_copy().stats.tail_attribution == :flags
     end
 
     test "the hold turns off by itself after idle_ms" do
@@ -674,6 +711,61 @@ defmodule FlameOn.Client.TailTest do
       assert Native.tail_state(state) == :gone
     end
 
+    test "a kept request's copy holds at most max_samples samples: the rest counted, the trace marked truncated" do
+      FlameOn.Client.TraceStore.clear()
+
+      FlameOn.Client.trace("capped", fn -> Work.slow(20, 5) end,
+        mode: :native,
+        threshold_ms: 10,
+        max_samples: 1
+      )
+
+      assert [summary] = FlameOn.Client.TraceStore.list()
+      assert {:ok, profile} = FlameOn.Client.TraceStore.get(summary.trace_id)
+      # 20 ms of CPU at 499 Hz: about 10 samples, one kept
+      assert profile.stats.samples == 1
+      assert profile.stats.tail_dropped_samples >= 3
+      assert profile.stats.tail_truncated == true
+      :ok = TailHold.off()
+      assert_node_clean()
+    end
+
+    test "tail_keep/3 copies a kept request once; tail_replay/2 replays only a copy, into a CPU-sampled session" do
+      assert TailHold.on?(499)
+      {:tail, _, _} = state = Native.tail_begin(0, nil, false)
+      Process.sleep(5)
+      assert {:slow, _} = Native.tail_end(state, 1_000_000)
+      assert Native.tail_end(state, true) in [:ok, :linger]
+
+      for {samples, frames} <- [{-1, 10}, {10, :many}, {1.5, 10}],
+          do: assert_raise(ArgumentError, fn -> Native.tail_keep(state, samples, frames) end)
+
+      # no flags, no samples named: a copy of its time, and of the slice
+      # it ran in as it ended
+      assert {kept, slices, 0, _, bytes} = Native.tail_keep(state, 10, 10)
+      assert is_reference(kept) and slices <= 1 and bytes > 0
+      # the entry is its process's again (lingering) or free: copied once
+      assert_raise ArgumentError, fn -> Native.tail_keep(state, 10, 10) end
+
+      per_second = System.convert_time_unit(1, :second, :native)
+      sampled = Native.new(%{cpu_sampled: true, native_per_second: per_second})
+      plain = Native.new(%{native_per_second: per_second})
+
+      for {session, copy} <- [
+            {sampled, make_ref()},
+            {sampled, state},
+            {plain, kept},
+            {kept, kept}
+          ],
+          do: assert_raise(ArgumentError, fn -> Native.tail_replay(session, copy) end)
+
+      assert Native.tail_replay(sampled, kept) == :ok
+      assert {_tree, %{}} = Native.finish(sampled, :stop)
+      Native.finish(plain, :stop)
+      if lingering(state), do: assert(TailHold.unlinger(self(), state) == :ok)
+      assert Native.tail_state(state) == :gone
+    end
+
     test "cross_process and mode :sample take the own-session path" do
       FlameOn.Client.Tracing.trace("slow", fn -> Work.slow(120, 180) end,
         mode: :sample,
@@ -703,6 +795,10 @@ defmodule FlameOn.Client.TailTest do
 
   describe "without trace flags (attribution: :samples), where native sampling runs (+JPperf true)" do
     @describetag :native
+
+    test "a short slow request is kept as the copy of its slices and samples, replayed when read" do
+      if flagless?(), do: assert(assert_kept_as_copy().stats.tail_attribution == :samples)
+    end
 
     test "every request traced: exactly the slow one is kept, with its CPU stacks and its wait where it waited" do
       if flagless?() do

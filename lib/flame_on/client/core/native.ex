@@ -441,8 +441,20 @@ defmodule FlameOn.Client.Core.Native do
   def tail_idle(_idle_ns), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
-  @spec tail_replay(session(), tuple()) :: {non_neg_integer(), non_neg_integer()}
-  def tail_replay(_session, _state), do: :erlang.nif_error(:nif_not_loaded)
+  # the calling process's kept request (tail_end/2 with true) copied with
+  # its samples (at most max_samples, with max_frames frames): {kept,
+  # records, dropped records, dropped samples, the copy's bytes}; its
+  # entry lingers or goes
+  @spec tail_keep(tuple(), non_neg_integer(), non_neg_integer()) ::
+          {reference(), non_neg_integer(), non_neg_integer(), non_neg_integer(),
+           non_neg_integer()}
+  def tail_keep(_state, _max_samples, _max_frames), do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc false
+  # a kept request's copy (tail_keep/3) into a new CPU-sampled session,
+  # which it stops; finish/2 then gives its tree
+  @spec tail_replay(session(), reference()) :: :ok
+  def tail_replay(_session, _kept), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
   @spec tail_owners() :: [{pid(), tuple()}]

@@ -47,6 +47,15 @@ defmodule FlameOn.Client.Tracing.Tail do
 
   @flags TailNote.flags()
 
+  # A kept request's copy of at most this many bytes is kept as it is
+  # until read (kept/3): about 6 500 time slices, 30 ms of CPU (a
+  # CPU-bound process is scheduled out every few µs), against a few
+  # kilobytes for its folded tree.
+  @eager_bytes 256 * 1024
+
+  # The options replayed/1 makes a core session with (Capture.Common.new_core/2).
+  @core_keys [:mode, :alloc, :frequency | FlameOn.Client.Options.limit_keys()]
+
   # The root of a tail trace's stacks (both paths): call/1's frame.
   @root {__MODULE__, :call, 1}
 
@@ -223,7 +232,7 @@ defmodule FlameOn.Client.Tracing.Tail do
         # built unless the breaker is open (no new session then)
         keep = breaker_closed?(tail)
         ended(tail, Native.tail_end(state, keep))
-        if keep, do: replay_or_untrace(tail, started_ts, end_ts)
+        if keep, do: keep_or_untrace(tail, started_ts, end_ts)
 
       fast ->
         ended(tail, fast)
@@ -241,11 +250,11 @@ defmodule FlameOn.Client.Tracing.Tail do
     :ok
   end
 
-  # A kept trace whose entry lingers once replayed: if the replay fails,
-  # the flags go (the entry stays taken until the process exits, as
-  # without lingering).
-  defp replay_or_untrace(tail, started_ts, end_ts) do
-    replay(tail, started_ts, end_ts)
+  # A kept trace whose entry lingers once copied: if the copy fails, the
+  # flags go (the entry stays taken until the process exits, as without
+  # lingering).
+  defp keep_or_untrace(tail, started_ts, end_ts) do
+    kept(tail, started_ts, end_ts)
   rescue
     error ->
       if Native.tail_state(tail.state) == :active, do: untrace(tail)
@@ -253,8 +262,11 @@ defmodule FlameOn.Client.Tracing.Tail do
       reraise error, __STACKTRACE__
   end
 
+  # (a copy makes no session: FlameOn.Client.Node.Breaker.check_sessionless/0;
+  # one past @eager_bytes is folded at once, in a session that lives only
+  # as long as the fold)
   defp breaker_closed?(tail) do
-    case Breaker.check() do
+    case Breaker.check_sessionless() do
       :ok ->
         true
 
@@ -340,30 +352,77 @@ defmodule FlameOn.Client.Tracing.Tail do
     kind, reason -> {kind, reason, __STACKTRACE__}
   end
 
-  # A slow request's slices, with the samples taken in them, as a
-  # profile's data.
-  defp replay(%{opts: opts, state: state} = tail, started_ts, end_ts) do
+  # A slow request's slices, with the samples taken in them, copied
+  # (Native.tail_keep/3: the samples are the sampler's until its buffers
+  # wrap): a profile's data, replayed into a core session and built only
+  # when shipped or read (replayed/1).
+  defp kept(%{opts: opts, state: state} = tail, started_ts, end_ts) do
     opts = if tail.name, do: %{opts | name: tail.name}, else: opts
-    # no receive events in a tail trace's slices: every wait stays one
-    core_options = Map.delete(Capture.Native.core_options(opts, tail.root), :receives)
-    {:ok, core} = Common.new_core(opts, core_options)
-    {slices, dropped} = Native.tail_replay(core, state)
-    {raw, stats} = Native.finish(core, :stop)
 
-    stats =
-      Map.merge(stats, %{
+    {kept, slices, dropped, samples_dropped, bytes} =
+      Native.tail_keep(state, opts.max_samples, opts.max_stack_frames)
+
+    copy = %{
+      kept: kept,
+      core: core_limits(opts),
+      root: tail.root,
+      # its process's name, read now (while it runs) and made when built
+      info: {self(), ProcessName.self_info()},
+      stats: %{
         unprocessed_events: 0,
         tail_slices: slices,
         tail_attribution: if(tail.handle, do: :flags, else: :samples),
         tail_dropped_slices: dropped,
-        tail_truncated: dropped > 0
-      })
+        tail_dropped_samples: samples_dropped,
+        tail_truncated: dropped > 0 or samples_dropped > 0
+      }
+    }
 
     fields = Keyword.put(Common.fields(opts, self(), started_ts, end_ts), :mode, :native_tail)
-    # built when shipped or read (FlameOn.Client.TraceStore.keep/2): its
-    # process's name now, while it runs
-    %Pending{tree: raw, stats: stats, fields: fields, names: ProcessName.complete(%{}, [self()])}
+
+    # A copy past @eager_bytes is folded now: its tree holds far less,
+    # and such a request is rare.
+    if bytes > @eager_bytes do
+      {tree, stats, names} = replayed(copy)
+      %Pending{tree: tree, stats: stats, fields: fields, names: names}
+    else
+      %Pending{
+        make: {__MODULE__, :replayed, [copy]},
+        bytes: bytes,
+        tree: nil,
+        stats: nil,
+        fields: fields,
+        names: %{}
+      }
+    end
   end
+
+  @doc false
+  # A kept request's copy as its tree, counters and process name:
+  # replayed into a new CPU-sampled core session
+  # (FlameOn.Client.Profile.Pending.build/1).
+  @spec replayed(map()) :: {Native.tree(), map(), ProcessName.names()}
+  def replayed(%{kept: kept, core: limits, root: root, stats: tail_stats, info: {pid, info}}) do
+    opts = core_opts(limits)
+    # no receive events in a tail trace's slices: every wait stays one
+    core_options = Map.delete(Capture.Native.core_options(opts, root), :receives)
+    {:ok, core} = Common.new_core(opts, core_options)
+    :ok = Native.tail_replay(core, kept)
+    {raw, stats} = Native.finish(core, :stop)
+    {raw, Map.merge(stats, tail_stats), %{pid => ProcessName.from_info(info)}}
+  end
+
+  # What replayed/1 makes its core session with (Capture.Common.new_core/2):
+  # the values of @core_keys, a tuple (a kept request's copy is copied
+  # into the trace store: a tuple of values is half a map of them).
+  defp core_limits(opts), do: @core_keys |> Enum.map(&Map.get(opts, &1)) |> List.to_tuple()
+
+  defp core_opts(limits),
+    do:
+      @core_keys
+      |> Enum.zip(Tuple.to_list(limits))
+      |> Enum.reject(&is_nil(elem(&1, 1)))
+      |> Map.new()
 
   # As FlameOn.Client.TraceStore.keep/2 decides (on the profile's
   # duration_us, in whole microseconds).
