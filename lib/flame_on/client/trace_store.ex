@@ -44,9 +44,13 @@ defmodule FlameOn.Client.TraceStore do
   alias FlameOn.Client.Profile.Pending
 
   @table __MODULE__
+  # traces a put takes out itself, over a bound (put/1)
+  @writer_drops 4
   # {seq, trace_id, bytes} of every kept trace, oldest first: what a trim
   # takes out, without scanning and sorting the traces
   @order FlameOn.Client.TraceStore.Order
+  # the two tables' ids ({table, order}), for writers
+  @tables {__MODULE__, :tables}
 
   @typedoc "What the list of recent traces shows of one trace."
   @type summary :: %{
@@ -76,42 +80,57 @@ defmodule FlameOn.Client.TraceStore do
   def put(%kind{} = profile) when kind in [Profile, Pending] do
     {max_traces, max_bytes} = limits()
 
-    if max_traces == 0 or :ets.whereis(@table) == :undefined do
+    tables = tables()
+
+    if max_traces == 0 or tables == nil do
       {:error, :disabled}
     else
+      {table, order} = tables
       profile = with_trace_id(profile)
-      bytes = :erlang.external_size(profile)
+      bytes = bytes(profile)
 
       if bytes > max_bytes do
-        :ets.update_counter(@table, :too_large, 1, {:too_large, 0})
+        :ets.update_counter(table, :too_large, 1, {:too_large, 0})
         {:error, :too_large}
       else
         id = field(profile, :trace_id)
         seq = System.unique_integer([:positive, :monotonic])
-        # a trace kept again (its trace_id given) replaces itself
-        replaced = :ets.lookup(@table, {:trace, id})
-        :ets.insert(@table, {{:trace, id}, seq, bytes, summary(profile, bytes), profile})
-        :ets.insert(@order, {seq, id, bytes})
-        for {_, old_seq, _, _, _} <- replaced, do: forget(old_seq)
-        total = :ets.update_counter(@table, :bytes, bytes, {:bytes, 0})
-        :ets.update_counter(@table, :kept, 1, {:kept, 0})
+        entry = {{:trace, id}, seq, bytes, summary(profile, bytes), profile}
 
-        # over a bound: one trim asked at a time (the writers before it
-        # runs need none of their own: under load, one trim for many)
-        if (:ets.info(@order, :size) > max_traces or total > max_bytes) and
-             :ets.update_counter(@table, :trim_asked, 1, {:trim_asked, 0}) == 1,
+        # a trace kept again (its trace_id given) replaces itself
+        unless :ets.insert_new(table, entry) do
+          replaced = :ets.lookup(table, {:trace, id})
+          :ets.insert(table, entry)
+          for {_, old_seq, _, _, _} <- replaced, do: forget(tables, old_seq)
+        end
+
+        :ets.insert(order, {seq, id, bytes})
+        # the bytes kept, and the traces put since the start
+        [total, _kept] =
+          :ets.update_counter(table, :counts, [{2, bytes}, {3, 1}], {:counts, 0, 0})
+
+        # Over a bound: the writer takes the oldest out itself, a few at
+        # most (a store kept full by a load of kept requests drops one per
+        # put: a message to the server and its wake-up cost more), and
+        # asks the server for the rest, one trim asked at a time.
+        if (:ets.info(order, :size) > max_traces or total > max_bytes) and
+             drop(tables, max_traces, max_bytes, @writer_drops, total) == :more and
+             :ets.update_counter(table, :trim_asked, 1, {:trim_asked, 0}) == 1,
            do: GenServer.cast(__MODULE__, :trim)
 
         {:ok, id}
       end
     end
   rescue
-    # a bad :trace_store configuration, or the table went away between the
-    # check and the insert: the traced code must not fail for it
+    # a bad :trace_store configuration, or the store stopped (its tables
+    # gone) between the check and the insert: the traced code must not
+    # fail for it
     error in ArgumentError ->
-      Logger.warning(
-        "FlameOn: a trace was not kept in the trace store: #{Exception.message(error)}"
-      )
+      if :ets.whereis(@table) != :undefined do
+        Logger.warning(
+          "FlameOn: a trace was not kept in the trace store: #{Exception.message(error)}"
+        )
+      end
 
       {:error, :disabled}
   end
@@ -168,6 +187,10 @@ defmodule FlameOn.Client.TraceStore do
   defp put_trace_id(%Pending{} = pending, id),
     do: %{pending | fields: Keyword.put(pending.fields, :trace_id, id)}
 
+  # the tables' ids since the store first ran, else nil (once it stops,
+  # a write to them raises: put/1 says :disabled)
+  defp tables, do: :persistent_term.get(@tables, nil)
+
   @doc "Forgets every trace."
   @spec clear() :: :ok
   def clear, do: GenServer.call(__MODULE__, :clear)
@@ -185,16 +208,16 @@ defmodule FlameOn.Client.TraceStore do
     %{
       traces: length(entries),
       bytes: Enum.sum(entries),
-      kept: counter(:kept),
-      too_large: counter(:too_large),
+      kept: counter(:counts, 3),
+      too_large: counter(:too_large, 2),
       max_traces: max_traces,
       max_bytes: max_bytes
     }
   end
 
-  defp counter(key) do
+  defp counter(key, at) do
     case :ets.whereis(@table) != :undefined and :ets.lookup(@table, key) do
-      [{^key, n}] -> n
+      [entry] -> elem(entry, at - 1)
       _ -> 0
     end
   end
@@ -230,6 +253,9 @@ defmodule FlameOn.Client.TraceStore do
     }
   end
 
+  defp bytes(%Pending{} = pending), do: Pending.bytes(pending)
+  defp bytes(%Profile{} = profile), do: :erlang.external_size(profile)
+
   defp processes(%Pending{} = pending), do: Pending.processes(pending)
   defp processes(%Profile{stacks: stacks}), do: map_size(stacks)
 
@@ -241,8 +267,13 @@ defmodule FlameOn.Client.TraceStore do
 
   @impl GenServer
   def init(:ok) do
-    :ets.new(@table, [:named_table, :public, :set, read_concurrency: true])
+    # every kept trace writes here (a load of kept requests, from many
+    # processes): fine-grained locks, not read_concurrency's costlier writes
+    :ets.new(@table, [:named_table, :public, :set, write_concurrency: true])
     :ets.new(@order, [:named_table, :public, :ordered_set])
+    # writers use the tables' ids: a name is looked up under a lock
+    # each time (measured under a load of kept requests)
+    :persistent_term.put(@tables, {:ets.whereis(@table), :ets.whereis(@order)})
     {:ok, %{}}
   end
 
@@ -264,34 +295,50 @@ defmodule FlameOn.Client.TraceStore do
   # Oldest out until both bounds hold.
   defp trim do
     {max_traces, max_bytes} = limits()
-    drop(max_traces, max_bytes)
+    tables = tables()
+    drop(tables, max_traces, max_bytes, :infinity, bytes_kept(tables))
   end
 
-  defp drop(max_traces, max_bytes) do
-    total =
-      case :ets.lookup(@table, :bytes) do
-        [{:bytes, total}] -> total
-        [] -> 0
-      end
-
-    with true <- :ets.info(@order, :size) > max_traces or total > max_bytes,
-         seq when seq != :"$end_of_table" <- :ets.first(@order) do
-      # (gone already if a put replacing that trace took it out meanwhile)
-      with {:ok, id} <- forget(seq),
-           # only the entry put with this seq (a trace kept again has a newer one)
-           do: :ets.match_delete(@table, {{:trace, id}, seq, :_, :_, :_})
-
-      drop(max_traces, max_bytes)
+  defp bytes_kept({table, _order}) do
+    case :ets.lookup(table, :counts) do
+      [{:counts, total, _kept}] -> total
+      [] -> 0
     end
   end
 
-  # The index entry of seq out, its bytes off the total: {:ok, trace_id},
-  # or :gone when another process took it first (each is taken once).
-  defp forget(seq) do
-    case :ets.take(@order, seq) do
+  # The oldest out until both bounds hold (:done), `budget` of them at most
+  # (:more when that was not enough); `total`: the bytes kept.
+  defp drop(_tables, _max_traces, _max_bytes, 0, _total), do: :more
+
+  defp drop({table, order} = tables, max_traces, max_bytes, budget, total) do
+    with true <- :ets.info(order, :size) > max_traces or total > max_bytes,
+         seq when seq != :"$end_of_table" <- :ets.first(order) do
+      # (gone already if a put replacing that trace took it out meanwhile)
+      total =
+        case forget(tables, seq) do
+          {:ok, id, total} ->
+            # only the entry put with this seq (a trace kept again has a newer one)
+            :ets.match_delete(table, {{:trace, id}, seq, :_, :_, :_})
+            total
+
+          :gone ->
+            bytes_kept(tables)
+        end
+
+      budget = if budget == :infinity, do: budget, else: budget - 1
+      drop(tables, max_traces, max_bytes, budget, total)
+    else
+      _ -> :done
+    end
+  end
+
+  # The index entry of seq out, its bytes off the total: {:ok, trace_id,
+  # bytes kept now}, or :gone when another process took it first (each is
+  # taken once).
+  defp forget({table, order}, seq) do
+    case :ets.take(order, seq) do
       [{^seq, id, bytes}] ->
-        :ets.update_counter(@table, :bytes, -bytes, {:bytes, 0})
-        {:ok, id}
+        {:ok, id, :ets.update_counter(table, :counts, {2, -bytes}, {:counts, 0, 0})}
 
       [] ->
         :gone
