@@ -46,6 +46,22 @@ defmodule FlameOn.Client.BreakerTest do
     assert_node_clean()
   end
 
+  test "check_sessionless/0 (a kept tail request's copy): reads a closed breaker only, checks an open one" do
+    assert Breaker.check() == :ok
+    # a closed breaker is not checked again: the node limit set now opens
+    # it at the next full check only
+    limit_node_memory(1)
+    assert Breaker.check_sessionless() == :ok
+    assert Breaker.state() == nil
+    assert {:error, {:breaker_open, {:node_memory, _, _}}} = Breaker.check()
+
+    # an open one is: still over its limit, it stays open; under it, closes
+    assert {:error, {:breaker_open, _}} = Breaker.check_sessionless()
+    limit_node_memory(node_mb() * 3)
+    assert Breaker.check_sessionless() == :ok
+    assert Breaker.state() == nil
+  end
+
   test "live sessions' tables are counted and given back" do
     before = Native.session_bytes()
     session = Native.new(%{})

@@ -60,6 +60,16 @@ defmodule FlameOn.Client.Node.Breaker do
     end
   end
 
+  @doc """
+  `check/0` for work that starts no session (a kept tail request's copy,
+  `FlameOn.Client.Tracing.Tail`): an open breaker is checked again (it may
+  close now), a closed one is only read. Such work adds nothing to the
+  sessions' memory; the node's memory it adds to is bounded by the trace
+  store, and the next trace that starts a session reads the figures.
+  """
+  @spec check_sessionless() :: :ok | {:error, {:breaker_open, reason()}}
+  def check_sessionless, do: if(state() == nil, do: :ok, else: check())
+
   @doc "The breaker's state: `:closed` or `{:open, reason}`."
   @spec state() :: reason() | nil
   def state, do: :persistent_term.get(@key, nil)
