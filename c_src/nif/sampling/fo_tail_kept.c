@@ -16,7 +16,8 @@ static void kept_dtor(ErlNifEnv *env, void *obj)
 {
     (void)env;
     fo_tail_kept *k = obj;
-    free(k->slices);
+    if (k->slices_owned)
+        free(k->slices);
     free(k->ctx);
     free(k->ctx_frames);
     free(k->samples);
@@ -95,6 +96,11 @@ static uint64_t rehash_frame(const void *table, uint32_t index)
 static uint32_t frame_of(gather *g, uint32_t parent, const fo_mfa *mfa)
 {
     fo_tail_kept *k = g->k;
+    /* made at the first sample: most kept requests of a short one have none */
+    if (g->index.slots == NULL && !fo_index_init(&g->index, 64)) {
+        g->failed = 1;
+        return KEPT_ROOT;
+    }
     uint64_t hash = frame_hash(parent, mfa);
     for (uint32_t i = fo_index_start(&g->index, hash);; i = fo_index_next(&g->index, i)) {
         uint32_t slot = g->index.slots[i];
@@ -171,7 +177,9 @@ static int by_time(const void *a, const void *b)
 
 fo_tail_kept *fo_tail_kept_make(tail_entry *e, tail_slice *owned, uint32_t max_samples, uint32_t max_frames)
 {
-    fo_tail_kept *k = enif_alloc_resource(kept_type, sizeof(fo_tail_kept));
+    /* a short request's slices in the resource itself (one allocation) */
+    size_t inline_slices = owned == NULL ? e->count : 0;
+    fo_tail_kept *k = enif_alloc_resource(kept_type, sizeof(fo_tail_kept) + inline_slices * sizeof(tail_slice));
     if (k == NULL) {
         free(owned);
         return NULL;
@@ -182,7 +190,10 @@ fo_tail_kept *fo_tail_kept_make(tail_entry *e, tail_slice *owned, uint32_t max_s
     k->end_ns = e->end_ns;
     k->count = e->count;
     k->dropped = e->dropped;
-    k->slices = owned != NULL ? owned : copy_of(e->slices, e->count, sizeof(tail_slice), &failed);
+    k->slices_owned = owned != NULL;
+    k->slices = owned != NULL ? owned : k->inline_slices;
+    if (inline_slices > 0)
+        memcpy(k->inline_slices, e->slices, inline_slices * sizeof(tail_slice));
     fo_spin_lock(&e->ctx_lock);
     if (e->answers != NULL) {
         k->ctx_count = e->ctx_count;
@@ -192,8 +203,6 @@ fo_tail_kept *fo_tail_kept_make(tail_entry *e, tail_slice *owned, uint32_t max_s
     }
     fo_spin_unlock(&e->ctx_lock);
     gather g = {k, 0, max_samples, max_frames, 0, 0, {0}, failed};
-    if (!g.failed && !fo_index_init(&g.index, 64))
-        g.failed = 1;
     for (uint32_t i = 0; i < k->count && !g.failed; i++) {
         const tail_slice *s = &k->slices[i];
         if (s->thread == 0 || s->to_ns <= s->from_ns)

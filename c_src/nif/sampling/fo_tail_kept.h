@@ -48,6 +48,8 @@ typedef struct {
     kept_frame *frames;
     uint32_t samples_dropped; /* past max_samples or max_frames */
     uint64_t bytes;           /* what the copy holds, all of it */
+    int slices_owned;         /* slices: an array of its own, else inline_slices */
+    tail_slice inline_slices[];
 } fo_tail_kept;
 
 int fo_tail_kept_open(ErlNifEnv *env);

@@ -1,8 +1,10 @@
 defmodule FlameOn.Client.Profile.Pending do
   @moduledoc """
   A kept trace whose `FlameOn.Client.Profile` is built when it is first
-  needed: the folded tree its core session finished with, its counters,
-  its fields and the names of its processes read while it ran.
+  needed: the folded tree its core session finished with and its
+  counters, or the copy of its time slices and samples it replays into a
+  core session then; its fields; the names of its processes read while it
+  ran.
 
   A tail trace (`trace/3` with `threshold_ms` on the shared path, or a
   telemetry trace there) that passes its threshold ends as one. With
@@ -10,8 +12,8 @@ defmodule FlameOn.Client.Profile.Pending do
   ships the profile; without, the trace store keeps it as it is and
   builds it when it is read (`FlameOn.Client.TraceStore.get/1`, the web
   UI). So where every request is kept and nobody looks at most of them,
-  the stacks' texts, the tree and the time classes are made only for
-  those read (`bench/tail.exs`).
+  the core session, the stacks' texts, the tree and the time classes are
+  made only for those read (`bench/tail.exs`).
 
       iex> tree = {{:process}, {self()}, <<>>, 1024}
       iex> pending = %FlameOn.Client.Profile.Pending{

@@ -17,12 +17,14 @@ defmodule FlameOn.Client.Tracing.Tail do
   #     gets from the start the `running`, `garbage_collection` and
   #     `receive` flags, whose callbacks note the time slices it runs in,
   #     its collections and whether a message came. A fast request frees
-  #     its entry and builds nothing; a slow one replays its slices into a
-  #     new CPU-sampled core session, which takes their samples from the
-  #     sampler's buffers, and becomes an ordinary profile (mode
-  #     :native_tail), built when shipped or read (a
-  #     FlameOn.Client.Profile.Pending until then). No session, no sampler call, no
-  #     helper per request; only past half its threshold are its stops
+  #     its entry and builds nothing; a slow one is copied as it ends (its
+  #     slices, where it waited and the samples of its slices, named:
+  #     Native.tail_keep/3, the sampler's buffers wrap) and becomes an
+  #     ordinary profile (mode :native_tail) when shipped or read: the copy
+  #     replayed into a new CPU-sampled core session (a
+  #     FlameOn.Client.Profile.Pending until then; a copy past @eager_bytes
+  #     is folded at once). No session, no sampler call, no helper per
+  #     request; only past half its threshold are its stops
   #     asked about (the helper reads where it waits, as in mode :native).
   #     Its flags linger after it (TailHold's linger_ms), its entry idle:
   #     the process's next request takes both again, so a process making
@@ -364,7 +366,7 @@ defmodule FlameOn.Client.Tracing.Tail do
 
     copy = %{
       kept: kept,
-      core: core_limits(opts),
+      core: core_limits(tail.opts),
       root: tail.root,
       # its process's name, read now (while it runs) and made when built
       info: {self(), ProcessName.self_info()},
