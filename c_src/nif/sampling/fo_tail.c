@@ -708,7 +708,8 @@ ERL_NIF_TERM fo_tail_keep_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         !enif_get_uint(env, argv[2], &max_frames))
         return enif_make_badarg(env);
     atomic_fetch_add_explicit(&kept, 1, memory_order_relaxed);
-    fo_perf_pump(); /* the samples up to now */
+    /* (each read of the samples drains its threads' rings first: what
+     * was sampled up to now) */
     uint64_t proc = atomic_load(&e->proc);
     if (proc != 0) {
         int overwritten = 0;
