@@ -51,6 +51,8 @@ defmodule FlameOn.Client.TraceStore do
   @order FlameOn.Client.TraceStore.Order
   # the two tables' ids ({table, order}), for writers
   @tables {__MODULE__, :tables}
+  # {:counts, bytes kept, traces put since the start, traces kept}
+  @no_counts {:counts, 0, 0, 0}
 
   @typedoc "What the list of recent traces shows of one trace."
   @type summary :: %{
@@ -105,16 +107,16 @@ defmodule FlameOn.Client.TraceStore do
         end
 
         :ets.insert(order, {seq, id, bytes})
-        # the bytes kept, and the traces put since the start
-        [total, _kept] =
-          :ets.update_counter(table, :counts, [{2, bytes}, {3, 1}], {:counts, 0, 0})
+        # the bytes kept, the traces put since the start, those kept now
+        [total, _kept, count] =
+          :ets.update_counter(table, :counts, [{2, bytes}, {3, 1}, {4, 1}], @no_counts)
 
         # Over a bound: the writer takes the oldest out itself, a few at
         # most (a store kept full by a load of kept requests drops one per
         # put: a message to the server and its wake-up cost more), and
         # asks the server for the rest, one trim asked at a time.
-        if (:ets.info(order, :size) > max_traces or total > max_bytes) and
-             drop(tables, max_traces, max_bytes, @writer_drops, total) == :more and
+        if (count > max_traces or total > max_bytes) and
+             drop(tables, max_traces, max_bytes, @writer_drops, {total, count}) == :more and
              :ets.update_counter(table, :trim_asked, 1, {:trim_asked, 0}) == 1,
            do: GenServer.cast(__MODULE__, :trim)
 
@@ -296,49 +298,51 @@ defmodule FlameOn.Client.TraceStore do
   defp trim do
     {max_traces, max_bytes} = limits()
     tables = tables()
-    drop(tables, max_traces, max_bytes, :infinity, bytes_kept(tables))
+    drop(tables, max_traces, max_bytes, :infinity, kept_now(tables))
   end
 
-  defp bytes_kept({table, _order}) do
+  # {bytes, traces} kept now
+  defp kept_now({table, _order}) do
     case :ets.lookup(table, :counts) do
-      [{:counts, total, _kept}] -> total
-      [] -> 0
+      [{:counts, total, _kept, count}] -> {total, count}
+      [] -> {0, 0}
     end
   end
 
   # The oldest out until both bounds hold (:done), `budget` of them at most
-  # (:more when that was not enough); `total`: the bytes kept.
-  defp drop(_tables, _max_traces, _max_bytes, 0, _total), do: :more
+  # (:more when that was not enough); `now`: the bytes and traces kept.
+  defp drop(_tables, _max_traces, _max_bytes, 0, _now), do: :more
 
-  defp drop({table, order} = tables, max_traces, max_bytes, budget, total) do
-    with true <- :ets.info(order, :size) > max_traces or total > max_bytes,
+  defp drop({table, order} = tables, max_traces, max_bytes, budget, {total, count}) do
+    with true <- count > max_traces or total > max_bytes,
          seq when seq != :"$end_of_table" <- :ets.first(order) do
       # (gone already if a put replacing that trace took it out meanwhile)
-      total =
+      now =
         case forget(tables, seq) do
-          {:ok, id, total} ->
+          {:ok, id, now} ->
             # only the entry put with this seq (a trace kept again has a newer one)
             :ets.match_delete(table, {{:trace, id}, seq, :_, :_, :_})
-            total
+            now
 
           :gone ->
-            bytes_kept(tables)
+            kept_now(tables)
         end
 
       budget = if budget == :infinity, do: budget, else: budget - 1
-      drop(tables, max_traces, max_bytes, budget, total)
+      drop(tables, max_traces, max_bytes, budget, now)
     else
       _ -> :done
     end
   end
 
-  # The index entry of seq out, its bytes off the total: {:ok, trace_id,
-  # bytes kept now}, or :gone when another process took it first (each is
-  # taken once).
+  # The index entry of seq out, its bytes and itself off the counts:
+  # {:ok, trace_id, {bytes, traces} kept now}, or :gone when another
+  # process took it first (each is taken once).
   defp forget({table, order}, seq) do
     case :ets.take(order, seq) do
       [{^seq, id, bytes}] ->
-        {:ok, id, :ets.update_counter(table, :counts, {2, -bytes}, {:counts, 0, 0})}
+        [total, count] = :ets.update_counter(table, :counts, [{2, -bytes}, {4, -1}], @no_counts)
+        {:ok, id, {total, count}}
 
       [] ->
         :gone
