@@ -183,10 +183,12 @@ defmodule FlameOn.Client.TailTest do
   # A slow request of 10 ms of CPU and a 30 ms wait, kept without a
   # shipper: the store holds the copy of its slices and samples
   # (Native.tail_keep/3), replayed into its profile on each read.
-  # `wait_at_least`: the share of the 30 ms wait placed in slow_wait (the
-  # rest may hang under the CPU work before it: without flags, a request's
-  # slices come from its samples until its half threshold)
-  defp assert_kept_as_copy(wait_at_least \\ 25_000) do
+  # `at_least`: the CPU time placed in slow_compute and the share of the
+  # 30 ms wait placed in slow_wait. Without flags a request's slices come
+  # from its samples until its half threshold (5 ms): its time there is
+  # where its samples fell, and the start of its wait may hang under the
+  # CPU work before it.
+  defp assert_kept_as_copy({compute_at_least, wait_at_least} \\ {7_000, 25_000}) do
     FlameOn.Client.TraceStore.clear()
     # its stops asked about from 5 ms on (half its threshold): its wait's
     FlameOn.Client.trace("short", fn -> Work.slow(10, 30) end, mode: :native, threshold_ms: 10)
@@ -208,7 +210,10 @@ defmodule FlameOn.Client.TailTest do
     assert profile.mode == :native_tail and profile.stats.samples > 0
     assert profile.stats.tail_dropped_samples == 0 and profile.stats.tail_truncated == false
     compute = time_in(profile, "TailTest.Work.slow_compute/1")
-    assert compute >= 7_000 and compute <= 30_000, inspect(profile.stacks, limit: :infinity)
+
+    assert compute >= compute_at_least and compute <= 30_000,
+           inspect(profile.stacks, limit: :infinity)
+
     waited = time_in(profile, "TailTest.Work.slow_wait/1;Process.sleep/1;SLEEP")
     assert waited >= wait_at_least, inspect(profile.stacks, limit: :infinity)
     assert time_in(profile, "SLEEP") >= 25_000, inspect(profile.stacks, limit: :infinity)
@@ -801,7 +806,43 @@ defmodule FlameOn.Client.TailTest do
     @describetag :native
 
     test "a short slow request is kept as the copy of its slices and samples, replayed when read" do
-      if flagless?(), do: assert(assert_kept_as_copy(15_000).stats.tail_attribution == :samples)
+      if flagless?(),
+        do: assert(assert_kept_as_copy({2_000, 15_000}).stats.tail_attribution == :samples)
+    end
+
+    test "where most requests are kept, new ones take flags from the start; where few are, they go without again" do
+      if flagless?() do
+        FlameOn.Client.TraceStore.clear()
+        assert TailHold.on?(499)
+        all_kept = [mode: :native, sample_rate: 1.0, threshold_ms: 1]
+        none_kept = [mode: :native, sample_rate: 1.0, threshold_ms: 250]
+        # each batch from a new process: a process's flags linger after
+        # its request with them (linger_ms), and its next request takes
+        # them again whatever the hold's way
+        requests = fn opts, n ->
+          fn -> for _ <- 1..n, do: FlameOn.Client.trace("r", &Work.fast/0, opts) end
+          |> Task.async()
+          |> Task.await(30_000)
+        end
+
+        without_flags = fn -> Native.tail_stats().flagless_begun end
+
+        # every request kept (each runs over 1 ms): after a look or two
+        # (every 50 ms, 50 requests at least) they begin with flags
+        requests.(all_kept, 100)
+        before = without_flags.()
+        requests.(all_kept, 20)
+        assert without_flags.() == before
+
+        # none kept: back without flags
+        requests.(none_kept, 150)
+        before = without_flags.()
+        requests.(none_kept, 20)
+        assert without_flags.() == before + 20
+
+        :ok = TailHold.off()
+        assert_node_clean()
+      end
     end
 
     test "every request traced: exactly the slow one is kept, with its CPU stacks and its wait where it waited" do
