@@ -97,7 +97,10 @@ defmodule FlameOn.Client.TraceStore do
       else
         id = field(profile, :trace_id)
         seq = System.unique_integer([:positive, :monotonic])
-        entry = {{:trace, id}, seq, bytes, summary(profile, bytes), profile}
+        # a pending trace's summary is made when listed (from its fields,
+        # in the entry as well): every kept request puts one, few are listed
+        summary = if kind == Pending, do: nil, else: summary(profile, bytes)
+        entry = {{:trace, id}, seq, bytes, summary, profile}
 
         # a trace kept again (its trace_id given) replaces itself
         unless :ets.insert_new(table, entry) do
@@ -140,8 +143,19 @@ defmodule FlameOn.Client.TraceStore do
   @doc "The kept traces' summaries, newest first."
   @spec list() :: [summary()]
   def list do
-    @table
-    |> select([{{{:trace, :_}, :"$1", :_, :"$2", :_}, [], [{{:"$1", :"$2"}}]}])
+    made =
+      select(@table, [
+        {{{:trace, :_}, :"$1", :_, :"$2", :_}, [{:"/=", :"$2", nil}], [{{:"$1", :"$2"}}]}
+      ])
+
+    pending =
+      for {seq, bytes, trace} <-
+            select(@table, [
+              {{{:trace, :_}, :"$1", :"$2", nil, :"$3"}, [], [{{:"$1", :"$2", :"$3"}}]}
+            ]),
+          do: {seq, summary(trace, bytes)}
+
+    (made ++ pending)
     |> Enum.sort(:desc)
     |> Enum.map(&elem(&1, 1))
   end
