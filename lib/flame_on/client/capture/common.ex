@@ -167,13 +167,13 @@ defmodule FlameOn.Client.Capture.Common do
       Native.graph_role(self()) != :root
   end
 
-  @doc "The profile fields of a trace of `pid`."
-  @spec fields(map(), pid() | nil, integer(), integer()) :: keyword()
-  def fields(opts, pid, started_ts, end_ts) do
+  @doc "The profile fields of a trace of `pid` (its mode `mode`, else `opts.mode`)."
+  @spec fields(map(), pid() | nil, integer(), integer(), atom() | nil) :: keyword()
+  def fields(opts, pid, started_ts, end_ts, mode \\ nil) do
     [
       trace_id: System.unique_integer([:positive, :monotonic]),
       name: opts.name,
-      mode: opts.mode,
+      mode: mode || opts.mode,
       pid: pid,
       started_at: System.convert_time_unit(started_ts, :native, :microsecond),
       duration_us: System.convert_time_unit(end_ts - started_ts, :native, :microsecond)
