@@ -167,13 +167,16 @@ defmodule FlameOn.Client.Capture.Common do
       Native.graph_role(self()) != :root
   end
 
-  @doc "The profile fields of a trace of `pid` (its mode `mode`, else `opts.mode`)."
-  @spec fields(map(), pid() | nil, integer(), integer(), atom() | nil) :: keyword()
-  def fields(opts, pid, started_ts, end_ts, mode \\ nil) do
+  @doc """
+  The profile fields of a trace of `pid`; `given` may give its `:mode` and
+  `:name` (nil: `opts`'s).
+  """
+  @spec fields(map(), pid() | nil, integer(), integer(), keyword()) :: keyword()
+  def fields(opts, pid, started_ts, end_ts, given \\ []) do
     [
       trace_id: System.unique_integer([:positive, :monotonic]),
-      name: opts.name,
-      mode: mode || opts.mode,
+      name: given[:name] || opts.name,
+      mode: given[:mode] || opts.mode,
       pid: pid,
       started_at: System.convert_time_unit(started_ts, :native, :microsecond),
       duration_us: System.convert_time_unit(end_ts - started_ts, :native, :microsecond)

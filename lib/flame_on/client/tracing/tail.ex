@@ -359,28 +359,17 @@ defmodule FlameOn.Client.Tracing.Tail do
   # wrap): a profile's data, replayed into a core session and built only
   # when shipped or read (replayed/1).
   defp kept(%{opts: opts, state: state} = tail, started_ts, end_ts) do
-    opts = if tail.name, do: %{opts | name: tail.name}, else: opts
-
     {kept, slices, dropped, samples_dropped, bytes} =
       Native.tail_keep(state, opts.max_samples, opts.max_stack_frames)
 
-    copy = %{
-      kept: kept,
-      core: core_limits(tail.opts),
-      root: tail.root,
-      # its process's name, read now (while it runs) and made when built
-      info: {self(), ProcessName.self_info()},
-      stats: %{
-        unprocessed_events: 0,
-        tail_slices: slices,
-        tail_attribution: if(tail.handle, do: :flags, else: :samples),
-        tail_dropped_slices: dropped,
-        tail_dropped_samples: samples_dropped,
-        tail_truncated: dropped > 0 or samples_dropped > 0
-      }
-    }
+    # A tuple, copied into the trace store with the rest: what replayed/1
+    # makes its profile from. Its process's name read now (while it runs)
+    # and made then.
+    copy =
+      {kept, core_limits(opts), tail.root, {self(), ProcessName.self_info()},
+       {slices, dropped, samples_dropped, if(tail.handle, do: :flags, else: :samples)}}
 
-    fields = Common.fields(opts, self(), started_ts, end_ts, :native_tail)
+    fields = Common.fields(opts, self(), started_ts, end_ts, mode: :native_tail, name: tail.name)
 
     # A copy past @eager_bytes is folded now: its tree holds far less,
     # and such a request is rare.
@@ -400,18 +389,29 @@ defmodule FlameOn.Client.Tracing.Tail do
   end
 
   @doc false
-  # A kept request's copy as its tree, counters and process name:
-  # replayed into a new CPU-sampled core session
+  # A kept request's copy (kept/3) as its tree, counters and process
+  # name: replayed into a new CPU-sampled core session
   # (FlameOn.Client.Profile.Pending.build/1).
-  @spec replayed(map()) :: {Native.tree(), map(), ProcessName.names()}
-  def replayed(%{kept: kept, core: limits, root: root, stats: tail_stats, info: {pid, info}}) do
+  @spec replayed(tuple()) :: {Native.tree(), map(), ProcessName.names()}
+  def replayed({kept, limits, root, {pid, info}, {slices, dropped, samples_dropped, attribution}}) do
     opts = core_opts(limits)
     # no receive events in a tail trace's slices: every wait stays one
     core_options = Map.delete(Capture.Native.core_options(opts, root), :receives)
     {:ok, core} = Common.new_core(opts, core_options)
     :ok = Native.tail_replay(core, kept)
     {raw, stats} = Native.finish(core, :stop)
-    {raw, Map.merge(stats, tail_stats), %{pid => ProcessName.from_info(info)}}
+
+    stats =
+      Map.merge(stats, %{
+        unprocessed_events: 0,
+        tail_slices: slices,
+        tail_attribution: attribution,
+        tail_dropped_slices: dropped,
+        tail_dropped_samples: samples_dropped,
+        tail_truncated: dropped > 0 or samples_dropped > 0
+      })
+
+    {raw, stats, %{pid => ProcessName.from_info(info)}}
   end
 
   # What replayed/1 makes its core session with (Capture.Common.new_core/2):
