@@ -697,9 +697,30 @@ ERL_NIF_TERM fo_tail_context(ErlNifEnv *env, const ERL_NIF_TERM argv[])
     return result;
 }
 
+/* A kept request with more slices than this (a CPU-bound one has one
+ * every few µs), or without flags and longer than KEEP_INLINE_NS (its
+ * slices cut from its samples now), is copied on a dirty scheduler: its
+ * samples are read slice by slice, and a NIF on a normal scheduler must
+ * return within about a millisecond. The hop costs tens of µs: most
+ * kept requests are short. */
+#define KEEP_INLINE_SLICES 2048u
+#define KEEP_INLINE_NS 20000000
+
+static ERL_NIF_TERM keep_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
 /* tail_keep(State, MaxSamples, MaxFrames): a kept request copied with
  * its samples (fo_tail_kept.c), then its entry lingers or goes. */
 ERL_NIF_TERM fo_tail_keep_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    tail_entry *e = own_entry(env, argv[0]);
+    if (e != NULL && e->end_ns != 0 &&
+        (e->count > KEEP_INLINE_SLICES ||
+         (atomic_load(&e->proc) != 0 && e->end_ns - e->begun_ns > KEEP_INLINE_NS)))
+        return enif_schedule_nif(env, "tail_keep", ERL_NIF_DIRTY_JOB_CPU_BOUND, keep_now, argc, argv);
+    return keep_now(env, argc, argv);
+}
+
+static ERL_NIF_TERM keep_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     unsigned max_samples, max_frames;

@@ -174,7 +174,7 @@ int fo_tail_replay_into(fo_session_res *res, ErlNifEnv *env, const fo_tail_kept 
     return 0;
 }
 
-ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+static ERL_NIF_TERM replay_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     fo_session_res *res;
@@ -184,4 +184,17 @@ ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     if (fo_tail_replay_into(res, env, k) != 0)
         return enif_raise_exception(env, fo_atom_memory);
     return fo_atom_ok;
+}
+
+/* A copy of more records than this (or samples) is replayed on a dirty
+ * scheduler: a NIF on a normal one must return within about a
+ * millisecond. */
+#define REPLAY_INLINE_RECORDS 2048u
+
+ERL_NIF_TERM fo_tail_replay_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    const fo_tail_kept *k = fo_tail_kept_get(env, argv[1]);
+    if (k != NULL && k->count + k->sample_count > REPLAY_INLINE_RECORDS)
+        return enif_schedule_nif(env, "tail_replay", ERL_NIF_DIRTY_JOB_CPU_BOUND, replay_now, argc, argv);
+    return replay_now(env, argc, argv);
 }
