@@ -537,6 +537,15 @@ static void linger(tail_entry *e)
     atomic_store_explicit(&e->in_use, TAIL_LINGERING, memory_order_release);
 }
 
+/* The request of entry e is over at now: its running slice closes there,
+ * and its callbacks note nothing more. */
+static void end_request(tail_entry *e, int64_t now)
+{
+    e->end_ns = now;
+    e->end_thread = fo_perf_thread_id();
+    close_slice(e, now, NULL);
+}
+
 ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
@@ -546,11 +555,15 @@ ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
                       (!enif_get_int64(env, argv[1], &threshold_ns) || threshold_ns < 0)))
         return enif_make_badarg(env);
     /* a threshold: the request's time decides here, so a fast one reads
-     * no clock of its own (the slow one ends with a second call) */
-    if (threshold_ns >= 0) {
-        int64_t took_ns = fo_tracer_clock_ns() - e->begun_ns;
-        if (took_ns >= threshold_ns)
-            return enif_make_tuple2(env, fo_atom_slow, enif_make_int64(env, took_ns));
+     * no clock of its own. A slow one ends here too (its callbacks note
+     * nothing more: what its process does before the second call, which
+     * keeps it or not, is not its time) */
+    if (threshold_ns >= 0 && e->end_ns == 0) {
+        int64_t now = fo_tracer_clock_ns();
+        if (now - e->begun_ns >= threshold_ns) {
+            end_request(e, now);
+            return enif_make_tuple2(env, fo_atom_slow, enif_make_int64(env, now - e->begun_ns));
+        }
     }
     /* a request without flags that got them (promoted): its owner takes
      * them off (the promoter, if it sets them after this, too) */
@@ -563,9 +576,8 @@ ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
         release(e);
         return promoted ? fo_atom_untrace : fo_atom_ok;
     }
-    e->end_ns = fo_tracer_clock_ns();
-    e->end_thread = fo_perf_thread_id();
-    close_slice(e, e->end_ns, NULL);
+    if (e->end_ns == 0)
+        end_request(e, fo_tracer_clock_ns());
     e->linger_after = may_linger(e);
     return promoted ? fo_atom_untrace : e->linger_after ? fo_atom_linger : fo_atom_ok;
 }

@@ -93,8 +93,9 @@ ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
 //   its next request, with the same state), and its entry lingering from
 //   now (or once replayed); ok: its flags are to go now. Keep a threshold
 //   in nanoseconds: a request that ran less ends as with false; one that
-//   ran that long is left as it is, {slow, TookNs} (its time since
-//   tail_begin/2), for a second call with true or false.
+//   ran that long ends there ({slow, TookNs}, its time since
+//   tail_begin/2: its callbacks note nothing more) and waits for a second
+//   call with true or false.
 ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 // tail_keep(State, MaxSamples, MaxFrames) -> {Kept, Slices, Dropped, SamplesDropped, Bytes}

@@ -739,6 +739,40 @@ defmodule FlameOn.Client.TailTest do
       assert_node_clean()
     end
 
+    test "a slow request ends at the call that finds it slow: what its process does before the keep is not its time" do
+      assert TailHold.on?(499)
+      {:tail, _, _} = state = Native.tail_begin(0, nil, false)
+      Process.sleep(5)
+      assert {:slow, took_ns} = Native.tail_end(state, 1_000_000)
+      # its process goes on (a module loaded, a collection) before the keep
+      Process.sleep(20)
+      assert Native.tail_end(state, true) in [:ok, :linger]
+      assert {kept, _, 0, _, _} = Native.tail_keep(state, 100, 1_000)
+
+      per_second = System.convert_time_unit(1, :second, :native)
+      session = Native.new(%{cpu_sampled: true, native_per_second: per_second})
+      :ok = Native.tail_replay(session, kept)
+      {tree, stats} = Native.finish(session, :stop)
+      took_us = div(took_ns, 1000)
+
+      fields = [
+        trace_id: 1,
+        name: "ended",
+        mode: :native_tail,
+        pid: self(),
+        started_at: 0,
+        duration_us: took_us
+      ]
+
+      profile = FlameOn.Client.Profile.build(tree, stats, fields)
+
+      total =
+        for {_pid, stacks} <- profile.stacks, {_, us} <- stacks, reduce: 0, do: (acc -> acc + us)
+
+      assert total >= took_us - 100 and total <= took_us + 100, inspect({total, took_us})
+      if lingering(state), do: assert(TailHold.unlinger(self(), state) == :ok)
+    end
+
     test "tail_keep/3 copies a kept request once; tail_replay/2 replays only a copy, into a CPU-sampled session" do
       assert TailHold.on?(499)
       {:tail, _, _} = state = Native.tail_begin(0, nil, false)
