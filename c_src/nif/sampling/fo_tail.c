@@ -741,6 +741,11 @@ static ERL_NIF_TERM keep_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
         !enif_get_uint(env, argv[2], &max_frames))
         return enif_make_badarg(env);
     atomic_fetch_add_explicit(&kept, 1, memory_order_relaxed);
+    /* as tail_end/2 with true says (it need not be called first), while
+     * a request without flags is one still (it lingers not) */
+    int promoted = atomic_exchange(&e->promotion, TAIL_PROMOTE_NONE) == TAIL_PROMOTE_ON;
+    e->linger_after = may_linger(e);
+    ERL_NIF_TERM ended = promoted ? fo_atom_untrace : e->linger_after ? fo_atom_linger : fo_atom_ok;
     /* (each read of the samples drains its threads' rings first: what
      * was sampled up to now) */
     uint64_t proc = atomic_load(&e->proc);
@@ -765,15 +770,18 @@ static ERL_NIF_TERM keep_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
         e->count = 0; /* its slices may have gone with the copy */
         return enif_raise_exception(env, fo_atom_memory);
     }
-    ERL_NIF_TERM answer[] = {enif_make_resource(env, k), enif_make_uint(env, k->count),
-                             enif_make_uint(env, k->dropped), enif_make_uint(env, k->samples_dropped),
+    ERL_NIF_TERM answer[] = {ended,
+                             enif_make_resource(env, k),
+                             enif_make_uint(env, k->count),
+                             enif_make_uint(env, k->dropped),
+                             enif_make_uint(env, k->samples_dropped),
                              enif_make_uint64(env, k->bytes)};
     enif_release_resource(k);
     if (e->linger_after)
         linger(e);
     else
         release(e);
-    return enif_make_tuple_from_array(env, answer, 5);
+    return enif_make_tuple_from_array(env, answer, 6);
 }
 
 ERL_NIF_TERM fo_tail_promoter_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])

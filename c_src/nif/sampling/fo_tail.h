@@ -98,12 +98,14 @@ ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
 //   call with true or false.
 ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
-// tail_keep(State, MaxSamples, MaxFrames) -> {Kept, Slices, Dropped, SamplesDropped, Bytes}
-//   The calling process's kept request (tail_end/2 with true): its
-//   records and the samples of its slices (at most MaxSamples, with
-//   MaxFrames frames; past them counted in SamplesDropped) copied into
-//   Kept, a resource of Bytes bytes, whose profile tail_replay/2 makes
-//   when it is wanted. The entry lingers or goes from here.
+// tail_keep(State, MaxSamples, MaxFrames) -> {Ended, Kept, Slices, Dropped, SamplesDropped, Bytes}
+//   The calling process's request that ended (tail_end/2 said slow, or
+//   was called with true): its records and the samples of its slices (at
+//   most MaxSamples, with MaxFrames frames; past them counted in
+//   SamplesDropped) copied into Kept, a resource of Bytes bytes, whose
+//   profile tail_replay/2 makes when it is wanted. The entry lingers or
+//   goes from here; Ended says what its flags do, as tail_end/2 with
+//   true says (ok | linger | untrace).
 ERL_NIF_TERM fo_tail_keep_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 // tail_promoter(Pid | nil) -> ok

@@ -441,13 +441,14 @@ defmodule FlameOn.Client.Core.Native do
   def tail_idle(_idle_ns), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
-  # the calling process's kept request (tail_end/2 with true) copied with
-  # its samples (at most max_samples, with max_frames frames): {kept,
-  # records, dropped records, dropped samples, the copy's bytes}; its
-  # entry lingers or goes
+  # the calling process's request that ended (tail_end/2 said slow, or
+  # with true) copied with its samples (at most max_samples, with
+  # max_frames frames): {what its flags do as tail_end/2 with true says,
+  # kept, records, dropped records, dropped samples, the copy's bytes};
+  # its entry lingers or goes
   @spec tail_keep(tuple(), non_neg_integer(), non_neg_integer()) ::
-          {reference(), non_neg_integer(), non_neg_integer(), non_neg_integer(),
-           non_neg_integer()}
+          {:ok | :linger | :untrace, reference(), non_neg_integer(), non_neg_integer(),
+           non_neg_integer(), non_neg_integer()}
   def tail_keep(_state, _max_samples, _max_frames), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false

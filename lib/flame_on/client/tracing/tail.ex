@@ -231,10 +231,13 @@ defmodule FlameOn.Client.Tracing.Tail do
       {:slow, took_ns} ->
         end_ts = :erlang.monotonic_time()
         started_ts = end_ts - System.convert_time_unit(took_ns, :nanosecond, :native)
-        # built unless the breaker is open (no new session then)
-        keep = breaker_closed?(tail)
-        ended(tail, Native.tail_end(state, keep))
-        if keep, do: keep_or_untrace(tail, started_ts, end_ts)
+        # kept unless the breaker is open
+        if breaker_closed?(tail) do
+          keep_or_untrace(tail, started_ts, end_ts)
+        else
+          ended(tail, Native.tail_end(state, false))
+          nil
+        end
 
       fast ->
         ended(tail, fast)
@@ -359,8 +362,10 @@ defmodule FlameOn.Client.Tracing.Tail do
   # wrap): a profile's data, replayed into a core session and built only
   # when shipped or read (replayed/1).
   defp kept(%{opts: opts, state: state} = tail, started_ts, end_ts) do
-    {kept, slices, dropped, samples_dropped, bytes} =
+    {ended, kept, slices, dropped, samples_dropped, bytes} =
       Native.tail_keep(state, opts.max_samples, opts.max_stack_frames)
+
+    ended(tail, ended)
 
     # A tuple, copied into the trace store with the rest: what replayed/1
     # makes its profile from. Its process's name read now (while it runs)
