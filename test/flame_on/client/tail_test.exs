@@ -1020,6 +1020,51 @@ defmodule FlameOn.Client.TailTest do
       end
     end
 
+    test "turned on again after it idled, the hold starts the way it last ran; turned off on purpose, it forgets" do
+      if flagless?() do
+        Application.put_env(:flame_on_client, :tail, idle_ms: 100)
+        me = self()
+
+        # from a new process each time (a process's lingering flags serve
+        # its next request whatever the hold's way)
+        request = fn ->
+          fn ->
+            FlameOn.Client.Tracing.trace("kept", fn -> Process.sleep(2) end,
+              sample_rate: 1.0,
+              threshold_ms: 1,
+              mode: :native,
+              shipper: {FlameOn.Client.Shipper.Process, pid: me}
+            )
+          end
+          |> Task.async()
+          |> Task.await()
+
+          assert_receive {:flame_on_profile, profile}, 5_000
+          profile.stats.tail_attribution
+        end
+
+        assert wait_until(
+                 fn ->
+                   for _ <- 1..20, do: request.()
+                   TailHold.stats().attribution == :flags
+                 end,
+                 3_000
+               )
+
+        # it idles off (its sampler closed), and the next request turns it
+        # on with flags
+        assert wait_until(fn -> not TailHold.stats().on end, 3_000)
+        assert request.() == :flags
+
+        # off on purpose: without flags again
+        :ok = TailHold.off()
+        assert request.() == :samples
+        flush_profiles()
+        :ok = TailHold.off()
+        assert_node_clean()
+      end
+    end
+
     test "where most requests are kept, new ones take flags from the start; back without when few are" do
       if flagless?() do
         me = self()

@@ -207,7 +207,8 @@ defmodule FlameOn.Client.Node.TailHold do
        begun: 0,
        active_ms: 0,
        adapt: nil,
-       adapt_timer: nil
+       adapt_timer: nil,
+       last_way: @on_flagless
      }}
   end
 
@@ -232,7 +233,9 @@ defmodule FlameOn.Client.Node.TailHold do
   def handle_call({:off, wait_ms}, _from, state) do
     # `shared: false` is read again when the next tail trace asks
     :atomics.compare_exchange(state.flags, @state, @not_shared, @off)
-    {:reply, :ok, turn_off(state, wait_ms)}
+    # turned off on purpose (off/1, a configuration changed): on again,
+    # requests start without flags, as at first
+    {:reply, :ok, %{turn_off(state, wait_ms) | last_way: @on_flagless}}
   end
 
   @impl GenServer
@@ -332,7 +335,9 @@ defmodule FlameOn.Client.Node.TailHold do
       flagless = flagless?(config[:attribution])
       # it sets the flags of a request without them that may be slow
       Native.tail_promoter(if flagless, do: self())
-      :atomics.put(state.flags, @state, if(flagless, do: @on_flagless, else: @on))
+      # without flags by default, or with them if they were the way the
+      # hold last ran (turned off idle, on again: likely the same load)
+      :atomics.put(state.flags, @state, if(flagless, do: state.last_way, else: @on))
       stats = Native.tail_stats()
 
       {:ok,
@@ -431,7 +436,11 @@ defmodule FlameOn.Client.Node.TailHold do
   # @adapt_min_begun of them), and back without under
   # @adapt_to_samples_pct. Requests running keep the way they began. A
   # look every 50 ms (a message to this process) turns a load of kept
-  # requests to flags within a tenth of a second.
+  # requests to flags within a tenth of a second. Turned on again after
+  # it turned itself off (idle_ms without tail traces), the hold starts
+  # the way it last ran: a promotion costs far more than the flags'
+  # callbacks, so flags are the cheaper guess where the load was kept,
+  # until the first look. Turned off on purpose (off/1), it forgets.
   @adapt_ms 50
   @adapt_min_begun 50
   @adapt_to_flags_pct 10
@@ -459,7 +468,9 @@ defmodule FlameOn.Client.Node.TailHold do
           :ok
       end
 
-      %{state | adapt: %{begun: begun, kept: kept}}
+      way = :atomics.get(state.flags, @state)
+      last_way = if way in [@on, @on_flagless], do: way, else: state.last_way
+      %{state | adapt: %{begun: begun, kept: kept}, last_way: last_way}
     end
   end
 
