@@ -222,6 +222,36 @@ defmodule FlameOn.Client.TailTest do
     profile
   end
 
+  # A request kept (2 ms over a 1 ms threshold), its profile shipped to `to`.
+  defp kept_request(to) do
+    FlameOn.Client.Tracing.trace("kept", fn -> Process.sleep(2) end,
+      sample_rate: 1.0,
+      threshold_ms: 1,
+      mode: :native,
+      shipper: {FlameOn.Client.Shipper.Process, pid: to}
+    )
+  end
+
+  # A request of the calling process (its table entry, no flags) that ran
+  # 5 ms, found slow over 1 ms, `then` run, and ended with keep: {its
+  # state, its time from tail_end/2}.
+  defp slow_request_ended(then) do
+    assert TailHold.on?(499)
+    {:tail, _, _} = state = Native.tail_begin(0, nil, false)
+    Process.sleep(5)
+    assert {:slow, took_ns} = Native.tail_end(state, 1_000_000)
+    then.()
+    assert Native.tail_end(state, true) in [:ok, :linger]
+    {state, took_ns}
+  end
+
+  defp sampled_session,
+    do:
+      Native.new(%{
+        cpu_sampled: true,
+        native_per_second: System.convert_time_unit(1, :second, :native)
+      })
+
   # the tail path's flags (`attribution: :flags`), with `config` beside
   defp put_tail_env(config),
     do: Application.put_env(:flame_on_client, :tail, Keyword.merge([attribution: :flags], config))
@@ -740,17 +770,11 @@ defmodule FlameOn.Client.TailTest do
     end
 
     test "a slow request ends at the call that finds it slow: what its process does before the keep is not its time" do
-      assert TailHold.on?(499)
-      {:tail, _, _} = state = Native.tail_begin(0, nil, false)
-      Process.sleep(5)
-      assert {:slow, took_ns} = Native.tail_end(state, 1_000_000)
       # its process goes on (a module loaded, a collection) before the keep
-      Process.sleep(20)
-      assert Native.tail_end(state, true) in [:ok, :linger]
+      {state, took_ns} = slow_request_ended(fn -> Process.sleep(20) end)
       assert {_, kept, _, 0, _, _} = Native.tail_keep(state, 100, 1_000)
 
-      per_second = System.convert_time_unit(1, :second, :native)
-      session = Native.new(%{cpu_sampled: true, native_per_second: per_second})
+      session = sampled_session()
       :ok = Native.tail_replay(session, kept)
       {tree, stats} = Native.finish(session, :stop)
       took_us = div(took_ns, 1000)
@@ -774,11 +798,7 @@ defmodule FlameOn.Client.TailTest do
     end
 
     test "tail_keep/3 copies a kept request once; tail_replay/2 replays only a copy, into a CPU-sampled session" do
-      assert TailHold.on?(499)
-      {:tail, _, _} = state = Native.tail_begin(0, nil, false)
-      Process.sleep(5)
-      assert {:slow, _} = Native.tail_end(state, 1_000_000)
-      assert Native.tail_end(state, true) in [:ok, :linger]
+      {state, _took_ns} = slow_request_ended(fn -> :ok end)
 
       for {samples, frames} <- [{-1, 10}, {10, :many}, {1.5, 10}],
           do: assert_raise(ArgumentError, fn -> Native.tail_keep(state, samples, frames) end)
@@ -791,9 +811,8 @@ defmodule FlameOn.Client.TailTest do
       # the entry is its process's again (lingering) or free: copied once
       assert_raise ArgumentError, fn -> Native.tail_keep(state, 10, 10) end
 
-      per_second = System.convert_time_unit(1, :second, :native)
-      sampled = Native.new(%{cpu_sampled: true, native_per_second: per_second})
-      plain = Native.new(%{native_per_second: per_second})
+      sampled = sampled_session()
+      plain = Native.new(%{native_per_second: System.convert_time_unit(1, :second, :native)})
 
       for {session, copy} <- [
             {sampled, make_ref()},
@@ -1028,16 +1047,7 @@ defmodule FlameOn.Client.TailTest do
         # from a new process each time (a process's lingering flags serve
         # its next request whatever the hold's way)
         request = fn ->
-          fn ->
-            FlameOn.Client.Tracing.trace("kept", fn -> Process.sleep(2) end,
-              sample_rate: 1.0,
-              threshold_ms: 1,
-              mode: :native,
-              shipper: {FlameOn.Client.Shipper.Process, pid: me}
-            )
-          end
-          |> Task.async()
-          |> Task.await()
+          Task.async(fn -> kept_request(me) end) |> Task.await()
 
           assert_receive {:flame_on_profile, profile}, 5_000
           profile.stats.tail_attribution
@@ -1069,14 +1079,7 @@ defmodule FlameOn.Client.TailTest do
       if flagless?() do
         me = self()
         # every request kept (2 ms over a 1 ms threshold), from one process
-        slow = fn ->
-          FlameOn.Client.Tracing.trace("kept", fn -> Process.sleep(2) end,
-            sample_rate: 1.0,
-            threshold_ms: 1,
-            mode: :native,
-            shipper: {FlameOn.Client.Shipper.Process, pid: me}
-          )
-        end
+        slow = fn -> kept_request(me) end
 
         for _ <- 1..150, do: slow.()
         assert wait_until(fn -> TailHold.stats().attribution == :flags end, 2_000)
