@@ -403,14 +403,11 @@ static void keep_sample(perf_thread *t, int64_t ts, int64_t cpu_ns, const uint64
     counters.samples++;
 }
 
-/* The known processes are read again before the next drain that finds
- * samples (caller holds lock): a read walks the whole tail table, and
- * most drains (a kept request's slices, one at a time) find none. */
+/* The known processes, read again before the next drain that finds
+ * samples once marked stale (caller holds lock): a read walks the whole
+ * tail table, and most drains (a kept request's slices, one at a time)
+ * find none. */
 static int known_stale = 1;
-static void refresh_known(void)
-{
-    known_stale = 1;
-}
 
 static void read_known(void)
 {
@@ -508,7 +505,7 @@ void fo_perf_pump(void)
             if (tid != 0)
                 open_thread(tid, &err);
         }
-        refresh_known();
+        known_stale = 1;
         for (uint32_t i = 0; i < threads_end; i++) {
             if (threads[i].tid != 0)
                 drain_ring(&threads[i]);
@@ -527,7 +524,7 @@ uint32_t fo_perf_take(uint64_t thread, int64_t from_ns, int64_t to_ns, fo_perf_e
             t = &threads[i];
     }
     if (t != NULL && from_ns < to_ns) {
-        refresh_known();
+        known_stale = 1;
         drain_ring(t); /* the slice may have ended a moment ago */
         if (from_ns <= t->dropped_until)
             counters.overwritten++;
@@ -580,7 +577,7 @@ void fo_perf_set_frequency(uint32_t freq)
     if (users > 0 && freq != frequency) {
         /* what the kernel holds was sampled at the old frequency: copied
          * out now, before the change is noted */
-        refresh_known();
+        known_stale = 1;
         for (uint32_t i = 0; i < FO_PERF_MAX_THREADS; i++) {
             if (threads[i].tid != 0)
                 drain_ring(&threads[i]);
@@ -651,7 +648,7 @@ uint32_t fo_perf_runs(uint64_t proc, int64_t from_ns, int64_t to_ns, fo_perf_sli
     int64_t period_ns = period_locked();
     if (period_ns == 0)
         period_ns = 1000000;
-    refresh_known();
+    known_stale = 1;
     for (uint32_t i = 0; i < threads_end; i++) {
         perf_thread *t = &threads[i];
         if (t->tid == 0)

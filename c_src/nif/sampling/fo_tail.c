@@ -546,13 +546,33 @@ static void end_request(tail_entry *e, int64_t now)
     close_slice(e, now, NULL);
 }
 
+/* What the flags of a request that ended do (ok: they go now; linger;
+ * untrace: a request without flags that got them, promoted, whose owner
+ * takes them off, the promoter too if it sets them after this); sets
+ * e->linger_after for let_go. */
+static ERL_NIF_TERM flags_after(tail_entry *e)
+{
+    int promoted = atomic_exchange(&e->promotion, TAIL_PROMOTE_NONE) == TAIL_PROMOTE_ON;
+    e->linger_after = may_linger(e);
+    return promoted ? fo_atom_untrace : e->linger_after ? fo_atom_linger : fo_atom_ok;
+}
+
+/* The entry of a request that ended lingers, or goes (flags_after said). */
+static void let_go(tail_entry *e)
+{
+    if (e->linger_after)
+        linger(e);
+    else
+        release(e);
+}
+
 ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     ErlNifSInt64 threshold_ns = -1;
     tail_entry *e = own_entry(env, argv[0]);
-    if (e == NULL || (argv[1] != fo_atom_true && argv[1] != fo_atom_false &&
-                      (!enif_get_int64(env, argv[1], &threshold_ns) || threshold_ns < 0)))
+    if (e == NULL ||
+        (argv[1] != fo_atom_false && (!enif_get_int64(env, argv[1], &threshold_ns) || threshold_ns < 0)))
         return enif_make_badarg(env);
     /* a threshold: the request's time decides here, so a fast one reads
      * no clock of its own. A slow one ends here too (its callbacks note
@@ -565,21 +585,9 @@ ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
             return enif_make_tuple2(env, fo_atom_slow, enif_make_int64(env, now - e->begun_ns));
         }
     }
-    /* a request without flags that got them (promoted): its owner takes
-     * them off (the promoter, if it sets them after this, too) */
-    int promoted = atomic_exchange(&e->promotion, TAIL_PROMOTE_NONE) == TAIL_PROMOTE_ON;
-    if (argv[1] != fo_atom_true) {
-        if (may_linger(e)) {
-            linger(e);
-            return fo_atom_linger;
-        }
-        release(e);
-        return promoted ? fo_atom_untrace : fo_atom_ok;
-    }
-    if (e->end_ns == 0)
-        end_request(e, fo_tracer_clock_ns());
-    e->linger_after = may_linger(e);
-    return promoted ? fo_atom_untrace : e->linger_after ? fo_atom_linger : fo_atom_ok;
+    ERL_NIF_TERM flags = flags_after(e);
+    let_go(e);
+    return flags;
 }
 
 /* Sends {Tag, State, Pid} (or {Tag, State, Pid, Last} where last is not
@@ -741,11 +749,8 @@ static ERL_NIF_TERM keep_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
         !enif_get_uint(env, argv[2], &max_frames))
         return enif_make_badarg(env);
     atomic_fetch_add_explicit(&kept, 1, memory_order_relaxed);
-    /* as tail_end/2 with true says (it need not be called first), while
-     * a request without flags is one still (it lingers not) */
-    int promoted = atomic_exchange(&e->promotion, TAIL_PROMOTE_NONE) == TAIL_PROMOTE_ON;
-    e->linger_after = may_linger(e);
-    ERL_NIF_TERM ended = promoted ? fo_atom_untrace : e->linger_after ? fo_atom_linger : fo_atom_ok;
+    /* while a request without flags is one still (it lingers not) */
+    ERL_NIF_TERM flags = flags_after(e);
     /* (each read of the samples drains its threads' rings first: what
      * was sampled up to now) */
     uint64_t proc = atomic_load(&e->proc);
@@ -770,17 +775,14 @@ static ERL_NIF_TERM keep_now(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
         e->count = 0; /* its slices may have gone with the copy */
         return enif_raise_exception(env, fo_atom_memory);
     }
-    ERL_NIF_TERM answer[] = {ended,
+    ERL_NIF_TERM answer[] = {flags,
                              enif_make_resource(env, k),
                              enif_make_uint(env, k->count),
                              enif_make_uint(env, k->dropped),
                              enif_make_uint(env, k->samples_dropped),
                              enif_make_uint64(env, k->bytes)};
     enif_release_resource(k);
-    if (e->linger_after)
-        linger(e);
-    else
-        release(e);
+    let_go(e);
     return enif_make_tuple_from_array(env, answer, 6);
 }
 

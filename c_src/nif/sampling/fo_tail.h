@@ -86,26 +86,26 @@ ERL_NIF_TERM fo_tail_flagless_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM a
 //   is asked. unavailable: its samples cannot name it (tail_flagless/0).
 ERL_NIF_TERM fo_tail_begin_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
-// tail_end(State, Keep) -> ok | linger | {slow, TookNs}
-//   The calling process's traced work is over: closes its running slice
-//   (its callbacks note nothing more). Keep false frees the entry; true
-//   keeps it for tail_keep/3. linger: the process keeps its flags (for
-//   its next request, with the same state), and its entry lingering from
-//   now (or once replayed); ok: its flags are to go now. Keep a threshold
-//   in nanoseconds: a request that ran less ends as with false; one that
-//   ran that long ends there ({slow, TookNs}, its time since
-//   tail_begin/2: its callbacks note nothing more) and waits for a second
-//   call with true or false.
+// tail_end(State, Keep) -> ok | linger | untrace | {slow, TookNs}
+//   The calling process's traced work is over. Keep false frees the
+//   entry. linger: the process keeps its flags (for its next request,
+//   with the same state), and its entry lingering from now; ok: its flags
+//   are to go now; untrace: a request without flags that got them (its
+//   promotion) takes them off. Keep a threshold in nanoseconds: a request
+//   that ran less ends as with false; one that ran that long ends there
+//   ({slow, TookNs}, its time since tail_begin/2: its running slice
+//   closes, its callbacks note nothing more) and waits for tail_keep/3,
+//   or a second call with false.
 ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 // tail_keep(State, MaxSamples, MaxFrames) -> {Ended, Kept, Slices, Dropped, SamplesDropped, Bytes}
-//   The calling process's request that ended (tail_end/2 said slow, or
-//   was called with true): its records and the samples of its slices (at
+//   The calling process's request that ended (tail_end/2 said slow): its
+//   records and the samples of its slices (at
 //   most MaxSamples, with MaxFrames frames; past them counted in
 //   SamplesDropped) copied into Kept, a resource of Bytes bytes, whose
 //   profile tail_replay/2 makes when it is wanted. The entry lingers or
-//   goes from here; Ended says what its flags do, as tail_end/2 with
-//   true says (ok | linger | untrace).
+//   goes from here; Ended says what its flags do, as tail_end/2 says
+//   (ok | linger | untrace).
 ERL_NIF_TERM fo_tail_keep_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 // tail_promoter(Pid | nil) -> ok

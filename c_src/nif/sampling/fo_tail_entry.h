@@ -84,7 +84,7 @@ typedef struct {
     int64_t begun_ns; /* the request's start (tail_begin) */
     int64_t end_ns;   /* tail_end's time; 0 before */
     int64_t idle_ns;  /* lingering since */
-    int linger_after; /* a kept request: lingers once replayed */
+    int linger_after; /* an ended request: lingers once let go (fo_tail.c) */
     int placed;       /* holds a place among the lingering (lingering_now) */
     /* Counters of this entry's requests (tail_stats/0 sums them): written
      * by whoever holds the entry, so no two processes' requests share a

@@ -404,7 +404,7 @@ defmodule FlameOn.Client.Core.Native do
   def tail_flagless, do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
-  @spec tail_end(tuple(), boolean() | non_neg_integer()) ::
+  @spec tail_end(tuple(), false | non_neg_integer()) ::
           :ok | :linger | :untrace | {:slow, non_neg_integer()}
   def tail_end(_state, _keep), do: :erlang.nif_error(:nif_not_loaded)
 
@@ -441,9 +441,9 @@ defmodule FlameOn.Client.Core.Native do
   def tail_idle(_idle_ns), do: :erlang.nif_error(:nif_not_loaded)
 
   @doc false
-  # the calling process's request that ended (tail_end/2 said slow, or
-  # with true) copied with its samples (at most max_samples, with
-  # max_frames frames): {what its flags do as tail_end/2 with true says,
+  # the calling process's request that ended (tail_end/2 said slow)
+  # copied with its samples (at most max_samples, with max_frames
+  # frames): {what its flags do as tail_end/2 says,
   # kept, records, dropped records, dropped samples, the copy's bytes};
   # its entry lingers or goes
   @spec tail_keep(tuple(), non_neg_integer(), non_neg_integer()) ::

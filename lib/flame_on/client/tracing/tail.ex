@@ -422,14 +422,7 @@ defmodule FlameOn.Client.Tracing.Tail do
   # What replayed/1 makes its core session with (Capture.Common.new_core/2):
   # the values of @core_keys, a tuple (a kept request's copy is copied
   # into the trace store: a tuple of values is half a map of them).
-  # (the values read one by one, no list made)
-  opts = Macro.var(:opts, __MODULE__)
-
-  defp core_limits(unquote(opts)),
-    do:
-      {unquote_splicing(
-         for key <- @core_keys, do: quote(do: Map.get(unquote(opts), unquote(key)))
-       )}
+  defp core_limits(opts), do: @core_keys |> Enum.map(&Map.get(opts, &1)) |> List.to_tuple()
 
   defp core_opts(limits),
     do:
