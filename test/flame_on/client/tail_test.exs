@@ -1111,6 +1111,35 @@ defmodule FlameOn.Client.TailTest do
       end
     end
 
+    test "many requests promoted at once turn new ones to flags before any of them is kept" do
+      if flagless?() do
+        me = self()
+        kept_before = Native.tail_stats().kept
+
+        # 60 requests at once, each slow (300 ms over a 1 ms threshold):
+        # promoted at half a millisecond, none ended for 300 ms
+        tasks =
+          for _ <- 1..60 do
+            Task.async(fn ->
+              FlameOn.Client.Tracing.trace("slow", fn -> Process.sleep(300) end,
+                sample_rate: 1.0,
+                threshold_ms: 1,
+                mode: :native,
+                shipper: {FlameOn.Client.Shipper.Process, pid: me}
+              )
+            end)
+          end
+
+        assert wait_until(fn -> TailHold.stats().attribution == :flags end, 200)
+        assert Native.tail_stats().kept == kept_before
+
+        Task.await_many(tasks, 5_000)
+        for _ <- 1..60, do: assert_receive({:flame_on_profile, %{name: "slow"}}, 5_000)
+        TailHold.off()
+        assert_node_clean()
+      end
+    end
+
     test "the NIF: a request without flags begins and ends as one with them; bad arguments raise" do
       if flagless?() do
         assert Native.tail_flagless()

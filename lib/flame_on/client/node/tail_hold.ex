@@ -282,7 +282,12 @@ defmodule FlameOn.Client.Node.TailHold do
 
   def handle_info({:flame_on_promote, tail, pid}, state) do
     promote(tail, pid)
-    {:noreply, state}
+
+    # promotions as they come are the first sign of a load of kept
+    # requests: no need to wait for the next look (see adapt/1)
+    if is_map(state.adapt) and :atomics.get(state.flags, @state) == @on_flagless,
+      do: {:noreply, adapt(state)},
+      else: {:noreply, state}
   end
 
   def handle_info(_msg, state), do: {:noreply, state}
@@ -349,7 +354,10 @@ defmodule FlameOn.Client.Node.TailHold do
            sweep: state.sweep || (config[:linger_ms] > 0 && schedule_sweep(config[:linger_ms])),
            begun: stats.begun,
            active_ms: System.monotonic_time(:millisecond),
-           adapt: if(flagless, do: %{begun: stats.begun, kept: stats.kept}),
+           adapt:
+             if(flagless,
+               do: %{begun: stats.begun, kept: stats.kept, promotions: stats.promotions}
+             ),
            adapt_timer: state.adapt_timer || (flagless && schedule_adapt())
        }}
     else
@@ -435,8 +443,12 @@ defmodule FlameOn.Client.Node.TailHold do
   # the requests begun since the last look were kept (at least
   # @adapt_min_begun of them), and back without under
   # @adapt_to_samples_pct. Requests running keep the way they began. A
-  # look every 50 ms (a message to this process) turns a load of kept
-  # requests to flags within a tenth of a second. Turned on again after
+  # look every 50 ms (a message to this process), and one at each
+  # promotion while requests go without flags (over @adapt_to_flags_pct
+  # of those begun promoted turns them to flags too), turn a load of kept
+  # requests to flags within its first @adapt_min_begun or so: the
+  # periodic look alone let a short burst of them (50 workers make 2 000
+  # requests of 1 ms in 80 ms) go all promoted. Turned on again after
   # it turned itself off (idle_ms without tail traces), the hold starts
   # the way it last ran: a promotion costs far more than the flags'
   # callbacks, so flags are the cheaper guess where the load was kept,
@@ -449,16 +461,19 @@ defmodule FlameOn.Client.Node.TailHold do
   defp schedule_adapt, do: Process.send_after(self(), :adapt, @adapt_ms)
 
   defp adapt(%{adapt: last} = state) do
-    %{begun: begun, kept: kept} = Native.tail_stats()
+    %{begun: begun, kept: kept, promotions: promotions} = Native.tail_stats()
     began = begun - last.begun
 
     if began < @adapt_min_begun do
       state
     else
       pct = (kept - last.kept) * 100 / began
+      # a request promoted (at half its threshold) is likely kept: the
+      # share of them says so half a request earlier than the kept ones
+      promoted_pct = (promotions - last.promotions) * 100 / began
 
       case :atomics.get(state.flags, @state) do
-        @on_flagless when pct > @adapt_to_flags_pct ->
+        @on_flagless when pct > @adapt_to_flags_pct or promoted_pct > @adapt_to_flags_pct ->
           :atomics.compare_exchange(state.flags, @state, @on_flagless, @on)
 
         @on when pct < @adapt_to_samples_pct ->
@@ -470,7 +485,12 @@ defmodule FlameOn.Client.Node.TailHold do
 
       way = :atomics.get(state.flags, @state)
       last_way = if way in [@on, @on_flagless], do: way, else: state.last_way
-      %{state | adapt: %{begun: begun, kept: kept}, last_way: last_way}
+
+      %{
+        state
+        | adapt: %{begun: begun, kept: kept, promotions: promotions},
+          last_way: last_way
+      }
     end
   end
 
