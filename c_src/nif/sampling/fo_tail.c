@@ -584,6 +584,8 @@ ERL_NIF_TERM fo_tail_end_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
             end_request(e, now);
             return enif_make_tuple2(env, fo_atom_slow, enif_make_int64(env, now - e->begun_ns));
         }
+        if (now - e->begun_ns >= threshold_ns / 2)
+            bump(&e->n_near);
     }
     ERL_NIF_TERM flags = flags_after(e);
     let_go(e);
@@ -962,7 +964,7 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     (void)argv;
     tail_entry *table = atomic_load_explicit(&entries, memory_order_acquire);
     unsigned long long in_use = 0, lingering = 0, begun = 0, resumed = 0, lingered = 0, flagless = 0,
-                       flagless_begun = 0;
+                       flagless_begun = 0, near = 0;
     for (uint32_t i = 0; table != NULL && i < max_processes; i++) {
         int state = atomic_load_explicit(&table[i].in_use, memory_order_relaxed);
         in_use += state == TAIL_ACTIVE || state == TAIL_RECLAIM;
@@ -971,6 +973,7 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
         resumed += atomic_load_explicit(&table[i].n_resumed, memory_order_relaxed);
         lingered += atomic_load_explicit(&table[i].n_lingered, memory_order_relaxed);
         flagless_begun += atomic_load_explicit(&table[i].n_flagless, memory_order_relaxed);
+        near += atomic_load_explicit(&table[i].n_near, memory_order_relaxed);
         flagless += atomic_load_explicit(&table[i].proc, memory_order_relaxed) != 0;
     }
     ERL_NIF_TERM map = enif_make_new_map(env);
@@ -998,6 +1001,7 @@ ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     put(env, &map, "flagless", flagless);
     put(env, &map, "wait_reads", atomic_load(&wait_reads));
     put(env, &map, "promotions", atomic_load(&promotions));
+    put(env, &map, "near", near);
     put(env, &map, "flagless_begun", flagless_begun);
     return map;
 }

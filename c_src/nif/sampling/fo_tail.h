@@ -159,7 +159,8 @@ ERL_NIF_TERM fo_tail_owners_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 
 // tail_stats() -> #{processes, slices, max_bytes, bytes, in_use, begun, kept, full, truncated, reclaimed,
 //                   asks, answers, missed_outs, lingering, linger_ms, max_lingering, lingered, resumed,
-//                   linger_full, swept}
+//                   linger_full, swept, flagless, wait_reads, promotions, near}
+//   near: requests ended under their threshold past half of it.
 //   in_use: entries tracing a request; lingering: between two.
 ERL_NIF_TERM fo_tail_stats_nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 

@@ -90,6 +90,10 @@ typedef struct {
      * by whoever holds the entry, so no two processes' requests share a
      * cache line for them. */
     atomic_ullong n_begun, n_resumed, n_lingered, n_flagless;
+    /* requests that ended under their threshold but past half of it (a
+     * request without flags is promoted there): where flags from the
+     * start are the cheaper way (FlameOn.Client.Node.TailHold) */
+    atomic_ullong n_near;
     /* a receive event since the last `in` or `out` (any thread sets it:
      * the sender's may trace it), and the running slice's flags */
     atomic_uint message;

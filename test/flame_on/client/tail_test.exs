@@ -1140,6 +1140,54 @@ defmodule FlameOn.Client.TailTest do
       end
     end
 
+    test "requests just under their threshold (promoted, never kept) keep flags from the start" do
+      if flagless?() do
+        me = self()
+
+        # 14 ms requests under a 20 ms threshold: past half of it, so each
+        # would be promoted without flags, and none is kept
+        workers =
+          for _ <- 1..40 do
+            spawn_link(fn ->
+              loop = fn loop ->
+                FlameOn.Client.Tracing.trace("near", fn -> Process.sleep(14) end,
+                  sample_rate: 1.0,
+                  threshold_ms: 20,
+                  mode: :native,
+                  shipper: {FlameOn.Client.Shipper.Process, pid: me}
+                )
+
+                receive do
+                  :stop -> send(me, {:stopped, self()})
+                after
+                  0 -> loop.(loop)
+                end
+              end
+
+              loop.(loop)
+            end)
+          end
+
+        assert wait_until(fn -> TailHold.stats().attribution == :flags end, 2_000)
+        # let the requests begun without flags end
+        Process.sleep(50)
+        before = Native.tail_stats()
+        # several looks (every 50 ms): none turns them back without flags
+        Process.sleep(400)
+        now = Native.tail_stats()
+        assert now.begun - before.begun > 200
+        assert now.flagless_begun == before.flagless_begun
+        assert now.kept == before.kept
+        assert TailHold.stats().attribution == :flags
+
+        for w <- workers, do: send(w, :stop)
+        for w <- workers, do: assert_receive({:stopped, ^w}, 5_000)
+        refute_received {:flame_on_profile, _}
+        TailHold.off()
+        assert_node_clean()
+      end
+    end
+
     test "the NIF: a request without flags begins and ends as one with them; bad arguments raise" do
       if flagless?() do
         assert Native.tail_flagless()

@@ -356,7 +356,7 @@ defmodule FlameOn.Client.Node.TailHold do
            active_ms: System.monotonic_time(:millisecond),
            adapt:
              if(flagless,
-               do: %{begun: stats.begun, kept: stats.kept, promotions: stats.promotions}
+               do: Map.take(stats, [:begun, :kept, :promotions, :near])
              ),
            adapt_timer: state.adapt_timer || (flagless && schedule_adapt())
        }}
@@ -438,11 +438,13 @@ defmodule FlameOn.Client.Node.TailHold do
   # threshold (promote/2): two erlang:trace/3 calls and a message, about
   # 18 µs of node CPU more than a kept request with flags from the start
   # costs, where flags from the start cost every request 0.5-2 µs of
-  # callbacks (bench/RESULTS.md). So where many requests are kept, new
-  # ones take their flags from the start: over @adapt_to_flags_pct of
-  # the requests begun since the last look were kept (at least
-  # @adapt_min_begun of them), and back without under
-  # @adapt_to_samples_pct. Requests running keep the way they began. A
+  # callbacks (bench/RESULTS.md). So where many requests are kept or
+  # promoted, new ones take their flags from the start: over
+  # @adapt_to_flags_pct of the requests begun since the last look were
+  # (at least @adapt_min_begun of them), and back without under
+  # @adapt_to_samples_pct kept or past half their threshold (those would
+  # be promoted: requests just under the threshold stay with flags).
+  # Requests running keep the way they began. A
   # look every 50 ms (a message to this process), and one at each
   # promotion while requests go without flags (over @adapt_to_flags_pct
   # of those begun promoted turns them to flags too), turn a load of kept
@@ -461,22 +463,25 @@ defmodule FlameOn.Client.Node.TailHold do
   defp schedule_adapt, do: Process.send_after(self(), :adapt, @adapt_ms)
 
   defp adapt(%{adapt: last} = state) do
-    %{begun: begun, kept: kept, promotions: promotions} = Native.tail_stats()
-    began = begun - last.begun
+    now = Map.take(Native.tail_stats(), [:begun, :kept, :promotions, :near])
+    began = now.begun - last.begun
 
     if began < @adapt_min_begun do
       state
     else
-      pct = (kept - last.kept) * 100 / began
-      # a request promoted (at half its threshold) is likely kept: the
-      # share of them says so half a request earlier than the kept ones
-      promoted_pct = (promotions - last.promotions) * 100 / began
+      pct = (now.kept - last.kept) * 100 / began
+      # without flags a request is promoted at half its threshold, kept
+      # or not: the share promoted says so half a request earlier than
+      # the kept, and with flags those that ran past half their
+      # threshold (near) would have been promoted too
+      promoted_pct = (now.promotions - last.promotions) * 100 / began
+      near_pct = (now.near - last.near) * 100 / began
 
       case :atomics.get(state.flags, @state) do
         @on_flagless when pct > @adapt_to_flags_pct or promoted_pct > @adapt_to_flags_pct ->
           :atomics.compare_exchange(state.flags, @state, @on_flagless, @on)
 
-        @on when pct < @adapt_to_samples_pct ->
+        @on when pct + near_pct < @adapt_to_samples_pct ->
           :atomics.compare_exchange(state.flags, @state, @on, @on_flagless)
 
         _ ->
@@ -486,11 +491,7 @@ defmodule FlameOn.Client.Node.TailHold do
       way = :atomics.get(state.flags, @state)
       last_way = if way in [@on, @on_flagless], do: way, else: state.last_way
 
-      %{
-        state
-        | adapt: %{begun: begun, kept: kept, promotions: promotions},
-          last_way: last_way
-      }
+      %{state | adapt: now, last_way: last_way}
     end
   end
 
