@@ -273,7 +273,7 @@ defmodule FlameOn.Client.Node.TailHold do
         {:noreply, state}
 
       state.held and is_map(state.adapt) ->
-        {:noreply, %{adapt(state) | adapt_timer: schedule_adapt()}}
+        {:noreply, %{adapt(state, false) | adapt_timer: schedule_adapt()}}
 
       true ->
         {:noreply, %{state | adapt_timer: nil}}
@@ -284,9 +284,9 @@ defmodule FlameOn.Client.Node.TailHold do
     promote(tail, pid)
 
     # promotions as they come are the first sign of a load of kept
-    # requests: no need to wait for the next look (see adapt/1)
+    # requests: no need to wait for the next look (see adapt/2)
     if is_map(state.adapt) and :atomics.get(state.flags, @state) == @on_flagless,
-      do: {:noreply, adapt(state)},
+      do: {:noreply, adapt(state, true)},
       else: {:noreply, state}
   end
 
@@ -354,10 +354,7 @@ defmodule FlameOn.Client.Node.TailHold do
            sweep: state.sweep || (config[:linger_ms] > 0 && schedule_sweep(config[:linger_ms])),
            begun: stats.begun,
            active_ms: System.monotonic_time(:millisecond),
-           adapt:
-             if(flagless,
-               do: Map.take(stats, [:begun, :kept, :promotions, :near])
-             ),
+           adapt: if(flagless, do: %{last: counts(stats), prev: counts(stats)}),
            adapt_timer: state.adapt_timer || (flagless && schedule_adapt())
        }}
     else
@@ -462,8 +459,12 @@ defmodule FlameOn.Client.Node.TailHold do
 
   defp schedule_adapt, do: Process.send_after(self(), :adapt, @adapt_ms)
 
-  defp adapt(%{adapt: last} = state) do
-    now = Map.take(Native.tail_stats(), [:begun, :kept, :promotions, :near])
+  defp adapt(%{adapt: %{last: last, prev: prev}} = state, at_promotion?) do
+    now = counts(Native.tail_stats())
+    # at a promotion, from the look before the last if too few began since
+    # the last (a look may come just as a burst of requests began)
+    last = if at_promotion? and now.begun - last.begun < @adapt_min_begun, do: prev, else: last
+
     began = now.begun - last.begun
 
     if began < @adapt_min_begun do
@@ -491,9 +492,11 @@ defmodule FlameOn.Client.Node.TailHold do
       way = :atomics.get(state.flags, @state)
       last_way = if way in [@on, @on_flagless], do: way, else: state.last_way
 
-      %{state | adapt: now, last_way: last_way}
+      %{state | adapt: %{last: now, prev: last}, last_way: last_way}
     end
   end
+
+  defp counts(stats), do: Map.take(stats, [:begun, :kept, :promotions, :near])
 
   defp schedule(idle_ms), do: Process.send_after(self(), :check, max(div(idle_ms, 2), 10))
 
