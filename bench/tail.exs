@@ -2,7 +2,7 @@
 # does a request traced and thrown away cost the node, and where does it go?
 #
 #     ERL_FLAGS="+JPperf true +sbwt none +sbwtdcpu none +sbwtdio none" mix run bench/tail.exs
-#     ... bench/tail.exs load        # one part: load | breakdown | fidelity
+#     ... bench/tail.exs load        # one part: load | breakdown | fidelity | mixed
 #
 # `+sbwt none` (and the dirty schedulers' ones) stops idle schedulers from
 # spinning, so the node's CPU time is the work done; `+JPperf true` lets
@@ -290,6 +290,110 @@ defmodule FlameOn.Bench.Tail do
     end
   end
 
+  # --- mixed ----------------------------------------------------------------
+  # The issue's check: fast requests with a few slow ones mixed, trace/3
+  # with `sample_rate: 1.0, threshold_ms: 250` and no other option (the
+  # default path), against the same load untraced. WORKERS processes make
+  # 40 requests each; in each phase the 20th request of the first three
+  # is slow (about 150 ms of CPU, then a 150 ms sleep). Prints the node CPU
+  # ratio (best of MIXED_ROUNDS rounds each), which requests were kept,
+  # and the share of a kept one's time in its CPU loop.
+
+  # a fixed amount of work (about 150 ms of CPU here), not a deadline: a
+  # loop until a time burns what CPU it gets, traced or not
+  def slow_mixed do
+    busy(60)
+    Process.sleep(150)
+  end
+
+  def busy(0), do: :ok
+
+  def busy(chunks) do
+    burst(200_000)
+    busy(chunks - 1)
+  end
+
+  defp mixed_phase(traced?) do
+    me = self()
+    cpu0 = cpu_ns()
+
+    workers =
+      for w <- 1..@workers do
+        spawn_link(fn ->
+          for i <- 1..40 do
+            {name, fun} =
+              if w <= 3 and i == 20, do: {"slow", &slow_mixed/0}, else: {"fast", &request/0}
+
+            if traced?,
+              do:
+                FlameOn.Client.trace(name, fun,
+                  sample_rate: 1.0,
+                  threshold_ms: 250,
+                  shipper: {FlameOn.Client.Shipper.Process, pid: me}
+                ),
+              else: fun.()
+          end
+
+          send(me, {:done, self()})
+        end)
+      end
+
+    for w <- workers, do: receive(do: ({:done, ^w} -> :ok))
+    cpu_ns() - cpu0
+  end
+
+  def mixed do
+    rounds = String.to_integer(System.get_env("MIXED_ROUNDS", "5"))
+
+    IO.puts(
+      "\n== mixed: #{@workers} workers x 40 requests, 3 of them slow (300 ms), threshold 250 =="
+    )
+
+    tail_config!(shared: true)
+    # warm up both
+    mixed_phase(true)
+    mixed_phase(false)
+    _ = collect_profiles()
+
+    runs = for _ <- 1..rounds, traced? <- [false, true], do: {traced?, mixed_phase(traced?)}
+
+    best = fn t ->
+      runs |> Enum.filter(&(elem(&1, 0) == t)) |> Enum.map(&elem(&1, 1)) |> Enum.min()
+    end
+
+    profiles = collect_profiles()
+    names = Enum.frequencies(Enum.map(profiles, & &1.name))
+    modes = Enum.frequencies(Enum.map(profiles, & &1.mode))
+
+    IO.puts(
+      "node CPU traced / untraced: #{:erlang.float_to_binary(best.(true) / best.(false), decimals: 3)}x"
+    )
+
+    IO.puts(
+      "kept: #{inspect(names)} (#{3 * rounds} slow requests traced), modes #{inspect(modes)}"
+    )
+
+    for profile <- Enum.take(profiles, 1) do
+      stacks = for {_pid, stacks} <- profile.stacks, entry <- stacks, do: entry
+      total = Enum.sum(Enum.map(stacks, &elem(&1, 1)))
+
+      IO.puts(
+        "a kept one's heaviest stacks (of #{total} µs, its duration #{profile.duration_us} µs):"
+      )
+
+      for {stack, us} <- stacks |> Enum.sort_by(&(-elem(&1, 1))) |> Enum.take(4),
+          do: IO.puts("  #{pct(us / total)}  #{stack}")
+    end
+  end
+
+  defp collect_profiles do
+    receive do
+      {:flame_on_profile, profile} -> [profile | collect_profiles()]
+    after
+      500 -> []
+    end
+  end
+
   # --- fidelity -------------------------------------------------------------
   # A slow request of two CPU phases and a wait: the render phase's share
   # of the two phases' CPU, untraced (each phase timed inline) against
@@ -555,6 +659,9 @@ case System.argv() do
   ["fidelity"] ->
     FlameOn.Bench.Tail.fidelity()
 
+  ["mixed"] ->
+    FlameOn.Bench.Tail.mixed()
+
   ["breakdown"] ->
     FlameOn.Bench.Tail.breakdown()
     FlameOn.Bench.Tail.shared_breakdown()
@@ -564,4 +671,5 @@ case System.argv() do
     FlameOn.Bench.Tail.breakdown()
     FlameOn.Bench.Tail.shared_breakdown()
     FlameOn.Bench.Tail.fidelity()
+    FlameOn.Bench.Tail.mixed()
 end

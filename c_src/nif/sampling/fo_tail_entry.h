@@ -25,13 +25,16 @@
 /* A slice of no time on no thread (not a collection): where a request
  * without flags was read waiting in another function than before */
 #define TAIL_MOVE 2u
+/* A slice cut from the samples of a request without flags: no receive
+ * event says whether the time before it was a wait */
+#define TAIL_SAMPLED 4u
 
 /* A time slice: the thread, when, and the function the process stopped
  * in (its `out` event's MFA; module 0: none). A garbage collection is a
  * record with thread 0 (stop.arity 1: a major one). */
 typedef struct {
     uint32_t thread; /* an OS thread id; 0: a collection */
-    uint32_t flags;  /* TAIL_AFTER_MESSAGE */
+    uint32_t flags;  /* TAIL_AFTER_MESSAGE, TAIL_MOVE, TAIL_SAMPLED */
     int64_t from_ns, to_ns;
     fo_mfa stop;
 } tail_slice;

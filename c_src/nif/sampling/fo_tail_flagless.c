@@ -126,7 +126,7 @@ static void place_reads(tail_entry *e, int64_t until_ns)
             gap = lo - 1;
             e->slices[gap].stop = *key;
         } else if (!fo_mfa_equal(&last_key, key)) {
-            fo_tail_add_record(e, &(tail_slice){0, TAIL_MOVE, ts, ts, *key});
+            fo_tail_add_record(e, &(tail_slice){0, TAIL_MOVE | TAIL_SAMPLED, ts, ts, *key});
         }
         last_key = *key;
     }
@@ -135,7 +135,7 @@ static void place_reads(tail_entry *e, int64_t until_ns)
 /* A slice of a request without flags (fo_perf_slice_fn; ctx: the entry). */
 static void add_run(void *ctx, uint64_t thread, int64_t from_ns, int64_t to_ns)
 {
-    fo_tail_add_record(ctx, &(tail_slice){(uint32_t)thread, 0, from_ns, to_ns, {0, 0, 0}});
+    fo_tail_add_record(ctx, &(tail_slice){(uint32_t)thread, TAIL_SAMPLED, from_ns, to_ns, {0, 0, 0}});
 }
 
 /* A kept request without flags: its slices from its samples, up to the

@@ -110,6 +110,14 @@ static void replay_records(fo_session_res *res, const fo_tail_kept *k, const rep
         const tail_slice *s = &k->slices[ev->record];
         switch (ev->what) {
         case 0:
+            /* The session tells a wait from time it could run by the
+             * receive events (mode :native's rule): a message or a
+             * receive's timeout before the slice, or in it, made the time
+             * off CPU before it a wait. The flags' `receive` callbacks
+             * say so; a slice cut from samples cannot tell, and its gap
+             * stays a wait, as before there were receives. */
+            if (s->flags & (TAIL_AFTER_MESSAGE | TAIL_SAMPLED))
+                apply(res->core, FO_EV_RECEIVE, k->pid, s->from_ns, 0, NULL, 0);
             apply(res->core, FO_EV_IN, k->pid, s->from_ns, s->thread, NULL,
                   (s->flags & TAIL_AFTER_MESSAGE) ? FO_EVF_LEFT_WAIT : 0);
             /* it runs inside its root function: what comes before its

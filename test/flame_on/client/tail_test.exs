@@ -317,6 +317,47 @@ defmodule FlameOn.Client.TailTest do
       assert assert_kept_as_copy().stats.tail_attribution == :flags
     end
 
+    test "a kept request's time preempted is RUNNABLE under the code it runs; its sleep stays SLEEP" do
+      # one scheduler, a busy process beside the request: its loop is
+      # preempted half the time; then it sleeps 100 ms
+      online = :erlang.system_flag(:schedulers_online, 1)
+
+      try do
+        hog = spawn(fn -> Work.other_compute(5_000) end)
+
+        try do
+          FlameOn.Client.trace("starved", fn -> Work.slow(300, 100) end,
+            mode: :native,
+            threshold_ms: 100,
+            shipper: {FlameOn.Client.Shipper.Process, pid: self()}
+          )
+        after
+          Process.exit(hog, :kill)
+        end
+      after
+        :erlang.system_flag(:schedulers_online, online)
+      end
+
+      assert_receive {:flame_on_profile, %{name: "starved"} = profile}, 5_000
+      assert profile.mode == :native_tail
+      classes = profile.time_classes[self()]
+      stacks = profile.stacks[self()]
+      label = "#{inspect(classes)} #{inspect(stacks)}"
+
+      time = fn pattern ->
+        for {stack, us} <- stacks, stack =~ pattern, reduce: 0, do: (acc -> acc + us)
+      end
+
+      # preempted: about half of the loop's 300 ms
+      assert classes.runnable_us >= 60_000, label
+      assert time.(~r/slow_compute\/1;.*RUNNABLE$/) >= 0.9 * classes.runnable_us, label
+      # the sleep: a wait, not time it could run
+      assert time.(~r/slow_wait\/1;.*SLEEP$/) >= 95_000, label
+      assert time.(~r/slow_wait\/1;.*RUNNABLE$/) < 5_000, label
+      :ok = TailHold.off()
+      assert_node_clean()
+    end
+
     test "the hold turns off by itself after idle_ms" do
       put_tail_env(idle_ms: 100)
       FlameOn.Client.Tracing.trace("fast", &Work.fast/0, threshold_ms: 100, mode: :native)

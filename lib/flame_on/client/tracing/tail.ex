@@ -400,8 +400,9 @@ defmodule FlameOn.Client.Tracing.Tail do
   @spec replayed(tuple()) :: {Native.tree(), map(), ProcessName.names()}
   def replayed({kept, limits, root, {pid, info}, {slices, dropped, samples_dropped, attribution}}) do
     opts = core_opts(limits)
-    # no receive events in a tail trace's slices: every wait stays one
-    core_options = Map.delete(Capture.Native.core_options(opts, root), :receives)
+    # waits told from time it could run as in mode :native (the replay
+    # gives a receive event where a slice's flags say one came)
+    core_options = Capture.Native.core_options(opts, root)
     {:ok, core} = Common.new_core(opts, core_options)
     :ok = Native.tail_replay(core, kept)
     {raw, stats} = Native.finish(core, :stop)
