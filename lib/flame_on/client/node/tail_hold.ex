@@ -437,17 +437,16 @@ defmodule FlameOn.Client.Node.TailHold do
   # costs, where flags from the start cost every request 0.5-2 µs of
   # callbacks (bench/RESULTS.md). So where many requests are kept or
   # promoted, new ones take their flags from the start: over
-  # @adapt_to_flags_pct of the requests begun since the last look were
-  # (at least @adapt_min_begun of them), and back without under
-  # @adapt_to_samples_pct kept or past half their threshold (those would
-  # be promoted: requests just under the threshold stay with flags).
-  # Requests running keep the way they began. A
-  # look every 50 ms (a message to this process), and one at each
-  # promotion while requests go without flags (over @adapt_to_flags_pct
-  # of those begun promoted turns them to flags too), turn a load of kept
-  # requests to flags within its first @adapt_min_begun or so: the
-  # periodic look alone let a short burst of them (50 workers make 2 000
-  # requests of 1 ms in 80 ms) go all promoted. Turned on again after
+  # @adapt_to_flags_pct of the requests begun since the last look (at
+  # least @adapt_min_begun of them) were kept, or promoted. Back without
+  # flags under @adapt_to_samples_pct kept or ended past half their
+  # threshold (without flags those would be promoted: a load just under
+  # its threshold stays with flags). Requests running keep the way they
+  # began. A look comes every 50 ms (a message to this process) and at
+  # each promotion while requests go without flags: a load of kept
+  # requests turns to flags within its first @adapt_min_begun or so (the
+  # periodic look alone let a burst of them go promoted: 50 workers make
+  # 2 000 requests of 1 ms in 80 ms). Turned on again after
   # it turned itself off (idle_ms without tail traces), the hold starts
   # the way it last ran: a promotion costs far more than the flags'
   # callbacks, so flags are the cheaper guess where the load was kept,
