@@ -192,6 +192,14 @@ defmodule FlameOn.Client.Node.MessagePatterns do
   def clear_patterns(handle) do
     TraceBackend.pattern(handle, :send, true, [])
     TraceBackend.pattern(handle, :receive, true, [])
+    # A send that began under the old pattern may still run its `trace`
+    # action on the receiver, which releases the sender's main lock: an
+    # untrace taking the sender then frees its trace session reference,
+    # and the VM reads it again when the action returns (OTP 27 crashed
+    # so, in trace_send). So every scheduler passes between two processes
+    # first: no send is left in the old pattern. (OTP 25-26 read the
+    # tracer again.)
+    if TraceBackend.sessions?(), do: TraceBackend.schedulers_passed()
     # Followers got the graph tracer from the send pattern; with no graph
     # trace left here, none of them is ours to keep.
     TraceBackend.untrace_all(handle)

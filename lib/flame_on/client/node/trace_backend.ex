@@ -225,9 +225,12 @@ defmodule FlameOn.Client.Node.TraceBackend do
   Does nothing for a process that is gone.
   """
   @spec untrace(t(), pid(), [atom()]) :: :ok
-  def untrace(handle, pid, flags \\ [:all]) do
+  def untrace(handle, pid, flags \\ [:all]), do: untrace(handle, pid, flags, true)
+
+  defp untrace(handle, pid, flags, leave_sends?) do
     case tracer(handle, pid) do
       {:ok, current} when handle.session != nil or current in [handle.tracer, []] ->
+        if leave_sends?, do: leave_sends(handle, pid, flags)
         trace(handle, pid, false, flags)
 
       _ ->
@@ -265,8 +268,9 @@ defmodule FlameOn.Client.Node.TraceBackend do
   """
   @spec untrace_all(t()) :: :ok
   def untrace_all(%__MODULE__{session: nil, tracer: tracer} = handle) do
+    # (the callers reset the send pattern first: MessagePatterns.clear_patterns/1)
     for pid <- Process.list(), tracer(handle, pid) == {:ok, tracer} do
-      untrace(handle, pid)
+      untrace(handle, pid, [:all], false)
     end
 
     :ok
@@ -294,6 +298,47 @@ defmodule FlameOn.Client.Node.TraceBackend do
 
   def pattern(%__MODULE__{session: session}, target, match_spec, flags),
     do: apply(:trace, :function, [session, target, match_spec, flags])
+
+  # OTP 27+ (a process's tracing is a reference per session): a send
+  # whose pattern runs a `trace` action on its receiver (a cross-process
+  # trace's send pattern) releases the sender's main lock meanwhile, and
+  # reads the sender's session reference again when the action returns.
+  # An untrace of the sender that takes its locks then frees that
+  # reference: the VM crashed in trace_send. So another process's send
+  # flag goes first (its reference stays, and no send of it enters the
+  # pattern from then on), and the rest once every scheduler has passed
+  # between two processes: no send of it is left in the pattern then.
+  defp leave_sends(handle, pid, flags) do
+    if pid != self() and sessions?() and (:all in flags or :send in flags) do
+      case flags(handle, pid) do
+        [_, _ | _] = now -> if :send in now, do: send_off(handle, pid)
+        _one_or_none -> :ok
+      end
+    end
+
+    :ok
+  end
+
+  defp send_off(handle, pid) do
+    trace(handle, pid, false, [:send])
+    schedulers_passed()
+  end
+
+  @doc """
+  Returns once every normal scheduler has run its aux work (between two
+  processes) since the call: what a process was running then is done.
+  `erlang:trace_delivered(:all)` answers only then.
+  """
+  @spec schedulers_passed() :: :ok
+  def schedulers_passed do
+    ref = :erlang.trace_delivered(:all)
+
+    receive do
+      {:trace_delivered, :all, ^ref} -> :ok
+    after
+      5_000 -> :ok
+    end
+  end
 
   @doc "`:erlang.trace_info/2` in the handle's session."
   @spec info(t(), term(), atom()) :: term()
